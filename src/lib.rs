@@ -1,0 +1,13 @@
+//! pier: an out-of-cluster Gateway API gateway.
+//!
+//! ```text
+//! kube watchers ─┐                     ┌─> ArcSwap<Snapshot> ─> proxy/, tls/ (read only)
+//! file watcher ──┴─> Resources ─> translate() ─> Translation { snapshot, statuses }
+//!                                      └─> /status, `pier check`, status writer
+//! ```
+//!
+//! Configuration flows one way. `model` and `translate` are pure: no I/O, no kube client,
+//! tokio or hyper.
+#![forbid(unsafe_code)]
+
+pub mod model;

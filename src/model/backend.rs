@@ -1,0 +1,280 @@
+//! Backends: weighted backendRefs, the endpoints of a Service port, per-endpoint load state.
+//!
+//! Load balancing is power of two choices on in-flight requests (P2C): two random ready
+//! endpoints, the one with fewer requests in flight wins. It needs no shared lock, adapts to
+//! slow endpoints within a request or two, and avoids the herding of pure least-request.
+//! Endpoints that refused a connection are ejected for [`EJECTION`]; when every endpoint is
+//! ejected they are all tried again (a gateway that serves nothing helps nobody).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::ObjectRef;
+use super::filter::Filters;
+
+/// How long an endpoint that refused a connection is left out.
+pub const EJECTION: Duration = Duration::from_secs(5);
+
+/// A Service port as a backend: `namespace/name:port`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct BackendId {
+    pub service: ObjectRef,
+    pub port: u16,
+}
+
+impl std::fmt::Display for BackendId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.service, self.port)
+    }
+}
+
+/// The upstream protocol, from the Service port's `appProtocol`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+pub enum AppProtocol {
+    #[default]
+    Http1,
+    /// `kubernetes.io/h2c`: HTTP/2 with prior knowledge.
+    H2c,
+    /// `kubernetes.io/ws`: HTTP/1.1 with WebSocket upgrades (any HTTP/1.1 Upgrade is passed
+    /// through on `Http1` too).
+    WebSocket,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Backend {
+    pub id: BackendId,
+    pub protocol: AppProtocol,
+    pub endpoints: Vec<Endpoint>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Endpoint {
+    pub addr: SocketAddr,
+    #[serde(skip)]
+    pub stats: Arc<EndpointStats>,
+}
+
+/// Live load state of one endpoint address. Shared across snapshots: publishing carries it
+/// over by address, so a reload neither forgets ejections nor resets in-flight counts.
+#[derive(Debug, Default)]
+pub struct EndpointStats {
+    pub in_flight: AtomicU32,
+    /// Milliseconds on the proxy's monotonic clock until which the endpoint is ejected.
+    pub ejected_until_ms: AtomicU64,
+}
+
+/// What a weighted backendRef resolved to.
+#[derive(Clone, Debug, Serialize)]
+pub enum BackendTarget {
+    Service(Arc<Backend>),
+    /// A reference that did not resolve (missing Service, cross-namespace without
+    /// ReferenceGrant, unsupported kind): its share of the traffic gets a 500.
+    Invalid,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct WeightedBackend {
+    pub weight: u32,
+    pub target: BackendTarget,
+    #[serde(skip_serializing_if = "Filters::is_empty")]
+    pub filters: Filters,
+}
+
+/// The backendRefs of a rule. An empty set (or all weights zero) answers 500.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct BackendSet {
+    pub backends: Vec<WeightedBackend>,
+    #[serde(skip)]
+    pub total_weight: u32,
+}
+
+/// HTTPRoute `timeouts`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Timeouts {
+    /// From the request's arrival to the response headers, across everything.
+    #[serde(skip_serializing_if = "Option::is_none", with = "opt_duration")]
+    pub request: Option<Duration>,
+    /// One attempt against the backend.
+    #[serde(skip_serializing_if = "Option::is_none", with = "opt_duration")]
+    pub backend_request: Option<Duration>,
+}
+
+// === impl BackendSet ===
+
+impl BackendSet {
+    pub fn new(backends: Vec<WeightedBackend>) -> Self {
+        let total_weight = backends.iter().map(|b| b.weight).sum();
+        Self {
+            backends,
+            total_weight,
+        }
+    }
+
+    /// Picks a backend by weight; `roll` is uniform in `[0, total_weight)`. `None` when the
+    /// set is empty or every weight is zero.
+    pub fn pick(&self, roll: u32) -> Option<&WeightedBackend> {
+        let mut acc = 0;
+        for b in &self.backends {
+            acc += b.weight;
+            if roll < acc {
+                return Some(b);
+            }
+        }
+        None
+    }
+}
+
+// === impl Backend ===
+
+impl Backend {
+    /// Power of two choices over the endpoints that are not ejected at `now_ms`.
+    /// `r1`, `r2` are independent uniform random numbers.
+    pub fn pick(&self, now_ms: u64, r1: u32, r2: u32) -> Option<&Endpoint> {
+        let eps = &self.endpoints;
+        match eps.len() {
+            0 => return None,
+            1 => return eps.first(),
+            _ => {}
+        }
+        let n = eps.len();
+        let a = &eps[r1 as usize % n];
+        // The second choice is distinct from the first.
+        let b = &eps[(r1 as usize % n + 1 + r2 as usize % (n - 1)) % n];
+        match (a.available(now_ms), b.available(now_ms)) {
+            (true, true) => Some(if b.load() < a.load() { b } else { a }),
+            (true, false) => Some(a),
+            (false, true) => Some(b),
+            // Both ejected: scan for any available endpoint, else use the least loaded.
+            (false, false) => eps
+                .iter()
+                .find(|e| e.available(now_ms))
+                .or_else(|| eps.iter().min_by_key(|e| e.load())),
+        }
+    }
+
+    #[cfg(test)]
+    pub fn test(name: &str) -> Self {
+        Self {
+            id: BackendId {
+                service: ObjectRef::new("default", name),
+                port: 80,
+            },
+            protocol: AppProtocol::Http1,
+            endpoints: vec![],
+        }
+    }
+}
+
+// === impl Endpoint ===
+
+impl Endpoint {
+    pub fn new(addr: SocketAddr) -> Self {
+        Self {
+            addr,
+            stats: Arc::default(),
+        }
+    }
+
+    pub fn load(&self) -> u32 {
+        self.stats.in_flight.load(Ordering::Relaxed)
+    }
+
+    pub fn available(&self, now_ms: u64) -> bool {
+        self.stats.ejected_until_ms.load(Ordering::Relaxed) <= now_ms
+    }
+
+    pub fn eject(&self, now_ms: u64) {
+        self.stats
+            .ejected_until_ms
+            .store(now_ms + EJECTION.as_millis() as u64, Ordering::Relaxed);
+    }
+}
+
+mod opt_duration {
+    use std::time::Duration;
+
+    pub fn serialize<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => s.serialize_str(&format!("{}ms", d.as_millis())),
+            None => s.serialize_none(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn backend(n: usize) -> Backend {
+        let endpoints = (0..n)
+            .map(|i| Endpoint::new(SocketAddr::from(([127, 0, 0, 1], 1000 + i as u16))))
+            .collect();
+        Backend {
+            endpoints,
+            ..Backend::test("b")
+        }
+    }
+
+    #[test]
+    fn p2c_prefers_the_endpoint_with_fewer_in_flight() {
+        let b = backend(2);
+        b.endpoints[0].stats.in_flight.store(5, Ordering::Relaxed);
+        for r in 0..10 {
+            assert_eq!(b.pick(0, r, r * 7).unwrap().addr.port(), 1001);
+        }
+    }
+
+    #[test]
+    fn p2c_two_choices_are_distinct() {
+        let b = backend(3);
+        b.endpoints[0].stats.in_flight.store(1, Ordering::Relaxed);
+        // r1 picks endpoint 0; whatever r2 is, the second choice is another endpoint.
+        for r2 in 0..10 {
+            assert_ne!(b.pick(0, 0, r2).unwrap().addr.port(), 1000);
+        }
+    }
+
+    #[test]
+    fn ejected_endpoint_is_skipped_until_ejection_ends() {
+        let b = backend(2);
+        b.endpoints[1].eject(1000);
+        for r in 0..10 {
+            assert_eq!(b.pick(1000, r, r).unwrap().addr.port(), 1000);
+        }
+        let after = 1000 + EJECTION.as_millis() as u64;
+        b.endpoints[0].stats.in_flight.store(3, Ordering::Relaxed);
+        assert_eq!(b.pick(after, 0, 0).unwrap().addr.port(), 1001);
+    }
+
+    #[test]
+    fn all_ejected_still_picks_an_endpoint() {
+        let b = backend(3);
+        for e in &b.endpoints {
+            e.eject(0);
+        }
+        assert!(b.pick(1, 0, 0).is_some());
+    }
+
+    #[test]
+    fn no_endpoints_picks_nothing() {
+        assert!(backend(0).pick(0, 0, 0).is_none());
+    }
+
+    #[test]
+    fn weighted_pick_follows_weights() {
+        let wb = |w| WeightedBackend {
+            weight: w,
+            target: BackendTarget::Invalid,
+            filters: Filters::default(),
+        };
+        let set = BackendSet::new(vec![wb(1), wb(0), wb(3)]);
+        assert_eq!(set.total_weight, 4);
+        let picks: Vec<_> = (0..4).map(|r| set.pick(r).unwrap().weight).collect();
+        assert_eq!(picks, vec![1, 3, 3, 3]);
+        assert!(BackendSet::new(vec![wb(0)]).pick(0).is_none());
+    }
+}

@@ -1,0 +1,55 @@
+//! The data plane's view of the world: one immutable [`Snapshot`] and the pure functions that
+//! pick a listener, a route rule and a backend for a request.
+//!
+//! ```text
+//! translate() ──> Snapshot ──> ArcSwap ──> proxy (load once per request, read only)
+//! ```
+//!
+//! Everything here is parsed at translation time (header names, regexes, methods, durations),
+//! so a request never parses configuration. No I/O: this module imports no kube, tokio, hyper
+//! or `std::fs`.
+
+pub mod backend;
+pub mod filter;
+pub mod host;
+pub mod matcher;
+pub mod route;
+pub mod snapshot;
+pub mod tls;
+
+use std::fmt;
+
+use serde::Serialize;
+
+pub use backend::{
+    AppProtocol, Backend, BackendId, BackendSet, BackendTarget, Endpoint, EndpointStats, Timeouts,
+    WeightedBackend,
+};
+pub use filter::{Filters, HeaderModifier, Mirror, PathModifier, Redirect, UrlRewrite};
+pub use host::{HostRank, HostnameMatch};
+pub use matcher::{HeaderMatch, MatchRank, PathMatch, QueryMatch, RequestMatch, ValueMatch};
+pub use route::{Entry, RouteTable, Rule};
+pub use snapshot::{Listener, ListenerId, Port, Protocol, Snapshot};
+pub use tls::CertTable;
+
+/// A namespaced object's identity, as used in metric labels and logs.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct ObjectRef {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl ObjectRef {
+    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+        Self {
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+}
+
+impl fmt::Display for ObjectRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}

@@ -1,0 +1,244 @@
+//! Precedence across routes, named after the rule each test pins.
+
+use http::{HeaderMap, HeaderName, Method};
+
+use super::*;
+use crate::model::matcher::{HeaderMatch, PathMatch, QueryMatch, ValueMatch};
+
+fn rule(route: &str, index: usize) -> Arc<Rule> {
+    Arc::new(Rule {
+        route: ObjectRef::new("ns", route),
+        index,
+        filters: Filters::default(),
+        backends: BackendSet::default(),
+        timeouts: Timeouts::default(),
+    })
+}
+
+fn hosts(hs: &[&str]) -> Vec<HostnameMatch> {
+    hs.iter()
+        .map(|h| HostnameMatch::parse(h).unwrap())
+        .collect()
+}
+
+fn prefix(p: &str) -> RequestMatch {
+    RequestMatch {
+        path: PathMatch::prefix(p).unwrap(),
+        ..Default::default()
+    }
+}
+
+fn find<'a>(t: &'a RouteTable, host: &str, path: &str) -> Option<&'a str> {
+    find_with(t, host, &Method::GET, path, None, &HeaderMap::new())
+}
+
+fn find_with<'a>(
+    t: &'a RouteTable,
+    host: &str,
+    method: &Method,
+    path: &str,
+    query: Option<&str>,
+    headers: &HeaderMap,
+) -> Option<&'a str> {
+    let req = RequestParts {
+        method,
+        path,
+        query,
+        headers,
+    };
+    t.find(host, &req).map(|e| e.rule.route.name.as_str())
+}
+
+#[test]
+fn exact_hostname_beats_wildcard_even_with_a_shorter_path() {
+    let mut b = RouteTable::builder();
+    b.add(
+        &hosts(&["*.example.com"]),
+        prefix("/very/long"),
+        &rule("wild", 0),
+        (0, 0, 0),
+    );
+    b.add(
+        &hosts(&["foo.example.com"]),
+        prefix("/"),
+        &rule("exact", 0),
+        (1, 0, 0),
+    );
+    let t = b.build();
+    assert_eq!(find(&t, "foo.example.com", "/very/long/x"), Some("exact"));
+    assert_eq!(find(&t, "bar.example.com", "/very/long/x"), Some("wild"));
+}
+
+#[test]
+fn longer_wildcard_beats_shorter_wildcard() {
+    let mut b = RouteTable::builder();
+    b.add(
+        &hosts(&["*.example.com"]),
+        prefix("/"),
+        &rule("short", 0),
+        (0, 0, 0),
+    );
+    b.add(
+        &hosts(&["*.foo.example.com"]),
+        prefix("/"),
+        &rule("long", 0),
+        (1, 0, 0),
+    );
+    let t = b.build();
+    assert_eq!(find(&t, "a.foo.example.com", "/"), Some("long"));
+    assert_eq!(find(&t, "a.bar.example.com", "/"), Some("short"));
+}
+
+#[test]
+fn less_specific_hostname_is_used_when_the_specific_one_has_no_matching_rule() {
+    let mut b = RouteTable::builder();
+    b.add(
+        &hosts(&["foo.example.com"]),
+        prefix("/only"),
+        &rule("exact", 0),
+        (0, 0, 0),
+    );
+    b.add(&[], prefix("/"), &rule("any", 0), (1, 0, 0));
+    let t = b.build();
+    assert_eq!(find(&t, "foo.example.com", "/other"), Some("any"));
+    assert_eq!(find(&t, "foo.example.com", "/only"), Some("exact"));
+}
+
+#[test]
+fn exact_path_beats_longer_prefix_across_routes() {
+    let mut b = RouteTable::builder();
+    b.add(&[], prefix("/a/b/c"), &rule("prefix", 0), (0, 0, 0));
+    b.add(
+        &[],
+        RequestMatch {
+            path: PathMatch::exact("/a/b/c").unwrap(),
+            ..Default::default()
+        },
+        &rule("exact", 0),
+        (1, 0, 0),
+    );
+    let t = b.build();
+    assert_eq!(find(&t, "h", "/a/b/c"), Some("exact"));
+    assert_eq!(find(&t, "h", "/a/b/c/d"), Some("prefix"));
+}
+
+#[test]
+fn longest_prefix_wins_across_routes() {
+    let mut b = RouteTable::builder();
+    b.add(&[], prefix("/"), &rule("root", 0), (0, 0, 0));
+    b.add(&[], prefix("/v2"), &rule("v2", 0), (1, 0, 0));
+    let t = b.build();
+    assert_eq!(find(&t, "h", "/v2/x"), Some("v2"));
+    assert_eq!(find(&t, "h", "/v2example"), Some("root"));
+}
+
+#[test]
+fn method_match_beats_header_matches() {
+    let mut b = RouteTable::builder();
+    let hdr = HeaderMatch {
+        name: HeaderName::from_static("x"),
+        value: ValueMatch::Exact("1".into()),
+    };
+    b.add(
+        &[],
+        RequestMatch {
+            headers: vec![hdr.clone(), hdr],
+            ..Default::default()
+        },
+        &rule("headers", 0),
+        (0, 0, 0),
+    );
+    b.add(
+        &[],
+        RequestMatch {
+            method: Some(Method::GET),
+            ..Default::default()
+        },
+        &rule("method", 0),
+        (1, 0, 0),
+    );
+    let t = b.build();
+    let mut h = HeaderMap::new();
+    h.insert("x", "1".parse().unwrap());
+    assert_eq!(
+        find_with(&t, "h", &Method::GET, "/", None, &h),
+        Some("method")
+    );
+    assert_eq!(
+        find_with(&t, "h", &Method::POST, "/", None, &h),
+        Some("headers")
+    );
+}
+
+#[test]
+fn more_header_matches_beat_query_matches() {
+    let mut b = RouteTable::builder();
+    let hdr = HeaderMatch {
+        name: HeaderName::from_static("x"),
+        value: ValueMatch::Exact("1".into()),
+    };
+    let q = QueryMatch {
+        name: "q".into(),
+        value: ValueMatch::Exact("1".into()),
+    };
+    b.add(
+        &[],
+        RequestMatch {
+            query: vec![q.clone(), q],
+            ..Default::default()
+        },
+        &rule("query", 0),
+        (0, 0, 0),
+    );
+    b.add(
+        &[],
+        RequestMatch {
+            headers: vec![hdr],
+            ..Default::default()
+        },
+        &rule("header", 0),
+        (1, 0, 0),
+    );
+    let t = b.build();
+    let mut h = HeaderMap::new();
+    h.insert("x", "1".parse().unwrap());
+    assert_eq!(
+        find_with(&t, "h", &Method::GET, "/", Some("q=1"), &h),
+        Some("header")
+    );
+}
+
+#[test]
+fn oldest_route_wins_a_tie() {
+    let mut b = RouteTable::builder();
+    b.add(&[], prefix("/"), &rule("newer", 0), (1, 0, 0));
+    b.add(&[], prefix("/"), &rule("older", 0), (0, 0, 0));
+    assert_eq!(find(&b.build(), "h", "/"), Some("older"));
+}
+
+#[test]
+fn first_rule_within_a_route_wins_a_tie() {
+    let mut b = RouteTable::builder();
+    b.add(&[], prefix("/"), &rule("r", 1), (0, 1, 0));
+    b.add(&[], prefix("/"), &rule("r", 0), (0, 0, 0));
+    let t = b.build();
+    let req = RequestParts {
+        method: &Method::GET,
+        path: "/",
+        query: None,
+        headers: &HeaderMap::new(),
+    };
+    assert_eq!(t.find("h", &req).unwrap().rule.index, 0);
+}
+
+#[test]
+fn no_match_returns_none() {
+    let mut b = RouteTable::builder();
+    b.add(
+        &hosts(&["foo.example.com"]),
+        prefix("/"),
+        &rule("r", 0),
+        (0, 0, 0),
+    );
+    assert_eq!(find(&b.build(), "bar.example.com", "/"), None);
+}

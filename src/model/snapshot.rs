@@ -1,0 +1,149 @@
+//! The snapshot: everything the data plane needs, swapped whole.
+
+use std::fmt;
+
+use serde::Serialize;
+
+use super::ObjectRef;
+use super::host::{HostRank, HostnameMatch};
+use super::route::RouteTable;
+use super::tls::CertTable;
+
+#[derive(Debug, Default, Serialize)]
+pub struct Snapshot {
+    /// Increases by one with every published change.
+    pub generation: u64,
+    /// Sorted by port number.
+    pub ports: Vec<Port>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub enum Protocol {
+    #[serde(rename = "HTTP")]
+    Http,
+    #[serde(rename = "HTTPS")]
+    Https,
+}
+
+impl Protocol {
+    pub fn scheme(self) -> &'static str {
+        match self {
+            Self::Http => "http",
+            Self::Https => "https",
+        }
+    }
+}
+
+/// One bound port and the listeners that share it (from one or more Gateways).
+#[derive(Debug, Serialize)]
+pub struct Port {
+    pub port: u16,
+    pub protocol: Protocol,
+    /// Most specific hostname first.
+    pub listeners: Vec<Listener>,
+    /// Server certificates by SNI, for HTTPS ports.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub certs: Option<CertTable>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct ListenerId {
+    pub gateway: ObjectRef,
+    pub name: String,
+}
+
+impl fmt::Display for ListenerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.gateway, self.name)
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct Listener {
+    pub id: ListenerId,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<HostnameMatch>,
+    pub routes: RouteTable,
+}
+
+// === impl Snapshot ===
+
+impl Snapshot {
+    pub fn port(&self, port: u16) -> Option<&Port> {
+        self.ports
+            .binary_search_by_key(&port, |p| p.port)
+            .ok()
+            .map(|i| &self.ports[i])
+    }
+}
+
+// === impl Port ===
+
+impl Port {
+    /// Listener isolation: a request is handled by the one most specific listener whose
+    /// hostname matches, never by a less specific one. `host` is normalised.
+    /// `listeners` is sorted most specific first, so the first match is the best.
+    pub fn listener(&self, host: &str) -> Option<&Listener> {
+        self.listeners
+            .iter()
+            .find(|l| l.hostname.as_ref().is_none_or(|h| h.matches(host)))
+    }
+
+    /// Sorts listeners most specific first (stable: earlier Gateways/listeners win ties).
+    pub fn sort_listeners(&mut self) {
+        self.listeners.sort_by_key(|l| std::cmp::Reverse(l.rank()));
+    }
+}
+
+impl Listener {
+    pub fn rank(&self) -> HostRank {
+        self.hostname
+            .as_ref()
+            .map_or(HostRank::Any, HostnameMatch::rank)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn listener(name: &str, host: Option<&str>) -> Listener {
+        Listener {
+            id: ListenerId {
+                gateway: ObjectRef::new("ns", "gw"),
+                name: name.into(),
+            },
+            hostname: host.map(|h| HostnameMatch::parse(h).unwrap()),
+            routes: RouteTable::default(),
+        }
+    }
+
+    #[test]
+    fn listener_isolation_picks_the_most_specific_listener() {
+        let mut p = Port {
+            port: 80,
+            protocol: Protocol::Http,
+            listeners: vec![
+                listener("any", None),
+                listener("wild", Some("*.example.com")),
+                listener("exact", Some("foo.example.com")),
+            ],
+            certs: None,
+        };
+        p.sort_listeners();
+        assert_eq!(p.listener("foo.example.com").unwrap().id.name, "exact");
+        assert_eq!(p.listener("bar.example.com").unwrap().id.name, "wild");
+        assert_eq!(p.listener("other.net").unwrap().id.name, "any");
+    }
+
+    #[test]
+    fn no_matching_listener_is_none() {
+        let p = Port {
+            port: 80,
+            protocol: Protocol::Http,
+            listeners: vec![listener("exact", Some("foo.example.com"))],
+            certs: None,
+        };
+        assert!(p.listener("bar.example.com").is_none());
+    }
+}
