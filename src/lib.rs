@@ -11,3 +11,7 @@
 #![forbid(unsafe_code)]
 
 pub mod model;
+pub mod translate;
+
+/// The default `spec.controllerName` pier serves.
+pub const DEFAULT_CONTROLLER_NAME: &str = "pier.dev/gateway-controller";

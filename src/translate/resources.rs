@@ -1,0 +1,27 @@
+//! Every object translation reads, from any source (a manifest directory or a cluster), keyed
+//! for deterministic iteration. Sources replace whole maps; translation never sees deltas.
+
+use std::collections::BTreeMap;
+
+use super::api::{
+    ConfigMap, EndpointSlice, Gateway, GatewayClass, HttpRoute, Namespace, ReferenceGrant, Secret,
+    Service,
+};
+
+/// `(namespace, name)`.
+pub type ObjectKey = (String, String);
+
+#[derive(Clone, Debug, Default)]
+pub struct Resources {
+    /// Cluster-scoped: by name.
+    pub gateway_classes: BTreeMap<String, GatewayClass>,
+    pub gateways: BTreeMap<ObjectKey, Gateway>,
+    pub http_routes: BTreeMap<ObjectKey, HttpRoute>,
+    pub reference_grants: BTreeMap<ObjectKey, ReferenceGrant>,
+    /// Cluster-scoped: by name.
+    pub namespaces: BTreeMap<String, Namespace>,
+    pub services: BTreeMap<ObjectKey, Service>,
+    pub endpoint_slices: BTreeMap<ObjectKey, EndpointSlice>,
+    pub secrets: BTreeMap<ObjectKey, Secret>,
+    pub config_maps: BTreeMap<ObjectKey, ConfigMap>,
+}
