@@ -15,3 +15,13 @@ pub mod translate;
 
 /// The default `spec.controllerName` pier serves.
 pub const DEFAULT_CONTROLLER_NAME: &str = "pier.dev/gateway-controller";
+pub mod admin;
+pub mod cli;
+pub mod commands;
+pub mod demo;
+pub mod echo;
+pub mod metrics;
+pub mod proxy;
+pub mod publish;
+pub mod run;
+pub mod source;

@@ -3,6 +3,7 @@
 //! always give the same [`Translation`].
 
 pub mod api;
+pub mod manifest;
 pub mod resources;
 
 pub use resources::{ObjectKey, Resources};

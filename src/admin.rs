@@ -1,0 +1,119 @@
+//! The admin server: `/healthz`, `/readyz`, `/metrics`, `/config`, `/status`.
+//! Loopback by default (`--admin 127.0.0.1:9901`). `/config` shows the active snapshot, which
+//! by construction holds no key material (certificates are shown by name only).
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode, header};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use prometheus_client::registry::Registry;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::publish::Shared;
+
+pub struct AdminState {
+    pub shared: Arc<Shared>,
+    pub registry: Registry,
+}
+
+/// Serves until `shutdown` turns true.
+pub async fn serve(
+    listener: TcpListener,
+    state: Arc<AdminState>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    loop {
+        let (stream, _) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!(error = %e, "admin accept failed");
+                    continue;
+                }
+            },
+            _ = async { let _ = shutdown.wait_for(|s| *s).await; } => return,
+        };
+        let state = state.clone();
+        tokio::spawn(async move {
+            let svc = service_fn(move |req| {
+                let state = state.clone();
+                async move { Ok::<_, Infallible>(handle(&state, &req)) }
+            });
+            let conn = http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(std::time::Duration::from_secs(5))
+                .serve_connection(TokioIo::new(stream), svc);
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "admin connection error");
+            }
+        });
+    }
+}
+
+pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    TcpListener::bind(addr).await
+}
+
+fn handle(state: &AdminState, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        return text(StatusCode::METHOD_NOT_ALLOWED, "only GET\n");
+    }
+    match req.uri().path() {
+        "/healthz" => text(StatusCode::OK, "ok\n"),
+        "/readyz" => {
+            if state.shared.is_ready() {
+                text(StatusCode::OK, "ready\n")
+            } else {
+                text(StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
+            }
+        }
+        "/metrics" => {
+            let mut out = String::new();
+            match prometheus_client::encoding::text::encode(&mut out, &state.registry) {
+                Ok(()) => Response::builder()
+                    .header(
+                        header::CONTENT_TYPE,
+                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    )
+                    .body(Full::new(Bytes::from(out)))
+                    .expect("static response parts are valid"),
+                Err(_) => text(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "metrics encoding failed\n",
+                ),
+            }
+        }
+        "/config" => json(&*state.shared.snapshot.load_full()),
+        "/status" => json(&**state.shared.translation_status.load()),
+        _ => text(
+            StatusCode::NOT_FOUND,
+            "not found: try /healthz /readyz /metrics /config /status\n",
+        ),
+    }
+}
+
+fn text(status: StatusCode, body: &'static str) -> Response<Full<Bytes>> {
+    Response::builder()
+        .status(status)
+        .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
+        .body(Full::new(Bytes::from_static(body.as_bytes())))
+        .expect("static response parts are valid")
+}
+
+fn json<T: serde::Serialize + ?Sized>(v: &T) -> Response<Full<Bytes>> {
+    match serde_json::to_vec_pretty(v) {
+        Ok(body) => Response::builder()
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Full::new(Bytes::from(body)))
+            .expect("static response parts are valid"),
+        Err(_) => text(StatusCode::INTERNAL_SERVER_ERROR, "serialization failed\n"),
+    }
+}

@@ -1,0 +1,135 @@
+//! Command-line interface. The flags here are a contract: scripts and tests outside the repo
+//! depend on their names.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+use crate::model::ObjectRef;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "pier",
+    version,
+    about = "An out-of-cluster Gateway API gateway that speaks mesh mTLS to pods"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve the Gateways of a directory of Gateway API manifests.
+    Run(RunArgs),
+    /// Load and translate manifests, print the status of every object as YAML, and exit.
+    Check(CheckArgs),
+    /// Start pier on built-in example manifests with built-in echo backends on loopback.
+    Demo(DemoArgs),
+    /// Run a small echo backend (for trying the examples).
+    Echo(EchoArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct CommonArgs {
+    /// Serve only this Gateway.
+    #[arg(long, value_name = "NS/NAME", value_parser = parse_object_ref)]
+    pub gateway: Option<ObjectRef>,
+    /// Serve Gateways whose GatewayClass has this `spec.controllerName`.
+    #[arg(long, value_name = "NAME", default_value = crate::DEFAULT_CONTROLLER_NAME)]
+    pub controller_name: String,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// Directory of manifests (every *.yaml / *.yml below it); watched for changes.
+    #[arg(long, value_name = "DIR")]
+    pub manifests: PathBuf,
+    /// Address the listeners bind to.
+    #[arg(long, value_name = "IP", default_value = "0.0.0.0")]
+    pub listen_host: IpAddr,
+    /// Admin server address (/healthz /readyz /metrics /config /status).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9901")]
+    pub admin: SocketAddr,
+    #[command(flatten)]
+    pub common: CommonArgs,
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// Log one line per request (target `pier::access`).
+    #[arg(long)]
+    pub access_log: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct CheckArgs {
+    #[arg(long, value_name = "DIR")]
+    pub manifests: PathBuf,
+    #[command(flatten)]
+    pub common: CommonArgs,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct DemoArgs {
+    /// Address the demo listener binds to.
+    #[arg(long, value_name = "IP", default_value = "127.0.0.1")]
+    pub listen_host: IpAddr,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct EchoArgs {
+    #[arg(long, value_name = "ADDR")]
+    pub listen: SocketAddr,
+    /// Reported in every response as `backend`.
+    #[arg(long, default_value = "echo")]
+    pub name: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+fn parse_object_ref(s: &str) -> Result<ObjectRef, String> {
+    match s.split_once('/') {
+        Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
+            Ok(ObjectRef::new(ns, name))
+        }
+        _ => Err(format!("expected NAMESPACE/NAME, got {s:?}")),
+    }
+}
+
+impl CommonArgs {
+    pub fn translate_settings(&self) -> crate::translate::Settings {
+        crate::translate::Settings {
+            controller_name: self.controller_name.clone(),
+            gateway: self.gateway.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gateway_flag_needs_namespace_and_name() {
+        assert_eq!(parse_object_ref("ns/gw"), Ok(ObjectRef::new("ns", "gw")));
+        assert!(parse_object_ref("gw").is_err());
+        assert!(parse_object_ref("/gw").is_err());
+        assert!(parse_object_ref("a/b/c").is_err());
+    }
+
+    #[test]
+    fn run_defaults_match_the_contract() {
+        let cli = Cli::try_parse_from(["pier", "run", "--manifests", "d"]).unwrap();
+        let Command::Run(a) = cli.command else {
+            panic!("run")
+        };
+        assert_eq!(a.listen_host.to_string(), "0.0.0.0");
+        assert_eq!(a.admin.to_string(), "127.0.0.1:9901");
+        assert_eq!(a.common.controller_name, "pier.dev/gateway-controller");
+        assert_eq!(a.log_format, LogFormat::Text);
+    }
+}

@@ -1,0 +1,79 @@
+//! Publishing: translate -> number -> swap. The only writer of the shared snapshot.
+//!
+//! Each published [`Snapshot`] is complete and immutable; the data plane loads it once per
+//! request, so a request that started on generation N finishes on N while new requests see
+//! N+1. Statuses are published next to it for `/status` and the status writer.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use arc_swap::ArcSwap;
+
+use crate::metrics::ControlMetrics;
+use crate::model::Snapshot;
+use crate::translate::{self, Resources, Translation};
+
+/// State shared between the publisher, the data plane and the admin server.
+#[derive(Debug, Default)]
+pub struct Shared {
+    pub snapshot: Arc<ArcSwap<Snapshot>>,
+    pub translation_status: ArcSwap<serde_json::Value>,
+    /// Set once the first configuration is published and every listener is bound; never unset.
+    pub ready: AtomicBool,
+}
+
+impl Shared {
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+}
+
+pub struct Publisher {
+    shared: Arc<Shared>,
+    settings: translate::Settings,
+    metrics: ControlMetrics,
+    generation: u64,
+}
+
+impl Publisher {
+    pub fn new(
+        shared: Arc<Shared>,
+        settings: translate::Settings,
+        metrics: ControlMetrics,
+    ) -> Self {
+        Self {
+            shared,
+            settings,
+            metrics,
+            generation: 0,
+        }
+    }
+
+    /// Translates and publishes. Runs the (CPU-bound) translation on the blocking pool.
+    pub async fn publish(&mut self, resources: Resources) -> u64 {
+        let settings = self.settings.clone();
+        let translation =
+            tokio::task::spawn_blocking(move || translate::translate(&resources, &settings))
+                .await
+                .expect("translation does not panic");
+        self.store(translation)
+    }
+
+    fn store(&mut self, translation: Translation) -> u64 {
+        let Translation { mut snapshot, .. } = translation;
+        self.generation += 1;
+        snapshot.generation = self.generation;
+        let listeners: usize = snapshot.ports.iter().map(|p| p.listeners.len()).sum();
+        let routes: usize = snapshot
+            .ports
+            .iter()
+            .flat_map(|p| &p.listeners)
+            .map(|l| l.routes.len())
+            .sum();
+        self.shared.snapshot.store(Arc::new(snapshot));
+        self.metrics.generation.set(self.generation as i64);
+        self.metrics.listeners.set(listeners as i64);
+        self.metrics.routes.set(routes as i64);
+        self.generation
+    }
+}
