@@ -124,10 +124,10 @@ fn collect(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), LoadError> {
 pub fn watch(dir: &Path) -> notify::Result<(WatchGuard, mpsc::Receiver<()>)> {
     let (raw_tx, mut raw_rx) = mpsc::unbounded_channel::<()>();
     let mut watcher = notify::recommended_watcher(move |ev: notify::Result<notify::Event>| {
-        if let Ok(ev) = ev {
-            if !matches!(ev.kind, notify::EventKind::Access(_)) {
-                let _ = raw_tx.send(());
-            }
+        if let Ok(ev) = ev
+            && !matches!(ev.kind, notify::EventKind::Access(_))
+        {
+            let _ = raw_tx.send(());
         }
     })?;
     watcher.watch(dir, RecursiveMode::Recursive)?;
