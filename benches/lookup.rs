@@ -12,7 +12,10 @@ use std::sync::Arc;
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use http::{HeaderMap, HeaderName, HeaderValue, Method};
 use pier::model::matcher::RequestParts;
-use pier::model::{BackendSet, Filters, HeaderModifier, HostnameMatch, ObjectRef, PathMatch, RequestMatch, RouteTable, Rule, Timeouts};
+use pier::model::{
+    BackendSet, Filters, HeaderModifier, HostnameMatch, ObjectRef, PathMatch, RequestMatch,
+    RouteTable, Rule, Timeouts,
+};
 
 fn rule(i: usize) -> Arc<Rule> {
     Arc::new(Rule {
@@ -25,7 +28,10 @@ fn rule(i: usize) -> Arc<Rule> {
 }
 
 fn prefix(p: &str) -> RequestMatch {
-    RequestMatch { path: PathMatch::prefix(p).unwrap(), ..Default::default() }
+    RequestMatch {
+        path: PathMatch::prefix(p).unwrap(),
+        ..Default::default()
+    }
 }
 
 /// Each route: its own hostname, three rules (/api, /static, /).
@@ -59,7 +65,12 @@ fn lookup(c: &mut Criterion) {
         let host = format!("svc-{}.example.com", n / 2);
         g.bench_with_input(BenchmarkId::new("per_host", n), &n, |b, _| {
             b.iter(|| {
-                let req = RequestParts { method: &Method::GET, path: "/static/app.js", query: None, headers: &headers };
+                let req = RequestParts {
+                    method: &Method::GET,
+                    path: "/static/app.js",
+                    query: None,
+                    headers: &headers,
+                };
                 black_box(t.find(black_box(&host), &req).is_some())
             })
         });
@@ -67,7 +78,12 @@ fn lookup(c: &mut Criterion) {
         let path = format!("/svc-{}/x", n / 2);
         g.bench_with_input(BenchmarkId::new("shared_host", n), &n, |b, _| {
             b.iter(|| {
-                let req = RequestParts { method: &Method::GET, path: &path, query: None, headers: &headers };
+                let req = RequestParts {
+                    method: &Method::GET,
+                    path: &path,
+                    query: None,
+                    headers: &headers,
+                };
                 black_box(t.find(black_box("api.example.com"), &req).is_some())
             })
         });
@@ -77,13 +93,22 @@ fn lookup(c: &mut Criterion) {
 
 fn filters(c: &mut Criterion) {
     let m = HeaderModifier {
-        set: vec![(HeaderName::from_static("x-set"), HeaderValue::from_static("1"))],
-        add: vec![(HeaderName::from_static("x-add"), HeaderValue::from_static("2"))],
+        set: vec![(
+            HeaderName::from_static("x-set"),
+            HeaderValue::from_static("1"),
+        )],
+        add: vec![(
+            HeaderName::from_static("x-add"),
+            HeaderValue::from_static("2"),
+        )],
         remove: vec![HeaderName::from_static("x-remove")],
     };
     let mut base = HeaderMap::new();
     for i in 0..10 {
-        base.insert(HeaderName::from_bytes(format!("x-h{i}").as_bytes()).unwrap(), HeaderValue::from_static("v"));
+        base.insert(
+            HeaderName::from_bytes(format!("x-h{i}").as_bytes()).unwrap(),
+            HeaderValue::from_static("v"),
+        );
     }
     c.bench_function("filter/header_modifier", |b| {
         b.iter(|| {

@@ -1,4 +1,102 @@
-//! TEMPORARY: filled in after the echo server lands.
-pub async fn run(_listen_host: std::net::IpAddr) -> anyhow::Result<()> {
-    anyhow::bail!("demo: not yet")
+//! `pier demo`: the one-command first run. Starts three echo backends on loopback, writes the
+//! quickstart manifests (`config/examples/quickstart/`, embedded in the binary) to a temporary
+//! directory, serves them, and prints what to try.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+
+use anyhow::Context;
+
+use crate::run::{self, RunOptions};
+
+const MANIFESTS: &[(&str, &str)] = &[
+    (
+        "00-gateway.yaml",
+        include_str!("../config/examples/quickstart/00-gateway.yaml"),
+    ),
+    (
+        "10-backends.yaml",
+        include_str!("../config/examples/quickstart/10-backends.yaml"),
+    ),
+    (
+        "20-routes.yaml",
+        include_str!("../config/examples/quickstart/20-routes.yaml"),
+    ),
+];
+
+/// Echo backends, matching the EndpointSlices of the quickstart.
+const BACKENDS: &[(&str, u16)] = &[("echo-a", 18081), ("echo-b", 18082), ("echo-c", 18083)];
+const PORT: u16 = 8080;
+const ADMIN: &str = "127.0.0.1:9901";
+
+pub async fn run(listen_host: IpAddr) -> anyhow::Result<()> {
+    let mut echoes = Vec::new();
+    for (name, port) in BACKENDS {
+        let addr = SocketAddr::from(([127, 0, 0, 1], *port));
+        let server = crate::echo::spawn(addr, name).await.with_context(|| {
+            format!("cannot start the demo backend {name} on {addr} (is the port in use?)")
+        })?;
+        echoes.push(server);
+    }
+    let dir = TempDir::new()?;
+    for (name, text) in MANIFESTS {
+        std::fs::write(dir.0.join(name), text)
+            .with_context(|| format!("cannot write {}", dir.0.display()))?;
+    }
+    let running = run::start(RunOptions {
+        manifests: dir.0.clone(),
+        listen_host,
+        admin: ADMIN.parse().expect("static address"),
+        translate: Default::default(),
+        access_log: true,
+    })
+    .await?;
+    let host = if listen_host.is_unspecified() {
+        "127.0.0.1".to_string()
+    } else {
+        listen_host.to_string()
+    };
+    let base = format!("http://{host}:{PORT}");
+    println!(
+        "pier demo is serving {base} (admin: http://{ADMIN})
+manifests: {dir} (edit them: changes apply within a second)
+
+try:
+  curl -s {base}/a                              # path prefix -> echo-a
+  curl -s {base}/b                              # -> echo-b, with an added request header x-demo
+  curl -s -H 'x-version: 2' {base}/api          # header match -> echo-c
+  curl -s {base}/api                            # same path, no header -> echo-a
+  for i in $(seq 10); do curl -s {base}/split | grep -o '\"backend\":\"[^\"]*\"'; done   # 80/20 split
+  curl -si {base}/old/page                      # 301 redirect to /a/page
+  curl -s {base}/rewrite/x                      # URL rewrite -> echo-b sees /rewritten/x
+  curl -s -H 'host: c.example.com' {base}/      # hostname route -> echo-c
+  curl -si {base}/nothing-here -H 'host: other.example' # 404: no route
+  curl -s http://{ADMIN}/status                 # computed Gateway API status
+  curl -s http://{ADMIN}/metrics                # Prometheus metrics
+
+Ctrl-C to stop.",
+        dir = dir.0.display()
+    );
+    crate::commands::shutdown_signal().await;
+    running.shutdown().await;
+    drop(echoes);
+    Ok(())
+}
+
+/// A directory removed on drop (the `tempfile` crate is only a dev-dependency).
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new() -> anyhow::Result<Self> {
+        let dir = std::env::temp_dir().join(format!("pier-demo-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)
+            .with_context(|| format!("cannot create {}", dir.display()))?;
+        Ok(Self(dir))
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }

@@ -1,0 +1,199 @@
+//! The built `pier` binary: `check`, `run` and `demo` as users invoke them.
+
+mod support;
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use support::*;
+
+fn pier() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_pier"))
+}
+
+#[test]
+fn check_prints_status_yaml_for_the_examples() {
+    let out = pier()
+        .args(["check", "--manifests", "config/examples/quickstart"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("kind: Gateway"), "{stdout}");
+    assert!(stdout.contains("kind: HTTPRoute"), "{stdout}");
+    assert!(stdout.contains("Accepted"), "{stdout}");
+}
+
+#[test]
+fn check_reports_unresolved_references_as_status_not_failure() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("a.yaml"),
+        format!("{}---\n{}", gateway(8080), route("r", "/", "missing")),
+    )
+    .unwrap();
+    let out = pier()
+        .args(["check", "--manifests"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("BackendNotFound"), "{stdout}");
+}
+
+#[test]
+fn check_fails_on_malformed_yaml_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("broken.yaml"),
+        "kind: HTTPRoute\nspec: [unclosed\n",
+    )
+    .unwrap();
+    let out = pier()
+        .args(["check", "--manifests"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("broken.yaml"), "{stderr}");
+}
+
+#[test]
+fn check_fails_on_a_missing_directory() {
+    let out = pier()
+        .args(["check", "--manifests", "/nonexistent/pier"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/pier"));
+}
+
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn terminate(child: &mut Child) -> std::process::ExitStatus {
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.0.id().to_string()])
+        .status();
+    for _ in 0..200 {
+        if let Some(s) = child.0.try_wait().unwrap() {
+            return s;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("pier did not exit after SIGTERM");
+}
+
+#[tokio::test]
+async fn run_serves_and_exits_cleanly_on_sigterm() {
+    let echo = pier::echo::spawn("127.0.0.1:0".parse().unwrap(), "a")
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let admin = free_port();
+    std::fs::write(
+        dir.path().join("all.yaml"),
+        format!(
+            "{}---\n{}---\n{}",
+            gateway(port),
+            service("a", echo.addr),
+            route("r", "/", "a")
+        ),
+    )
+    .unwrap();
+    let mut child = Child(
+        pier()
+            .args([
+                "run",
+                "--listen-host",
+                "127.0.0.1",
+                "--log-format",
+                "json",
+                "--admin",
+                &format!("127.0.0.1:{admin}"),
+                "--manifests",
+            ])
+            .arg(dir.path())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    eventually(Duration::from_secs(20), || async move {
+        client()
+            .request(
+                http::Request::get(format!("http://127.0.0.1:{admin}/readyz"))
+                    .body(Default::default())
+                    .unwrap(),
+            )
+            .await
+            .is_ok_and(|r| r.status() == 200)
+    })
+    .await;
+    let r = get(&format!("http://127.0.0.1:{port}/"), &[]).await;
+    assert_eq!(r.backend(), "a");
+    assert!(terminate(&mut child).success());
+}
+
+#[tokio::test]
+async fn demo_serves_the_quickstart() {
+    let mut child = Child(
+        pier()
+            .args(["demo"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    eventually(Duration::from_secs(20), || async {
+        client()
+            .request(
+                http::Request::get("http://127.0.0.1:9901/readyz")
+                    .body(Default::default())
+                    .unwrap(),
+            )
+            .await
+            .is_ok_and(|r| r.status() == 200)
+    })
+    .await;
+    assert_eq!(
+        get("http://127.0.0.1:8080/a", &[]).await.backend(),
+        "echo-a"
+    );
+    assert_eq!(
+        get("http://127.0.0.1:8080/b", &[]).await.json()["headers"]["x-demo"][0],
+        "added-by-pier"
+    );
+    assert_eq!(
+        get("http://127.0.0.1:8080/api", &[("x-version", "2")])
+            .await
+            .backend(),
+        "echo-c"
+    );
+    assert_eq!(
+        get("http://127.0.0.1:8080/", &[("host", "c.example.com")])
+            .await
+            .backend(),
+        "echo-c"
+    );
+    let r = get("http://127.0.0.1:8080/old/x", &[]).await;
+    assert_eq!(r.status, 301);
+    assert_eq!(r.headers["location"], "http://127.0.0.1:8080/a/x");
+    assert!(terminate(&mut child).success());
+}

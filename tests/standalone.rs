@@ -1,0 +1,217 @@
+//! `pier run --manifests DIR` end to end: pier in-process, manifests in a temp directory, real
+//! echo backends and a real HTTP client on loopback.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use pier::run::{self, RunOptions};
+use support::*;
+
+struct Env {
+    dir: tempfile::TempDir,
+    port: u16,
+    pier: run::Running,
+    _a: pier::echo::EchoServer,
+    _b: pier::echo::EchoServer,
+}
+
+impl Env {
+    fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    fn admin(&self, path: &str) -> String {
+        format!("http://{}{path}", self.pier.admin_addr)
+    }
+}
+
+async fn start() -> Env {
+    init();
+    let a = pier::echo::spawn(SocketAddr::from(([127, 0, 0, 1], 0)), "a")
+        .await
+        .unwrap();
+    let b = pier::echo::spawn(SocketAddr::from(([127, 0, 0, 1], 0)), "b")
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    std::fs::write(dir.path().join("gateway.yaml"), gateway(port)).unwrap();
+    std::fs::write(
+        dir.path().join("services.yml"),
+        format!("{}---\n{}", service("a", a.addr), service("b", b.addr)),
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("route.yaml"), route("r", "/", "a")).unwrap();
+    let pier = run::start(RunOptions {
+        manifests: dir.path().to_path_buf(),
+        listen_host: [127, 0, 0, 1].into(),
+        admin: SocketAddr::from(([127, 0, 0, 1], 0)),
+        translate: Default::default(),
+        access_log: true,
+    })
+    .await
+    .unwrap();
+    Env {
+        dir,
+        port,
+        pier,
+        _a: a,
+        _b: b,
+    }
+}
+
+#[tokio::test]
+async fn serves_routes_from_a_manifest_directory() {
+    let env = start().await;
+    let r = get(&env.url("/hello"), &[]).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.backend(), "a");
+    assert_eq!(get(&env.admin("/readyz"), &[]).await.status, 200);
+    env.pier.shutdown().await;
+}
+
+#[tokio::test]
+async fn admin_endpoints_report_health_config_status_and_metrics() {
+    let env = start().await;
+    assert_eq!(get(&env.admin("/healthz"), &[]).await.status, 200);
+    let config = get(&env.admin("/config"), &[]).await.json();
+    assert_eq!(config["generation"], 1);
+    assert_eq!(config["ports"][0]["port"], env.port);
+    let status = get(&env.admin("/status"), &[]).await;
+    assert_eq!(status.status, 200);
+    assert!(status.body.contains("Accepted"), "{}", status.body);
+    let metrics = get(&env.admin("/metrics"), &[]).await;
+    assert!(
+        metrics.body.contains("pier_config_generation 1"),
+        "{}",
+        metrics.body
+    );
+    assert_eq!(get(&env.admin("/nope"), &[]).await.status, 404);
+    env.pier.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_changed_file_takes_effect_within_one_second() {
+    let env = start().await;
+    assert_eq!(get(&env.url("/x"), &[]).await.backend(), "a");
+    std::fs::write(env.dir.path().join("route.yaml"), route("r", "/", "b")).unwrap();
+    let took = eventually(Duration::from_secs(5), || async {
+        get(&env.url("/x"), &[]).await.backend() == "b"
+    })
+    .await;
+    assert!(took < Duration::from_secs(1), "took {took:?}");
+    env.pier.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_file_replaced_by_rename_takes_effect() {
+    let env = start().await;
+    write_atomic(&env.dir.path().join("route.yaml"), &route("r", "/", "b"));
+    let took = eventually(Duration::from_secs(5), || async {
+        get(&env.url("/x"), &[]).await.backend() == "b"
+    })
+    .await;
+    assert!(took < Duration::from_secs(1), "took {took:?}");
+    env.pier.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_new_and_a_removed_file_take_effect() {
+    let env = start().await;
+    std::fs::write(env.dir.path().join("route2.yaml"), route("r2", "/two", "b")).unwrap();
+    eventually(Duration::from_secs(5), || async {
+        get(&env.url("/two"), &[]).await.backend() == "b"
+    })
+    .await;
+    std::fs::remove_file(env.dir.path().join("route.yaml")).unwrap();
+    eventually(Duration::from_secs(5), || async {
+        get(&env.url("/x"), &[]).await.status == 404
+    })
+    .await;
+    env.pier.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_malformed_change_keeps_the_last_good_configuration_and_is_counted() {
+    let env = start().await;
+    std::fs::write(
+        env.dir.path().join("broken.yaml"),
+        "kind: HTTPRoute\nspec: [unclosed\n",
+    )
+    .unwrap();
+    eventually(Duration::from_secs(5), || async {
+        get(&env.admin("/metrics"), &[])
+            .await
+            .body
+            .contains("pier_config_reloads_total{result=\"ParseError\"} 1")
+    })
+    .await;
+    assert_eq!(get(&env.url("/x"), &[]).await.backend(), "a");
+    let config = get(&env.admin("/config"), &[]).await.json();
+    assert_eq!(
+        config["generation"], 1,
+        "the broken change must not be published"
+    );
+    // Fixing the file recovers.
+    std::fs::write(
+        env.dir.path().join("broken.yaml"),
+        route("r3", "/three", "b"),
+    )
+    .unwrap();
+    eventually(Duration::from_secs(5), || async {
+        get(&env.url("/three"), &[]).await.backend() == "b"
+    })
+    .await;
+    env.pier.shutdown().await;
+}
+
+#[tokio::test]
+async fn hidden_and_non_yaml_files_are_ignored() {
+    let env = start().await;
+    std::fs::write(env.dir.path().join(".route.yaml.swp"), "garbage: [").unwrap();
+    std::fs::write(env.dir.path().join("notes.txt"), "garbage: [").unwrap();
+    std::fs::write(env.dir.path().join("route2.yaml"), route("r2", "/two", "b")).unwrap();
+    eventually(Duration::from_secs(5), || async {
+        get(&env.url("/two"), &[]).await.backend() == "b"
+    })
+    .await;
+    env.pier.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_reload_lets_an_in_flight_request_finish_on_the_old_configuration() {
+    let env = start().await;
+    let url = env.url("/delay/600");
+    let in_flight = tokio::spawn(async move { get(&url, &[]).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    std::fs::write(env.dir.path().join("route.yaml"), route("r", "/", "b")).unwrap();
+    eventually(Duration::from_secs(5), || async {
+        get(&env.url("/x"), &[]).await.backend() == "b"
+    })
+    .await;
+    let old = in_flight.await.unwrap();
+    assert_eq!(old.status, 200);
+    assert_eq!(old.backend(), "a");
+    env.pier.shutdown().await;
+}
+
+#[tokio::test]
+async fn startup_fails_clearly_on_malformed_manifests() {
+    init();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("bad.yaml"), "kind: Gateway\nmetadata: [\n").unwrap();
+    let err = run::start(RunOptions {
+        manifests: dir.path().to_path_buf(),
+        listen_host: [127, 0, 0, 1].into(),
+        admin: SocketAddr::from(([127, 0, 0, 1], 0)),
+        translate: Default::default(),
+        access_log: false,
+    })
+    .await
+    .err()
+    .expect("must fail");
+    let msg = format!("{err:#}");
+    assert!(msg.contains("bad.yaml"), "{msg}");
+}
