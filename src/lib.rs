@@ -10,7 +10,10 @@
 //! tokio or hyper.
 #![forbid(unsafe_code)]
 
+pub mod echo;
 pub mod model;
+pub mod proxy;
+pub mod tls;
 pub mod translate;
 
 /// The default `spec.controllerName` pier serves.

@@ -74,16 +74,17 @@ impl RouteTable {
 
     /// `host` is normalised (lower-case, no port).
     pub fn find(&self, host: &str, req: &RequestParts<'_>) -> Option<&Entry> {
-        if let Some(entries) = self.exact.get(host) {
-            if let Some(e) = first_match(entries, req) {
-                return Some(e);
-            }
+        if let Some(entries) = self.exact.get(host)
+            && let Some(e) = first_match(entries, req)
+        {
+            return Some(e);
         }
         for (suffix, entries) in &self.wildcard {
-            if host.len() > suffix.len() && host.ends_with(suffix.as_str()) {
-                if let Some(e) = first_match(entries, req) {
-                    return Some(e);
-                }
+            if host.len() > suffix.len()
+                && host.ends_with(suffix.as_str())
+                && let Some(e) = first_match(entries, req)
+            {
+                return Some(e);
             }
         }
         first_match(&self.any, req)
@@ -147,7 +148,7 @@ impl RouteTableBuilder {
 
     pub fn build(self) -> RouteTable {
         fn sorted(mut v: Vec<(SortKey, Entry)>) -> Vec<Entry> {
-            v.sort_by(|a, b| a.0.cmp(&b.0));
+            v.sort_by_key(|a| a.0);
             v.into_iter().map(|(_, e)| e).collect()
         }
         let mut wildcard: Vec<_> = self
