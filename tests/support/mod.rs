@@ -1,0 +1,100 @@
+//! Shared helpers for loopback integration tests: snapshot builders, a proxy harness, clients
+//! and a throwaway PKI. Every wait is bounded by [`bounded`].
+#![allow(dead_code)]
+
+pub mod client;
+pub mod pki;
+pub mod snap;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use pier::model::Snapshot;
+use pier::proxy::{Proxy, ProxyConfig, ProxyMetrics};
+use prometheus_client::registry::Registry;
+
+/// Upper bound for any single wait in a test.
+pub const BOUND: Duration = Duration::from_secs(10);
+
+pub async fn bounded<F: Future>(f: F) -> F::Output {
+    tokio::time::timeout(BOUND, f)
+        .await
+        .expect("test step exceeded its time bound")
+}
+
+pub fn init() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// A port that is free right now (bound to 127.0.0.1:0 and released).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// An address that refuses connections (nothing listens there any more).
+pub fn refused_addr() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], free_port()))
+}
+
+pub fn local(port: u16) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], port))
+}
+
+pub async fn echo(name: &str) -> pier::echo::EchoServer {
+    pier::echo::spawn(local(0), name).await.unwrap()
+}
+
+pub struct Harness {
+    pub proxy: Proxy,
+    pub snapshot: Arc<ArcSwap<Snapshot>>,
+    pub registry: Registry,
+}
+
+impl Harness {
+    pub async fn start(snapshot: Snapshot) -> Self {
+        Self::start_with(snapshot, config()).await
+    }
+
+    pub async fn start_with(snapshot: Snapshot, config: ProxyConfig) -> Self {
+        init();
+        let mut registry = Registry::default();
+        let metrics = Arc::new(ProxyMetrics::register(&mut registry));
+        let snapshot = Arc::new(ArcSwap::from_pointee(snapshot));
+        let proxy = Proxy::new(snapshot.clone(), config, metrics);
+        let failed = proxy.reconcile().await;
+        assert!(failed.is_empty(), "bind failed: {failed:?}");
+        Self {
+            proxy,
+            snapshot,
+            registry,
+        }
+    }
+
+    pub fn swap(&self, mut s: Snapshot) {
+        s.generation = self.snapshot.load().generation + 1;
+        self.snapshot.store(Arc::new(s));
+    }
+
+    pub fn metrics_text(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry).unwrap();
+        out
+    }
+}
+
+/// Loopback only, short timeouts.
+pub fn config() -> ProxyConfig {
+    ProxyConfig {
+        listen_host: [127, 0, 0, 1].into(),
+        connect_timeout: Duration::from_secs(1),
+        mirror_timeout: Duration::from_secs(5),
+        ..ProxyConfig::default()
+    }
+}
