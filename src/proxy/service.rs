@@ -19,7 +19,7 @@ use std::time::Instant;
 
 use http::header::{HOST, LOCATION};
 use http::request::Parts;
-use http::{HeaderValue, Request, Response, StatusCode, Uri, Version};
+use http::{HeaderValue, Method, Request, Response, StatusCode, Uri, Version};
 use hyper::body::Incoming;
 use hyper::upgrade::OnUpgrade;
 use rand::Rng;
@@ -115,6 +115,10 @@ fn route<'s>(
     port: u16,
     req: &Request<Incoming>,
 ) -> Result<Routed<'s>, ProxyError> {
+    // CONNECT (authority-form, no path) is not something an HTTPRoute can match.
+    if req.method() == Method::CONNECT {
+        return Err(ProxyError::NoRoute);
+    }
     let host = normalize_host(routing_host(req).unwrap_or(""));
     let port = snapshot.port(port).ok_or(ProxyError::NoListener)?;
     let listener = port.listener(&host).ok_or(ProxyError::NoListener)?;

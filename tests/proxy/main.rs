@@ -8,6 +8,7 @@ mod support;
 mod errors;
 mod filters;
 mod lifecycle;
+mod observability;
 mod protocols;
 mod routing;
 mod tls;
