@@ -26,7 +26,7 @@ use rand::Rng;
 
 use super::body::{self, ProxyBody};
 use super::conn::ConnInfo;
-use super::error::ProxyError;
+use super::error::{ConnectReason, ProxyError};
 use super::headers::{self, Keep};
 use super::metrics::RouteLabels;
 use super::upstream::{ConnectorKind, InFlight};
@@ -35,8 +35,8 @@ use crate::model::filter::RedirectInput;
 use crate::model::host::normalize_host;
 use crate::model::matcher::RequestParts;
 use crate::model::{
-    AppProtocol, Backend, BackendId, BackendSet, BackendTarget, Entry, Listener, ListenerId,
-    ObjectRef, Port, Redirect, Snapshot, UrlRewrite, WeightedBackend,
+    AppProtocol, Backend, BackendId, BackendSet, BackendTarget, Endpoint, Entry, Listener,
+    ListenerId, ObjectRef, Port, Redirect, Rule, Snapshot, UrlRewrite, WeightedBackend,
 };
 
 /// How far a request got, for metrics and the access log. Borrowed from the snapshot.
@@ -214,33 +214,45 @@ async fn forward<'s>(
     .ok_or(ProxyError::NoEndpoints)?;
     seen.upstream = Some(endpoint.addr);
     let up = upstream_request(parts, body, endpoint.addr, &path, backend.protocol)?;
-    let in_flight = InFlight::new(
-        endpoint.stats.clone(),
-        shared.metrics.in_flight(&backend.id),
-    );
-    let send = shared
-        .upstream
-        .send(backend.protocol, ConnectorKind::for_backend(backend), up);
-    let result = match rule.timeouts.backend_request {
-        Some(t) => tokio::time::timeout(t, send)
-            .await
-            .map_err(|_| ProxyError::BackendTimeout)?,
-        None => send.await,
-    };
-    let mut resp = result.inspect_err(|e| {
-        if let ProxyError::Connect { reason, .. } = e {
-            shared.metrics.connect_error(&backend.id, *reason);
-            // Refused or silent: leave the endpoint out for a while (both mean nothing is
-            // listening; a slow response is not a reason).
-            endpoint.eject(shared.clock.now_ms());
-        }
-    })?;
+    let (mut resp, in_flight) = exchange(shared, rule, backend, endpoint, up).await?;
     if resp.status() == StatusCode::SWITCHING_PROTOCOLS
         && let Some(down) = on_upgrade
     {
         tunnel::spawn(down, hyper::upgrade::on(&mut resp), conn.drain.clone());
     }
     Ok(finish_response(resp, rule, weighted, in_flight))
+}
+
+/// One attempt against one endpoint, within `timeouts.backendRequest`. The returned guard
+/// keeps the request counted as in flight until the response body is done.
+async fn exchange(
+    shared: &Shared,
+    rule: &Rule,
+    backend: &Backend,
+    endpoint: &Endpoint,
+    req: Request<ProxyBody>,
+) -> Result<(Response<Incoming>, InFlight), ProxyError> {
+    let in_flight = InFlight::new(
+        endpoint.stats.clone(),
+        shared.metrics.in_flight(&backend.id),
+    );
+    let kind = ConnectorKind::for_backend(backend);
+    let send = shared.upstream.send(backend.protocol, kind, req);
+    let result = match rule.timeouts.backend_request {
+        Some(t) => tokio::time::timeout(t, send)
+            .await
+            .map_err(|_| ProxyError::BackendTimeout)?,
+        None => send.await,
+    };
+    if let Err(ProxyError::Connect { reason, .. }) = &result {
+        shared.metrics.connect_error(&backend.id, *reason);
+        // Refused or silent: nothing is listening there, so leave the endpoint out for a
+        // while. (A slow or failing response is not a reason to eject.)
+        if matches!(reason, ConnectReason::Refused | ConnectReason::Timeout) {
+            endpoint.eject(shared.clock.now_ms());
+        }
+    }
+    Ok((result?, in_flight))
 }
 
 /// Weighted pick of a backendRef; `None` when the rule has none with weight.
@@ -337,7 +349,7 @@ pub(super) fn upstream_request(
 
 fn finish_response(
     resp: Response<Incoming>,
-    rule: &crate::model::Rule,
+    rule: &Rule,
     weighted: &WeightedBackend,
     in_flight: InFlight,
 ) -> Response<ProxyBody> {
