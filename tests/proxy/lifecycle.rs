@@ -111,3 +111,50 @@ async fn send_status(addr: std::net::SocketAddr, path: &str) -> Result<u16, hype
     let resp = tx.send_request(get("x", path)).await?;
     Ok(resp.status().as_u16())
 }
+
+/// Reads until the peer closes; returns what arrived.
+async fn read_until_closed(mut tcp: TcpStream) -> Vec<u8> {
+    use tokio::io::AsyncReadExt;
+    let mut out = Vec::new();
+    let _ = tcp.read_to_end(&mut out).await;
+    out
+}
+
+#[tokio::test]
+async fn a_slow_request_head_is_cut_off_by_the_header_read_timeout() {
+    use tokio::io::AsyncWriteExt;
+    let a = echo("a").await;
+    let p = free_port();
+    let config = pier::proxy::ProxyConfig {
+        header_read_timeout: Duration::from_millis(200),
+        ..config()
+    };
+    let h = Harness::start_with(simple(p, &backend("a", &[a.addr])), config).await;
+    let mut tcp = bounded(TcpStream::connect(local(p))).await.unwrap();
+    tcp.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    // Without the timer the connection would wait for the rest of the head forever.
+    bounded(read_until_closed(tcp)).await;
+    assert_eq!(a.count(), 0);
+    bounded(h.proxy.shutdown(BOUND)).await;
+}
+
+#[tokio::test]
+async fn a_silent_tls_client_is_cut_off_by_the_handshake_deadline() {
+    let p = free_port();
+    let config = pier::proxy::ProxyConfig {
+        tls_handshake_timeout: Duration::from_millis(200),
+        ..config()
+    };
+    let r = rule("ns/r").to(&backend("a", &[refused_addr()])).build();
+    let s = snapshot(vec![https_port(
+        p,
+        vec![listener("https", None).route(&[], prefix("/"), &r).build()],
+        pier::model::CertTable::default(),
+    )]);
+    let h = Harness::start_with(s, config).await;
+    let tcp = bounded(TcpStream::connect(local(p))).await.unwrap();
+    assert!(bounded(read_until_closed(tcp)).await.is_empty());
+    bounded(h.proxy.shutdown(BOUND)).await;
+}
