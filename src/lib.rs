@@ -10,18 +10,19 @@
 //! tokio or hyper.
 #![forbid(unsafe_code)]
 
-pub mod model;
-pub mod translate;
-
-/// The default `spec.controllerName` pier serves.
-pub const DEFAULT_CONTROLLER_NAME: &str = "pier.dev/gateway-controller";
 pub mod admin;
 pub mod cli;
 pub mod commands;
 pub mod demo;
 pub mod echo;
 pub mod metrics;
+pub mod model;
 pub mod proxy;
 pub mod publish;
 pub mod run;
 pub mod source;
+pub mod tls;
+pub mod translate;
+
+/// The default `spec.controllerName` pier serves.
+pub const DEFAULT_CONTROLLER_NAME: &str = "pier.dev/gateway-controller";

@@ -5,6 +5,7 @@ mod support;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use support::web::*;
 use support::*;
 
 fn pier() -> Command {
@@ -136,14 +137,9 @@ async fn run_serves_and_exits_cleanly_on_sigterm() {
             .unwrap(),
     );
     eventually(Duration::from_secs(20), || async move {
-        client()
-            .request(
-                http::Request::get(format!("http://127.0.0.1:{admin}/readyz"))
-                    .body(Default::default())
-                    .unwrap(),
-            )
+        try_get(&format!("http://127.0.0.1:{admin}/readyz"), &[])
             .await
-            .is_ok_and(|r| r.status() == 200)
+            .is_some_and(|r| r.status == 200)
     })
     .await;
     let r = get(&format!("http://127.0.0.1:{port}/"), &[]).await;
@@ -162,14 +158,9 @@ async fn demo_serves_the_quickstart() {
             .unwrap(),
     );
     eventually(Duration::from_secs(20), || async {
-        client()
-            .request(
-                http::Request::get("http://127.0.0.1:9901/readyz")
-                    .body(Default::default())
-                    .unwrap(),
-            )
+        try_get("http://127.0.0.1:9901/readyz", &[])
             .await
-            .is_ok_and(|r| r.status() == 200)
+            .is_some_and(|r| r.status == 200)
     })
     .await;
     assert_eq!(
@@ -177,7 +168,7 @@ async fn demo_serves_the_quickstart() {
         "echo-a"
     );
     assert_eq!(
-        get("http://127.0.0.1:8080/b", &[]).await.json()["headers"]["x-demo"][0],
+        get("http://127.0.0.1:8080/b", &[]).await.echo().headers["x-demo"][0],
         "added-by-pier"
     );
     assert_eq!(

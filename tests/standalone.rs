@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use pier::run::{self, RunOptions};
+use support::web::*;
 use support::*;
 
 struct Env {
@@ -66,7 +67,7 @@ async fn start() -> Env {
 async fn serves_routes_from_a_manifest_directory() {
     let env = start().await;
     let r = get(&env.url("/hello"), &[]).await;
-    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.backend(), "a");
     assert_eq!(get(&env.admin("/readyz"), &[]).await.status, 200);
     env.pier.shutdown().await;
@@ -81,12 +82,12 @@ async fn admin_endpoints_report_health_config_status_and_metrics() {
     assert_eq!(config["ports"][0]["port"], env.port);
     let status = get(&env.admin("/status"), &[]).await;
     assert_eq!(status.status, 200);
-    assert!(status.body.contains("Accepted"), "{}", status.body);
+    assert!(status.text().contains("Accepted"), "{}", status.text());
     let metrics = get(&env.admin("/metrics"), &[]).await;
     assert!(
-        metrics.body.contains("pier_config_generation 1"),
+        metrics.text().contains("pier_config_generation 1"),
         "{}",
-        metrics.body
+        metrics.text()
     );
     assert_eq!(get(&env.admin("/nope"), &[]).await.status, 404);
     env.pier.shutdown().await;
@@ -144,7 +145,7 @@ async fn a_malformed_change_keeps_the_last_good_configuration_and_is_counted() {
     eventually(Duration::from_secs(5), || async {
         get(&env.admin("/metrics"), &[])
             .await
-            .body
+            .text()
             .contains("pier_config_reloads_total{result=\"ParseError\"} 1")
     })
     .await;

@@ -1,45 +1,267 @@
-//! TEMPORARY stub on main; replaced by the proxy branch.
-use std::sync::Arc;
+//! The data plane: binds the snapshot's ports, terminates HTTP and TLS, routes each request
+//! over the current [`Snapshot`] and forwards it to a backend endpoint.
+//!
+//! ```text
+//! Proxy::reconcile ─> listener (accept, Drain) ─> conn (TLS, hyper auto) ─> service
+//!                                                                             │ route, filters
+//!          ArcSwap<Snapshot> ── load_full() once per request ────────────────┘
+//!                                                                             v
+//!                                          mirror (spawned) <── upstream (pooled clients)
+//! ```
+//!
+//! Reads only `model`; never touches kube, files or translation. The only shared mutable
+//! state is the snapshot (read-only here), per-endpoint load counters inside it, and metrics.
+
+mod body;
+mod conn;
+pub mod error;
+mod headers;
+mod listener;
+pub mod metrics;
+mod mirror;
+mod service;
+mod tunnel;
+mod upstream;
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use hyper_util::server::conn::auto;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_rustls::TlsAcceptor;
+
+pub use error::{ConnectReason, ErrorKind, ErrorSide, ProxyError};
+pub use metrics::ProxyMetrics;
+pub use mirror::MAX_MIRRORED_BODY;
 
 use crate::model::Snapshot;
+use crate::tls::server::{Ticketer, server_config};
+use listener::Drain;
+use upstream::{Clock, Upstream};
 
+/// Data-plane knobs. `Default` suits production; tests shorten the timeouts they exercise.
 #[derive(Clone, Debug)]
 pub struct ProxyConfig {
-    pub listen_host: std::net::IpAddr,
+    /// Address the snapshot's ports are bound on.
+    pub listen_host: IpAddr,
+    /// TCP connect timeout towards endpoints (a timeout answers 503).
     pub connect_timeout: Duration,
+    /// One `pier::access` log line per request.
     pub access_log: bool,
+    /// HTTP/1 request heads must arrive within this.
+    pub header_read_timeout: Duration,
+    /// The whole TLS handshake, ClientHello included.
+    pub tls_handshake_timeout: Duration,
+    /// Idle upstream connections are closed after this.
+    pub pool_idle_timeout: Duration,
+    pub pool_max_idle_per_host: usize,
+    /// How long connections on a port removed from the snapshot may finish their requests.
+    pub drain_timeout: Duration,
+    /// Bound on a mirrored request, body wait included.
+    pub mirror_timeout: Duration,
 }
+
+/// The proxy. Cheap to clone; all clones control the same ports.
+#[derive(Clone)]
+pub struct Proxy {
+    shared: Arc<Shared>,
+    ports: Arc<Mutex<Ports>>,
+    /// Serialises `reconcile` and `shutdown` (both await while changing `ports`).
+    changing: Arc<tokio::sync::Mutex<()>>,
+}
+
+/// What every connection and request reads.
+pub(crate) struct Shared {
+    pub snapshot: Arc<ArcSwap<Snapshot>>,
+    pub config: ProxyConfig,
+    pub metrics: Arc<ProxyMetrics>,
+    pub upstream: Upstream,
+    pub clock: Clock,
+    pub server: auto::Builder<TokioExecutor>,
+}
+
+#[derive(Default)]
+struct Ports {
+    bound: BTreeMap<u16, BoundPort>,
+    /// Removed ports whose connections are still draining.
+    retired: Vec<Arc<Drain>>,
+    shut_down: bool,
+    ticketer: Option<Ticketer>,
+}
+
+struct BoundPort {
+    drain: Arc<Drain>,
+    accept: JoinHandle<()>,
+}
+
+// === impl ProxyConfig ===
 
 impl Default for ProxyConfig {
     fn default() -> Self {
         Self {
-            listen_host: [0, 0, 0, 0].into(),
+            listen_host: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
             connect_timeout: Duration::from_secs(2),
             access_log: false,
+            header_read_timeout: Duration::from_secs(30),
+            tls_handshake_timeout: Duration::from_secs(10),
+            pool_idle_timeout: Duration::from_secs(90),
+            pool_max_idle_per_host: 64,
+            drain_timeout: Duration::from_secs(30),
+            mirror_timeout: Duration::from_secs(10),
         }
     }
 }
 
-pub struct ProxyMetrics;
-impl ProxyMetrics {
-    pub fn register(_reg: &mut prometheus_client::registry::Registry) -> Self {
-        Self
+// === impl Proxy ===
+
+impl Proxy {
+    pub fn new(
+        snapshot: Arc<ArcSwap<Snapshot>>,
+        config: ProxyConfig,
+        metrics: Arc<ProxyMetrics>,
+    ) -> Self {
+        let mut server = auto::Builder::new(TokioExecutor::new());
+        server
+            .http1()
+            .timer(TokioTimer::new())
+            .header_read_timeout(config.header_read_timeout);
+        server.http2().timer(TokioTimer::new());
+        let ticketer = Ticketer::new()
+            .inspect_err(|error| tracing::warn!(%error, "TLS session tickets disabled"))
+            .ok();
+        let shared = Shared {
+            snapshot,
+            upstream: Upstream::new(&config),
+            config,
+            metrics,
+            clock: Clock::new(),
+            server,
+        };
+        Self {
+            shared: Arc::new(shared),
+            ports: Arc::new(Mutex::new(Ports {
+                ticketer,
+                ..Ports::default()
+            })),
+            changing: Arc::default(),
+        }
+    }
+
+    /// Makes the bound listening sockets equal the ports of the *current* snapshot: binds new
+    /// ports (`listen_host:port`), stops accepting on ports that disappeared (their open
+    /// connections drain within `drain_timeout`). Returns the ports that failed to bind, with
+    /// the error; a later call retries them. Does nothing after [`Proxy::shutdown`].
+    pub async fn reconcile(&self) -> Vec<(u16, std::io::Error)> {
+        let _changing = self.changing.lock().await;
+        let wanted: Vec<u16> = {
+            let snapshot = self.shared.snapshot.load();
+            snapshot.ports.iter().map(|p| p.port).collect()
+        };
+        let (removed, missing) = {
+            let mut ports = self.lock_ports();
+            if ports.shut_down {
+                return Vec::new();
+            }
+            ports.retired.retain(|d| !d.is_finished());
+            let gone: Vec<u16> = ports
+                .bound
+                .keys()
+                .filter(|p| !wanted.contains(p))
+                .copied()
+                .collect();
+            let removed: Vec<BoundPort> =
+                gone.iter().filter_map(|p| ports.bound.remove(p)).collect();
+            let missing: Vec<u16> = wanted
+                .iter()
+                .filter(|p| !ports.bound.contains_key(p))
+                .copied()
+                .collect();
+            (removed, missing)
+        };
+        for port in removed {
+            self.retire(port).await;
+        }
+        let mut failed = Vec::new();
+        for port in missing {
+            match self.bind(port).await {
+                Ok(bound) => {
+                    self.lock_ports().bound.insert(port, bound);
+                }
+                Err(error) => failed.push((port, error)),
+            }
+        }
+        failed
+    }
+
+    pub fn bound_ports(&self) -> Vec<u16> {
+        self.lock_ports().bound.keys().copied().collect()
+    }
+
+    /// Stop accepting, let in-flight requests finish within `grace`, then close.
+    pub async fn shutdown(&self, grace: Duration) {
+        let _changing = self.changing.lock().await;
+        let (bound, mut drains) = {
+            let mut ports = self.lock_ports();
+            ports.shut_down = true;
+            (
+                std::mem::take(&mut ports.bound),
+                std::mem::take(&mut ports.retired),
+            )
+        };
+        for b in bound.values() {
+            b.drain.start();
+        }
+        for (_, b) in bound {
+            let _ = b.accept.await;
+            drains.push(b.drain);
+        }
+        futures::future::join_all(drains.iter().map(|d| d.drain(grace))).await;
+    }
+
+    async fn bind(&self, port: u16) -> std::io::Result<BoundPort> {
+        let listener =
+            TcpListener::bind(SocketAddr::new(self.shared.config.listen_host, port)).await?;
+        let ticketer = self.lock_ports().ticketer.clone();
+        let tls = server_config(self.shared.snapshot.clone(), port, ticketer.as_ref())
+            .map_err(std::io::Error::other)?;
+        let drain = Arc::new(Drain::new());
+        let accept = listener::spawn_accept(
+            self.shared.clone(),
+            listener,
+            port,
+            TlsAcceptor::from(tls),
+            &drain,
+        );
+        tracing::info!(port, "listening");
+        Ok(BoundPort { drain, accept })
+    }
+
+    /// Stops accepting on `port` (the socket is closed when this returns) and lets its
+    /// connections drain in the background.
+    async fn retire(&self, port: BoundPort) {
+        port.drain.start();
+        let _ = port.accept.await;
+        let drain = port.drain;
+        self.lock_ports().retired.push(drain.clone());
+        let grace = self.shared.config.drain_timeout;
+        tokio::spawn(async move { drain.drain(grace).await });
+    }
+
+    fn lock_ports(&self) -> std::sync::MutexGuard<'_, Ports> {
+        // Never held across an await; a panic while holding it leaves consistent data.
+        self.ports.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
-pub struct Proxy;
-impl Proxy {
-    pub fn new(_s: Arc<ArcSwap<Snapshot>>, _c: ProxyConfig, _m: Arc<ProxyMetrics>) -> Self {
-        Self
+impl std::fmt::Debug for Proxy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Proxy")
+            .field("bound_ports", &self.bound_ports())
+            .finish()
     }
-    pub async fn reconcile(&self) -> Vec<(u16, std::io::Error)> {
-        vec![]
-    }
-    pub fn bound_ports(&self) -> Vec<u16> {
-        vec![]
-    }
-    pub async fn shutdown(&self, _grace: Duration) {}
 }

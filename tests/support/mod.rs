@@ -1,26 +1,36 @@
-//! Helpers shared by the integration tests: free loopback ports, manifest directories,
-//! a plain HTTP client, pier started in-process.
+//! Shared helpers for loopback integration tests: snapshot builders, a proxy harness, clients
+//! and a throwaway PKI. Every wait is bounded by [`bounded`].
 #![allow(dead_code)]
 
-use std::net::SocketAddr;
-use std::path::Path;
-use std::time::{Duration, Instant};
+pub mod client;
+pub mod pki;
+pub mod snap;
+pub mod web;
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Empty};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use pier::model::Snapshot;
+use pier::proxy::{Proxy, ProxyConfig, ProxyMetrics};
+use prometheus_client::registry::Registry;
+
+/// Upper bound for any single wait in a test.
+pub const BOUND: Duration = Duration::from_secs(10);
+
+pub async fn bounded<F: Future>(f: F) -> F::Output {
+    tokio::time::timeout(BOUND, f)
+        .await
+        .expect("test step exceeded its time bound")
+}
 
 pub fn init() {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter("pier=debug")
-        .with_test_writer()
-        .try_init();
 }
 
-/// A loopback port that was free a moment ago (pier's listener ports come from manifests).
+/// A port that is free right now (bound to 127.0.0.1:0 and released).
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -29,139 +39,63 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-pub fn client() -> Client<HttpConnector, Empty<Bytes>> {
-    Client::builder(TokioExecutor::new()).build_http()
+/// An address that refuses connections (nothing listens there any more).
+pub fn refused_addr() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], free_port()))
 }
 
-pub struct Reply {
-    pub status: u16,
-    pub headers: http::HeaderMap,
-    pub body: String,
+pub fn local(port: u16) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], port))
 }
 
-impl Reply {
-    pub fn json(&self) -> serde_json::Value {
-        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
-    }
-
-    /// The `backend` an echo server reports.
-    pub fn backend(&self) -> String {
-        self.json()["backend"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string()
-    }
+pub async fn echo(name: &str) -> pier::echo::EchoServer {
+    pier::echo::spawn(local(0), name).await.unwrap()
 }
 
-pub async fn get(url: &str, headers: &[(&str, &str)]) -> Reply {
-    let mut req = http::Request::get(url);
-    for (k, v) in headers {
-        req = req.header(*k, *v);
-    }
-    let resp = tokio::time::timeout(
-        Duration::from_secs(10),
-        client().request(req.body(Empty::new()).unwrap()),
-    )
-    .await
-    .expect("request timed out")
-    .expect("request failed");
-    let status = resp.status().as_u16();
-    let headers = resp.headers().clone();
-    let body = resp.into_body().collect().await.unwrap().to_bytes();
-    Reply {
-        status,
-        headers,
-        body: String::from_utf8_lossy(&body).into_owned(),
-    }
+pub struct Harness {
+    pub proxy: Proxy,
+    pub snapshot: Arc<ArcSwap<Snapshot>>,
+    pub registry: Registry,
 }
 
-/// Polls `f` until it returns true, at most `limit`; returns the time it took.
-pub async fn eventually<F, Fut>(limit: Duration, mut f: F) -> Duration
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let start = Instant::now();
-    loop {
-        if f().await {
-            return start.elapsed();
+impl Harness {
+    pub async fn start(snapshot: Snapshot) -> Self {
+        Self::start_with(snapshot, config()).await
+    }
+
+    pub async fn start_with(snapshot: Snapshot, config: ProxyConfig) -> Self {
+        init();
+        let mut registry = Registry::default();
+        let metrics = Arc::new(ProxyMetrics::register(&mut registry));
+        let snapshot = Arc::new(ArcSwap::from_pointee(snapshot));
+        let proxy = Proxy::new(snapshot.clone(), config, metrics);
+        let failed = proxy.reconcile().await;
+        assert!(failed.is_empty(), "bind failed: {failed:?}");
+        Self {
+            proxy,
+            snapshot,
+            registry,
         }
-        assert!(
-            start.elapsed() < limit,
-            "condition not met within {limit:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    pub fn swap(&self, mut s: Snapshot) {
+        s.generation = self.snapshot.load().generation + 1;
+        self.snapshot.store(Arc::new(s));
+    }
+
+    pub fn metrics_text(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry).unwrap();
+        out
     }
 }
 
-/// Writes a file atomically (temp file + rename), as editors and config tools do.
-pub fn write_atomic(path: &Path, text: &str) {
-    let dir = path.parent().unwrap();
-    let tmp = dir.join(format!(
-        ".{}.tmp",
-        path.file_name().unwrap().to_string_lossy()
-    ));
-    std::fs::write(&tmp, text).unwrap();
-    std::fs::rename(&tmp, path).unwrap();
-}
-
-pub const GATEWAY_CLASS: &str = "apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata: {name: pier}
-spec: {controllerName: pier.dev/gateway-controller}
-";
-
-/// A Gateway `default/gw` with one HTTP listener on `port`.
-pub fn gateway(port: u16) -> String {
-    format!(
-        "{GATEWAY_CLASS}---
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {{name: gw, namespace: default}}
-spec:
-  gatewayClassName: pier
-  listeners:
-    - {{name: http, protocol: HTTP, port: {port}}}
-"
-    )
-}
-
-/// A Service `default/<name>` port 80 with one ready endpoint at `addr`.
-pub fn service(name: &str, addr: SocketAddr) -> String {
-    format!(
-        "apiVersion: v1
-kind: Service
-metadata: {{name: {name}, namespace: default}}
-spec:
-  ports: [{{name: http, port: 80}}]
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: {name}-1
-  namespace: default
-  labels: {{kubernetes.io/service-name: {name}}}
-addressType: IPv4
-ports: [{{name: http, port: {port}}}]
-endpoints:
-  - addresses: [\"{ip}\"]
-",
-        port = addr.port(),
-        ip = addr.ip()
-    )
-}
-
-/// An HTTPRoute `default/<name>` sending `prefix` to Service `backend`.
-pub fn route(name: &str, prefix: &str, backend: &str) -> String {
-    format!(
-        "apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {{name: {name}, namespace: default}}
-spec:
-  parentRefs: [{{name: gw}}]
-  rules:
-    - matches: [{{path: {{type: PathPrefix, value: {prefix}}}}}]
-      backendRefs: [{{name: {backend}, port: 80}}]
-"
-    )
+/// Loopback only, short timeouts.
+pub fn config() -> ProxyConfig {
+    ProxyConfig {
+        listen_host: [127, 0, 0, 1].into(),
+        connect_timeout: Duration::from_secs(1),
+        mirror_timeout: Duration::from_secs(5),
+        ..ProxyConfig::default()
+    }
 }

@@ -1,0 +1,89 @@
+//! One downstream connection: optional TLS (one deadline for the whole handshake), then
+//! hyper-util's auto server (HTTP/1.1, or HTTP/2 by preface: h2c prior knowledge on plain
+//! ports, ALPN `h2` on TLS ports), with graceful shutdown on drain.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use hyper::body::Incoming;
+use hyper::rt::{Read, Write};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+use tokio_rustls::TlsAcceptor;
+
+use super::listener::DrainToken;
+use super::{Shared, service};
+use crate::model::Protocol;
+
+/// What the request path needs to know about the connection it arrived on.
+#[derive(Debug)]
+pub struct ConnInfo {
+    pub port: u16,
+    pub peer: SocketAddr,
+    /// Upgrade tunnels take a clone so that draining waits for them too.
+    pub drain: DrainToken,
+}
+
+pub async fn serve(
+    shared: Arc<Shared>,
+    tcp: TcpStream,
+    peer: SocketAddr,
+    port: u16,
+    tls: TlsAcceptor,
+    mut drain: DrainToken,
+) {
+    let _active = shared.metrics.connection(port);
+    let _ = tcp.set_nodelay(true);
+    // The protocol is read per connection, so a port that changes between HTTP and HTTPS
+    // needs no rebinding.
+    let protocol = shared.snapshot.load().port(port).map(|p| p.protocol);
+    let info = Arc::new(ConnInfo {
+        port,
+        peer,
+        drain: drain.clone(),
+    });
+    match protocol {
+        None => {}
+        Some(Protocol::Http) => serve_http(&shared, TokioIo::new(tcp), info, drain).await,
+        Some(Protocol::Https) => {
+            let deadline = shared.config.tls_handshake_timeout;
+            let handshake = tokio::select! {
+                r = tokio::time::timeout(deadline, tls.accept(tcp)) => r,
+                _ = drain.closed() => return,
+            };
+            match handshake {
+                Ok(Ok(stream)) => serve_http(&shared, TokioIo::new(stream), info, drain).await,
+                Ok(Err(error)) => tracing::debug!(%peer, port, %error, "TLS handshake failed"),
+                Err(_) => tracing::debug!(%peer, port, "TLS handshake timed out"),
+            }
+        }
+    }
+}
+
+async fn serve_http<I>(shared: &Arc<Shared>, io: I, info: Arc<ConnInfo>, mut drain: DrainToken)
+where
+    I: Read + Write + Unpin + Send + 'static,
+{
+    let svc_shared = shared.clone();
+    let svc = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
+        let shared = svc_shared.clone();
+        let info = info.clone();
+        async move { Ok::<_, Infallible>(service::handle(shared, info, req).await) }
+    });
+    let conn = shared.server.serve_connection_with_upgrades(io, svc);
+    let mut conn = std::pin::pin!(conn);
+    let result = tokio::select! {
+        r = conn.as_mut() => r,
+        _ = drain.draining() => {
+            conn.as_mut().graceful_shutdown();
+            tokio::select! {
+                r = conn.as_mut() => r,
+                _ = drain.closed() => Ok(()),
+            }
+        }
+    };
+    if let Err(error) = result {
+        tracing::debug!(%error, "connection ended with an error");
+    }
+}

@@ -1,0 +1,172 @@
+//! Everything that can end a request before a backend answers, and the one place that turns
+//! it into a response.
+//!
+//! Each variant has a [`ErrorKind`] (a bounded metric label) and an [`ErrorSide`]: whose fault
+//! it is. Downstream errors are 4xx, upstream errors 502/503/504, internal (configuration)
+//! errors 500. Error bodies are short plain text and never echo request data.
+
+use std::error::Error as StdError;
+
+use bytes::Bytes;
+use http::{HeaderValue, Response, StatusCode, header};
+use prometheus_client::encoding::EncodeLabelValue;
+
+use super::body::{self, ProxyBody};
+
+pub(crate) type BoxError = Box<dyn StdError + Send + Sync>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    /// Listener isolation: no listener on the port matches the Host.
+    #[error("no listener matches the request host")]
+    NoListener,
+    #[error("no route matches the request")]
+    NoRoute,
+    /// The rule has no backendRefs, or all their weights are zero.
+    #[error("the route rule has no backends")]
+    NoBackends,
+    /// The weighted pick landed on a backendRef that did not resolve.
+    #[error("the selected backendRef is invalid")]
+    InvalidBackend,
+    #[error("the backend has no endpoints")]
+    NoEndpoints,
+    #[error("connecting to the upstream failed: {reason}")]
+    Connect {
+        reason: ConnectReason,
+        #[source]
+        source: BoxError,
+    },
+    /// The connection was reset, closed early, or the upstream spoke bad HTTP.
+    #[error("the upstream request failed")]
+    Upstream(#[source] BoxError),
+    /// HTTPRoute `timeouts.backendRequest`.
+    #[error("the backend request timed out")]
+    BackendTimeout,
+    /// HTTPRoute `timeouts.request`.
+    #[error("the request timed out")]
+    RequestTimeout,
+    /// The rewritten request target is not a valid URI (a configuration problem: the request's
+    /// own path was valid).
+    #[error("the rewritten request target is invalid")]
+    InvalidTarget(#[source] http::Error),
+}
+
+/// Why a connection to an upstream endpoint failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, EncodeLabelValue)]
+pub enum ConnectReason {
+    Refused,
+    Timeout,
+    Other,
+}
+
+/// A bounded label for each [`ProxyError`] variant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, EncodeLabelValue)]
+pub enum ErrorKind {
+    NoListener,
+    NoRoute,
+    NoBackends,
+    InvalidBackend,
+    NoEndpoints,
+    ConnectRefused,
+    ConnectTimeout,
+    ConnectOther,
+    Upstream,
+    BackendTimeout,
+    RequestTimeout,
+    InvalidTarget,
+}
+
+/// Whose fault an error is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, EncodeLabelValue)]
+pub enum ErrorSide {
+    /// The client asked for something that does not exist (4xx).
+    Downstream,
+    /// The backend failed or is unreachable (502/503/504).
+    Upstream,
+    /// pier's configuration cannot serve the request (500).
+    Internal,
+}
+
+// === impl ProxyError ===
+
+impl ProxyError {
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Self::NoListener => ErrorKind::NoListener,
+            Self::NoRoute => ErrorKind::NoRoute,
+            Self::NoBackends => ErrorKind::NoBackends,
+            Self::InvalidBackend => ErrorKind::InvalidBackend,
+            Self::NoEndpoints => ErrorKind::NoEndpoints,
+            Self::Connect { reason, .. } => match reason {
+                ConnectReason::Refused => ErrorKind::ConnectRefused,
+                ConnectReason::Timeout => ErrorKind::ConnectTimeout,
+                ConnectReason::Other => ErrorKind::ConnectOther,
+            },
+            Self::Upstream(_) => ErrorKind::Upstream,
+            Self::BackendTimeout => ErrorKind::BackendTimeout,
+            Self::RequestTimeout => ErrorKind::RequestTimeout,
+            Self::InvalidTarget(_) => ErrorKind::InvalidTarget,
+        }
+    }
+
+    pub fn side(&self) -> ErrorSide {
+        match self.kind() {
+            ErrorKind::NoListener | ErrorKind::NoRoute => ErrorSide::Downstream,
+            ErrorKind::NoBackends | ErrorKind::InvalidBackend | ErrorKind::InvalidTarget => {
+                ErrorSide::Internal
+            }
+            ErrorKind::NoEndpoints
+            | ErrorKind::ConnectRefused
+            | ErrorKind::ConnectTimeout
+            | ErrorKind::ConnectOther
+            | ErrorKind::Upstream
+            | ErrorKind::BackendTimeout
+            | ErrorKind::RequestTimeout => ErrorSide::Upstream,
+        }
+    }
+
+    pub fn status(&self) -> StatusCode {
+        match self.kind() {
+            ErrorKind::NoListener | ErrorKind::NoRoute => StatusCode::NOT_FOUND,
+            // Gateway API: a rule whose backends are all invalid, or a pick that lands on an
+            // invalid one, answers 500.
+            ErrorKind::NoBackends | ErrorKind::InvalidBackend | ErrorKind::InvalidTarget => {
+                StatusCode::INTERNAL_SERVER_ERROR
+            }
+            ErrorKind::NoEndpoints => StatusCode::SERVICE_UNAVAILABLE,
+            ErrorKind::ConnectRefused | ErrorKind::ConnectOther | ErrorKind::Upstream => {
+                StatusCode::BAD_GATEWAY
+            }
+            // Nothing was sent, so the request is safe to retry elsewhere: "unavailable" (as
+            // Envoy answers), not "timed out waiting for an answer".
+            ErrorKind::ConnectTimeout => StatusCode::SERVICE_UNAVAILABLE,
+            ErrorKind::BackendTimeout | ErrorKind::RequestTimeout => StatusCode::GATEWAY_TIMEOUT,
+        }
+    }
+
+    /// The response the client sees.
+    pub fn to_response(&self) -> Response<ProxyBody> {
+        let status = self.status();
+        let text = status.canonical_reason().unwrap_or("error");
+        let mut resp = Response::new(body::full(Bytes::from(format!("{text}\n"))));
+        *resp.status_mut() = status;
+        resp.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+        resp
+    }
+}
+
+impl std::fmt::Display for ConnectReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Refused => "connection refused",
+            Self::Timeout => "connect timeout",
+            Self::Other => "connect error",
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,440 @@
+//! One request: route it over the current snapshot, apply the rule's filters, forward it to
+//! one endpoint of one weighted backend, and record the outcome.
+//!
+//! ```text
+//! handle ─> route (port, listener, rule) ─┬─> redirect ─────────────────────────> response
+//!           404 when nothing matches      └─> forward (within timeouts.request)
+//!                                               pick backend (500 invalid) ─> filters
+//!                                               ─> mirrors ─> pick endpoint (503 none)
+//!                                               ─> upstream (502/503/504) ─> response filters
+//! ```
+//!
+//! The snapshot is loaded once per request (`load_full`, so the request can hold it across
+//! awaits): a swap mid-request never mixes two configurations, and the request finishes with
+//! the backend it was routed to.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use http::header::{HOST, LOCATION};
+use http::request::Parts;
+use http::{HeaderValue, Method, Request, Response, StatusCode, Uri, Version};
+use hyper::body::Incoming;
+use hyper::upgrade::OnUpgrade;
+use rand::Rng;
+
+use super::body::{self, ProxyBody};
+use super::conn::ConnInfo;
+use super::error::{ConnectReason, ProxyError};
+use super::headers::{self, Keep};
+use super::metrics::RouteLabels;
+use super::upstream::{ConnectorKind, InFlight};
+use super::{Shared, mirror, tunnel};
+use crate::model::filter::RedirectInput;
+use crate::model::host::normalize_host;
+use crate::model::matcher::RequestParts;
+use crate::model::{
+    AppProtocol, Backend, BackendId, BackendSet, BackendTarget, Endpoint, Entry, Listener,
+    ListenerId, ObjectRef, Port, Redirect, Rule, Snapshot, UrlRewrite, WeightedBackend,
+};
+
+/// How far a request got, for metrics and the access log. Borrowed from the snapshot.
+#[derive(Default)]
+struct Seen<'s> {
+    listener: Option<&'s ListenerId>,
+    route: Option<&'s ObjectRef>,
+    backend: Option<&'s BackendId>,
+    upstream: Option<SocketAddr>,
+}
+
+/// The routing decision for one request.
+struct Routed<'s> {
+    port: &'s Port,
+    listener: &'s Listener,
+    entry: &'s Entry,
+}
+
+pub async fn handle(
+    shared: Arc<Shared>,
+    conn: Arc<ConnInfo>,
+    req: Request<Incoming>,
+) -> Response<ProxyBody> {
+    let started = Instant::now();
+    let snapshot = shared.snapshot.load_full();
+    let log_head = shared.config.access_log.then(|| LogHead::of(&req));
+    let mut seen = Seen::default();
+    let resp = match dispatch(&shared, &snapshot, &conn, req, &mut seen, started).await {
+        Ok(resp) => resp,
+        Err(error) => {
+            shared.metrics.error(error.kind(), error.side());
+            tracing::debug!(%error, port = conn.port, "request failed");
+            error.to_response()
+        }
+    };
+    let elapsed = started.elapsed();
+    let labels = RouteLabels::new(seen.listener, seen.route);
+    shared.metrics.duration(&labels, elapsed.as_secs_f64());
+    shared
+        .metrics
+        .request(&labels.with(seen.backend, resp.status()));
+    if let Some(head) = log_head {
+        head.log(&seen, resp.status(), elapsed);
+    }
+    resp
+}
+
+async fn dispatch<'s>(
+    shared: &Shared,
+    snapshot: &'s Snapshot,
+    conn: &ConnInfo,
+    req: Request<Incoming>,
+    seen: &mut Seen<'s>,
+    started: Instant,
+) -> Result<Response<ProxyBody>, ProxyError> {
+    let routed = route(snapshot, conn.port, &req)?;
+    seen.listener = Some(&routed.listener.id);
+    seen.route = Some(&routed.entry.rule.route);
+    let rule = &routed.entry.rule;
+    if let Some(redirect) = &rule.filters.redirect {
+        return redirect_response(redirect, &routed, &req);
+    }
+    let forward = forward(shared, conn, &routed, req, seen);
+    match rule.timeouts.request {
+        // `request` runs from the request's arrival, so time spent routing counts too.
+        Some(t) => tokio::time::timeout_at((started + t).into(), forward)
+            .await
+            .map_err(|_| ProxyError::RequestTimeout)?,
+        None => forward.await,
+    }
+}
+
+/// Port, then listener isolation, then the route table, all on the normalised host.
+fn route<'s>(
+    snapshot: &'s Snapshot,
+    port: u16,
+    req: &Request<Incoming>,
+) -> Result<Routed<'s>, ProxyError> {
+    // CONNECT (authority-form, no path) is not something an HTTPRoute can match.
+    if req.method() == Method::CONNECT {
+        return Err(ProxyError::NoRoute);
+    }
+    let host = normalize_host(routing_host(req).unwrap_or(""));
+    let port = snapshot.port(port).ok_or(ProxyError::NoListener)?;
+    let listener = port.listener(&host).ok_or(ProxyError::NoListener)?;
+    let parts = RequestParts {
+        method: req.method(),
+        path: req.uri().path(),
+        query: req.uri().query(),
+        headers: req.headers(),
+    };
+    let entry = listener
+        .routes
+        .find(&host, &parts)
+        .ok_or(ProxyError::NoRoute)?;
+    Ok(Routed {
+        port,
+        listener,
+        entry,
+    })
+}
+
+/// HTTP/2 `:authority` (or an HTTP/1.1 absolute-form target), else the Host header.
+fn routing_host<B>(req: &Request<B>) -> Option<&str> {
+    match req.uri().authority() {
+        Some(a) => Some(a.host()),
+        None => req.headers().get(HOST).and_then(|v| v.to_str().ok()),
+    }
+}
+
+/// The Host the client used, port included, for the upstream `Host` and `X-Forwarded-Host`.
+fn original_host(parts: &Parts) -> Option<HeaderValue> {
+    match parts.uri.authority() {
+        Some(a) => HeaderValue::from_str(a.as_str()).ok(),
+        None => parts.headers.get(HOST).cloned(),
+    }
+}
+
+fn redirect_response(
+    redirect: &Redirect,
+    routed: &Routed<'_>,
+    req: &Request<Incoming>,
+) -> Result<Response<ProxyBody>, ProxyError> {
+    let host = normalize_host(routing_host(req).unwrap_or(""));
+    let location = redirect.location(&RedirectInput {
+        scheme: routed.port.protocol.scheme(),
+        host: &host,
+        listener_port: routed.port.port,
+        path: req.uri().path(),
+        query: req.uri().query(),
+        matched_prefix: routed.entry.matched_prefix(),
+    });
+    let location =
+        HeaderValue::try_from(location).map_err(|e| ProxyError::InvalidTarget(e.into()))?;
+    let mut resp = Response::new(body::empty());
+    *resp.status_mut() = redirect.status;
+    resp.headers_mut().insert(LOCATION, location);
+    Ok(resp)
+}
+
+async fn forward<'s>(
+    shared: &Shared,
+    conn: &ConnInfo,
+    routed: &Routed<'s>,
+    req: Request<Incoming>,
+    seen: &mut Seen<'s>,
+) -> Result<Response<ProxyBody>, ProxyError> {
+    let rule = &*routed.entry.rule;
+    let weighted = pick_weighted(&rule.backends)?;
+    let BackendTarget::Service(backend) = &weighted.target else {
+        return Err(ProxyError::InvalidBackend);
+    };
+    seen.backend = Some(&backend.id);
+    let (mut parts, body) = req.into_parts();
+    let upgrade = parts.version == Version::HTTP_11
+        && headers::is_upgrade(&parts.headers)
+        && backend.protocol != AppProtocol::H2c;
+    let on_upgrade = if upgrade {
+        parts.extensions.remove::<OnUpgrade>()
+    } else {
+        None
+    };
+    let path = prepare_head(conn, routed, weighted, backend, &mut parts, upgrade);
+    let body = if upgrade {
+        body::boxed(body)
+    } else {
+        let mirrors = rule.filters.mirrors.iter().chain(&weighted.filters.mirrors);
+        mirror::dispatch(shared, mirrors, &parts, &path, body::boxed(body))
+    };
+    let now = shared.clock.now_ms();
+    let endpoint = {
+        let mut rng = rand::rng();
+        backend.pick(now, rng.random(), rng.random())
+    }
+    .ok_or(ProxyError::NoEndpoints)?;
+    seen.upstream = Some(endpoint.addr);
+    let up = upstream_request(parts, body, endpoint.addr, &path, backend.protocol)?;
+    let (mut resp, in_flight) = exchange(shared, rule, backend, endpoint, up).await?;
+    if resp.status() == StatusCode::SWITCHING_PROTOCOLS
+        && let Some(down) = on_upgrade
+    {
+        tunnel::spawn(down, hyper::upgrade::on(&mut resp), conn.drain.clone());
+    }
+    Ok(finish_response(resp, rule, weighted, in_flight))
+}
+
+/// One attempt against one endpoint, within `timeouts.backendRequest`. The returned guard
+/// keeps the request counted as in flight until the response body is done.
+async fn exchange(
+    shared: &Shared,
+    rule: &Rule,
+    backend: &Backend,
+    endpoint: &Endpoint,
+    req: Request<ProxyBody>,
+) -> Result<(Response<Incoming>, InFlight), ProxyError> {
+    let in_flight = InFlight::new(
+        endpoint.stats.clone(),
+        shared.metrics.in_flight(&backend.id),
+    );
+    let kind = ConnectorKind::for_backend(backend);
+    let send = shared.upstream.send(backend.protocol, kind, req);
+    let result = match rule.timeouts.backend_request {
+        Some(t) => tokio::time::timeout(t, send)
+            .await
+            .map_err(|_| ProxyError::BackendTimeout)?,
+        None => send.await,
+    };
+    if let Err(ProxyError::Connect { reason, .. }) = &result {
+        shared.metrics.connect_error(&backend.id, *reason);
+        // Refused or silent: nothing is listening there, so leave the endpoint out for a
+        // while. (A slow or failing response is not a reason to eject.)
+        if matches!(reason, ConnectReason::Refused | ConnectReason::Timeout) {
+            endpoint.eject(shared.clock.now_ms());
+        }
+    }
+    Ok((result?, in_flight))
+}
+
+/// Weighted pick of a backendRef; `None` when the rule has none with weight.
+fn pick_weighted(set: &BackendSet) -> Result<&WeightedBackend, ProxyError> {
+    if set.total_weight == 0 {
+        return Err(ProxyError::NoBackends);
+    }
+    let roll = rand::rng().random_range(0..set.total_weight);
+    set.pick(roll).ok_or(ProxyError::NoBackends)
+}
+
+/// Applies request filters (rule, then backendRef) and hop hygiene to the head. Returns the
+/// path and query to send.
+fn prepare_head(
+    conn: &ConnInfo,
+    routed: &Routed<'_>,
+    weighted: &WeightedBackend,
+    backend: &Backend,
+    parts: &mut Parts,
+    upgrade: bool,
+) -> String {
+    let rule = &routed.entry.rule;
+    let client_host = original_host(parts);
+    for m in [
+        &rule.filters.request_headers,
+        &weighted.filters.request_headers,
+    ]
+    .into_iter()
+    .flatten()
+    {
+        m.apply(&mut parts.headers);
+    }
+    // A backendRef's URLRewrite replaces the rule's rather than composing with it.
+    let rewrite = weighted
+        .filters
+        .rewrite
+        .as_ref()
+        .or(rule.filters.rewrite.as_ref());
+    let path = rewritten_path(&parts.uri, rewrite, routed.entry.matched_prefix());
+    let keep = Keep {
+        upgrade,
+        te_trailers: backend.protocol == AppProtocol::H2c,
+    };
+    headers::strip_hop_by_hop(&mut parts.headers, keep);
+    let scheme = routed.port.protocol.scheme();
+    headers::add_forwarded(
+        &mut parts.headers,
+        conn.peer.ip(),
+        scheme,
+        client_host.as_ref(),
+    );
+    match rewrite.and_then(|r| r.hostname.clone()).or(client_host) {
+        Some(host) => parts.headers.insert(HOST, host),
+        None => parts.headers.remove(HOST),
+    };
+    path
+}
+
+fn rewritten_path(uri: &Uri, rewrite: Option<&UrlRewrite>, matched_prefix: Option<&str>) -> String {
+    let path = match rewrite.and_then(|r| r.path.as_ref()) {
+        Some(m) => m.apply(uri.path(), matched_prefix),
+        None => uri.path().to_string(),
+    };
+    match uri.query() {
+        Some(q) => format!("{path}?{q}"),
+        None => path,
+    }
+}
+
+/// The request to an endpoint: `http://<addr><path?query>`, HTTP/2 for h2c backends.
+pub(super) fn upstream_request(
+    parts: Parts,
+    body: ProxyBody,
+    addr: SocketAddr,
+    path: &str,
+    protocol: AppProtocol,
+) -> Result<Request<ProxyBody>, ProxyError> {
+    let uri = Uri::builder()
+        .scheme("http")
+        .authority(addr.to_string())
+        .path_and_query(path)
+        .build()
+        .map_err(ProxyError::InvalidTarget)?;
+    let mut req = Request::new(body);
+    *req.method_mut() = parts.method;
+    *req.uri_mut() = uri;
+    *req.headers_mut() = parts.headers;
+    *req.version_mut() = match protocol {
+        AppProtocol::H2c => Version::HTTP_2,
+        AppProtocol::Http1 | AppProtocol::WebSocket => Version::HTTP_11,
+    };
+    Ok(req)
+}
+
+fn finish_response(
+    resp: Response<Incoming>,
+    rule: &Rule,
+    weighted: &WeightedBackend,
+    in_flight: InFlight,
+) -> Response<ProxyBody> {
+    let (mut parts, body) = resp.into_parts();
+    let keep = Keep {
+        upgrade: parts.status == StatusCode::SWITCHING_PROTOCOLS,
+        te_trailers: false,
+    };
+    headers::strip_hop_by_hop(&mut parts.headers, keep);
+    for m in [
+        &rule.filters.response_headers,
+        &weighted.filters.response_headers,
+    ]
+    .into_iter()
+    .flatten()
+    {
+        m.apply(&mut parts.headers);
+    }
+    // The downstream connection decides its own version.
+    parts.version = Version::default();
+    Response::from_parts(parts, body::with_guard(body::boxed(body), in_flight))
+}
+
+/// The request line, captured only when the access log is on.
+struct LogHead {
+    method: http::Method,
+    host: String,
+    path: String,
+}
+
+impl LogHead {
+    fn of<B>(req: &Request<B>) -> Self {
+        Self {
+            method: req.method().clone(),
+            host: routing_host(req).unwrap_or("").to_string(),
+            path: req.uri().path().to_string(),
+        }
+    }
+
+    fn log(&self, seen: &Seen<'_>, status: StatusCode, elapsed: std::time::Duration) {
+        tracing::info!(
+            target: "pier::access",
+            method = %self.method,
+            host = %self.host,
+            path = %self.path,
+            status = status.as_u16(),
+            listener = seen.listener.map(tracing::field::display),
+            route = seen.route.map(tracing::field::display),
+            backend = seen.backend.map(tracing::field::display),
+            upstream = seen.upstream.map(tracing::field::display),
+            duration_ms = elapsed.as_secs_f64() * 1000.0,
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::PathModifier;
+
+    #[test]
+    fn rewrite_keeps_the_query() {
+        let uri: Uri = "/api/v1/x?a=1&b=2".parse().unwrap();
+        let rw = UrlRewrite {
+            hostname: None,
+            path: Some(PathModifier::ReplacePrefixMatch("/v2".into())),
+        };
+        assert_eq!(
+            rewritten_path(&uri, Some(&rw), Some("/api/v1")),
+            "/v2/x?a=1&b=2"
+        );
+        assert_eq!(rewritten_path(&uri, None, None), "/api/v1/x?a=1&b=2");
+    }
+
+    #[test]
+    fn routing_host_prefers_the_authority() {
+        let req = Request::get("http://a.example.com:8080/x")
+            .header(HOST, "b.example.com")
+            .body(())
+            .unwrap();
+        assert_eq!(routing_host(&req), Some("a.example.com"));
+        let req = Request::get("/x")
+            .header(HOST, "b.example.com:80")
+            .body(())
+            .unwrap();
+        assert_eq!(routing_host(&req), Some("b.example.com:80"));
+    }
+}

@@ -1,0 +1,143 @@
+//! Error responses: 500 for unusable configuration, 502/503/504 for upstream failures.
+
+use std::time::{Duration, Instant};
+
+use crate::support::client::{get, send};
+use crate::support::snap::*;
+use crate::support::*;
+
+async fn start(r: std::sync::Arc<pier::model::Rule>) -> (Harness, std::net::SocketAddr) {
+    let p = free_port();
+    let h = Harness::start(snapshot(vec![port(
+        p,
+        vec![listener("http", None).route(&[], prefix("/"), &r).build()],
+    )]))
+    .await;
+    (h, local(p))
+}
+
+#[tokio::test]
+async fn a_rule_without_backends_or_weight_is_500() {
+    let (h, addr) = start(rule("ns/none").build()).await;
+    assert_eq!(bounded(send(addr, get("x", "/"))).await.status, 500);
+    bounded(h.proxy.shutdown(BOUND)).await;
+
+    let a = echo("a").await;
+    let (h, addr) = start(
+        rule("ns/zero")
+            .weighted(0, &backend("a", &[a.addr]))
+            .build(),
+    )
+    .await;
+    assert_eq!(bounded(send(addr, get("x", "/"))).await.status, 500);
+    bounded(h.proxy.shutdown(BOUND)).await;
+}
+
+#[tokio::test]
+async fn a_service_without_endpoints_is_503() {
+    let (h, addr) = start(rule("ns/r").to(&backend("empty", &[])).build()).await;
+    assert_eq!(bounded(send(addr, get("x", "/"))).await.status, 503);
+    bounded(h.proxy.shutdown(BOUND)).await;
+}
+
+#[tokio::test]
+async fn refused_connection_is_502_and_ejects_the_endpoint() {
+    let healthy = echo("healthy").await;
+    let dead = refused_addr();
+    let (h, addr) = start(
+        rule("ns/r")
+            .to(&backend("b", &[dead, healthy.addr]))
+            .build(),
+    )
+    .await;
+    // P2C picks the dead endpoint sooner or later (each pick is a coin flip while loads are
+    // equal); the odds of 64 misses are 2^-64.
+    let mut saw_502 = false;
+    for _ in 0..64 {
+        let resp = bounded(send(addr, get("x", "/"))).await;
+        if resp.status == 502 {
+            saw_502 = true;
+            break;
+        }
+        assert_eq!(resp.backend(), "healthy");
+    }
+    assert!(saw_502, "the refused endpoint was never picked");
+    // Ejected: every following request goes to the healthy endpoint.
+    for _ in 0..20 {
+        let resp = bounded(send(addr, get("x", "/"))).await;
+        assert_eq!(resp.status, 200);
+    }
+    let m = h.metrics_text();
+    assert!(
+        m.contains(
+            r#"pier_proxy_upstream_connect_errors_total{backend="default/b:80",reason="Refused"} 1"#
+        ),
+        "{m}"
+    );
+    bounded(h.proxy.shutdown(BOUND)).await;
+}
+
+#[tokio::test]
+async fn only_refusing_endpoints_give_502() {
+    let (h, addr) = start(rule("ns/r").to(&backend("b", &[refused_addr()])).build()).await;
+    for _ in 0..3 {
+        assert_eq!(bounded(send(addr, get("x", "/"))).await.status, 502);
+    }
+    bounded(h.proxy.shutdown(BOUND)).await;
+}
+
+#[tokio::test]
+async fn backend_request_timeout_is_504() {
+    let a = echo("a").await;
+    let r = rule("ns/r")
+        .to(&backend("a", &[a.addr]))
+        .timeouts(None, Some(Duration::from_millis(200)))
+        .build();
+    let (h, addr) = start(r).await;
+    let started = Instant::now();
+    assert_eq!(
+        bounded(send(addr, get("x", "/delay/5000"))).await.status,
+        504
+    );
+    assert!(started.elapsed() < Duration::from_secs(3));
+    assert_eq!(bounded(send(addr, get("x", "/delay/10"))).await.status, 200);
+    let m = h.metrics_text();
+    assert!(
+        m.contains(r#"kind="BackendTimeout",side="Upstream"} 1"#),
+        "{m}"
+    );
+    bounded(h.proxy.shutdown(BOUND)).await;
+}
+
+#[tokio::test]
+async fn request_timeout_is_504() {
+    let a = echo("a").await;
+    let r = rule("ns/r")
+        .to(&backend("a", &[a.addr]))
+        .timeouts(Some(Duration::from_millis(200)), None)
+        .build();
+    let (h, addr) = start(r).await;
+    let started = Instant::now();
+    assert_eq!(
+        bounded(send(addr, get("x", "/delay/5000"))).await.status,
+        504
+    );
+    assert!(started.elapsed() < Duration::from_secs(3));
+    let m = h.metrics_text();
+    assert!(
+        m.contains(r#"kind="RequestTimeout",side="Upstream"} 1"#),
+        "{m}"
+    );
+    bounded(h.proxy.shutdown(BOUND)).await;
+}
+
+#[tokio::test]
+async fn status_codes_from_the_backend_pass_through() {
+    let a = echo("a").await;
+    let (h, addr) = start(rule("ns/r").to(&backend("a", &[a.addr])).build()).await;
+    assert_eq!(
+        bounded(send(addr, get("x", "/status/418"))).await.status,
+        418
+    );
+    bounded(h.proxy.shutdown(BOUND)).await;
+}

@@ -1,0 +1,14 @@
+//! End-to-end tests of the data plane over loopback: the real `Proxy`, `pier::echo` backends,
+//! and hyper clients that never follow redirects. Snapshots are built in code
+//! (`support::snap`), not translated.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod errors;
+mod filters;
+mod lifecycle;
+mod observability;
+mod protocols;
+mod routing;
+mod tls;

@@ -1,0 +1,99 @@
+//! The access log line and request metrics.
+
+use std::sync::{Arc, Mutex};
+
+use crate::support::client::{get, send};
+use crate::support::snap::*;
+use crate::support::*;
+
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+// current_thread runtime: the proxy's tasks run on this thread, under the default subscriber.
+#[tokio::test]
+async fn access_log_has_one_line_per_request() {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_max_level(tracing::Level::INFO)
+        .without_time()
+        .with_ansi(false)
+        .finish();
+    let _default = tracing::subscriber::set_default(subscriber);
+
+    let a = echo("a").await;
+    let p = free_port();
+    let config = pier::proxy::ProxyConfig {
+        access_log: true,
+        ..config()
+    };
+    let h = Harness::start_with(simple(p, &backend("ns/a", &[a.addr])), config).await;
+    assert_eq!(
+        bounded(send(local(p), get("Log.Example.com", "/logged?secret=1")))
+            .await
+            .status,
+        200
+    );
+    bounded(h.proxy.shutdown(BOUND)).await;
+
+    let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("pier::access"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{text}");
+    let line = lines[0];
+    for field in [
+        "method=GET",
+        "host=Log.Example.com",
+        "path=/logged",
+        "status=200",
+        "route=default/route",
+        "backend=ns/a:80",
+        &format!("upstream={}", a.addr),
+        "duration_ms=",
+    ] {
+        assert!(line.contains(field), "{field} missing in {line}");
+    }
+    assert!(!line.contains("secret"), "the query is not logged: {line}");
+}
+
+#[tokio::test]
+async fn request_metrics_carry_route_backend_and_status_class() {
+    let a = echo("a").await;
+    let p = free_port();
+    let h = Harness::start(simple(p, &backend("ns/a", &[a.addr]))).await;
+    assert_eq!(
+        bounded(send(local(p), get("x", "/status/503")))
+            .await
+            .status,
+        503
+    );
+    let m = h.metrics_text();
+    assert!(
+        m.contains(r#"pier_proxy_requests_total{gateway="default/gw",listener="http",route="default/route",backend="ns/a:80",status="5xx"} 1"#),
+        "{m}"
+    );
+    assert!(
+        m.contains(r#"pier_proxy_request_duration_seconds_count{gateway="default/gw",listener="http",route="default/route"} 1"#),
+        "{m}"
+    );
+    // The gauge exists; its value drops to 0 once hyper releases the response body.
+    assert!(
+        m.contains(r#"pier_proxy_upstream_in_flight{backend="ns/a:80"}"#),
+        "{m}"
+    );
+    bounded(h.proxy.shutdown(BOUND)).await;
+}

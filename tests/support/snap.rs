@@ -1,0 +1,204 @@
+//! Snapshots from a few lines, without translation:
+//!
+//! ```ignore
+//! let b = backend("a", &[echo.addr]);
+//! let r = rule("ns/route").to(&b).build();
+//! let s = snapshot(vec![port(p, vec![listener("http", None).route(&[], prefix("/"), &r).build()])]);
+//! ```
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use pier::model::route::RouteTableBuilder;
+use pier::model::{
+    AppProtocol, Backend, BackendId, BackendSet, BackendTarget, CertTable, Endpoint, Filters,
+    HostnameMatch, Listener, ListenerId, ObjectRef, PathMatch, Port, Protocol, RequestMatch,
+    RouteTable, Rule, Snapshot, Timeouts, WeightedBackend,
+};
+
+pub fn object(name: &str) -> ObjectRef {
+    match name.split_once('/') {
+        Some((ns, n)) => ObjectRef::new(ns, n),
+        None => ObjectRef::new("default", name),
+    }
+}
+
+pub fn backend(name: &str, addrs: &[SocketAddr]) -> Arc<Backend> {
+    backend_with(name, AppProtocol::Http1, addrs)
+}
+
+pub fn backend_with(name: &str, protocol: AppProtocol, addrs: &[SocketAddr]) -> Arc<Backend> {
+    Arc::new(Backend {
+        id: BackendId {
+            service: object(name),
+            port: 80,
+        },
+        protocol,
+        endpoints: addrs.iter().copied().map(Endpoint::new).collect(),
+    })
+}
+
+pub struct RuleBuilder {
+    route: ObjectRef,
+    filters: Filters,
+    backends: Vec<WeightedBackend>,
+    timeouts: Timeouts,
+}
+
+pub fn rule(route: &str) -> RuleBuilder {
+    RuleBuilder {
+        route: object(route),
+        filters: Filters::default(),
+        backends: vec![],
+        timeouts: Timeouts::default(),
+    }
+}
+
+impl RuleBuilder {
+    pub fn to(self, b: &Arc<Backend>) -> Self {
+        self.weighted(1, b)
+    }
+
+    pub fn weighted(self, weight: u32, b: &Arc<Backend>) -> Self {
+        self.weighted_with(weight, b, Filters::default())
+    }
+
+    pub fn weighted_with(mut self, weight: u32, b: &Arc<Backend>, filters: Filters) -> Self {
+        self.backends.push(WeightedBackend {
+            weight,
+            target: BackendTarget::Service(b.clone()),
+            filters,
+        });
+        self
+    }
+
+    pub fn invalid(mut self, weight: u32) -> Self {
+        self.backends.push(WeightedBackend {
+            weight,
+            target: BackendTarget::Invalid,
+            filters: Filters::default(),
+        });
+        self
+    }
+
+    pub fn filters(mut self, filters: Filters) -> Self {
+        self.filters = filters;
+        self
+    }
+
+    pub fn timeouts(
+        mut self,
+        request: Option<Duration>,
+        backend_request: Option<Duration>,
+    ) -> Self {
+        self.timeouts = Timeouts {
+            request,
+            backend_request,
+        };
+        self
+    }
+
+    pub fn build(self) -> Arc<Rule> {
+        Arc::new(Rule {
+            route: self.route,
+            index: 0,
+            filters: self.filters,
+            backends: BackendSet::new(self.backends),
+            timeouts: self.timeouts,
+        })
+    }
+}
+
+pub struct ListenerBuilder {
+    id: ListenerId,
+    hostname: Option<HostnameMatch>,
+    table: RouteTableBuilder,
+    order: usize,
+}
+
+pub fn listener(name: &str, hostname: Option<&str>) -> ListenerBuilder {
+    ListenerBuilder {
+        id: ListenerId {
+            gateway: object("gw"),
+            name: name.to_string(),
+        },
+        hostname: hostname.map(|h| HostnameMatch::parse(h).unwrap()),
+        table: RouteTable::builder(),
+        order: 0,
+    }
+}
+
+impl ListenerBuilder {
+    /// Adds one match of `rule` for `hostnames` (empty: any host). Earlier calls win ties.
+    pub fn route(mut self, hostnames: &[&str], matcher: RequestMatch, rule: &Arc<Rule>) -> Self {
+        let hosts: Vec<HostnameMatch> = hostnames
+            .iter()
+            .map(|h| HostnameMatch::parse(h).unwrap())
+            .collect();
+        self.table.add(&hosts, matcher, rule, (self.order, 0, 0));
+        self.order += 1;
+        self
+    }
+
+    pub fn build(self) -> Listener {
+        Listener {
+            id: self.id,
+            hostname: self.hostname,
+            routes: self.table.build(),
+        }
+    }
+}
+
+pub fn port(port: u16, listeners: Vec<Listener>) -> Port {
+    let mut p = Port {
+        port,
+        protocol: Protocol::Http,
+        listeners,
+        certs: None,
+    };
+    p.sort_listeners();
+    p
+}
+
+pub fn https_port(port: u16, listeners: Vec<Listener>, certs: CertTable) -> Port {
+    let mut p = Port {
+        port,
+        protocol: Protocol::Https,
+        listeners,
+        certs: Some(certs),
+    };
+    p.sort_listeners();
+    p
+}
+
+pub fn snapshot(mut ports: Vec<Port>) -> Snapshot {
+    ports.sort_by_key(|p| p.port);
+    Snapshot {
+        generation: 1,
+        ports,
+    }
+}
+
+/// One port, one listener for any host, everything to `b`.
+pub fn simple(p: u16, b: &Arc<Backend>) -> Snapshot {
+    let r = rule("default/route").to(b).build();
+    snapshot(vec![port(
+        p,
+        vec![listener("http", None).route(&[], prefix("/"), &r).build()],
+    )])
+}
+
+pub fn prefix(p: &str) -> RequestMatch {
+    RequestMatch {
+        path: PathMatch::prefix(p).unwrap(),
+        ..Default::default()
+    }
+}
+
+pub fn exact(p: &str) -> RequestMatch {
+    RequestMatch {
+        path: PathMatch::exact(p).unwrap(),
+        ..Default::default()
+    }
+}

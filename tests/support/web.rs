@@ -1,0 +1,130 @@
+//! Helpers for tests that drive pier by URL: GET with a deadline, polling, manifest files.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::Full;
+
+use super::client::{Resp, send_h1_on};
+
+/// `GET url` over a fresh HTTP/1.1 connection, with extra headers (a `host` header replaces
+/// the URL's authority). Panics if the connection fails or takes over 10 s.
+pub async fn get(url: &str, headers: &[(&str, &str)]) -> Resp {
+    try_get(url, headers)
+        .await
+        .unwrap_or_else(|| panic!("cannot connect for {url}"))
+}
+
+/// Like [`get`], `None` when nothing listens.
+pub async fn try_get(url: &str, headers: &[(&str, &str)]) -> Option<Resp> {
+    let uri: http::Uri = url.parse().unwrap();
+    let authority = uri.authority().unwrap().as_str().to_string();
+    let addr: SocketAddr = authority.parse().unwrap();
+    let mut req = http::Request::get(uri.path_and_query().map_or("/", |p| p.as_str()));
+    if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
+        req = req.header("host", &authority);
+    }
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let req = req.body(Full::<Bytes>::default()).unwrap();
+    let tcp = tokio::net::TcpStream::connect(addr).await.ok()?;
+    Some(
+        tokio::time::timeout(Duration::from_secs(10), send_h1_on(tcp, req))
+            .await
+            .expect("request timed out"),
+    )
+}
+
+/// Polls `f` until it returns true, at most `limit`; returns the time it took.
+pub async fn eventually<F, Fut>(limit: Duration, mut f: F) -> Duration
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let start = Instant::now();
+    loop {
+        if f().await {
+            return start.elapsed();
+        }
+        assert!(
+            start.elapsed() < limit,
+            "condition not met within {limit:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Writes a file atomically (temp file + rename), as editors and config tools do.
+pub fn write_atomic(path: &Path, text: &str) {
+    let dir = path.parent().unwrap();
+    let tmp = dir.join(format!(
+        ".{}.tmp",
+        path.file_name().unwrap().to_string_lossy()
+    ));
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+pub const GATEWAY_CLASS: &str = "apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {name: pier}
+spec: {controllerName: pier.dev/gateway-controller}
+";
+
+/// A Gateway `default/gw` with one HTTP listener on `port`.
+pub fn gateway(port: u16) -> String {
+    format!(
+        "{GATEWAY_CLASS}---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: gw, namespace: default}}
+spec:
+  gatewayClassName: pier
+  listeners:
+    - {{name: http, protocol: HTTP, port: {port}}}
+"
+    )
+}
+
+/// A Service `default/<name>` port 80 with one ready endpoint at `addr`.
+pub fn service(name: &str, addr: SocketAddr) -> String {
+    format!(
+        "apiVersion: v1
+kind: Service
+metadata: {{name: {name}, namespace: default}}
+spec:
+  ports: [{{name: http, port: 80}}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: {name}-1
+  namespace: default
+  labels: {{kubernetes.io/service-name: {name}}}
+addressType: IPv4
+ports: [{{name: http, port: {port}}}]
+endpoints:
+  - addresses: [\"{ip}\"]
+",
+        port = addr.port(),
+        ip = addr.ip()
+    )
+}
+
+/// An HTTPRoute `default/<name>` sending `prefix` to Service `backend`.
+pub fn route(name: &str, prefix: &str, backend: &str) -> String {
+    format!(
+        "apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: {name}, namespace: default}}
+spec:
+  parentRefs: [{{name: gw}}]
+  rules:
+    - matches: [{{path: {{type: PathPrefix, value: {prefix}}}}}]
+      backendRefs: [{{name: {backend}, port: 80}}]
+"
+    )
+}
