@@ -113,10 +113,10 @@ impl RequestMatch {
     }
 
     pub fn matches(&self, req: &RequestParts<'_>) -> bool {
-        if let Some(m) = &self.method {
-            if m != req.method {
-                return false;
-            }
+        if let Some(m) = &self.method
+            && m != req.method
+        {
+            return false;
         }
         if !self.path.matches(req.path) {
             return false;

@@ -74,16 +74,17 @@ impl RouteTable {
 
     /// `host` is normalised (lower-case, no port).
     pub fn find(&self, host: &str, req: &RequestParts<'_>) -> Option<&Entry> {
-        if let Some(entries) = self.exact.get(host) {
-            if let Some(e) = first_match(entries, req) {
-                return Some(e);
-            }
+        if let Some(entries) = self.exact.get(host)
+            && let Some(e) = first_match(entries, req)
+        {
+            return Some(e);
         }
         for (suffix, entries) in &self.wildcard {
-            if host.len() > suffix.len() && host.ends_with(suffix.as_str()) {
-                if let Some(e) = first_match(entries, req) {
-                    return Some(e);
-                }
+            if host.len() > suffix.len()
+                && host.ends_with(suffix.as_str())
+                && let Some(e) = first_match(entries, req)
+            {
+                return Some(e);
             }
         }
         first_match(&self.any, req)
@@ -98,6 +99,23 @@ impl RouteTable {
         self.exact.values().map(Vec::len).sum::<usize>()
             + self.wildcard.iter().map(|(_, v)| v.len()).sum::<usize>()
             + self.any.len()
+    }
+
+    /// The hostname buckets in lookup order, for stable dumps (tests, `pier check`): exact
+    /// names sorted, then wildcards longest suffix first, then `None` for any host.
+    pub fn buckets(&self) -> Vec<(Option<HostnameMatch>, &[Entry])> {
+        let mut exact: Vec<_> = self.exact.iter().collect();
+        exact.sort_by(|a, b| a.0.cmp(b.0));
+        exact
+            .into_iter()
+            .map(|(h, v)| (Some(HostnameMatch::Exact(h.clone())), v.as_slice()))
+            .chain(
+                self.wildcard
+                    .iter()
+                    .map(|(s, v)| (Some(HostnameMatch::Wildcard(s.clone())), v.as_slice())),
+            )
+            .chain((!self.any.is_empty()).then_some((None, self.any.as_slice())))
+            .collect()
     }
 
     /// Every rule in the table (with repeats), for carrying state across snapshots.
@@ -147,7 +165,7 @@ impl RouteTableBuilder {
 
     pub fn build(self) -> RouteTable {
         fn sorted(mut v: Vec<(SortKey, Entry)>) -> Vec<Entry> {
-            v.sort_by(|a, b| a.0.cmp(&b.0));
+            v.sort_by_key(|e| e.0);
             v.into_iter().map(|(_, e)| e).collect()
         }
         let mut wildcard: Vec<_> = self

@@ -27,7 +27,7 @@ impl CertTable {
                 Some(suffix) if suffix.starts_with('.') => {
                     if !self.wildcard.iter().any(|(s, _)| s == suffix) {
                         self.wildcard.push((suffix.to_string(), key.clone()));
-                        self.wildcard.sort_by(|a, b| b.0.len().cmp(&a.0.len()));
+                        self.wildcard.sort_by_key(|w| std::cmp::Reverse(w.0.len()));
                     }
                 }
                 _ => {
