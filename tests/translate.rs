@@ -157,7 +157,9 @@ fn render(input: &str) -> String {
         status: t.status.objects(),
         snapshot: summary(&t.snapshot),
     };
-    serde_saphyr::to_string(&golden).expect("serializes")
+    // Long messages stay on one line: easier to read in review diffs.
+    let options = serde_saphyr::ser_options! { prefer_block_scalars: false };
+    serde_saphyr::to_string_with_options(&golden, options).expect("serializes")
 }
 
 fn fixtures() -> Vec<PathBuf> {

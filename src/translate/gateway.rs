@@ -9,7 +9,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::Settings;
 use super::api::{
     CORE_GROUP, GATEWAY_GROUP, Gateway, GatewayClassConditionReason, GatewayClassConditionType,
     GatewayConditionReason, GatewayConditionType, GatewayListeners, GatewayListenersAllowedRoutes,
@@ -25,6 +24,7 @@ use super::status::{
     ClassCondition, ClassConditionReason, ClassConditionType, GatewayClassStatus, GatewayCondition,
     GatewayStatus, ListenerCondition, ListenerStatus, RouteGroupKind,
 };
+use super::{Settings, group_kind};
 use crate::model::{HostnameMatch, ObjectRef, Protocol};
 
 /// An in-scope Gateway, as route attachment and the snapshot need it.
@@ -131,8 +131,9 @@ pub fn gateway_classes(
                 false,
                 ClassConditionReason::Class(GatewayClassConditionReason::InvalidParameters),
                 format!(
-                    "parametersRef {}/{} {} is not supported: pier takes no parameters",
-                    p.group, p.kind, p.name
+                    "parametersRef {} {} is not supported: pier takes no parameters",
+                    group_kind(&p.group, &p.kind),
+                    p.name
                 ),
                 generation,
             ),
@@ -257,10 +258,13 @@ fn listener(resources: &Resources, gateway_ns: &str, l: &GatewayListeners) -> Li
             }
         }
     }
-    allowed_routes_of(&mut state, allowed_routes.as_ref());
     if protocol == Protocol::Https {
         tls_of(&mut state, resources, gateway_ns, tls.as_ref());
+        if state.not_accepted.is_some() {
+            return state;
+        }
     }
+    allowed_routes_of(&mut state, allowed_routes.as_ref());
     state
 }
 
@@ -283,7 +287,7 @@ fn allowed_routes_of(state: &mut ListenerState, ar: Option<&GatewayListenersAllo
                 } else {
                     state.ref_problems.push((
                         ListenerConditionReason::InvalidRouteKinds,
-                        format!("route kind {group}/{kind} is not supported"),
+                        format!("route kind {} is not supported", group_kind(group, kind)),
                     ));
                 }
             }
@@ -408,8 +412,8 @@ fn certificate(
         return Err((
             ListenerConditionReason::InvalidCertificateRef,
             format!(
-                "{}/{kind} is not supported (only core Secrets)",
-                group.as_deref().unwrap_or_default()
+                "{} is not supported (only core/Secret)",
+                group_kind(group.as_deref().unwrap_or_default(), kind)
             ),
         ));
     }
@@ -474,25 +478,37 @@ fn detect_conflicts(gateways: &mut [GatewayState]) {
                 l.conflict = Some((
                     ListenerConditionReason::ProtocolConflict,
                     format!(
-                        "port {} already serves {:?} for listener {}",
-                        l.port, seen.protocol, seen.first
+                        "port {} already serves {} for listener {}",
+                        l.port,
+                        protocol_name(seen.protocol),
+                        seen.first
                     ),
                 ));
             } else if seen.hostnames.contains(&l.hostname) {
                 l.conflict = Some((
                     ListenerConditionReason::HostnameConflict,
-                    format!(
-                        "another listener on port {} already has hostname {}",
-                        l.port,
-                        l.hostname
-                            .as_ref()
-                            .map_or_else(|| "(none)".to_string(), ToString::to_string)
-                    ),
+                    match &l.hostname {
+                        Some(h) => format!(
+                            "another listener on port {} already has hostname {h}",
+                            l.port
+                        ),
+                        None => format!(
+                            "another listener on port {} already has no hostname",
+                            l.port
+                        ),
+                    },
                 ));
             } else {
                 seen.hostnames.push(l.hostname.clone());
             }
         }
+    }
+}
+
+fn protocol_name(p: Protocol) -> &'static str {
+    match p {
+        Protocol::Http => "HTTP",
+        Protocol::Https => "HTTPS",
     }
 }
 

@@ -41,7 +41,7 @@ use super::status::{
     HttpRouteStatus, ParentRef, RouteCondition, RouteConditionReason, RouteConditionType,
     RouteParentStatus,
 };
-use super::{Settings, error_chain};
+use super::{Settings, error_chain, group_kind};
 use crate::model::host::InvalidHostname;
 use crate::model::{
     Backend, BackendSet, BackendTarget, Filters, HostnameMatch, ObjectRef, PathMatch, RequestMatch,
@@ -94,7 +94,10 @@ pub struct BackendRefSpec<'a> {
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum BackendRefError {
-    #[error("{group}/{kind} is not a supported backend kind (only core Service)")]
+    #[error(
+        "{} is not a supported backend kind (only core/Service)",
+        group_kind(group, kind)
+    )]
     InvalidKind { group: String, kind: String },
     #[error("reference to Service {0} is not permitted by any ReferenceGrant")]
     RefNotPermitted(ObjectRef),
@@ -210,8 +213,9 @@ pub fn translate_route(
                     }
                 }
                 let mut msg = "Route is accepted".to_string();
-                for r in &invalid_rules {
-                    msg.push_str(&format!("; {r} (the rule answers 500)"));
+                if !invalid_rules.is_empty() {
+                    msg.push_str("; invalid rules answer 500: ");
+                    msg.push_str(&invalid_rules.join("; "));
                 }
                 cond(
                     RouteConditionType::Accepted,
@@ -345,18 +349,20 @@ fn attach(
     let mut out = vec![];
     let mut any_valid = false;
     let mut hostname_mismatch = false;
+    let mut namespace_denied = false;
     for (i, l) in selected {
         if !l.accepts_routes() {
             continue;
         }
         any_valid = true;
-        let allowed = l.allowed.http_route
-            && l.allowed.allows_namespace(
-                &gateway.key.namespace,
-                route_ns,
-                &ctx.resources.namespaces,
-            );
-        if !allowed {
+        if !l.allowed.http_route {
+            continue;
+        }
+        if !l
+            .allowed
+            .allows_namespace(&gateway.key.namespace, route_ns, &ctx.resources.namespaces)
+        {
+            namespace_denied = true;
             continue;
         }
         match effective_hostnames(route_hosts, l.hostname.as_ref()) {
@@ -384,11 +390,19 @@ fn attach(
                 gateway.key
             ),
         )
-    } else {
+    } else if namespace_denied {
         (
             RouteConditionReason::NotAllowedByListeners,
             format!(
                 "the listeners of Gateway {} do not allow HTTPRoutes from namespace {route_ns}",
+                gateway.key
+            ),
+        )
+    } else {
+        (
+            RouteConditionReason::NotAllowedByListeners,
+            format!(
+                "the listeners of Gateway {} do not allow the kind HTTPRoute",
                 gateway.key
             ),
         )

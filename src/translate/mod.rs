@@ -171,7 +171,7 @@ fn snapshot(
 }
 
 /// An error and its causes on one line, for status messages. A cause whose text the message
-/// already contains is not repeated.
+/// already contains is not repeated; line breaks (regex errors draw carets) become spaces.
 pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut s = e.to_string();
     let mut cur = e.source();
@@ -183,7 +183,16 @@ pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
         }
         cur = c.source();
     }
-    s
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// `group/kind` as messages show it; the core group "" is shown as `core`.
+pub(crate) fn group_kind(group: &str, kind: &str) -> String {
+    if group.is_empty() {
+        format!("core/{kind}")
+    } else {
+        format!("{group}/{kind}")
+    }
 }
 
 #[cfg(test)]
