@@ -18,7 +18,7 @@ use super::api::{
     GatewayListenersTlsCertificateRefs, GatewayListenersTlsMode, ListenerConditionReason,
     ListenerConditionType, Namespace, creation_time,
 };
-use super::refs::{self, RefFrom, RefTo, ServerCert};
+use super::refs::{self, Certs, RefFrom, RefTo, ServerCert};
 use super::resources::Resources;
 use super::status::{
     ClassCondition, ClassConditionReason, ClassConditionType, GatewayClassStatus, GatewayCondition,
@@ -180,6 +180,7 @@ pub fn gateways(
     selected.sort_by(|a, b| {
         (creation_time(&a.0.metadata), &a.1).cmp(&(creation_time(&b.0.metadata), &b.1))
     });
+    let mut certs = Certs::new(resources);
     let mut states: Vec<GatewayState> = selected
         .into_iter()
         .map(|(gw, key)| GatewayState {
@@ -187,7 +188,7 @@ pub fn gateways(
                 .spec
                 .listeners
                 .iter()
-                .map(|l| listener(resources, &key.namespace, l))
+                .map(|l| listener(resources, &mut certs, &key.namespace, l))
                 .collect(),
             generation: gw.metadata.generation,
             key,
@@ -197,7 +198,12 @@ pub fn gateways(
     states
 }
 
-fn listener(resources: &Resources, gateway_ns: &str, l: &GatewayListeners) -> ListenerState {
+fn listener(
+    resources: &Resources,
+    certs: &mut Certs<'_>,
+    gateway_ns: &str,
+    l: &GatewayListeners,
+) -> ListenerState {
     let GatewayListeners {
         allowed_routes,
         hostname,
@@ -259,7 +265,7 @@ fn listener(resources: &Resources, gateway_ns: &str, l: &GatewayListeners) -> Li
         }
     }
     if protocol == Protocol::Https {
-        tls_of(&mut state, resources, gateway_ns, tls.as_ref());
+        tls_of(&mut state, resources, certs, gateway_ns, tls.as_ref());
         if state.not_accepted.is_some() {
             return state;
         }
@@ -359,6 +365,7 @@ fn label_selector(
 fn tls_of(
     state: &mut ListenerState,
     resources: &Resources,
+    certs: &mut Certs<'_>,
     gateway_ns: &str,
     tls: Option<&GatewayListenersTls>,
 ) {
@@ -379,7 +386,7 @@ fn tls_of(
         return;
     }
     for (i, r) in certificate_refs.iter().flatten().enumerate() {
-        match certificate(resources, gateway_ns, r) {
+        match certificate(resources, certs, gateway_ns, r) {
             Ok(cert) => state.certs.push(cert),
             Err((reason, msg)) => state
                 .ref_problems
@@ -399,6 +406,7 @@ fn tls_of(
 
 fn certificate(
     resources: &Resources,
+    certs: &mut Certs<'_>,
     gateway_ns: &str,
     GatewayListenersTlsCertificateRefs {
         group,
@@ -438,7 +446,7 @@ fn certificate(
             ));
         }
     }
-    refs::server_cert(resources, &secret).map_err(|e| {
+    certs.get(&secret).map_err(|e| {
         (
             ListenerConditionReason::InvalidCertificateRef,
             e.to_string(),

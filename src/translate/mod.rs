@@ -21,6 +21,8 @@ pub mod manifest;
 mod refs;
 pub mod resources;
 pub mod status;
+#[cfg(test)]
+mod test_support;
 
 use std::collections::BTreeMap;
 

@@ -84,6 +84,13 @@ pub struct Backends<'a> {
     cache: BTreeMap<BackendId, Arc<Backend>>,
 }
 
+/// Loads listener certificates, once per Secret: listeners that share a Secret share the
+/// `Arc<CertifiedKey>`.
+pub struct Certs<'a> {
+    resources: &'a Resources,
+    cache: BTreeMap<ObjectRef, ServerCert>,
+}
+
 // === ReferenceGrant ===
 
 /// Whether a ReferenceGrant in the target's namespace allows `from` to refer to `to`.
@@ -222,6 +229,24 @@ pub fn is_core_group(group: Option<&str>) -> bool {
 }
 
 // === Secret -> certificate ===
+
+impl<'a> Certs<'a> {
+    pub fn new(resources: &'a Resources) -> Self {
+        Self {
+            resources,
+            cache: BTreeMap::new(),
+        }
+    }
+
+    pub fn get(&mut self, secret: &ObjectRef) -> Result<ServerCert, CertError> {
+        if let Some(c) = self.cache.get(secret) {
+            return Ok(c.clone());
+        }
+        let c = server_cert(self.resources, secret)?;
+        self.cache.insert(secret.clone(), c.clone());
+        Ok(c)
+    }
+}
 
 /// Loads a listener certificate from a `kubernetes.io/tls` Secret: the chain from `tls.crt`,
 /// the key from `tls.key`, checked to match. Errors name the Secret, never its content.
