@@ -19,15 +19,9 @@
 //! ResolvedRefs=False names the ref (BackendNotFound, RefNotPermitted, InvalidKind). An
 //! unresolvable mirror backendRef leaves that mirror out, reported the same way.
 
-mod filters;
-mod matches;
-
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
-
-pub use filters::InvalidFilter;
-pub use matches::InvalidMatchSpec;
 
 use super::api::{
     ApiDuration, CORE_GROUP, GATEWAY_GROUP, HttpRoute, HttpRouteParentRefs, HttpRouteRules,
@@ -47,6 +41,12 @@ use crate::model::{
     Backend, BackendSet, BackendTarget, Filters, HostnameMatch, ObjectRef, PathMatch, RequestMatch,
     Rule, Timeouts, WeightedBackend,
 };
+
+mod filters;
+mod matches;
+
+pub use filters::InvalidFilter;
+pub use matches::InvalidMatchSpec;
 
 /// What route translation reads besides the route.
 pub struct RouteCtx<'a, 'b> {
@@ -161,103 +161,41 @@ pub fn translate_route(
         return None;
     }
     let generation = route.metadata.generation;
-
-    // The CRD defaults an absent rule list to one rule matching PathPrefix "/".
-    let default_rules = [HttpRouteRules::default()];
-    let rule_specs = match rules.as_deref() {
-        None | Some([]) => &default_rules[..],
-        Some(r) => r,
-    };
-    let mut refs = vec![];
-    let mut compiled = vec![];
-    let mut invalid_rules: Vec<String> = vec![];
-    for (i, spec) in rule_specs.iter().enumerate() {
-        let (rule, errors) = compile_rule(ctx, key, i, spec, &mut refs);
-        if !errors.is_empty() {
-            let why: Vec<String> = errors.iter().map(|e| error_chain(e)).collect();
-            invalid_rules.push(format!("rules[{i}]: {}", why.join(", ")));
-        }
-        compiled.push(rule);
-    }
-    let all_invalid = invalid_rules.len() == rule_specs.len();
+    let rules = compile_rules(ctx, key, rules.as_deref().unwrap_or_default());
 
     // Route-wide reasons not to attach anywhere.
-    let route_problem = match route_hostnames(hostnames.as_deref().unwrap_or_default()) {
-        Err(e) => Some(format!("invalid hostname: {}", error_chain(&e))),
-        Ok(_) if all_invalid => Some(format!(
+    let hosts = route_hostnames(hostnames.as_deref().unwrap_or_default());
+    let route_problem = match &hosts {
+        Err(e) => Some(format!("invalid hostname: {}", error_chain(e))),
+        Ok(_) if rules.invalid.len() == rules.compiled.len() => Some(format!(
             "every rule is invalid: {}",
-            invalid_rules.join("; ")
+            rules.invalid.join("; ")
         )),
         Ok(_) => None,
     };
-    let route_hosts = route_hostnames(hostnames.as_deref().unwrap_or_default()).unwrap_or_default();
+    let hosts = hosts.unwrap_or_default();
 
     let mut attachments: Vec<Attachment> = vec![];
     let mut statuses = vec![];
     for (parent, gw) in parents {
-        let cond = |t, s, r, m: String| RouteCondition::new(t, s, r, m, generation);
-        let mut conditions = vec![];
         let accepted = match &route_problem {
             Some(p) => Err((RouteConditionReason::UnsupportedValue, p.clone())),
-            None => attach(ctx, &key.namespace, &route_hosts, parent, gw),
+            None => attach(ctx, &key.namespace, &hosts, parent, gw),
         };
-        let is_accepted = accepted.is_ok();
-        conditions.push(match accepted {
-            Ok(found) => {
-                for a in found {
-                    if !attachments
-                        .iter()
-                        .any(|x| x.gateway == a.gateway && x.listener == a.listener)
-                    {
-                        attachments.push(a);
-                    }
+        let accepted = accepted.map(|found| {
+            for a in found {
+                let seen = attachments
+                    .iter()
+                    .any(|x| x.gateway == a.gateway && x.listener == a.listener);
+                if !seen {
+                    attachments.push(a);
                 }
-                let mut msg = "Route is accepted".to_string();
-                if !invalid_rules.is_empty() {
-                    msg.push_str("; invalid rules answer 500: ");
-                    msg.push_str(&invalid_rules.join("; "));
-                }
-                cond(
-                    RouteConditionType::Accepted,
-                    true,
-                    RouteConditionReason::Accepted,
-                    msg,
-                )
             }
-            Err((reason, msg)) => cond(RouteConditionType::Accepted, false, reason, msg),
         });
-        conditions.push(match refs.first() {
-            None => cond(
-                RouteConditionType::ResolvedRefs,
-                true,
-                RouteConditionReason::ResolvedRefs,
-                "All references are resolved".into(),
-            ),
-            Some(first) => cond(
-                RouteConditionType::ResolvedRefs,
-                false,
-                first.reason,
-                refs.iter()
-                    .map(|r| r.message.as_str())
-                    .collect::<Vec<_>>()
-                    .join("; "),
-            ),
-        });
-        if is_accepted && !invalid_rules.is_empty() {
-            conditions.push(cond(
-                RouteConditionType::PartiallyInvalid,
-                true,
-                RouteConditionReason::UnsupportedValue,
-                format!(
-                    "Dropped Rule(s), which answer 500 instead: {}",
-                    invalid_rules.join("; ")
-                ),
-            ));
-        }
         statuses.push(RouteParentStatus {
             parent_ref: echo(parent),
             controller_name: ctx.settings.controller_name.clone(),
-            conditions,
+            conditions: parent_conditions(accepted, &rules, generation),
         });
     }
     Some(RouteOutcome {
@@ -266,8 +204,68 @@ pub fn translate_route(
             parents: statuses,
         },
         attachments,
-        rules: compiled,
+        rules: rules.compiled,
     })
+}
+
+/// Accepted, ResolvedRefs, and PartiallyInvalid when some (not all) rules are invalid.
+fn parent_conditions(
+    accepted: Result<(), (RouteConditionReason, String)>,
+    rules: &CompiledRules,
+    generation: Option<i64>,
+) -> Vec<RouteCondition> {
+    let cond = |t, s, r, m: String| RouteCondition::new(t, s, r, m, generation);
+    let mut conditions = vec![];
+    let is_accepted = accepted.is_ok();
+    conditions.push(match accepted {
+        Ok(()) if rules.invalid.is_empty() => cond(
+            RouteConditionType::Accepted,
+            true,
+            RouteConditionReason::Accepted,
+            "Route is accepted".into(),
+        ),
+        Ok(()) => cond(
+            RouteConditionType::Accepted,
+            true,
+            RouteConditionReason::Accepted,
+            format!(
+                "Route is accepted; invalid rules answer 500: {}",
+                rules.invalid.join("; ")
+            ),
+        ),
+        Err((reason, msg)) => cond(RouteConditionType::Accepted, false, reason, msg),
+    });
+    conditions.push(match rules.refs.first() {
+        None => cond(
+            RouteConditionType::ResolvedRefs,
+            true,
+            RouteConditionReason::ResolvedRefs,
+            "All references are resolved".into(),
+        ),
+        Some(first) => cond(
+            RouteConditionType::ResolvedRefs,
+            false,
+            first.reason,
+            rules
+                .refs
+                .iter()
+                .map(|r| r.message.as_str())
+                .collect::<Vec<_>>()
+                .join("; "),
+        ),
+    });
+    if is_accepted && !rules.invalid.is_empty() {
+        conditions.push(cond(
+            RouteConditionType::PartiallyInvalid,
+            true,
+            RouteConditionReason::UnsupportedValue,
+            format!(
+                "Dropped Rule(s), which answer 500 instead: {}",
+                rules.invalid.join("; ")
+            ),
+        ));
+    }
+    conditions
 }
 
 /// parentRefs that name an in-scope Gateway, without repeats. Refs to other kinds or to
@@ -444,6 +442,42 @@ fn route_hostnames(hostnames: &[String]) -> Result<Vec<HostnameMatch>, InvalidRo
 
 // === rules ===
 
+/// Every rule of a route, with what went wrong, for the status.
+struct CompiledRules {
+    compiled: Vec<CompiledRule>,
+    /// One line per invalid rule: `rules[i]: why`.
+    invalid: Vec<String>,
+    refs: Vec<RefProblem>,
+}
+
+fn compile_rules(
+    ctx: &mut RouteCtx<'_, '_>,
+    key: &ObjectRef,
+    specs: &[HttpRouteRules],
+) -> CompiledRules {
+    // The CRD defaults an absent rule list to one rule matching PathPrefix "/".
+    let default_rules = [HttpRouteRules::default()];
+    let specs = if specs.is_empty() {
+        &default_rules[..]
+    } else {
+        specs
+    };
+    let mut out = CompiledRules {
+        compiled: vec![],
+        invalid: vec![],
+        refs: vec![],
+    };
+    for (i, spec) in specs.iter().enumerate() {
+        let (rule, errors) = compile_rule(ctx, key, i, spec, &mut out.refs);
+        if !errors.is_empty() {
+            let why: Vec<String> = errors.iter().map(|e| error_chain(e)).collect();
+            out.invalid.push(format!("rules[{i}]: {}", why.join(", ")));
+        }
+        out.compiled.push(rule);
+    }
+    out
+}
+
 fn compile_rule(
     ctx: &mut RouteCtx<'_, '_>,
     key: &ObjectRef,
@@ -480,117 +514,52 @@ fn compile_rule(
     let backends = &mut *ctx.backends;
     let mut resolve =
         |spec: BackendRefSpec<'_>| resolve_backend(resources, backends, route_ns, spec);
-
-    let rule_filters = {
-        let mut fctx = filters::FilterCtx {
-            prefix_only,
-            resolve: &mut resolve,
-            unresolved: vec![],
-        };
-        let f = filters::filters(filters.as_deref().unwrap_or_default(), &mut fctx);
-        for (fi, e) in fctx.unresolved {
-            refs.push(RefProblem::new(
-                format!("rules[{index}].filters[{fi}].requestMirror"),
-                &e,
-            ));
-        }
-        f.unwrap_or_else(|(i, e)| {
-            errors.push(InvalidRule::Filter(i, e));
-            Filters::default()
-        })
+    let mut rules_filters = RuleFilters {
+        prefix_only,
+        resolve: &mut resolve,
+        refs,
     };
 
-    let mut weighted = vec![];
-    for (bi, b) in backend_refs.iter().flatten().enumerate() {
-        let HttpRouteRulesBackendRefs {
-            filters: backend_filters,
-            group,
-            kind,
-            name,
-            namespace,
-            port,
-            weight,
-        } = b;
-        let Ok(weight) = u32::try_from(weight.unwrap_or(1)) else {
-            errors.push(InvalidRule::NegativeWeight(bi));
-            continue;
-        };
-        let spec = BackendRefSpec {
-            group: group.as_deref(),
-            kind: kind.as_deref(),
-            name,
-            namespace: namespace.as_deref(),
-            port: *port,
-        };
-        let target = match resolve(spec) {
-            Ok(b) => BackendTarget::Service(b),
-            Err(e) => {
-                refs.push(RefProblem::new(
-                    format!("rules[{index}].backendRefs[{bi}]"),
-                    &e,
-                ));
-                BackendTarget::Invalid
-            }
-        };
-        let mut converted: Vec<HttpRouteRulesFilters> = vec![];
-        for (fi, f) in backend_filters.iter().flatten().enumerate() {
-            match backend_filter_as_rule_filter(f) {
-                Ok(f) => converted.push(f),
-                Err(e) => errors.push(InvalidRule::BackendFilter(
-                    bi,
-                    fi,
-                    InvalidFilter::Convert(e),
-                )),
-            }
-        }
-        let mut fctx = filters::FilterCtx {
-            prefix_only,
-            resolve: &mut resolve,
-            unresolved: vec![],
-        };
-        let f = filters::filters(&converted, &mut fctx);
-        for (fi, e) in fctx.unresolved {
-            refs.push(RefProblem::new(
-                format!("rules[{index}].backendRefs[{bi}].filters[{fi}].requestMirror"),
-                &e,
-            ));
-        }
-        let filters = f.unwrap_or_else(|(fi, e)| {
-            errors.push(InvalidRule::BackendFilter(bi, fi, e));
+    let rule_filters = rules_filters
+        .translate(
+            filters.as_deref().unwrap_or_default(),
+            &format!("rules[{index}]"),
+        )
+        .unwrap_or_else(|(i, e)| {
+            errors.push(InvalidRule::Filter(i, e));
             Filters::default()
         });
-        weighted.push(WeightedBackend {
-            weight,
-            target,
-            filters,
-        });
+    let mut weighted = vec![];
+    for (bi, b) in backend_refs.iter().flatten().enumerate() {
+        match rules_filters.weighted_backend(index, bi, b) {
+            Ok(w) => weighted.push(w),
+            Err(e) => errors.push(e),
+        }
     }
-
     let timeouts = timeouts
         .as_ref()
-        .map_or(Ok(Timeouts::default()), rule_timeouts);
-    let timeouts = timeouts.unwrap_or_else(|e| {
-        errors.push(e);
-        Timeouts::default()
-    });
+        .map_or(Ok(Timeouts::default()), rule_timeouts)
+        .unwrap_or_else(|e| {
+            errors.push(e);
+            Timeouts::default()
+        });
 
-    let rule = if errors.is_empty() {
-        Rule {
-            route: key.clone(),
-            index,
-            filters: rule_filters,
-            backends: BackendSet::new(weighted),
-            timeouts,
-        }
-    } else {
-        // Invalid: answers 500 (see the module docs).
-        Rule {
-            route: key.clone(),
-            index,
-            filters: Filters::default(),
-            backends: BackendSet::default(),
-            timeouts: Timeouts::default(),
-        }
+    let valid = errors.is_empty();
+    // Invalid: no filters, no backends, so it answers 500 (see the module docs).
+    let rule = Rule {
+        route: key.clone(),
+        index,
+        filters: if valid {
+            rule_filters
+        } else {
+            Filters::default()
+        },
+        backends: if valid {
+            BackendSet::new(weighted)
+        } else {
+            BackendSet::default()
+        },
+        timeouts: if valid { timeouts } else { Timeouts::default() },
     };
     (
         CompiledRule {
@@ -599,6 +568,89 @@ fn compile_rule(
         },
         errors,
     )
+}
+
+/// Translates filter lists and backendRefs of one rule, recording unresolved refs.
+struct RuleFilters<'r, 'f> {
+    prefix_only: bool,
+    resolve: &'f mut dyn FnMut(BackendRefSpec<'_>) -> Result<Arc<Backend>, BackendRefError>,
+    refs: &'r mut Vec<RefProblem>,
+}
+
+impl RuleFilters<'_, '_> {
+    /// One filter list; `at` locates it in messages (`rules[0]`, `rules[0].backendRefs[1]`).
+    fn translate(
+        &mut self,
+        list: &[HttpRouteRulesFilters],
+        at: &str,
+    ) -> Result<Filters, (usize, InvalidFilter)> {
+        let mut fctx = filters::FilterCtx {
+            prefix_only: self.prefix_only,
+            resolve: &mut *self.resolve,
+            unresolved: vec![],
+        };
+        let out = filters::filters(list, &mut fctx);
+        for (fi, e) in fctx.unresolved {
+            self.refs.push(RefProblem::new(
+                format!("{at}.filters[{fi}].requestMirror"),
+                &e,
+            ));
+        }
+        out
+    }
+
+    /// One backendRef: an unresolved ref keeps its weight as `Invalid` (500s); an invalid
+    /// weight or filter makes the whole rule invalid.
+    fn weighted_backend(
+        &mut self,
+        rule: usize,
+        bi: usize,
+        b: &HttpRouteRulesBackendRefs,
+    ) -> Result<WeightedBackend, InvalidRule> {
+        let HttpRouteRulesBackendRefs {
+            filters,
+            group,
+            kind,
+            name,
+            namespace,
+            port,
+            weight,
+        } = b;
+        let weight =
+            u32::try_from(weight.unwrap_or(1)).map_err(|_| InvalidRule::NegativeWeight(bi))?;
+        let at = format!("rules[{rule}].backendRefs[{bi}]");
+        let spec = BackendRefSpec {
+            group: group.as_deref(),
+            kind: kind.as_deref(),
+            name,
+            namespace: namespace.as_deref(),
+            port: *port,
+        };
+        let target = match (self.resolve)(spec) {
+            Ok(b) => BackendTarget::Service(b),
+            Err(e) => {
+                self.refs.push(RefProblem::new(at.clone(), &e));
+                BackendTarget::Invalid
+            }
+        };
+        let converted = filters
+            .iter()
+            .flatten()
+            .enumerate()
+            .map(|(fi, f)| {
+                backend_filter_as_rule_filter(f)
+                    .map_err(|e| InvalidRule::BackendFilter(bi, fi, InvalidFilter::Convert(e)))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let filters = self
+            .translate(&converted, &at)
+            .map_err(|(fi, e)| InvalidRule::BackendFilter(bi, fi, e))?;
+        Ok(WeightedBackend {
+            weight,
+            target,
+            filters,
+        })
+    }
 }
 
 /// Resolves a backendRef (or mirror backendRef) to a Service port.
