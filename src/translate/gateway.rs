@@ -6,6 +6,11 @@
 //! GatewayClass (ours?) ─> Gateway (in scope?) ─> ListenerState ─┬─> model::Port (if programmed)
 //!                                                               └─> ListenerStatus
 //! ```
+//!
+//! Not read: `spec.addresses` and `spec.infrastructure` (pier binds its own host's ports; it
+//! assigns no addresses), listener `tls.options`, and frontend client validation (`spec.tls`).
+//! A listener is programmed when it is accepted, not conflicted and, for HTTPS, has at least one
+//! usable certificate; certificateRefs that fail are reported in ResolvedRefs either way.
 
 use std::collections::{BTreeMap, BTreeSet};
 

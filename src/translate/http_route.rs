@@ -48,6 +48,9 @@ mod matches;
 pub use filters::InvalidFilter;
 pub use matches::InvalidMatchSpec;
 
+/// The largest backendRef weight the API allows.
+const MAX_WEIGHT: u32 = 1_000_000;
+
 /// What route translation reads besides the route.
 pub struct RouteCtx<'a, 'b> {
     pub resources: &'a Resources,
@@ -117,8 +120,8 @@ pub enum InvalidRule {
     Filter(usize, #[source] InvalidFilter),
     #[error("backendRefs[{0}].filters[{1}]")]
     BackendFilter(usize, usize, #[source] InvalidFilter),
-    #[error("backendRefs[{0}]: weight must not be negative")]
-    NegativeWeight(usize),
+    #[error("backendRefs[{0}]: weight {1} is outside 0-1000000")]
+    Weight(usize, i32),
     #[error("timeouts.{0}: {1:?} is not a Gateway API duration (like 10s, 500ms, 1h30m)")]
     Timeout(&'static str, String),
     #[error("timeouts: backendRequest must not be longer than request")]
@@ -616,8 +619,12 @@ impl RuleFilters<'_, '_> {
             port,
             weight,
         } = b;
-        let weight =
-            u32::try_from(weight.unwrap_or(1)).map_err(|_| InvalidRule::NegativeWeight(bi))?;
+        // The API's bounds; they also keep a rule's total weight far from u32 overflow.
+        let weight = weight.unwrap_or(1);
+        let weight = u32::try_from(weight)
+            .ok()
+            .filter(|w| *w <= MAX_WEIGHT)
+            .ok_or(InvalidRule::Weight(bi, weight))?;
         let at = format!("rules[{rule}].backendRefs[{bi}]");
         let spec = BackendRefSpec {
             group: group.as_deref(),

@@ -77,6 +77,20 @@ struct TypeMeta {
     kind: String,
 }
 
+/// The kinds pier reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    GatewayClass,
+    Gateway,
+    HttpRoute,
+    ReferenceGrant,
+    Namespace,
+    Service,
+    Secret,
+    ConfigMap,
+    EndpointSlice,
+}
+
 /// One `---`-separated document.
 struct Doc<'t> {
     /// 1-based.
@@ -151,24 +165,15 @@ fn parse_document(
         .api_version
         .rsplit_once('/')
         .unwrap_or(("", tm.api_version.as_str()));
-    let kind = tm.kind.as_str();
-    let gateway_versions: &[&str] = &["v1", "v1beta1"];
-    let supported: &[&str] = match (group, kind) {
-        (GATEWAY_GROUP, "GatewayClass" | "Gateway" | "HTTPRoute" | "ReferenceGrant") => {
-            gateway_versions
-        }
-        ("", "Namespace" | "Service" | "Secret" | "ConfigMap") => &["v1"],
-        ("discovery.k8s.io", "EndpointSlice") => &["v1"],
-        _ => {
-            return Ok(Some(SkippedKind {
-                document: doc.number,
-                line: doc.line,
-                api_version: tm.api_version.clone(),
-                kind: tm.kind.clone(),
-            }));
-        }
+    let Some(kind) = Kind::of(group, &tm.kind) else {
+        return Ok(Some(SkippedKind {
+            document: doc.number,
+            line: doc.line,
+            api_version: tm.api_version.clone(),
+            kind: tm.kind.clone(),
+        }));
     };
-    if !supported.contains(&version) {
+    if !kind.versions().contains(&version) {
         return Err(ManifestError::ApiVersion {
             document: doc.number,
             line: doc.line,
@@ -176,59 +181,55 @@ fn parse_document(
             api_version: tm.api_version.clone(),
         });
     }
+    let k = tm.kind.as_str();
     match kind {
-        "GatewayClass" => {
-            let mut o: GatewayClass = doc.parse(kind)?;
-            let name = doc.name(kind, &mut o.metadata)?;
+        Kind::GatewayClass => {
+            let mut o: GatewayClass = doc.parse(k)?;
+            let name = doc.name(k, &mut o.metadata)?;
             resources.gateway_classes.insert(name, o);
         }
-        "Namespace" => {
-            let mut o: Namespace = doc.parse(kind)?;
-            let name = doc.name(kind, &mut o.metadata)?;
+        Kind::Namespace => {
+            let mut o: Namespace = doc.parse(k)?;
+            let name = doc.name(k, &mut o.metadata)?;
             resources.namespaces.insert(name, o);
         }
-        "Gateway" => {
-            let mut o: Gateway = doc.parse(kind)?;
-            resources
-                .gateways
-                .insert(doc.key(kind, &mut o.metadata)?, o);
+        Kind::Gateway => {
+            let mut o: Gateway = doc.parse(k)?;
+            resources.gateways.insert(doc.key(k, &mut o.metadata)?, o);
         }
-        "HTTPRoute" => {
-            let mut o: HttpRoute = doc.parse(kind)?;
+        Kind::HttpRoute => {
+            let mut o: HttpRoute = doc.parse(k)?;
             resources
                 .http_routes
-                .insert(doc.key(kind, &mut o.metadata)?, o);
+                .insert(doc.key(k, &mut o.metadata)?, o);
         }
-        "ReferenceGrant" => {
-            let mut o: ReferenceGrant = doc.parse(kind)?;
+        Kind::ReferenceGrant => {
+            let mut o: ReferenceGrant = doc.parse(k)?;
             resources
                 .reference_grants
-                .insert(doc.key(kind, &mut o.metadata)?, o);
+                .insert(doc.key(k, &mut o.metadata)?, o);
         }
-        "Service" => {
-            let mut o: Service = doc.parse(kind)?;
-            resources
-                .services
-                .insert(doc.key(kind, &mut o.metadata)?, o);
+        Kind::Service => {
+            let mut o: Service = doc.parse(k)?;
+            resources.services.insert(doc.key(k, &mut o.metadata)?, o);
         }
-        "EndpointSlice" => {
-            let mut o: EndpointSlice = doc.parse(kind)?;
+        Kind::EndpointSlice => {
+            let mut o: EndpointSlice = doc.parse(k)?;
             resources
                 .endpoint_slices
-                .insert(doc.key(kind, &mut o.metadata)?, o);
+                .insert(doc.key(k, &mut o.metadata)?, o);
         }
-        "Secret" => {
-            let mut o: Secret = doc.parse(kind)?;
+        Kind::Secret => {
+            let mut o: Secret = doc.parse(k)?;
             merge_string_data(&mut o);
-            resources.secrets.insert(doc.key(kind, &mut o.metadata)?, o);
+            resources.secrets.insert(doc.key(k, &mut o.metadata)?, o);
         }
-        "ConfigMap" => {
-            let mut o: ConfigMap = doc.parse(kind)?;
+        Kind::ConfigMap => {
+            let mut o: ConfigMap = doc.parse(k)?;
             resources
                 .config_maps
-                .insert(doc.key(kind, &mut o.metadata)?, o);
+                .insert(doc.key(k, &mut o.metadata)?, o);
         }
-        _ => unreachable!("kinds are filtered above"),
     }
     Ok(None)
 }
@@ -242,6 +243,37 @@ fn merge_string_data(s: &mut Secret) {
     let data = s.data.get_or_insert_with(Default::default);
     for (k, v) in string_data {
         data.insert(k, ByteString(v.into_bytes()));
+    }
+}
+
+// === impl Kind ===
+
+impl Kind {
+    fn of(group: &str, kind: &str) -> Option<Self> {
+        Some(match (group, kind) {
+            (GATEWAY_GROUP, "GatewayClass") => Self::GatewayClass,
+            (GATEWAY_GROUP, "Gateway") => Self::Gateway,
+            (GATEWAY_GROUP, "HTTPRoute") => Self::HttpRoute,
+            (GATEWAY_GROUP, "ReferenceGrant") => Self::ReferenceGrant,
+            ("", "Namespace") => Self::Namespace,
+            ("", "Service") => Self::Service,
+            ("", "Secret") => Self::Secret,
+            ("", "ConfigMap") => Self::ConfigMap,
+            ("discovery.k8s.io", "EndpointSlice") => Self::EndpointSlice,
+            _ => return None,
+        })
+    }
+
+    /// Versions read into the same typed struct. The v1beta1 Gateway API kinds are
+    /// schema-compatible with v1 (ReferenceGrant is still mostly written as v1beta1).
+    fn versions(self) -> &'static [&'static str] {
+        match self {
+            Self::GatewayClass | Self::Gateway | Self::HttpRoute | Self::ReferenceGrant => {
+                &["v1", "v1beta1"]
+            }
+            Self::Namespace | Self::Service | Self::Secret | Self::ConfigMap => &["v1"],
+            Self::EndpointSlice => &["v1"],
+        }
     }
 }
 

@@ -291,6 +291,19 @@ fn weight_defaults_to_one_and_zero_is_kept() {
 }
 
 #[test]
+fn weight_outside_the_api_bounds_invalidates_the_rule() {
+    for w in ["-1", "1000001"] {
+        let t = run_with_base(&backend_refs(&format!(
+            "[{{name: svc, port: 80, weight: {w}}}]"
+        )));
+        let (ok, reason, msg) = route_cond(route(&t, "default", "r"), C::Accepted);
+        assert!(!ok, "{w}");
+        assert_eq!(reason, "UnsupportedValue");
+        assert!(msg.contains("weight"), "{msg}");
+    }
+}
+
+#[test]
 fn backends_are_shared_across_rules() {
     let t = run_with_base(&route_yaml(
         "r",
