@@ -44,10 +44,13 @@ async fn run_cmd(a: RunArgs) -> anyhow::Result<()> {
 /// `pier check`: load, translate, render every computed status as YAML.
 pub fn check(a: &CheckArgs) -> anyhow::Result<String> {
     let loaded = crate::source::files::load(&a.manifests)?;
+    for (path, kind) in &loaded.skipped {
+        eprintln!("skipped {kind} in {}", path.display());
+    }
     let translation =
         crate::translate::translate(&loaded.resources, &a.common.translate_settings());
-    let _ = translation;
-    Ok(String::new())
+    serde_saphyr::to_string(&translation.status.objects())
+        .context("cannot render the status as YAML")
 }
 
 /// Ctrl-C or SIGTERM.

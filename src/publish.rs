@@ -52,15 +52,24 @@ impl Publisher {
     /// Translates and publishes. Runs the (CPU-bound) translation on the blocking pool.
     pub async fn publish(&mut self, resources: Resources) -> u64 {
         let settings = self.settings.clone();
-        let translation =
-            tokio::task::spawn_blocking(move || translate::translate(&resources, &settings))
-                .await
-                .expect("translation does not panic");
+        let pool = self.shared.snapshot.load().endpoint_pool();
+        let translation = tokio::task::spawn_blocking(move || {
+            translate::translate_with(&resources, &settings, &pool)
+        })
+        .await
+        .expect("translation does not panic");
         self.store(translation)
     }
 
     fn store(&mut self, translation: Translation) -> u64 {
-        let Translation { mut snapshot, .. } = translation;
+        let Translation {
+            mut snapshot,
+            status,
+        } = translation;
+        match serde_json::to_value(status.objects()) {
+            Ok(v) => self.shared.translation_status.store(Arc::new(v)),
+            Err(e) => tracing::error!(error = %e, "cannot render status"),
+        }
         self.generation += 1;
         snapshot.generation = self.generation;
         let listeners: usize = snapshot.ports.iter().map(|p| p.listeners.len()).sum();

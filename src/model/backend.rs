@@ -103,6 +103,34 @@ pub struct Timeouts {
     pub backend_request: Option<Duration>,
 }
 
+/// Load state of every endpoint address of a snapshot, handed to the next translation so that
+/// in-flight counts and ejections survive a reload. Pure data: translation looks addresses up
+/// and starts new ones at zero.
+#[derive(Clone, Debug, Default)]
+pub struct EndpointPool(std::collections::HashMap<SocketAddr, Arc<EndpointStats>>);
+
+impl EndpointPool {
+    /// An endpoint for `addr`, sharing its stats with the previous snapshot's.
+    pub fn endpoint(&self, addr: SocketAddr) -> Endpoint {
+        Endpoint {
+            addr,
+            stats: self.0.get(&addr).cloned().unwrap_or_default(),
+        }
+    }
+
+    pub fn insert(&mut self, e: &Endpoint) {
+        self.0.entry(e.addr).or_insert_with(|| e.stats.clone());
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
 // === impl BackendSet ===
 
 impl BackendSet {

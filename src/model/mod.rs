@@ -22,8 +22,8 @@ use std::fmt;
 use serde::Serialize;
 
 pub use backend::{
-    AppProtocol, Backend, BackendId, BackendSet, BackendTarget, Endpoint, EndpointStats, Timeouts,
-    WeightedBackend,
+    AppProtocol, Backend, BackendId, BackendSet, BackendTarget, Endpoint, EndpointPool,
+    EndpointStats, Timeouts, WeightedBackend,
 };
 pub use filter::{Filters, HeaderModifier, Mirror, PathModifier, Redirect, UrlRewrite};
 pub use host::{HostRank, HostnameMatch};

@@ -101,6 +101,23 @@ impl RouteTable {
             + self.any.len()
     }
 
+    /// The hostname buckets in lookup order, for stable dumps (tests, `pier check`): exact
+    /// names sorted, then wildcards longest suffix first, then `None` for any host.
+    pub fn buckets(&self) -> Vec<(Option<HostnameMatch>, &[Entry])> {
+        let mut exact: Vec<_> = self.exact.iter().collect();
+        exact.sort_by(|a, b| a.0.cmp(b.0));
+        exact
+            .into_iter()
+            .map(|(h, v)| (Some(HostnameMatch::Exact(h.clone())), v.as_slice()))
+            .chain(
+                self.wildcard
+                    .iter()
+                    .map(|(s, v)| (Some(HostnameMatch::Wildcard(s.clone())), v.as_slice())),
+            )
+            .chain((!self.any.is_empty()).then_some((None, self.any.as_slice())))
+            .collect()
+    }
+
     /// Every rule in the table (with repeats), for carrying state across snapshots.
     pub fn entries(&self) -> impl Iterator<Item = &Entry> {
         self.exact

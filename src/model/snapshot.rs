@@ -69,6 +69,29 @@ pub struct Listener {
 // === impl Snapshot ===
 
 impl Snapshot {
+    /// The load state of every endpoint this snapshot routes or mirrors to.
+    pub fn endpoint_pool(&self) -> super::backend::EndpointPool {
+        use super::backend::BackendTarget;
+        let mut pool = super::backend::EndpointPool::default();
+        let mut add = |b: &super::backend::Backend| b.endpoints.iter().for_each(|e| pool.insert(e));
+        for entry in self
+            .ports
+            .iter()
+            .flat_map(|p| &p.listeners)
+            .flat_map(|l| l.routes.entries())
+        {
+            let rule = &entry.rule;
+            rule.filters.mirrors.iter().for_each(|m| add(&m.backend));
+            for wb in &rule.backends.backends {
+                if let BackendTarget::Service(b) = &wb.target {
+                    add(b);
+                }
+                wb.filters.mirrors.iter().for_each(|m| add(&m.backend));
+            }
+        }
+        pool
+    }
+
     pub fn port(&self, port: u16) -> Option<&Port> {
         self.ports
             .binary_search_by_key(&port, |p| p.port)

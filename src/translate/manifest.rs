@@ -1,12 +1,33 @@
-//! TEMPORARY stub on main; replaced by the translate branch.
-use super::Resources;
+//! Multi-document YAML manifests (what users `kubectl apply`) -> [`Resources`]. Pure: it takes
+//! text; the file source reads files and calls it, and so do the golden tests.
+//!
+//! Documents are separated by lines that are exactly `---`. Each document's `apiVersion` and
+//! `kind` are read first through a tiny [`TypeMeta`], then the document is deserialized
+//! straight into the typed API struct (never into an untyped value). Kinds pier does not read
+//! are returned as [`SkippedKind`]s, not errors. Namespaced objects without a namespace land in
+//! `default`, as kubectl would put them. A later object with the same key replaces an earlier.
 
-#[derive(Debug)]
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+
+use super::api::{
+    ByteString, ConfigMap, EndpointSlice, GATEWAY_GROUP, Gateway, GatewayClass, HttpRoute,
+    Namespace, ObjectMeta, ReferenceGrant, Secret, Service,
+};
+use super::resources::{ObjectKey, Resources};
+
+/// A document of a kind pier does not read.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SkippedKind {
+    /// 1-based document number in the text.
+    pub document: usize,
+    /// 1-based line where the document starts.
+    pub line: usize,
     pub api_version: String,
     pub kind: String,
 }
 
+/// Shown as `apiVersion/kind`.
 impl std::fmt::Display for SkippedKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}/{}", self.api_version, self.kind)
@@ -14,15 +35,291 @@ impl std::fmt::Display for SkippedKind {
 }
 
 #[derive(Debug, thiserror::Error)]
-#[error("document {index}: {reason}")]
-pub struct ManifestError {
-    pub index: usize,
-    pub reason: String,
+pub enum ManifestError {
+    #[error("document {document} (line {line}): not a Kubernetes object")]
+    TypeMeta {
+        document: usize,
+        line: usize,
+        #[source]
+        source: Box<serde_saphyr::Error>,
+    },
+    #[error("document {document} (line {line}): no kind")]
+    MissingKind { document: usize, line: usize },
+    #[error("document {document} (line {line}): {kind} {api_version} is not supported")]
+    ApiVersion {
+        document: usize,
+        line: usize,
+        kind: String,
+        api_version: String,
+    },
+    #[error("document {document} (line {line}): invalid {kind}")]
+    Object {
+        document: usize,
+        line: usize,
+        kind: String,
+        #[source]
+        source: Box<serde_saphyr::Error>,
+    },
+    #[error("document {document} (line {line}): {kind} has no metadata.name")]
+    MissingName {
+        document: usize,
+        line: usize,
+        kind: String,
+    },
 }
 
-pub fn parse_manifests(
-    _text: &str,
-    _resources: &mut Resources,
-) -> Result<Vec<SkippedKind>, ManifestError> {
-    Ok(vec![])
+/// Only what is needed to pick the typed struct.
+#[derive(Deserialize)]
+struct TypeMeta {
+    #[serde(rename = "apiVersion", default)]
+    api_version: String,
+    #[serde(default)]
+    kind: String,
 }
+
+/// The kinds pier reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    GatewayClass,
+    Gateway,
+    HttpRoute,
+    ReferenceGrant,
+    Namespace,
+    Service,
+    Secret,
+    ConfigMap,
+    EndpointSlice,
+}
+
+/// One `---`-separated document.
+struct Doc<'t> {
+    /// 1-based.
+    number: usize,
+    /// 1-based line of the document's first line.
+    line: usize,
+    text: &'t str,
+}
+
+/// Parses every document of `text` into `resources`. Returns the documents whose kind pier
+/// does not read; fails on the first document that cannot be read.
+pub fn parse_manifests(
+    text: &str,
+    resources: &mut Resources,
+) -> Result<Vec<SkippedKind>, ManifestError> {
+    let mut skipped = vec![];
+    for doc in documents(text) {
+        if let Some(s) = parse_document(&doc, resources)? {
+            skipped.push(s);
+        }
+    }
+    Ok(skipped)
+}
+
+/// Splits on lines that are exactly `---` (trailing whitespace allowed); drops documents that
+/// hold only blank lines and comments.
+fn documents(text: &str) -> Vec<Doc<'_>> {
+    // (start byte, end byte, first line) of every document.
+    let mut spans = vec![];
+    let (mut start, mut start_line, mut offset) = (0, 1, 0);
+    for (i, line) in text.split_inclusive('\n').enumerate() {
+        if line.trim_end() == "---" {
+            spans.push((start, offset, start_line));
+            start = offset + line.len();
+            start_line = i + 2;
+        }
+        offset += line.len();
+    }
+    spans.push((start, text.len(), start_line));
+    spans
+        .into_iter()
+        .enumerate()
+        .map(|(i, (from, to, line))| Doc {
+            number: i + 1,
+            line,
+            text: &text[from..to],
+        })
+        .filter(|d| {
+            !d.text
+                .lines()
+                .all(|l| l.trim().is_empty() || l.trim_start().starts_with('#'))
+        })
+        .collect()
+}
+
+fn parse_document(
+    doc: &Doc<'_>,
+    resources: &mut Resources,
+) -> Result<Option<SkippedKind>, ManifestError> {
+    let tm: TypeMeta = serde_saphyr::from_str(doc.text).map_err(|e| ManifestError::TypeMeta {
+        document: doc.number,
+        line: doc.line_of(&e),
+        source: Box::new(e),
+    })?;
+    if tm.kind.is_empty() {
+        return Err(ManifestError::MissingKind {
+            document: doc.number,
+            line: doc.line,
+        });
+    }
+    let (group, version) = tm
+        .api_version
+        .rsplit_once('/')
+        .unwrap_or(("", tm.api_version.as_str()));
+    let Some(kind) = Kind::of(group, &tm.kind) else {
+        return Ok(Some(SkippedKind {
+            document: doc.number,
+            line: doc.line,
+            api_version: tm.api_version.clone(),
+            kind: tm.kind.clone(),
+        }));
+    };
+    if !kind.versions().contains(&version) {
+        return Err(ManifestError::ApiVersion {
+            document: doc.number,
+            line: doc.line,
+            kind: tm.kind.clone(),
+            api_version: tm.api_version.clone(),
+        });
+    }
+    let k = tm.kind.as_str();
+    match kind {
+        Kind::GatewayClass => {
+            let mut o: GatewayClass = doc.parse(k)?;
+            let name = doc.name(k, &mut o.metadata)?;
+            resources.gateway_classes.insert(name, o);
+        }
+        Kind::Namespace => {
+            let mut o: Namespace = doc.parse(k)?;
+            let name = doc.name(k, &mut o.metadata)?;
+            resources.namespaces.insert(name, o);
+        }
+        Kind::Gateway => {
+            let mut o: Gateway = doc.parse(k)?;
+            resources.gateways.insert(doc.key(k, &mut o.metadata)?, o);
+        }
+        Kind::HttpRoute => {
+            let mut o: HttpRoute = doc.parse(k)?;
+            resources
+                .http_routes
+                .insert(doc.key(k, &mut o.metadata)?, o);
+        }
+        Kind::ReferenceGrant => {
+            let mut o: ReferenceGrant = doc.parse(k)?;
+            resources
+                .reference_grants
+                .insert(doc.key(k, &mut o.metadata)?, o);
+        }
+        Kind::Service => {
+            let mut o: Service = doc.parse(k)?;
+            resources.services.insert(doc.key(k, &mut o.metadata)?, o);
+        }
+        Kind::EndpointSlice => {
+            let mut o: EndpointSlice = doc.parse(k)?;
+            resources
+                .endpoint_slices
+                .insert(doc.key(k, &mut o.metadata)?, o);
+        }
+        Kind::Secret => {
+            let mut o: Secret = doc.parse(k)?;
+            merge_string_data(&mut o);
+            resources.secrets.insert(doc.key(k, &mut o.metadata)?, o);
+        }
+        Kind::ConfigMap => {
+            let mut o: ConfigMap = doc.parse(k)?;
+            resources
+                .config_maps
+                .insert(doc.key(k, &mut o.metadata)?, o);
+        }
+    }
+    Ok(None)
+}
+
+/// `stringData` is write-only sugar for `data`; the API server merges it (stringData wins),
+/// so translation only ever reads `data`.
+fn merge_string_data(s: &mut Secret) {
+    let Some(string_data) = s.string_data.take() else {
+        return;
+    };
+    let data = s.data.get_or_insert_with(Default::default);
+    for (k, v) in string_data {
+        data.insert(k, ByteString(v.into_bytes()));
+    }
+}
+
+// === impl Kind ===
+
+impl Kind {
+    fn of(group: &str, kind: &str) -> Option<Self> {
+        Some(match (group, kind) {
+            (GATEWAY_GROUP, "GatewayClass") => Self::GatewayClass,
+            (GATEWAY_GROUP, "Gateway") => Self::Gateway,
+            (GATEWAY_GROUP, "HTTPRoute") => Self::HttpRoute,
+            (GATEWAY_GROUP, "ReferenceGrant") => Self::ReferenceGrant,
+            ("", "Namespace") => Self::Namespace,
+            ("", "Service") => Self::Service,
+            ("", "Secret") => Self::Secret,
+            ("", "ConfigMap") => Self::ConfigMap,
+            ("discovery.k8s.io", "EndpointSlice") => Self::EndpointSlice,
+            _ => return None,
+        })
+    }
+
+    /// Versions read into the same typed struct. The v1beta1 Gateway API kinds are
+    /// schema-compatible with v1 (ReferenceGrant is still mostly written as v1beta1).
+    fn versions(self) -> &'static [&'static str] {
+        match self {
+            Self::GatewayClass | Self::Gateway | Self::HttpRoute | Self::ReferenceGrant => {
+                &["v1", "v1beta1"]
+            }
+            Self::Namespace | Self::Service | Self::Secret | Self::ConfigMap => &["v1"],
+            Self::EndpointSlice => &["v1"],
+        }
+    }
+}
+
+// === impl Doc ===
+
+impl Doc<'_> {
+    fn parse<T: DeserializeOwned>(&self, kind: &str) -> Result<T, ManifestError> {
+        serde_saphyr::from_str(self.text).map_err(|e| ManifestError::Object {
+            document: self.number,
+            line: self.line_of(&e),
+            kind: kind.to_string(),
+            source: Box::new(e),
+        })
+    }
+
+    /// The absolute line of a parse error.
+    fn line_of(&self, e: &serde_saphyr::Error) -> usize {
+        let rel = e
+            .location()
+            .and_then(|l| usize::try_from(l.line()).ok())
+            .unwrap_or(1);
+        self.line + rel.saturating_sub(1)
+    }
+
+    fn name(&self, kind: &str, meta: &mut ObjectMeta) -> Result<String, ManifestError> {
+        meta.name
+            .clone()
+            .filter(|n| !n.is_empty())
+            .ok_or_else(|| ManifestError::MissingName {
+                document: self.number,
+                line: self.line,
+                kind: kind.to_string(),
+            })
+    }
+
+    /// `(namespace, name)`, defaulting the namespace to `default` in the object too.
+    fn key(&self, kind: &str, meta: &mut ObjectMeta) -> Result<ObjectKey, ManifestError> {
+        let name = self.name(kind, meta)?;
+        let ns = match meta.namespace.as_deref() {
+            None | Some("") => "default".to_string(),
+            Some(ns) => ns.to_string(),
+        };
+        meta.namespace = Some(ns.clone());
+        Ok((ns, name))
+    }
+}
+
+#[cfg(test)]
+mod tests;

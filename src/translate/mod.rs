@@ -1,14 +1,41 @@
 //! Gateway API objects -> [`Snapshot`] + statuses. Pure and synchronous: no clock, no
 //! environment, no network, no randomness; every output is sorted, so the same [`Resources`]
 //! always give the same [`Translation`].
+//!
+//! ```text
+//! Resources ─> gateway::gateway_classes ─> gateway::gateways (listeners, certs, conflicts)
+//!                                                │
+//!          HTTPRoutes (oldest first) ─> http_route::translate_route ─> attachments + rules
+//!                                                │
+//!                         RouteTableBuilder per listener ─> Snapshot { ports }
+//!                         conditions per object ─────────> Statuses
+//! ```
+//!
+//! Only [`api`] names generated API types; [`manifest`] reads the YAML users write into
+//! [`Resources`] for the file source and the tests.
 
 pub mod api;
+mod gateway;
+mod http_route;
 pub mod manifest;
+mod refs;
 pub mod resources;
+pub mod status;
+#[cfg(test)]
+mod test_support;
 
+use std::collections::BTreeMap;
+
+pub use manifest::{ManifestError, SkippedKind, parse_manifests};
 pub use resources::{ObjectKey, Resources};
+pub use status::{StatusObject, Statuses};
 
-use crate::model::{ObjectRef, Snapshot};
+use self::gateway::GatewayState;
+use self::http_route::{RouteCtx, RouteOutcome};
+use crate::model::route::RouteTableBuilder;
+use crate::model::{
+    CertTable, EndpointPool, Listener, ListenerId, ObjectRef, Port, Protocol, RouteTable, Snapshot,
+};
 
 /// What translation needs besides the objects.
 #[derive(Clone, Debug)]
@@ -32,8 +59,153 @@ impl Default for Settings {
 pub struct Translation {
     /// `generation` is 0: the publisher numbers snapshots.
     pub snapshot: Snapshot,
+    /// Desired status of every object pier owns.
+    pub status: Statuses,
 }
 
-pub fn translate(_resources: &Resources, _settings: &Settings) -> Translation {
-    Translation::default()
+pub fn translate(resources: &Resources, settings: &Settings) -> Translation {
+    translate_with(resources, settings, &EndpointPool::default())
 }
+
+/// [`translate`], reusing the endpoint load state of the previous snapshot (`pool`), so a
+/// reload keeps in-flight counts and ejections.
+pub fn translate_with(
+    resources: &Resources,
+    settings: &Settings,
+    pool: &EndpointPool,
+) -> Translation {
+    let mut status = Statuses::default();
+    let classes = gateway::gateway_classes(resources, settings, &mut status.gateway_classes);
+    let mut gateways = gateway::gateways(resources, settings, &classes);
+    let index: BTreeMap<ObjectRef, usize> = gateways
+        .iter()
+        .enumerate()
+        .map(|(i, g)| (g.key.clone(), i))
+        .collect();
+
+    // Route precedence ties go to the oldest route, then namespace/name (creationTimestamp
+    // missing counts as oldest).
+    let mut routes: Vec<_> = resources
+        .http_routes
+        .iter()
+        .map(|((ns, name), r)| (api::creation_time(&r.metadata), ObjectRef::new(ns, name), r))
+        .collect();
+    routes.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
+
+    let mut backends = refs::Backends::new(resources, pool);
+    let outcomes: Vec<(usize, ObjectRef, RouteOutcome)> = {
+        let mut ctx = RouteCtx {
+            resources,
+            settings,
+            gateways: &gateways,
+            gateway_index: &index,
+            backends: &mut backends,
+        };
+        routes
+            .iter()
+            .enumerate()
+            .filter_map(|(order, (_, key, route))| {
+                http_route::translate_route(&mut ctx, key, route).map(|o| (order, key.clone(), o))
+            })
+            .collect()
+    };
+
+    let mut tables: BTreeMap<(usize, usize), RouteTableBuilder> = BTreeMap::new();
+    for (order, key, outcome) in outcomes {
+        for a in &outcome.attachments {
+            gateways[a.gateway].listeners[a.listener].attached_routes += 1;
+            let table = tables.entry((a.gateway, a.listener)).or_default();
+            for r in &outcome.rules {
+                for (j, m) in r.matches.iter().enumerate() {
+                    table.add(&a.hostnames, m.clone(), &r.rule, (order, r.rule.index, j));
+                }
+            }
+        }
+        status.http_routes.insert(key, outcome.status);
+    }
+
+    let snapshot = snapshot(&gateways, tables);
+    for gw in &gateways {
+        status.gateways.insert(gw.key.clone(), gw.status());
+    }
+    Translation { snapshot, status }
+}
+
+/// Programmed listeners grouped by port (sorted), most specific hostname first; HTTPS ports
+/// get every listener's certificates, under the listener hostname and the certificate's names.
+fn snapshot(
+    gateways: &[GatewayState],
+    mut tables: BTreeMap<(usize, usize), RouteTableBuilder>,
+) -> Snapshot {
+    let mut ports: BTreeMap<u16, Port> = BTreeMap::new();
+    for (gi, gw) in gateways.iter().enumerate() {
+        for (li, l) in gw.listeners.iter().enumerate() {
+            let Some(protocol) = l.protocol.filter(|_| l.programmed()) else {
+                continue;
+            };
+            let port = ports.entry(l.port).or_insert_with(|| Port {
+                port: l.port,
+                protocol,
+                listeners: vec![],
+                certs: (protocol == Protocol::Https).then(CertTable::default),
+            });
+            if let Some(certs) = &mut port.certs {
+                for c in &l.certs {
+                    let names: Vec<String> = l
+                        .hostname
+                        .iter()
+                        .map(ToString::to_string)
+                        .chain(c.names.iter().cloned())
+                        .collect();
+                    certs.add(&names, c.key.clone());
+                }
+            }
+            port.listeners.push(Listener {
+                id: ListenerId {
+                    gateway: gw.key.clone(),
+                    name: l.name.clone(),
+                },
+                hostname: l.hostname.clone(),
+                routes: tables
+                    .remove(&(gi, li))
+                    .map_or_else(RouteTable::default, RouteTableBuilder::build),
+            });
+        }
+    }
+    let mut ports: Vec<Port> = ports.into_values().collect();
+    for p in &mut ports {
+        p.sort_listeners();
+    }
+    Snapshot {
+        generation: 0,
+        ports,
+    }
+}
+
+/// An error and its causes on one line, for status messages. A cause whose text the message
+/// already contains is not repeated; line breaks (regex errors draw carets) become spaces.
+pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let t = c.to_string();
+        if !s.contains(&t) {
+            s.push_str(": ");
+            s.push_str(&t);
+        }
+        cur = c.source();
+    }
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// `group/kind` as messages show it; the core group "" is shown as `core`.
+pub(crate) fn group_kind(group: &str, kind: &str) -> String {
+    if group.is_empty() {
+        format!("core/{kind}")
+    } else {
+        format!("{group}/{kind}")
+    }
+}
+
+#[cfg(test)]
+mod tests;

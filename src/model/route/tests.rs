@@ -242,3 +242,49 @@ fn no_match_returns_none() {
     );
     assert_eq!(find(&b.build(), "bar.example.com", "/"), None);
 }
+
+#[test]
+fn buckets_are_exact_sorted_then_longest_wildcard_then_any() {
+    let mut b = RouteTable::builder();
+    b.add(
+        &hosts(&["b.example.com"]),
+        prefix("/"),
+        &rule("b", 0),
+        (0, 0, 0),
+    );
+    b.add(
+        &hosts(&["*.example.com"]),
+        prefix("/"),
+        &rule("w", 0),
+        (1, 0, 0),
+    );
+    b.add(
+        &hosts(&["a.example.com"]),
+        prefix("/"),
+        &rule("a", 0),
+        (2, 0, 0),
+    );
+    b.add(
+        &hosts(&["*.x.example.com"]),
+        prefix("/"),
+        &rule("wx", 0),
+        (3, 0, 0),
+    );
+    b.add(&[], prefix("/"), &rule("any", 0), (4, 0, 0));
+    let t = b.build();
+    let names: Vec<String> = t
+        .buckets()
+        .iter()
+        .map(|(h, _)| h.as_ref().map_or("*".to_string(), ToString::to_string))
+        .collect();
+    assert_eq!(
+        names,
+        vec![
+            "a.example.com",
+            "b.example.com",
+            "*.x.example.com",
+            "*.example.com",
+            "*"
+        ]
+    );
+}

@@ -1,0 +1,141 @@
+//! `allowedRoutes.namespaces`: which namespaces may attach routes to a listener (Same, All,
+//! or a label Selector with matchLabels and In/NotIn/Exists/DoesNotExist expressions).
+
+use std::collections::BTreeMap;
+
+use crate::translate::api::{
+    GatewayListenersAllowedRoutesNamespaces, GatewayListenersAllowedRoutesNamespacesFrom,
+    GatewayListenersAllowedRoutesNamespacesSelector,
+    GatewayListenersAllowedRoutesNamespacesSelectorMatchExpressions, Namespace,
+};
+
+/// `allowedRoutes`, parsed.
+#[derive(Debug)]
+pub struct AllowedRoutes {
+    pub namespaces: NamespacePolicy,
+    /// HTTPRoute is among the supported kinds.
+    pub http_route: bool,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum NamespacePolicy {
+    Same,
+    All,
+    Selector(LabelSelector),
+    /// An invalid selector selects nothing (it must not widen access).
+    Nothing,
+}
+
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct LabelSelector {
+    pub labels: BTreeMap<String, String>,
+    pub expressions: Vec<Requirement>,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum Requirement {
+    In(String, Vec<String>),
+    NotIn(String, Vec<String>),
+    Exists(String),
+    DoesNotExist(String),
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum InvalidSelector {
+    #[error("matchExpressions operator {0:?} is not In, NotIn, Exists or DoesNotExist")]
+    Operator(String),
+    #[error("matchExpressions {0:?}: In and NotIn need values")]
+    MissingValues(String),
+    #[error("matchExpressions {0:?}: Exists and DoesNotExist take no values")]
+    UnexpectedValues(String),
+}
+
+pub fn namespace_policy(
+    ns: Option<&GatewayListenersAllowedRoutesNamespaces>,
+) -> Result<NamespacePolicy, InvalidSelector> {
+    let Some(GatewayListenersAllowedRoutesNamespaces { from, selector }) = ns else {
+        return Ok(NamespacePolicy::Same);
+    };
+    Ok(match from {
+        None | Some(GatewayListenersAllowedRoutesNamespacesFrom::Same) => NamespacePolicy::Same,
+        Some(GatewayListenersAllowedRoutesNamespacesFrom::All) => NamespacePolicy::All,
+        Some(GatewayListenersAllowedRoutesNamespacesFrom::Selector) => match selector {
+            // `from: Selector` without a selector: the empty selector would match everything;
+            // refuse to widen access on a missing field.
+            None => NamespacePolicy::Nothing,
+            Some(s) => NamespacePolicy::Selector(label_selector(s)?),
+        },
+    })
+}
+
+fn label_selector(
+    GatewayListenersAllowedRoutesNamespacesSelector {
+        match_expressions,
+        match_labels,
+    }: &GatewayListenersAllowedRoutesNamespacesSelector,
+) -> Result<LabelSelector, InvalidSelector> {
+    let mut expressions = vec![];
+    for GatewayListenersAllowedRoutesNamespacesSelectorMatchExpressions {
+        key,
+        operator,
+        values,
+    } in match_expressions.iter().flatten()
+    {
+        let values = values.clone().unwrap_or_default();
+        let key = key.clone();
+        expressions.push(match operator.as_str() {
+            "In" | "NotIn" if values.is_empty() => return Err(InvalidSelector::MissingValues(key)),
+            "Exists" | "DoesNotExist" if !values.is_empty() => {
+                return Err(InvalidSelector::UnexpectedValues(key));
+            }
+            "In" => Requirement::In(key, values),
+            "NotIn" => Requirement::NotIn(key, values),
+            "Exists" => Requirement::Exists(key),
+            "DoesNotExist" => Requirement::DoesNotExist(key),
+            other => return Err(InvalidSelector::Operator(other.to_string())),
+        });
+    }
+    Ok(LabelSelector {
+        labels: match_labels.clone().unwrap_or_default(),
+        expressions,
+    })
+}
+
+// === impl AllowedRoutes ===
+
+impl AllowedRoutes {
+    /// Whether a route in `route_ns` may attach to a listener of a Gateway in `gateway_ns`.
+    /// A Namespace object that is missing counts as having no labels.
+    pub fn allows_namespace(
+        &self,
+        gateway_ns: &str,
+        route_ns: &str,
+        namespaces: &BTreeMap<String, Namespace>,
+    ) -> bool {
+        match &self.namespaces {
+            NamespacePolicy::Same => gateway_ns == route_ns,
+            NamespacePolicy::All => true,
+            NamespacePolicy::Nothing => false,
+            NamespacePolicy::Selector(s) => {
+                let empty = BTreeMap::new();
+                let labels = namespaces
+                    .get(route_ns)
+                    .and_then(|n| n.metadata.labels.as_ref())
+                    .unwrap_or(&empty);
+                s.matches(labels)
+            }
+        }
+    }
+}
+
+impl LabelSelector {
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.labels.iter().all(|(k, v)| labels.get(k) == Some(v))
+            && self.expressions.iter().all(|r| match r {
+                Requirement::In(k, vs) => labels.get(k).is_some_and(|v| vs.contains(v)),
+                Requirement::NotIn(k, vs) => labels.get(k).is_none_or(|v| !vs.contains(v)),
+                Requirement::Exists(k) => labels.contains_key(k),
+                Requirement::DoesNotExist(k) => !labels.contains_key(k),
+            })
+    }
+}

@@ -1,0 +1,759 @@
+//! HTTPRoutes: attachment (parentRefs, allowedRoutes, hostname intersection), rules (matches,
+//! filters, backendRefs, timeouts) and the route's `parents[]` status.
+//!
+//! ```text
+//! parentRefs ─> in-scope Gateway ─> listeners (sectionName/port) ─> allowed? hostnames? ─> Attachment
+//! rules ─> CompiledRule { Arc<Rule>, matches }   (added to every attached listener's table)
+//! ```
+//!
+//! Invalid rules. A rule with an invalid match, filter or timeout is not dropped silently and
+//! does not take the whole route down: its valid matches stay in the table and answer 500
+//! (no backends, no filters), so its traffic neither reaches a less specific rule nor hits a
+//! half-applied configuration. Matches that cannot be parsed at all cannot be routed and are
+//! left out. The route stays Accepted; the Accepted message and a `PartiallyInvalid`
+//! (UnsupportedValue) condition say which rules and why. When *every* rule is invalid the
+//! route is fully invalid: Accepted=False (UnsupportedValue) and nothing is attached, as the
+//! spec asks for `PartiallyInvalid` never to be set on a fully invalid route.
+//!
+//! Unresolvable backendRefs are not rule errors: that share of traffic answers 500 and
+//! ResolvedRefs=False names the ref (BackendNotFound, RefNotPermitted, InvalidKind). An
+//! unresolvable mirror backendRef leaves that mirror out, reported the same way.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::api::{
+    ApiDuration, CORE_GROUP, GATEWAY_GROUP, HttpRoute, HttpRouteParentRefs, HttpRouteRules,
+    HttpRouteRulesBackendRefs, HttpRouteRulesFilters, HttpRouteRulesTimeouts, HttpRouteSpec,
+    backend_filter_as_rule_filter,
+};
+use super::gateway::GatewayState;
+use super::refs::{self, BackendError, Backends, RefFrom, RefTo};
+use super::resources::Resources;
+use super::status::{
+    HttpRouteStatus, ParentRef, RouteCondition, RouteConditionReason, RouteConditionType,
+    RouteParentStatus,
+};
+use super::{Settings, error_chain, group_kind};
+use crate::model::host::InvalidHostname;
+use crate::model::{
+    Backend, BackendSet, BackendTarget, Filters, HostnameMatch, ObjectRef, PathMatch, RequestMatch,
+    Rule, Timeouts, WeightedBackend,
+};
+
+mod filters;
+mod matches;
+
+pub use filters::InvalidFilter;
+pub use matches::InvalidMatchSpec;
+
+/// The largest backendRef weight the API allows.
+const MAX_WEIGHT: u32 = 1_000_000;
+
+/// What route translation reads besides the route.
+pub struct RouteCtx<'a, 'b> {
+    pub resources: &'a Resources,
+    pub settings: &'a Settings,
+    pub gateways: &'b [GatewayState],
+    pub gateway_index: &'b BTreeMap<ObjectRef, usize>,
+    pub backends: &'b mut Backends<'a>,
+}
+
+#[derive(Debug)]
+pub struct RouteOutcome {
+    pub status: HttpRouteStatus,
+    /// Distinct (gateway, listener) pairs the route is attached to.
+    pub attachments: Vec<Attachment>,
+    pub rules: Vec<CompiledRule>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attachment {
+    /// Index into the in-scope Gateways.
+    pub gateway: usize,
+    /// Index into that Gateway's listeners.
+    pub listener: usize,
+    /// Route ∩ listener hostnames; empty = any host.
+    pub hostnames: Vec<HostnameMatch>,
+}
+
+#[derive(Debug)]
+pub struct CompiledRule {
+    pub rule: Arc<Rule>,
+    /// In spec order (their index is the match index of the precedence tie-break).
+    pub matches: Vec<RequestMatch>,
+}
+
+/// The fields of a backendRef that resolution reads (shared by backendRefs and mirrors).
+#[derive(Clone, Copy, Debug)]
+pub struct BackendRefSpec<'a> {
+    pub group: Option<&'a str>,
+    pub kind: Option<&'a str>,
+    pub name: &'a str,
+    pub namespace: Option<&'a str>,
+    pub port: Option<i32>,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum BackendRefError {
+    #[error(
+        "{} is not a supported backend kind (only core/Service)",
+        group_kind(group, kind)
+    )]
+    InvalidKind { group: String, kind: String },
+    #[error("reference to Service {0} is not permitted by any ReferenceGrant")]
+    RefNotPermitted(ObjectRef),
+    #[error("Service {0}: port is required")]
+    PortRequired(ObjectRef),
+    #[error("Service {0}: port {1} is out of range")]
+    PortRange(ObjectRef, i32),
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum InvalidRule {
+    #[error("matches[{0}]")]
+    Match(usize, #[source] InvalidMatchSpec),
+    #[error("filters[{0}]")]
+    Filter(usize, #[source] InvalidFilter),
+    #[error("backendRefs[{0}].filters[{1}]")]
+    BackendFilter(usize, usize, #[source] InvalidFilter),
+    #[error("backendRefs[{0}]: weight {1} is outside 0-1000000")]
+    Weight(usize, i32),
+    #[error("timeouts.{0}: {1:?} is not a Gateway API duration (like 10s, 500ms, 1h30m)")]
+    Timeout(&'static str, String),
+    #[error("timeouts: backendRequest must not be longer than request")]
+    BackendTimeoutTooLong,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum InvalidRoute {
+    #[error("hostnames[{0}] {1:?}")]
+    Hostname(usize, String, #[source] InvalidHostname),
+}
+
+/// One unresolved reference, for ResolvedRefs.
+#[derive(Debug)]
+struct RefProblem {
+    reason: RouteConditionReason,
+    message: String,
+}
+
+// === translate_route ===
+
+/// Translates one route. `None` when no parentRef names an in-scope Gateway: such routes are
+/// someone else's and get no status from pier.
+pub fn translate_route(
+    ctx: &mut RouteCtx<'_, '_>,
+    key: &ObjectRef,
+    route: &HttpRoute,
+) -> Option<RouteOutcome> {
+    let HttpRouteSpec {
+        hostnames,
+        parent_refs,
+        rules,
+    } = &route.spec;
+    let parents = in_scope_parents(
+        ctx,
+        &key.namespace,
+        parent_refs.as_deref().unwrap_or_default(),
+    );
+    if parents.is_empty() {
+        return None;
+    }
+    let generation = route.metadata.generation;
+    let rules = compile_rules(ctx, key, rules.as_deref().unwrap_or_default());
+
+    // Route-wide reasons not to attach anywhere.
+    let hosts = route_hostnames(hostnames.as_deref().unwrap_or_default());
+    let route_problem = match &hosts {
+        Err(e) => Some(format!("invalid hostname: {}", error_chain(e))),
+        Ok(_) if rules.invalid.len() == rules.compiled.len() => Some(format!(
+            "every rule is invalid: {}",
+            rules.invalid.join("; ")
+        )),
+        Ok(_) => None,
+    };
+    let hosts = hosts.unwrap_or_default();
+
+    let mut attachments: Vec<Attachment> = vec![];
+    let mut statuses = vec![];
+    for (parent, gw) in parents {
+        let accepted = match &route_problem {
+            Some(p) => Err((RouteConditionReason::UnsupportedValue, p.clone())),
+            None => attach(ctx, &key.namespace, &hosts, parent, gw),
+        };
+        let accepted = accepted.map(|found| {
+            for a in found {
+                let seen = attachments
+                    .iter()
+                    .any(|x| x.gateway == a.gateway && x.listener == a.listener);
+                if !seen {
+                    attachments.push(a);
+                }
+            }
+        });
+        statuses.push(RouteParentStatus {
+            parent_ref: echo(parent),
+            controller_name: ctx.settings.controller_name.clone(),
+            conditions: parent_conditions(accepted, &rules, generation),
+        });
+    }
+    Some(RouteOutcome {
+        status: HttpRouteStatus {
+            generation,
+            parents: statuses,
+        },
+        attachments,
+        rules: rules.compiled,
+    })
+}
+
+/// Accepted, ResolvedRefs, and PartiallyInvalid when some (not all) rules are invalid.
+fn parent_conditions(
+    accepted: Result<(), (RouteConditionReason, String)>,
+    rules: &CompiledRules,
+    generation: Option<i64>,
+) -> Vec<RouteCondition> {
+    let cond = |t, s, r, m: String| RouteCondition::new(t, s, r, m, generation);
+    let mut conditions = vec![];
+    let is_accepted = accepted.is_ok();
+    conditions.push(match accepted {
+        Ok(()) if rules.invalid.is_empty() => cond(
+            RouteConditionType::Accepted,
+            true,
+            RouteConditionReason::Accepted,
+            "Route is accepted".into(),
+        ),
+        Ok(()) => cond(
+            RouteConditionType::Accepted,
+            true,
+            RouteConditionReason::Accepted,
+            format!(
+                "Route is accepted; invalid rules answer 500: {}",
+                rules.invalid.join("; ")
+            ),
+        ),
+        Err((reason, msg)) => cond(RouteConditionType::Accepted, false, reason, msg),
+    });
+    conditions.push(match rules.refs.first() {
+        None => cond(
+            RouteConditionType::ResolvedRefs,
+            true,
+            RouteConditionReason::ResolvedRefs,
+            "All references are resolved".into(),
+        ),
+        Some(first) => cond(
+            RouteConditionType::ResolvedRefs,
+            false,
+            first.reason,
+            rules
+                .refs
+                .iter()
+                .map(|r| r.message.as_str())
+                .collect::<Vec<_>>()
+                .join("; "),
+        ),
+    });
+    if is_accepted && !rules.invalid.is_empty() {
+        conditions.push(cond(
+            RouteConditionType::PartiallyInvalid,
+            true,
+            RouteConditionReason::UnsupportedValue,
+            format!(
+                "Dropped Rule(s), which answer 500 instead: {}",
+                rules.invalid.join("; ")
+            ),
+        ));
+    }
+    conditions
+}
+
+/// parentRefs that name an in-scope Gateway, without repeats. Refs to other kinds or to
+/// Gateways pier does not serve are ignored entirely (another controller may own them).
+fn in_scope_parents<'p>(
+    ctx: &RouteCtx<'_, '_>,
+    route_ns: &str,
+    refs: &'p [HttpRouteParentRefs],
+) -> Vec<(&'p HttpRouteParentRefs, usize)> {
+    let mut out: Vec<(&HttpRouteParentRefs, usize)> = vec![];
+    for p in refs {
+        let group = p.group.as_deref().unwrap_or(GATEWAY_GROUP);
+        let kind = p.kind.as_deref().unwrap_or("Gateway");
+        if group != GATEWAY_GROUP || kind != "Gateway" {
+            continue;
+        }
+        let ns = p.namespace.as_deref().unwrap_or(route_ns);
+        let Some(&gw) = ctx.gateway_index.get(&ObjectRef::new(ns, &p.name)) else {
+            continue;
+        };
+        if !out.iter().any(|(q, _)| *q == p) {
+            out.push((p, gw));
+        }
+    }
+    out
+}
+
+fn echo(p: &HttpRouteParentRefs) -> ParentRef {
+    let HttpRouteParentRefs {
+        group,
+        kind,
+        name,
+        namespace,
+        port,
+        section_name,
+    } = p;
+    ParentRef {
+        group: group.clone(),
+        kind: kind.clone(),
+        namespace: namespace.clone(),
+        name: name.clone(),
+        section_name: section_name.clone(),
+        port: *port,
+    }
+}
+
+/// The listeners of Gateway `gw` that a parentRef selects and that take the route.
+fn attach(
+    ctx: &RouteCtx<'_, '_>,
+    route_ns: &str,
+    route_hosts: &[HostnameMatch],
+    p: &HttpRouteParentRefs,
+    gw: usize,
+) -> Result<Vec<Attachment>, (RouteConditionReason, String)> {
+    let gateway = &ctx.gateways[gw];
+    let selected: Vec<_> = gateway
+        .listeners
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| {
+            p.section_name.as_ref().is_none_or(|s| *s == l.name)
+                && p.port.is_none_or(|port| port == i32::from(l.port))
+        })
+        .collect();
+    if selected.is_empty() {
+        return Err((
+            RouteConditionReason::NoMatchingParent,
+            format!(
+                "Gateway {} has no listener{}{}",
+                gateway.key,
+                p.section_name
+                    .as_ref()
+                    .map_or(String::new(), |s| format!(" named {s:?}")),
+                p.port
+                    .map_or(String::new(), |port| format!(" on port {port}")),
+            ),
+        ));
+    }
+    let mut out = vec![];
+    let mut any_valid = false;
+    let mut hostname_mismatch = false;
+    let mut namespace_denied = false;
+    for (i, l) in selected {
+        if !l.accepts_routes() {
+            continue;
+        }
+        any_valid = true;
+        if !l.allowed.http_route {
+            continue;
+        }
+        if !l
+            .allowed
+            .allows_namespace(&gateway.key.namespace, route_ns, &ctx.resources.namespaces)
+        {
+            namespace_denied = true;
+            continue;
+        }
+        match effective_hostnames(route_hosts, l.hostname.as_ref()) {
+            Some(hostnames) => out.push(Attachment {
+                gateway: gw,
+                listener: i,
+                hostnames,
+            }),
+            None => hostname_mismatch = true,
+        }
+    }
+    if !out.is_empty() {
+        return Ok(out);
+    }
+    Err(if !any_valid {
+        (
+            RouteConditionReason::NoMatchingParent,
+            format!("no selected listener of Gateway {} is valid", gateway.key),
+        )
+    } else if hostname_mismatch {
+        (
+            RouteConditionReason::NoMatchingListenerHostname,
+            format!(
+                "no hostname of the route matches a listener hostname of Gateway {}",
+                gateway.key
+            ),
+        )
+    } else if namespace_denied {
+        (
+            RouteConditionReason::NotAllowedByListeners,
+            format!(
+                "the listeners of Gateway {} do not allow HTTPRoutes from namespace {route_ns}",
+                gateway.key
+            ),
+        )
+    } else {
+        (
+            RouteConditionReason::NotAllowedByListeners,
+            format!(
+                "the listeners of Gateway {} do not allow the kind HTTPRoute",
+                gateway.key
+            ),
+        )
+    })
+}
+
+/// Route hostnames ∩ listener hostname. A route without hostnames takes the listener's (or
+/// any host); `None` when they do not intersect.
+pub fn effective_hostnames(
+    route: &[HostnameMatch],
+    listener: Option<&HostnameMatch>,
+) -> Option<Vec<HostnameMatch>> {
+    match (route.is_empty(), listener) {
+        (true, None) => Some(vec![]),
+        (true, Some(l)) => Some(vec![l.clone()]),
+        (false, None) => Some(route.to_vec()),
+        (false, Some(l)) => {
+            let mut v: Vec<HostnameMatch> = vec![];
+            for h in route.iter().filter_map(|r| l.intersect(r)) {
+                if !v.contains(&h) {
+                    v.push(h);
+                }
+            }
+            (!v.is_empty()).then_some(v)
+        }
+    }
+}
+
+fn route_hostnames(hostnames: &[String]) -> Result<Vec<HostnameMatch>, InvalidRoute> {
+    let mut out: Vec<HostnameMatch> = vec![];
+    for (i, h) in hostnames.iter().enumerate() {
+        let m = HostnameMatch::parse(h).map_err(|e| InvalidRoute::Hostname(i, h.clone(), e))?;
+        if !out.contains(&m) {
+            out.push(m);
+        }
+    }
+    Ok(out)
+}
+
+// === rules ===
+
+/// Every rule of a route, with what went wrong, for the status.
+struct CompiledRules {
+    compiled: Vec<CompiledRule>,
+    /// One line per invalid rule: `rules[i]: why`.
+    invalid: Vec<String>,
+    refs: Vec<RefProblem>,
+}
+
+fn compile_rules(
+    ctx: &mut RouteCtx<'_, '_>,
+    key: &ObjectRef,
+    specs: &[HttpRouteRules],
+) -> CompiledRules {
+    // The CRD defaults an absent rule list to one rule matching PathPrefix "/".
+    let default_rules = [HttpRouteRules::default()];
+    let specs = if specs.is_empty() {
+        &default_rules[..]
+    } else {
+        specs
+    };
+    let mut out = CompiledRules {
+        compiled: vec![],
+        invalid: vec![],
+        refs: vec![],
+    };
+    for (i, spec) in specs.iter().enumerate() {
+        let (rule, errors) = compile_rule(ctx, key, i, spec, &mut out.refs);
+        if !errors.is_empty() {
+            let why: Vec<String> = errors.iter().map(|e| error_chain(e)).collect();
+            out.invalid.push(format!("rules[{i}]: {}", why.join(", ")));
+        }
+        out.compiled.push(rule);
+    }
+    out
+}
+
+fn compile_rule(
+    ctx: &mut RouteCtx<'_, '_>,
+    key: &ObjectRef,
+    index: usize,
+    spec: &HttpRouteRules,
+    refs: &mut Vec<RefProblem>,
+) -> (CompiledRule, Vec<InvalidRule>) {
+    let HttpRouteRules {
+        backend_refs,
+        filters,
+        matches,
+        name: _,
+        timeouts,
+    } = spec;
+    let mut errors = vec![];
+    let mut compiled_matches = vec![];
+    match matches.as_deref() {
+        None | Some([]) => compiled_matches.push(RequestMatch::default()),
+        Some(ms) => {
+            for (i, m) in ms.iter().enumerate() {
+                match matches::request_match(m) {
+                    Ok(m) => compiled_matches.push(m),
+                    Err(e) => errors.push(InvalidRule::Match(i, e)),
+                }
+            }
+        }
+    }
+    let prefix_only = compiled_matches
+        .iter()
+        .all(|m| matches!(m.path, PathMatch::Prefix(_)));
+
+    let resources = ctx.resources;
+    let route_ns = key.namespace.as_str();
+    let backends = &mut *ctx.backends;
+    let mut resolve =
+        |spec: BackendRefSpec<'_>| resolve_backend(resources, backends, route_ns, spec);
+    let mut rules_filters = RuleFilters {
+        prefix_only,
+        resolve: &mut resolve,
+        refs,
+    };
+
+    let rule_filters = rules_filters
+        .translate(
+            filters.as_deref().unwrap_or_default(),
+            &format!("rules[{index}]"),
+        )
+        .unwrap_or_else(|(i, e)| {
+            errors.push(InvalidRule::Filter(i, e));
+            Filters::default()
+        });
+    let mut weighted = vec![];
+    for (bi, b) in backend_refs.iter().flatten().enumerate() {
+        match rules_filters.weighted_backend(index, bi, b) {
+            Ok(w) => weighted.push(w),
+            Err(e) => errors.push(e),
+        }
+    }
+    let timeouts = timeouts
+        .as_ref()
+        .map_or(Ok(Timeouts::default()), rule_timeouts)
+        .unwrap_or_else(|e| {
+            errors.push(e);
+            Timeouts::default()
+        });
+
+    let valid = errors.is_empty();
+    // Invalid: no filters, no backends, so it answers 500 (see the module docs).
+    let rule = Rule {
+        route: key.clone(),
+        index,
+        filters: if valid {
+            rule_filters
+        } else {
+            Filters::default()
+        },
+        backends: if valid {
+            BackendSet::new(weighted)
+        } else {
+            BackendSet::default()
+        },
+        timeouts: if valid { timeouts } else { Timeouts::default() },
+    };
+    (
+        CompiledRule {
+            rule: Arc::new(rule),
+            matches: compiled_matches,
+        },
+        errors,
+    )
+}
+
+/// Translates filter lists and backendRefs of one rule, recording unresolved refs.
+struct RuleFilters<'r, 'f> {
+    prefix_only: bool,
+    resolve: &'f mut dyn FnMut(BackendRefSpec<'_>) -> Result<Arc<Backend>, BackendRefError>,
+    refs: &'r mut Vec<RefProblem>,
+}
+
+impl RuleFilters<'_, '_> {
+    /// One filter list; `at` locates it in messages (`rules[0]`, `rules[0].backendRefs[1]`).
+    fn translate(
+        &mut self,
+        list: &[HttpRouteRulesFilters],
+        at: &str,
+    ) -> Result<Filters, (usize, InvalidFilter)> {
+        let mut fctx = filters::FilterCtx {
+            prefix_only: self.prefix_only,
+            resolve: &mut *self.resolve,
+            unresolved: vec![],
+        };
+        let out = filters::filters(list, &mut fctx);
+        for (fi, e) in fctx.unresolved {
+            self.refs.push(RefProblem::new(
+                format!("{at}.filters[{fi}].requestMirror"),
+                &e,
+            ));
+        }
+        out
+    }
+
+    /// One backendRef: an unresolved ref keeps its weight as `Invalid` (500s); an invalid
+    /// weight or filter makes the whole rule invalid.
+    fn weighted_backend(
+        &mut self,
+        rule: usize,
+        bi: usize,
+        b: &HttpRouteRulesBackendRefs,
+    ) -> Result<WeightedBackend, InvalidRule> {
+        let HttpRouteRulesBackendRefs {
+            filters,
+            group,
+            kind,
+            name,
+            namespace,
+            port,
+            weight,
+        } = b;
+        // The API's bounds; they also keep a rule's total weight far from u32 overflow.
+        let weight = weight.unwrap_or(1);
+        let weight = u32::try_from(weight)
+            .ok()
+            .filter(|w| *w <= MAX_WEIGHT)
+            .ok_or(InvalidRule::Weight(bi, weight))?;
+        let at = format!("rules[{rule}].backendRefs[{bi}]");
+        let spec = BackendRefSpec {
+            group: group.as_deref(),
+            kind: kind.as_deref(),
+            name,
+            namespace: namespace.as_deref(),
+            port: *port,
+        };
+        let target = match (self.resolve)(spec) {
+            Ok(b) => BackendTarget::Service(b),
+            Err(e) => {
+                self.refs.push(RefProblem::new(at.clone(), &e));
+                BackendTarget::Invalid
+            }
+        };
+        let converted = filters
+            .iter()
+            .flatten()
+            .enumerate()
+            .map(|(fi, f)| {
+                backend_filter_as_rule_filter(f)
+                    .map_err(|e| InvalidRule::BackendFilter(bi, fi, InvalidFilter::Convert(e)))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let filters = self
+            .translate(&converted, &at)
+            .map_err(|(fi, e)| InvalidRule::BackendFilter(bi, fi, e))?;
+        Ok(WeightedBackend {
+            weight,
+            target,
+            filters,
+        })
+    }
+}
+
+/// Resolves a backendRef (or mirror backendRef) to a Service port.
+fn resolve_backend(
+    resources: &Resources,
+    backends: &mut Backends<'_>,
+    route_ns: &str,
+    r: BackendRefSpec<'_>,
+) -> Result<Arc<Backend>, BackendRefError> {
+    let kind = r.kind.unwrap_or("Service");
+    if !refs::is_core_group(r.group) || kind != "Service" {
+        return Err(BackendRefError::InvalidKind {
+            group: r.group.unwrap_or_default().to_string(),
+            kind: kind.to_string(),
+        });
+    }
+    let ns = r.namespace.unwrap_or(route_ns);
+    let svc = ObjectRef::new(ns, r.name);
+    if ns != route_ns {
+        let from = RefFrom {
+            group: GATEWAY_GROUP,
+            kind: "HTTPRoute",
+            namespace: route_ns,
+        };
+        let to = RefTo {
+            group: CORE_GROUP,
+            kind: "Service",
+            namespace: ns,
+            name: r.name,
+        };
+        if !refs::reference_granted(resources, from, to) {
+            return Err(BackendRefError::RefNotPermitted(svc));
+        }
+    }
+    let port = r
+        .port
+        .ok_or_else(|| BackendRefError::PortRequired(svc.clone()))?;
+    let port = u16::try_from(port)
+        .ok()
+        .filter(|p| *p != 0)
+        .ok_or(BackendRefError::PortRange(svc, port))?;
+    Ok(backends.service_port(ns, r.name, port)?)
+}
+
+fn rule_timeouts(
+    HttpRouteRulesTimeouts {
+        backend_request,
+        request,
+    }: &HttpRouteRulesTimeouts,
+) -> Result<Timeouts, InvalidRule> {
+    let request = duration("request", request.as_deref())?;
+    let backend_request = duration("backendRequest", backend_request.as_deref())?;
+    if let (Some(r), Some(b)) = (request, backend_request)
+        && b > r
+    {
+        return Err(InvalidRule::BackendTimeoutTooLong);
+    }
+    Ok(Timeouts {
+        request,
+        backend_request,
+    })
+}
+
+/// A GEP-2257 duration; `0s` means no timeout.
+fn duration(field: &'static str, s: Option<&str>) -> Result<Option<Duration>, InvalidRule> {
+    let Some(s) = s else { return Ok(None) };
+    let d: ApiDuration = s
+        .parse()
+        .map_err(|_| InvalidRule::Timeout(field, s.to_string()))?;
+    let ms =
+        u64::try_from(d.as_millis()).map_err(|_| InvalidRule::Timeout(field, s.to_string()))?;
+    Ok((ms != 0).then(|| Duration::from_millis(ms)))
+}
+
+// === impl RefProblem, BackendRefError ===
+
+impl RefProblem {
+    fn new(at: String, e: &BackendRefError) -> Self {
+        Self {
+            reason: e.reason(),
+            message: format!("{at}: {e}"),
+        }
+    }
+}
+
+impl BackendRefError {
+    pub fn reason(&self) -> RouteConditionReason {
+        match self {
+            Self::InvalidKind { .. } => RouteConditionReason::InvalidKind,
+            Self::RefNotPermitted(_) => RouteConditionReason::RefNotPermitted,
+            Self::PortRequired(_) | Self::PortRange(..) | Self::Backend(_) => {
+                RouteConditionReason::BackendNotFound
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,191 @@
+//! Reading manifests: splitting, kinds, versions, defaults, errors with positions.
+
+use super::*;
+
+fn parse(text: &str) -> (Resources, Result<Vec<SkippedKind>, ManifestError>) {
+    let mut r = Resources::default();
+    let out = parse_manifests(text, &mut r);
+    (r, out)
+}
+
+#[test]
+fn documents_split_on_exact_separator_lines_only() {
+    let text = "---\napiVersion: v1\nkind: Namespace\nmetadata: {name: a}\n---\n\
+                apiVersion: v1\nkind: Namespace\nmetadata:\n  name: b\n  annotations: {x: \"---\"}\n";
+    let (r, out) = parse(text);
+    assert!(out.unwrap().is_empty());
+    assert_eq!(r.namespaces.keys().collect::<Vec<_>>(), vec!["a", "b"]);
+}
+
+#[test]
+fn comment_only_and_empty_documents_are_ignored() {
+    let (r, out) = parse(
+        "# header\n---\n\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: a}\n---\n# trailing\n",
+    );
+    assert!(out.is_ok());
+    assert_eq!(r.namespaces.len(), 1);
+}
+
+#[test]
+fn unknown_kinds_are_skipped_not_errors() {
+    let (_, out) = parse(
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: a}\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\n",
+    );
+    let skipped = out.unwrap();
+    assert_eq!(
+        skipped,
+        vec![SkippedKind {
+            document: 2,
+            line: 5,
+            api_version: "apps/v1".into(),
+            kind: "Deployment".into()
+        }]
+    );
+    assert_eq!(skipped[0].to_string(), "apps/v1/Deployment");
+}
+
+#[test]
+fn reference_grant_is_read_in_v1beta1_and_v1() {
+    let grant = |v: &str, name: &str| {
+        format!(
+            "apiVersion: gateway.networking.k8s.io/{v}\nkind: ReferenceGrant\n\
+             metadata: {{name: {name}, namespace: ns}}\n\
+             spec: {{from: [{{group: g, kind: k, namespace: n}}], to: [{{group: \"\", kind: Service}}]}}\n"
+        )
+    };
+    let (r, out) = parse(&format!(
+        "{}---\n{}",
+        grant("v1beta1", "a"),
+        grant("v1", "b")
+    ));
+    out.unwrap();
+    assert_eq!(r.reference_grants.len(), 2);
+}
+
+#[test]
+fn unsupported_gateway_api_version_is_an_error() {
+    let (_, out) = parse(
+        "apiVersion: gateway.networking.k8s.io/v1alpha2\nkind: HTTPRoute\nmetadata: {name: r}\nspec: {}\n",
+    );
+    assert!(matches!(out, Err(ManifestError::ApiVersion { .. })));
+}
+
+#[test]
+fn namespaced_objects_default_to_the_default_namespace() {
+    let (r, out) = parse(
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: r}\nspec: {}\n",
+    );
+    out.unwrap();
+    let (key, route) = r.http_routes.iter().next().unwrap();
+    assert_eq!(key, &("default".to_string(), "r".to_string()));
+    assert_eq!(route.metadata.namespace.as_deref(), Some("default"));
+}
+
+#[test]
+fn secret_string_data_is_merged_into_data_and_wins() {
+    let (r, out) = parse(
+        "apiVersion: v1\nkind: Secret\nmetadata: {name: s, namespace: ns}\n\
+         data: {a: YWFh, b: YmJi}\nstringData: {b: override, c: new}\n",
+    );
+    out.unwrap();
+    let s = &r.secrets[&("ns".to_string(), "s".to_string())];
+    let data = s.data.as_ref().unwrap();
+    let get = |k: &str| String::from_utf8(data[k].0.clone()).unwrap();
+    assert_eq!(
+        (get("a"), get("b"), get("c")),
+        ("aaa".into(), "override".into(), "new".into())
+    );
+    assert!(s.string_data.is_none());
+}
+
+#[test]
+fn errors_name_the_document_and_the_absolute_line() {
+    let text = "apiVersion: v1\nkind: Namespace\nmetadata: {name: a}\n---\n\
+                apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: g}\n\
+                spec:\n  gatewayClassName: pier\n  listeners:\n  - name: l\n    port: not-a-number\n    protocol: HTTP\n";
+    let (_, out) = parse(text);
+    let e = out.unwrap_err();
+    match &e {
+        ManifestError::Object {
+            document,
+            line,
+            kind,
+            ..
+        } => {
+            assert_eq!(*document, 2);
+            assert_eq!(kind, "Gateway");
+            assert_eq!(*line, 12, "{e}");
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    assert!(e.to_string().starts_with("document 2 (line 12)"), "{e}");
+}
+
+#[test]
+fn missing_kind_or_name_is_an_error() {
+    let (_, out) = parse("apiVersion: v1\nmetadata: {name: a}\n");
+    assert!(matches!(out, Err(ManifestError::MissingKind { .. })));
+    let (_, out) = parse("apiVersion: v1\nkind: Service\nmetadata: {}\n");
+    assert!(matches!(out, Err(ManifestError::MissingName { .. })));
+}
+
+#[test]
+fn non_mapping_document_is_not_a_kubernetes_object() {
+    let (_, out) = parse("- just\n- a list\n");
+    assert!(matches!(out, Err(ManifestError::TypeMeta { .. })));
+}
+
+#[test]
+fn later_object_with_the_same_key_replaces_the_earlier() {
+    let (r, out) = parse(
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: a, labels: {v: \"1\"}}\n---\n\
+         apiVersion: v1\nkind: Namespace\nmetadata: {name: a, labels: {v: \"2\"}}\n",
+    );
+    out.unwrap();
+    assert_eq!(
+        r.namespaces["a"].metadata.labels.as_ref().unwrap()["v"],
+        "2"
+    );
+}
+
+#[test]
+fn every_read_kind_lands_in_its_map() {
+    let text = r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {name: c}
+spec: {controllerName: x}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: g, namespace: n}
+spec: {gatewayClassName: c, listeners: []}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: s, namespace: n}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: e, namespace: n}
+addressType: IPv4
+endpoints: []
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: m, namespace: n}
+data: {k: v}
+"#;
+    let (r, out) = parse(text);
+    out.unwrap();
+    assert_eq!(
+        (
+            r.gateway_classes.len(),
+            r.gateways.len(),
+            r.services.len(),
+            r.endpoint_slices.len(),
+            r.config_maps.len()
+        ),
+        (1, 1, 1, 1, 1)
+    );
+}

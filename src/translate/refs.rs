@@ -1,0 +1,331 @@
+//! References to other objects: ReferenceGrant checks, Service + EndpointSlices -> backends,
+//! Secret -> server certificates. Everything that follows a name to another object lives here,
+//! so the rules for "exists", "is allowed" and "is usable" are written once.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
+use rustls::sign::CertifiedKey;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+
+use super::api::{CORE_GROUP, EndpointSlice, Secret, Service, ServicePort};
+use super::resources::Resources;
+use crate::model::{AppProtocol, Backend, BackendId, Endpoint, EndpointPool, ObjectRef};
+
+/// The label an EndpointSlice carries to name its Service.
+pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+/// The Secret type a listener certificate must have.
+pub const TLS_SECRET_TYPE: &str = "kubernetes.io/tls";
+
+/// The referring side of a cross-namespace reference (ReferenceGrant `from`).
+#[derive(Clone, Copy, Debug)]
+pub struct RefFrom<'a> {
+    pub group: &'a str,
+    pub kind: &'a str,
+    pub namespace: &'a str,
+}
+
+/// The referred-to object (ReferenceGrant `to`, plus the namespace the grant must live in).
+#[derive(Clone, Copy, Debug)]
+pub struct RefTo<'a> {
+    pub group: &'a str,
+    pub kind: &'a str,
+    pub namespace: &'a str,
+    pub name: &'a str,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum BackendError {
+    #[error("Service {0} not found")]
+    ServiceNotFound(ObjectRef),
+    #[error("Service {0} has no port {1}")]
+    PortNotFound(ObjectRef, u16),
+}
+
+/// A usable server certificate and the names it should be offered for.
+#[derive(Clone, Debug)]
+pub struct ServerCert {
+    /// DNS names from the certificate's subjectAltName (or its CN when it has none),
+    /// lower-cased, in certificate order.
+    pub names: Vec<String>,
+    pub key: Arc<CertifiedKey>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CertError {
+    #[error("Secret {0} not found")]
+    NotFound(ObjectRef),
+    #[error("Secret {0} is not of type kubernetes.io/tls")]
+    WrongType(ObjectRef),
+    #[error("Secret {0} has no {1}")]
+    MissingKey(ObjectRef, &'static str),
+    #[error("Secret {0}: tls.crt holds no PEM certificate")]
+    NoCertificate(ObjectRef),
+    #[error("Secret {0}: tls.crt is not valid PEM")]
+    CertificatePem(ObjectRef, #[source] rustls_pki_types::pem::Error),
+    #[error("Secret {0}: tls.crt is not a valid X.509 certificate")]
+    CertificateDer(ObjectRef),
+    #[error("Secret {0}: tls.key is not a valid PEM private key")]
+    KeyPem(ObjectRef, #[source] rustls_pki_types::pem::Error),
+    #[error("Secret {0}: tls.key is not a supported private key")]
+    KeyUnsupported(ObjectRef, #[source] rustls::Error),
+    #[error("Secret {0}: tls.key does not match the certificate")]
+    KeyMismatch(ObjectRef),
+}
+
+/// Resolves Service ports to backends, one `Arc<Backend>` per (Service, port), shared by every
+/// rule and mirror that names it.
+pub struct Backends<'a> {
+    resources: &'a Resources,
+    /// Endpoint load state carried over from the previous snapshot.
+    pool: &'a EndpointPool,
+    /// EndpointSlices by (namespace, Service name).
+    slices: BTreeMap<(&'a str, &'a str), Vec<&'a EndpointSlice>>,
+    cache: BTreeMap<BackendId, Arc<Backend>>,
+}
+
+/// Loads listener certificates, once per Secret: listeners that share a Secret share the
+/// `Arc<CertifiedKey>`.
+pub struct Certs<'a> {
+    resources: &'a Resources,
+    cache: BTreeMap<ObjectRef, ServerCert>,
+}
+
+// === ReferenceGrant ===
+
+/// Whether a ReferenceGrant in the target's namespace allows `from` to refer to `to`.
+/// Same-namespace references need no grant; callers check that first.
+pub fn reference_granted(resources: &Resources, from: RefFrom<'_>, to: RefTo<'_>) -> bool {
+    let start = (to.namespace.to_string(), String::new());
+    resources
+        .reference_grants
+        .range(start..)
+        .take_while(|((ns, _), _)| ns == to.namespace)
+        .any(|(_, grant)| {
+            grant.spec.from.iter().any(|f| {
+                f.group == from.group && f.kind == from.kind && f.namespace == from.namespace
+            }) && grant.spec.to.iter().any(|t| {
+                t.group == to.group
+                    && t.kind == to.kind
+                    && t.name.as_deref().is_none_or(|n| n == to.name)
+            })
+        })
+}
+
+// === impl Backends ===
+
+impl<'a> Backends<'a> {
+    pub fn new(resources: &'a Resources, pool: &'a EndpointPool) -> Self {
+        let mut slices: BTreeMap<(&str, &str), Vec<&EndpointSlice>> = BTreeMap::new();
+        for ((ns, _), slice) in &resources.endpoint_slices {
+            let service = slice
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(SERVICE_NAME_LABEL));
+            if let Some(service) = service {
+                slices.entry((ns, service)).or_default().push(slice);
+            }
+        }
+        Self {
+            resources,
+            pool,
+            slices,
+            cache: BTreeMap::new(),
+        }
+    }
+
+    /// The backend for `port` of Service `namespace/name`.
+    pub fn service_port(
+        &mut self,
+        namespace: &str,
+        name: &str,
+        port: u16,
+    ) -> Result<Arc<Backend>, BackendError> {
+        let service = ObjectRef::new(namespace, name);
+        let id = BackendId {
+            service: service.clone(),
+            port,
+        };
+        if let Some(b) = self.cache.get(&id) {
+            return Ok(b.clone());
+        }
+        let svc = self
+            .resources
+            .services
+            .get(&(namespace.to_string(), name.to_string()))
+            .ok_or_else(|| BackendError::ServiceNotFound(service.clone()))?;
+        let svc_port = service_ports(svc)
+            .find(|p| i32::from(port) == p.port)
+            .ok_or(BackendError::PortNotFound(service, port))?;
+        let endpoints = self.endpoints(namespace, name, svc_port);
+        let backend = Arc::new(Backend {
+            id: id.clone(),
+            protocol: app_protocol(svc_port.app_protocol.as_deref()),
+            endpoints,
+        });
+        self.cache.insert(id, backend.clone());
+        Ok(backend)
+    }
+
+    /// Every ready address of every slice of the Service, on the slice port named like the
+    /// Service port. Sorted and deduplicated (slices may overlap while they are being
+    /// rewritten).
+    fn endpoints(&self, namespace: &str, name: &str, svc_port: &ServicePort) -> Vec<Endpoint> {
+        let want = svc_port.name.as_deref().unwrap_or_default();
+        let mut addrs: Vec<SocketAddr> = Vec::new();
+        for slice in self.slices.get(&(namespace, name)).into_iter().flatten() {
+            if !matches!(slice.address_type.as_str(), "IPv4" | "IPv6") {
+                continue;
+            }
+            let port = slice
+                .ports
+                .iter()
+                .flatten()
+                .find(|p| p.name.as_deref().unwrap_or_default() == want)
+                .and_then(|p| p.port)
+                .and_then(|p| u16::try_from(p).ok());
+            let Some(port) = port else { continue };
+            for ep in slice.endpoints.iter().flatten() {
+                // Ready "should be interpreted as true" when absent (EndpointConditions).
+                if ep.conditions.as_ref().and_then(|c| c.ready) == Some(false) {
+                    continue;
+                }
+                addrs.extend(
+                    ep.addresses
+                        .iter()
+                        .filter_map(|a| a.parse::<IpAddr>().ok())
+                        .map(|ip| SocketAddr::new(ip, port)),
+                );
+            }
+        }
+        addrs.sort();
+        addrs.dedup();
+        addrs.into_iter().map(|a| self.pool.endpoint(a)).collect()
+    }
+}
+
+fn service_ports(svc: &Service) -> impl Iterator<Item = &ServicePort> {
+    svc.spec
+        .as_ref()
+        .and_then(|s| s.ports.as_ref())
+        .into_iter()
+        .flatten()
+}
+
+/// Service port `appProtocol` (Gateway API GEP-1911): h2c and WebSocket are understood;
+/// anything else is sent as HTTP/1.1.
+pub fn app_protocol(p: Option<&str>) -> AppProtocol {
+    match p {
+        Some("kubernetes.io/h2c") => AppProtocol::H2c,
+        Some("kubernetes.io/ws" | "kubernetes.io/wss") => AppProtocol::WebSocket,
+        _ => AppProtocol::Http1,
+    }
+}
+
+/// Whether a backendRef/certificateRef group names the core API group. The API spells it "";
+/// "core" is accepted too because people write it.
+pub fn is_core_group(group: Option<&str>) -> bool {
+    matches!(group, None | Some(CORE_GROUP) | Some("core"))
+}
+
+// === Secret -> certificate ===
+
+impl<'a> Certs<'a> {
+    pub fn new(resources: &'a Resources) -> Self {
+        Self {
+            resources,
+            cache: BTreeMap::new(),
+        }
+    }
+
+    pub fn get(&mut self, secret: &ObjectRef) -> Result<ServerCert, CertError> {
+        if let Some(c) = self.cache.get(secret) {
+            return Ok(c.clone());
+        }
+        let c = server_cert(self.resources, secret)?;
+        self.cache.insert(secret.clone(), c.clone());
+        Ok(c)
+    }
+}
+
+/// Loads a listener certificate from a `kubernetes.io/tls` Secret: the chain from `tls.crt`,
+/// the key from `tls.key`, checked to match. Errors name the Secret, never its content.
+pub fn server_cert(resources: &Resources, secret: &ObjectRef) -> Result<ServerCert, CertError> {
+    let s = resources
+        .secrets
+        .get(&(secret.namespace.clone(), secret.name.clone()))
+        .ok_or_else(|| CertError::NotFound(secret.clone()))?;
+    load_tls_secret(s, secret)
+}
+
+fn load_tls_secret(s: &Secret, id: &ObjectRef) -> Result<ServerCert, CertError> {
+    if s.type_.as_deref() != Some(TLS_SECRET_TYPE) {
+        return Err(CertError::WrongType(id.clone()));
+    }
+    let data = |key: &'static str| {
+        s.data
+            .as_ref()
+            .and_then(|d| d.get(key))
+            .map(|b| b.0.as_slice())
+            .filter(|b| !b.is_empty())
+            .ok_or_else(|| CertError::MissingKey(id.clone(), key))
+    };
+    let chain = CertificateDer::pem_slice_iter(data("tls.crt")?)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| CertError::CertificatePem(id.clone(), e))?;
+    let leaf = chain
+        .first()
+        .ok_or_else(|| CertError::NoCertificate(id.clone()))?;
+    let names = dns_names(leaf).ok_or_else(|| CertError::CertificateDer(id.clone()))?;
+    let der = PrivateKeyDer::from_pem_slice(data("tls.key")?)
+        .map_err(|e| CertError::KeyPem(id.clone(), e))?;
+    let signing = rustls::crypto::ring::sign::any_supported_type(&der)
+        .map_err(|e| CertError::KeyUnsupported(id.clone(), e))?;
+    let key = CertifiedKey::new(chain, signing);
+    match key.keys_match() {
+        // `Unknown`: the key type cannot report its public key; rustls itself accepts that.
+        Ok(()) | Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::Unknown)) => {}
+        Err(_) => return Err(CertError::KeyMismatch(id.clone())),
+    }
+    Ok(ServerCert {
+        names,
+        key: Arc::new(key),
+    })
+}
+
+/// DNS subjectAltNames of a certificate, or its common name when it has none. `None` when the
+/// certificate does not parse.
+fn dns_names(cert: &CertificateDer<'_>) -> Option<Vec<String>> {
+    use x509_parser::prelude::{FromDer, GeneralName, X509Certificate};
+    let (_, cert) = X509Certificate::from_der(cert.as_ref()).ok()?;
+    let mut names: Vec<String> = match cert.subject_alternative_name() {
+        Ok(Some(san)) => san
+            .value
+            .general_names
+            .iter()
+            .filter_map(|n| match n {
+                GeneralName::DNSName(d) => Some(d.to_ascii_lowercase()),
+                _ => None,
+            })
+            .collect(),
+        Ok(None) => vec![],
+        Err(_) => return None,
+    };
+    if names.is_empty() {
+        names.extend(
+            cert.subject()
+                .iter_common_name()
+                .filter_map(|cn| cn.as_str().ok())
+                .map(str::to_ascii_lowercase),
+        );
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    names.retain(|n| seen.insert(n.clone()));
+    Some(names)
+}
+
+#[cfg(test)]
+mod tests;

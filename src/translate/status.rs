@@ -1,0 +1,324 @@
+//! Typed status: what translation wants the cluster to say about each object it owns.
+//!
+//! Condition types and reasons are enums (upstream's constants where they exist, ours for
+//! HTTPRoute and `SupportedVersion`); they become strings only when serialized. There is no
+//! `lastTransitionTime`: translation has no clock, so the status writer adds it (and compares
+//! without it). Every collection is sorted, so the same input gives byte-identical output.
+//!
+//! ```text
+//! translate() ─> Statuses ─┬─> objects() ─> `pier check` (YAML), admin /status (JSON)
+//!                          └─> status writer (cluster mode)
+//! ```
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::Serialize;
+
+use super::api::{
+    GATEWAY_GROUP, GatewayClassConditionReason, GatewayClassConditionType, GatewayConditionReason,
+    GatewayConditionType, ListenerConditionReason, ListenerConditionType,
+};
+use crate::model::ObjectRef;
+
+/// The apiVersion status objects are written with.
+pub const GATEWAY_API_VERSION: &str = "gateway.networking.k8s.io/v1";
+
+/// One condition. `T` and `R` are the condition type and reason enums of the object kind.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Condition<T, R> {
+    pub type_: T,
+    pub status: bool,
+    pub reason: R,
+    pub message: String,
+    /// The object's `metadata.generation` this condition was computed from.
+    pub observed_generation: Option<i64>,
+}
+
+pub type ClassCondition = Condition<ClassConditionType, ClassConditionReason>;
+pub type GatewayCondition = Condition<GatewayConditionType, GatewayConditionReason>;
+pub type ListenerCondition = Condition<ListenerConditionType, ListenerConditionReason>;
+pub type RouteCondition = Condition<RouteConditionType, RouteConditionReason>;
+
+/// GatewayClass condition types: upstream's, plus `SupportedVersion`, which the implementers
+/// guide requires from v1.0 on but the generated constants lack.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ClassConditionType {
+    Class(GatewayClassConditionType),
+    SupportedVersion,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum ClassConditionReason {
+    Class(GatewayClassConditionReason),
+    SupportedVersion,
+}
+
+/// Route condition types (`RouteConditionType` in the Go API).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RouteConditionType {
+    Accepted,
+    ResolvedRefs,
+    /// Some rules are invalid and were dropped (pier answers them with 500).
+    PartiallyInvalid,
+}
+
+/// Route condition reasons (`RouteConditionReason` in the Go API).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RouteConditionReason {
+    Accepted,
+    NotAllowedByListeners,
+    NoMatchingListenerHostname,
+    NoMatchingParent,
+    UnsupportedValue,
+    ResolvedRefs,
+    RefNotPermitted,
+    InvalidKind,
+    BackendNotFound,
+}
+
+#[derive(Debug, Default, PartialEq)]
+pub struct Statuses {
+    /// By name (cluster-scoped). Only classes whose controllerName is pier's.
+    pub gateway_classes: BTreeMap<String, GatewayClassStatus>,
+    /// Only Gateways in scope (pier's accepted class, and `--gateway` if set).
+    pub gateways: BTreeMap<ObjectRef, GatewayStatus>,
+    /// Only Routes with at least one parentRef to an in-scope Gateway.
+    pub http_routes: BTreeMap<ObjectRef, HttpRouteStatus>,
+}
+
+#[derive(Debug, Default, PartialEq)]
+pub struct GatewayClassStatus {
+    pub generation: Option<i64>,
+    pub conditions: Vec<ClassCondition>,
+}
+
+#[derive(Debug, Default, PartialEq)]
+pub struct GatewayStatus {
+    pub generation: Option<i64>,
+    pub conditions: Vec<GatewayCondition>,
+    /// In `spec.listeners` order.
+    pub listeners: Vec<ListenerStatus>,
+}
+
+#[derive(Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListenerStatus {
+    pub name: String,
+    pub attached_routes: u32,
+    pub supported_kinds: Vec<RouteGroupKind>,
+    pub conditions: Vec<ListenerCondition>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct RouteGroupKind {
+    pub group: String,
+    pub kind: String,
+}
+
+#[derive(Debug, Default, PartialEq)]
+pub struct HttpRouteStatus {
+    pub generation: Option<i64>,
+    /// One entry per distinct in-scope parentRef, in `spec.parentRefs` order.
+    pub parents: Vec<RouteParentStatus>,
+}
+
+#[derive(Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RouteParentStatus {
+    pub parent_ref: ParentRef,
+    pub controller_name: String,
+    pub conditions: Vec<RouteCondition>,
+}
+
+/// A parentRef echoed back exactly as the Route spelled it (absent fields stay absent).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ParentRef {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub section_name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub port: Option<i32>,
+}
+
+/// A Gateway API object carrying only its status, as `pier check` prints it and the admin
+/// `/status` endpoint serves it.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusObject<'a> {
+    pub api_version: &'static str,
+    pub kind: StatusKind,
+    pub metadata: StatusMeta,
+    pub status: ObjectStatus<'a>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum StatusKind {
+    GatewayClass,
+    Gateway,
+    #[serde(rename = "HTTPRoute")]
+    HttpRoute,
+}
+
+#[derive(Debug, Serialize)]
+pub struct StatusMeta {
+    pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub generation: Option<i64>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub enum ObjectStatus<'a> {
+    GatewayClass {
+        conditions: &'a [ClassCondition],
+    },
+    Gateway {
+        conditions: &'a [GatewayCondition],
+        listeners: &'a [ListenerStatus],
+    },
+    HttpRoute {
+        parents: &'a [RouteParentStatus],
+    },
+}
+
+// === impl Condition ===
+
+impl<T, R> Condition<T, R> {
+    pub fn new(
+        type_: T,
+        status: bool,
+        reason: R,
+        message: impl Into<String>,
+        observed_generation: Option<i64>,
+    ) -> Self {
+        Self {
+            type_,
+            status,
+            reason,
+            message: message.into(),
+            observed_generation,
+        }
+    }
+}
+
+impl<T: fmt::Display, R: fmt::Display> Serialize for Condition<T, R> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut st = s.serialize_struct("Condition", 5)?;
+        st.serialize_field("type", &self.type_.to_string())?;
+        st.serialize_field("status", if self.status { "True" } else { "False" })?;
+        st.serialize_field("reason", &self.reason.to_string())?;
+        st.serialize_field("message", &self.message)?;
+        if let Some(g) = self.observed_generation {
+            st.serialize_field("observedGeneration", &g)?;
+        } else {
+            st.skip_field("observedGeneration")?;
+        }
+        st.end()
+    }
+}
+
+// === impl condition enums ===
+
+impl fmt::Display for ClassConditionType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Class(t) => t.fmt(f),
+            Self::SupportedVersion => f.write_str("SupportedVersion"),
+        }
+    }
+}
+
+impl fmt::Display for ClassConditionReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Class(r) => r.fmt(f),
+            Self::SupportedVersion => f.write_str("SupportedVersion"),
+        }
+    }
+}
+
+impl fmt::Display for RouteConditionType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
+impl fmt::Display for RouteConditionReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
+// === impl RouteGroupKind ===
+
+impl RouteGroupKind {
+    pub fn http_route() -> Self {
+        Self {
+            group: GATEWAY_GROUP.to_string(),
+            kind: "HTTPRoute".to_string(),
+        }
+    }
+}
+
+// === impl Statuses ===
+
+impl Statuses {
+    /// Every status as an API object: GatewayClasses, then Gateways, then HTTPRoutes, each
+    /// sorted by (namespace, name).
+    pub fn objects(&self) -> Vec<StatusObject<'_>> {
+        let classes = self.gateway_classes.iter().map(|(name, s)| StatusObject {
+            api_version: GATEWAY_API_VERSION,
+            kind: StatusKind::GatewayClass,
+            metadata: StatusMeta {
+                name: name.clone(),
+                namespace: None,
+                generation: s.generation,
+            },
+            status: ObjectStatus::GatewayClass {
+                conditions: &s.conditions,
+            },
+        });
+        let gateways = self.gateways.iter().map(|(key, s)| StatusObject {
+            api_version: GATEWAY_API_VERSION,
+            kind: StatusKind::Gateway,
+            metadata: StatusMeta::namespaced(key, s.generation),
+            status: ObjectStatus::Gateway {
+                conditions: &s.conditions,
+                listeners: &s.listeners,
+            },
+        });
+        let routes = self.http_routes.iter().map(|(key, s)| StatusObject {
+            api_version: GATEWAY_API_VERSION,
+            kind: StatusKind::HttpRoute,
+            metadata: StatusMeta::namespaced(key, s.generation),
+            status: ObjectStatus::HttpRoute {
+                parents: &s.parents,
+            },
+        });
+        classes.chain(gateways).chain(routes).collect()
+    }
+}
+
+impl StatusMeta {
+    fn namespaced(key: &ObjectRef, generation: Option<i64>) -> Self {
+        Self {
+            name: key.name.clone(),
+            namespace: Some(key.namespace.clone()),
+            generation,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
