@@ -49,6 +49,79 @@ pub struct Backend {
     pub id: BackendId,
     pub protocol: AppProtocol,
     pub endpoints: Vec<Endpoint>,
+    /// Plaintext, TLS, or "must be TLS but cannot be" (fail closed).
+    #[serde(skip_serializing_if = "BackendTls::is_plain")]
+    pub tls: BackendTls,
+}
+
+/// How connections to a backend's endpoints are secured. Decided at translation time: a
+/// request never chooses, and a backend that must use TLS never falls back to plaintext.
+#[derive(Clone, Debug, Default, Serialize)]
+pub enum BackendTls {
+    #[default]
+    Plain,
+    /// Mesh mTLS or BackendTLSPolicy TLS, with a ready-built rustls config.
+    Tls(Arc<UpstreamTls>),
+    /// TLS is required (a meshed route, a BackendTLSPolicy) but no usable configuration
+    /// exists: requests get a 503 and nothing is sent.
+    Unavailable(TlsUnavailable),
+}
+
+impl BackendTls {
+    pub fn is_plain(&self) -> bool {
+        matches!(self, Self::Plain)
+    }
+}
+
+/// Why a backend that needs TLS has none. Bounded: used as a metric label.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub enum TlsUnavailable {
+    /// The mesh trust bundle is missing, unreadable or holds no certificate.
+    NoTrustBundle,
+    /// The client certificate for mesh mTLS is missing or invalid.
+    NoClientCertificate,
+    /// A BackendTLSPolicy targets the Service but cannot be used (bad CA ref, ...).
+    InvalidPolicy,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub enum TlsMode {
+    /// Mesh mTLS: client certificate presented, peer verified against the mesh trust bundle.
+    Mesh,
+    /// BackendTLSPolicy: peer verified against the policy's CAs (client cert if configured).
+    Policy,
+}
+
+/// A ready TLS client configuration for one backend.
+#[derive(Serialize)]
+pub struct UpstreamTls {
+    pub mode: TlsMode,
+    /// Built at translation time (ALPN, client certificate, verifier).
+    #[serde(skip)]
+    pub config: Arc<rustls::ClientConfig>,
+    /// SNI sent to every endpoint of the backend.
+    #[serde(serialize_with = "ser_server_name")]
+    pub server_name: rustls::pki_types::ServerName<'static>,
+    /// Changes whenever what is trusted or presented changes; pooled connections are keyed
+    /// by it (with the endpoint address), so connections made under different trust never mix.
+    pub trust_key: u64,
+}
+
+impl std::fmt::Debug for UpstreamTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UpstreamTls")
+            .field("mode", &self.mode)
+            .field("server_name", &self.server_name)
+            .field("trust_key", &self.trust_key)
+            .finish_non_exhaustive()
+    }
+}
+
+fn ser_server_name<S: serde::Serializer>(
+    n: &rustls::pki_types::ServerName<'static>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&n.to_str())
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -193,6 +266,7 @@ impl Backend {
             },
             protocol: AppProtocol::Http1,
             endpoints: vec![],
+            tls: BackendTls::Plain,
         }
     }
 }

@@ -12,7 +12,9 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
 use super::api::{CORE_GROUP, EndpointSlice, Secret, Service, ServicePort};
 use super::resources::Resources;
-use crate::model::{AppProtocol, Backend, BackendId, Endpoint, EndpointPool, ObjectRef};
+use crate::model::{
+    AppProtocol, Backend, BackendId, BackendTls, Endpoint, EndpointPool, ObjectRef,
+};
 
 /// The label an EndpointSlice carries to name its Service.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
@@ -165,6 +167,7 @@ impl<'a> Backends<'a> {
             id: id.clone(),
             protocol: app_protocol(svc_port.app_protocol.as_deref()),
             endpoints,
+            tls: BackendTls::Plain,
         });
         self.cache.insert(id, backend.clone());
         Ok(backend)

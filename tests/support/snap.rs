@@ -36,6 +36,7 @@ pub fn backend_with(name: &str, protocol: AppProtocol, addrs: &[SocketAddr]) -> 
         },
         protocol,
         endpoints: addrs.iter().copied().map(Endpoint::new).collect(),
+        tls: Default::default(),
     })
 }
 
