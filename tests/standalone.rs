@@ -216,3 +216,55 @@ async fn startup_fails_clearly_on_malformed_manifests() {
     let msg = format!("{err:#}");
     assert!(msg.contains("bad.yaml"), "{msg}");
 }
+
+#[tokio::test]
+async fn not_ready_until_every_listener_is_bound() {
+    init();
+    let echo = pier::echo::spawn(SocketAddr::from(([127, 0, 0, 1], 0)), "a")
+        .await
+        .unwrap();
+    // Something else holds the listener's port.
+    let squatter = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = squatter.local_addr().unwrap().port();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("all.yaml"),
+        format!(
+            "{}---\n{}---\n{}",
+            gateway(port),
+            service("a", echo.addr),
+            route("r", "/", "a")
+        ),
+    )
+    .unwrap();
+    let pier = run::start(RunOptions {
+        manifests: dir.path().to_path_buf(),
+        listen_host: [127, 0, 0, 1].into(),
+        admin: SocketAddr::from(([127, 0, 0, 1], 0)),
+        translate: Default::default(),
+        access_log: false,
+    })
+    .await
+    .unwrap();
+    let readyz = format!("http://{}/readyz", pier.admin_addr);
+    assert_eq!(get(&readyz, &[]).await.status, 503);
+    assert_eq!(
+        get(&format!("http://{}/healthz", pier.admin_addr), &[])
+            .await
+            .status,
+        200
+    );
+    // Once the port is free, pier binds it on its next retry and turns ready.
+    drop(squatter);
+    eventually(Duration::from_secs(10), || async {
+        get(&readyz, &[]).await.status == 200
+    })
+    .await;
+    assert_eq!(
+        get(&format!("http://127.0.0.1:{port}/"), &[])
+            .await
+            .backend(),
+        "a"
+    );
+    pier.shutdown().await;
+}
