@@ -28,6 +28,26 @@ impl Env {
     }
 }
 
+fn options(dir: &std::path::Path) -> RunOptions {
+    RunOptions {
+        manifests: dir.to_path_buf(),
+        listen_host: [127, 0, 0, 1].into(),
+        admin: SocketAddr::from(([127, 0, 0, 1], 0)),
+        translate: Default::default(),
+        access_log: true,
+    }
+}
+
+impl Env {
+    /// Waits until `path` is answered by echo backend `backend`; returns how long it took.
+    async fn served_by(&self, path: &str, backend: &str) -> Duration {
+        eventually(Duration::from_secs(5), || async {
+            get(&self.url(path), &[]).await.backend() == backend
+        })
+        .await
+    }
+}
+
 async fn start() -> Env {
     init();
     let a = pier::echo::spawn(SocketAddr::from(([127, 0, 0, 1], 0)), "a")
@@ -45,15 +65,7 @@ async fn start() -> Env {
     )
     .unwrap();
     std::fs::write(dir.path().join("route.yaml"), route("r", "/", "a")).unwrap();
-    let pier = run::start(RunOptions {
-        manifests: dir.path().to_path_buf(),
-        listen_host: [127, 0, 0, 1].into(),
-        admin: SocketAddr::from(([127, 0, 0, 1], 0)),
-        translate: Default::default(),
-        access_log: true,
-    })
-    .await
-    .unwrap();
+    let pier = run::start(options(dir.path())).await.unwrap();
     Env {
         dir,
         port,
@@ -98,10 +110,7 @@ async fn a_changed_file_takes_effect_within_one_second() {
     let env = start().await;
     assert_eq!(get(&env.url("/x"), &[]).await.backend(), "a");
     std::fs::write(env.dir.path().join("route.yaml"), route("r", "/", "b")).unwrap();
-    let took = eventually(Duration::from_secs(5), || async {
-        get(&env.url("/x"), &[]).await.backend() == "b"
-    })
-    .await;
+    let took = env.served_by("/x", "b").await;
     assert!(took < Duration::from_secs(1), "took {took:?}");
     env.pier.shutdown().await;
 }
@@ -110,10 +119,7 @@ async fn a_changed_file_takes_effect_within_one_second() {
 async fn a_file_replaced_by_rename_takes_effect() {
     let env = start().await;
     write_atomic(&env.dir.path().join("route.yaml"), &route("r", "/", "b"));
-    let took = eventually(Duration::from_secs(5), || async {
-        get(&env.url("/x"), &[]).await.backend() == "b"
-    })
-    .await;
+    let took = env.served_by("/x", "b").await;
     assert!(took < Duration::from_secs(1), "took {took:?}");
     env.pier.shutdown().await;
 }
@@ -122,10 +128,7 @@ async fn a_file_replaced_by_rename_takes_effect() {
 async fn a_new_and_a_removed_file_take_effect() {
     let env = start().await;
     std::fs::write(env.dir.path().join("route2.yaml"), route("r2", "/two", "b")).unwrap();
-    eventually(Duration::from_secs(5), || async {
-        get(&env.url("/two"), &[]).await.backend() == "b"
-    })
-    .await;
+    env.served_by("/two", "b").await;
     std::fs::remove_file(env.dir.path().join("route.yaml")).unwrap();
     eventually(Duration::from_secs(5), || async {
         get(&env.url("/x"), &[]).await.status == 404
@@ -161,10 +164,7 @@ async fn a_malformed_change_keeps_the_last_good_configuration_and_is_counted() {
         route("r3", "/three", "b"),
     )
     .unwrap();
-    eventually(Duration::from_secs(5), || async {
-        get(&env.url("/three"), &[]).await.backend() == "b"
-    })
-    .await;
+    env.served_by("/three", "b").await;
     env.pier.shutdown().await;
 }
 
@@ -174,10 +174,7 @@ async fn hidden_and_non_yaml_files_are_ignored() {
     std::fs::write(env.dir.path().join(".route.yaml.swp"), "garbage: [").unwrap();
     std::fs::write(env.dir.path().join("notes.txt"), "garbage: [").unwrap();
     std::fs::write(env.dir.path().join("route2.yaml"), route("r2", "/two", "b")).unwrap();
-    eventually(Duration::from_secs(5), || async {
-        get(&env.url("/two"), &[]).await.backend() == "b"
-    })
-    .await;
+    env.served_by("/two", "b").await;
     env.pier.shutdown().await;
 }
 
@@ -188,10 +185,7 @@ async fn a_reload_lets_an_in_flight_request_finish_on_the_old_configuration() {
     let in_flight = tokio::spawn(async move { get(&url, &[]).await });
     tokio::time::sleep(Duration::from_millis(100)).await;
     std::fs::write(env.dir.path().join("route.yaml"), route("r", "/", "b")).unwrap();
-    eventually(Duration::from_secs(5), || async {
-        get(&env.url("/x"), &[]).await.backend() == "b"
-    })
-    .await;
+    env.served_by("/x", "b").await;
     let old = in_flight.await.unwrap();
     assert_eq!(old.status, 200);
     assert_eq!(old.backend(), "a");
@@ -203,16 +197,10 @@ async fn startup_fails_clearly_on_malformed_manifests() {
     init();
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("bad.yaml"), "kind: Gateway\nmetadata: [\n").unwrap();
-    let err = run::start(RunOptions {
-        manifests: dir.path().to_path_buf(),
-        listen_host: [127, 0, 0, 1].into(),
-        admin: SocketAddr::from(([127, 0, 0, 1], 0)),
-        translate: Default::default(),
-        access_log: false,
-    })
-    .await
-    .err()
-    .expect("must fail");
+    let err = run::start(options(dir.path()))
+        .await
+        .err()
+        .expect("must fail");
     let msg = format!("{err:#}");
     assert!(msg.contains("bad.yaml"), "{msg}");
 }
@@ -237,15 +225,7 @@ async fn not_ready_until_every_listener_is_bound() {
         ),
     )
     .unwrap();
-    let pier = run::start(RunOptions {
-        manifests: dir.path().to_path_buf(),
-        listen_host: [127, 0, 0, 1].into(),
-        admin: SocketAddr::from(([127, 0, 0, 1], 0)),
-        translate: Default::default(),
-        access_log: false,
-    })
-    .await
-    .unwrap();
+    let pier = run::start(options(dir.path())).await.unwrap();
     let readyz = format!("http://{}/readyz", pier.admin_addr);
     assert_eq!(get(&readyz, &[]).await.status, 503);
     assert_eq!(
