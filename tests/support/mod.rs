@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod client;
+pub mod nginx;
 pub mod pki;
 pub mod snap;
 pub mod web;
