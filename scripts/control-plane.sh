@@ -8,8 +8,10 @@
 # stderr), so callers can `eval "$(scripts/control-plane.sh build)"`.
 #
 # Binaries land in ${PIER_CONTROL_PLANE_CACHE:-$HOME/.cache/pier/control-plane}/v$KUBE_VERSION/,
-# outside the repository. The same cache holds the generated wrapper modules (src/) and a
-# private Go module and build cache (go/), so `rm -rf` of that directory undoes everything.
+# outside the repository. The same cache holds the generated wrapper modules (src/) and, while
+# building, a private Go module and build cache (go/, ~3.4 GB). go/ is deleted after a
+# successful build unless PIER_CONTROL_PLANE_KEEP_GO_CACHE=1: the binaries are what is reused.
+# `rm -rf` of the cache directory undoes everything.
 # See docs/control-plane.md for why it is done this way and what it costs.
 set -euo pipefail
 
@@ -19,6 +21,7 @@ KUBE_VERSION=${PIER_KUBE_VERSION:-1.36.4}
 ETCD_VERSION=${PIER_ETCD_VERSION:-3.6.16}
 
 CACHE=${PIER_CONTROL_PLANE_CACHE:-$HOME/.cache/pier/control-plane}
+CACHE=$(realpath -m "$CACHE") # absolute: the build runs from the wrapper module's directory
 BIN_DIR=$CACHE/v$KUBE_VERSION
 APISERVER=$BIN_DIR/kube-apiserver
 ETCD=$BIN_DIR/etcd
@@ -173,6 +176,10 @@ build() {
     apiserver_ok || die "$APISERVER does not report Kubernetes v$KUBE_VERSION"
     etcd_ok || die "$ETCD does not report etcd Version: $ETCD_VERSION"
     log "done in $(elapsed "$t0"): $BIN_DIR"
+    if [ "${PIER_CONTROL_PLANE_KEEP_GO_CACHE:-0}" != 1 ]; then
+      log "removing the Go module and build cache ($(du -sh "$CACHE/go" | cut -f1))"
+      rm -rf "$CACHE/go"
+    fi
   fi
   print_env
 }
