@@ -210,13 +210,17 @@ async fn crds_mesh_variant_and_apiserver_restart() {
     // Outage: the API server goes away for 3 s, comes back on the same port with the same
     // etcd, and the same long-lived client lists everything again.
     cp.stop_apiserver();
+    let t = std::time::Instant::now();
     let down = tokio::time::timeout(Duration::from_secs(5), gws.list(&ListParams::default())).await;
     assert!(
         !matches!(down, Ok(Ok(_))),
         "list succeeded with the API server down"
     );
+    eprintln!("while down, list failed in {:?}: {down:?}", t.elapsed());
     tokio::time::sleep(Duration::from_secs(3)).await;
+    let t = std::time::Instant::now();
     cp.start_apiserver().await;
+    eprintln!("kube-apiserver ready again in {:?}", t.elapsed());
 
     // The first request may still race the restart; retry within a bound.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
