@@ -13,6 +13,7 @@
 pub mod admin;
 pub mod cli;
 pub mod commands;
+pub mod crds;
 pub mod demo;
 pub mod echo;
 pub mod metrics;

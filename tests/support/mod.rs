@@ -2,6 +2,7 @@
 //! and a throwaway PKI. Every wait is bounded by [`bounded`].
 #![allow(dead_code)]
 
+pub mod apiserver;
 pub mod client;
 pub mod nginx;
 pub mod pki;

@@ -1,0 +1,186 @@
+//! The Gateway API CustomResourceDefinitions pier reads, generated from the `gateway-api`
+//! crate's types (`kube::CustomResourceExt::crd()`), so they match what pier deserializes.
+//!
+//! These are not the upstream release YAMLs: they carry only the `v1` version, no printer
+//! columns, short names, defaults or CEL rules (kopium's `--schema=derived` does not keep
+//! them). They are structural schemas a real kube-apiserver accepts, which is what tests and
+//! small clusters need. `config/crds/` holds them as YAML; `tests/crds.rs` keeps the files
+//! equal to this module's output.
+//!
+//! [`gateway_with_mesh`] adds a `spec.mesh` stanza to the Gateway schema, for the
+//! out-of-cluster gateway proposals (GEP-3951, GEP-3792). Without it the API server prunes
+//! `spec.mesh`, because CRDs under `apiextensions.k8s.io/v1` drop unknown fields.
+
+use std::collections::BTreeMap;
+
+use gateway_api::{
+    backendtlspolicies::BackendTlsPolicy, gatewayclasses::GatewayClass, gateways::Gateway,
+    httproutes::HttpRoute, referencegrants::ReferenceGrant,
+};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+    CustomResourceDefinition, JSONSchemaProps,
+};
+use kube::CustomResourceExt;
+
+/// The Gateway API release the `gateway-api` crate's types were generated from.
+pub const BUNDLE_VERSION: &str = "v1.5.1";
+/// The release channel of these CRDs.
+pub const CHANNEL: &str = "standard";
+
+const BUNDLE_VERSION_ANNOTATION: &str = "gateway.networking.k8s.io/bundle-version";
+const CHANNEL_ANNOTATION: &str = "gateway.networking.k8s.io/channel";
+/// CRDs in `*.k8s.io` groups are rejected without this annotation (KEP-1111); the value is the
+/// one upstream's Gateway API CRDs carry.
+const API_APPROVED_ANNOTATION: &str = "api-approved.kubernetes.io";
+const API_APPROVED: &str = "https://github.com/kubernetes-sigs/gateway-api/pull/3328";
+
+/// GatewayClass, Gateway, HTTPRoute, ReferenceGrant and BackendTLSPolicy, in that order.
+pub fn all() -> Vec<CustomResourceDefinition> {
+    [
+        GatewayClass::crd(),
+        Gateway::crd(),
+        HttpRoute::crd(),
+        ReferenceGrant::crd(),
+        BackendTlsPolicy::crd(),
+    ]
+    .into_iter()
+    .map(annotate)
+    .collect()
+}
+
+/// The Gateway CRD with a `spec.mesh` property (see [`mesh_schema`]).
+pub fn gateway_with_mesh() -> CustomResourceDefinition {
+    let mut crd = annotate(Gateway::crd());
+    for version in &mut crd.spec.versions {
+        let spec = version
+            .schema
+            .as_mut()
+            .and_then(|s| s.open_api_v3_schema.as_mut())
+            .and_then(|root| root.properties.as_mut())
+            .and_then(|props| props.get_mut("spec"))
+            .and_then(|spec| spec.properties.as_mut())
+            .expect("the generated Gateway schema has spec.properties");
+        spec.insert("mesh".to_string(), mesh_schema());
+    }
+    crd
+}
+
+/// `spec.mesh`, covering both proposals:
+///
+/// - GEP-3951: `trustBundle: {name, namespace, bundleKey}` (a ConfigMap) and `labelSelector`.
+/// - GEP-3792: `trustBundle: [{group, kind, name, namespace}]` and `selector`.
+///
+/// The proposals disagree on the type of `trustBundle` (object vs. list), and a structural
+/// schema cannot say "object or list" (no `type` inside `anyOf`/`oneOf`). So `trustBundle`
+/// alone keeps whatever it is given (`x-kubernetes-preserve-unknown-fields`) and pier
+/// validates it when translating; the rest of `mesh` is typed, so other fields are pruned.
+pub fn mesh_schema() -> JSONSchemaProps {
+    let selector = |gep: &str| {
+        serde_json::json!({
+            "description": format!("{gep}: selects the meshed Routes and namespaces (a label selector)."),
+            "type": "object",
+            "x-kubernetes-map-type": "atomic",
+            "properties": {
+                "matchLabels": {
+                    "type": "object",
+                    "additionalProperties": { "type": "string" }
+                },
+                "matchExpressions": {
+                    "type": "array",
+                    "x-kubernetes-list-type": "atomic",
+                    "items": {
+                        "type": "object",
+                        "required": ["key", "operator"],
+                        "properties": {
+                            "key": { "type": "string" },
+                            "operator": { "type": "string" },
+                            "values": {
+                                "type": "array",
+                                "x-kubernetes-list-type": "atomic",
+                                "items": { "type": "string" }
+                            }
+                        }
+                    }
+                }
+            }
+        })
+    };
+    let schema = serde_json::json!({
+        "description": "Mesh configures how this out-of-cluster Gateway joins a service mesh. \
+            Not part of Gateway API v1.5.1: this is pier's union of GEP-3951 and GEP-3792.",
+        "type": "object",
+        "properties": {
+            "trustBundle": {
+                "description": "The CA certificates the gateway trusts for meshed peers. \
+                    GEP-3951: an object {name, namespace, bundleKey} naming a ConfigMap \
+                    (bundleKey defaults to ca-bundle.crt). GEP-3792: a list of object \
+                    references {group, kind, name, namespace}. Its shape is checked by pier, \
+                    not by this schema, because the two proposals give it different types.",
+                "x-kubernetes-preserve-unknown-fields": true
+            },
+            "labelSelector": selector("GEP-3951"),
+            "selector": selector("GEP-3792")
+        }
+    });
+    serde_json::from_value(schema).expect("the mesh schema is a valid JSONSchemaProps")
+}
+
+fn annotate(mut crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    let annotations = crd.metadata.annotations.get_or_insert_with(BTreeMap::new);
+    for (k, v) in [
+        (API_APPROVED_ANNOTATION, API_APPROVED),
+        (BUNDLE_VERSION_ANNOTATION, BUNDLE_VERSION),
+        (CHANNEL_ANNOTATION, CHANNEL),
+    ] {
+        annotations.insert(k.to_string(), v.to_string());
+    }
+    crd
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn all_are_the_five_kinds_pier_reads() {
+        let names: Vec<_> = all()
+            .into_iter()
+            .map(|c| c.metadata.name.unwrap())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "gatewayclasses.gateway.networking.k8s.io",
+                "gateways.gateway.networking.k8s.io",
+                "httproutes.gateway.networking.k8s.io",
+                "referencegrants.gateway.networking.k8s.io",
+                "backendtlspolicies.gateway.networking.k8s.io",
+            ]
+        );
+    }
+
+    #[test]
+    fn every_crd_carries_the_bundle_annotations() {
+        for crd in all().into_iter().chain([gateway_with_mesh()]) {
+            let a = crd.metadata.annotations.unwrap();
+            assert_eq!(a[BUNDLE_VERSION_ANNOTATION], BUNDLE_VERSION);
+            assert_eq!(a[CHANNEL_ANNOTATION], CHANNEL);
+            assert!(a.contains_key(API_APPROVED_ANNOTATION));
+        }
+    }
+
+    #[test]
+    fn mesh_variant_differs_only_by_spec_mesh() {
+        let plain = serde_json::to_value(Gateway::crd()).unwrap();
+        let mut mesh = serde_json::to_value(gateway_with_mesh()).unwrap();
+        let spec_props = &mut mesh["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
+            ["spec"]["properties"];
+        assert!(spec_props["mesh"]["properties"]["trustBundle"].is_object());
+        spec_props.as_object_mut().unwrap().remove("mesh");
+        mesh["metadata"]
+            .as_object_mut()
+            .unwrap()
+            .remove("annotations");
+        assert_eq!(plain, mesh);
+    }
+}
