@@ -6,7 +6,7 @@
 //!                                                                             │ route, filters
 //!          ArcSwap<Snapshot> ── load_full() once per request ────────────────┘
 //!                                                                             v
-//!                                          mirror (spawned) <── upstream (pooled clients)
+//!                                 mirror (spawned) <── upstream (pool + TLS connector)
 //! ```
 //!
 //! Reads only `model`; never touches kube, files or translation. The only shared mutable
@@ -35,7 +35,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
 
-pub use error::{ConnectReason, ErrorKind, ErrorSide, ProxyError};
+pub use error::{ConnectReason, ErrorKind, ErrorSide, ProxyError, TlsFailure};
 pub use metrics::ProxyMetrics;
 pub use mirror::MAX_MIRRORED_BODY;
 
@@ -134,9 +134,10 @@ impl Proxy {
         let ticketer = Ticketer::new()
             .inspect_err(|error| tracing::warn!(%error, "TLS session tickets disabled"))
             .ok();
+        let upstream = Upstream::new(&config, metrics.clone(), snapshot.clone());
         let shared = Shared {
             snapshot,
-            upstream: Upstream::new(&config),
+            upstream,
             config,
             metrics,
             clock: Clock::new(),
@@ -158,6 +159,10 @@ impl Proxy {
     /// the error; a later call retries them. Does nothing after [`Proxy::shutdown`].
     pub async fn reconcile(&self) -> Vec<(u16, std::io::Error)> {
         let _changing = self.changing.lock().await;
+        // Upstream connections whose trust left the snapshot are retired now.
+        if !self.lock_ports().shut_down {
+            self.shared.upstream.start();
+        }
         let wanted: Vec<u16> = {
             let snapshot = self.shared.snapshot.load();
             snapshot.ports.iter().map(|p| p.port).collect()
@@ -221,6 +226,7 @@ impl Proxy {
             drains.push(b.drain);
         }
         futures::future::join_all(drains.iter().map(|d| d.drain(grace))).await;
+        self.shared.upstream.close();
     }
 
     async fn bind(&self, port: u16) -> std::io::Result<BoundPort> {
