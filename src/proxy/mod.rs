@@ -38,6 +38,7 @@ use tokio_rustls::TlsAcceptor;
 pub use error::{ConnectReason, ErrorKind, ErrorSide, ProxyError, TlsFailure};
 pub use metrics::ProxyMetrics;
 pub use mirror::MAX_MIRRORED_BODY;
+pub use upstream::RETIRE_BOUND as UPSTREAM_RETIRE_BOUND;
 
 use crate::model::Snapshot;
 use crate::tls::server::{Ticketer, server_config};

@@ -18,7 +18,7 @@
 //! Trust changes: every new connection uses the rustls config of the request's snapshot, and
 //! connections are pooled by `trust_key`, so connections made under different trust never mix.
 //! A maintenance task retires the entries whose `trust_key` left the current snapshot (their
-//! idle connections close, in-flight requests finish) within [`MAX_TICK`] of a swap, at once
+//! idle connections close, in-flight requests finish) within [`RETIRE_BOUND`] of a swap, at once
 //! when a request or `reconcile` reports a new generation; it also closes idle connections past
 //! the idle timeout.
 
@@ -51,7 +51,7 @@ use connect::{Conn, Connector, Dial, Failed};
 use pool::{Entry, H1Sender, H2Sender, Mode, Pool, ShortKey};
 
 /// Upper bound between a snapshot swap and the retirement of connections whose trust left it.
-pub const MAX_TICK: Duration = Duration::from_millis(500);
+pub const RETIRE_BOUND: Duration = Duration::from_millis(500);
 
 /// The upstream pool and connector. Cheap to clone.
 #[derive(Clone)]
@@ -121,7 +121,7 @@ impl Upstream {
             idle_timeout: config.pool_idle_timeout,
             idle_gauge: metrics.upstream_idle(),
         });
-        let tick = (config.pool_idle_timeout / 2).clamp(Duration::from_millis(10), MAX_TICK);
+        let tick = (config.pool_idle_timeout / 2).clamp(Duration::from_millis(10), RETIRE_BOUND);
         let inner = Inner {
             pool,
             connector: Connector::new(config.connect_timeout, metrics.clone()),
