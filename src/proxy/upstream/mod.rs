@@ -17,7 +17,7 @@
 //!
 //! Trust changes: every new connection uses the rustls config of the request's snapshot, and
 //! connections are pooled by `trust_key`, so connections made under different trust never mix.
-//! A maintenance task retires the entries whose `trust_key` left the current snapshot (their
+//! A maintenance task retires the entries whose `trust_key` (or endpoint) left the snapshot (their
 //! idle connections close, in-flight requests finish) within [`RETIRE_BOUND`] of a swap, at once
 //! when a request or `reconcile` reports a new generation; it also closes idle connections past
 //! the idle timeout.
@@ -28,7 +28,6 @@ mod pool;
 #[cfg(test)]
 mod tests;
 
-use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -166,7 +165,7 @@ impl Upstream {
     /// Closes the idle connections and stops the maintenance task (shutdown).
     pub fn close(&self) {
         self.inner.closed.store(true, Ordering::Release);
-        self.inner.pool.clear();
+        self.inner.pool.close();
         self.inner.wake.notify_one();
     }
 
@@ -241,7 +240,7 @@ impl Upstream {
             };
             let sent = send_h2(tx.clone(), req, shape).await;
             if matches!(sent, Err(SendError::NotSent(..))) {
-                entry.forget_h2(&tx);
+                entry.forget_h2();
             }
             sent
         } else {
@@ -302,7 +301,7 @@ impl Upstream {
 /// entries whose trust left the current snapshot and closes idle connections past their time.
 async fn maintain(inner: Weak<Inner>, wake: Arc<Notify>, tick: Duration) {
     let mut generation = None;
-    let mut live = HashSet::new();
+    let mut live = pool::Live::default();
     loop {
         {
             let Some(inner) = inner.upgrade() else { return };
@@ -311,7 +310,7 @@ async fn maintain(inner: Weak<Inner>, wake: Arc<Notify>, tick: Duration) {
             }
             let snapshot = inner.snapshot.load();
             if generation != Some(snapshot.generation) {
-                live = pool::live_trust_keys(&snapshot);
+                live = pool::Live::of(&snapshot);
                 generation = Some(snapshot.generation);
             }
             drop(snapshot);

@@ -18,7 +18,8 @@
 //! Retiring: [`Entry::retire`] sets `retired` and empties both lists under their locks, so a
 //! connection released or installed concurrently is dropped instead of pooled. Requests
 //! already using a retired connection finish; HTTP/2 keeps the connection open until its last
-//! stream ends, because each response holds a reference to it.
+//! stream ends, because each response holds a reference to it. [`Pool::sweep`] retires the
+//! entries whose trust key, or endpoint address, is not in the current snapshot ([`Live`]).
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::{BuildHasher, Hash, Hasher};
@@ -48,6 +49,15 @@ pub type H2Sender = http2::SendRequest<ProxyBody>;
 pub struct Pool {
     shards: Box<[RwLock<Shard>]>,
     settings: Arc<Settings>,
+    /// After shutdown, new entries are born retired: nothing is pooled any more.
+    closed: AtomicBool,
+}
+
+/// What the current snapshot can still reach: pooled connections for anything else go.
+#[derive(Debug, Default)]
+pub struct Live {
+    pub trust_keys: HashSet<u64>,
+    pub addrs: HashSet<SocketAddr>,
 }
 
 type Shard = HashMap<ShortKey, Vec<Arc<Entry>>, FxBuild>;
@@ -116,6 +126,7 @@ impl Pool {
         Self {
             shards: (0..SHARDS).map(|_| RwLock::default()).collect(),
             settings: Arc::new(settings),
+            closed: AtomicBool::new(false),
         }
     }
 
@@ -133,13 +144,17 @@ impl Pool {
             return e.clone();
         }
         let entry = Arc::new(Entry::new(key, server_name.cloned(), self.settings.clone()));
+        if self.closed.load(Ordering::Acquire) {
+            entry.retire();
+            return entry;
+        }
         map.entry(key).or_default().push(entry.clone());
         entry
     }
 
-    /// Retires entries whose trust is not in `live` (when given), drops idle connections past
-    /// the idle timeout, and forgets entries nothing uses any more.
-    pub fn sweep(&self, live: Option<&HashSet<u64>>) {
+    /// Retires entries the snapshot cannot reach any more (when `live` is given), drops idle
+    /// connections past the idle timeout, and forgets entries nothing uses any more.
+    pub fn sweep(&self, live: Option<&Live>) {
         let now = Instant::now();
         for shard in self.shards.iter() {
             let mut unused = false;
@@ -173,8 +188,9 @@ impl Pool {
         }
     }
 
-    /// Retires every entry (shutdown).
-    pub fn clear(&self) {
+    /// Retires every entry, now and to come (shutdown).
+    pub fn close(&self) {
+        self.closed.store(true, Ordering::Release);
         for shard in self.shards.iter() {
             let drained: Vec<_> = {
                 let mut map = shard.write().unwrap_or_else(PoisonError::into_inner);
@@ -220,14 +236,24 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// The trust keys of every TLS backend the snapshot routes or mirrors to.
-pub fn live_trust_keys(snapshot: &Snapshot) -> HashSet<u64> {
-    let mut keys = HashSet::new();
-    let mut add = |b: &Backend| {
-        if let BackendTls::Tls(u) = &b.tls {
-            keys.insert(u.trust_key);
-        }
-    };
+// === impl Live ===
+
+impl Live {
+    /// The trust keys and endpoint addresses of every backend the snapshot routes or mirrors
+    /// to.
+    pub fn of(snapshot: &Snapshot) -> Self {
+        let mut live = Self::default();
+        for_each_backend(snapshot, |b| {
+            if let BackendTls::Tls(u) = &b.tls {
+                live.trust_keys.insert(u.trust_key);
+            }
+            live.addrs.extend(b.endpoints.iter().map(|e| e.addr));
+        });
+        live
+    }
+}
+
+fn for_each_backend(snapshot: &Snapshot, mut add: impl FnMut(&Backend)) {
     for entry in snapshot
         .ports
         .iter()
@@ -243,7 +269,6 @@ pub fn live_trust_keys(snapshot: &Snapshot) -> HashSet<u64> {
             wb.filters.mirrors.iter().for_each(|m| add(&m.backend));
         }
     }
-    keys
 }
 
 // === impl Entry ===
@@ -375,13 +400,11 @@ impl Entry {
         }
     }
 
-    /// Forgets the shared HTTP/2 connection if it is still `tx` (which just failed).
-    pub fn forget_h2(&self, tx: &H2Sender) {
+    /// Forgets the shared HTTP/2 connection if it has closed (a request was just handed back
+    /// from it unsent).
+    pub fn forget_h2(&self) {
         let mut slot = lock(&self.h2);
-        if slot
-            .as_ref()
-            .is_some_and(|t| t.is_closed() || tx.is_closed())
-        {
+        if slot.as_ref().is_some_and(H2Sender::is_closed) {
             *slot = None;
         }
     }
@@ -407,11 +430,13 @@ impl Entry {
         drop((idle, h2));
     }
 
-    fn is_stale(&self, live: Option<&HashSet<u64>>) -> bool {
-        match (live, self.key.trust_key) {
-            (Some(live), Some(k)) => !live.contains(&k),
-            _ => false,
-        }
+    fn is_stale(&self, live: Option<&Live>) -> bool {
+        let Some(live) = live else { return false };
+        !live.addrs.contains(&self.key.addr)
+            || self
+                .key
+                .trust_key
+                .is_some_and(|k| !live.trust_keys.contains(&k))
     }
 
     fn expire_idle(&self, now: Instant) {

@@ -1,5 +1,6 @@
 //! Pool mechanics against loopback echo servers: reuse, LIFO order, caps, retiring.
 
+use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 
 use super::*;
@@ -165,10 +166,21 @@ async fn sweeping_retires_stale_trust_and_forgets_unused_entries() {
     let other = rustls::pki_types::ServerName::try_from("b.example").unwrap();
     assert!(!Arc::ptr_eq(&tls, &pool.entry(key(Some(7)), Some(&other))));
 
-    pool.sweep(Some(&HashSet::from([8])));
+    let live = pool::Live {
+        trust_keys: HashSet::from([8]),
+        addrs: HashSet::from([key(None).addr]),
+    };
+    pool.sweep(Some(&live));
     assert!(tls.is_retired(), "trust 7 left the snapshot");
     assert!(!plain.is_retired());
     assert!(!Arc::ptr_eq(&tls, &pool.entry(key(Some(7)), Some(&name))));
+
+    // The endpoint left the snapshot.
+    pool.sweep(Some(&pool::Live::default()));
+    assert!(plain.is_retired());
+    // After close, nothing is pooled.
+    pool.close();
+    assert!(pool.entry(key(None), None).is_retired());
 }
 
 #[test]
