@@ -45,7 +45,7 @@ async fn http1_backend_gets_origin_form_and_the_original_host() {
     bounded(h.proxy.shutdown(BOUND)).await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sequential_requests_reuse_one_keepalive_connection() {
     let a = echo("a").await;
     let p = free_port();
@@ -72,7 +72,7 @@ async fn sequential_requests_reuse_one_keepalive_connection() {
     bounded(h.proxy.shutdown(BOUND)).await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_http1_requests_open_connections_and_pool_them() {
     let a = echo("a").await;
     let p = free_port();
