@@ -109,6 +109,47 @@ async fn mtls_upstream_negotiates_h2_and_presents_the_client_certificate() {
 }
 
 #[tokio::test]
+async fn a_burst_of_first_requests_shares_one_h2_handshake() {
+    let mesh = Mesh::new();
+    let a = echo("a").await;
+    let front = mesh.front(a.addr, H2_H1).await;
+    let p = free_port();
+    let s = tls_snapshot(p, AppProtocol::H2c, front.addr, mesh.trusted(H2_H1, 1));
+    let h = Harness::start(s).await;
+    let burst = (0..8).map(|_| send(local(p), get("x", "/delay/50")));
+    for resp in bounded(futures::future::join_all(burst)).await {
+        assert_eq!(resp.status, 200);
+        assert_eq!(resp.echo().protocol, "HTTP/2.0");
+    }
+    assert_eq!(front.handshakes().len(), 1, "{:?}", front.handshakes());
+    bounded(h.proxy.shutdown(BOUND)).await;
+}
+
+#[tokio::test]
+async fn a_burst_on_an_http1_only_server_opens_connections_in_parallel() {
+    let mesh = Mesh::new();
+    let a = echo("a").await;
+    let front = mesh.front(a.addr, H1).await;
+    let p = free_port();
+    let s = tls_snapshot(p, AppProtocol::Http1, front.addr, mesh.trusted(H2_H1, 1));
+    let h = Harness::start(s).await;
+    let started = std::time::Instant::now();
+    let burst = (0..4).map(|_| send(local(p), get("x", "/delay/300")));
+    for resp in bounded(futures::future::join_all(burst)).await {
+        assert_eq!(resp.status, 200);
+        assert_eq!(resp.echo().protocol, "HTTP/1.1");
+    }
+    // One at a time would take 4 x 300 ms.
+    assert!(
+        started.elapsed() < Duration::from_millis(1150),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(front.handshakes().len(), 4);
+    bounded(h.proxy.shutdown(BOUND)).await;
+}
+
+#[tokio::test]
 async fn mtls_upstream_speaks_http1_when_the_server_offers_only_http1() {
     let mesh = Mesh::new();
     let a = echo("a").await;

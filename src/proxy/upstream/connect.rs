@@ -118,9 +118,8 @@ impl Connector {
     ) -> Result<tokio_rustls::client::TlsStream<TcpStream>, ProxyError> {
         let connector = TlsConnector::from(tls.config.clone());
         let name = tls.server_name.clone();
-        let offers_h2 = tls.config.alpn_protocols.iter().any(|p| p == ALPN_H2);
         // Upgrades need HTTP/1.1: keys for them never offer h2.
-        let handshake = if dial.protocol == AppProtocol::WebSocket && offers_h2 {
+        let handshake = if dial.protocol == AppProtocol::WebSocket && offers_h2(tls) {
             let alpn = tls
                 .config
                 .alpn_protocols
@@ -169,6 +168,11 @@ impl Connector {
             Ok(Conn::Http1(tx))
         }
     }
+}
+
+/// Whether the backend's rustls config offers `h2` by ALPN.
+pub fn offers_h2(tls: &UpstreamTls) -> bool {
+    tls.config.alpn_protocols.iter().any(|p| p == ALPN_H2)
 }
 
 async fn tcp(addr: SocketAddr, deadline: Instant) -> Result<TcpStream, ProxyError> {

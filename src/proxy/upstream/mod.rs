@@ -214,7 +214,14 @@ impl Upstream {
             protocol,
             tls,
         };
-        let conn = if entry.mode() == Mode::Http2 {
+        // HTTP/2 connects are shared, and so is a TLS key's first connect when it may
+        // negotiate h2: a burst of first requests then costs one handshake, not one each.
+        let shared = match entry.mode() {
+            Mode::Http2 => true,
+            Mode::Unknown => tls.is_some_and(connect::offers_h2),
+            Mode::Http1 => false,
+        };
+        let conn = if shared {
             self.connect_shared(&entry, &dial).await?
         } else {
             self.connect(&entry, &dial).await?
@@ -279,6 +286,11 @@ impl Upstream {
         let mut last_failure = entry.h2_gate().lock().await;
         if let Some(tx) = entry.h2_sender() {
             return Ok(Conn::Http2(tx));
+        }
+        if entry.mode() == Mode::Http1 {
+            // The attempt ahead negotiated HTTP/1.1: one connection per request, in parallel.
+            drop(last_failure);
+            return self.connect(entry, dial).await;
         }
         if entry.h2_attempts() != before
             && let Some(failed) = *last_failure
