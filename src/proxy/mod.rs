@@ -50,7 +50,8 @@ use upstream::{Clock, Upstream};
 pub struct ProxyConfig {
     /// Address the snapshot's ports are bound on.
     pub listen_host: IpAddr,
-    /// TCP connect timeout towards endpoints (a timeout answers 503).
+    /// Bound on opening a connection to an endpoint, TCP connect and TLS handshake together
+    /// (a TCP timeout answers 503, a TLS handshake that does not finish 502).
     pub connect_timeout: Duration,
     /// One `pier::access` log line per request.
     pub access_log: bool,
@@ -58,8 +59,9 @@ pub struct ProxyConfig {
     pub header_read_timeout: Duration,
     /// The whole TLS handshake, ClientHello included.
     pub tls_handshake_timeout: Duration,
-    /// Idle upstream connections are closed after this.
+    /// Idle upstream HTTP/1.1 connections are closed after this.
     pub pool_idle_timeout: Duration,
+    /// Idle HTTP/1.1 connections kept per pool key (endpoint, TLS trust and SNI, protocol).
     pub pool_max_idle_per_host: usize,
     /// How long connections on a port removed from the snapshot may finish their requests.
     pub drain_timeout: Duration,

@@ -214,21 +214,32 @@ impl Upstream {
             protocol,
             tls,
         };
+        self.send_new(entry, &dial, &shape, req).await
+    }
+
+    /// Sends on a new connection.
+    async fn send_new(
+        &self,
+        entry: Arc<Entry>,
+        dial: &Dial<'_>,
+        shape: &Shape,
+        req: Request<ProxyBody>,
+    ) -> Result<Response<UpstreamBody>, ProxyError> {
         // HTTP/2 connects are shared, and so is a TLS key's first connect when it may
         // negotiate h2: a burst of first requests then costs one handshake, not one each.
         let shared = match entry.mode() {
             Mode::Http2 => true,
-            Mode::Unknown => tls.is_some_and(connect::offers_h2),
+            Mode::Unknown => dial.tls.is_some_and(connect::offers_h2),
             Mode::Http1 => false,
         };
         let conn = if shared {
-            self.connect_shared(&entry, &dial).await?
+            self.connect_shared(&entry, dial).await?
         } else {
-            self.connect(&entry, &dial).await?
+            self.connect(&entry, dial).await?
         };
         let sent = match conn {
-            Conn::Http1(tx) => send_h1(entry, tx, req, &shape).await,
-            Conn::Http2(tx) => send_h2(tx, req, &shape).await,
+            Conn::Http1(tx) => send_h1(entry, tx, req, shape).await,
+            Conn::Http2(tx) => send_h2(tx, req, shape).await,
         };
         sent.map_err(SendError::into_proxy_error)
     }
@@ -245,7 +256,7 @@ impl Upstream {
             let Some(tx) = entry.h2_sender() else {
                 return Pooled::Unsent(req);
             };
-            let sent = send_h2(tx.clone(), req, shape).await;
+            let sent = send_h2(tx, req, shape).await;
             if matches!(sent, Err(SendError::NotSent(..))) {
                 entry.forget_h2();
             }
