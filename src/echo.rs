@@ -12,6 +12,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -45,6 +46,10 @@ pub struct EchoRequest {
     pub query: Option<String>,
     /// The Host header, else the HTTP/2 `:authority`.
     pub host: String,
+    /// The request target's authority: the HTTP/2 `:authority` (or an HTTP/1.1 absolute-form
+    /// target's).
+    #[serde(default)]
+    pub authority: Option<String>,
     /// Lower-case names, values in arrival order.
     pub headers: BTreeMap<String, Vec<String>>,
     /// `HTTP/1.1` or `HTTP/2.0`.
@@ -70,6 +75,7 @@ struct State {
     name: String,
     log: Mutex<VecDeque<EchoRequest>>,
     count: watch::Sender<u64>,
+    connections: AtomicU64,
 }
 
 pub async fn spawn(addr: SocketAddr, name: &str) -> std::io::Result<EchoServer> {
@@ -79,6 +85,7 @@ pub async fn spawn(addr: SocketAddr, name: &str) -> std::io::Result<EchoServer> 
         name: name.to_string(),
         log: Mutex::new(VecDeque::new()),
         count: watch::channel(0).0,
+        connections: AtomicU64::new(0),
     });
     let task = tokio::spawn(accept(listener, state.clone()));
     Ok(EchoServer { addr, state, task })
@@ -115,6 +122,11 @@ impl EchoServer {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         log.iter().cloned().collect()
+    }
+
+    /// Connections accepted so far.
+    pub fn connections(&self) -> u64 {
+        self.state.connections.load(Ordering::Relaxed)
     }
 
     /// Requests received so far.
@@ -167,6 +179,7 @@ async fn accept(listener: TcpListener, state: Arc<State>) {
         tokio::select! {
             r = listener.accept() => {
                 let Ok((tcp, _)) = r else { continue };
+                state.connections.fetch_add(1, Ordering::Relaxed);
                 let _ = tcp.set_nodelay(true);
                 let state = state.clone();
                 let builder = builder.clone();
@@ -244,6 +257,7 @@ fn describe(name: &str, parts: &http::request::Parts, body_bytes: u64) -> EchoRe
         path: parts.uri.path().to_string(),
         query: parts.uri.query().map(str::to_string),
         host,
+        authority: parts.uri.authority().map(|a| a.to_string()),
         headers,
         protocol: format!("{:?}", parts.version),
         body_bytes,

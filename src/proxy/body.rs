@@ -1,6 +1,6 @@
-//! The one body type the proxy passes around, and two wrappers: [`Tee`] copies a small request
-//! body for mirrors while it streams to the backend, and [`with_guard`] keeps a value alive
-//! until a body is finished (used for in-flight accounting).
+//! The one body type the proxy passes around, and [`Tee`], which copies a small request body
+//! for mirrors while it streams to the backend. (Response bodies carry their in-flight guard
+//! and pooled connection in `upstream::UpstreamBody`.)
 
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
@@ -30,15 +30,6 @@ where
     B::Error: Into<BoxError>,
 {
     b.map_err(Into::into).boxed_unsync()
-}
-
-/// Drops `guard` when the body is dropped (after hyper has sent or received all of it).
-pub fn with_guard<G: Send + 'static>(body: ProxyBody, guard: G) -> ProxyBody {
-    body.map_frame(move |f| {
-        let _ = &guard;
-        f
-    })
-    .boxed_unsync()
 }
 
 /// Passes a body through unchanged and, once it has ended, sends a copy of it on `tx`.
@@ -142,17 +133,5 @@ mod tests {
         let out = block_on(tee.collect()).unwrap().to_bytes();
         assert_eq!(&out[..], b"abcdef");
         assert!(block_on(rx).is_err());
-    }
-
-    #[test]
-    fn guard_lives_until_the_body_is_dropped() {
-        let (tx, mut rx) = oneshot::channel::<()>();
-        let body = with_guard(full(Bytes::from_static(b"x")), tx);
-        assert!(rx.try_recv().is_err());
-        drop(body);
-        assert!(matches!(
-            rx.try_recv(),
-            Err(oneshot::error::TryRecvError::Closed)
-        ));
     }
 }

@@ -12,6 +12,7 @@ use http::{HeaderValue, Response, StatusCode, header};
 use prometheus_client::encoding::EncodeLabelValue;
 
 use super::body::{self, ProxyBody};
+use crate::model::TlsUnavailable;
 
 pub(crate) type BoxError = Box<dyn StdError + Send + Sync>;
 
@@ -33,6 +34,18 @@ pub enum ProxyError {
     #[error("connecting to the upstream failed: {reason}")]
     Connect {
         reason: ConnectReason,
+        #[source]
+        source: BoxError,
+    },
+    /// The backend must be reached over TLS but has no usable TLS configuration: nothing is
+    /// sent (fail closed, never plaintext).
+    #[error("the backend requires TLS but none is available: {0:?}")]
+    TlsUnavailable(TlsUnavailable),
+    /// The TLS handshake with the endpoint failed (untrusted, expired or misnamed certificate,
+    /// a peer that does not speak TLS, ...).
+    #[error("the upstream TLS handshake failed: {reason}")]
+    TlsHandshake {
+        reason: TlsFailure,
         #[source]
         source: BoxError,
     },
@@ -59,6 +72,20 @@ pub enum ConnectReason {
     Other,
 }
 
+/// Why an upstream TLS handshake failed. Bounded: a metric label (`reason`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TlsFailure {
+    /// The peer's chain does not lead to a trusted root.
+    UnknownCa,
+    /// The peer's certificate is outside its validity period.
+    Expired,
+    /// The certificate does not name the expected identity.
+    SanMismatch,
+    /// The peer did not answer in TLS (plaintext, garbage, or closed during the handshake).
+    NotTls,
+    Other,
+}
+
 /// A bounded label for each [`ProxyError`] variant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, EncodeLabelValue)]
 pub enum ErrorKind {
@@ -70,6 +97,8 @@ pub enum ErrorKind {
     ConnectRefused,
     ConnectTimeout,
     ConnectOther,
+    TlsUnavailable,
+    TlsHandshake,
     Upstream,
     BackendTimeout,
     RequestTimeout,
@@ -102,6 +131,8 @@ impl ProxyError {
                 ConnectReason::Timeout => ErrorKind::ConnectTimeout,
                 ConnectReason::Other => ErrorKind::ConnectOther,
             },
+            Self::TlsUnavailable(_) => ErrorKind::TlsUnavailable,
+            Self::TlsHandshake { .. } => ErrorKind::TlsHandshake,
             Self::Upstream(_) => ErrorKind::Upstream,
             Self::BackendTimeout => ErrorKind::BackendTimeout,
             Self::RequestTimeout => ErrorKind::RequestTimeout,
@@ -112,13 +143,16 @@ impl ProxyError {
     pub fn side(&self) -> ErrorSide {
         match self.kind() {
             ErrorKind::NoListener | ErrorKind::NoRoute => ErrorSide::Downstream,
-            ErrorKind::NoBackends | ErrorKind::InvalidBackend | ErrorKind::InvalidTarget => {
-                ErrorSide::Internal
-            }
+            // A missing trust bundle or client certificate is pier's configuration.
+            ErrorKind::NoBackends
+            | ErrorKind::InvalidBackend
+            | ErrorKind::InvalidTarget
+            | ErrorKind::TlsUnavailable => ErrorSide::Internal,
             ErrorKind::NoEndpoints
             | ErrorKind::ConnectRefused
             | ErrorKind::ConnectTimeout
             | ErrorKind::ConnectOther
+            | ErrorKind::TlsHandshake
             | ErrorKind::Upstream
             | ErrorKind::BackendTimeout
             | ErrorKind::RequestTimeout => ErrorSide::Upstream,
@@ -134,9 +168,13 @@ impl ProxyError {
                 StatusCode::INTERNAL_SERVER_ERROR
             }
             ErrorKind::NoEndpoints => StatusCode::SERVICE_UNAVAILABLE,
-            ErrorKind::ConnectRefused | ErrorKind::ConnectOther | ErrorKind::Upstream => {
-                StatusCode::BAD_GATEWAY
-            }
+            // Usually transient (a Secret not loaded yet) and nothing was sent: unavailable,
+            // like an empty endpoint set, rather than 500.
+            ErrorKind::TlsUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            ErrorKind::ConnectRefused
+            | ErrorKind::ConnectOther
+            | ErrorKind::TlsHandshake
+            | ErrorKind::Upstream => StatusCode::BAD_GATEWAY,
             // Nothing was sent, so the request is safe to retry elsewhere: "unavailable" (as
             // Envoy answers), not "timed out waiting for an answer".
             ErrorKind::ConnectTimeout => StatusCode::SERVICE_UNAVAILABLE,
@@ -165,6 +203,24 @@ impl std::fmt::Display for ConnectReason {
             Self::Timeout => "connect timeout",
             Self::Other => "connect error",
         })
+    }
+}
+
+impl std::fmt::Display for TlsFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl TlsFailure {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::UnknownCa => "unknown_ca",
+            Self::Expired => "expired",
+            Self::SanMismatch => "san_mismatch",
+            Self::NotTls => "not_tls",
+            Self::Other => "other",
+        }
     }
 }
 

@@ -1,8 +1,8 @@
 //! Proxy metrics, registered under `pier_proxy_` in an explicit registry.
 //!
 //! Labels are bounded: they come from snapshot identities (gateway, listener, route, backend),
-//! ports, and small enums (status class, error kind and side, connect reason). Never paths,
-//! Host values or error messages.
+//! ports, and small enums (status class, error kind and side, connect reason, TLS transport and
+//! handshake failure reason). Never paths, Host values, endpoint addresses or error messages.
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
@@ -11,8 +11,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use super::error::{ConnectReason, ErrorKind, ErrorSide};
-use crate::model::{BackendId, ListenerId, ObjectRef};
+use super::error::{ConnectReason, ErrorKind, ErrorSide, TlsFailure};
+use crate::model::{BackendId, BackendTls, ListenerId, ObjectRef, TlsMode, TlsUnavailable};
 
 #[derive(Debug)]
 pub struct ProxyMetrics {
@@ -22,6 +22,65 @@ pub struct ProxyMetrics {
     connect_errors: Family<ConnectErrorLabels, Counter>,
     connections: Family<PortLabels, Gauge>,
     in_flight: Family<BackendLabels, Gauge>,
+    tls_handshakes: Family<TlsHandshakeLabels, Counter>,
+    tls_unavailable: Family<TlsUnavailableLabels, Counter>,
+    upstream_opened: Family<UpstreamConnLabels, Counter>,
+    upstream_open: Family<UpstreamProtocolLabels, Gauge>,
+    upstream_idle: Gauge,
+}
+
+/// How a request reached its backend: the `tls` label. Empty when no backend was reached.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Transport {
+    #[default]
+    None,
+    Plain,
+    Mesh,
+    Policy,
+}
+
+/// The protocol spoken on an upstream connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum UpstreamProtocol {
+    Http1,
+    Http2,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct TlsHandshakeLabels {
+    pub backend: String,
+    pub result: HandshakeResult,
+    pub reason: HandshakeReason,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum HandshakeResult {
+    Ok,
+    Error,
+}
+
+/// `none` for a successful handshake, else the failure reason.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct HandshakeReason(pub Option<TlsFailure>);
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct TlsUnavailableLabels {
+    pub backend: String,
+    pub reason: UnavailableReason,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct UnavailableReason(pub TlsUnavailable);
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct UpstreamConnLabels {
+    pub protocol: UpstreamProtocol,
+    pub tls: Transport,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct UpstreamProtocolLabels {
+    pub protocol: UpstreamProtocol,
 }
 
 /// Where a request went. Empty strings for what was not reached (a 404 has no route).
@@ -39,6 +98,7 @@ pub struct RequestLabels {
     pub route: String,
     pub backend: String,
     pub status: StatusClass,
+    pub tls: Transport,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -67,7 +127,7 @@ pub struct BackendLabels {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct StatusClass(u8);
 
-/// Decrements the active-connections gauge when dropped.
+/// Decrements an open-connections gauge when dropped.
 #[derive(Debug)]
 pub struct ConnectionGuard(Gauge);
 
@@ -79,7 +139,8 @@ impl ProxyMetrics {
         let reg = reg.sub_registry_with_prefix("pier_proxy");
         reg.register(
             "requests",
-            "Requests answered, by gateway, listener, route, backend and status class",
+            "Requests answered, by gateway, listener, route, backend, status class and upstream \
+             transport (tls: mesh, policy or plain)",
             m.requests.clone(),
         );
         reg.register(
@@ -106,6 +167,31 @@ impl ProxyMetrics {
             "upstream_in_flight",
             "Requests in flight to a backend (until the response body ends)",
             m.in_flight.clone(),
+        );
+        reg.register(
+            "upstream_tls_handshakes",
+            "TLS handshakes with backend endpoints, by backend, result and failure reason",
+            m.tls_handshakes.clone(),
+        );
+        reg.register(
+            "upstream_tls_unavailable",
+            "Requests refused because their backend needs TLS but has no usable configuration",
+            m.tls_unavailable.clone(),
+        );
+        reg.register(
+            "upstream_connections_opened",
+            "Connections opened to backend endpoints, by protocol and transport",
+            m.upstream_opened.clone(),
+        );
+        reg.register(
+            "upstream_open_connections",
+            "Open connections to backend endpoints (pooled, busy or draining), by protocol",
+            m.upstream_open.clone(),
+        );
+        reg.register(
+            "upstream_idle_connections",
+            "Idle HTTP/1.1 connections waiting in the upstream pool",
+            m.upstream_idle.clone(),
         );
         m
     }
@@ -142,6 +228,45 @@ impl ProxyMetrics {
             backend: backend.to_string(),
         })
     }
+
+    pub fn tls_handshake(&self, backend: &BackendId, failure: Option<TlsFailure>) {
+        let result = match failure {
+            None => HandshakeResult::Ok,
+            Some(_) => HandshakeResult::Error,
+        };
+        self.tls_handshakes
+            .get_or_create(&TlsHandshakeLabels {
+                backend: backend.to_string(),
+                result,
+                reason: HandshakeReason(failure),
+            })
+            .inc();
+    }
+
+    pub fn tls_unavailable(&self, backend: &BackendId, reason: TlsUnavailable) {
+        self.tls_unavailable
+            .get_or_create(&TlsUnavailableLabels {
+                backend: backend.to_string(),
+                reason: UnavailableReason(reason),
+            })
+            .inc();
+    }
+
+    /// Counts a new upstream connection; the returned guard is held until it closes.
+    pub fn upstream_opened(&self, protocol: UpstreamProtocol, tls: Transport) -> ConnectionGuard {
+        self.upstream_opened
+            .get_or_create(&UpstreamConnLabels { protocol, tls })
+            .inc();
+        let open = self
+            .upstream_open
+            .get_or_create_owned(&UpstreamProtocolLabels { protocol });
+        open.inc();
+        ConnectionGuard(open)
+    }
+
+    pub fn upstream_idle(&self) -> Gauge {
+        self.upstream_idle.clone()
+    }
 }
 
 impl Default for ProxyMetrics {
@@ -154,6 +279,11 @@ impl Default for ProxyMetrics {
             connect_errors: Family::default(),
             connections: Family::default(),
             in_flight: Family::default(),
+            tls_handshakes: Family::default(),
+            tls_unavailable: Family::default(),
+            upstream_opened: Family::default(),
+            upstream_open: Family::default(),
+            upstream_idle: Gauge::default(),
         }
     }
 }
@@ -181,7 +311,91 @@ impl RouteLabels {
             route: self.route,
             backend: backend.map(ToString::to_string).unwrap_or_default(),
             status: StatusClass::of(status),
+            tls: Transport::None,
         }
+    }
+}
+
+// === impl RequestLabels ===
+
+impl RequestLabels {
+    pub fn transport(mut self, tls: Transport) -> Self {
+        self.tls = tls;
+        self
+    }
+}
+
+// === impl Transport ===
+
+impl Transport {
+    /// How a backend is reached; a backend whose TLS is unavailable still counts as the kind
+    /// of TLS it requires.
+    pub fn of(tls: &BackendTls) -> Self {
+        match tls {
+            BackendTls::Plain => Self::Plain,
+            BackendTls::Tls(u) => Self::of_mode(u.mode),
+            BackendTls::Unavailable(TlsUnavailable::InvalidPolicy) => Self::Policy,
+            BackendTls::Unavailable(
+                TlsUnavailable::NoTrustBundle | TlsUnavailable::NoClientCertificate,
+            ) => Self::Mesh,
+        }
+    }
+
+    pub fn of_mode(mode: TlsMode) -> Self {
+        match mode {
+            TlsMode::Mesh => Self::Mesh,
+            TlsMode::Policy => Self::Policy,
+        }
+    }
+}
+
+impl EncodeLabelValue for Transport {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        use std::fmt::Write;
+        encoder.write_str(match self {
+            Self::None => "",
+            Self::Plain => "plain",
+            Self::Mesh => "mesh",
+            Self::Policy => "policy",
+        })
+    }
+}
+
+impl EncodeLabelValue for UpstreamProtocol {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        use std::fmt::Write;
+        encoder.write_str(match self {
+            Self::Http1 => "http1",
+            Self::Http2 => "http2",
+        })
+    }
+}
+
+impl EncodeLabelValue for HandshakeResult {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        use std::fmt::Write;
+        encoder.write_str(match self {
+            Self::Ok => "ok",
+            Self::Error => "error",
+        })
+    }
+}
+
+impl EncodeLabelValue for HandshakeReason {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        use std::fmt::Write;
+        encoder.write_str(self.0.map_or("none", TlsFailure::as_str))
+    }
+}
+
+impl EncodeLabelValue for UnavailableReason {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        use std::fmt::Write;
+        encoder.write_str(match self.0 {
+            TlsUnavailable::NoTrustBundle => "no_trust_bundle",
+            TlsUnavailable::NoClientCertificate => "no_client_certificate",
+            TlsUnavailable::InvalidPolicy => "invalid_policy",
+        })
     }
 }
 
@@ -226,15 +440,29 @@ mod tests {
         };
         let labels = RouteLabels::new(Some(&listener), Some(&route));
         m.duration(&labels, 0.01);
-        m.request(&labels.with(Some(&backend), http::StatusCode::NOT_FOUND));
+        m.request(
+            &labels
+                .with(Some(&backend), http::StatusCode::NOT_FOUND)
+                .transport(Transport::Mesh),
+        );
+        m.tls_handshake(&backend, Some(TlsFailure::UnknownCa));
+        m.tls_handshake(&backend, None);
+        m.tls_unavailable(&backend, TlsUnavailable::NoTrustBundle);
         m.error(ErrorKind::NoRoute, ErrorSide::Downstream);
         m.connect_error(&backend, ConnectReason::Refused);
         let conn = m.connection(80);
         let mut out = String::new();
         encode(&mut out, &reg).unwrap();
         assert!(out.contains(
-            r#"pier_proxy_requests_total{gateway="ns/gw",listener="http",route="ns/r",backend="ns/svc:8080",status="4xx"} 1"#
+            r#"pier_proxy_requests_total{gateway="ns/gw",listener="http",route="ns/r",backend="ns/svc:8080",status="4xx",tls="mesh"} 1"#
         ), "{out}");
+        for line in [
+            r#"pier_proxy_upstream_tls_handshakes_total{backend="ns/svc:8080",result="error",reason="unknown_ca"} 1"#,
+            r#"pier_proxy_upstream_tls_handshakes_total{backend="ns/svc:8080",result="ok",reason="none"} 1"#,
+            r#"pier_proxy_upstream_tls_unavailable_total{backend="ns/svc:8080",reason="no_trust_bundle"} 1"#,
+        ] {
+            assert!(out.contains(line), "{line} missing in {out}");
+        }
         assert!(out.contains(r#"pier_proxy_errors_total{kind="NoRoute",side="Downstream"} 1"#));
         assert!(out.contains(
             r#"pier_proxy_upstream_connect_errors_total{backend="ns/svc:8080",reason="Refused"} 1"#

@@ -12,6 +12,7 @@
 use bytes::Bytes;
 use http::header::{CONTENT_LENGTH, TRANSFER_ENCODING};
 use http::request::Parts;
+use http::uri::PathAndQuery;
 use http_body_util::BodyExt;
 use rand::Rng;
 use tokio::sync::oneshot;
@@ -19,7 +20,7 @@ use tokio::sync::oneshot;
 use super::Shared;
 use super::body::{self, ProxyBody, Tee};
 use super::service::upstream_request;
-use super::upstream::{ConnectorKind, InFlight};
+use super::upstream::{InFlight, Target};
 use crate::model::Mirror;
 
 /// Larger bodies are not mirrored (the head still is).
@@ -31,7 +32,7 @@ pub fn dispatch<'a>(
     shared: &Shared,
     mirrors: impl Iterator<Item = &'a Mirror>,
     head: &Parts,
-    path: &str,
+    path: &PathAndQuery,
     body: ProxyBody,
 ) -> ProxyBody {
     let selected: Vec<Mirror> = {
@@ -69,7 +70,7 @@ pub fn dispatch<'a>(
         clock: shared.clock,
         timeout: shared.config.mirror_timeout,
         head: copy_head,
-        path: path.to_string(),
+        path: path.clone(),
     };
     tokio::spawn(task.run(selected, copy));
     body
@@ -86,7 +87,7 @@ struct MirrorTask {
     clock: super::upstream::Clock,
     timeout: std::time::Duration,
     head: Parts,
-    path: String,
+    path: PathAndQuery,
 }
 
 impl MirrorTask {
@@ -111,19 +112,15 @@ impl MirrorTask {
         };
         let Some(endpoint) = endpoint else { return };
         let head = Parts::clone_head(&self.head);
-        let Ok(req) = upstream_request(
-            head,
-            body::full(body),
-            endpoint.addr,
-            &self.path,
-            backend.protocol,
-        ) else {
-            return;
-        };
+        let req = upstream_request(head, body::full(body), self.path.clone());
         let _in_flight = InFlight::new(endpoint.stats.clone(), self.metrics.in_flight(&backend.id));
-        let kind = ConnectorKind::for_backend(backend);
+        let target = Target {
+            backend,
+            addr: endpoint.addr,
+            upgrade: false,
+        };
         let exchange = async {
-            let resp = self.upstream.send(backend.protocol, kind, req).await?;
+            let resp = self.upstream.send(target, req).await?;
             // Read the response to its end so the connection goes back to the pool.
             let _ = resp.into_body().collect().await;
             Ok::<_, super::ProxyError>(())

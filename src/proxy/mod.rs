@@ -6,7 +6,7 @@
 //!                                                                             │ route, filters
 //!          ArcSwap<Snapshot> ── load_full() once per request ────────────────┘
 //!                                                                             v
-//!                                          mirror (spawned) <── upstream (pooled clients)
+//!                                 mirror (spawned) <── upstream (pool + TLS connector)
 //! ```
 //!
 //! Reads only `model`; never touches kube, files or translation. The only shared mutable
@@ -35,9 +35,10 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
 
-pub use error::{ConnectReason, ErrorKind, ErrorSide, ProxyError};
+pub use error::{ConnectReason, ErrorKind, ErrorSide, ProxyError, TlsFailure};
 pub use metrics::ProxyMetrics;
 pub use mirror::MAX_MIRRORED_BODY;
+pub use upstream::RETIRE_BOUND as UPSTREAM_RETIRE_BOUND;
 
 use crate::model::Snapshot;
 use crate::tls::server::{Ticketer, server_config};
@@ -49,7 +50,8 @@ use upstream::{Clock, Upstream};
 pub struct ProxyConfig {
     /// Address the snapshot's ports are bound on.
     pub listen_host: IpAddr,
-    /// TCP connect timeout towards endpoints (a timeout answers 503).
+    /// Bound on opening a connection to an endpoint, TCP connect and TLS handshake together
+    /// (a TCP timeout answers 503, a TLS handshake that does not finish 502).
     pub connect_timeout: Duration,
     /// One `pier::access` log line per request.
     pub access_log: bool,
@@ -57,8 +59,9 @@ pub struct ProxyConfig {
     pub header_read_timeout: Duration,
     /// The whole TLS handshake, ClientHello included.
     pub tls_handshake_timeout: Duration,
-    /// Idle upstream connections are closed after this.
+    /// Idle upstream HTTP/1.1 connections are closed after this.
     pub pool_idle_timeout: Duration,
+    /// Idle HTTP/1.1 connections kept per pool key (endpoint, TLS trust and SNI, protocol).
     pub pool_max_idle_per_host: usize,
     /// How long connections on a port removed from the snapshot may finish their requests.
     pub drain_timeout: Duration,
@@ -134,9 +137,10 @@ impl Proxy {
         let ticketer = Ticketer::new()
             .inspect_err(|error| tracing::warn!(%error, "TLS session tickets disabled"))
             .ok();
+        let upstream = Upstream::new(&config, metrics.clone(), snapshot.clone());
         let shared = Shared {
             snapshot,
-            upstream: Upstream::new(&config),
+            upstream,
             config,
             metrics,
             clock: Clock::new(),
@@ -158,6 +162,10 @@ impl Proxy {
     /// the error; a later call retries them. Does nothing after [`Proxy::shutdown`].
     pub async fn reconcile(&self) -> Vec<(u16, std::io::Error)> {
         let _changing = self.changing.lock().await;
+        // Upstream connections whose trust left the snapshot are retired now.
+        if !self.lock_ports().shut_down {
+            self.shared.upstream.start();
+        }
         let wanted: Vec<u16> = {
             let snapshot = self.shared.snapshot.load();
             snapshot.ports.iter().map(|p| p.port).collect()
@@ -221,6 +229,7 @@ impl Proxy {
             drains.push(b.drain);
         }
         futures::future::join_all(drains.iter().map(|d| d.drain(grace))).await;
+        self.shared.upstream.close();
     }
 
     async fn bind(&self, port: u16) -> std::io::Result<BoundPort> {

@@ -19,6 +19,7 @@ use std::time::Instant;
 
 use http::header::{HOST, LOCATION};
 use http::request::Parts;
+use http::uri::PathAndQuery;
 use http::{HeaderValue, Method, Request, Response, StatusCode, Uri, Version};
 use hyper::body::Incoming;
 use hyper::upgrade::OnUpgrade;
@@ -28,15 +29,15 @@ use super::body::{self, ProxyBody};
 use super::conn::ConnInfo;
 use super::error::{ConnectReason, ProxyError};
 use super::headers::{self, Keep};
-use super::metrics::RouteLabels;
-use super::upstream::{ConnectorKind, InFlight};
+use super::metrics::{RouteLabels, Transport};
+use super::upstream::{InFlight, Target, UpstreamBody};
 use super::{Shared, mirror, tunnel};
 use crate::model::filter::RedirectInput;
 use crate::model::host::normalize_host;
 use crate::model::matcher::RequestParts;
 use crate::model::{
-    AppProtocol, Backend, BackendId, BackendSet, BackendTarget, Endpoint, Entry, Listener,
-    ListenerId, ObjectRef, Port, Redirect, Rule, Snapshot, UrlRewrite, WeightedBackend,
+    AppProtocol, Backend, BackendId, BackendSet, BackendTarget, BackendTls, Endpoint, Entry,
+    Listener, ListenerId, ObjectRef, Port, Redirect, Rule, Snapshot, UrlRewrite, WeightedBackend,
 };
 
 /// How far a request got, for metrics and the access log. Borrowed from the snapshot.
@@ -45,6 +46,7 @@ struct Seen<'s> {
     listener: Option<&'s ListenerId>,
     route: Option<&'s ObjectRef>,
     backend: Option<&'s BackendId>,
+    tls: Transport,
     upstream: Option<SocketAddr>,
 }
 
@@ -62,6 +64,7 @@ pub async fn handle(
 ) -> Response<ProxyBody> {
     let started = Instant::now();
     let snapshot = shared.snapshot.load_full();
+    shared.upstream.observe(snapshot.generation);
     let log_head = shared.config.access_log.then(|| LogHead::of(&req));
     let mut seen = Seen::default();
     let resp = match dispatch(&shared, &snapshot, &conn, req, &mut seen, started).await {
@@ -77,7 +80,7 @@ pub async fn handle(
     shared.metrics.duration(&labels, elapsed.as_secs_f64());
     shared
         .metrics
-        .request(&labels.with(seen.backend, resp.status()));
+        .request(&labels.with(seen.backend, resp.status()).transport(seen.tls));
     if let Some(head) = log_head {
         head.log(&seen, resp.status(), elapsed);
     }
@@ -190,6 +193,7 @@ async fn forward<'s>(
         return Err(ProxyError::InvalidBackend);
     };
     seen.backend = Some(&backend.id);
+    seen.tls = Transport::of(&backend.tls);
     let (mut parts, body) = req.into_parts();
     let upgrade = parts.version == Version::HTTP_11
         && headers::is_upgrade(&parts.headers)
@@ -199,7 +203,7 @@ async fn forward<'s>(
     } else {
         None
     };
-    let path = prepare_head(conn, routed, weighted, backend, &mut parts, upgrade);
+    let path = prepare_head(conn, routed, weighted, backend, &mut parts, upgrade)?;
     let body = if upgrade {
         body::boxed(body)
     } else {
@@ -213,8 +217,13 @@ async fn forward<'s>(
     }
     .ok_or(ProxyError::NoEndpoints)?;
     seen.upstream = Some(endpoint.addr);
-    let up = upstream_request(parts, body, endpoint.addr, &path, backend.protocol)?;
-    let (mut resp, in_flight) = exchange(shared, rule, backend, endpoint, up).await?;
+    let up = upstream_request(parts, body, path);
+    let target = Target {
+        backend,
+        addr: endpoint.addr,
+        upgrade,
+    };
+    let (mut resp, in_flight) = exchange(shared, rule, target, endpoint, up).await?;
     if resp.status() == StatusCode::SWITCHING_PROTOCOLS
         && let Some(down) = on_upgrade
     {
@@ -228,16 +237,16 @@ async fn forward<'s>(
 async fn exchange(
     shared: &Shared,
     rule: &Rule,
-    backend: &Backend,
+    target: Target<'_>,
     endpoint: &Endpoint,
     req: Request<ProxyBody>,
-) -> Result<(Response<Incoming>, InFlight), ProxyError> {
+) -> Result<(Response<UpstreamBody>, InFlight), ProxyError> {
+    let backend = target.backend;
     let in_flight = InFlight::new(
         endpoint.stats.clone(),
         shared.metrics.in_flight(&backend.id),
     );
-    let kind = ConnectorKind::for_backend(backend);
-    let send = shared.upstream.send(backend.protocol, kind, req);
+    let send = shared.upstream.send(target, req);
     let result = match rule.timeouts.backend_request {
         Some(t) => tokio::time::timeout(t, send)
             .await
@@ -273,7 +282,7 @@ fn prepare_head(
     backend: &Backend,
     parts: &mut Parts,
     upgrade: bool,
-) -> String {
+) -> Result<PathAndQuery, ProxyError> {
     let rule = &routed.entry.rule;
     let client_host = original_host(parts);
     for m in [
@@ -291,10 +300,14 @@ fn prepare_head(
         .rewrite
         .as_ref()
         .or(rule.filters.rewrite.as_ref());
-    let path = rewritten_path(&parts.uri, rewrite, routed.entry.matched_prefix());
+    let path = rewritten_path(&parts.uri, rewrite, routed.entry.matched_prefix())?;
+    // `TE: trailers` matters to HTTP/2 (gRPC); a TLS backend may negotiate HTTP/2 by ALPN, and
+    // the value is valid in HTTP/1.1 too.
+    let http2_possible =
+        backend.protocol == AppProtocol::H2c || matches!(backend.tls, BackendTls::Tls(_));
     let keep = Keep {
         upgrade,
-        te_trailers: backend.protocol == AppProtocol::H2c,
+        te_trailers: http2_possible,
     };
     headers::strip_hop_by_hop(&mut parts.headers, keep);
     let scheme = routed.port.protocol.scheme();
@@ -308,47 +321,46 @@ fn prepare_head(
         Some(host) => parts.headers.insert(HOST, host),
         None => parts.headers.remove(HOST),
     };
-    path
+    Ok(path)
 }
 
-fn rewritten_path(uri: &Uri, rewrite: Option<&UrlRewrite>, matched_prefix: Option<&str>) -> String {
-    let path = match rewrite.and_then(|r| r.path.as_ref()) {
-        Some(m) => m.apply(uri.path(), matched_prefix),
-        None => uri.path().to_string(),
+/// The path and query to send: the client's own (shared, not copied) unless a URLRewrite
+/// changes the path.
+fn rewritten_path(
+    uri: &Uri,
+    rewrite: Option<&UrlRewrite>,
+    matched_prefix: Option<&str>,
+) -> Result<PathAndQuery, ProxyError> {
+    let Some(modifier) = rewrite.and_then(|r| r.path.as_ref()) else {
+        return Ok(uri
+            .path_and_query()
+            .cloned()
+            .unwrap_or_else(|| PathAndQuery::from_static("/")));
     };
-    match uri.query() {
+    let path = modifier.apply(uri.path(), matched_prefix);
+    let target = match uri.query() {
         Some(q) => format!("{path}?{q}"),
         None => path,
-    }
+    };
+    PathAndQuery::try_from(target).map_err(|e| ProxyError::InvalidTarget(e.into()))
 }
 
-/// The request to an endpoint: `http://<addr><path?query>`, HTTP/2 for h2c backends.
+/// The request to an endpoint, in origin-form; the upstream shapes it for the connection
+/// (HTTP/1.1 or HTTP/2) it goes out on.
 pub(super) fn upstream_request(
     parts: Parts,
     body: ProxyBody,
-    addr: SocketAddr,
-    path: &str,
-    protocol: AppProtocol,
-) -> Result<Request<ProxyBody>, ProxyError> {
-    let uri = Uri::builder()
-        .scheme("http")
-        .authority(addr.to_string())
-        .path_and_query(path)
-        .build()
-        .map_err(ProxyError::InvalidTarget)?;
+    path: PathAndQuery,
+) -> Request<ProxyBody> {
     let mut req = Request::new(body);
     *req.method_mut() = parts.method;
-    *req.uri_mut() = uri;
+    *req.uri_mut() = Uri::from(path);
     *req.headers_mut() = parts.headers;
-    *req.version_mut() = match protocol {
-        AppProtocol::H2c => Version::HTTP_2,
-        AppProtocol::Http1 | AppProtocol::WebSocket => Version::HTTP_11,
-    };
-    Ok(req)
+    req
 }
 
 fn finish_response(
-    resp: Response<Incoming>,
+    resp: Response<UpstreamBody>,
     rule: &Rule,
     weighted: &WeightedBackend,
     in_flight: InFlight,
@@ -370,7 +382,7 @@ fn finish_response(
     }
     // The downstream connection decides its own version.
     parts.version = Version::default();
-    Response::from_parts(parts, body::with_guard(body::boxed(body), in_flight))
+    Response::from_parts(parts, body::boxed(body.with_in_flight(in_flight)))
 }
 
 /// The request line, captured only when the access log is on.
@@ -418,10 +430,13 @@ mod tests {
             path: Some(PathModifier::ReplacePrefixMatch("/v2".into())),
         };
         assert_eq!(
-            rewritten_path(&uri, Some(&rw), Some("/api/v1")),
+            rewritten_path(&uri, Some(&rw), Some("/api/v1")).unwrap(),
             "/v2/x?a=1&b=2"
         );
-        assert_eq!(rewritten_path(&uri, None, None), "/api/v1/x?a=1&b=2");
+        assert_eq!(
+            rewritten_path(&uri, None, None).unwrap(),
+            "/api/v1/x?a=1&b=2"
+        );
     }
 
     #[test]

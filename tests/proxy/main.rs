@@ -12,3 +12,5 @@ mod observability;
 mod protocols;
 mod routing;
 mod tls;
+mod upstream;
+mod upstream_tls;

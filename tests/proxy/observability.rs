@@ -83,7 +83,7 @@ async fn request_metrics_carry_route_backend_and_status_class() {
     );
     let m = h.metrics_text();
     assert!(
-        m.contains(r#"pier_proxy_requests_total{gateway="default/gw",listener="http",route="default/route",backend="ns/a:80",status="5xx"} 1"#),
+        m.contains(r#"pier_proxy_requests_total{gateway="default/gw",listener="http",route="default/route",backend="ns/a:80",status="5xx",tls="plain"} 1"#),
         "{m}"
     );
     assert!(

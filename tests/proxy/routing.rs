@@ -47,7 +47,7 @@ async fn unmatched_path_and_unmatched_listener_are_404() {
         "{m}"
     );
     assert!(
-        m.contains(r#"pier_proxy_requests_total{gateway="default/gw",listener="foo",route="ns/r",backend="default/a:80",status="2xx"} 1"#),
+        m.contains(r#"pier_proxy_requests_total{gateway="default/gw",listener="foo",route="ns/r",backend="default/a:80",status="2xx",tls="plain"} 1"#),
         "{m}"
     );
     bounded(h.proxy.shutdown(BOUND)).await;

@@ -7,6 +7,7 @@ pub mod client;
 pub mod nginx;
 pub mod pki;
 pub mod snap;
+pub mod tls_origin;
 pub mod web;
 
 use std::future::Future;

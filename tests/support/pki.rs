@@ -4,7 +4,9 @@ use std::sync::Arc;
 
 use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair, KeyUsagePurpose};
 use rustls::RootCertStore;
+use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use rustls::server::WebPkiClientVerifier;
 use rustls::sign::CertifiedKey;
 
 pub struct Pki {
@@ -54,6 +56,81 @@ impl Pki {
         cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
         Arc::new(cfg)
     }
+}
+
+/// A certificate chain and its key, for rustls configs that take them apart.
+pub struct Leaf {
+    pub chain: Vec<CertificateDer<'static>>,
+    pub key: PrivateKeyDer<'static>,
+}
+
+impl Pki {
+    pub fn ca_der(&self) -> CertificateDer<'static> {
+        self.ca.clone()
+    }
+
+    /// A leaf for `names`, valid now.
+    pub fn issue(&self, names: &[&str]) -> Leaf {
+        self.issue_with(names, |_| {})
+    }
+
+    /// A leaf for `names` that expired in 2021.
+    pub fn issue_expired(&self, names: &[&str]) -> Leaf {
+        self.issue_with(names, |p| {
+            p.not_before = rcgen::date_time_ymd(2020, 1, 1);
+            p.not_after = rcgen::date_time_ymd(2021, 1, 1);
+        })
+    }
+
+    fn issue_with(&self, names: &[&str], edit: impl FnOnce(&mut CertificateParams)) -> Leaf {
+        let key = KeyPair::generate().unwrap();
+        let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
+        let mut params = CertificateParams::new(names).unwrap();
+        edit(&mut params);
+        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        Leaf {
+            chain: vec![cert.der().clone()],
+            key: PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())),
+        }
+    }
+}
+
+fn ring() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// An upstream client config as the mesh branch builds one: trusts `roots`, presents `client`,
+/// offers `alpn`.
+pub fn mtls_client(roots: &[&Pki], client: &Leaf, alpn: &[&[u8]]) -> Arc<rustls::ClientConfig> {
+    let mut store = RootCertStore::empty();
+    for p in roots {
+        store.add(p.ca_der()).unwrap();
+    }
+    let mut cfg = rustls::ClientConfig::builder_with_provider(ring())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(store)
+        .with_client_auth_cert(client.chain.clone(), client.key.clone_key())
+        .unwrap();
+    cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    Arc::new(cfg)
+}
+
+/// A server that serves `server` and requires a client certificate issued by `client_ca`.
+pub fn mtls_server(server: &Leaf, client_ca: &Pki, alpn: &[&[u8]]) -> Arc<rustls::ServerConfig> {
+    let mut store = RootCertStore::empty();
+    store.add(client_ca.ca_der()).unwrap();
+    let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(store), ring())
+        .build()
+        .unwrap();
+    let mut cfg = rustls::ServerConfig::builder_with_provider(ring())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(server.chain.clone(), server.key.clone_key())
+        .unwrap();
+    cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    Arc::new(cfg)
 }
 
 /// The DNS names in a certificate's subjectAltName.

@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use pier::model::route::RouteTableBuilder;
 use pier::model::{
-    AppProtocol, Backend, BackendId, BackendSet, BackendTarget, CertTable, Endpoint, Filters,
-    HostnameMatch, Listener, ListenerId, ObjectRef, PathMatch, Port, Protocol, RequestMatch,
-    RouteTable, Rule, Snapshot, Timeouts, WeightedBackend,
+    AppProtocol, Backend, BackendId, BackendSet, BackendTarget, BackendTls, CertTable, Endpoint,
+    Filters, HostnameMatch, Listener, ListenerId, ObjectRef, PathMatch, Port, Protocol,
+    RequestMatch, RouteTable, Rule, Snapshot, Timeouts, WeightedBackend,
 };
 
 pub fn object(name: &str) -> ObjectRef {
@@ -37,6 +37,24 @@ pub fn backend_with(name: &str, protocol: AppProtocol, addrs: &[SocketAddr]) -> 
         protocol,
         endpoints: addrs.iter().copied().map(Endpoint::new).collect(),
         tls: Default::default(),
+    })
+}
+
+/// A backend reached over TLS (or failing closed) as `tls` says.
+pub fn tls_backend(
+    name: &str,
+    protocol: AppProtocol,
+    addrs: &[SocketAddr],
+    tls: BackendTls,
+) -> Arc<Backend> {
+    Arc::new(Backend {
+        id: BackendId {
+            service: object(name),
+            port: 80,
+        },
+        protocol,
+        endpoints: addrs.iter().copied().map(Endpoint::new).collect(),
+        tls,
     })
 }
 

@@ -72,6 +72,23 @@ fn other_connect_error_is_502_upstream() {
 }
 
 #[test]
+fn tls_unavailable_is_503_internal() {
+    let e = ProxyError::TlsUnavailable(TlsUnavailable::NoTrustBundle);
+    assert_eq!(e.kind(), ErrorKind::TlsUnavailable);
+    check(e, 503, ErrorSide::Internal);
+}
+
+#[test]
+fn tls_handshake_failure_is_502_upstream() {
+    let e = ProxyError::TlsHandshake {
+        reason: TlsFailure::UnknownCa,
+        source: io(std::io::ErrorKind::InvalidData),
+    };
+    assert_eq!(e.kind(), ErrorKind::TlsHandshake);
+    check(e, 502, ErrorSide::Upstream);
+}
+
+#[test]
 fn upstream_failure_is_502_upstream() {
     check(
         ProxyError::Upstream(io(std::io::ErrorKind::ConnectionReset)),

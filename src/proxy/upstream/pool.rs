@@ -1,0 +1,516 @@
+//! The connection pool: one [`Entry`] per pool key, in a sharded map.
+//!
+//! ```text
+//! Pool ── shard[hash(key) → 0..SHARDS]: RwLock<HashMap<ShortKey, [Arc<Entry>]>>
+//!           Entry (one per addr × TLS trust × SNI × protocol)
+//!             ├─ idle: Mutex<VecDeque<IdleConn>>   HTTP/1.1, LIFO, capped, timed out
+//!             ├─ h2:   Mutex<Option<SendRequest>>  one multiplexed HTTP/2 connection
+//!             ├─ h2_connect: async gate            one HTTP/2 connect at a time
+//!             └─ retired                          set when its trust left the snapshot
+//! ```
+//!
+//! Locking: a request takes one shard *read* lock to find its entry (a write lock only to
+//! insert a new key), then the entry's own mutex to pop or push a connection. Every critical
+//! section is a few pointer moves; none is held across an `.await`. Lock order is shard, then
+//! entry. The map key is a small `Copy` value (no allocation per lookup); the SNI, which is
+//! rarely different for one address and trust, is compared in the short list behind it.
+//!
+//! Retiring: [`Entry::retire`] sets `retired` and empties both lists under their locks, so a
+//! connection released or installed concurrently is dropped instead of pooled. Requests
+//! already using a retired connection finish; HTTP/2 keeps the connection open until its last
+//! stream ends, because each response holds a reference to it. [`Pool::sweep`] retires the
+//! entries whose trust key, or endpoint address, is not in the current snapshot ([`Live`]).
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::hash::{BuildHasher, Hash, Hasher};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
+use std::time::{Duration, Instant};
+
+use hyper::client::conn::{http1, http2};
+use prometheus_client::metrics::gauge::Gauge;
+use rustls::pki_types::ServerName;
+
+use super::super::body::ProxyBody;
+use crate::model::{AppProtocol, Backend, BackendTarget, BackendTls, Snapshot};
+
+/// Power of two. Enough that two cores never meet on one shard by accident.
+const SHARDS: usize = 32;
+
+/// How long a released HTTP/1.1 connection may take to become ready for the next request
+/// (its connection task catching up, or a request body still being written after an early
+/// response) before it is dropped instead of pooled.
+const READY_WAIT: Duration = Duration::from_secs(5);
+
+pub type H1Sender = http1::SendRequest<ProxyBody>;
+pub type H2Sender = http2::SendRequest<ProxyBody>;
+
+pub struct Pool {
+    shards: Box<[RwLock<Shard>]>,
+    settings: Arc<Settings>,
+    /// After shutdown, new entries are born retired: nothing is pooled any more.
+    closed: AtomicBool,
+}
+
+/// What the current snapshot can still reach: pooled connections for anything else go.
+#[derive(Debug, Default)]
+pub struct Live {
+    pub trust_keys: HashSet<u64>,
+    pub addrs: HashSet<SocketAddr>,
+}
+
+type Shard = HashMap<ShortKey, Vec<Arc<Entry>>, FxBuild>;
+
+/// Pool knobs and the idle gauge, shared by every entry.
+#[derive(Debug)]
+pub struct Settings {
+    pub max_idle: usize,
+    pub idle_timeout: Duration,
+    pub idle_gauge: Gauge,
+}
+
+/// Everything that changes a connection except the SNI (kept in the entry): endpoint,
+/// trust (`UpstreamTls::trust_key`, `None` for plaintext) and protocol.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ShortKey {
+    pub addr: SocketAddr,
+    pub trust_key: Option<u64>,
+    pub protocol: AppProtocol,
+}
+
+/// What a key's connections speak. Plaintext keys know it from `appProtocol`; TLS keys learn
+/// it from ALPN on their first connection (and follow it if it changes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Mode {
+    Unknown = 0,
+    Http1 = 1,
+    Http2 = 2,
+}
+
+pub struct Entry {
+    pub key: ShortKey,
+    server_name: Option<ServerName<'static>>,
+    settings: Arc<Settings>,
+    mode: AtomicU8,
+    retired: AtomicBool,
+    idle: Mutex<VecDeque<IdleConn>>,
+    h2: Mutex<Option<H2Sender>>,
+    /// Serialises HTTP/2 connects so concurrent requests share one connection; remembers
+    /// how the last attempt failed so that requests queued behind it fail fast.
+    h2_connect: tokio::sync::Mutex<Option<super::connect::Failed>>,
+    /// Bumped after every HTTP/2 connect attempt.
+    h2_attempts: AtomicU64,
+}
+
+struct IdleConn {
+    tx: H1Sender,
+    since: Instant,
+}
+
+/// Multiply-rotate hashing (as in rustc's FxHash) for the pool keys. They come from the
+/// snapshot, never from requests, so DoS-resistant SipHash buys nothing on this path.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FxBuild;
+
+#[derive(Default)]
+pub struct FxHasher(u64);
+
+const FX_SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
+
+// === impl Pool ===
+
+impl Pool {
+    pub fn new(settings: Settings) -> Self {
+        Self {
+            shards: (0..SHARDS).map(|_| RwLock::default()).collect(),
+            settings: Arc::new(settings),
+            closed: AtomicBool::new(false),
+        }
+    }
+
+    /// The entry for a key, created on first use.
+    pub fn entry(&self, key: ShortKey, server_name: Option<&ServerName<'static>>) -> Arc<Entry> {
+        let shard = &self.shards[shard_of(&key)];
+        {
+            let map = shard.read().unwrap_or_else(PoisonError::into_inner);
+            if let Some(e) = find(&map, &key, server_name) {
+                return e.clone();
+            }
+        }
+        let mut map = shard.write().unwrap_or_else(PoisonError::into_inner);
+        if let Some(e) = find(&map, &key, server_name) {
+            return e.clone();
+        }
+        let entry = Arc::new(Entry::new(key, server_name.cloned(), self.settings.clone()));
+        if self.closed.load(Ordering::Acquire) {
+            entry.retire();
+            return entry;
+        }
+        map.entry(key).or_default().push(entry.clone());
+        entry
+    }
+
+    /// Retires entries the snapshot cannot reach any more (when `live` is given), drops idle
+    /// connections past the idle timeout, and forgets entries nothing uses any more.
+    pub fn sweep(&self, live: Option<&Live>) {
+        let now = Instant::now();
+        for shard in self.shards.iter() {
+            let mut unused = false;
+            {
+                let map = shard.read().unwrap_or_else(PoisonError::into_inner);
+                for e in map.values().flatten() {
+                    if e.is_stale(live) {
+                        unused = true;
+                        continue;
+                    }
+                    e.expire_idle(now);
+                    unused |= Arc::strong_count(e) == 1 && e.is_empty();
+                }
+            }
+            if !unused {
+                continue;
+            }
+            let mut map = shard.write().unwrap_or_else(PoisonError::into_inner);
+            map.retain(|_, entries| {
+                entries.retain(|e| {
+                    if e.is_stale(live) {
+                        e.retire();
+                        return false;
+                    }
+                    // Under the write lock nobody can clone the entry out of the map, so a
+                    // count of one means no request or body holds it.
+                    !(Arc::strong_count(e) == 1 && e.is_empty())
+                });
+                !entries.is_empty()
+            });
+        }
+    }
+
+    /// Retires every entry, now and to come (shutdown).
+    pub fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        for shard in self.shards.iter() {
+            let drained: Vec<_> = {
+                let mut map = shard.write().unwrap_or_else(PoisonError::into_inner);
+                map.drain().flat_map(|(_, v)| v).collect()
+            };
+            drained.iter().for_each(|e| e.retire());
+        }
+    }
+
+    /// Idle HTTP/1.1 connections and HTTP/2 connections held, for tests.
+    #[cfg(test)]
+    pub fn counts(&self) -> (usize, usize) {
+        let (mut idle, mut h2) = (0, 0);
+        for shard in self.shards.iter() {
+            let map = shard.read().unwrap_or_else(PoisonError::into_inner);
+            for e in map.values().flatten() {
+                idle += lock(&e.idle).len();
+                h2 += usize::from(lock(&e.h2).is_some());
+            }
+        }
+        (idle, h2)
+    }
+}
+
+fn find<'m>(
+    map: &'m Shard,
+    key: &ShortKey,
+    server_name: Option<&ServerName<'static>>,
+) -> Option<&'m Arc<Entry>> {
+    map.get(key)?
+        .iter()
+        .find(|e| e.server_name.as_ref() == server_name)
+}
+
+pub fn shard_of(key: &ShortKey) -> usize {
+    // Remix so the shard index does not correlate with the bits the map itself uses.
+    let h = FxBuild.hash_one(key).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    (h >> 32) as usize & (SHARDS - 1)
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Critical sections only move values; a panic inside one leaves consistent data.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+// === impl Live ===
+
+impl Live {
+    /// The trust keys and endpoint addresses of every backend the snapshot routes or mirrors
+    /// to.
+    pub fn of(snapshot: &Snapshot) -> Self {
+        let mut live = Self::default();
+        for_each_backend(snapshot, |b| {
+            if let BackendTls::Tls(u) = &b.tls {
+                live.trust_keys.insert(u.trust_key);
+            }
+            live.addrs.extend(b.endpoints.iter().map(|e| e.addr));
+        });
+        live
+    }
+}
+
+fn for_each_backend(snapshot: &Snapshot, mut add: impl FnMut(&Backend)) {
+    for entry in snapshot
+        .ports
+        .iter()
+        .flat_map(|p| &p.listeners)
+        .flat_map(|l| l.routes.entries())
+    {
+        let rule = &entry.rule;
+        rule.filters.mirrors.iter().for_each(|m| add(&m.backend));
+        for wb in &rule.backends.backends {
+            if let BackendTarget::Service(b) = &wb.target {
+                add(b);
+            }
+            wb.filters.mirrors.iter().for_each(|m| add(&m.backend));
+        }
+    }
+}
+
+// === impl Entry ===
+
+impl Entry {
+    fn new(
+        key: ShortKey,
+        server_name: Option<ServerName<'static>>,
+        settings: Arc<Settings>,
+    ) -> Self {
+        let mode = match (key.trust_key, key.protocol) {
+            (_, AppProtocol::WebSocket) | (None, AppProtocol::Http1) => Mode::Http1,
+            (None, AppProtocol::H2c) => Mode::Http2,
+            (Some(_), AppProtocol::Http1 | AppProtocol::H2c) => Mode::Unknown,
+        };
+        Self {
+            key,
+            server_name,
+            settings,
+            mode: AtomicU8::new(mode as u8),
+            retired: AtomicBool::new(false),
+            idle: Mutex::default(),
+            h2: Mutex::default(),
+            h2_connect: tokio::sync::Mutex::default(),
+            h2_attempts: AtomicU64::new(0),
+        }
+    }
+
+    pub fn mode(&self) -> Mode {
+        match self.mode.load(Ordering::Relaxed) {
+            1 => Mode::Http1,
+            2 => Mode::Http2,
+            _ => Mode::Unknown,
+        }
+    }
+
+    /// Records what a new connection negotiated (TLS keys only; plaintext keys are fixed).
+    pub fn learned(&self, mode: Mode) {
+        if self.key.trust_key.is_some() && self.key.protocol != AppProtocol::WebSocket {
+            self.mode.store(mode as u8, Ordering::Relaxed);
+        }
+    }
+
+    pub fn is_retired(&self) -> bool {
+        self.retired.load(Ordering::Acquire)
+    }
+
+    /// The most recently used idle HTTP/1.1 connection that is still open and fresh.
+    pub fn checkout_h1(&self) -> Option<H1Sender> {
+        let now = Instant::now();
+        let mut idle = lock(&self.idle);
+        while let Some(c) = idle.pop_back() {
+            self.settings.idle_gauge.dec();
+            if c.tx.is_ready() && now.duration_since(c.since) < self.settings.idle_timeout {
+                return Some(c.tx);
+            }
+        }
+        None
+    }
+
+    /// Called once a response body has been read to its end: the connection goes back to the
+    /// pool as soon as hyper is ready to send on it again.
+    pub fn release(self: Arc<Self>, mut tx: H1Sender) {
+        if tx.is_ready() {
+            self.push_idle(tx);
+            return;
+        }
+        if tx.is_closed() || self.is_retired() {
+            return;
+        }
+        // The connection task has not caught up yet (or the upstream answered before reading
+        // the whole request body): wait off the request path.
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let wait = self.settings.idle_timeout.min(READY_WAIT);
+        rt.spawn(async move {
+            if let Ok(Ok(())) = tokio::time::timeout(wait, tx.ready()).await {
+                self.push_idle(tx);
+            }
+        });
+    }
+
+    fn push_idle(&self, tx: H1Sender) {
+        let max = self.settings.max_idle;
+        let evicted = {
+            let mut idle = lock(&self.idle);
+            if self.is_retired() || max == 0 {
+                return;
+            }
+            let evicted = if idle.len() >= max {
+                self.settings.idle_gauge.dec();
+                idle.pop_front()
+            } else {
+                None
+            };
+            idle.push_back(IdleConn {
+                tx,
+                since: Instant::now(),
+            });
+            self.settings.idle_gauge.inc();
+            evicted
+        };
+        drop(evicted);
+    }
+
+    /// The shared HTTP/2 connection, if open.
+    pub fn h2_sender(&self) -> Option<H2Sender> {
+        let mut slot = lock(&self.h2);
+        match &*slot {
+            Some(tx) if !tx.is_closed() => Some(tx.clone()),
+            Some(_) => {
+                *slot = None;
+                None
+            }
+            None => None,
+        }
+    }
+
+    /// Makes `tx` the shared HTTP/2 connection unless the entry is retired or already has an
+    /// open one.
+    pub fn install_h2(&self, tx: &H2Sender) {
+        let mut slot = lock(&self.h2);
+        if self.is_retired() {
+            return;
+        }
+        if slot.as_ref().is_none_or(|t| t.is_closed()) {
+            *slot = Some(tx.clone());
+        }
+    }
+
+    /// Forgets the shared HTTP/2 connection if it has closed (a request was just handed back
+    /// from it unsent).
+    pub fn forget_h2(&self) {
+        let mut slot = lock(&self.h2);
+        if slot.as_ref().is_some_and(H2Sender::is_closed) {
+            *slot = None;
+        }
+    }
+
+    pub fn h2_gate(&self) -> &tokio::sync::Mutex<Option<super::connect::Failed>> {
+        &self.h2_connect
+    }
+
+    pub fn h2_attempts(&self) -> u64 {
+        self.h2_attempts.load(Ordering::Acquire)
+    }
+
+    pub fn h2_attempted(&self) {
+        self.h2_attempts.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// No new request will use this entry's connections.
+    pub fn retire(&self) {
+        self.retired.store(true, Ordering::Release);
+        let idle = std::mem::take(&mut *lock(&self.idle));
+        self.settings.idle_gauge.dec_by(idle.len() as i64);
+        let h2 = lock(&self.h2).take();
+        drop((idle, h2));
+    }
+
+    fn is_stale(&self, live: Option<&Live>) -> bool {
+        let Some(live) = live else { return false };
+        !live.addrs.contains(&self.key.addr)
+            || self
+                .key
+                .trust_key
+                .is_some_and(|k| !live.trust_keys.contains(&k))
+    }
+
+    fn expire_idle(&self, now: Instant) {
+        let timeout = self.settings.idle_timeout;
+        let expired: Vec<IdleConn> = {
+            let mut idle = lock(&self.idle);
+            // Oldest first: stop at the first connection still fresh and open.
+            let n = idle
+                .iter()
+                .take_while(|c| now.duration_since(c.since) >= timeout || c.tx.is_closed())
+                .count();
+            self.settings.idle_gauge.dec_by(n as i64);
+            idle.drain(..n).collect()
+        };
+        drop(expired);
+    }
+
+    fn is_empty(&self) -> bool {
+        lock(&self.idle).is_empty() && lock(&self.h2).is_none()
+    }
+}
+
+// === impl FxHasher ===
+
+impl BuildHasher for FxBuild {
+    type Hasher = FxHasher;
+
+    fn build_hasher(&self) -> FxHasher {
+        FxHasher::default()
+    }
+}
+
+impl FxHasher {
+    #[inline]
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(FX_SEED);
+    }
+}
+
+impl Hasher for FxHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            self.add(u64::from_le_bytes(c.try_into().expect("chunks of 8")));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut buf = [0u8; 8];
+            buf[..rest.len()].copy_from_slice(rest);
+            self.add(u64::from_le_bytes(buf));
+        }
+    }
+
+    fn write_u8(&mut self, i: u8) {
+        self.add(u64::from(i));
+    }
+
+    fn write_u16(&mut self, i: u16) {
+        self.add(u64::from(i));
+    }
+
+    fn write_u32(&mut self, i: u32) {
+        self.add(u64::from(i));
+    }
+
+    fn write_u64(&mut self, i: u64) {
+        self.add(i);
+    }
+
+    fn write_usize(&mut self, i: usize) {
+        self.add(i as u64);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}

@@ -1,0 +1,198 @@
+//! Pool mechanics against loopback echo servers: reuse, LIFO order, caps, retiring.
+
+use std::collections::HashSet;
+use std::sync::atomic::Ordering;
+
+use super::*;
+use crate::model::{BackendId, EndpointStats, ObjectRef};
+use crate::proxy::body;
+
+fn backend(protocol: AppProtocol) -> Backend {
+    Backend {
+        id: BackendId {
+            service: ObjectRef::new("default", "b"),
+            port: 80,
+        },
+        protocol,
+        endpoints: vec![],
+        tls: BackendTls::Plain,
+    }
+}
+
+fn upstream(config: &ProxyConfig) -> Upstream {
+    Upstream::new(config, Arc::default(), Arc::default())
+}
+
+fn get(host: &str, path: &'static str) -> Request<ProxyBody> {
+    Request::get(path)
+        .header(HOST, host)
+        .body(body::empty())
+        .unwrap()
+}
+
+async fn read(resp: Response<UpstreamBody>) -> bytes::Bytes {
+    use http_body_util::BodyExt;
+    resp.into_body().collect().await.unwrap().to_bytes()
+}
+
+#[test]
+fn in_flight_counts_until_dropped() {
+    let stats = Arc::new(EndpointStats::default());
+    let gauge = Gauge::default();
+    let a = InFlight::new(stats.clone(), gauge.clone());
+    let b = InFlight::new(stats.clone(), gauge.clone());
+    assert_eq!(stats.in_flight.load(Ordering::Relaxed), 2);
+    assert_eq!(gauge.get(), 2);
+    drop(a);
+    drop(b);
+    assert_eq!(stats.in_flight.load(Ordering::Relaxed), 0);
+    assert_eq!(gauge.get(), 0);
+}
+
+#[tokio::test]
+async fn refused_connection_is_a_refused_connect_error() {
+    let addr = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let up = upstream(&ProxyConfig::default());
+    let b = backend(AppProtocol::Http1);
+    let target = Target {
+        backend: &b,
+        addr,
+        upgrade: false,
+    };
+    let err = up.send(target, get("x", "/")).await.unwrap_err();
+    assert_eq!(err.kind(), super::super::error::ErrorKind::ConnectRefused);
+}
+
+#[tokio::test]
+async fn a_fully_read_http1_response_returns_its_connection_for_reuse() {
+    let echo = crate::echo::spawn(([127, 0, 0, 1], 0).into(), "e")
+        .await
+        .unwrap();
+    let up = upstream(&ProxyConfig::default());
+    let b = backend(AppProtocol::Http1);
+    let target = Target {
+        backend: &b,
+        addr: echo.addr,
+        upgrade: false,
+    };
+    for _ in 0..3 {
+        let resp = up.send(target, get("a.example", "/")).await.unwrap();
+        read(resp).await;
+        // Released at the end of the body, or by a task once hyper catches up.
+        tokio::time::timeout(Duration::from_secs(5), async {
+            while up.pool().counts().0 != 1 {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+        .expect("connection pooled");
+    }
+    assert_eq!(echo.connections(), 1);
+}
+
+#[tokio::test]
+async fn an_unread_response_body_never_returns_its_connection() {
+    let echo = crate::echo::spawn(([127, 0, 0, 1], 0).into(), "e")
+        .await
+        .unwrap();
+    let up = upstream(&ProxyConfig::default());
+    let b = backend(AppProtocol::Http1);
+    let target = Target {
+        backend: &b,
+        addr: echo.addr,
+        upgrade: false,
+    };
+    let resp = up.send(target, get("a.example", "/")).await.unwrap();
+    drop(resp);
+    assert_eq!(up.pool().counts(), (0, 0));
+    let resp = up.send(target, get("a.example", "/")).await.unwrap();
+    read(resp).await;
+    assert_eq!(echo.connections(), 2);
+}
+
+#[tokio::test]
+async fn idle_connections_are_capped_per_key() {
+    let echo = crate::echo::spawn(([127, 0, 0, 1], 0).into(), "e")
+        .await
+        .unwrap();
+    let config = ProxyConfig {
+        pool_max_idle_per_host: 2,
+        ..ProxyConfig::default()
+    };
+    let up = upstream(&config);
+    let b = backend(AppProtocol::Http1);
+    let target = Target {
+        backend: &b,
+        addr: echo.addr,
+        upgrade: false,
+    };
+    // Three responses open at once need three connections; only two stay idle.
+    let mut open = Vec::new();
+    for _ in 0..3 {
+        open.push(up.send(target, get("a", "/")).await.unwrap());
+    }
+    for resp in open {
+        read(resp).await;
+    }
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while up.pool().counts().0 != 2 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("two idle connections");
+    assert_eq!(echo.connections(), 3);
+}
+
+#[tokio::test]
+async fn sweeping_retires_stale_trust_and_forgets_unused_entries() {
+    let pool = Pool::new(pool::Settings {
+        max_idle: 4,
+        idle_timeout: Duration::from_secs(60),
+        idle_gauge: Gauge::default(),
+    });
+    let key = |trust_key| ShortKey {
+        addr: ([127, 0, 0, 1], 1).into(),
+        trust_key,
+        protocol: AppProtocol::Http1,
+    };
+    let name = rustls::pki_types::ServerName::try_from("a.example").unwrap();
+    let tls = pool.entry(key(Some(7)), Some(&name));
+    let plain = pool.entry(key(None), None);
+    assert!(Arc::ptr_eq(&tls, &pool.entry(key(Some(7)), Some(&name))));
+    let other = rustls::pki_types::ServerName::try_from("b.example").unwrap();
+    assert!(!Arc::ptr_eq(&tls, &pool.entry(key(Some(7)), Some(&other))));
+
+    let live = pool::Live {
+        trust_keys: HashSet::from([8]),
+        addrs: HashSet::from([key(None).addr]),
+    };
+    pool.sweep(Some(&live));
+    assert!(tls.is_retired(), "trust 7 left the snapshot");
+    assert!(!plain.is_retired());
+    assert!(!Arc::ptr_eq(&tls, &pool.entry(key(Some(7)), Some(&name))));
+
+    // The endpoint left the snapshot.
+    pool.sweep(Some(&pool::Live::default()));
+    assert!(plain.is_retired());
+    // After close, nothing is pooled.
+    pool.close();
+    assert!(pool.entry(key(None), None).is_retired());
+}
+
+#[test]
+fn shards_spread_keys() {
+    let mut used = HashSet::new();
+    for port in 0..256u16 {
+        let key = ShortKey {
+            addr: ([10, 0, 0, 1], port).into(),
+            trust_key: None,
+            protocol: AppProtocol::Http1,
+        };
+        used.insert(pool::shard_of(&key));
+    }
+    assert!(used.len() > 16, "{used:?}");
+}
