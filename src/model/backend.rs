@@ -74,17 +74,34 @@ impl BackendTls {
 }
 
 /// Why a backend that needs TLS has none. Bounded: used as a metric label.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub enum TlsUnavailable {
     /// The mesh trust bundle is missing, unreadable or holds no certificate.
     NoTrustBundle,
-    /// The client certificate for mesh mTLS is missing or invalid.
+    /// The client certificate for mesh mTLS is missing or invalid (also when a Gateway's
+    /// `clientCertificateRef` is set but unusable and a BackendTLSPolicy applies).
     NoClientCertificate,
     /// A BackendTLSPolicy targets the Service but cannot be used (bad CA ref, ...).
     InvalidPolicy,
+    /// The Gateway's mesh configuration cannot be read (invalid selector, unreadable
+    /// `infrastructure.parametersRef`): which routes are meshed is unknown, so every route of
+    /// the Gateway fails closed.
+    InvalidMeshConfig,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+impl TlsUnavailable {
+    /// The variant name, for metric labels and status reasons.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::NoTrustBundle => "NoTrustBundle",
+            Self::NoClientCertificate => "NoClientCertificate",
+            Self::InvalidPolicy => "InvalidPolicy",
+            Self::InvalidMeshConfig => "InvalidMeshConfig",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub enum TlsMode {
     /// Mesh mTLS: client certificate presented, peer verified against the mesh trust bundle.
     Mesh,
