@@ -36,7 +36,7 @@ pub struct Condition<T, R> {
 }
 
 pub type ClassCondition = Condition<ClassConditionType, ClassConditionReason>;
-pub type GatewayCondition = Condition<GatewayConditionType, GatewayConditionReason>;
+pub type GatewayCondition = Condition<GatewayCondType, GatewayCondReason>;
 pub type ListenerCondition = Condition<ListenerConditionType, ListenerConditionReason>;
 pub type RouteCondition = Condition<RouteConditionType, RouteConditionReason>;
 
@@ -54,13 +54,46 @@ pub enum ClassConditionReason {
     SupportedVersion,
 }
 
-/// Route condition types (`RouteConditionType` in the Go API).
+/// The condition type pier adds to Gateways and Route parents that use backend TLS (mesh mTLS
+/// or a BackendTLSPolicy). Domain-prefixed, as implementation-specific types must be.
+pub const BACKEND_TLS_CONDITION: &str = "pier.dev/BackendTLS";
+
+/// Gateway condition types: upstream's, plus `ResolvedRefs` (GEP-3155's
+/// `clientCertificateRef`, and the mesh trust bundle references) and `pier.dev/BackendTLS`.
+#[derive(Debug, PartialEq, Eq)]
+pub enum GatewayCondType {
+    Gateway(GatewayConditionType),
+    ResolvedRefs,
+    BackendTls,
+}
+
+/// Gateway condition reasons: upstream's plus the GEP-3155 ones and pier's backend TLS ones.
+#[derive(Debug, PartialEq, Eq)]
+pub enum GatewayCondReason {
+    Gateway(GatewayConditionReason),
+    ResolvedRefs,
+    /// GEP-3155: the clientCertificateRef cannot be resolved or used.
+    InvalidClientCertificateRef,
+    /// A cross-namespace reference without a ReferenceGrant.
+    RefNotPermitted,
+    /// A mesh `trustBundle` reference cannot be resolved or holds no usable certificate.
+    InvalidTrustBundleRef,
+    /// `pier.dev/BackendTLS`: everything backend TLS needs is there.
+    Ready,
+    NoTrustBundle,
+    NoClientCertificate,
+    InvalidMeshConfig,
+}
+
+/// Route condition types (`RouteConditionType` in the Go API), plus `pier.dev/BackendTLS`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RouteConditionType {
     Accepted,
     ResolvedRefs,
     /// Some rules are invalid and were dropped (pier answers them with 500).
     PartiallyInvalid,
+    /// Whether the backends this parent's rules reach can be reached over the TLS they need.
+    BackendTls,
 }
 
 /// Route condition reasons (`RouteConditionReason` in the Go API).
@@ -75,6 +108,12 @@ pub enum RouteConditionReason {
     RefNotPermitted,
     InvalidKind,
     BackendNotFound,
+    /// `pier.dev/BackendTLS`: every TLS backend has a usable configuration.
+    Ready,
+    NoTrustBundle,
+    NoClientCertificate,
+    InvalidPolicy,
+    InvalidMeshConfig,
 }
 
 #[derive(Debug, Default, PartialEq)]
@@ -250,7 +289,29 @@ impl fmt::Display for ClassConditionReason {
 
 impl fmt::Display for RouteConditionType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(self, f)
+        match self {
+            Self::BackendTls => f.write_str(BACKEND_TLS_CONDITION),
+            other => fmt::Debug::fmt(other, f),
+        }
+    }
+}
+
+impl fmt::Display for GatewayCondType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Gateway(t) => t.fmt(f),
+            Self::ResolvedRefs => f.write_str("ResolvedRefs"),
+            Self::BackendTls => f.write_str(BACKEND_TLS_CONDITION),
+        }
+    }
+}
+
+impl fmt::Display for GatewayCondReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Gateway(r) => r.fmt(f),
+            other => fmt::Debug::fmt(other, f),
+        }
     }
 }
 
