@@ -320,7 +320,7 @@ fn backend_tls_condition(
     let prefix = if meshed {
         format!("meshed via Gateway {gateway}")
     } else {
-        "BackendTLSPolicy".to_string()
+        "not meshed".to_string()
     };
     let cond = |status, reason, message| {
         Some(RouteCondition::new(
