@@ -27,11 +27,15 @@ use rustls_pki_types::ServerName;
 use super::api::{
     BackendTlsPolicyTargetRefs, BackendTlsPolicyValidation,
     BackendTlsPolicyValidationCaCertificateRefs, BackendTlsPolicyValidationSubjectAltNames,
-    BackendTlsPolicyValidationSubjectAltNamesType, Timestamp, creation_time,
+    BackendTlsPolicyValidationSubjectAltNamesType, GATEWAY_GROUP, Timestamp, creation_time,
 };
 use super::mesh::{CA_CRT_KEY, ClientState, TlsCtx, config_map_value};
 use super::refs;
 use super::resources::Resources;
+use super::status::{
+    BackendTlsPolicyStatus, ParentRef, PolicyAncestorStatus, PolicyCondition,
+    PolicyConditionReason, PolicyConditionType,
+};
 use super::{Settings, error_chain, group_kind};
 use crate::model::{
     AppProtocol, BackendId, BackendTls, ObjectRef, TlsMode, TlsUnavailable, UpstreamTls,
@@ -80,15 +84,23 @@ pub struct ParsedPolicy {
     pub roots: Result<Arc<TrustBundle>, PolicyRootsError>,
 }
 
-/// Why a policy's CAs cannot be used, with the BackendTLSPolicy reason it maps to.
+/// Why a policy's CAs cannot be used.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum PolicyRootsError {
-    /// `Accepted=False`, reason Invalid.
-    Invalid(String),
+pub struct PolicyRootsError {
+    pub kind: RootsErrorKind,
+    pub message: String,
+    /// Some caCertificateRef did resolve (Accepted stays True; connections still fail).
+    pub any_ref_valid: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RootsErrorKind {
+    /// `Accepted=False`, reason Invalid (CA settings themselves are wrong).
+    Invalid,
     /// `ResolvedRefs=False`, reason InvalidCACertificateRef.
-    InvalidCaRef(String),
+    InvalidCaRef,
     /// `ResolvedRefs=False`, reason InvalidKind.
-    InvalidKind(String),
+    InvalidKind,
 }
 
 // === impl BackendTlsResolver ===
@@ -290,28 +302,56 @@ impl<'a> BackendTlsResolver<'a> {
         let well_known = well_known_ca_certificates
             .as_deref()
             .filter(|w| !w.is_empty());
+        let invalid = |message: String| PolicyRootsError {
+            kind: RootsErrorKind::Invalid,
+            message,
+            any_ref_valid: false,
+        };
         match (refs.is_empty(), well_known) {
-            (false, Some(_)) => Err(PolicyRootsError::Invalid(
+            (false, Some(_)) => Err(invalid(
                 "caCertificateRefs and wellKnownCACertificates are mutually exclusive".into(),
             )),
-            (true, None) => Err(PolicyRootsError::Invalid(
+            (true, None) => Err(invalid(
                 "validation needs caCertificateRefs or wellKnownCACertificates".into(),
             )),
             (true, Some("System")) => Ok(self
                 .well_known
                 .get_or_insert_with(|| Arc::new(TrustBundle::well_known()))
                 .clone()),
-            (true, Some(other)) => Err(PolicyRootsError::Invalid(format!(
+            (true, Some(other)) => Err(invalid(format!(
                 "wellKnownCACertificates {other:?} is not supported (only System)"
             ))),
             (false, None) => {
+                // Any invalid ref fails the policy's connections ("Connections using an invalid
+                // CACertificateRef MUST fail"); the valid ones only keep it Accepted.
                 let mut certs = vec![];
+                let mut errors: Vec<(RootsErrorKind, String)> = vec![];
                 for (i, r) in refs.iter().enumerate() {
-                    certs.extend(ca_ref(self.resources, ns, r).map_err(|e| e.at(i))?);
+                    match ca_ref(self.resources, ns, r) {
+                        Ok(c) => certs.extend(c),
+                        Err((kind, m)) => {
+                            errors.push((kind, format!("caCertificateRefs[{i}]: {m}")))
+                        }
+                    }
+                }
+                if let Some((kind, _)) = errors.first() {
+                    return Err(PolicyRootsError {
+                        kind: *kind,
+                        message: errors
+                            .iter()
+                            .map(|(_, m)| m.as_str())
+                            .collect::<Vec<_>>()
+                            .join("; "),
+                        any_ref_valid: errors.len() < refs.len(),
+                    });
                 }
                 TrustBundle::from_certs(certs)
                     .map(Arc::new)
-                    .map_err(|e| PolicyRootsError::InvalidCaRef(error_chain(&e)))
+                    .map_err(|e| PolicyRootsError {
+                        kind: RootsErrorKind::InvalidCaRef,
+                        message: error_chain(&e),
+                        any_ref_valid: false,
+                    })
             }
         }
     }
@@ -381,45 +421,112 @@ fn ca_ref(
     resources: &Resources,
     ns: &str,
     BackendTlsPolicyValidationCaCertificateRefs { group, kind, name }: &BackendTlsPolicyValidationCaCertificateRefs,
-) -> Result<Vec<rustls_pki_types::CertificateDer<'static>>, PolicyRootsError> {
+) -> Result<Vec<rustls_pki_types::CertificateDer<'static>>, (RootsErrorKind, String)> {
     if !refs::is_core_group(Some(group)) || kind != "ConfigMap" {
-        return Err(PolicyRootsError::InvalidKind(format!(
-            "{} is not supported (only core/ConfigMap)",
-            group_kind(group, kind)
-        )));
+        return Err((
+            RootsErrorKind::InvalidKind,
+            format!(
+                "{} is not supported (only core/ConfigMap)",
+                group_kind(group, kind)
+            ),
+        ));
     }
     let id = ObjectRef::new(ns, name);
+    let bad = |m: String| (RootsErrorKind::InvalidCaRef, m);
     let cm = resources
         .config_maps
         .get(&(ns.to_string(), name.clone()))
-        .ok_or_else(|| PolicyRootsError::InvalidCaRef(format!("ConfigMap {id} not found")))?;
-    let pem = config_map_value(cm, CA_CRT_KEY).ok_or_else(|| {
-        PolicyRootsError::InvalidCaRef(format!("ConfigMap {id} has no key {CA_CRT_KEY}"))
-    })?;
+        .ok_or_else(|| bad(format!("ConfigMap {id} not found")))?;
+    let pem = config_map_value(cm, CA_CRT_KEY)
+        .ok_or_else(|| bad(format!("ConfigMap {id} has no key {CA_CRT_KEY}")))?;
     parse_pem_certs(pem).map_err(|e| {
-        PolicyRootsError::InvalidCaRef(format!(
+        bad(format!(
             "ConfigMap {id} key {CA_CRT_KEY}: {}",
             error_chain(&e)
         ))
     })
 }
 
-impl PolicyRootsError {
-    fn at(self, i: usize) -> Self {
-        match self {
-            Self::Invalid(m) => Self::Invalid(format!("caCertificateRefs[{i}]: {m}")),
-            Self::InvalidCaRef(m) => Self::InvalidCaRef(format!("caCertificateRefs[{i}]: {m}")),
-            Self::InvalidKind(m) => Self::InvalidKind(format!("caCertificateRefs[{i}]: {m}")),
+// === policy status ===
+
+impl BackendTlsResolver<'_> {
+    /// Status for every policy that applied to a backend, one ancestor per Gateway.
+    pub fn statuses(&self, controller_name: &str) -> BTreeMap<ObjectRef, BackendTlsPolicyStatus> {
+        let mut out = BTreeMap::new();
+        for (key, gateways) in &self.used {
+            let (Some(parsed), Some(policy)) = (
+                self.parsed.get(key),
+                self.resources
+                    .backend_tls_policies
+                    .get(&(key.namespace.clone(), key.name.clone())),
+            ) else {
+                continue;
+            };
+            let generation = policy.metadata.generation;
+            let ancestors = gateways
+                .iter()
+                .map(|gw| PolicyAncestorStatus {
+                    ancestor_ref: ParentRef {
+                        group: Some(GATEWAY_GROUP.to_string()),
+                        kind: Some("Gateway".to_string()),
+                        namespace: Some(gw.namespace.clone()),
+                        name: gw.name.clone(),
+                        section_name: None,
+                        port: None,
+                    },
+                    controller_name: controller_name.to_string(),
+                    conditions: policy_conditions(parsed, generation),
+                })
+                .collect();
+            out.insert(
+                key.clone(),
+                BackendTlsPolicyStatus {
+                    generation,
+                    ancestors,
+                },
+            );
         }
+        out
     }
 }
 
-impl std::fmt::Display for PolicyRootsError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Invalid(m) | Self::InvalidCaRef(m) | Self::InvalidKind(m) => f.write_str(m),
+/// Accepted and ResolvedRefs, as the BackendTLSPolicy API describes them.
+fn policy_conditions(p: &ParsedPolicy, generation: Option<i64>) -> Vec<PolicyCondition> {
+    use PolicyConditionReason as R;
+    use PolicyConditionType as T;
+    let cond = |t, ok, r, m: String| PolicyCondition::new(t, ok, r, m, generation);
+    let accepted = match (&p.names, &p.roots) {
+        (Err(m), _) => cond(T::Accepted, false, R::Invalid, m.clone()),
+        (_, Err(e)) if e.kind == RootsErrorKind::Invalid => {
+            cond(T::Accepted, false, R::Invalid, e.message.clone())
         }
-    }
+        (_, Err(e)) if !e.any_ref_valid => cond(
+            T::Accepted,
+            false,
+            R::NoValidCACertificate,
+            e.message.clone(),
+        ),
+        _ => cond(T::Accepted, true, R::Accepted, "Policy is accepted".into()),
+    };
+    let resolved = match &p.roots {
+        Err(e) if e.kind != RootsErrorKind::Invalid => cond(
+            T::ResolvedRefs,
+            false,
+            if e.kind == RootsErrorKind::InvalidKind {
+                R::InvalidKind
+            } else {
+                R::InvalidCACertificateRef
+            },
+            e.message.clone(),
+        ),
+        _ => cond(
+            T::ResolvedRefs,
+            true,
+            R::ResolvedRefs,
+            "All references are resolved".into(),
+        ),
+    };
+    vec![accepted, resolved]
 }
 
 #[cfg(test)]

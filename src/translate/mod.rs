@@ -155,6 +155,7 @@ pub fn translate_with(
         status.http_routes.insert(key, outcome.status);
     }
 
+    status.backend_tls_policies = backends.tls.statuses(&settings.controller_name);
     let snapshot = snapshot(&gateways, tables);
     for gw in &gateways {
         status.gateways.insert(gw.key.clone(), gw.status());

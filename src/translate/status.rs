@@ -39,6 +39,27 @@ pub type ClassCondition = Condition<ClassConditionType, ClassConditionReason>;
 pub type GatewayCondition = Condition<GatewayCondType, GatewayCondReason>;
 pub type ListenerCondition = Condition<ListenerConditionType, ListenerConditionReason>;
 pub type RouteCondition = Condition<RouteConditionType, RouteConditionReason>;
+pub type PolicyCondition = Condition<PolicyConditionType, PolicyConditionReason>;
+
+/// BackendTLSPolicy condition types (GEP-713 policy status).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PolicyConditionType {
+    Accepted,
+    ResolvedRefs,
+}
+
+/// BackendTLSPolicy condition reasons.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PolicyConditionReason {
+    Accepted,
+    /// The policy's validation cannot be used (hostname, subjectAltNames, CA settings).
+    Invalid,
+    /// Every caCertificateRef is invalid.
+    NoValidCACertificate,
+    ResolvedRefs,
+    InvalidCACertificateRef,
+    InvalidKind,
+}
 
 /// GatewayClass condition types: upstream's, plus `SupportedVersion`, which the implementers
 /// guide requires from v1.0 on but the generated constants lack.
@@ -124,6 +145,23 @@ pub struct Statuses {
     pub gateways: BTreeMap<ObjectRef, GatewayStatus>,
     /// Only Routes with at least one parentRef to an in-scope Gateway.
     pub http_routes: BTreeMap<ObjectRef, HttpRouteStatus>,
+    /// Only policies applied to a backend of an in-scope Gateway's routes.
+    pub backend_tls_policies: BTreeMap<ObjectRef, BackendTlsPolicyStatus>,
+}
+
+#[derive(Debug, Default, PartialEq)]
+pub struct BackendTlsPolicyStatus {
+    pub generation: Option<i64>,
+    /// One per Gateway under which the policy applied, sorted.
+    pub ancestors: Vec<PolicyAncestorStatus>,
+}
+
+#[derive(Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyAncestorStatus {
+    pub ancestor_ref: ParentRef,
+    pub controller_name: String,
+    pub conditions: Vec<PolicyCondition>,
 }
 
 #[derive(Debug, Default, PartialEq)]
@@ -204,6 +242,8 @@ pub enum StatusKind {
     Gateway,
     #[serde(rename = "HTTPRoute")]
     HttpRoute,
+    #[serde(rename = "BackendTLSPolicy")]
+    BackendTlsPolicy,
 }
 
 #[derive(Debug, Serialize)]
@@ -227,6 +267,9 @@ pub enum ObjectStatus<'a> {
     },
     HttpRoute {
         parents: &'a [RouteParentStatus],
+    },
+    BackendTlsPolicy {
+        ancestors: &'a [PolicyAncestorStatus],
     },
 }
 
@@ -296,6 +339,18 @@ impl fmt::Display for RouteConditionType {
     }
 }
 
+impl fmt::Display for PolicyConditionType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
+impl fmt::Display for PolicyConditionReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
 impl fmt::Display for GatewayCondType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -335,8 +390,8 @@ impl RouteGroupKind {
 // === impl Statuses ===
 
 impl Statuses {
-    /// Every status as an API object: GatewayClasses, then Gateways, then HTTPRoutes, each
-    /// sorted by (namespace, name).
+    /// Every status as an API object: GatewayClasses, then Gateways, then HTTPRoutes, then
+    /// BackendTLSPolicies, each sorted by (namespace, name).
     pub fn objects(&self) -> Vec<StatusObject<'_>> {
         let classes = self.gateway_classes.iter().map(|(name, s)| StatusObject {
             api_version: GATEWAY_API_VERSION,
@@ -367,7 +422,22 @@ impl Statuses {
                 parents: &s.parents,
             },
         });
-        classes.chain(gateways).chain(routes).collect()
+        let policies = self
+            .backend_tls_policies
+            .iter()
+            .map(|(key, s)| StatusObject {
+                api_version: GATEWAY_API_VERSION,
+                kind: StatusKind::BackendTlsPolicy,
+                metadata: StatusMeta::namespaced(key, s.generation),
+                status: ObjectStatus::BackendTlsPolicy {
+                    ancestors: &s.ancestors,
+                },
+            });
+        classes
+            .chain(gateways)
+            .chain(routes)
+            .chain(policies)
+            .collect()
     }
 }
 

@@ -292,3 +292,72 @@ fn policies_for_other_kinds_or_services_do_not_apply() {
     .replace("name: api}", "name: other}");
     assert!(route_tls(&run(&ca, "", &p), "default", "r").is_plain());
 }
+
+/// `(type, status, reason)` of the policy's conditions under Gateway default/gw.
+fn policy_status(t: &Translation) -> Vec<(String, bool, String)> {
+    let s = &t.status.backend_tls_policies[&crate::model::ObjectRef::new("default", "p")];
+    assert_eq!(s.ancestors.len(), 1);
+    let a = &s.ancestors[0];
+    assert_eq!(a.ancestor_ref.name, "gw");
+    assert_eq!(a.ancestor_ref.kind.as_deref(), Some("Gateway"));
+    a.conditions
+        .iter()
+        .map(|c| (c.type_.to_string(), c.status, c.reason.to_string()))
+        .collect()
+}
+
+#[test]
+fn policy_status_reports_accepted_and_resolved_refs_per_gateway() {
+    let ca = TestCa::new("api");
+    let cond = |t: &str, ok: bool, r: &str| (t.to_string(), ok, r.to_string());
+    let host = "    hostname: api.example.com\n";
+    let p = |v: &str| policy("p", "2024-01-01T00:00:00Z", None, &format!("{v}{host}"));
+
+    let t = run(&ca, "", &p(CA_REF));
+    assert_eq!(
+        policy_status(&t),
+        [
+            cond("Accepted", true, "Accepted"),
+            cond("ResolvedRefs", true, "ResolvedRefs")
+        ]
+    );
+    let missing = "    caCertificateRefs: [{group: '', kind: ConfigMap, name: missing}]\n";
+    assert_eq!(
+        policy_status(&run(&ca, "", &p(missing))),
+        [
+            cond("Accepted", false, "NoValidCACertificate"),
+            cond("ResolvedRefs", false, "InvalidCACertificateRef")
+        ]
+    );
+    let one_of_two = "    caCertificateRefs: [{group: '', kind: ConfigMap, name: api-ca}, {group: '', kind: ConfigMap, name: missing}]\n";
+    assert_eq!(
+        policy_status(&run(&ca, "", &p(one_of_two))),
+        [
+            cond("Accepted", true, "Accepted"),
+            cond("ResolvedRefs", false, "InvalidCACertificateRef")
+        ]
+    );
+    let kind = "    caCertificateRefs: [{group: '', kind: Secret, name: api-ca}]\n";
+    assert_eq!(
+        policy_status(&run(&ca, "", &p(kind)))[1],
+        cond("ResolvedRefs", false, "InvalidKind")
+    );
+    let unknown = "    wellKnownCACertificates: Corporate\n";
+    assert_eq!(
+        policy_status(&run(&ca, "", &p(unknown)))[0],
+        cond("Accepted", false, "Invalid")
+    );
+}
+
+#[test]
+fn policies_that_apply_to_nothing_get_no_status() {
+    let ca = TestCa::new("api");
+    let p = policy(
+        "p",
+        "2024-01-01T00:00:00Z",
+        None,
+        &format!("{CA_REF}    hostname: a.example\n"),
+    )
+    .replace("name: api}", "name: unused}");
+    assert!(run(&ca, "", &p).status.backend_tls_policies.is_empty());
+}
