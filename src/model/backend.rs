@@ -119,8 +119,10 @@ pub struct UpstreamTls {
     /// SNI sent to every endpoint of the backend.
     #[serde(serialize_with = "ser_server_name")]
     pub server_name: rustls::pki_types::ServerName<'static>,
-    /// Changes whenever what is trusted or presented changes; pooled connections are keyed
-    /// by it (with the endpoint address), so connections made under different trust never mix.
+    /// A stable hash of the config: CA certificates, client certificate, identity check (name
+    /// or SANs) and ALPN (`tls::client::ConfigSpec::trust_key`). Equal keys mean interchangeable
+    /// configs. Pool connections by (endpoint address, `server_name`, `trust_key`), so
+    /// connections made under different trust or SNI never mix.
     pub trust_key: u64,
 }
 

@@ -3,13 +3,19 @@
 //! always give the same [`Translation`].
 //!
 //! ```text
-//! Resources ─> gateway::gateway_classes ─> gateway::gateways (listeners, certs, conflicts)
-//!                                                │
+//! Resources ─> gateway::gateway_classes ─> gateway::gateways (listeners, certs, conflicts,
+//!                                                │            mesh::gateway_tls per Gateway)
 //!          HTTPRoutes (oldest first) ─> http_route::translate_route ─> attachments + rules
-//!                                                │
+//!                                                │   (rules compiled per Gateway: backend TLS
+//!                                                │    from backend_tls, meshed or not)
 //!                         RouteTableBuilder per listener ─> Snapshot { ports }
 //!                         conditions per object ─────────> Statuses
 //! ```
+//!
+//! Backend TLS ([`mesh`], `backend_tls`): a Route meshed by its Gateway's `spec.mesh` gets mesh
+//! mTLS to its backends; a Service targeted by a BackendTLSPolicy gets policy TLS; anything
+//! that needs TLS but cannot have it is `BackendTls::Unavailable` (503, nothing sent). The
+//! rustls configs are built here, once per distinct config ([`crate::tls::client`]).
 //!
 //! Only [`api`] names generated API types; [`manifest`] reads the YAML users write into
 //! [`Resources`] for the file source and the tests.

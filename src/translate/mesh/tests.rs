@@ -764,3 +764,29 @@ fn export_trust_needs_a_ca_and_valid_names() {
         Err(ExportError::Empty)
     ));
 }
+
+#[test]
+fn gateway_json_from_a_cluster_keeps_spec_mesh_and_the_generated_spec() {
+    let json = serde_json::json!({
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "Gateway",
+        "metadata": {"name": "gw", "namespace": "default"},
+        "spec": {
+            "gatewayClassName": "pier",
+            "listeners": [{"name": "http", "protocol": "HTTP", "port": 80}],
+            "mesh": {
+                "trustBundle": {"name": "mesh-ca", "bundleKey": "ca-bundle.crt"},
+                "labelSelector": {"matchLabels": {"mesh": "enabled"}}
+            }
+        }
+    });
+    let gw: crate::translate::api::Gateway = serde_json::from_value(json).unwrap();
+    assert_eq!(gw.spec.base.listeners[0].port, 80);
+    let mesh = gw.spec.mesh.as_ref().unwrap();
+    assert_eq!(mesh.trust_bundle.as_ref().unwrap()[0].name, "mesh-ca");
+    assert!(mesh.label_selector.is_some());
+    // And back: `mesh` serializes next to the generated fields.
+    let back = serde_json::to_value(&gw).unwrap();
+    assert_eq!(back["spec"]["gatewayClassName"], "pier");
+    assert_eq!(back["spec"]["mesh"]["trustBundle"][0]["name"], "mesh-ca");
+}
