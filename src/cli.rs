@@ -105,6 +105,7 @@ impl CommonArgs {
         crate::translate::Settings {
             controller_name: self.controller_name.clone(),
             gateway: self.gateway.clone(),
+            ..crate::translate::Settings::default()
         }
     }
 }

@@ -8,8 +8,8 @@
 use std::path::{Path, PathBuf};
 
 use pier::model::{
-    AppProtocol, BackendTarget, CertTable, Filters, Port, Protocol, RequestMatch, Snapshot,
-    Timeouts, WeightedBackend,
+    AppProtocol, BackendTarget, BackendTls, CertTable, Filters, Port, Protocol, RequestMatch,
+    Snapshot, Timeouts, TlsMode, WeightedBackend,
 };
 use pier::translate::{Resources, Settings, StatusObject, parse_manifests, translate};
 use serde::Serialize;
@@ -63,6 +63,8 @@ struct BackendSummary<'a> {
     #[serde(skip_serializing_if = "is_http1")]
     protocol: AppProtocol,
     endpoints: Vec<String>,
+    /// `plain`, `tls(mesh|policy, sni=…, trust_key=…)` or `unavailable(reason)`.
+    tls: String,
     #[serde(skip_serializing_if = "Filters::is_empty")]
     filters: &'a Filters,
 }
@@ -115,16 +117,18 @@ fn port(p: &Port) -> PortSummary<'_> {
 }
 
 fn backend(b: &WeightedBackend) -> BackendSummary<'_> {
-    let (name, protocol, endpoints) = match &b.target {
+    let (name, protocol, endpoints, tls) = match &b.target {
         BackendTarget::Service(s) => (
             s.id.to_string(),
             s.protocol,
             s.endpoints.iter().map(|e| e.addr.to_string()).collect(),
+            tls_summary(&s.tls),
         ),
         BackendTarget::Invalid => (
             "(invalid: answers 500)".to_string(),
             AppProtocol::Http1,
             vec![],
+            "none".to_string(),
         ),
     };
     BackendSummary {
@@ -132,7 +136,24 @@ fn backend(b: &WeightedBackend) -> BackendSummary<'_> {
         backend: name,
         protocol,
         endpoints,
+        tls,
         filters: &b.filters,
+    }
+}
+
+fn tls_summary(t: &BackendTls) -> String {
+    match t {
+        BackendTls::Plain => "plain".into(),
+        BackendTls::Tls(u) => format!(
+            "tls({}, sni={}, trust_key={:016x})",
+            match u.mode {
+                TlsMode::Mesh => "mesh",
+                TlsMode::Policy => "policy",
+            },
+            u.server_name.to_str(),
+            u.trust_key
+        ),
+        BackendTls::Unavailable(why) => format!("unavailable({})", why.as_str()),
     }
 }
 

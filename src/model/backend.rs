@@ -74,17 +74,34 @@ impl BackendTls {
 }
 
 /// Why a backend that needs TLS has none. Bounded: used as a metric label.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub enum TlsUnavailable {
     /// The mesh trust bundle is missing, unreadable or holds no certificate.
     NoTrustBundle,
-    /// The client certificate for mesh mTLS is missing or invalid.
+    /// The client certificate for mesh mTLS is missing or invalid (also when a Gateway's
+    /// `clientCertificateRef` is set but unusable and a BackendTLSPolicy applies).
     NoClientCertificate,
     /// A BackendTLSPolicy targets the Service but cannot be used (bad CA ref, ...).
     InvalidPolicy,
+    /// The Gateway's mesh configuration cannot be read (invalid selector, unreadable
+    /// `infrastructure.parametersRef`): which routes are meshed is unknown, so every route of
+    /// the Gateway fails closed.
+    InvalidMeshConfig,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+impl TlsUnavailable {
+    /// The variant name, for metric labels and status reasons.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::NoTrustBundle => "NoTrustBundle",
+            Self::NoClientCertificate => "NoClientCertificate",
+            Self::InvalidPolicy => "InvalidPolicy",
+            Self::InvalidMeshConfig => "InvalidMeshConfig",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub enum TlsMode {
     /// Mesh mTLS: client certificate presented, peer verified against the mesh trust bundle.
     Mesh,
@@ -102,8 +119,10 @@ pub struct UpstreamTls {
     /// SNI sent to every endpoint of the backend.
     #[serde(serialize_with = "ser_server_name")]
     pub server_name: rustls::pki_types::ServerName<'static>,
-    /// Changes whenever what is trusted or presented changes; pooled connections are keyed
-    /// by it (with the endpoint address), so connections made under different trust never mix.
+    /// A stable hash of the config: CA certificates, client certificate, identity check (name
+    /// or SANs) and ALPN (`tls::client::ConfigSpec::trust_key`). Equal keys mean interchangeable
+    /// configs. Pool connections by (endpoint address, `server_name`, `trust_key`), so
+    /// connections made under different trust or SNI never mix.
     pub trust_key: u64,
 }
 

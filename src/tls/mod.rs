@@ -1,4 +1,6 @@
 //! TLS for the data plane. `server` terminates client TLS on HTTPS ports with certificates
-//! from the snapshot; the upstream (mesh mTLS) client side will live next to it.
+//! from the snapshot; `client` builds the upstream configs (mesh mTLS, BackendTLSPolicy) that
+//! translation puts into the snapshot and the connector uses.
 
+pub mod client;
 pub mod server;

@@ -1,20 +1,34 @@
 //! The facade for generated API types: the only module that names `gateway_api` or
 //! `k8s_openapi` types directly. The rest of pier imports them from here, so an upstream rename
 //! (kopium-generated names change between releases) is fixed in one place.
+//!
+//! It also holds pier's own serde types for what the generated ones cannot carry: the Gateway
+//! with its `spec.mesh` stanza (GEP-3951 / GEP-3792), which the generated `GatewaySpec` would
+//! drop as an unknown field.
+
+use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Serialize};
 
 pub use gateway_api::Duration as ApiDuration;
-pub use gateway_api::backendtlspolicies::BackendTlsPolicy;
+pub use gateway_api::backendtlspolicies::{
+    BackendTlsPolicy, BackendTlsPolicySpec, BackendTlsPolicyTargetRefs, BackendTlsPolicyValidation,
+    BackendTlsPolicyValidationCaCertificateRefs, BackendTlsPolicyValidationSubjectAltNames,
+    BackendTlsPolicyValidationSubjectAltNamesType,
+};
 pub use gateway_api::constants::{
     GatewayClassConditionReason, GatewayClassConditionType, GatewayConditionReason,
     GatewayConditionType, ListenerConditionReason, ListenerConditionType,
 };
 pub use gateway_api::gatewayclasses::{GatewayClass, GatewayClassSpec};
 pub use gateway_api::gateways::{
-    Gateway, GatewayListeners, GatewayListenersAllowedRoutes, GatewayListenersAllowedRoutesKinds,
+    GatewayInfrastructure, GatewayInfrastructureParametersRef, GatewayListeners,
+    GatewayListenersAllowedRoutes, GatewayListenersAllowedRoutesKinds,
     GatewayListenersAllowedRoutesNamespaces, GatewayListenersAllowedRoutesNamespacesFrom,
     GatewayListenersAllowedRoutesNamespacesSelector,
     GatewayListenersAllowedRoutesNamespacesSelectorMatchExpressions, GatewayListenersTls,
     GatewayListenersTlsCertificateRefs, GatewayListenersTlsMode, GatewaySpec,
+    GatewayStatus as GatewayApiStatus, GatewayTls, GatewayTlsBackend,
+    GatewayTlsBackendClientCertificateRef,
 };
 pub use gateway_api::httproutes::{
     HttpRoute, HttpRouteParentRefs, HttpRouteRules, HttpRouteRulesBackendRefs,
@@ -34,18 +48,121 @@ pub use gateway_api::referencegrants::{
     ReferenceGrant, ReferenceGrantFrom, ReferenceGrantSpec, ReferenceGrantTo,
 };
 pub use k8s_openapi::ByteString;
+pub use k8s_openapi::api::certificates::v1beta1::{ClusterTrustBundle, ClusterTrustBundleSpec};
 pub use k8s_openapi::api::core::v1::{
     ConfigMap, Namespace, Secret, Service, ServicePort, ServiceSpec,
 };
 pub use k8s_openapi::api::discovery::v1::{
     Endpoint as SliceEndpoint, EndpointConditions, EndpointPort, EndpointSlice,
 };
-pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    LabelSelector, LabelSelectorRequirement, ObjectMeta, Time,
+};
 
 /// The Gateway API group.
 pub const GATEWAY_GROUP: &str = "gateway.networking.k8s.io";
 /// The core API group, spelled as the API spells it.
 pub const CORE_GROUP: &str = "";
+
+/// The group of ClusterTrustBundle.
+pub const CERTIFICATES_GROUP: &str = "certificates.k8s.io";
+
+/// A Gateway as pier reads it: the generated spec plus `spec.mesh`.
+///
+/// The cluster's Gateway CRD must carry a `mesh` schema for `spec.mesh` to survive API-server
+/// pruning; the same stanza can instead come through `spec.infrastructure.parametersRef`
+/// (a ConfigMap with a `mesh` key), which needs no CRD change.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Gateway {
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    pub spec: PierGatewaySpec,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<GatewayApiStatus>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PierGatewaySpec {
+    #[serde(flatten)]
+    pub base: GatewaySpec,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mesh: Option<MeshSpec>,
+}
+
+/// The Gateway's `mesh` stanza, in both proposed shapes:
+///
+/// - GEP-3951: `trustBundle: {name, namespace?, bundleKey?}` (a ConfigMap) and `labelSelector`;
+/// - GEP-3792: `trustBundle` as one reference or a list of `{group?, kind, name, namespace?}`
+///   (ConfigMap, Secret or ClusterTrustBundle) and `selector`.
+///
+/// No selector at all means every Route attached to the Gateway is meshed.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MeshSpec {
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "one_or_many"
+    )]
+    pub trust_bundle: Option<Vec<TrustBundleRef>>,
+    /// GEP-3951's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label_selector: Option<LabelSelector>,
+    /// GEP-3792's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<LabelSelector>,
+}
+
+/// A reference to CA certificates. `kind` defaults to ConfigMap (GEP-3951), `namespace` to the
+/// Gateway's; `bundleKey` picks the key (ConfigMap default `ca-bundle.crt`, then `ca.crt`;
+/// Secret default `ca.crt`). ClusterTrustBundles are cluster-scoped: `namespace` is ignored.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TrustBundleRef {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bundle_key: Option<String>,
+}
+
+/// `trustBundle` as one reference (a map) or a list of them.
+fn one_or_many<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<TrustBundleRef>>, D::Error> {
+    struct OneOrMany;
+    impl<'de> Visitor<'de> for OneOrMany {
+        type Value = Option<Vec<TrustBundleRef>>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a trust bundle reference or a list of them")
+        }
+
+        fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+
+        fn visit_some<D2: Deserializer<'de>>(self, d: D2) -> Result<Self::Value, D2::Error> {
+            d.deserialize_any(OneOrMany)
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+            TrustBundleRef::deserialize(de::value::MapAccessDeserializer::new(map))
+                .map(|r| Some(vec![r]))
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+            Vec::<TrustBundleRef>::deserialize(de::value::SeqAccessDeserializer::new(seq)).map(Some)
+        }
+    }
+    d.deserialize_any(OneOrMany)
+}
 
 /// An object's creation time, ordered. Routes without one sort first (treated as oldest).
 pub type Timestamp = k8s_openapi::jiff::Timestamp;

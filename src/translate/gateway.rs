@@ -7,8 +7,10 @@
 //!                                                               └─> ListenerStatus
 //! ```
 //!
-//! Not read: `spec.addresses` and `spec.infrastructure` (pier binds its own host's ports; it
-//! assigns no addresses), listener `tls.options`, and frontend client validation (`spec.tls`).
+//! Not read: `spec.addresses`, `spec.infrastructure` labels and annotations (pier binds its own
+//! host's ports; it assigns no addresses), listener `tls.options`, and frontend client
+//! validation (`spec.tls.frontend`). `spec.mesh`, `spec.infrastructure.parametersRef` and
+//! `spec.tls.backend` are read by [`super::mesh`].
 //! A listener is programmed when it is accepted, not conflicted and, for HTTPS, has at least one
 //! usable certificate; certificateRefs that fail are reported in ResolvedRefs either way.
 
@@ -20,18 +22,20 @@ use super::api::{
     GatewayListenersAllowedRoutesKinds, GatewayListenersTls, GatewayListenersTlsCertificateRefs,
     GatewayListenersTlsMode, ListenerConditionReason, ListenerConditionType, creation_time,
 };
+use super::mesh::{self, GatewayTls};
 use super::refs::{self, Certs, RefFrom, RefTo, ServerCert};
 use super::resources::Resources;
 use super::status::{
-    ClassCondition, ClassConditionReason, ClassConditionType, GatewayClassStatus, GatewayCondition,
-    GatewayStatus, ListenerCondition, ListenerStatus, RouteGroupKind,
+    ClassCondition, ClassConditionReason, ClassConditionType, GatewayClassStatus,
+    GatewayCondReason, GatewayCondType, GatewayCondition, GatewayStatus, ListenerCondition,
+    ListenerStatus, RouteGroupKind,
 };
 use super::{Settings, group_kind};
 use crate::model::{HostnameMatch, ObjectRef, Protocol};
 
 mod allowed_routes;
 
-pub use allowed_routes::{AllowedRoutes, NamespacePolicy, namespace_policy};
+pub use allowed_routes::{AllowedRoutes, LabelSelector, NamespacePolicy, namespace_policy};
 
 /// An in-scope Gateway, as route attachment and the snapshot need it.
 #[derive(Debug)]
@@ -40,6 +44,8 @@ pub struct GatewayState {
     pub generation: Option<i64>,
     /// In `spec.listeners` order.
     pub listeners: Vec<ListenerState>,
+    /// Mesh and client certificate: what its routes' backends need for TLS.
+    pub tls: GatewayTls,
 }
 
 #[derive(Debug)]
@@ -138,7 +144,7 @@ pub fn gateways(
         .iter()
         .map(|((ns, name), gw)| (gw, ObjectRef::new(ns, name)))
         .filter(|(gw, key)| {
-            classes.contains(&gw.spec.gateway_class_name)
+            classes.contains(&gw.spec.base.gateway_class_name)
                 && settings.gateway.as_ref().is_none_or(|g| g == key)
         })
         .collect();
@@ -149,8 +155,10 @@ pub fn gateways(
     let mut states: Vec<GatewayState> = selected
         .into_iter()
         .map(|(gw, key)| GatewayState {
+            tls: mesh::gateway_tls(resources, settings, &key, gw),
             listeners: gw
                 .spec
+                .base
                 .listeners
                 .iter()
                 .map(|l| listener(resources, &mut certs, &key.namespace, l))
@@ -577,16 +585,31 @@ impl GatewayState {
             .map(|l| l.name.as_str())
             .collect();
         let any_valid = invalid.len() < self.listeners.len();
-        let accepted = if invalid.is_empty() && any_valid {
+        let gw_cond = |t, status, r, m: String| {
             GatewayCondition::new(
+                GatewayCondType::Gateway(t),
+                status,
+                GatewayCondReason::Gateway(r),
+                m,
+                g,
+            )
+        };
+        let accepted = if let Some(msg) = self.tls.invalid_parameters() {
+            gw_cond(
+                GatewayConditionType::Accepted,
+                false,
+                GatewayConditionReason::InvalidParameters,
+                msg.to_string(),
+            )
+        } else if invalid.is_empty() && any_valid {
+            gw_cond(
                 GatewayConditionType::Accepted,
                 true,
                 GatewayConditionReason::Accepted,
-                "Gateway is accepted",
-                g,
+                "Gateway is accepted".into(),
             )
         } else {
-            GatewayCondition::new(
+            gw_cond(
                 GatewayConditionType::Accepted,
                 any_valid,
                 GatewayConditionReason::ListenersNotValid,
@@ -595,29 +618,28 @@ impl GatewayState {
                 } else {
                     format!("invalid listeners: {}", invalid.join(", "))
                 },
-                g,
             )
         };
         let programmed = if self.listeners.iter().any(ListenerState::programmed) {
-            GatewayCondition::new(
+            gw_cond(
                 GatewayConditionType::Programmed,
                 true,
                 GatewayConditionReason::Programmed,
-                "Gateway is programmed",
-                g,
+                "Gateway is programmed".into(),
             )
         } else {
-            GatewayCondition::new(
+            gw_cond(
                 GatewayConditionType::Programmed,
                 false,
                 GatewayConditionReason::Invalid,
-                "no listener is programmed",
-                g,
+                "no listener is programmed".into(),
             )
         };
+        let mut conditions = vec![accepted, programmed];
+        conditions.extend(self.tls.conditions(g));
         GatewayStatus {
             generation: g,
-            conditions: vec![accepted, programmed],
+            conditions,
             listeners: self.listeners.iter().map(|l| l.status(g)).collect(),
         }
     }

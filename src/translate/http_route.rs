@@ -29,6 +29,7 @@ use super::api::{
     backend_filter_as_rule_filter,
 };
 use super::gateway::GatewayState;
+use super::mesh::TlsCtx;
 use super::refs::{self, BackendError, Backends, RefFrom, RefTo};
 use super::resources::Resources;
 use super::status::{
@@ -38,8 +39,8 @@ use super::status::{
 use super::{Settings, error_chain, group_kind};
 use crate::model::host::InvalidHostname;
 use crate::model::{
-    Backend, BackendSet, BackendTarget, Filters, HostnameMatch, ObjectRef, PathMatch, RequestMatch,
-    Rule, Timeouts, WeightedBackend,
+    Backend, BackendId, BackendSet, BackendTarget, BackendTls, Filters, HostnameMatch, ObjectRef,
+    PathMatch, RequestMatch, Rule, Timeouts, TlsMode, TlsUnavailable, WeightedBackend,
 };
 
 mod filters;
@@ -63,7 +64,16 @@ pub struct RouteCtx<'a, 'b> {
 #[derive(Debug)]
 pub struct RouteOutcome {
     pub status: HttpRouteStatus,
-    /// Distinct (gateway, listener) pairs the route is attached to.
+    /// One per Gateway the route is attached to.
+    pub groups: Vec<RuleGroup>,
+}
+
+/// The route's rules as compiled for one Gateway (its backend TLS context: meshed or not,
+/// trust bundle, client certificate), and the listeners of that Gateway they are added to.
+#[derive(Debug)]
+pub struct RuleGroup {
+    pub gateway: usize,
+    /// Distinct listeners of that Gateway.
     pub attachments: Vec<Attachment>,
     pub rules: Vec<CompiledRule>,
 }
@@ -145,6 +155,11 @@ struct RefProblem {
 
 /// Translates one route. `None` when no parentRef names an in-scope Gateway: such routes are
 /// someone else's and get no status from pier.
+///
+/// Rules are compiled once per Gateway the route attaches to, because the backends' TLS depends
+/// on the Gateway (is the route meshed under it, with which trust bundle and client identity).
+/// Status (invalid rules, unresolved refs) comes from the first parent's compilation: whether a
+/// reference resolves does not depend on the Gateway.
 pub fn translate_route(
     ctx: &mut RouteCtx<'_, '_>,
     key: &ObjectRef,
@@ -160,11 +175,27 @@ pub fn translate_route(
         &key.namespace,
         parent_refs.as_deref().unwrap_or_default(),
     );
-    if parents.is_empty() {
-        return None;
-    }
+    let first = parents.first()?.1;
     let generation = route.metadata.generation;
-    let rules = compile_rules(ctx, key, rules.as_deref().unwrap_or_default());
+    let specs = rules.as_deref().unwrap_or_default();
+    let no_labels = BTreeMap::new();
+    let route_labels = route.metadata.labels.as_ref().unwrap_or(&no_labels);
+    let resources = ctx.resources;
+    let namespace_labels = resources
+        .namespaces
+        .get(&key.namespace)
+        .and_then(|n| n.metadata.labels.as_ref())
+        .unwrap_or(&no_labels);
+    let gateways = ctx.gateways;
+    let tls_of = |gw: usize| {
+        TlsCtx::for_route(
+            &gateways[gw].key,
+            &gateways[gw].tls,
+            route_labels,
+            namespace_labels,
+        )
+    };
+    let mut rules = compile_rules(ctx, key, specs, tls_of(first));
 
     // Route-wide reasons not to attach anywhere.
     let hosts = route_hostnames(hostnames.as_deref().unwrap_or_default());
@@ -179,11 +210,11 @@ pub fn translate_route(
     let hosts = hosts.unwrap_or_default();
 
     let mut attachments: Vec<Attachment> = vec![];
-    let mut statuses = vec![];
-    for (parent, gw) in parents {
+    let mut accepted_by_parent = vec![];
+    for (parent, gw) in &parents {
         let accepted = match &route_problem {
             Some(p) => Err((RouteConditionReason::UnsupportedValue, p.clone())),
-            None => attach(ctx, &key.namespace, &hosts, parent, gw),
+            None => attach(ctx, &key.namespace, &hosts, parent, *gw),
         };
         let accepted = accepted.map(|found| {
             for a in found {
@@ -195,10 +226,44 @@ pub fn translate_route(
                 }
             }
         });
+        accepted_by_parent.push(accepted);
+    }
+
+    let mut groups: Vec<RuleGroup> = vec![];
+    for a in attachments {
+        if let Some(g) = groups.iter_mut().find(|g| g.gateway == a.gateway) {
+            g.attachments.push(a);
+            continue;
+        }
+        let compiled = if a.gateway == first {
+            std::mem::take(&mut rules.compiled)
+        } else {
+            compile_rules(ctx, key, specs, tls_of(a.gateway)).compiled
+        };
+        groups.push(RuleGroup {
+            gateway: a.gateway,
+            attachments: vec![a],
+            rules: compiled,
+        });
+    }
+
+    let mut statuses = vec![];
+    for ((parent, gw), accepted) in parents.iter().zip(accepted_by_parent) {
+        let is_accepted = accepted.is_ok();
+        let mut conditions = parent_conditions(accepted, &rules, generation);
+        let group = groups.iter().find(|g| g.gateway == *gw);
+        if let (true, Some(group)) = (is_accepted, group) {
+            conditions.extend(backend_tls_condition(
+                &group.rules,
+                tls_of(*gw).meshed,
+                &gateways[*gw].key,
+                generation,
+            ));
+        }
         statuses.push(RouteParentStatus {
             parent_ref: echo(parent),
             controller_name: ctx.settings.controller_name.clone(),
-            conditions: parent_conditions(accepted, &rules, generation),
+            conditions,
         });
     }
     Some(RouteOutcome {
@@ -206,9 +271,129 @@ pub fn translate_route(
             generation,
             parents: statuses,
         },
-        attachments,
-        rules: rules.compiled,
+        groups,
     })
+}
+
+/// `pier.dev/BackendTLS` for one parent: present when the route is meshed under that Gateway
+/// or some backend uses a BackendTLSPolicy. False (naming the backends and why) when any TLS
+/// backend fails closed.
+fn backend_tls_condition(
+    rules: &[CompiledRule],
+    meshed: bool,
+    gateway: &ObjectRef,
+    generation: Option<i64>,
+) -> Option<RouteCondition> {
+    let mut backends: BTreeMap<&BackendId, &Backend> = BTreeMap::new();
+    for r in rules {
+        let rule = &r.rule;
+        let mirrors = rule
+            .filters
+            .mirrors
+            .iter()
+            .chain(
+                rule.backends
+                    .backends
+                    .iter()
+                    .flat_map(|w| &w.filters.mirrors),
+            )
+            .map(|m| &*m.backend);
+        let targets = rule
+            .backends
+            .backends
+            .iter()
+            .filter_map(|w| match &w.target {
+                BackendTarget::Service(b) => Some(&**b),
+                BackendTarget::Invalid => None,
+            });
+        for b in targets.chain(mirrors) {
+            backends.insert(&b.id, b);
+        }
+    }
+    let tls: Vec<&Backend> = backends
+        .into_values()
+        .filter(|b| !b.tls.is_plain())
+        .collect();
+    if !meshed && tls.is_empty() {
+        return None;
+    }
+    let prefix = if meshed {
+        format!("meshed via Gateway {gateway}")
+    } else {
+        "not meshed".to_string()
+    };
+    let cond = |status, reason, message| {
+        Some(RouteCondition::new(
+            RouteConditionType::BackendTls,
+            status,
+            reason,
+            message,
+            generation,
+        ))
+    };
+    let failing: Vec<(&Backend, TlsUnavailable)> = tls
+        .iter()
+        .filter_map(|b| match &b.tls {
+            BackendTls::Unavailable(why) => Some((*b, *why)),
+            _ => None,
+        })
+        .collect();
+    if let Some((_, why)) = failing.first() {
+        let list: Vec<String> = failing
+            .iter()
+            .map(|(b, why)| format!("{}: {}", b.id, unavailable_text(*why)))
+            .collect();
+        return cond(
+            false,
+            unavailable_reason(*why),
+            format!("{prefix}; these backends answer 503: {}", list.join("; ")),
+        );
+    }
+    let list: Vec<String> = tls
+        .iter()
+        .filter_map(|b| match &b.tls {
+            BackendTls::Tls(t) => Some(format!(
+                "{} {} (SNI {})",
+                b.id,
+                match t.mode {
+                    TlsMode::Mesh => "mesh mTLS",
+                    TlsMode::Policy => "TLS per BackendTLSPolicy",
+                },
+                t.server_name.to_str()
+            )),
+            _ => None,
+        })
+        .collect();
+    let message = if list.is_empty() {
+        format!("{prefix}; the route has no backends")
+    } else {
+        format!("{prefix}: {}", list.join("; "))
+    };
+    cond(true, RouteConditionReason::Ready, message)
+}
+
+fn unavailable_reason(why: TlsUnavailable) -> RouteConditionReason {
+    match why {
+        TlsUnavailable::NoTrustBundle => RouteConditionReason::NoTrustBundle,
+        TlsUnavailable::NoClientCertificate => RouteConditionReason::NoClientCertificate,
+        TlsUnavailable::InvalidPolicy => RouteConditionReason::InvalidPolicy,
+        TlsUnavailable::InvalidMeshConfig => RouteConditionReason::InvalidMeshConfig,
+    }
+}
+
+fn unavailable_text(why: TlsUnavailable) -> &'static str {
+    match why {
+        TlsUnavailable::NoTrustBundle => {
+            "no usable mesh trust bundle (see the Gateway's pier.dev/BackendTLS condition)"
+        }
+        TlsUnavailable::NoClientCertificate => {
+            "no usable client certificate (see the Gateway's pier.dev/BackendTLS condition)"
+        }
+        TlsUnavailable::InvalidPolicy => "its BackendTLSPolicy cannot be used",
+        TlsUnavailable::InvalidMeshConfig => {
+            "the Gateway's mesh configuration cannot be read (see its status)"
+        }
+    }
 }
 
 /// Accepted, ResolvedRefs, and PartiallyInvalid when some (not all) rules are invalid.
@@ -457,6 +642,7 @@ fn compile_rules(
     ctx: &mut RouteCtx<'_, '_>,
     key: &ObjectRef,
     specs: &[HttpRouteRules],
+    tls: TlsCtx<'_>,
 ) -> CompiledRules {
     // The CRD defaults an absent rule list to one rule matching PathPrefix "/".
     let default_rules = [HttpRouteRules::default()];
@@ -471,7 +657,7 @@ fn compile_rules(
         refs: vec![],
     };
     for (i, spec) in specs.iter().enumerate() {
-        let (rule, errors) = compile_rule(ctx, key, i, spec, &mut out.refs);
+        let (rule, errors) = compile_rule(ctx, key, i, spec, tls, &mut out.refs);
         if !errors.is_empty() {
             let why: Vec<String> = errors.iter().map(|e| error_chain(e)).collect();
             out.invalid.push(format!("rules[{i}]: {}", why.join(", ")));
@@ -486,6 +672,7 @@ fn compile_rule(
     key: &ObjectRef,
     index: usize,
     spec: &HttpRouteRules,
+    tls: TlsCtx<'_>,
     refs: &mut Vec<RefProblem>,
 ) -> (CompiledRule, Vec<InvalidRule>) {
     let HttpRouteRules {
@@ -516,7 +703,7 @@ fn compile_rule(
     let route_ns = key.namespace.as_str();
     let backends = &mut *ctx.backends;
     let mut resolve =
-        |spec: BackendRefSpec<'_>| resolve_backend(resources, backends, route_ns, spec);
+        |spec: BackendRefSpec<'_>| resolve_backend(resources, backends, route_ns, spec, tls);
     let mut rules_filters = RuleFilters {
         prefix_only,
         resolve: &mut resolve,
@@ -666,6 +853,7 @@ fn resolve_backend(
     backends: &mut Backends<'_>,
     route_ns: &str,
     r: BackendRefSpec<'_>,
+    tls: TlsCtx<'_>,
 ) -> Result<Arc<Backend>, BackendRefError> {
     let kind = r.kind.unwrap_or("Service");
     if !refs::is_core_group(r.group) || kind != "Service" {
@@ -699,7 +887,7 @@ fn resolve_backend(
         .ok()
         .filter(|p| *p != 0)
         .ok_or(BackendRefError::PortRange(svc, port))?;
-    Ok(backends.service_port(ns, r.name, port)?)
+    Ok(backends.service_port(ns, r.name, port, tls)?)
 }
 
 fn rule_timeouts(

@@ -11,8 +11,9 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
 use super::api::{
-    ByteString, ConfigMap, EndpointSlice, GATEWAY_GROUP, Gateway, GatewayClass, HttpRoute,
-    Namespace, ObjectMeta, ReferenceGrant, Secret, Service,
+    BackendTlsPolicy, ByteString, CERTIFICATES_GROUP, ClusterTrustBundle, ConfigMap, EndpointSlice,
+    GATEWAY_GROUP, Gateway, GatewayClass, GatewaySpec, HttpRoute, MeshSpec, Namespace, ObjectMeta,
+    PierGatewaySpec, ReferenceGrant, Secret, Service,
 };
 use super::resources::{ObjectKey, Resources};
 
@@ -77,6 +78,27 @@ struct TypeMeta {
     kind: String,
 }
 
+/// A Gateway without `spec.mesh` (the generated spec ignores it).
+#[derive(Deserialize)]
+struct GatewayDoc {
+    #[serde(default)]
+    metadata: ObjectMeta,
+    spec: GatewaySpec,
+}
+
+/// Only a Gateway's `spec.mesh`.
+#[derive(Deserialize)]
+struct GatewayMeshDoc {
+    #[serde(default)]
+    spec: GatewayMeshSpecDoc,
+}
+
+#[derive(Default, Deserialize)]
+struct GatewayMeshSpecDoc {
+    #[serde(default)]
+    mesh: Option<MeshSpec>,
+}
+
 /// The kinds pier reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
@@ -89,6 +111,8 @@ enum Kind {
     Secret,
     ConfigMap,
     EndpointSlice,
+    ClusterTrustBundle,
+    BackendTlsPolicy,
 }
 
 /// One `---`-separated document.
@@ -194,7 +218,18 @@ fn parse_document(
             resources.namespaces.insert(name, o);
         }
         Kind::Gateway => {
-            let mut o: Gateway = doc.parse(k)?;
+            // Two typed passes rather than `Gateway`'s `#[serde(flatten)]`: flatten buffers the
+            // spec untyped, which loses error locations and reads YAML scalars by guesswork.
+            let base: GatewayDoc = doc.parse(k)?;
+            let mesh: GatewayMeshDoc = doc.parse(k)?;
+            let mut o = Gateway {
+                metadata: base.metadata,
+                spec: PierGatewaySpec {
+                    base: base.spec,
+                    mesh: mesh.spec.mesh,
+                },
+                status: None,
+            };
             resources.gateways.insert(doc.key(k, &mut o.metadata)?, o);
         }
         Kind::HttpRoute => {
@@ -230,6 +265,17 @@ fn parse_document(
                 .config_maps
                 .insert(doc.key(k, &mut o.metadata)?, o);
         }
+        Kind::ClusterTrustBundle => {
+            let mut o: ClusterTrustBundle = doc.parse(k)?;
+            let name = doc.name(k, &mut o.metadata)?;
+            resources.cluster_trust_bundles.insert(name, o);
+        }
+        Kind::BackendTlsPolicy => {
+            let mut o: BackendTlsPolicy = doc.parse(k)?;
+            resources
+                .backend_tls_policies
+                .insert(doc.key(k, &mut o.metadata)?, o);
+        }
     }
     Ok(None)
 }
@@ -260,6 +306,8 @@ impl Kind {
             ("", "Secret") => Self::Secret,
             ("", "ConfigMap") => Self::ConfigMap,
             ("discovery.k8s.io", "EndpointSlice") => Self::EndpointSlice,
+            (CERTIFICATES_GROUP, "ClusterTrustBundle") => Self::ClusterTrustBundle,
+            (GATEWAY_GROUP, "BackendTLSPolicy") => Self::BackendTlsPolicy,
             _ => return None,
         })
     }
@@ -273,6 +321,10 @@ impl Kind {
             }
             Self::Namespace | Self::Service | Self::Secret | Self::ConfigMap => &["v1"],
             Self::EndpointSlice => &["v1"],
+            // v1alpha1 has the same spec (signerName, trustBundle).
+            Self::ClusterTrustBundle => &["v1beta1", "v1alpha1"],
+            // v1alpha3 has the same shape as v1 for what pier reads.
+            Self::BackendTlsPolicy => &["v1", "v1alpha3"],
         }
     }
 }

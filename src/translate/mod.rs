@@ -3,21 +3,29 @@
 //! always give the same [`Translation`].
 //!
 //! ```text
-//! Resources ─> gateway::gateway_classes ─> gateway::gateways (listeners, certs, conflicts)
-//!                                                │
+//! Resources ─> gateway::gateway_classes ─> gateway::gateways (listeners, certs, conflicts,
+//!                                                │            mesh::gateway_tls per Gateway)
 //!          HTTPRoutes (oldest first) ─> http_route::translate_route ─> attachments + rules
-//!                                                │
+//!                                                │   (rules compiled per Gateway: backend TLS
+//!                                                │    from backend_tls, meshed or not)
 //!                         RouteTableBuilder per listener ─> Snapshot { ports }
 //!                         conditions per object ─────────> Statuses
 //! ```
+//!
+//! Backend TLS ([`mesh`], `backend_tls`): a Route meshed by its Gateway's `spec.mesh` gets mesh
+//! mTLS to its backends; a Service targeted by a BackendTLSPolicy gets policy TLS; anything
+//! that needs TLS but cannot have it is `BackendTls::Unavailable` (503, nothing sent). The
+//! rustls configs are built here, once per distinct config ([`crate::tls::client`]).
 //!
 //! Only [`api`] names generated API types; [`manifest`] reads the YAML users write into
 //! [`Resources`] for the file source and the tests.
 
 pub mod api;
+mod backend_tls;
 mod gateway;
 mod http_route;
 pub mod manifest;
+pub mod mesh;
 mod refs;
 pub mod resources;
 pub mod status;
@@ -44,13 +52,40 @@ pub struct Settings {
     pub controller_name: String,
     /// Serve only this Gateway (`--gateway NS/NAME`).
     pub gateway: Option<ObjectRef>,
+    /// The cluster's DNS domain: mesh SNI is `<service>.<namespace>.svc.<cluster_domain>`.
+    pub cluster_domain: String,
+    /// pier's client certificate for backend TLS (`--client-cert`/`--client-key`, read and
+    /// watched by the binary). A Gateway's `spec.tls.backend.clientCertificateRef` wins.
+    pub client_identity: Option<ClientIdentityPem>,
 }
+
+/// A client certificate chain (leaf first) and its private key, PEM, as read from files.
+/// `Debug` never shows the key.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ClientIdentityPem {
+    pub cert_pem: Vec<u8>,
+    pub key_pem: Vec<u8>,
+}
+
+impl std::fmt::Debug for ClientIdentityPem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientIdentityPem")
+            .field("cert_pem", &format_args!("{} bytes", self.cert_pem.len()))
+            .field("key_pem", &format_args!("<redacted>"))
+            .finish()
+    }
+}
+
+/// The default `Settings::cluster_domain`.
+pub const DEFAULT_CLUSTER_DOMAIN: &str = "cluster.local";
 
 impl Default for Settings {
     fn default() -> Self {
         Self {
             controller_name: crate::DEFAULT_CONTROLLER_NAME.to_string(),
             gateway: None,
+            cluster_domain: DEFAULT_CLUSTER_DOMAIN.to_string(),
+            client_identity: None,
         }
     }
 }
@@ -92,7 +127,7 @@ pub fn translate_with(
         .collect();
     routes.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
 
-    let mut backends = refs::Backends::new(resources, pool);
+    let mut backends = refs::Backends::new(resources, settings, pool);
     let outcomes: Vec<(usize, ObjectRef, RouteOutcome)> = {
         let mut ctx = RouteCtx {
             resources,
@@ -112,18 +147,21 @@ pub fn translate_with(
 
     let mut tables: BTreeMap<(usize, usize), RouteTableBuilder> = BTreeMap::new();
     for (order, key, outcome) in outcomes {
-        for a in &outcome.attachments {
-            gateways[a.gateway].listeners[a.listener].attached_routes += 1;
-            let table = tables.entry((a.gateway, a.listener)).or_default();
-            for r in &outcome.rules {
-                for (j, m) in r.matches.iter().enumerate() {
-                    table.add(&a.hostnames, m.clone(), &r.rule, (order, r.rule.index, j));
+        for group in &outcome.groups {
+            for a in &group.attachments {
+                gateways[a.gateway].listeners[a.listener].attached_routes += 1;
+                let table = tables.entry((a.gateway, a.listener)).or_default();
+                for r in &group.rules {
+                    for (j, m) in r.matches.iter().enumerate() {
+                        table.add(&a.hostnames, m.clone(), &r.rule, (order, r.rule.index, j));
+                    }
                 }
             }
         }
         status.http_routes.insert(key, outcome.status);
     }
 
+    status.backend_tls_policies = backends.tls.statuses(&settings.controller_name);
     let snapshot = snapshot(&gateways, tables);
     for gw in &gateways {
         status.gateways.insert(gw.key.clone(), gw.status());

@@ -10,11 +10,12 @@ use rustls::sign::CertifiedKey;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
+use super::Settings;
 use super::api::{CORE_GROUP, EndpointSlice, Secret, Service, ServicePort};
+use super::backend_tls::{BackendTlsResolver, TlsKey};
+use super::mesh::TlsCtx;
 use super::resources::Resources;
-use crate::model::{
-    AppProtocol, Backend, BackendId, BackendTls, Endpoint, EndpointPool, ObjectRef,
-};
+use crate::model::{AppProtocol, Backend, BackendId, Endpoint, EndpointPool, ObjectRef};
 
 /// The label an EndpointSlice carries to name its Service.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
@@ -77,15 +78,19 @@ pub enum CertError {
     KeyMismatch(ObjectRef),
 }
 
-/// Resolves Service ports to backends, one `Arc<Backend>` per (Service, port), shared by every
-/// rule and mirror that names it.
+/// Resolves Service ports to backends, one `Arc<Backend>` per (Service, port, TLS decision),
+/// shared by every rule and mirror that names it. The same Service port reached from a meshed
+/// and a plain route is two backends (with the same endpoints and load state).
 pub struct Backends<'a> {
     resources: &'a Resources,
     /// Endpoint load state carried over from the previous snapshot.
     pool: &'a EndpointPool,
     /// EndpointSlices by (namespace, Service name).
     slices: BTreeMap<(&'a str, &'a str), Vec<&'a EndpointSlice>>,
-    cache: BTreeMap<BackendId, Arc<Backend>>,
+    /// Endpoints per Service port, so backends that differ only in TLS share load state.
+    endpoints: BTreeMap<BackendId, Vec<Endpoint>>,
+    cache: BTreeMap<(BackendId, TlsKey), Arc<Backend>>,
+    pub tls: BackendTlsResolver<'a>,
 }
 
 /// Loads listener certificates, once per Secret: listeners that share a Secret share the
@@ -119,7 +124,7 @@ pub fn reference_granted(resources: &Resources, from: RefFrom<'_>, to: RefTo<'_>
 // === impl Backends ===
 
 impl<'a> Backends<'a> {
-    pub fn new(resources: &'a Resources, pool: &'a EndpointPool) -> Self {
+    pub fn new(resources: &'a Resources, settings: &'a Settings, pool: &'a EndpointPool) -> Self {
         let mut slices: BTreeMap<(&str, &str), Vec<&EndpointSlice>> = BTreeMap::new();
         for ((ns, _), slice) in &resources.endpoint_slices {
             let service = slice
@@ -135,25 +140,25 @@ impl<'a> Backends<'a> {
             resources,
             pool,
             slices,
+            endpoints: BTreeMap::new(),
             cache: BTreeMap::new(),
+            tls: BackendTlsResolver::new(resources, settings),
         }
     }
 
-    /// The backend for `port` of Service `namespace/name`.
+    /// The backend for `port` of Service `namespace/name`, reached in `tls`.
     pub fn service_port(
         &mut self,
         namespace: &str,
         name: &str,
         port: u16,
+        tls: TlsCtx<'_>,
     ) -> Result<Arc<Backend>, BackendError> {
         let service = ObjectRef::new(namespace, name);
         let id = BackendId {
             service: service.clone(),
             port,
         };
-        if let Some(b) = self.cache.get(&id) {
-            return Ok(b.clone());
-        }
         let svc = self
             .resources
             .services
@@ -162,21 +167,41 @@ impl<'a> Backends<'a> {
         let svc_port = service_ports(svc)
             .find(|p| i32::from(port) == p.port)
             .ok_or(BackendError::PortNotFound(service, port))?;
-        let endpoints = self.endpoints(namespace, name, svc_port);
+        let protocol = app_protocol(svc_port.app_protocol.as_deref());
+        let (tls_key, tls) = self
+            .tls
+            .decide(&id, svc_port.name.as_deref(), protocol, tls);
+        let key = (id, tls_key);
+        if let Some(b) = self.cache.get(&key) {
+            return Ok(b.clone());
+        }
+        let endpoints = match self.endpoints.get(&key.0) {
+            Some(e) => e.clone(),
+            None => {
+                let e = self.slice_endpoints(namespace, name, svc_port);
+                self.endpoints.insert(key.0.clone(), e.clone());
+                e
+            }
+        };
         let backend = Arc::new(Backend {
-            id: id.clone(),
-            protocol: app_protocol(svc_port.app_protocol.as_deref()),
+            id: key.0.clone(),
+            protocol,
             endpoints,
-            tls: BackendTls::Plain,
+            tls,
         });
-        self.cache.insert(id, backend.clone());
+        self.cache.insert(key, backend.clone());
         Ok(backend)
     }
 
     /// Every ready address of every slice of the Service, on the slice port named like the
     /// Service port. Sorted and deduplicated (slices may overlap while they are being
     /// rewritten).
-    fn endpoints(&self, namespace: &str, name: &str, svc_port: &ServicePort) -> Vec<Endpoint> {
+    fn slice_endpoints(
+        &self,
+        namespace: &str,
+        name: &str,
+        svc_port: &ServicePort,
+    ) -> Vec<Endpoint> {
         let want = svc_port.name.as_deref().unwrap_or_default();
         let mut addrs: Vec<SocketAddr> = Vec::new();
         for slice in self.slices.get(&(namespace, name)).into_iter().flatten() {

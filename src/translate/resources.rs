@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 
 use super::api::{
-    ConfigMap, EndpointSlice, Gateway, GatewayClass, HttpRoute, Namespace, ReferenceGrant, Secret,
-    Service,
+    BackendTlsPolicy, ClusterTrustBundle, ConfigMap, EndpointSlice, Gateway, GatewayClass,
+    HttpRoute, Namespace, ReferenceGrant, Secret, Service,
 };
 
 /// `(namespace, name)`.
@@ -24,4 +24,7 @@ pub struct Resources {
     pub endpoint_slices: BTreeMap<ObjectKey, EndpointSlice>,
     pub secrets: BTreeMap<ObjectKey, Secret>,
     pub config_maps: BTreeMap<ObjectKey, ConfigMap>,
+    /// Cluster-scoped: by name (mesh trust bundles).
+    pub cluster_trust_bundles: BTreeMap<String, ClusterTrustBundle>,
+    pub backend_tls_policies: BTreeMap<ObjectKey, BackendTlsPolicy>,
 }

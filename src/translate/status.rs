@@ -36,9 +36,30 @@ pub struct Condition<T, R> {
 }
 
 pub type ClassCondition = Condition<ClassConditionType, ClassConditionReason>;
-pub type GatewayCondition = Condition<GatewayConditionType, GatewayConditionReason>;
+pub type GatewayCondition = Condition<GatewayCondType, GatewayCondReason>;
 pub type ListenerCondition = Condition<ListenerConditionType, ListenerConditionReason>;
 pub type RouteCondition = Condition<RouteConditionType, RouteConditionReason>;
+pub type PolicyCondition = Condition<PolicyConditionType, PolicyConditionReason>;
+
+/// BackendTLSPolicy condition types (GEP-713 policy status).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PolicyConditionType {
+    Accepted,
+    ResolvedRefs,
+}
+
+/// BackendTLSPolicy condition reasons.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PolicyConditionReason {
+    Accepted,
+    /// The policy's validation cannot be used (hostname, subjectAltNames, CA settings).
+    Invalid,
+    /// Every caCertificateRef is invalid.
+    NoValidCACertificate,
+    ResolvedRefs,
+    InvalidCACertificateRef,
+    InvalidKind,
+}
 
 /// GatewayClass condition types: upstream's, plus `SupportedVersion`, which the implementers
 /// guide requires from v1.0 on but the generated constants lack.
@@ -54,13 +75,46 @@ pub enum ClassConditionReason {
     SupportedVersion,
 }
 
-/// Route condition types (`RouteConditionType` in the Go API).
+/// The condition type pier adds to Gateways and Route parents that use backend TLS (mesh mTLS
+/// or a BackendTLSPolicy). Domain-prefixed, as implementation-specific types must be.
+pub const BACKEND_TLS_CONDITION: &str = "pier.dev/BackendTLS";
+
+/// Gateway condition types: upstream's, plus `ResolvedRefs` (GEP-3155's
+/// `clientCertificateRef`, and the mesh trust bundle references) and `pier.dev/BackendTLS`.
+#[derive(Debug, PartialEq, Eq)]
+pub enum GatewayCondType {
+    Gateway(GatewayConditionType),
+    ResolvedRefs,
+    BackendTls,
+}
+
+/// Gateway condition reasons: upstream's plus the GEP-3155 ones and pier's backend TLS ones.
+#[derive(Debug, PartialEq, Eq)]
+pub enum GatewayCondReason {
+    Gateway(GatewayConditionReason),
+    ResolvedRefs,
+    /// GEP-3155: the clientCertificateRef cannot be resolved or used.
+    InvalidClientCertificateRef,
+    /// A cross-namespace reference without a ReferenceGrant.
+    RefNotPermitted,
+    /// A mesh `trustBundle` reference cannot be resolved or holds no usable certificate.
+    InvalidTrustBundleRef,
+    /// `pier.dev/BackendTLS`: everything backend TLS needs is there.
+    Ready,
+    NoTrustBundle,
+    NoClientCertificate,
+    InvalidMeshConfig,
+}
+
+/// Route condition types (`RouteConditionType` in the Go API), plus `pier.dev/BackendTLS`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RouteConditionType {
     Accepted,
     ResolvedRefs,
     /// Some rules are invalid and were dropped (pier answers them with 500).
     PartiallyInvalid,
+    /// Whether the backends this parent's rules reach can be reached over the TLS they need.
+    BackendTls,
 }
 
 /// Route condition reasons (`RouteConditionReason` in the Go API).
@@ -75,6 +129,12 @@ pub enum RouteConditionReason {
     RefNotPermitted,
     InvalidKind,
     BackendNotFound,
+    /// `pier.dev/BackendTLS`: every TLS backend has a usable configuration.
+    Ready,
+    NoTrustBundle,
+    NoClientCertificate,
+    InvalidPolicy,
+    InvalidMeshConfig,
 }
 
 #[derive(Debug, Default, PartialEq)]
@@ -85,6 +145,23 @@ pub struct Statuses {
     pub gateways: BTreeMap<ObjectRef, GatewayStatus>,
     /// Only Routes with at least one parentRef to an in-scope Gateway.
     pub http_routes: BTreeMap<ObjectRef, HttpRouteStatus>,
+    /// Only policies applied to a backend of an in-scope Gateway's routes.
+    pub backend_tls_policies: BTreeMap<ObjectRef, BackendTlsPolicyStatus>,
+}
+
+#[derive(Debug, Default, PartialEq)]
+pub struct BackendTlsPolicyStatus {
+    pub generation: Option<i64>,
+    /// One per Gateway under which the policy applied, sorted.
+    pub ancestors: Vec<PolicyAncestorStatus>,
+}
+
+#[derive(Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyAncestorStatus {
+    pub ancestor_ref: ParentRef,
+    pub controller_name: String,
+    pub conditions: Vec<PolicyCondition>,
 }
 
 #[derive(Debug, Default, PartialEq)]
@@ -165,6 +242,8 @@ pub enum StatusKind {
     Gateway,
     #[serde(rename = "HTTPRoute")]
     HttpRoute,
+    #[serde(rename = "BackendTLSPolicy")]
+    BackendTlsPolicy,
 }
 
 #[derive(Debug, Serialize)]
@@ -188,6 +267,9 @@ pub enum ObjectStatus<'a> {
     },
     HttpRoute {
         parents: &'a [RouteParentStatus],
+    },
+    BackendTlsPolicy {
+        ancestors: &'a [PolicyAncestorStatus],
     },
 }
 
@@ -250,7 +332,41 @@ impl fmt::Display for ClassConditionReason {
 
 impl fmt::Display for RouteConditionType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::BackendTls => f.write_str(BACKEND_TLS_CONDITION),
+            other => fmt::Debug::fmt(other, f),
+        }
+    }
+}
+
+impl fmt::Display for PolicyConditionType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Debug::fmt(self, f)
+    }
+}
+
+impl fmt::Display for PolicyConditionReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
+impl fmt::Display for GatewayCondType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Gateway(t) => t.fmt(f),
+            Self::ResolvedRefs => f.write_str("ResolvedRefs"),
+            Self::BackendTls => f.write_str(BACKEND_TLS_CONDITION),
+        }
+    }
+}
+
+impl fmt::Display for GatewayCondReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Gateway(r) => r.fmt(f),
+            other => fmt::Debug::fmt(other, f),
+        }
     }
 }
 
@@ -274,8 +390,8 @@ impl RouteGroupKind {
 // === impl Statuses ===
 
 impl Statuses {
-    /// Every status as an API object: GatewayClasses, then Gateways, then HTTPRoutes, each
-    /// sorted by (namespace, name).
+    /// Every status as an API object: GatewayClasses, then Gateways, then HTTPRoutes, then
+    /// BackendTLSPolicies, each sorted by (namespace, name).
     pub fn objects(&self) -> Vec<StatusObject<'_>> {
         let classes = self.gateway_classes.iter().map(|(name, s)| StatusObject {
             api_version: GATEWAY_API_VERSION,
@@ -306,7 +422,22 @@ impl Statuses {
                 parents: &s.parents,
             },
         });
-        classes.chain(gateways).chain(routes).collect()
+        let policies = self
+            .backend_tls_policies
+            .iter()
+            .map(|(key, s)| StatusObject {
+                api_version: GATEWAY_API_VERSION,
+                kind: StatusKind::BackendTlsPolicy,
+                metadata: StatusMeta::namespaced(key, s.generation),
+                status: ObjectStatus::BackendTlsPolicy {
+                    ancestors: &s.ancestors,
+                },
+            });
+        classes
+            .chain(gateways)
+            .chain(routes)
+            .chain(policies)
+            .collect()
     }
 }
 

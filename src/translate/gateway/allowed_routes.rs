@@ -1,12 +1,14 @@
 //! `allowedRoutes.namespaces`: which namespaces may attach routes to a listener (Same, All,
-//! or a label Selector with matchLabels and In/NotIn/Exists/DoesNotExist expressions).
+//! or a label Selector with matchLabels and In/NotIn/Exists/DoesNotExist expressions). The
+//! same [`LabelSelector`] selects meshed Routes and Namespaces (`spec.mesh`).
 
 use std::collections::BTreeMap;
 
 use crate::translate::api::{
     GatewayListenersAllowedRoutesNamespaces, GatewayListenersAllowedRoutesNamespacesFrom,
     GatewayListenersAllowedRoutesNamespacesSelector,
-    GatewayListenersAllowedRoutesNamespacesSelectorMatchExpressions, Namespace,
+    GatewayListenersAllowedRoutesNamespacesSelectorMatchExpressions,
+    LabelSelector as ApiLabelSelector, LabelSelectorRequirement, Namespace,
 };
 
 /// `allowedRoutes`, parsed.
@@ -74,30 +76,40 @@ fn label_selector(
         match_labels,
     }: &GatewayListenersAllowedRoutesNamespacesSelector,
 ) -> Result<LabelSelector, InvalidSelector> {
-    let mut expressions = vec![];
-    for GatewayListenersAllowedRoutesNamespacesSelectorMatchExpressions {
-        key,
-        operator,
-        values,
-    } in match_expressions.iter().flatten()
-    {
-        let values = values.clone().unwrap_or_default();
-        let key = key.clone();
-        expressions.push(match operator.as_str() {
-            "In" | "NotIn" if values.is_empty() => return Err(InvalidSelector::MissingValues(key)),
-            "Exists" | "DoesNotExist" if !values.is_empty() => {
-                return Err(InvalidSelector::UnexpectedValues(key));
-            }
-            "In" => Requirement::In(key, values),
-            "NotIn" => Requirement::NotIn(key, values),
-            "Exists" => Requirement::Exists(key),
-            "DoesNotExist" => Requirement::DoesNotExist(key),
-            other => return Err(InvalidSelector::Operator(other.to_string())),
-        });
-    }
+    let expressions = match_expressions
+        .iter()
+        .flatten()
+        .map(
+            |GatewayListenersAllowedRoutesNamespacesSelectorMatchExpressions {
+                 key,
+                 operator,
+                 values,
+             }| requirement(key, operator, values.as_deref().unwrap_or_default()),
+        )
+        .collect::<Result<_, _>>()?;
     Ok(LabelSelector {
         labels: match_labels.clone().unwrap_or_default(),
         expressions,
+    })
+}
+
+fn requirement(
+    key: &str,
+    operator: &str,
+    values: &[String],
+) -> Result<Requirement, InvalidSelector> {
+    let key = key.to_string();
+    let values = values.to_vec();
+    Ok(match operator {
+        "In" | "NotIn" if values.is_empty() => return Err(InvalidSelector::MissingValues(key)),
+        "Exists" | "DoesNotExist" if !values.is_empty() => {
+            return Err(InvalidSelector::UnexpectedValues(key));
+        }
+        "In" => Requirement::In(key, values),
+        "NotIn" => Requirement::NotIn(key, values),
+        "Exists" => Requirement::Exists(key),
+        "DoesNotExist" => Requirement::DoesNotExist(key),
+        other => return Err(InvalidSelector::Operator(other.to_string())),
     })
 }
 
@@ -129,6 +141,32 @@ impl AllowedRoutes {
 }
 
 impl LabelSelector {
+    /// A Kubernetes `LabelSelector` (the mesh selector). The empty selector matches everything.
+    pub fn from_api(
+        ApiLabelSelector {
+            match_expressions,
+            match_labels,
+        }: &ApiLabelSelector,
+    ) -> Result<Self, InvalidSelector> {
+        let expressions = match_expressions
+            .iter()
+            .flatten()
+            .map(
+                |LabelSelectorRequirement {
+                     key,
+                     operator,
+                     values,
+                 }| {
+                    requirement(key, operator, values.as_deref().unwrap_or_default())
+                },
+            )
+            .collect::<Result<_, _>>()?;
+        Ok(Self {
+            labels: match_labels.clone().unwrap_or_default(),
+            expressions,
+        })
+    }
+
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
         self.labels.iter().all(|(k, v)| labels.get(k) == Some(v))
             && self.expressions.iter().all(|r| match r {

@@ -1,7 +1,11 @@
 //! References: ReferenceGrant, Service + EndpointSlice -> endpoints, Secret -> certificate.
 
+use std::sync::LazyLock;
+
 use super::*;
 use crate::translate::test_support::{resources, self_signed, tls_secret};
+
+static SETTINGS: LazyLock<Settings> = LazyLock::new(Settings::default);
 
 const GRANT: &str = r#"
 apiVersion: gateway.networking.k8s.io/v1beta1
@@ -127,8 +131,8 @@ fn addrs(b: &Backend) -> Vec<String> {
 #[test]
 fn endpoint_without_ready_condition_counts_as_ready() {
     let r = resources(SERVICE);
-    let b = Backends::new(&r, &EndpointPool::default())
-        .service_port("ns", "web", 80)
+    let b = Backends::new(&r, &SETTINGS, &EndpointPool::default())
+        .service_port("ns", "web", 80, TlsCtx::default())
         .unwrap();
     assert!(addrs(&b).contains(&"10.0.0.2:8080".to_string()));
 }
@@ -136,8 +140,8 @@ fn endpoint_without_ready_condition_counts_as_ready() {
 #[test]
 fn not_ready_endpoint_is_left_out() {
     let r = resources(SERVICE);
-    let b = Backends::new(&r, &EndpointPool::default())
-        .service_port("ns", "web", 80)
+    let b = Backends::new(&r, &SETTINGS, &EndpointPool::default())
+        .service_port("ns", "web", 80, TlsCtx::default())
         .unwrap();
     assert!(!addrs(&b).iter().any(|a| a.starts_with("10.0.0.9")));
 }
@@ -145,8 +149,8 @@ fn not_ready_endpoint_is_left_out() {
 #[test]
 fn endpoints_are_sorted_and_deduplicated_across_slices_fqdn_ignored() {
     let r = resources(SERVICE);
-    let b = Backends::new(&r, &EndpointPool::default())
-        .service_port("ns", "web", 80)
+    let b = Backends::new(&r, &SETTINGS, &EndpointPool::default())
+        .service_port("ns", "web", 80, TlsCtx::default())
         .unwrap();
     assert_eq!(
         addrs(&b),
@@ -157,8 +161,8 @@ fn endpoints_are_sorted_and_deduplicated_across_slices_fqdn_ignored() {
 #[test]
 fn slice_port_is_chosen_by_the_service_port_name() {
     let r = resources(SERVICE);
-    let b = Backends::new(&r, &EndpointPool::default())
-        .service_port("ns", "web", 9000)
+    let b = Backends::new(&r, &SETTINGS, &EndpointPool::default())
+        .service_port("ns", "web", 9000, TlsCtx::default())
         .unwrap();
     // web-2 has no `admin` port: only web-1's endpoints serve it.
     assert_eq!(addrs(&b), vec!["10.0.0.1:9090", "10.0.0.2:9090"]);
@@ -182,8 +186,8 @@ ports: [{name: "", port: 8080}]
 endpoints: [{addresses: ["fd00::1"]}]
 "#,
     );
-    let b = Backends::new(&r, &EndpointPool::default())
-        .service_port("ns", "one", 80)
+    let b = Backends::new(&r, &SETTINGS, &EndpointPool::default())
+        .service_port("ns", "one", 80, TlsCtx::default())
         .unwrap();
     assert_eq!(addrs(&b), vec!["[fd00::1]:8080"]);
 }
@@ -192,9 +196,13 @@ endpoints: [{addresses: ["fd00::1"]}]
 fn one_backend_per_service_port_is_shared() {
     let r = resources(SERVICE);
     let pool = EndpointPool::default();
-    let mut backends = Backends::new(&r, &pool);
-    let a = backends.service_port("ns", "web", 80).unwrap();
-    let b = backends.service_port("ns", "web", 80).unwrap();
+    let mut backends = Backends::new(&r, &SETTINGS, &pool);
+    let a = backends
+        .service_port("ns", "web", 80, TlsCtx::default())
+        .unwrap();
+    let b = backends
+        .service_port("ns", "web", 80, TlsCtx::default())
+        .unwrap();
     assert!(Arc::ptr_eq(&a, &b));
     assert_eq!(a.protocol, AppProtocol::H2c);
 }
@@ -203,13 +211,17 @@ fn one_backend_per_service_port_is_shared() {
 fn missing_service_or_port_is_an_error() {
     let r = resources(SERVICE);
     let pool = EndpointPool::default();
-    let mut backends = Backends::new(&r, &pool);
+    let mut backends = Backends::new(&r, &SETTINGS, &pool);
     assert_eq!(
-        backends.service_port("ns", "nope", 80).unwrap_err(),
+        backends
+            .service_port("ns", "nope", 80, TlsCtx::default())
+            .unwrap_err(),
         BackendError::ServiceNotFound(ObjectRef::new("ns", "nope"))
     );
     assert_eq!(
-        backends.service_port("ns", "web", 81).unwrap_err(),
+        backends
+            .service_port("ns", "web", 81, TlsCtx::default())
+            .unwrap_err(),
         BackendError::PortNotFound(ObjectRef::new("ns", "web"), 81)
     );
 }
@@ -286,8 +298,8 @@ fn certificate_errors_never_include_key_material() {
 #[test]
 fn endpoint_load_state_carries_over_from_the_previous_snapshot() {
     let r = resources(SERVICE);
-    let first = Backends::new(&r, &EndpointPool::default())
-        .service_port("ns", "web", 80)
+    let first = Backends::new(&r, &SETTINGS, &EndpointPool::default())
+        .service_port("ns", "web", 80, TlsCtx::default())
         .unwrap();
     first.endpoints[0]
         .stats
@@ -295,8 +307,8 @@ fn endpoint_load_state_carries_over_from_the_previous_snapshot() {
         .store(7, std::sync::atomic::Ordering::Relaxed);
     let mut pool = EndpointPool::default();
     first.endpoints.iter().for_each(|e| pool.insert(e));
-    let second = Backends::new(&r, &pool)
-        .service_port("ns", "web", 80)
+    let second = Backends::new(&r, &SETTINGS, &pool)
+        .service_port("ns", "web", 80, TlsCtx::default())
         .unwrap();
     assert_eq!(second.endpoints[0].load(), 7);
     assert!(Arc::ptr_eq(

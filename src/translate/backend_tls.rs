@@ -1,0 +1,533 @@
+//! Backend TLS decisions: for one Service port reached from one Route under one Gateway, is the
+//! connection plaintext, TLS with a ready config, or impossible (fail closed)? Also reads
+//! BackendTLSPolicies.
+//!
+//! ```text
+//! meshed route ──> mesh trust bundle + client cert ─┐ (policy: SANs must match, hostname = SNI)
+//! BackendTLSPolicy ─> policy CAs (+ gateway client cert) ─┼─> ConfigSpec ─> ClientConfigs ─> BackendTls::Tls
+//! neither ──────────────────────────────────────────────┴─> Plain          any gap ─> Unavailable
+//! ```
+//!
+//! Mesh SNI is `<service>.<namespace>.svc.<cluster domain>`; a BackendTLSPolicy's `hostname`
+//! overrides it. The peer check for mesh is the chain only (mesh certificates carry SPIFFE URI
+//! SANs, not the Service's DNS name), plus the policy's `subjectAltNames` when one applies.
+//! For non-meshed routes a policy gives TLS verified against its CAs and its `hostname` (or
+//! its `subjectAltNames`, GEP-3155), presenting the Gateway's client certificate when one is
+//! configured ("applied to all services").
+//!
+//! Which policy applies to a Service port: one whose targetRef names the port (sectionName =
+//! Service port name) beats one that names the whole Service; among equals the oldest wins
+//! (creationTimestamp, then namespace/name), as Gateway API conflict resolution goes.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use rustls_pki_types::ServerName;
+
+use super::api::{
+    BackendTlsPolicyTargetRefs, BackendTlsPolicyValidation,
+    BackendTlsPolicyValidationCaCertificateRefs, BackendTlsPolicyValidationSubjectAltNames,
+    BackendTlsPolicyValidationSubjectAltNamesType, GATEWAY_GROUP, Timestamp, creation_time,
+};
+use super::mesh::{CA_CRT_KEY, ClientState, TlsCtx, config_map_value};
+use super::refs;
+use super::resources::Resources;
+use super::status::{
+    BackendTlsPolicyStatus, ParentRef, PolicyAncestorStatus, PolicyCondition,
+    PolicyConditionReason, PolicyConditionType,
+};
+use super::{Settings, error_chain, group_kind};
+use crate::model::{
+    AppProtocol, BackendId, BackendTls, ObjectRef, TlsMode, TlsUnavailable, UpstreamTls,
+};
+use crate::tls::client::{
+    ClientConfigs, ClientIdentity, ConfigSpec, PeerCheck, SanRequirement, TrustBundle, alpn_for,
+    parse_pem_certs,
+};
+
+/// A backend's TLS decision, comparable: backends are shared per (Service port, decision).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum TlsKey {
+    Plain,
+    Unavailable(TlsUnavailable),
+    /// Mode, trust key, SNI.
+    Tls(TlsMode, u64, String),
+}
+
+/// Decides backend TLS, building each distinct `ClientConfig` once per translation.
+pub struct BackendTlsResolver<'a> {
+    resources: &'a Resources,
+    cluster_domain: &'a str,
+    /// Policies by the (namespace, Service) they target, oldest first.
+    targets: BTreeMap<(String, String), Vec<PolicyTarget>>,
+    parsed: BTreeMap<ObjectRef, Arc<ParsedPolicy>>,
+    well_known: Option<Arc<TrustBundle>>,
+    configs: ClientConfigs,
+    /// The Gateways under which each policy was applied (for policy status).
+    pub used: BTreeMap<ObjectRef, BTreeSet<ObjectRef>>,
+}
+
+#[derive(Debug)]
+struct PolicyTarget {
+    policy: ObjectRef,
+    section: Option<String>,
+    order: (Option<Timestamp>, ObjectRef),
+}
+
+/// A BackendTLSPolicy, read.
+#[derive(Debug)]
+pub struct ParsedPolicy {
+    pub key: ObjectRef,
+    /// `hostname` (SNI) and `subjectAltNames`, or why they are invalid.
+    pub names: Result<(ServerName<'static>, Vec<SanRequirement>), String>,
+    /// The CAs, or why they cannot be used.
+    pub roots: Result<Arc<TrustBundle>, PolicyRootsError>,
+}
+
+/// Why a policy's CAs cannot be used.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PolicyRootsError {
+    pub kind: RootsErrorKind,
+    pub message: String,
+    /// Some caCertificateRef did resolve (Accepted stays True; connections still fail).
+    pub any_ref_valid: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RootsErrorKind {
+    /// `Accepted=False`, reason Invalid (CA settings themselves are wrong).
+    Invalid,
+    /// `ResolvedRefs=False`, reason InvalidCACertificateRef.
+    InvalidCaRef,
+    /// `ResolvedRefs=False`, reason InvalidKind.
+    InvalidKind,
+}
+
+// === impl BackendTlsResolver ===
+
+impl<'a> BackendTlsResolver<'a> {
+    pub fn new(resources: &'a Resources, settings: &'a Settings) -> Self {
+        let mut targets: BTreeMap<(String, String), Vec<PolicyTarget>> = BTreeMap::new();
+        for ((ns, name), policy) in &resources.backend_tls_policies {
+            let key = ObjectRef::new(ns, name);
+            for BackendTlsPolicyTargetRefs {
+                group,
+                kind,
+                name: target,
+                section_name,
+            } in &policy.spec.target_refs
+            {
+                if !refs::is_core_group(Some(group)) || kind != "Service" {
+                    continue;
+                }
+                targets
+                    .entry((ns.clone(), target.clone()))
+                    .or_default()
+                    .push(PolicyTarget {
+                        policy: key.clone(),
+                        section: section_name.clone(),
+                        order: (creation_time(&policy.metadata), key.clone()),
+                    });
+            }
+        }
+        for list in targets.values_mut() {
+            list.sort_by(|a, b| a.order.cmp(&b.order));
+        }
+        Self {
+            resources,
+            cluster_domain: &settings.cluster_domain,
+            targets,
+            parsed: BTreeMap::new(),
+            well_known: None,
+            configs: ClientConfigs::default(),
+            used: BTreeMap::new(),
+        }
+    }
+
+    /// The decision for Service port `id` (named `port_name`, speaking `protocol`) reached in
+    /// `ctx`.
+    pub fn decide(
+        &mut self,
+        id: &BackendId,
+        port_name: Option<&str>,
+        protocol: AppProtocol,
+        ctx: TlsCtx<'_>,
+    ) -> (TlsKey, BackendTls) {
+        let policy = self.policy_for(&id.service, port_name);
+        if let (Some(p), Some((gw, _))) = (&policy, ctx.gateway) {
+            self.used
+                .entry(p.key.clone())
+                .or_default()
+                .insert(gw.clone());
+        }
+        if ctx.meshed {
+            return self.mesh(id, policy.as_deref(), protocol, ctx);
+        }
+        let Some(p) = policy else {
+            return (TlsKey::Plain, BackendTls::Plain);
+        };
+        let (Ok((host, sans)), Ok(roots)) = (&p.names, &p.roots) else {
+            return unavailable(TlsUnavailable::InvalidPolicy);
+        };
+        let client = match ctx.gateway.map(|(_, g)| &g.client) {
+            Some(ClientState::Ready(c)) => Some(c.clone()),
+            Some(ClientState::Invalid) => return unavailable(TlsUnavailable::NoClientCertificate),
+            Some(ClientState::None) | None => None,
+        };
+        // GEP-3155: with subjectAltNames, the hostname is SNI only, not authentication.
+        let check = if sans.is_empty() {
+            PeerCheck::Name(host.clone())
+        } else {
+            PeerCheck::sans_or_chain(sans.clone())
+        };
+        let roots = roots.clone();
+        self.tls(
+            TlsMode::Policy,
+            &roots,
+            client.as_deref(),
+            check,
+            host.clone(),
+            &alpn_for(protocol, &[]),
+        )
+    }
+
+    fn mesh(
+        &mut self,
+        id: &BackendId,
+        policy: Option<&ParsedPolicy>,
+        protocol: AppProtocol,
+        ctx: TlsCtx<'_>,
+    ) -> (TlsKey, BackendTls) {
+        let Some(mesh) = ctx.gateway.and_then(|(_, g)| g.mesh.as_ref()) else {
+            return unavailable(TlsUnavailable::InvalidMeshConfig);
+        };
+        let trust = match &mesh.trust {
+            Ok(t) => t.clone(),
+            Err(why) => return unavailable(*why),
+        };
+        let Some(ClientState::Ready(client)) = ctx.gateway.map(|(_, g)| &g.client) else {
+            return unavailable(TlsUnavailable::NoClientCertificate);
+        };
+        let client = client.clone();
+        let (sni, check) = match policy {
+            None => match mesh_sni(id, self.cluster_domain) {
+                Some(sni) => (sni, PeerCheck::ChainOnly),
+                None => return unavailable(TlsUnavailable::InvalidMeshConfig),
+            },
+            // The mesh bundle is the trust; the policy adds SANs and the SNI.
+            Some(p) => match &p.names {
+                Ok((host, sans)) => (host.clone(), PeerCheck::sans_or_chain(sans.clone())),
+                Err(_) => return unavailable(TlsUnavailable::InvalidPolicy),
+            },
+        };
+        self.tls(
+            TlsMode::Mesh,
+            &trust,
+            Some(&client),
+            check,
+            sni,
+            &alpn_for(protocol, &mesh.alpn_extra),
+        )
+    }
+
+    fn tls(
+        &mut self,
+        mode: TlsMode,
+        roots: &TrustBundle,
+        client: Option<&ClientIdentity>,
+        check: PeerCheck,
+        server_name: ServerName<'static>,
+        alpn: &[Vec<u8>],
+    ) -> (TlsKey, BackendTls) {
+        let (config, trust_key) = self.configs.get(&ConfigSpec {
+            roots,
+            client,
+            check: &check,
+            alpn,
+        });
+        let key = TlsKey::Tls(mode, trust_key, server_name.to_str().into_owned());
+        let tls = UpstreamTls {
+            mode,
+            config,
+            server_name,
+            trust_key,
+        };
+        (key, BackendTls::Tls(Arc::new(tls)))
+    }
+
+    /// The policy that applies to a port of a Service, parsed once.
+    fn policy_for(
+        &mut self,
+        service: &ObjectRef,
+        port_name: Option<&str>,
+    ) -> Option<Arc<ParsedPolicy>> {
+        let list = self
+            .targets
+            .get(&(service.namespace.clone(), service.name.clone()))?;
+        let pick = list
+            .iter()
+            .find(|t| t.section.is_some() && t.section.as_deref() == port_name)
+            .or_else(|| list.iter().find(|t| t.section.is_none()))?;
+        let key = pick.policy.clone();
+        if let Some(p) = self.parsed.get(&key) {
+            return Some(p.clone());
+        }
+        let parsed = Arc::new(self.parse(&key));
+        self.parsed.insert(key, parsed.clone());
+        Some(parsed)
+    }
+
+    fn parse(&mut self, key: &ObjectRef) -> ParsedPolicy {
+        let validation = &self.resources.backend_tls_policies
+            [&(key.namespace.clone(), key.name.clone())]
+            .spec
+            .validation;
+        ParsedPolicy {
+            key: key.clone(),
+            names: policy_names(validation),
+            roots: self.policy_roots(&key.namespace, validation),
+        }
+    }
+
+    fn policy_roots(
+        &mut self,
+        ns: &str,
+        BackendTlsPolicyValidation {
+            ca_certificate_refs,
+            well_known_ca_certificates,
+            ..
+        }: &BackendTlsPolicyValidation,
+    ) -> Result<Arc<TrustBundle>, PolicyRootsError> {
+        let refs = ca_certificate_refs.as_deref().unwrap_or_default();
+        let well_known = well_known_ca_certificates
+            .as_deref()
+            .filter(|w| !w.is_empty());
+        let invalid = |message: String| PolicyRootsError {
+            kind: RootsErrorKind::Invalid,
+            message,
+            any_ref_valid: false,
+        };
+        match (refs.is_empty(), well_known) {
+            (false, Some(_)) => Err(invalid(
+                "caCertificateRefs and wellKnownCACertificates are mutually exclusive".into(),
+            )),
+            (true, None) => Err(invalid(
+                "validation needs caCertificateRefs or wellKnownCACertificates".into(),
+            )),
+            (true, Some("System")) => Ok(self
+                .well_known
+                .get_or_insert_with(|| Arc::new(TrustBundle::well_known()))
+                .clone()),
+            (true, Some(other)) => Err(invalid(format!(
+                "wellKnownCACertificates {other:?} is not supported (only System)"
+            ))),
+            (false, None) => {
+                // Any invalid ref fails the policy's connections ("Connections using an invalid
+                // CACertificateRef MUST fail"); the valid ones only keep it Accepted.
+                let mut certs = vec![];
+                let mut errors: Vec<(RootsErrorKind, String)> = vec![];
+                for (i, r) in refs.iter().enumerate() {
+                    match ca_ref(self.resources, ns, r) {
+                        Ok(c) => certs.extend(c),
+                        Err((kind, m)) => {
+                            errors.push((kind, format!("caCertificateRefs[{i}]: {m}")))
+                        }
+                    }
+                }
+                if let Some((kind, _)) = errors.first() {
+                    return Err(PolicyRootsError {
+                        kind: *kind,
+                        message: errors
+                            .iter()
+                            .map(|(_, m)| m.as_str())
+                            .collect::<Vec<_>>()
+                            .join("; "),
+                        any_ref_valid: errors.len() < refs.len(),
+                    });
+                }
+                TrustBundle::from_certs(certs)
+                    .map(Arc::new)
+                    .map_err(|e| PolicyRootsError {
+                        kind: RootsErrorKind::InvalidCaRef,
+                        message: error_chain(&e),
+                        any_ref_valid: false,
+                    })
+            }
+        }
+    }
+}
+
+fn unavailable(why: TlsUnavailable) -> (TlsKey, BackendTls) {
+    (TlsKey::Unavailable(why), BackendTls::Unavailable(why))
+}
+
+/// `<service>.<namespace>.svc.<cluster domain>`.
+pub fn mesh_sni(id: &BackendId, cluster_domain: &str) -> Option<ServerName<'static>> {
+    let name = format!(
+        "{}.{}.svc.{}",
+        id.service.name,
+        id.service.namespace,
+        cluster_domain.trim_end_matches('.')
+    );
+    match ServerName::try_from(name) {
+        Ok(n @ ServerName::DnsName(_)) => Some(n),
+        _ => None,
+    }
+}
+
+fn policy_names(
+    BackendTlsPolicyValidation {
+        hostname,
+        subject_alt_names,
+        ..
+    }: &BackendTlsPolicyValidation,
+) -> Result<(ServerName<'static>, Vec<SanRequirement>), String> {
+    let host = match ServerName::try_from(hostname.clone()) {
+        Ok(n @ ServerName::DnsName(_)) => n,
+        _ => return Err(format!("hostname {hostname:?} is not a valid DNS name")),
+    };
+    let mut sans = vec![];
+    for (
+        i,
+        BackendTlsPolicyValidationSubjectAltNames {
+            hostname,
+            r#type,
+            uri,
+        },
+    ) in subject_alt_names.iter().flatten().enumerate()
+    {
+        use BackendTlsPolicyValidationSubjectAltNamesType as T;
+        let san = match r#type {
+            T::Hostname => hostname
+                .as_deref()
+                .ok_or_else(|| format!("subjectAltNames[{i}]: type Hostname needs hostname"))
+                .and_then(|h| {
+                    SanRequirement::dns(h).map_err(|e| format!("subjectAltNames[{i}]: {e}"))
+                }),
+            T::Uri => uri
+                .as_deref()
+                .ok_or_else(|| format!("subjectAltNames[{i}]: type URI needs uri"))
+                .and_then(|u| {
+                    SanRequirement::uri(u).map_err(|e| format!("subjectAltNames[{i}]: {e}"))
+                }),
+        }?;
+        sans.push(san);
+    }
+    Ok((host, sans))
+}
+
+/// A `caCertificateRefs` entry: a ConfigMap in the policy's namespace with `ca.crt`.
+fn ca_ref(
+    resources: &Resources,
+    ns: &str,
+    BackendTlsPolicyValidationCaCertificateRefs { group, kind, name }: &BackendTlsPolicyValidationCaCertificateRefs,
+) -> Result<Vec<rustls_pki_types::CertificateDer<'static>>, (RootsErrorKind, String)> {
+    if !refs::is_core_group(Some(group)) || kind != "ConfigMap" {
+        return Err((
+            RootsErrorKind::InvalidKind,
+            format!(
+                "{} is not supported (only core/ConfigMap)",
+                group_kind(group, kind)
+            ),
+        ));
+    }
+    let id = ObjectRef::new(ns, name);
+    let bad = |m: String| (RootsErrorKind::InvalidCaRef, m);
+    let cm = resources
+        .config_maps
+        .get(&(ns.to_string(), name.clone()))
+        .ok_or_else(|| bad(format!("ConfigMap {id} not found")))?;
+    let pem = config_map_value(cm, CA_CRT_KEY)
+        .ok_or_else(|| bad(format!("ConfigMap {id} has no key {CA_CRT_KEY}")))?;
+    parse_pem_certs(pem).map_err(|e| {
+        bad(format!(
+            "ConfigMap {id} key {CA_CRT_KEY}: {}",
+            error_chain(&e)
+        ))
+    })
+}
+
+// === policy status ===
+
+impl BackendTlsResolver<'_> {
+    /// Status for every policy that applied to a backend, one ancestor per Gateway.
+    pub fn statuses(&self, controller_name: &str) -> BTreeMap<ObjectRef, BackendTlsPolicyStatus> {
+        let mut out = BTreeMap::new();
+        for (key, gateways) in &self.used {
+            let (Some(parsed), Some(policy)) = (
+                self.parsed.get(key),
+                self.resources
+                    .backend_tls_policies
+                    .get(&(key.namespace.clone(), key.name.clone())),
+            ) else {
+                continue;
+            };
+            let generation = policy.metadata.generation;
+            let ancestors = gateways
+                .iter()
+                .map(|gw| PolicyAncestorStatus {
+                    ancestor_ref: ParentRef {
+                        group: Some(GATEWAY_GROUP.to_string()),
+                        kind: Some("Gateway".to_string()),
+                        namespace: Some(gw.namespace.clone()),
+                        name: gw.name.clone(),
+                        section_name: None,
+                        port: None,
+                    },
+                    controller_name: controller_name.to_string(),
+                    conditions: policy_conditions(parsed, generation),
+                })
+                .collect();
+            out.insert(
+                key.clone(),
+                BackendTlsPolicyStatus {
+                    generation,
+                    ancestors,
+                },
+            );
+        }
+        out
+    }
+}
+
+/// Accepted and ResolvedRefs, as the BackendTLSPolicy API describes them.
+fn policy_conditions(p: &ParsedPolicy, generation: Option<i64>) -> Vec<PolicyCondition> {
+    use PolicyConditionReason as R;
+    use PolicyConditionType as T;
+    let cond = |t, ok, r, m: String| PolicyCondition::new(t, ok, r, m, generation);
+    let accepted = match (&p.names, &p.roots) {
+        (Err(m), _) => cond(T::Accepted, false, R::Invalid, m.clone()),
+        (_, Err(e)) if e.kind == RootsErrorKind::Invalid => {
+            cond(T::Accepted, false, R::Invalid, e.message.clone())
+        }
+        (_, Err(e)) if !e.any_ref_valid => cond(
+            T::Accepted,
+            false,
+            R::NoValidCACertificate,
+            e.message.clone(),
+        ),
+        _ => cond(T::Accepted, true, R::Accepted, "Policy is accepted".into()),
+    };
+    let resolved = match &p.roots {
+        Err(e) if e.kind != RootsErrorKind::Invalid => cond(
+            T::ResolvedRefs,
+            false,
+            if e.kind == RootsErrorKind::InvalidKind {
+                R::InvalidKind
+            } else {
+                R::InvalidCACertificateRef
+            },
+            e.message.clone(),
+        ),
+        _ => cond(
+            T::ResolvedRefs,
+            true,
+            R::ResolvedRefs,
+            "All references are resolved".into(),
+        ),
+    };
+    vec![accepted, resolved]
+}
+
+#[cfg(test)]
+mod tests;
