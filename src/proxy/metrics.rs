@@ -336,7 +336,9 @@ impl Transport {
             BackendTls::Tls(u) => Self::of_mode(u.mode),
             BackendTls::Unavailable(TlsUnavailable::InvalidPolicy) => Self::Policy,
             BackendTls::Unavailable(
-                TlsUnavailable::NoTrustBundle | TlsUnavailable::NoClientCertificate,
+                TlsUnavailable::NoTrustBundle
+                | TlsUnavailable::NoClientCertificate
+                | TlsUnavailable::InvalidMeshConfig,
             ) => Self::Mesh,
         }
     }
@@ -395,6 +397,7 @@ impl EncodeLabelValue for UnavailableReason {
             TlsUnavailable::NoTrustBundle => "no_trust_bundle",
             TlsUnavailable::NoClientCertificate => "no_client_certificate",
             TlsUnavailable::InvalidPolicy => "invalid_policy",
+            TlsUnavailable::InvalidMeshConfig => "invalid_mesh_config",
         })
     }
 }
