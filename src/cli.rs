@@ -29,6 +29,33 @@ pub enum Command {
     Demo(DemoArgs),
     /// Run a small echo backend (for trying the examples).
     Echo(EchoArgs),
+    /// Mesh helpers.
+    #[command(subcommand)]
+    Mesh(MeshCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum MeshCommand {
+    /// Print the ConfigMap and the Mesh resource (GEP-3951 `spec.ocg.trustBundle`) the mesh needs
+    /// to trust pier's client certificate: from `--client-cert`, or from the Secret a Gateway's
+    /// `spec.tls.backend.clientCertificateRef` names (`--manifests DIR --gateway NS/NAME`).
+    ExportTrust(ExportTrustArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ExportTrustArgs {
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["manifests", "gateway"])]
+    pub client_cert: Option<PathBuf>,
+    #[arg(long, value_name = "DIR", requires = "gateway")]
+    pub manifests: Option<PathBuf>,
+    #[arg(long, value_name = "NS/NAME", value_parser = parse_object_ref, requires = "manifests")]
+    pub gateway: Option<ObjectRef>,
+    /// Namespace of the emitted ConfigMap and Mesh.
+    #[arg(long, default_value = "istio-system")]
+    pub namespace: String,
+    /// Name of the emitted ConfigMap and Mesh.
+    #[arg(long, default_value = "pier-gateway-trust")]
+    pub name: String,
 }
 
 #[derive(Debug, clap::Args)]
@@ -39,6 +66,32 @@ pub struct CommonArgs {
     /// Serve Gateways whose GatewayClass has this `spec.controllerName`.
     #[arg(long, value_name = "NAME", default_value = crate::DEFAULT_CONTROLLER_NAME)]
     pub controller_name: String,
+    /// Cluster DNS domain, for the SNI of meshed backends (`<svc>.<ns>.svc.<domain>`).
+    #[arg(long, value_name = "DOMAIN", default_value = crate::translate::DEFAULT_CLUSTER_DOMAIN)]
+    pub cluster_domain: String,
+    #[command(flatten)]
+    pub client_cert: ClientCertArgs,
+}
+
+/// pier's own client identity for backend (mesh) mTLS, from the edge VM's PKI. A Gateway's
+/// `spec.tls.backend.clientCertificateRef` takes precedence. Watched and reloaded.
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct ClientCertArgs {
+    /// PEM certificate chain (leaf first) pier presents to meshed backends.
+    #[arg(long, value_name = "FILE", requires = "client_key")]
+    pub client_cert: Option<PathBuf>,
+    /// PEM private key of `--client-cert`.
+    #[arg(long, value_name = "FILE", requires = "client_cert")]
+    pub client_key: Option<PathBuf>,
+}
+
+impl ClientCertArgs {
+    pub fn files(&self) -> Option<crate::run::ClientCertFiles> {
+        Some(crate::run::ClientCertFiles {
+            cert: self.client_cert.clone()?,
+            key: self.client_key.clone()?,
+        })
+    }
 }
 
 #[derive(Debug, clap::Args)]
@@ -105,7 +158,8 @@ impl CommonArgs {
         crate::translate::Settings {
             controller_name: self.controller_name.clone(),
             gateway: self.gateway.clone(),
-            ..crate::translate::Settings::default()
+            cluster_domain: self.cluster_domain.clone(),
+            client_identity: None,
         }
     }
 }

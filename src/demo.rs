@@ -49,6 +49,7 @@ pub async fn run(listen_host: IpAddr) -> anyhow::Result<()> {
         admin: ADMIN.parse().expect("static address"),
         translate: Default::default(),
         access_log: true,
+        client_cert: None,
     })
     .await?;
     let host = if listen_host.is_unspecified() {

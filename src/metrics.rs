@@ -14,6 +14,14 @@ pub struct ControlMetrics {
     pub reloads: Family<ReloadLabels, Counter>,
     pub routes: Gauge,
     pub listeners: Gauge,
+    pub trust_bundle_certs: Family<GatewayLabels, Gauge>,
+    pub client_cert_expiry: Family<GatewayLabels, Gauge>,
+    pub client_cert_seconds_left: Family<GatewayLabels, Gauge>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GatewayLabels {
+    pub gateway: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -31,28 +39,67 @@ pub enum ReloadResult {
 impl ControlMetrics {
     pub fn register(reg: &mut Registry) -> Self {
         let m = Self::default();
-        let reg = reg.sub_registry_with_prefix("config");
-        reg.register(
+        let config = reg.sub_registry_with_prefix("config");
+        config.register(
             "generation",
             "Generation of the active configuration snapshot",
             m.generation.clone(),
         );
-        reg.register(
+        config.register(
             "reloads",
             "Configuration reloads by result; errors keep the last good configuration",
             m.reloads.clone(),
         );
-        reg.register(
+        config.register(
             "routes",
             "Route entries (hostname x match) in the active snapshot",
             m.routes.clone(),
         );
-        reg.register(
+        config.register(
             "listeners",
             "Listeners in the active snapshot",
             m.listeners.clone(),
         );
+        let mesh = reg.sub_registry_with_prefix("mesh");
+        mesh.register(
+            "trust_bundle_certificates",
+            "Certificates in a Gateway's mesh trust bundle",
+            m.trust_bundle_certs.clone(),
+        );
+        mesh.register(
+            "client_certificate_expiry_timestamp_seconds",
+            "notAfter of the client certificate pier presents to meshed backends",
+            m.client_cert_expiry.clone(),
+        );
+        mesh.register(
+            "client_certificate_seconds_to_expiry",
+            "Seconds until the client certificate expires (negative: expired)",
+            m.client_cert_seconds_left.clone(),
+        );
         m
+    }
+
+    /// Publishes the backend TLS figures of a translation; `now` is Unix seconds.
+    pub fn set_tls(&self, tls: &[crate::translate::GatewayTlsSummary], now: i64) {
+        self.trust_bundle_certs.clear();
+        self.client_cert_expiry.clear();
+        self.client_cert_seconds_left.clear();
+        for t in tls {
+            let labels = GatewayLabels {
+                gateway: t.gateway.to_string(),
+            };
+            if let Some(n) = t.trust_bundle_certs {
+                self.trust_bundle_certs.get_or_create(&labels).set(n as i64);
+            }
+            if let Some(not_after) = t.client_cert_not_after {
+                self.client_cert_expiry
+                    .get_or_create(&labels)
+                    .set(not_after);
+                self.client_cert_seconds_left
+                    .get_or_create(&labels)
+                    .set(not_after - now);
+            }
+        }
     }
 
     pub fn reload(&self, result: ReloadResult) {

@@ -33,6 +33,9 @@ pub struct Publisher {
     settings: translate::Settings,
     metrics: ControlMetrics,
     generation: u64,
+    /// The objects of the last publish, re-translated when only settings change (a rotated
+    /// `--client-cert`).
+    last: Option<Arc<Resources>>,
 }
 
 impl Publisher {
@@ -46,11 +49,28 @@ impl Publisher {
             settings,
             metrics,
             generation: 0,
+            last: None,
         }
+    }
+
+    /// Replaces pier's own client identity (`--client-cert`) and re-publishes the last
+    /// objects with it. Returns the new generation, or `None` before the first publish.
+    pub async fn set_client_identity(
+        &mut self,
+        identity: Option<translate::ClientIdentityPem>,
+    ) -> Option<u64> {
+        self.settings.client_identity = identity;
+        let last = self.last.clone()?;
+        Some(self.publish_arc(last).await)
     }
 
     /// Translates and publishes. Runs the (CPU-bound) translation on the blocking pool.
     pub async fn publish(&mut self, resources: Resources) -> u64 {
+        self.publish_arc(Arc::new(resources)).await
+    }
+
+    async fn publish_arc(&mut self, resources: Arc<Resources>) -> u64 {
+        self.last = Some(resources.clone());
         let settings = self.settings.clone();
         let pool = self.shared.snapshot.load().endpoint_pool();
         let translation = tokio::task::spawn_blocking(move || {
@@ -65,7 +85,9 @@ impl Publisher {
         let Translation {
             mut snapshot,
             status,
+            tls,
         } = translation;
+        self.metrics.set_tls(&tls, unix_now());
         match serde_json::to_value(status.objects()) {
             Ok(v) => self.shared.translation_status.store(Arc::new(v)),
             Err(e) => tracing::error!(error = %e, "cannot render status"),
@@ -85,4 +107,10 @@ impl Publisher {
         self.metrics.routes.set(routes as i64);
         self.generation
     }
+}
+
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
 }

@@ -29,6 +29,47 @@ pub struct RunOptions {
     pub admin: SocketAddr,
     pub translate: translate::Settings,
     pub access_log: bool,
+    /// `--client-cert`/`--client-key`: read at start, watched, reloaded.
+    pub client_cert: Option<ClientCertFiles>,
+}
+
+#[derive(Clone, Debug)]
+pub struct ClientCertFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+impl ClientCertFiles {
+    /// Reads both files and checks that they make a usable identity (a bad rotation must not
+    /// replace a good identity). Blocking.
+    pub fn load(&self) -> anyhow::Result<translate::ClientIdentityPem> {
+        let cert_pem = std::fs::read(&self.cert)
+            .with_context(|| format!("cannot read {}", self.cert.display()))?;
+        let key_pem = std::fs::read(&self.key)
+            .with_context(|| format!("cannot read {}", self.key.display()))?;
+        crate::tls::client::ClientIdentity::from_pem(&cert_pem, &key_pem).with_context(|| {
+            format!(
+                "{} / {} are not a usable client certificate and key",
+                self.cert.display(),
+                self.key.display()
+            )
+        })?;
+        Ok(translate::ClientIdentityPem { cert_pem, key_pem })
+    }
+
+    fn dirs(&self) -> Vec<PathBuf> {
+        let mut dirs: Vec<PathBuf> = [&self.cert, &self.key]
+            .iter()
+            .map(|p| {
+                p.parent()
+                    .filter(|d| !d.as_os_str().is_empty())
+                    .unwrap_or(std::path::Path::new("."))
+                    .to_path_buf()
+            })
+            .collect();
+        dirs.dedup();
+        dirs
+    }
 }
 
 /// A running pier.
@@ -98,7 +139,29 @@ pub async fn start(opts: RunOptions) -> anyhow::Result<Running> {
         },
         proxy_metrics,
     );
-    let mut publisher = Publisher::new(shared.clone(), opts.translate.clone(), control.clone());
+    let mut settings = opts.translate.clone();
+    let mut cert_changes = Vec::new();
+    let mut cert_guards = Vec::new();
+    if let Some(files) = &opts.client_cert {
+        let f = files.clone();
+        match tokio::task::spawn_blocking(move || f.load()).await? {
+            Ok(identity) => settings.client_identity = Some(identity),
+            Err(e) => {
+                let _ = shutdown.send(true);
+                return Err(e);
+            }
+        }
+        for dir in files.dirs() {
+            let (g, rx) =
+                files::watch(&dir).with_context(|| format!("cannot watch {}", dir.display()))?;
+            cert_guards.push(g);
+            cert_changes.push(rx);
+        }
+    }
+    let mut cert_changes =
+        futures::stream::select_all(cert_changes.into_iter().map(tokio_stream_from));
+    let client_cert = opts.client_cert.clone();
+    let mut publisher = Publisher::new(shared.clone(), settings, control.clone());
     let generation = publisher.publish(loaded.resources).await;
     control.reload(ReloadResult::Ok);
     tracing::info!(generation, files = loaded.files, "configuration loaded");
@@ -107,7 +170,7 @@ pub async fn start(opts: RunOptions) -> anyhow::Result<Running> {
     let mut shutdown_rx = shutdown_rx;
     let task_shared = shared.clone();
     let task = tokio::spawn(async move {
-        let _guard = guard;
+        let _guards = (guard, cert_guards);
         let mut rebind = tokio::time::interval(REBIND_EVERY);
         loop {
             tokio::select! {
@@ -132,6 +195,18 @@ pub async fn start(opts: RunOptions) -> anyhow::Result<Running> {
                             });
                             tracing::error!(file = %e.path().display(), error = %e, "reload failed; keeping the last good configuration");
                         }
+                    }
+                }
+                Some(()) = futures::StreamExt::next(&mut cert_changes) => {
+                    let Some(files) = client_cert.clone() else { continue };
+                    match tokio::task::spawn_blocking(move || files.load()).await {
+                        Ok(Ok(identity)) => {
+                            if let Some(generation) = publisher.set_client_identity(Some(identity)).await {
+                                tracing::info!(generation, "client certificate reloaded");
+                            }
+                        }
+                        Ok(Err(e)) => tracing::error!(error = format!("{e:#}"), "client certificate reload failed; keeping the last good one"),
+                        Err(e) => tracing::error!(error = %e, "client certificate loader panicked"),
                     }
                 }
                 _ = rebind.tick(), if !bound => bound = bind(&proxy, &task_shared).await,
@@ -165,4 +240,11 @@ fn log_loaded(loaded: &files::Loaded) {
     for (path, kind) in &loaded.skipped {
         tracing::info!(file = %path.display(), kind = %kind, "skipping a kind pier does not read");
     }
+}
+
+/// A stream over an mpsc receiver (tokio-stream is not a dependency).
+fn tokio_stream_from(
+    mut rx: tokio::sync::mpsc::Receiver<()>,
+) -> impl futures::Stream<Item = ()> + Unpin {
+    Box::pin(futures::stream::poll_fn(move |cx| rx.poll_recv(cx)))
 }

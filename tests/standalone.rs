@@ -35,6 +35,7 @@ fn options(dir: &std::path::Path) -> RunOptions {
         admin: SocketAddr::from(([127, 0, 0, 1], 0)),
         translate: Default::default(),
         access_log: true,
+        client_cert: None,
     }
 }
 

@@ -96,6 +96,19 @@ pub struct Translation {
     pub snapshot: Snapshot,
     /// Desired status of every object pier owns.
     pub status: Statuses,
+    /// Backend TLS state per in-scope Gateway, for metrics.
+    pub tls: Vec<GatewayTlsSummary>,
+}
+
+/// What metrics report about a Gateway's backend TLS: mesh trust bundle size and the client
+/// certificate's expiry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GatewayTlsSummary {
+    pub gateway: ObjectRef,
+    /// Certificates in the mesh trust bundle; `None` without mesh or without a usable bundle.
+    pub trust_bundle_certs: Option<usize>,
+    /// `notAfter` of the client certificate (Unix seconds); `None` when none is usable.
+    pub client_cert_not_after: Option<i64>,
 }
 
 pub fn translate(resources: &Resources, settings: &Settings) -> Translation {
@@ -166,7 +179,36 @@ pub fn translate_with(
     for gw in &gateways {
         status.gateways.insert(gw.key.clone(), gw.status());
     }
-    Translation { snapshot, status }
+    let tls = gateways
+        .iter()
+        .map(|gw| tls_summary(&gw.key, &gw.tls))
+        .collect();
+    Translation {
+        snapshot,
+        status,
+        tls,
+    }
+}
+
+fn tls_summary(gateway: &ObjectRef, tls: &mesh::GatewayTls) -> GatewayTlsSummary {
+    let trust_bundle_certs = tls
+        .mesh
+        .as_ref()
+        .and_then(|m| m.trust.as_ref().ok())
+        .map(|b| b.len());
+    let client_cert_not_after = match &tls.client {
+        mesh::ClientState::Ready(id) => id.chain().first().and_then(|leaf| {
+            x509_parser::parse_x509_certificate(leaf)
+                .ok()
+                .map(|(_, c)| c.validity().not_after.timestamp())
+        }),
+        _ => None,
+    };
+    GatewayTlsSummary {
+        gateway: gateway.clone(),
+        trust_bundle_certs,
+        client_cert_not_after,
+    }
 }
 
 /// Programmed listeners grouped by port (sorted), most specific hostname first; HTTPS ports
