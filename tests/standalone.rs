@@ -96,11 +96,16 @@ async fn admin_endpoints_report_health_config_status_and_metrics() {
     let status = get(&env.admin("/status"), &[]).await;
     assert_eq!(status.status, 200);
     assert!(status.text().contains("Accepted"), "{}", status.text());
-    let metrics = get(&env.admin("/metrics"), &[]).await;
+    assert_eq!(get(&env.url("/m"), &[]).await.backend(), "a");
+    let metrics = get(&env.admin("/metrics"), &[]).await.text();
+    assert!(metrics.contains("pier_config_generation 1"), "{metrics}");
+    let served = metrics
+        .lines()
+        .find(|l| l.starts_with("pier_proxy_requests_total{") && l.contains("route=\"default/r\""))
+        .unwrap_or_else(|| panic!("{metrics}"));
     assert!(
-        metrics.text().contains("pier_config_generation 1"),
-        "{}",
-        metrics.text()
+        served.contains("status=\"2xx\"") && served.ends_with(" 1"),
+        "{served}"
     );
     assert_eq!(get(&env.admin("/nope"), &[]).await.status, 404);
     env.pier.shutdown().await;

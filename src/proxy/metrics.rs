@@ -136,7 +136,7 @@ pub struct ConnectionGuard(Gauge);
 impl ProxyMetrics {
     pub fn register(reg: &mut Registry) -> Self {
         let m = Self::default();
-        let reg = reg.sub_registry_with_prefix("pier_proxy");
+        let reg = reg.sub_registry_with_prefix("proxy");
         reg.register(
             "requests",
             "Requests answered, by gateway, listener, route, backend, status class and upstream \
@@ -430,7 +430,7 @@ mod tests {
 
     #[test]
     fn metrics_encode_with_bounded_labels() {
-        let mut reg = Registry::default();
+        let mut reg = crate::metrics::registry();
         let m = ProxyMetrics::register(&mut reg);
         let listener = ListenerId {
             gateway: ObjectRef::new("ns", "gw"),
