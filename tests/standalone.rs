@@ -30,11 +30,10 @@ impl Env {
 
 fn options(dir: &std::path::Path) -> RunOptions {
     RunOptions {
-        manifests: dir.to_path_buf(),
         listen_host: [127, 0, 0, 1].into(),
         admin: SocketAddr::from(([127, 0, 0, 1], 0)),
-        translate: Default::default(),
         access_log: true,
+        ..RunOptions::new(run::Source::Manifests(dir.to_path_buf()))
     }
 }
 
