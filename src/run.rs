@@ -255,10 +255,17 @@ async fn run_loop(
     loop {
         tokio::select! {
             Some(()) = changes.recv() => {
+                let started = tokio::time::Instant::now();
                 let Some(resources) = feed.load(&control).await else { continue };
+                let loaded = started.elapsed();
                 let generation = publisher.publish(resources).await;
                 control.reload(ReloadResult::Ok);
-                tracing::info!(generation, "configuration published");
+                tracing::info!(
+                    generation,
+                    load_ms = loaded.as_millis() as u64,
+                    translate_ms = (started.elapsed() - loaded).as_millis() as u64,
+                    "configuration published"
+                );
                 published = true;
                 bound = bind(&proxy, &shared).await;
             }

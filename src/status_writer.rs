@@ -56,7 +56,7 @@ pub use self::render::{normalize, owns, same};
 pub use self::version::{BundleVersion, MIN_SUPPORTED};
 use crate::model::ObjectRef;
 use crate::source::kube::Stores;
-use crate::translate::api::{GATEWAY_GROUP, Gateway, GatewayClass, HttpRoute, Time, Timestamp};
+use crate::translate::api::{GATEWAY_GROUP, ObjectMeta, Time, Timestamp};
 use crate::translate::{Settings, Statuses};
 
 /// The one field manager pier's status patches use.
@@ -166,6 +166,8 @@ struct Job {
     status: Value,
     /// The observed `resourceVersion` the status was computed from.
     resource_version: Option<String>,
+    /// The planner's [`Memo::epoch`] when it was planned.
+    epoch: u64,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
@@ -179,16 +181,26 @@ enum JobKey {
 /// never held across an await.
 #[derive(Debug, Default)]
 struct Tracker {
-    /// Normalized status of each queued or in-flight job.
-    pending: HashMap<JobKey, Value>,
+    /// Each queued or in-flight job.
+    pending: HashMap<JobKey, Sent>,
+    /// The last job applied per object.
     applied: HashMap<JobKey, Applied>,
+}
+
+/// A job as the planner compares it with a new one.
+#[derive(Debug)]
+struct Sent {
+    /// Normalized status.
+    status: Value,
+    /// The observed `resourceVersion` it was computed from.
+    before: Option<String>,
+    epoch: u64,
 }
 
 #[derive(Debug)]
 struct Applied {
-    /// Normalized.
-    status: Value,
-    before: Option<String>,
+    sent: Sent,
+    /// The `resourceVersion` the patch produced.
     after: Option<String>,
 }
 
@@ -196,9 +208,18 @@ struct Applied {
 struct Planner {
     settings: Settings,
     version: BundleVersion,
-    /// Objects found in sync, with the `resourceVersion` they had, for `synced_for`.
+    memo: Memo,
+}
+
+/// What the planner knows without rendering.
+#[derive(Debug, Default)]
+struct Memo {
+    /// Bumped whenever the desired status (or the Gateway API version) changes: what was
+    /// known per object before no longer says anything.
+    epoch: u64,
+    desired: Option<Arc<Statuses>>,
+    /// Objects found in sync in this epoch, with the `resourceVersion` they had.
     synced: HashMap<JobKey, String>,
-    synced_for: Option<Arc<Statuses>>,
 }
 
 // === impl StatusMetrics ===
@@ -314,6 +335,18 @@ impl StatusWriter {
     }
 }
 
+// === impl Job ===
+
+impl Job {
+    fn sent(&self) -> Sent {
+        Sent {
+            status: normalize(&self.status),
+            before: self.resource_version.clone(),
+            epoch: self.epoch,
+        }
+    }
+}
+
 // === impl JobKey ===
 
 impl JobKey {
@@ -352,6 +385,22 @@ impl JobKey {
 // === impl Planner ===
 
 impl Planner {
+    fn new(settings: Settings) -> Self {
+        Self {
+            settings,
+            version: BundleVersion::Unknown,
+            memo: Memo::default(),
+        }
+    }
+
+    /// A new Gateway API version changes every GatewayClass status.
+    fn set_version(&mut self, version: BundleVersion) {
+        if version != self.version {
+            self.version = version;
+            self.memo.desired = None;
+        }
+    }
+
     /// The jobs that would make the cluster say what `desired` says.
     fn plan(
         &mut self,
@@ -360,13 +409,15 @@ impl Planner {
         tracker: &Mutex<Tracker>,
         now: &Value,
     ) -> Vec<Job> {
-        if !self
-            .synced_for
+        let memo = &mut self.memo;
+        if !memo
+            .desired
             .as_ref()
             .is_some_and(|d| Arc::ptr_eq(d, desired))
         {
-            self.synced.clear();
-            self.synced_for = Some(desired.clone());
+            memo.epoch += 1;
+            memo.synced.clear();
+            memo.desired = Some(desired.clone());
         }
         let ctx = render::Ctx {
             controller_name: &self.settings.controller_name,
@@ -377,122 +428,125 @@ impl Planner {
         };
         let mut jobs = vec![];
         for (name, want) in &desired.gateway_classes {
+            let Some(guard) = object(&stores.gateway_classes, None, name) else {
+                continue;
+            };
+            let Ok(o) = &guard.0 else { continue };
             let key = JobKey::GatewayClass(name.clone());
-            let observed = observed(&stores.gateway_classes, None, name, |o: &GatewayClass| {
-                &o.status
-            });
-            Self::consider(
-                &mut self.synced,
-                key,
-                observed,
-                tracker,
-                &mut jobs,
-                |have| render::gateway_class(want, have, ctx),
-            );
+            if let Some(job) = memo.consider(key, &o.metadata, tracker, || {
+                render::gateway_class(want, &to_json(&o.status), ctx)
+            }) {
+                jobs.push(job);
+            }
         }
         for (r, want) in &desired.gateways {
+            let Some(guard) = object(&stores.gateways, Some(&r.namespace), &r.name) else {
+                continue;
+            };
+            let Ok(o) = &guard.0 else { continue };
             let key = JobKey::Gateway(r.clone());
-            let observed = observed(
-                &stores.gateways,
-                Some(&r.namespace),
-                &r.name,
-                |o: &Gateway| &o.status,
-            );
-            Self::consider(
-                &mut self.synced,
-                key,
-                observed,
-                tracker,
-                &mut jobs,
-                |have| render::gateway(want, have, ctx),
-            );
+            if let Some(job) = memo.consider(key, &o.metadata, tracker, || {
+                render::gateway(want, &to_json(&o.status), ctx)
+            }) {
+                jobs.push(job);
+            }
         }
         for (r, want) in &desired.http_routes {
+            let Some(guard) = object(&stores.http_routes, Some(&r.namespace), &r.name) else {
+                continue;
+            };
+            let Ok(o) = &guard.0 else { continue };
             let key = JobKey::HttpRoute(r.clone());
-            let observed = observed(
-                &stores.http_routes,
-                Some(&r.namespace),
-                &r.name,
-                |o: &HttpRoute| &o.status,
-            );
-            Self::consider(
-                &mut self.synced,
-                key,
-                observed,
-                tracker,
-                &mut jobs,
-                |have| render::http_route(&r.namespace, want, have, ctx),
-            );
+            if let Some(job) = memo.consider(key, &o.metadata, tracker, || {
+                render::http_route(&r.namespace, want, &to_json(&o.status), ctx)
+            }) {
+                jobs.push(job);
+            }
         }
         jobs
     }
+}
 
-    /// Renders one object unless it is known to be in sync; queues a job unless an equal one
-    /// is pending or was just applied.
+// === impl Memo ===
+
+impl Memo {
+    /// A job for one object, unless it is known to be in sync, already queued, or just applied
+    /// (and the store has not caught up). Renders only when none of that is known.
     fn consider(
-        synced: &mut HashMap<JobKey, String>,
+        &mut self,
         key: JobKey,
-        observed: Option<(Value, Option<String>)>,
+        meta: &ObjectMeta,
         tracker: &Mutex<Tracker>,
-        jobs: &mut Vec<Job>,
-        render: impl FnOnce(&Value) -> Option<Value>,
-    ) {
-        // Not in the store (yet, or any more), or undecodable: nothing to write to.
-        let Some((have, resource_version)) = observed else {
-            return;
-        };
-        if resource_version.is_some() && synced.get(&key) == resource_version.as_ref() {
-            return;
+        render: impl FnOnce() -> Option<Value>,
+    ) -> Option<Job> {
+        let rv = meta.resource_version.clone();
+        if rv.is_some() && self.synced.get(&key) == rv.as_ref() {
+            return None;
         }
-        let Some(status) = render(&have) else {
-            if let Some(rv) = resource_version {
-                synced.insert(key, rv);
-            }
-            return;
-        };
-        let norm = normalize(&status);
         {
-            let t = tracker.lock().expect("the tracker lock is never poisoned");
-            if t.pending.get(&key) == Some(&norm) {
-                return;
+            let tracker = lock(tracker);
+            let same_round = |s: &Sent| s.epoch == self.epoch && s.before == rv;
+            if tracker.pending.get(&key).is_some_and(same_round) {
+                return None;
             }
-            if let Some(a) = t.applied.get(&key)
-                && a.status == norm
-                && (resource_version == a.before || resource_version == a.after)
+            if let Some(a) = tracker.applied.get(&key)
+                && a.sent.epoch == self.epoch
+                && (a.sent.before == rv || a.after == rv)
             {
-                // Applied; the store has not seen the result yet (or the API server stores it
-                // differently, which a retry would not change).
-                return;
+                // Applied for this desired status; the store has not seen the result yet (or
+                // the API server stores it differently, which a retry would not change).
+                return None;
             }
         }
-        jobs.push(Job {
+        let Some(status) = render() else {
+            if let Some(rv) = rv {
+                self.synced.insert(key, rv);
+            }
+            return None;
+        };
+        // The same status may already be on its way from an earlier round.
+        let norm = normalize(&status);
+        let on_its_way = |s: &Sent| s.status == norm;
+        let tracker = lock(tracker);
+        if tracker.pending.get(&key).is_some_and(on_its_way)
+            || tracker
+                .applied
+                .get(&key)
+                .is_some_and(|a| on_its_way(&a.sent) && (a.sent.before == rv || a.after == rv))
+        {
+            return None;
+        }
+        Some(Job {
             key,
             status,
-            resource_version,
-        });
+            resource_version: rv,
+            epoch: self.epoch,
+        })
     }
 }
 
-/// An object's observed status as JSON (null when it has none) and its `resourceVersion`, or
-/// `None` when the store does not hold it decoded.
-fn observed<K, S>(
+/// The store's copy of an object.
+fn object<K>(
     store: &Store<DeserializeGuard<K>>,
     namespace: Option<&str>,
     name: &str,
-    status: impl Fn(&K) -> &Option<S>,
-) -> Option<(Value, Option<String>)>
+) -> Option<Arc<DeserializeGuard<K>>>
 where
     K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + Send + Sync + 'static,
-    S: serde::Serialize,
 {
     let mut r = StoreRef::new(name);
     if let Some(ns) = namespace {
         r = r.within(ns);
     }
-    let guard = store.get(&r)?;
-    let obj = guard.0.as_ref().ok()?;
-    let value = serde_json::to_value(status(obj)).unwrap_or(Value::Null);
-    Some((value, obj.meta().resource_version.clone()))
+    store.get(&r)
+}
+
+fn lock(tracker: &Mutex<Tracker>) -> std::sync::MutexGuard<'_, Tracker> {
+    tracker.lock().expect("the tracker lock is never poisoned")
+}
+
+fn to_json<T: serde::Serialize>(v: &T) -> Value {
+    serde_json::to_value(v).unwrap_or(Value::Null)
 }
 
 // === the planner task ===
@@ -509,12 +563,7 @@ struct PlanLoop {
 }
 
 async fn plan_loop(mut l: PlanLoop) {
-    let mut planner = Some(Planner {
-        settings: l.inputs.settings.clone(),
-        version: BundleVersion::Unknown,
-        synced: HashMap::new(),
-        synced_for: None,
-    });
+    let mut planner = Some(Planner::new(l.inputs.settings.clone()));
     let mut resync = tokio::time::interval(l.resync);
     resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut version_checked: Option<tokio::time::Instant> = None;
@@ -548,9 +597,8 @@ async fn plan_loop(mut l: PlanLoop) {
                 Ok(Ok(v)) => {
                     if v != p.version {
                         tracing::info!(version = ?v, "installed Gateway API version");
-                        p.version = v;
-                        p.synced_for = None;
                     }
+                    p.set_version(v);
                 }
                 Ok(Err(e)) => {
                     if !version_denied {
@@ -577,20 +625,12 @@ async fn plan_loop(mut l: PlanLoop) {
         };
         planner = Some(p);
         for job in jobs {
-            let (key, norm) = (job.key.clone(), normalize(&job.status));
-            l.tracker
-                .lock()
-                .expect("the tracker lock is never poisoned")
-                .pending
-                .insert(key.clone(), norm);
+            let key = job.key.clone();
+            lock(&l.tracker).pending.insert(key.clone(), job.sent());
             match l.queue.try_send(job) {
                 Ok(()) => {}
                 Err(e) => {
-                    l.tracker
-                        .lock()
-                        .expect("the tracker lock is never poisoned")
-                        .pending
-                        .remove(&key);
+                    lock(&l.tracker).pending.remove(&key);
                     if let mpsc::error::TrySendError::Closed(_) = e {
                         return;
                     }
@@ -630,7 +670,7 @@ async fn work(jobs: mpsc::Receiver<Job>, worker: Worker, concurrency: usize) {
 impl Worker {
     async fn apply(&self, job: Job) {
         let kind = job.key.kind();
-        let norm = normalize(&job.status);
+        let sent = job.sent();
         if !*self.leader.borrow() {
             self.tracker().pending.remove(&job.key);
             return;
@@ -672,8 +712,7 @@ impl Worker {
                 t.applied.insert(
                     job.key,
                     Applied {
-                        status: norm,
-                        before: job.resource_version,
+                        sent,
                         after: obj.metadata.resource_version,
                     },
                 );
@@ -707,9 +746,7 @@ impl Worker {
     }
 
     fn tracker(&self) -> std::sync::MutexGuard<'_, Tracker> {
-        self.tracker
-            .lock()
-            .expect("the tracker lock is never poisoned")
+        lock(&self.tracker)
     }
 }
 

@@ -9,7 +9,7 @@ use super::render::{self, Ctx};
 use super::*;
 use crate::translate::api::{
     GatewayClassConditionReason, GatewayClassConditionType, GatewayConditionReason,
-    GatewayConditionType,
+    GatewayConditionType, HttpRoute,
 };
 use crate::translate::status::{
     ClassCondition, ClassConditionReason, ClassConditionType, GatewayClassStatus, GatewayCondition,
@@ -296,12 +296,7 @@ fn stored_route(rv: &str, status: Option<Value>) -> DeserializeGuard<HttpRoute> 
 }
 
 fn planner() -> Planner {
-    Planner {
-        settings: Settings::default(),
-        version: BundleVersion::Unknown,
-        synced: HashMap::new(),
-        synced_for: None,
-    }
+    Planner::new(Settings::default())
 }
 
 fn desired() -> Arc<Statuses> {
@@ -330,21 +325,24 @@ fn planner_skips_what_is_queued_applied_or_in_sync() {
     assert_eq!(job.key, JobKey::HttpRoute(ObjectRef::new("ns", "r")));
     assert_eq!(job.resource_version.as_deref(), Some("1"));
 
-    // Queued: not planned twice.
+    // Queued: not planned twice, and not planned for a new desired status that renders the
+    // same (a new translation of an unchanged route).
     tracker
         .lock()
         .unwrap()
         .pending
-        .insert(job.key.clone(), normalize(&job.status));
+        .insert(job.key.clone(), job.sent());
     assert!(p.plan(&desired, &f.stores, &tracker, &now).is_empty());
+    let desired_again = self::desired();
+    assert!(p.plan(&desired_again, &f.stores, &tracker, &now).is_empty());
+    let desired = desired_again;
 
     // Applied (rv 1 -> 2) but the store still says 1: not sent again.
-    let applied = tracker.lock().unwrap().pending.remove(&job.key).unwrap();
+    let sent = tracker.lock().unwrap().pending.remove(&job.key).unwrap();
     tracker.lock().unwrap().applied.insert(
         job.key.clone(),
         Applied {
-            status: applied,
-            before: Some("1".into()),
+            sent,
             after: Some("2".into()),
         },
     );
@@ -362,7 +360,7 @@ fn planner_skips_what_is_queued_applied_or_in_sync() {
         .apply_watcher_event(&Event::Apply(stored_route("4", Some(job.status.clone()))));
     assert!(p.plan(&desired, &f.stores, &tracker, &now).is_empty());
     assert_eq!(
-        p.synced.get(&job.key).map(String::as_str),
+        p.memo.synced.get(&job.key).map(String::as_str),
         Some("4"),
         "found in sync"
     );

@@ -282,6 +282,21 @@ pub async fn reflect<K, S>(
             }
         };
         writer.apply_watcher_event(&event);
+        ctx.metrics
+            .objects
+            .get_or_create(&labels)
+            .set(store.len() as i64);
+        // Notify before releasing the latch: the coalescer clears the dirty flag once every
+        // latch is released, and this change is part of the first snapshot.
+        match notify {
+            Notify::Nothing => {}
+            Notify::Config => {
+                ctx.config.send_replace(());
+            }
+            Notify::Status => {
+                ctx.status.send_replace(());
+            }
+        }
         if matches!(event, Event::InitDone) {
             if !listed {
                 listed = true;
@@ -291,19 +306,6 @@ pub async fn reflect<K, S>(
                 });
             } else {
                 tracing::info!(%kind, objects = store.len(), "relisted");
-            }
-        }
-        ctx.metrics
-            .objects
-            .get_or_create(&labels)
-            .set(store.len() as i64);
-        match notify {
-            Notify::Nothing => {}
-            Notify::Config => {
-                ctx.config.send_replace(());
-            }
-            Notify::Status => {
-                ctx.status.send_replace(());
             }
         }
     }
