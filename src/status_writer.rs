@@ -418,6 +418,12 @@ impl Planner {
             memo.epoch += 1;
             memo.synced.clear();
             memo.desired = Some(desired.clone());
+            // Forget objects pier no longer writes (deleted, or out of scope).
+            lock(tracker).applied.retain(|k, _| match k {
+                JobKey::GatewayClass(n) => desired.gateway_classes.contains_key(n),
+                JobKey::Gateway(r) => desired.gateways.contains_key(r),
+                JobKey::HttpRoute(r) => desired.http_routes.contains_key(r),
+            });
         }
         let ctx = render::Ctx {
             controller_name: &self.settings.controller_name,

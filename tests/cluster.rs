@@ -470,6 +470,46 @@ async fn two_replicas_one_status_writer() {
     follower.shutdown().await;
 }
 
+/// Gateway API before v1.5 serves ReferenceGrant only as `v1beta1`: pier finds that in
+/// discovery and watches it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reference_grants_from_v1beta1_when_v1_is_not_served() {
+    let c = Cluster::start_without_crds().await;
+    let crds: Vec<_> = pier::crds::all()
+        .into_iter()
+        .map(|mut crd| {
+            if crd.spec.names.kind == "ReferenceGrant" {
+                crd.spec.versions[0].name = "v1beta1".to_string();
+            }
+            crd
+        })
+        .collect();
+    c.cp.apply_crds(&crds).await;
+    let w = world(&c).await;
+    c.apply(web_route(
+        "/v",
+        backend_ref("v1", None),
+        Some(backend_ref("remote", Some(BACKEND))),
+    ))
+    .await;
+    let pier = start_pier(c.pier_options(LOOPBACK, "replica-a")).await;
+    w.until("/remote", 500, "", Duration::from_secs(5)).await;
+    let mut grant = reference_grant(BACKEND, "routes-from-app", APP);
+    grant["apiVersion"] = json!("gateway.networking.k8s.io/v1beta1");
+    c.apply(grant).await;
+    w.until("/remote", 200, "remote", Duration::from_secs(5))
+        .await;
+    c.delete(
+        "gateway.networking.k8s.io/v1beta1",
+        "ReferenceGrant",
+        Some(BACKEND),
+        "routes-from-app",
+    )
+    .await;
+    w.until("/remote", 500, "", Duration::from_secs(5)).await;
+    pier.shutdown().await;
+}
+
 /// `config/rbac/make-kubeconfig.sh` makes a kubeconfig pier can run with (needs kubectl).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn make_kubeconfig_script_gives_a_working_identity() {
