@@ -273,8 +273,9 @@ async fn run_loop(
             () = async { let _ = shutdown.wait_for(|s| *s).await; } => break,
         }
     }
-    proxy.shutdown(SHUTDOWN_GRACE).await;
+    // Release the status-writer Lease first, so another replica writes while this one drains.
     feed.stop().await;
+    proxy.shutdown(SHUTDOWN_GRACE).await;
 }
 
 // === impl Feed ===

@@ -393,6 +393,27 @@ impl KubeSource {
 
 // === impl Stores ===
 
+/// Empty stores that never fill (no watch behind them): for tests and for kinds not watched.
+impl Default for Stores {
+    fn default() -> Self {
+        fn empty<K: Watched>() -> Store<K> {
+            kube::runtime::reflector::store::Writer::<K>::default().as_reader()
+        }
+        Self {
+            gateway_classes: empty(),
+            gateways: empty(),
+            http_routes: empty(),
+            reference_grants: empty(),
+            reference_grants_v1beta1: empty(),
+            namespaces: empty(),
+            services: empty(),
+            endpoint_slices: empty(),
+            secrets: empty(),
+            config_maps: empty(),
+        }
+    }
+}
+
 impl Stores {
     /// Everything translation reads, copied out of the stores. Blocking-ish (clones every
     /// object): call it from `spawn_blocking` for large clusters.

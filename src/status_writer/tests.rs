@@ -272,16 +272,8 @@ struct Fixture {
 fn fixture() -> Fixture {
     let routes = Writer::default();
     let stores = Stores {
-        gateway_classes: Writer::default().as_reader(),
-        gateways: Writer::default().as_reader(),
         http_routes: routes.as_reader(),
-        reference_grants: Writer::default().as_reader(),
-        reference_grants_v1beta1: Writer::default().as_reader(),
-        namespaces: Writer::default().as_reader(),
-        services: Writer::default().as_reader(),
-        endpoint_slices: Writer::default().as_reader(),
-        secrets: Writer::default().as_reader(),
-        config_maps: Writer::default().as_reader(),
+        ..Stores::default()
     };
     Fixture { stores, routes }
 }

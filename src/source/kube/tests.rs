@@ -54,15 +54,10 @@ fn fixture() -> Fixture {
     let classes = Writer::default();
     let stores = Stores {
         gateway_classes: classes.as_reader(),
-        gateways: Writer::default().as_reader(),
         http_routes: routes.as_reader(),
-        reference_grants: Writer::default().as_reader(),
         reference_grants_v1beta1: grants_v1beta1.as_reader(),
         namespaces: namespaces.as_reader(),
-        services: Writer::default().as_reader(),
-        endpoint_slices: Writer::default().as_reader(),
-        secrets: Writer::default().as_reader(),
-        config_maps: Writer::default().as_reader(),
+        ..Stores::default()
     };
     Fixture {
         stores,
