@@ -24,7 +24,9 @@
 //!   version. Routes out of scope (no parentRef to a Gateway pier serves) are never written.
 //! - **Bounded.** A queue of [`StatusOptions::queue`] jobs; a job that does not fit is dropped
 //!   (counted) and planned again on the next round. Each patch has a timeout. Failures retry
-//!   after [`RETRY_AFTER`]; everything is re-checked every [`StatusOptions::resync`].
+//!   after [`RETRY_AFTER`], except patches the API server rejects (400/403/422: retrying would
+//!   fail the same way), which wait for a change or the next resync; everything is re-checked
+//!   every [`StatusOptions::resync`].
 //!   `pier_status_patches_total{kind, result="Ok|Failed|TimedOut|Dropped"}`;
 //!   `pier_status_leader` is 1 on the replica that writes.
 
@@ -202,6 +204,8 @@ struct Applied {
     sent: Sent,
     /// The `resourceVersion` the patch produced.
     after: Option<String>,
+    /// The API server refused the patch (4xx): kept only until the next resync.
+    rejected: bool,
 }
 
 /// The planner's memory between rounds.
@@ -587,7 +591,9 @@ async fn plan_loop(mut l: PlanLoop) {
                 continue;
             }
             () = async { tokio::time::sleep_until(retry.expect("guarded")).await }, if retry.is_some() => {}
-            _ = resync.tick() => {}
+            _ = resync.tick() => {
+                lock(&l.tracker).applied.retain(|_, a| !a.rejected);
+            }
         }
         tokio::time::sleep(BATCH).await;
         retry_at = None;
@@ -720,26 +726,45 @@ impl Worker {
                     Applied {
                         sent,
                         after: obj.metadata.resource_version,
+                        rejected: false,
                     },
                 );
             }
             Ok(Err(e)) => {
                 self.metrics.count(kind, PatchResult::Failed);
-                t.applied.remove(&job.key);
-                drop(t);
-                match &e {
-                    kube::Error::Api(s) if s.code == 409 || s.code == 404 => tracing::debug!(
-                        ?kind,
-                        namespace,
-                        name,
-                        error = %e,
-                        "status patch raced a change; retrying once the store has it"
-                    ),
+                let code = match &e {
+                    kube::Error::Api(s) => Some(s.code),
+                    _ => None,
+                };
+                match code {
+                    Some(409 | 404) => {
+                        t.applied.remove(&job.key);
+                        drop(t);
+                        tracing::debug!(?kind, namespace, name, error = %e, "status patch raced a change; retrying once the store has it");
+                        self.failed.send_replace(());
+                    }
+                    // Rejected (invalid, forbidden): the same patch would fail the same way.
+                    // Not retried until the object or the desired status changes, or the next
+                    // resync (RBAC may have been fixed).
+                    Some(400 | 401 | 403 | 422) => {
+                        t.applied.insert(
+                            job.key.clone(),
+                            Applied {
+                                after: sent.before.clone(),
+                                sent,
+                                rejected: true,
+                            },
+                        );
+                        drop(t);
+                        tracing::error!(?kind, namespace, name, error = %e, "status patch rejected; retrying at the next resync");
+                    }
                     _ => {
-                        tracing::warn!(?kind, namespace, name, error = %e, "status patch failed; retrying")
+                        t.applied.remove(&job.key);
+                        drop(t);
+                        tracing::warn!(?kind, namespace, name, error = %e, "status patch failed; retrying");
+                        self.failed.send_replace(());
                     }
                 }
-                self.failed.send_replace(());
             }
             Err(_) => {
                 self.metrics.count(kind, PatchResult::TimedOut);

@@ -4,14 +4,15 @@
 //! deltas) and hands them to the publisher.
 //!
 //! ```text
-//! watcher(GatewayClass) ──┐  .backoff(Reconnect) .modify(drop managedFields)
-//! watcher(Gateway)        │    └─> Writer::apply_watcher_event ─> Store<K> ──┐
-//! watcher(HTTPRoute)      │    first InitDone: the kind's latch is released    │
-//! watcher(ReferenceGrant) │    (v1, or v1beta1 when only that is served)       ├─> Stores::resources()
-//! watcher(PartialObjectMeta<Namespace>) (metadata only)                                                 │      └─> Resources
-//! watcher(Service, EndpointSlice, Secret, ConfigMap)                          │
-//!                         ├─> spec/data change ─> coalesce (QUIET, MAX_DELAY) ─> `changes`
-//!                         └─> status-only change (GatewayClass/Gateway/HTTPRoute) ─> `status_changes`
+//! watcher(GatewayClass) ─────┐ .backoff(Reconnect) .modify(drop managedFields)
+//! watcher(Gateway, HTTPRoute)│  └─> Writer::apply_watcher_event ─> Store<K> ─┐
+//! watcher(ReferenceGrant)    │  first InitDone: the kind's latch is released  ├─> Stores::resources()
+//!   (v1, or v1beta1)         │                                                │     └─> Resources
+//! watcher(Namespace meta)    │
+//! watcher(Service, EndpointSlice, Secret, ConfigMap)
+//!                            ├─> spec/data change ─> coalesce (QUIET, MAX_DELAY) ─> change signal
+//!                            └─> status-only change (GatewayClass/Gateway/HTTPRoute)
+//!                                  ─> `status_changes` (the status writer)
 //! ```
 //!
 //! **Robustness.** Objects are watched as [`DeserializeGuard`]s: one that does not decode is
@@ -25,9 +26,9 @@
 //! during the outage are seen. Missing Gateway API CRDs (404) and missing RBAC (403) are
 //! logged once a minute with what to do, and retried: pier stays unready instead of crashing.
 //!
-//! **Readiness.** The change signal of [`KubeSource::start`] yields its first `()` only once every kind has
-//! listed once, so the first published snapshot is complete (no 404s for routes that have not
-//! loaded yet).
+//! **Readiness.** The change signal of [`KubeSource::start`] yields its first `()` only once
+//! every kind has listed once, so the first published snapshot is complete (no 404s for routes
+//! that have not loaded yet).
 //!
 //! **Status-only changes.** GatewayClass, Gateway and HTTPRoute have a status subresource:
 //! their `metadata.generation` moves with the spec only. An update that keeps generation,

@@ -336,6 +336,7 @@ fn planner_skips_what_is_queued_applied_or_in_sync() {
         Applied {
             sent,
             after: Some("2".into()),
+            rejected: false,
         },
     );
     assert!(p.plan(&desired, &f.stores, &tracker, &now).is_empty());
