@@ -4,7 +4,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{ArgGroup, Parser, Subcommand, ValueEnum};
 
 use crate::model::ObjectRef;
 
@@ -19,9 +19,12 @@ pub struct Cli {
     pub command: Command,
 }
 
+// Parsed once per process: the size of the largest variant does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Serve the Gateways of a directory of Gateway API manifests.
+    /// Serve the Gateways of a directory of Gateway API manifests (`--manifests`) or of a
+    /// cluster (`--kubeconfig`).
     Run(RunArgs),
     /// Load and translate manifests, print the status of every object as YAML, and exit.
     Check(CheckArgs),
@@ -32,6 +35,8 @@ pub enum Command {
     /// Mesh helpers.
     #[command(subcommand)]
     Mesh(MeshCommand),
+    /// Print the Gateway API CRDs pier reads, as YAML (`pier crds | kubectl apply -f -`).
+    Crds(CrdsArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -95,10 +100,21 @@ impl ClientCertArgs {
 }
 
 #[derive(Debug, clap::Args)]
+#[command(group(ArgGroup::new("source").required(true).args(["manifests", "kubeconfig"])))]
 pub struct RunArgs {
-    /// Directory of manifests (every *.yaml / *.yml below it); watched for changes.
+    /// Standalone: a directory of manifests (every *.yaml / *.yml below it), watched for
+    /// changes.
     #[arg(long, value_name = "DIR")]
-    pub manifests: PathBuf,
+    pub manifests: Option<PathBuf>,
+    /// Cluster mode: watch the cluster of this kubeconfig. Without a value: `KUBECONFIG`, then
+    /// `~/.kube/config`, then the in-cluster service account (when run as a pod).
+    #[arg(long, value_name = "PATH")]
+    pub kubeconfig: Option<Option<PathBuf>>,
+    /// The kubeconfig context to use instead of its current one.
+    #[arg(long, value_name = "NAME", conflicts_with = "manifests")]
+    pub context: Option<String>,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
     /// Address the listeners bind to.
     #[arg(long, value_name = "IP", default_value = "0.0.0.0")]
     pub listen_host: IpAddr,
@@ -112,6 +128,27 @@ pub struct RunArgs {
     /// Log one line per request (target `pier::access`).
     #[arg(long)]
     pub access_log: bool,
+}
+
+/// Flags for cluster mode only.
+#[derive(Debug, clap::Args)]
+pub struct ClusterArgs {
+    /// Namespace of the status-writer Lease [default: the pod's namespace when run in a
+    /// cluster, else pier-system].
+    #[arg(long, value_name = "NS", conflicts_with = "manifests")]
+    pub lease_namespace: Option<String>,
+    /// Name of the status-writer Lease [default: --controller-name with `/` as `-`].
+    #[arg(long, value_name = "NAME", conflicts_with = "manifests")]
+    pub lease_name: Option<String>,
+    /// This replica's Lease holder identity [default: the host name and a random suffix].
+    #[arg(long, value_name = "ID", conflicts_with = "manifests")]
+    pub lease_identity: Option<String>,
+    /// Never write status (and take no Lease): for a read-only identity.
+    #[arg(long, conflicts_with = "manifests")]
+    pub no_status: bool,
+    /// Watch only the ConfigMaps with these labels (a label selector) [default: all].
+    #[arg(long, value_name = "SELECTOR", conflicts_with = "manifests")]
+    pub configmap_label_selector: Option<String>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -136,6 +173,13 @@ pub struct EchoArgs {
     /// Reported in every response as `backend`.
     #[arg(long, default_value = "echo")]
     pub name: String,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct CrdsArgs {
+    /// The Gateway CRD with pier's `spec.mesh` schema instead of the plain one.
+    #[arg(long)]
+    pub mesh: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -186,5 +230,49 @@ mod tests {
         assert_eq!(a.admin.to_string(), "127.0.0.1:9901");
         assert_eq!(a.common.controller_name, "pier.dev/gateway-controller");
         assert_eq!(a.log_format, LogFormat::Text);
+        assert_eq!(a.manifests.as_deref(), Some(std::path::Path::new("d")));
+        assert!(a.kubeconfig.is_none());
+    }
+
+    fn run_args(args: &[&str]) -> Result<RunArgs, clap::Error> {
+        let cli = Cli::try_parse_from(["pier", "run"].iter().chain(args))?;
+        match cli.command {
+            Command::Run(a) => Ok(a),
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn run_needs_exactly_one_source() {
+        assert!(run_args(&[]).is_err());
+        assert!(run_args(&["--manifests", "d", "--kubeconfig", "k"]).is_err());
+        assert!(run_args(&["--manifests", "d", "--kubeconfig"]).is_err());
+    }
+
+    #[test]
+    fn kubeconfig_value_is_optional() {
+        let a = run_args(&["--kubeconfig", "/k", "--context", "c"]).unwrap();
+        assert_eq!(a.kubeconfig, Some(Some(PathBuf::from("/k"))));
+        assert_eq!(a.context.as_deref(), Some("c"));
+        let a = run_args(&["--kubeconfig", "--listen-host", "127.0.0.1"]).unwrap();
+        assert_eq!(a.kubeconfig, Some(None));
+        assert_eq!(a.listen_host.to_string(), "127.0.0.1");
+    }
+
+    #[test]
+    fn cluster_flags_need_kubeconfig() {
+        for flags in [
+            &["--context", "c"][..],
+            &["--lease-namespace", "ns"],
+            &["--no-status"],
+            &["--configmap-label-selector", "a=b"],
+        ] {
+            let mut args = vec!["--manifests", "d"];
+            args.extend(flags);
+            assert!(run_args(&args).is_err(), "{flags:?}");
+            let mut args = vec!["--kubeconfig", "k"];
+            args.extend(flags);
+            assert!(run_args(&args).is_ok(), "{flags:?}");
+        }
     }
 }

@@ -2,8 +2,17 @@
 
 use anyhow::Context;
 
-use crate::cli::{CheckArgs, Command, ExportTrustArgs, MeshCommand, RunArgs};
-use crate::run::{self, RunOptions};
+use crate::cli::{
+    CheckArgs, ClusterArgs, Command, CommonArgs, ExportTrustArgs, MeshCommand, RunArgs,
+};
+use crate::run::{self, ClusterOptions, RunOptions, Source};
+use crate::source::kube::{Connect, WatchScope};
+use crate::status_writer::{self, LeaseOptions, StatusOptions};
+
+/// Where a pod finds its namespace.
+const POD_NAMESPACE_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
+/// The Lease namespace outside a cluster (where `config/rbac/` grants the Lease).
+pub const DEFAULT_LEASE_NAMESPACE: &str = "pier-system";
 
 pub async fn dispatch(cmd: Command) -> anyhow::Result<()> {
     match cmd {
@@ -26,12 +35,38 @@ pub async fn dispatch(cmd: Command) -> anyhow::Result<()> {
             print!("{}", export_trust(&a)?);
             Ok(())
         }
+        Command::Crds(a) => {
+            print!("{}", crds_yaml(a.mesh)?);
+            Ok(())
+        }
     }
 }
 
+/// `pier crds`: the CRDs as one multi-document YAML stream.
+pub fn crds_yaml(mesh: bool) -> anyhow::Result<String> {
+    let mut out = String::new();
+    for crd in crate::crds::bundle(mesh) {
+        out.push_str("---\n");
+        out.push_str(&serde_saphyr::to_string(&crd).context("cannot render a CRD as YAML")?);
+    }
+    Ok(out)
+}
+
 async fn run_cmd(a: RunArgs) -> anyhow::Result<()> {
+    let source = match (a.manifests, a.kubeconfig) {
+        (Some(dir), None) => Source::Manifests(dir),
+        (None, Some(kubeconfig)) => Source::Cluster(cluster_options(
+            Connect {
+                kubeconfig,
+                context: a.context,
+            },
+            &a.cluster,
+            &a.common,
+        )),
+        _ => anyhow::bail!("give exactly one of --manifests and --kubeconfig"),
+    };
     let running = run::start(RunOptions {
-        manifests: a.manifests,
+        source,
         listen_host: a.listen_host,
         admin: a.admin,
         translate: a.common.translate_settings(),
@@ -44,6 +79,51 @@ async fn run_cmd(a: RunArgs) -> anyhow::Result<()> {
     tracing::info!("shutting down; draining in-flight requests");
     running.shutdown().await;
     Ok(())
+}
+
+fn cluster_options(connect: Connect, c: &ClusterArgs, common: &CommonArgs) -> ClusterOptions {
+    let lease = LeaseOptions {
+        namespace: c.lease_namespace.clone().unwrap_or_else(|| {
+            std::fs::read_to_string(POD_NAMESPACE_FILE)
+                .ok()
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .unwrap_or_else(|| DEFAULT_LEASE_NAMESPACE.to_string())
+        }),
+        name: c
+            .lease_name
+            .clone()
+            .unwrap_or_else(|| status_writer::default_name(&common.controller_name)),
+        identity: c.lease_identity.clone().unwrap_or_else(lease_identity),
+        duration_secs: status_writer::DEFAULT_DURATION_SECS,
+        grace_secs: status_writer::DEFAULT_GRACE_SECS,
+    };
+    ClusterOptions {
+        connect,
+        scope: WatchScope {
+            config_maps_label_selector: c.configmap_label_selector.clone(),
+            ..WatchScope::default()
+        },
+        status: (!c.no_status).then(|| StatusOptions::new(lease)),
+    }
+}
+
+/// `<host name>-<6 random characters>`: unique per replica (pod names are host names), and
+/// still unique for two replicas on one host.
+fn lease_identity() -> String {
+    use rand::Rng;
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "pier".to_string());
+    let suffix: String = rand::rng()
+        .sample_iter(rand::distr::Alphanumeric)
+        .take(6)
+        .map(|b| char::from(b).to_ascii_lowercase())
+        .collect();
+    format!("{host}-{suffix}")
 }
 
 /// `pier check`: load, translate, render every computed status as YAML.

@@ -48,6 +48,21 @@ pub fn all() -> Vec<CustomResourceDefinition> {
     .collect()
 }
 
+/// What `pier crds` prints: [`all`], with the Gateway CRD replaced by
+/// [`gateway_with_mesh`] when `mesh`.
+pub fn bundle(mesh: bool) -> Vec<CustomResourceDefinition> {
+    let mut crds = all();
+    if mesh {
+        let with_mesh = gateway_with_mesh();
+        for crd in &mut crds {
+            if crd.metadata.name == with_mesh.metadata.name {
+                *crd = with_mesh.clone();
+            }
+        }
+    }
+    crds
+}
+
 /// The Gateway CRD with a `spec.mesh` property (see [`mesh_schema`]).
 pub fn gateway_with_mesh() -> CustomResourceDefinition {
     let mut crd = annotate(Gateway::crd());
@@ -166,6 +181,21 @@ mod tests {
             assert_eq!(a[BUNDLE_VERSION_ANNOTATION], BUNDLE_VERSION);
             assert_eq!(a[CHANNEL_ANNOTATION], CHANNEL);
             assert!(a.contains_key(API_APPROVED_ANNOTATION));
+        }
+    }
+
+    #[test]
+    fn mesh_bundle_swaps_only_the_gateway_crd() {
+        let plain = bundle(false);
+        let mesh = bundle(true);
+        assert_eq!(plain, all());
+        assert_eq!(plain.len(), mesh.len());
+        for (p, m) in plain.iter().zip(&mesh) {
+            if p.spec.names.kind == "Gateway" {
+                assert_eq!(m, &gateway_with_mesh());
+            } else {
+                assert_eq!(p, m);
+            }
         }
     }
 

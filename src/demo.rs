@@ -44,12 +44,10 @@ pub async fn run(listen_host: IpAddr) -> anyhow::Result<()> {
             .with_context(|| format!("cannot write {}", dir.0.display()))?;
     }
     let running = run::start(RunOptions {
-        manifests: dir.0.clone(),
         listen_host,
         admin: ADMIN.parse().expect("static address"),
-        translate: Default::default(),
         access_log: true,
-        client_cert: None,
+        ..RunOptions::new(run::Source::Manifests(dir.0.clone()))
     })
     .await?;
     let host = if listen_host.is_unspecified() {

@@ -3,7 +3,7 @@
 //! ```text
 //! kube watchers ─┐                     ┌─> ArcSwap<Snapshot> ─> proxy/, tls/ (read only)
 //! file watcher ──┴─> Resources ─> translate() ─> Translation { snapshot, statuses }
-//!                                      └─> /status, `pier check`, status writer
+//!                                      └─> /status, `pier check`, status_writer (cluster)
 //! ```
 //!
 //! Configuration flows one way. `model` and `translate` are pure: no I/O, no kube client,
@@ -22,6 +22,7 @@ pub mod proxy;
 pub mod publish;
 pub mod run;
 pub mod source;
+pub mod status_writer;
 pub mod tls;
 pub mod translate;
 

@@ -8,16 +8,19 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use arc_swap::ArcSwap;
+use tokio::sync::watch;
 
 use crate::metrics::ControlMetrics;
 use crate::model::Snapshot;
-use crate::translate::{self, Resources, Translation};
+use crate::translate::{self, Resources, Statuses, Translation};
 
 /// State shared between the publisher, the data plane and the admin server.
 #[derive(Debug, Default)]
 pub struct Shared {
     pub snapshot: Arc<ArcSwap<Snapshot>>,
     pub translation_status: ArcSwap<serde_json::Value>,
+    /// The desired status of the latest translation, for the status writer (cluster mode).
+    pub statuses: watch::Sender<Arc<Statuses>>,
     /// Set once the first configuration is published and every listener is bound; never unset.
     pub ready: AtomicBool,
 }
@@ -92,6 +95,7 @@ impl Publisher {
             Ok(v) => self.shared.translation_status.store(Arc::new(v)),
             Err(e) => tracing::error!(error = %e, "cannot render status"),
         }
+        self.shared.statuses.send_replace(Arc::new(status));
         self.generation += 1;
         snapshot.generation = self.generation;
         let listeners: usize = snapshot.ports.iter().map(|p| p.listeners.len()).sum();

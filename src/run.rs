@@ -1,5 +1,12 @@
-//! `pier run`: wires a source, the publisher, the data plane and the admin server together,
-//! and runs until shut down. Tests start it in-process through [`start`].
+//! `pier run`: wires a source, the publisher, the data plane and the admin server together
+//! (and in cluster mode the status writer), and runs until shut down. Tests start it
+//! in-process through [`start`].
+//!
+//! ```text
+//! Source::Manifests ─ files::load/watch ─┐
+//! Source::Cluster ── source::kube ───────┴─> `()` per change ─> Resources ─> Publisher ─> Proxy
+//!                                                                               └─> Shared.statuses ─> StatusWriter (cluster)
+//! ```
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -8,14 +15,16 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use anyhow::Context;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use crate::metrics::{self, ControlMetrics, ReloadResult};
 use crate::proxy::{Proxy, ProxyConfig, ProxyMetrics};
 use crate::publish::{Publisher, Shared};
 use crate::source::files;
-use crate::translate;
+use crate::source::kube::{self as kube_source, KubeMetrics, KubeSource, Stores, WatchScope};
+use crate::status_writer::{self, StatusMetrics, StatusOptions, StatusWriter};
+use crate::translate::{self, Resources};
 
 /// How long in-flight requests get to finish on shutdown.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
@@ -24,7 +33,7 @@ const REBIND_EVERY: Duration = Duration::from_secs(2);
 
 #[derive(Clone, Debug)]
 pub struct RunOptions {
-    pub manifests: PathBuf,
+    pub source: Source,
     pub listen_host: IpAddr,
     pub admin: SocketAddr,
     pub translate: translate::Settings,
@@ -72,31 +81,106 @@ impl ClientCertFiles {
     }
 }
 
+/// Where the Gateway API objects come from.
+// Built once per run: the size of the largest variant does not matter.
+#[allow(clippy::large_enum_variant)]
+#[derive(Clone, Debug)]
+pub enum Source {
+    /// A directory of manifests, watched.
+    Manifests(PathBuf),
+    /// A cluster, watched through its API server.
+    Cluster(ClusterOptions),
+}
+
+#[derive(Clone, Debug)]
+pub struct ClusterOptions {
+    pub connect: kube_source::Connect,
+    pub scope: WatchScope,
+    /// `None`: never write status (and take no Lease).
+    pub status: Option<StatusOptions>,
+}
+
 /// A running pier.
 pub struct Running {
     pub admin_addr: SocketAddr,
     pub shared: Arc<Shared>,
+    /// Cluster mode: whether this replica holds the status-writer Lease.
+    pub leader: Option<watch::Receiver<bool>>,
     shutdown: watch::Sender<bool>,
     task: JoinHandle<()>,
     admin_task: JoinHandle<()>,
 }
 
+/// What feeds the run loop (one per run).
+#[allow(clippy::large_enum_variant)]
+enum Feed {
+    Files {
+        dir: PathBuf,
+        _guard: files::WatchGuard,
+    },
+    Cluster {
+        source: KubeSource,
+        writer: Option<StatusWriter>,
+    },
+}
+
+// === impl RunOptions ===
+
+impl RunOptions {
+    /// The CLI defaults: listeners on all addresses, admin on `127.0.0.1:9901`.
+    pub fn new(source: Source) -> Self {
+        Self {
+            source,
+            listen_host: IpAddr::from([0, 0, 0, 0]),
+            admin: SocketAddr::from(([127, 0, 0, 1], 9901)),
+            translate: translate::Settings::default(),
+            access_log: false,
+            client_cert: None,
+        }
+    }
+}
+
+// === impl ClusterOptions ===
+
+impl ClusterOptions {
+    /// Default scope; status written under `lease`.
+    pub fn new(connect: kube_source::Connect, lease: status_writer::LeaseOptions) -> Self {
+        Self {
+            connect,
+            scope: WatchScope::default(),
+            status: Some(StatusOptions::new(lease)),
+        }
+    }
+}
+
+// === impl Running ===
+
 impl Running {
-    /// Stops accepting, lets in-flight requests finish (bounded), and returns.
+    /// Stops accepting, lets in-flight requests finish (bounded), releases the Lease, and
+    /// returns.
     pub async fn shutdown(self) {
         let _ = self.shutdown.send(true);
         let _ = self.task.await;
         let _ = self.admin_task.await;
     }
+
+    /// Whether `/readyz` says ready.
+    pub fn is_ready(&self) -> bool {
+        self.shared.is_ready()
+    }
 }
 
-/// Loads the manifests, publishes the first configuration, binds the listeners and the admin
-/// server, and starts watching. Fails (with the file and the reason) when the first load does:
-/// there is no last good configuration to keep yet.
+/// Starts pier. With manifests: loads them, publishes the first configuration and binds the
+/// listeners before returning, and fails (with the file and the reason) when the first load
+/// does, as there is no last good configuration to keep yet. With a cluster: connects (fails
+/// only on an unusable kubeconfig) and returns at once; the first configuration is published
+/// once every watch has listed, and `/readyz` says 503 until then.
 pub async fn start(opts: RunOptions) -> anyhow::Result<Running> {
     let mut registry = metrics::registry();
     let control = ControlMetrics::register(&mut registry);
     let proxy_metrics = Arc::new(ProxyMetrics::register(&mut registry));
+    let kube_metrics = KubeMetrics::register(&mut registry);
+    let status_metrics = StatusMetrics::register(&mut registry);
     let shared = Arc::new(Shared::default());
 
     let admin_listener = crate::admin::bind(opts.admin)
@@ -113,22 +197,10 @@ pub async fn start(opts: RunOptions) -> anyhow::Result<Running> {
         admin_state,
         shutdown_rx.clone(),
     ));
-
-    let dir = opts.manifests.clone();
-    let loaded = {
-        let dir = dir.clone();
-        tokio::task::spawn_blocking(move || files::load(&dir)).await?
+    let fail = |e: anyhow::Error| {
+        let _ = shutdown.send(true);
+        Err(e)
     };
-    let loaded = match loaded {
-        Ok(l) => l,
-        Err(e) => {
-            let _ = shutdown.send(true);
-            return Err(e).context("cannot load the manifests");
-        }
-    };
-    log_loaded(&loaded);
-    let (guard, mut changes) =
-        files::watch(&dir).with_context(|| format!("cannot watch {}", dir.display()))?;
 
     let proxy = Proxy::new(
         shared.snapshot.clone(),
@@ -140,88 +212,189 @@ pub async fn start(opts: RunOptions) -> anyhow::Result<Running> {
         proxy_metrics,
     );
     let mut settings = opts.translate.clone();
-    let mut cert_changes = Vec::new();
-    let mut cert_guards = Vec::new();
+    let mut cert_watch = None;
     if let Some(files) = &opts.client_cert {
         let f = files.clone();
         match tokio::task::spawn_blocking(move || f.load()).await? {
             Ok(identity) => settings.client_identity = Some(identity),
-            Err(e) => {
-                let _ = shutdown.send(true);
-                return Err(e);
-            }
+            Err(e) => return fail(e),
         }
-        for dir in files.dirs() {
-            let (g, rx) =
-                files::watch(&dir).with_context(|| format!("cannot watch {}", dir.display()))?;
-            cert_guards.push(g);
-            cert_changes.push(rx);
+        match CertWatch::start(files.clone()) {
+            Ok(w) => cert_watch = Some(w),
+            Err(e) => return fail(e),
         }
     }
-    let mut cert_changes =
-        futures::stream::select_all(cert_changes.into_iter().map(tokio_stream_from));
-    let client_cert = opts.client_cert.clone();
     let mut publisher = Publisher::new(shared.clone(), settings, control.clone());
-    let generation = publisher.publish(loaded.resources).await;
-    control.reload(ReloadResult::Ok);
-    tracing::info!(generation, files = loaded.files, "configuration loaded");
-    let mut bound = bind(&proxy, &shared).await;
 
-    let mut shutdown_rx = shutdown_rx;
-    let task_shared = shared.clone();
-    let task = tokio::spawn(async move {
-        let _guards = (guard, cert_guards);
-        let mut rebind = tokio::time::interval(REBIND_EVERY);
-        loop {
-            tokio::select! {
-                Some(()) = changes.recv() => {
-                    let dir = dir.clone();
-                    let loaded = match tokio::task::spawn_blocking(move || files::load(&dir)).await {
-                        Ok(l) => l,
-                        Err(e) => { tracing::error!(error = %e, "manifest loader panicked"); continue; }
-                    };
-                    match loaded {
-                        Ok(loaded) => {
-                            log_loaded(&loaded);
-                            let generation = publisher.publish(loaded.resources).await;
-                            control.reload(ReloadResult::Ok);
-                            tracing::info!(generation, files = loaded.files, "configuration reloaded");
-                            bound = bind(&proxy, &task_shared).await;
-                        }
-                        Err(e) => {
-                            control.reload(match e {
-                                files::LoadError::Parse { .. } => ReloadResult::ParseError,
-                                _ => ReloadResult::ReadError,
-                            });
-                            tracing::error!(file = %e.path().display(), error = %e, "reload failed; keeping the last good configuration");
-                        }
-                    }
+    let (feed, changes, leader) = match opts.source {
+        Source::Manifests(dir) => {
+            let loaded = {
+                let dir = dir.clone();
+                tokio::task::spawn_blocking(move || files::load(&dir)).await?
+            };
+            let loaded = match loaded {
+                Ok(l) => l,
+                Err(e) => return fail(anyhow::Error::new(e).context("cannot load the manifests")),
+            };
+            log_loaded(&loaded);
+            let (guard, changes) = match files::watch(&dir) {
+                Ok(w) => w,
+                Err(e) => {
+                    return fail(
+                        anyhow::Error::new(e).context(format!("cannot watch {}", dir.display())),
+                    );
                 }
-                Some(()) = futures::StreamExt::next(&mut cert_changes) => {
-                    let Some(files) = client_cert.clone() else { continue };
-                    match tokio::task::spawn_blocking(move || files.load()).await {
-                        Ok(Ok(identity)) => {
-                            if let Some(generation) = publisher.set_client_identity(Some(identity)).await {
-                                tracing::info!(generation, "client certificate reloaded");
-                            }
-                        }
-                        Ok(Err(e)) => tracing::error!(error = format!("{e:#}"), "client certificate reload failed; keeping the last good one"),
-                        Err(e) => tracing::error!(error = %e, "client certificate loader panicked"),
-                    }
-                }
-                _ = rebind.tick(), if !bound => bound = bind(&proxy, &task_shared).await,
-                _ = async { let _ = shutdown_rx.wait_for(|s| *s).await; } => break,
-            }
+            };
+            let generation = publisher.publish(loaded.resources).await;
+            control.reload(ReloadResult::Ok);
+            tracing::info!(generation, files = loaded.files, "configuration loaded");
+            (Feed::Files { dir, _guard: guard }, changes, None)
         }
-        proxy.shutdown(SHUTDOWN_GRACE).await;
-    });
+        Source::Cluster(cluster) => {
+            let client = match cluster.connect.client().await {
+                Ok(c) => c,
+                Err(e) => return fail(e),
+            };
+            let (source, changes) = KubeSource::start(&client, &cluster.scope, kube_metrics);
+            let writer = cluster.status.map(|status| {
+                let inputs = status_writer::Inputs {
+                    stores: source.stores.clone(),
+                    desired: shared.statuses.subscribe(),
+                    observed: source.status_changes.clone(),
+                    settings: opts.translate.clone(),
+                    clock: Arc::new(crate::translate::api::Timestamp::now),
+                };
+                StatusWriter::spawn(client.clone(), status, inputs, status_metrics)
+            });
+            let leader = writer.as_ref().map(|w| w.leader.clone());
+            (Feed::Cluster { source, writer }, changes, leader)
+        }
+    };
+    // With manifests the first configuration is published above; a cluster publishes on its
+    // first `()`, once every kind has listed.
+    let published = matches!(feed, Feed::Files { .. });
+    let bound = published && bind(&proxy, &shared).await;
+
+    let task = tokio::spawn(run_loop(
+        feed,
+        changes,
+        publisher,
+        proxy,
+        shared.clone(),
+        control,
+        shutdown_rx,
+        (published, bound),
+        cert_watch,
+    ));
     Ok(Running {
         admin_addr,
         shared,
+        leader,
         shutdown,
         task,
         admin_task,
     })
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn run_loop(
+    feed: Feed,
+    mut changes: mpsc::Receiver<()>,
+    mut publisher: Publisher,
+    proxy: Proxy,
+    shared: Arc<Shared>,
+    control: ControlMetrics,
+    mut shutdown: watch::Receiver<bool>,
+    (mut published, mut bound): (bool, bool),
+    mut cert_watch: Option<CertWatch>,
+) {
+    let mut rebind = tokio::time::interval(REBIND_EVERY);
+    loop {
+        tokio::select! {
+            Some(()) = changes.recv() => {
+                let started = tokio::time::Instant::now();
+                let Some(resources) = feed.load(&control).await else { continue };
+                let loaded = started.elapsed();
+                let generation = publisher.publish(resources).await;
+                control.reload(ReloadResult::Ok);
+                tracing::info!(
+                    generation,
+                    load_ms = loaded.as_millis() as u64,
+                    translate_ms = (started.elapsed() - loaded).as_millis() as u64,
+                    "configuration published"
+                );
+                published = true;
+                bound = bind(&proxy, &shared).await;
+            }
+            Some(files) = async { match &mut cert_watch { Some(w) => w.changed().await, None => std::future::pending().await } } => {
+                match tokio::task::spawn_blocking(move || files.load()).await {
+                    Ok(Ok(identity)) => {
+                        if let Some(generation) = publisher.set_client_identity(Some(identity)).await {
+                            tracing::info!(generation, "client certificate reloaded");
+                        }
+                    }
+                    Ok(Err(e)) => tracing::error!(error = format!("{e:#}"), "client certificate reload failed; keeping the last good one"),
+                    Err(e) => tracing::error!(error = %e, "client certificate loader panicked"),
+                }
+            }
+            _ = rebind.tick(), if published && !bound => bound = bind(&proxy, &shared).await,
+            () = async { let _ = shutdown.wait_for(|s| *s).await; } => break,
+        }
+    }
+    // Release the status-writer Lease first, so another replica writes while this one drains.
+    feed.stop().await;
+    proxy.shutdown(SHUTDOWN_GRACE).await;
+}
+
+// === impl Feed ===
+
+impl Feed {
+    /// The resources after a change; `None` (logged and counted) when they cannot be read.
+    async fn load(&self, control: &ControlMetrics) -> Option<Resources> {
+        match self {
+            Self::Files { dir, .. } => {
+                let dir = dir.clone();
+                match tokio::task::spawn_blocking(move || files::load(&dir)).await {
+                    Ok(Ok(loaded)) => {
+                        log_loaded(&loaded);
+                        tracing::info!(files = loaded.files, "manifests reloaded");
+                        Some(loaded.resources)
+                    }
+                    Ok(Err(e)) => {
+                        control.reload(match e {
+                            files::LoadError::Parse { .. } => ReloadResult::ParseError,
+                            _ => ReloadResult::ReadError,
+                        });
+                        tracing::error!(file = %e.path().display(), error = %e, "reload failed; keeping the last good configuration");
+                        None
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "manifest loader panicked");
+                        None
+                    }
+                }
+            }
+            Self::Cluster { source, .. } => {
+                let stores: Stores = source.stores.clone();
+                match tokio::task::spawn_blocking(move || stores.resources()).await {
+                    Ok(r) => Some(r),
+                    Err(e) => {
+                        tracing::error!(error = %e, "reading the watch stores panicked");
+                        None
+                    }
+                }
+            }
+        }
+    }
+
+    async fn stop(self) {
+        if let Self::Cluster { source, writer } = self {
+            if let Some(w) = writer {
+                w.shutdown().await;
+            }
+            source.stop();
+        }
+    }
 }
 
 /// Reconciles listening sockets; ready once every port is bound after the first publish.
@@ -242,9 +415,34 @@ fn log_loaded(loaded: &files::Loaded) {
     }
 }
 
-/// A stream over an mpsc receiver (tokio-stream is not a dependency).
-fn tokio_stream_from(
-    mut rx: tokio::sync::mpsc::Receiver<()>,
-) -> impl futures::Stream<Item = ()> + Unpin {
-    Box::pin(futures::stream::poll_fn(move |cx| rx.poll_recv(cx)))
+/// Watches the directories of `--client-cert`/`--client-key`.
+struct CertWatch {
+    files: ClientCertFiles,
+    changes: Vec<mpsc::Receiver<()>>,
+    _guards: Vec<files::WatchGuard>,
+}
+
+impl CertWatch {
+    fn start(files: ClientCertFiles) -> anyhow::Result<Self> {
+        let mut changes = Vec::new();
+        let mut guards = Vec::new();
+        for dir in files.dirs() {
+            let (g, rx) =
+                files::watch(&dir).with_context(|| format!("cannot watch {}", dir.display()))?;
+            guards.push(g);
+            changes.push(rx);
+        }
+        Ok(Self {
+            files,
+            changes,
+            _guards: guards,
+        })
+    }
+
+    /// The files, once any of their directories changed.
+    async fn changed(&mut self) -> Option<ClientCertFiles> {
+        let polls = self.changes.iter_mut().map(|rx| Box::pin(rx.recv()));
+        let (ev, _, _) = futures::future::select_all(polls).await;
+        ev.map(|()| self.files.clone())
+    }
 }

@@ -188,3 +188,63 @@ async fn demo_serves_the_quickstart() {
     assert_eq!(r.headers["location"], "http://127.0.0.1:8080/a/x");
     assert!(terminate(&mut child).success());
 }
+
+#[test]
+fn crds_prints_the_crds_pier_reads() {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    for (args, mesh) in [(&["crds"][..], false), (&["crds", "--mesh"], true)] {
+        let out = pier().args(args).output().unwrap();
+        assert!(out.status.success(), "{args:?}");
+        let text = String::from_utf8(out.stdout).unwrap();
+        let crds: Vec<CustomResourceDefinition> = serde_saphyr::from_multiple(&text).unwrap();
+        assert_eq!(crds, pier::crds::bundle(mesh), "{args:?}");
+        let gateway = crds
+            .iter()
+            .find(|c| c.spec.names.kind == "Gateway")
+            .unwrap();
+        let has_mesh = serde_json::to_value(gateway).unwrap()["spec"]["versions"][0]["schema"]
+            ["openAPIV3Schema"]["properties"]["spec"]["properties"]
+            .get("mesh")
+            .is_some();
+        assert_eq!(has_mesh, mesh);
+    }
+}
+
+#[test]
+fn run_takes_exactly_one_source() {
+    let out = pier().args(["run"]).output().unwrap();
+    assert!(!out.status.success());
+    let both = pier()
+        .args([
+            "run",
+            "--manifests",
+            "config/examples/quickstart",
+            "--kubeconfig",
+            "k",
+        ])
+        .output()
+        .unwrap();
+    assert!(!both.status.success());
+    assert!(
+        String::from_utf8_lossy(&both.stderr).contains("cannot be used with"),
+        "{}",
+        String::from_utf8_lossy(&both.stderr)
+    );
+    let missing = pier()
+        .args([
+            "run",
+            "--kubeconfig",
+            "/nonexistent/kubeconfig",
+            "--admin",
+            "127.0.0.1:0",
+        ])
+        .output()
+        .unwrap();
+    assert!(!missing.status.success());
+    assert!(
+        String::from_utf8_lossy(&missing.stderr)
+            .contains("cannot read kubeconfig /nonexistent/kubeconfig"),
+        "{}",
+        String::from_utf8_lossy(&missing.stderr)
+    );
+}

@@ -38,7 +38,7 @@ async fn client_certificate_is_loaded_watched_and_a_bad_rotation_keeps_the_last_
     std::fs::write(tls.path().join("tls.crt"), &cert).unwrap();
     std::fs::write(tls.path().join("tls.key"), &key).unwrap();
     let pier = run::start(RunOptions {
-        manifests: dir.path().to_path_buf(),
+        source: run::Source::Manifests(dir.path().to_path_buf()),
         listen_host: [127, 0, 0, 1].into(),
         admin: SocketAddr::from(([127, 0, 0, 1], 0)),
         translate: Default::default(),
@@ -85,7 +85,7 @@ async fn startup_fails_on_an_unusable_client_certificate() {
     std::fs::write(dir.path().join("bad.crt"), "nope").unwrap();
     std::fs::write(dir.path().join("bad.key"), "nope").unwrap();
     let err = run::start(RunOptions {
-        manifests: dir.path().to_path_buf(),
+        source: run::Source::Manifests(dir.path().to_path_buf()),
         listen_host: [127, 0, 0, 1].into(),
         admin: SocketAddr::from(([127, 0, 0, 1], 0)),
         translate: Default::default(),

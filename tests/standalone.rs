@@ -30,12 +30,10 @@ impl Env {
 
 fn options(dir: &std::path::Path) -> RunOptions {
     RunOptions {
-        manifests: dir.to_path_buf(),
         listen_host: [127, 0, 0, 1].into(),
         admin: SocketAddr::from(([127, 0, 0, 1], 0)),
-        translate: Default::default(),
         access_log: true,
-        client_cert: None,
+        ..RunOptions::new(run::Source::Manifests(dir.to_path_buf()))
     }
 }
 

@@ -1,5 +1,6 @@
 //! Where [`Resources`](crate::translate::Resources) come from: a directory of manifests
-//! (`files`), later a cluster. A source only reads; it hands whole `Resources` to the
-//! publisher and never translates.
+//! (`files`) or a cluster (`kube`: watches through a kubeconfig). A source only reads; it hands
+//! whole `Resources` to the publisher and never translates.
 
 pub mod files;
+pub mod kube;

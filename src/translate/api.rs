@@ -20,6 +20,9 @@ pub use gateway_api::constants::{
     GatewayConditionType, ListenerConditionReason, ListenerConditionType,
 };
 pub use gateway_api::gatewayclasses::{GatewayClass, GatewayClassSpec};
+/// The upstream Gateway type, for its group/version/kind (the cluster source watches Gateways
+/// as pier's own [`Gateway`], which keeps `spec.mesh`).
+pub use gateway_api::gateways::Gateway as UpstreamGateway;
 pub use gateway_api::gateways::{
     GatewayInfrastructure, GatewayInfrastructureParametersRef, GatewayListeners,
     GatewayListenersAllowedRoutes, GatewayListenersAllowedRoutesKinds,

@@ -1,0 +1,565 @@
+//! Cluster mode: kube-rs watchers and reflector stores for every kind translation reads, a
+//! readiness latch per kind, and a coalesced "configuration changed" signal. Like the file
+//! source it only reads: the run loop rebuilds whole [`Resources`] from the stores (never from
+//! deltas) and hands them to the publisher.
+//!
+//! ```text
+//! watcher(GatewayClass) ─────┐ .backoff(Reconnect) .modify(drop managedFields)
+//! watcher(Gateway, HTTPRoute)│  └─> Writer::apply_watcher_event ─> Store<K> ─┐
+//! watcher(ReferenceGrant)    │  first InitDone: the kind's latch is released  ├─> Stores::resources()
+//!   (v1, or v1beta1)         │                                                │     └─> Resources
+//! watcher(Namespace meta)    │
+//! watcher(Service, EndpointSlice, Secret, ConfigMap)
+//!                            ├─> spec/data change ─> coalesce (QUIET, MAX_DELAY) ─> change signal
+//!                            └─> status-only change (GatewayClass/Gateway/HTTPRoute)
+//!                                  ─> `status_changes` (the status writer)
+//! ```
+//!
+//! **Robustness.** Objects are watched as [`DeserializeGuard`]s: one that does not decode is
+//! logged, counted and left out of `Resources`, and the rest keeps working. Watches reconnect
+//! with a jittered exponential backoff ([`Reconnect`], 0.5 s → 5 s; kube's `default_backoff`
+//! caps at 30 s, which after an API server outage leaves pier up to half a minute behind).
+//! During an outage the stores keep their contents, nothing is republished and the data plane
+//! keeps serving the last good snapshot. A watch resumes from its last `resourceVersion`; when
+//! the API server can no longer serve that version (410 Gone, usual after a restart) the
+//! watcher relists, and the reflector swaps the store whole on `InitDone`, so deletes made
+//! during the outage are seen. Missing Gateway API CRDs (404) and missing RBAC (403) are
+//! logged once a minute with what to do, and retried: pier stays unready instead of crashing.
+//!
+//! **Readiness.** The change signal of [`KubeSource::start`] yields its first `()` only once
+//! every kind has listed once, so the first published snapshot is complete (no 404s for routes
+//! that have not loaded yet).
+//!
+//! **Status-only changes.** GatewayClass, Gateway and HTTPRoute have a status subresource:
+//! their `metadata.generation` moves with the spec only. An update that keeps generation,
+//! labels and annotations (a status write, ours included) does not trigger a re-translation; it
+//! wakes the status writer through `status_changes` instead.
+//!
+//! **What is watched (least data, least privilege within what translation needs):**
+//!
+//! - GatewayClass, Gateway, HTTPRoute, ReferenceGrant, Service, EndpointSlice: all, cluster-wide
+//!   (any namespace can hold a Gateway, an attached Route or a referenced backend).
+//! - Namespace: metadata only (`allowedRoutes.namespaces.selector` reads labels).
+//! - Secret: cluster-wide but only `type=kubernetes.io/tls` (a field selector; the only type a
+//!   listener `certificateRef` may name). Service-account tokens, Helm release blobs and
+//!   opaque application secrets never reach pier's memory. Cost: a referenced Secret of the
+//!   wrong type reports "not found" rather than "wrong type". Kubernetes RBAC cannot narrow
+//!   `list`/`watch` by field selector, so the ClusterRole still grants all Secrets; narrower
+//!   grants mean per-namespace Roles, which pier would then have to be told about. The
+//!   alternative, one Secret watch per namespace that holds a Gateway, was rejected: a
+//!   cross-namespace `certificateRef` (with a ReferenceGrant) can point anywhere, and dynamic
+//!   per-namespace watches multiply connections and readiness states.
+//! - ConfigMap: cluster-wide, all, unless [`WatchScope::config_maps_label_selector`] narrows
+//!   it (`--configmap-label-selector`). Translation on this branch reads none; mesh trust
+//!   bundles (GEP-3951) and BackendTLSPolicy `caCertificateRefs` name ConfigMaps in arbitrary
+//!   namespaces, so the watch is in place for them. Clusters with many or large ConfigMaps
+//!   should label the bundles and set the selector.
+//!
+//! **Adding a kind** (BackendTLSPolicy, ClusterTrustBundle for mesh mTLS): a field in
+//! [`Stores`], one `tasks.watch(..)` line in [`KubeSource::start`], one line in
+//! [`Stores::resources`], a [`WatchKind`] variant, and the RBAC rule in `config/rbac/`. A kind
+//! whose Rust type is not a kube `Resource` (a pier-own struct, like mesh's Gateway with
+//! `spec.mesh`) gets a `#[serde(transparent)]` newtype implementing `Resource`, as
+//! [`ReferenceGrantV1Beta1`] does.
+
+mod gateway;
+mod reference_grant;
+mod watch;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::api::Api;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::core::{DeserializeGuard, PartialObjectMeta};
+use kube::runtime::reflector::Store;
+use kube::runtime::watcher::{self, watcher};
+use kube::{Client, Resource};
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use tokio::sync::{mpsc, watch as channel};
+use tokio::task::JoinHandle;
+
+pub use self::reference_grant::ReferenceGrantV1Beta1;
+use self::watch::{Changes, Ctx};
+pub use self::watch::{Reconnect, Watched};
+use crate::translate::api::{
+    ConfigMap, EndpointSlice, GatewayClass, HttpRoute, Namespace, ReferenceGrant, Secret, Service,
+};
+use crate::translate::{ObjectKey, Resources};
+
+/// Quiet period before a rebuild (as for files).
+pub const QUIET: Duration = super::files::QUIET;
+/// A rebuild happens at most this long after the first change, however busy the cluster.
+pub const MAX_DELAY: Duration = super::files::MAX_DELAY;
+/// How often "still waiting for the initial list" is logged.
+const WAITING_LOG_EVERY: Duration = Duration::from_secs(10);
+
+/// The only Secret type translation reads (listener certificates).
+pub const TLS_SECRETS: &str = "type=kubernetes.io/tls";
+
+/// Which API server to talk to, as `pier run --kubeconfig [PATH] [--context NAME]` says.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Connect {
+    /// A kubeconfig file; `None` infers: `KUBECONFIG`, `~/.kube/config`, then the in-cluster
+    /// service account.
+    pub kubeconfig: Option<PathBuf>,
+    /// A context of the kubeconfig other than its current one.
+    pub context: Option<String>,
+}
+
+/// What is watched beyond the Gateway API kinds (see the module docs for the trade-offs).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WatchScope {
+    /// Field selector for Secrets; [`TLS_SECRETS`] by default.
+    pub secrets_field_selector: Option<String>,
+    /// Label selector for ConfigMaps; all by default.
+    pub config_maps_label_selector: Option<String>,
+}
+
+/// The kinds pier watches, as metric labels and log fields.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum WatchKind {
+    GatewayClass,
+    Gateway,
+    HttpRoute,
+    ReferenceGrant,
+    Namespace,
+    Service,
+    EndpointSlice,
+    Secret,
+    ConfigMap,
+}
+
+/// The reflector stores, one per kind. Cheap to clone (shared handles).
+#[derive(Clone)]
+pub struct Stores {
+    pub gateway_classes: Store<DeserializeGuard<GatewayClass>>,
+    pub gateways: Store<DeserializeGuard<gateway::GatewayObject>>,
+    pub http_routes: Store<DeserializeGuard<HttpRoute>>,
+    /// Filled when the API server serves ReferenceGrant `v1`...
+    pub reference_grants: Store<DeserializeGuard<ReferenceGrant>>,
+    /// ... else this one, from `v1beta1` (Gateway API before v1.5).
+    pub reference_grants_v1beta1: Store<DeserializeGuard<ReferenceGrantV1Beta1>>,
+    pub namespaces: Store<PartialObjectMeta<Namespace>>,
+    pub services: Store<DeserializeGuard<Service>>,
+    pub endpoint_slices: Store<DeserializeGuard<EndpointSlice>>,
+    pub secrets: Store<DeserializeGuard<Secret>>,
+    pub config_maps: Store<DeserializeGuard<ConfigMap>>,
+}
+
+/// A running set of watches.
+pub struct KubeSource {
+    pub stores: Stores,
+    /// Changes after which only a status (ours or another writer's) differs.
+    pub status_changes: channel::Receiver<()>,
+    pending: channel::Receiver<BTreeSet<WatchKind>>,
+    tasks: Tasks,
+}
+
+/// Watch metrics (`pier_kube_*`).
+#[derive(Clone, Debug, Default)]
+pub struct KubeMetrics {
+    pub objects: Family<KindLabels, Gauge>,
+    pub errors: Family<ErrorLabels, Counter>,
+    pub undecodable: Family<KindLabels, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    pub kind: WatchKind,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorLabels {
+    pub kind: WatchKind,
+    pub reason: WatchError,
+}
+
+/// Why a watch failed, as far as pier acts on it.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+pub enum WatchError {
+    /// 404: the kind is not served (Gateway API CRDs not installed).
+    NotFound,
+    /// 401/403: pier's identity lacks the RBAC.
+    Forbidden,
+    /// The API server could not be reached or answered with a server error.
+    Unavailable,
+    Other,
+}
+
+/// Aborts the watch tasks when dropped.
+#[derive(Default)]
+struct Tasks(Vec<JoinHandle<()>>);
+
+// === impl Connect ===
+
+impl Connect {
+    /// A client for the API server. The connect timeout is shortened to 10 s so that a
+    /// blackholed API server is noticed and retried sooner.
+    pub async fn client(&self) -> anyhow::Result<Client> {
+        use anyhow::Context;
+        let options = KubeConfigOptions {
+            context: self.context.clone(),
+            ..KubeConfigOptions::default()
+        };
+        let mut config = match (&self.kubeconfig, &self.context) {
+            (Some(path), _) => {
+                let kubeconfig = Kubeconfig::read_from(path)
+                    .with_context(|| format!("cannot read kubeconfig {}", path.display()))?;
+                kube::Config::from_custom_kubeconfig(kubeconfig, &options)
+                    .await
+                    .with_context(|| format!("invalid kubeconfig {}", path.display()))?
+            }
+            (None, Some(_)) => kube::Config::from_kubeconfig(&options)
+                .await
+                .context("cannot load the kubeconfig")?,
+            (None, None) => kube::Config::infer()
+                .await
+                .context("no kubeconfig (KUBECONFIG, ~/.kube/config) and not in a cluster")?,
+        };
+        config.connect_timeout = Some(Duration::from_secs(10));
+        tracing::info!(server = %config.cluster_url, "using the Kubernetes API server");
+        Client::try_from(config).context("cannot build the Kubernetes client")
+    }
+}
+
+// === impl WatchScope ===
+
+impl Default for WatchScope {
+    fn default() -> Self {
+        Self {
+            secrets_field_selector: Some(TLS_SECRETS.to_string()),
+            config_maps_label_selector: None,
+        }
+    }
+}
+
+// === impl WatchKind ===
+
+impl WatchKind {
+    pub const ALL: [Self; 9] = [
+        Self::GatewayClass,
+        Self::Gateway,
+        Self::HttpRoute,
+        Self::ReferenceGrant,
+        Self::Namespace,
+        Self::Service,
+        Self::EndpointSlice,
+        Self::Secret,
+        Self::ConfigMap,
+    ];
+
+    /// Served only when the Gateway API CRDs are installed.
+    pub fn is_gateway_api(self) -> bool {
+        matches!(
+            self,
+            Self::GatewayClass | Self::Gateway | Self::HttpRoute | Self::ReferenceGrant
+        )
+    }
+}
+
+impl std::fmt::Display for WatchKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::HttpRoute => f.write_str("HTTPRoute"),
+            other => std::fmt::Debug::fmt(other, f),
+        }
+    }
+}
+
+/// As the API spells the kind (`HTTPRoute`).
+impl EncodeLabelValue for WatchKind {
+    fn encode(&self, e: &mut LabelValueEncoder<'_>) -> std::fmt::Result {
+        use std::fmt::Write;
+        write!(e, "{self}")
+    }
+}
+
+// === impl KubeMetrics ===
+
+impl KubeMetrics {
+    pub fn register(reg: &mut Registry) -> Self {
+        let m = Self::default();
+        let reg = reg.sub_registry_with_prefix("kube");
+        reg.register(
+            "objects",
+            "Objects in the watch store, by kind",
+            m.objects.clone(),
+        );
+        reg.register(
+            "watch_errors",
+            "Watch errors by kind and reason; watches retry with backoff",
+            m.errors.clone(),
+        );
+        reg.register(
+            "undecodable_objects",
+            "Objects seen that could not be decoded (left out of the configuration)",
+            m.undecodable.clone(),
+        );
+        m
+    }
+}
+
+// === impl KubeSource ===
+
+impl KubeSource {
+    /// Starts every watch and returns at once, with the change signal: one `()` per coalesced
+    /// burst of configuration changes, the first once every kind has listed (that is the
+    /// readiness latch). Cancel-safe to `recv()` in a `select!`.
+    pub fn start(
+        client: &Client,
+        scope: &WatchScope,
+        metrics: KubeMetrics,
+    ) -> (Self, mpsc::Receiver<()>) {
+        let (config_tx, config_rx) = channel::channel(());
+        let (status_tx, status_rx) = channel::channel(());
+        let (pending_tx, pending_rx) = channel::channel(WatchKind::ALL.into_iter().collect());
+        let ctx = Ctx {
+            config: Arc::new(config_tx),
+            status: Arc::new(status_tx),
+            pending: Arc::new(pending_tx),
+            metrics,
+        };
+        let all = || watcher::Config::default();
+        let c = || client.clone();
+        let mut secrets = all();
+        if let Some(s) = &scope.secrets_field_selector {
+            secrets = secrets.fields(s);
+        }
+        let mut config_maps = all();
+        if let Some(s) = &scope.config_maps_label_selector {
+            config_maps = config_maps.labels(s);
+        }
+        let mut tasks = Tasks::default();
+        let (reference_grants, reference_grants_v1beta1) =
+            reference_grant::watch(&mut tasks, client.clone(), &ctx);
+        use self::WatchKind as W;
+        use self::watch::Changes::{Any, Spec};
+        let stores = Stores {
+            gateway_classes: tasks.watch(
+                &ctx,
+                W::GatewayClass,
+                Spec,
+                watcher(Api::all(c()), all()),
+            ),
+            gateways: tasks.watch(&ctx, W::Gateway, Spec, watcher(Api::all(c()), all())),
+            http_routes: tasks.watch(&ctx, W::HttpRoute, Spec, watcher(Api::all(c()), all())),
+            reference_grants,
+            reference_grants_v1beta1,
+            namespaces: tasks.watch(
+                &ctx,
+                W::Namespace,
+                Any,
+                watcher(Api::<PartialObjectMeta<Namespace>>::all(c()), all()),
+            ),
+            services: tasks.watch(&ctx, W::Service, Any, watcher(Api::all(c()), all())),
+            endpoint_slices: tasks.watch(
+                &ctx,
+                W::EndpointSlice,
+                Any,
+                watcher(Api::all(c()), all()),
+            ),
+            secrets: tasks.watch(&ctx, W::Secret, Any, watcher(Api::all(c()), secrets)),
+            config_maps: tasks.watch(&ctx, W::ConfigMap, Any, watcher(Api::all(c()), config_maps)),
+        };
+        let (tx, changes) = mpsc::channel(1);
+        tasks
+            .0
+            .push(tokio::spawn(coalesce(config_rx, pending_rx.clone(), tx)));
+        let source = Self {
+            stores,
+            status_changes: status_rx,
+            pending: pending_rx,
+            tasks,
+        };
+        (source, changes)
+    }
+
+    /// The kinds that have not finished their first list yet.
+    pub fn pending(&self) -> BTreeSet<WatchKind> {
+        self.pending.borrow().clone()
+    }
+
+    /// Stops every watch.
+    pub fn stop(self) {
+        drop(self.tasks);
+    }
+}
+
+// === impl Stores ===
+
+/// Empty stores that never fill (no watch behind them): for tests and for kinds not watched.
+impl Default for Stores {
+    fn default() -> Self {
+        fn empty<K: Watched>() -> Store<K> {
+            kube::runtime::reflector::store::Writer::<K>::default().as_reader()
+        }
+        Self {
+            gateway_classes: empty(),
+            gateways: empty(),
+            http_routes: empty(),
+            reference_grants: empty(),
+            reference_grants_v1beta1: empty(),
+            namespaces: empty(),
+            services: empty(),
+            endpoint_slices: empty(),
+            secrets: empty(),
+            config_maps: empty(),
+        }
+    }
+}
+
+impl Stores {
+    /// Everything translation reads, copied out of the stores. Blocking-ish (clones every
+    /// object): call it from `spawn_blocking` for large clusters.
+    pub fn resources(&self) -> Resources {
+        let mut reference_grants = namespaced(&self.reference_grants, Clone::clone);
+        reference_grants.extend(namespaced(&self.reference_grants_v1beta1, |g| g.0.clone()));
+        Resources {
+            gateway_classes: cluster(&self.gateway_classes),
+            gateways: namespaced(&self.gateways, |g| g.0.clone()),
+            http_routes: namespaced(&self.http_routes, Clone::clone),
+            reference_grants,
+            namespaces: self
+                .namespaces
+                .state()
+                .iter()
+                .filter_map(|m| {
+                    let name = m.metadata.name.clone()?;
+                    let ns = Namespace {
+                        metadata: m.metadata.clone(),
+                        ..Namespace::default()
+                    };
+                    Some((name, ns))
+                })
+                .collect(),
+            services: namespaced(&self.services, Clone::clone),
+            endpoint_slices: namespaced(&self.endpoint_slices, Clone::clone),
+            secrets: namespaced(&self.secrets, Clone::clone),
+            config_maps: namespaced(&self.config_maps, Clone::clone),
+            // Not watched in cluster mode yet (next step for mesh mTLS from a cluster).
+            ..Resources::default()
+        }
+    }
+}
+
+/// The decoded objects of a cluster-scoped store, by name.
+fn cluster<K: Resource + Clone>(store: &Store<DeserializeGuard<K>>) -> BTreeMap<String, K>
+where
+    DeserializeGuard<K>: Watched,
+{
+    store
+        .state()
+        .iter()
+        .filter_map(|g| {
+            let k = g.0.as_ref().ok()?;
+            Some((k.meta().name.clone()?, k.clone()))
+        })
+        .collect()
+}
+
+/// The decoded objects of a namespaced store, by (namespace, name), through `f`.
+fn namespaced<K: Resource, T>(
+    store: &Store<DeserializeGuard<K>>,
+    f: impl Fn(&K) -> T,
+) -> BTreeMap<ObjectKey, T>
+where
+    DeserializeGuard<K>: Watched,
+{
+    store
+        .state()
+        .iter()
+        .filter_map(|g| {
+            let k = g.0.as_ref().ok()?;
+            let meta = k.meta();
+            Some(((meta.namespace.clone()?, meta.name.clone()?), f(k)))
+        })
+        .collect()
+}
+
+// === impl Tasks ===
+
+impl Tasks {
+    /// Spawns the reflector task for one kind and returns its store.
+    fn watch<K, S>(&mut self, ctx: &Ctx, kind: WatchKind, changes: Changes, stream: S) -> Store<K>
+    where
+        K: Watched,
+        S: futures::Stream<Item = watcher::Result<watcher::Event<K>>> + Send + 'static,
+    {
+        let writer = kube::runtime::reflector::store::Writer::<K>::default();
+        let store = writer.as_reader();
+        self.0.push(tokio::spawn(watch::reflect(
+            kind,
+            changes,
+            stream,
+            writer,
+            ctx.clone(),
+        )));
+        store
+    }
+
+    fn spawn(&mut self, task: impl Future<Output = ()> + Send + 'static) {
+        self.0.push(tokio::spawn(task));
+    }
+}
+
+impl Drop for Tasks {
+    fn drop(&mut self) {
+        for t in &self.0 {
+            t.abort();
+        }
+    }
+}
+
+/// Turns configuration changes into at most one `()` per burst: after [`QUIET`] without
+/// changes, or [`MAX_DELAY`] after the first. Sends nothing before every kind has listed; then
+/// sends one `()` at once for the first publish. The dirty flag is cleared *before* that first
+/// `()`, so a change that lands while the first snapshot is being built is not lost.
+async fn coalesce(
+    mut config: channel::Receiver<()>,
+    mut pending: channel::Receiver<BTreeSet<WatchKind>>,
+    tx: mpsc::Sender<()>,
+) {
+    loop {
+        let all_listed = async { pending.wait_for(BTreeSet::is_empty).await.is_ok() };
+        match tokio::time::timeout(WAITING_LOG_EVERY, all_listed).await {
+            Ok(true) => break,
+            Ok(false) => return,
+            Err(_) => {
+                let waiting: Vec<String> = pending.borrow().iter().map(|k| k.to_string()).collect();
+                tracing::info!(
+                    waiting_for = %waiting.join(", "),
+                    "not ready: waiting for the first list of every watched kind"
+                );
+            }
+        }
+    }
+    tracing::info!("every watched kind has been listed");
+    config.mark_unchanged();
+    if tx.send(()).await.is_err() {
+        return;
+    }
+    while config.changed().await.is_ok() {
+        let deadline = tokio::time::Instant::now() + MAX_DELAY;
+        loop {
+            tokio::select! {
+                r = config.changed() => if r.is_err() { break },
+                () = tokio::time::sleep(QUIET) => break,
+                () = tokio::time::sleep_until(deadline) => break,
+            }
+        }
+        // A full channel already holds a pending rebuild: nothing is lost.
+        if let Err(mpsc::error::TrySendError::Closed(())) = tx.try_send(()) {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

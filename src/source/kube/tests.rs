@@ -1,0 +1,295 @@
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::core::{DeserializeGuard, PartialObjectMeta, Status};
+use kube::runtime::reflector::store::Writer;
+use kube::runtime::watcher::{self, Event};
+use serde_json::json;
+use tokio::sync::{mpsc, watch as channel};
+
+use super::watch::{self, Changes, Ctx, Notify, classify};
+use super::*;
+
+fn guard<K: serde::de::DeserializeOwned + Resource>(v: serde_json::Value) -> DeserializeGuard<K> {
+    serde_json::from_value(v).expect("JSON object")
+}
+
+fn route(ns: &str, name: &str, generation: i64) -> DeserializeGuard<HttpRoute> {
+    guard(json!({
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "HTTPRoute",
+        "metadata": { "name": name, "namespace": ns, "generation": generation,
+                      "managedFields": [{ "manager": "kubectl" }] },
+        "spec": { "parentRefs": [{ "name": "gw" }] },
+    }))
+}
+
+fn ctx() -> (Ctx, channel::Receiver<()>, channel::Receiver<()>) {
+    let (config, config_rx) = channel::channel(());
+    let (status, status_rx) = channel::channel(());
+    let (pending, _) = channel::channel(WatchKind::ALL.into_iter().collect());
+    let ctx = Ctx {
+        config: Arc::new(config),
+        status: Arc::new(status),
+        pending: Arc::new(pending),
+        metrics: KubeMetrics::default(),
+    };
+    (ctx, config_rx, status_rx)
+}
+
+/// Empty stores, with writers for the kinds a test fills.
+struct Fixture {
+    stores: Stores,
+    routes: Writer<DeserializeGuard<HttpRoute>>,
+    grants_v1beta1: Writer<DeserializeGuard<ReferenceGrantV1Beta1>>,
+    namespaces: Writer<PartialObjectMeta<Namespace>>,
+    classes: Writer<DeserializeGuard<GatewayClass>>,
+}
+
+fn fixture() -> Fixture {
+    let routes = Writer::default();
+    let grants_v1beta1 = Writer::default();
+    let namespaces = Writer::default();
+    let classes = Writer::default();
+    let stores = Stores {
+        gateway_classes: classes.as_reader(),
+        http_routes: routes.as_reader(),
+        reference_grants_v1beta1: grants_v1beta1.as_reader(),
+        namespaces: namespaces.as_reader(),
+        ..Stores::default()
+    };
+    Fixture {
+        stores,
+        routes,
+        grants_v1beta1,
+        namespaces,
+        classes,
+    }
+}
+
+#[test]
+fn resources_hold_decoded_objects_by_key() {
+    let mut f = fixture();
+    f.routes
+        .apply_watcher_event(&Event::Apply(route("b", "r2", 1)));
+    f.routes
+        .apply_watcher_event(&Event::Apply(route("a", "r1", 1)));
+    // `hostnames` must be a list: this one does not decode and is left out.
+    f.routes.apply_watcher_event(&Event::Apply(guard(json!({
+        "metadata": { "name": "bad", "namespace": "a" },
+        "spec": { "hostnames": "not-a-list" },
+    }))));
+    f.grants_v1beta1.apply_watcher_event(&Event::Apply(guard(json!({
+        "metadata": { "name": "g", "namespace": "backend" },
+        "spec": {
+            "from": [{ "group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "namespace": "a" }],
+            "to": [{ "group": "", "kind": "Service" }],
+        },
+    }))));
+    f.namespaces.apply_watcher_event(&Event::Apply(
+        serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Namespace",
+            "metadata": { "name": "a", "labels": { "team": "x" } },
+        }))
+        .unwrap(),
+    ));
+    f.classes.apply_watcher_event(&Event::Apply(guard(json!({
+        "metadata": { "name": "pier" },
+        "spec": { "controllerName": crate::DEFAULT_CONTROLLER_NAME },
+    }))));
+
+    let r = f.stores.resources();
+    let keys: Vec<_> = r.http_routes.keys().cloned().collect();
+    assert_eq!(keys, [("a".into(), "r1".into()), ("b".into(), "r2".into())]);
+    assert_eq!(
+        r.reference_grants.keys().cloned().collect::<Vec<_>>(),
+        [("backend".to_string(), "g".to_string())]
+    );
+    assert_eq!(
+        r.namespaces["a"].metadata.labels.as_ref().unwrap()["team"],
+        "x"
+    );
+    assert!(r.gateway_classes.contains_key("pier"));
+    assert!(r.gateways.is_empty() && r.secrets.is_empty());
+}
+
+#[test]
+fn status_only_updates_do_not_change_the_configuration() {
+    let old = route("a", "r", 1);
+    let mut status_only = route("a", "r", 1);
+    status_only.0.as_mut().unwrap().status = serde_json::from_value(json!({ "parents": [] })).ok();
+    assert_eq!(
+        Changes::Spec.classify(Some(&old), &status_only),
+        Notify::Status
+    );
+    assert_eq!(
+        Changes::Any.classify(Some(&old), &status_only),
+        Notify::Config
+    );
+    assert_eq!(
+        Changes::Spec.classify(Some(&old), &route("a", "r", 2)),
+        Notify::Config
+    );
+    let mut labelled = route("a", "r", 1);
+    labelled.0.as_mut().unwrap().metadata.labels = Some([("k".into(), "v".into())].into());
+    assert_eq!(
+        Changes::Spec.classify(Some(&old), &labelled),
+        Notify::Config
+    );
+    assert_eq!(Changes::Spec.classify(None, &old), Notify::Config);
+}
+
+#[test]
+fn reconnect_backoff_doubles_up_to_its_cap_and_resets() {
+    use kube::runtime::utils::Backoff;
+    let mut b = Reconnect::new(Duration::from_millis(100), Duration::from_millis(400));
+    let d: Vec<Duration> = (0..5).map(|_| b.next().unwrap()).collect();
+    let within = |d: Duration, base: u64| {
+        d >= Duration::from_millis(base * 8 / 10) && d <= Duration::from_millis(base * 12 / 10)
+    };
+    for (d, base) in d.iter().zip([100, 200, 400, 400, 400]) {
+        assert!(within(*d, base), "{d:?} vs {base} ms");
+    }
+    b.reset();
+    assert!(within(b.next().unwrap(), 100));
+}
+
+#[test]
+fn watch_errors_are_classified_by_what_pier_does_about_them() {
+    let api = |code| {
+        watcher::Error::InitialListFailed(kube::Error::Api(
+            Status::failure("x", "y").with_code(code).boxed(),
+        ))
+    };
+    assert_eq!(classify(&api(404)), WatchError::NotFound);
+    assert_eq!(classify(&api(403)), WatchError::Forbidden);
+    assert_eq!(classify(&api(401)), WatchError::Forbidden);
+    assert_eq!(classify(&api(503)), WatchError::Unavailable);
+    assert_eq!(classify(&api(422)), WatchError::Other);
+    assert_eq!(
+        classify(&watcher::Error::WatchError(
+            Status::failure("gone", "Expired").with_code(410).boxed()
+        )),
+        WatchError::Other
+    );
+    assert_eq!(
+        classify(&watcher::Error::WatchFailed(
+            kube::Error::LinesCodecMaxLineLengthExceeded
+        )),
+        WatchError::Unavailable
+    );
+}
+
+/// The driver, fed a scripted stream: the latch drops on the first InitDone, managedFields are
+/// gone, undecodable objects are counted, and each event says the right thing.
+#[tokio::test]
+async fn reflect_releases_the_latch_and_notifies() {
+    let (ctx, mut config, mut status) = ctx();
+    let mut pending = ctx.pending.subscribe();
+    let writer = Writer::<DeserializeGuard<HttpRoute>>::default();
+    let store = writer.as_reader();
+    let mut with_status = route("a", "r1", 1);
+    with_status.0.as_mut().unwrap().status = serde_json::from_value(json!({ "parents": [] })).ok();
+    let events: Vec<watcher::Result<Event<DeserializeGuard<HttpRoute>>>> = vec![
+        Ok(Event::Init),
+        Ok(Event::InitApply(route("a", "r1", 1))),
+        Ok(Event::InitApply(guard(json!({
+            "metadata": { "name": "bad", "namespace": "a" },
+            "spec": { "hostnames": 7 },
+        })))),
+        Ok(Event::InitDone),
+    ];
+    watch::reflect(
+        WatchKind::HttpRoute,
+        Changes::Spec,
+        futures::stream::iter(events),
+        writer,
+        ctx.clone(),
+    )
+    .await;
+    assert!(!pending.borrow_and_update().contains(&WatchKind::HttpRoute));
+    assert!(config.has_changed().unwrap());
+    config.mark_unchanged();
+    assert_eq!(store.len(), 2);
+    let r1 = store
+        .get(&kube::runtime::reflector::ObjectRef::new("r1").within("a"))
+        .unwrap();
+    assert!(r1.0.as_ref().unwrap().metadata.managed_fields.is_none());
+    let undecodable = ctx
+        .metrics
+        .undecodable
+        .get_or_create(&KindLabels {
+            kind: WatchKind::HttpRoute,
+        })
+        .get();
+    assert_eq!(undecodable, 1);
+
+    // A status-only update of a stored object wakes the status writer only.
+    status.mark_unchanged();
+    let mut writer = Writer::<DeserializeGuard<HttpRoute>>::default();
+    writer.apply_watcher_event(&Event::Apply(route("a", "r1", 1)));
+    let store = writer.as_reader();
+    watch::reflect(
+        WatchKind::HttpRoute,
+        Changes::Spec,
+        futures::stream::iter(vec![Ok(Event::Apply(with_status))]),
+        writer,
+        ctx.clone(),
+    )
+    .await;
+    assert!(status.has_changed().unwrap());
+    assert!(!config.has_changed().unwrap());
+    let r1 = store
+        .get(&kube::runtime::reflector::ObjectRef::new("r1").within("a"))
+        .unwrap();
+    assert!(r1.0.as_ref().unwrap().status.is_some());
+}
+
+#[tokio::test(start_paused = true)]
+async fn changes_wait_for_every_kind_then_coalesce() {
+    let (config_tx, config_rx) = channel::channel(());
+    let kinds: BTreeSet<WatchKind> = [WatchKind::Gateway, WatchKind::Service].into();
+    let (pending_tx, pending_rx) = channel::channel(kinds);
+    let (tx, mut rx) = mpsc::channel(1);
+    tokio::spawn(coalesce(config_rx, pending_rx, tx));
+
+    config_tx.send_replace(());
+    pending_tx.send_modify(|p| {
+        p.remove(&WatchKind::Gateway);
+    });
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(rx.try_recv().is_err(), "not before every kind has listed");
+
+    pending_tx.send_modify(|p| {
+        p.remove(&WatchKind::Service);
+    });
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    assert!(rx.try_recv().is_ok(), "the first publish comes at once");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        rx.try_recv().is_err(),
+        "changes before ready are in the first one"
+    );
+
+    // A change every 50 ms for a second is never quiet for QUIET: MAX_DELAY caps the wait, so
+    // it gives a rebuild about every 500 ms, not none (uncapped) and not one per change.
+    let start = tokio::time::Instant::now();
+    let mut rebuilds = vec![];
+    for _ in 0..20 {
+        config_tx.send_replace(());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        while rx.try_recv().is_ok() {
+            rebuilds.push(start.elapsed());
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    while rx.try_recv().is_ok() {
+        rebuilds.push(start.elapsed());
+    }
+    assert!((2..=3).contains(&rebuilds.len()), "{rebuilds:?}");
+    assert!(
+        rebuilds[0] <= MAX_DELAY + Duration::from_millis(50),
+        "{rebuilds:?}"
+    );
+}

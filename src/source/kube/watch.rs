@@ -1,0 +1,328 @@
+//! One reflector task per kind: drives a watcher stream into a store, releases the kind's
+//! readiness latch on its first `InitDone`, says what changed, and logs errors so that an
+//! operator can act on them (without flooding the log while a watch keeps failing).
+
+use std::collections::BTreeSet;
+use std::pin::pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::{Stream, StreamExt};
+use kube::Resource;
+use kube::core::{DeserializeGuard, PartialObjectMeta};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::store::Writer;
+use kube::runtime::utils::Backoff;
+use kube::runtime::watcher::{self, Event};
+use tokio::sync::watch;
+
+use super::{ErrorLabels, KindLabels, KubeMetrics, WatchError, WatchKind};
+
+/// A repeated error is logged at most this often (and at debug level in between).
+const ERROR_LOG_EVERY: Duration = Duration::from_secs(60);
+
+/// What a watch stream yields: an object that may have failed to decode.
+pub trait Watched:
+    Resource<DynamicType = ()> + Clone + std::fmt::Debug + Send + Sync + 'static
+{
+    /// Why the object could not be decoded, if it could not.
+    fn decode_error(&self) -> Option<&str>;
+}
+
+/// Which updates of an existing object change the configuration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Changes {
+    /// Every update.
+    Any,
+    /// Updates that move `metadata.generation`, labels, annotations or the deletion
+    /// timestamp: kinds with a status subresource, whose status pier does not translate.
+    Spec,
+}
+
+/// What an event asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Notify {
+    Nothing,
+    Config,
+    Status,
+}
+
+/// Shared by every reflector task.
+#[derive(Clone)]
+pub struct Ctx {
+    pub config: Arc<watch::Sender<()>>,
+    pub status: Arc<watch::Sender<()>>,
+    pub pending: Arc<watch::Sender<BTreeSet<WatchKind>>>,
+    pub metrics: KubeMetrics,
+}
+
+/// Reconnect backoff: jittered exponential from 0.5 s to 5 s, reset by any successful event.
+///
+/// Departs from kube's `default_backoff` (0.8 s → 30 s): a gateway should resync within
+/// seconds of the API server coming back, and a handful of watches per replica retrying every
+/// 5 s is no load for an API server.
+#[derive(Clone, Debug)]
+pub struct Reconnect {
+    next: Duration,
+    min: Duration,
+    max: Duration,
+}
+
+/// Logs a watch's errors once per kind of failure and minute, and its recovery.
+pub struct ErrorLog {
+    kind: WatchKind,
+    last: Option<(WatchError, Instant)>,
+}
+
+// === impl Watched ===
+
+impl<K> Watched for DeserializeGuard<K>
+where
+    K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + Send + Sync + 'static,
+{
+    fn decode_error(&self) -> Option<&str> {
+        self.0.as_ref().err().map(|e| e.error.as_str())
+    }
+}
+
+impl<K> Watched for PartialObjectMeta<K>
+where
+    K: Resource<DynamicType = ()> + Clone + std::fmt::Debug + Send + Sync + 'static,
+{
+    fn decode_error(&self) -> Option<&str> {
+        None
+    }
+}
+
+// === impl Changes ===
+
+impl Changes {
+    /// What an update from `old` (if the store had it) to `new` asks for.
+    pub fn classify<K: Resource>(self, old: Option<&K>, new: &K) -> Notify {
+        let Some(old) = old else {
+            return Notify::Config;
+        };
+        match self {
+            Self::Any => Notify::Config,
+            Self::Spec => {
+                let (o, n) = (old.meta(), new.meta());
+                if o.generation != n.generation
+                    || o.labels != n.labels
+                    || o.annotations != n.annotations
+                    || o.deletion_timestamp != n.deletion_timestamp
+                {
+                    Notify::Config
+                } else {
+                    Notify::Status
+                }
+            }
+        }
+    }
+}
+
+// === impl Reconnect ===
+
+impl Default for Reconnect {
+    fn default() -> Self {
+        Self::new(Duration::from_millis(500), Duration::from_secs(5))
+    }
+}
+
+impl Reconnect {
+    pub fn new(min: Duration, max: Duration) -> Self {
+        Self {
+            next: min,
+            min,
+            max,
+        }
+    }
+}
+
+impl Iterator for Reconnect {
+    type Item = Duration;
+
+    /// The current delay with ±20 % jitter; doubles the next one, up to `max`.
+    fn next(&mut self) -> Option<Duration> {
+        let base = self.next;
+        self.next = (self.next * 2).min(self.max);
+        Some(base.mul_f64(rand::random_range(0.8..1.2)))
+    }
+}
+
+impl Backoff for Reconnect {
+    fn reset(&mut self) {
+        self.next = self.min;
+    }
+}
+
+// === impl ErrorLog ===
+
+impl ErrorLog {
+    pub fn new(kind: WatchKind) -> Self {
+        Self { kind, last: None }
+    }
+
+    pub fn report(&mut self, e: &watcher::Error, ctx: &Ctx) {
+        self.report_reason(classify(e), &e.to_string(), ctx);
+    }
+
+    pub fn report_reason(&mut self, reason: WatchError, error: &str, ctx: &Ctx) {
+        let kind = self.kind;
+        ctx.metrics
+            .errors
+            .get_or_create(&ErrorLabels { kind, reason })
+            .inc();
+        let repeated = self
+            .last
+            .is_some_and(|(r, at)| r == reason && at.elapsed() < ERROR_LOG_EVERY);
+        if repeated {
+            tracing::debug!(%kind, %error, "watch still failing");
+            return;
+        }
+        self.last = Some((reason, Instant::now()));
+        match reason {
+            WatchError::NotFound if kind.is_gateway_api() => tracing::error!(
+                %kind,
+                %error,
+                "the Gateway API is not served: install the Gateway API CRDs (`pier crds | kubectl \
+                 apply -f -`, or upstream's standard-install.yaml); pier stays unready and retries"
+            ),
+            WatchError::NotFound => {
+                tracing::error!(%kind, %error, "the API server does not serve this kind; retrying")
+            }
+            WatchError::Forbidden => tracing::error!(
+                %kind,
+                %error,
+                "pier's identity may not list/watch this kind: apply config/rbac/ (ClusterRole \
+                 pier); retrying"
+            ),
+            WatchError::Unavailable => tracing::warn!(
+                %kind,
+                %error,
+                "cannot reach the Kubernetes API server: serving the last good configuration, \
+                 retrying"
+            ),
+            WatchError::Other => tracing::warn!(%kind, %error, "watch failed; retrying"),
+        }
+    }
+
+    pub fn recovered(&mut self) {
+        if self.last.take().is_some() {
+            tracing::info!(kind = %self.kind, "watch recovered");
+        }
+    }
+}
+
+/// What pier does about a watch error depends only on this.
+pub fn classify(e: &watcher::Error) -> WatchError {
+    match e {
+        watcher::Error::InitialListFailed(c)
+        | watcher::Error::WatchStartFailed(c)
+        | watcher::Error::WatchFailed(c) => classify_client(c),
+        watcher::Error::WatchError(s) => classify_code(s.code),
+        watcher::Error::NoResourceVersion => WatchError::Other,
+    }
+}
+
+pub fn classify_client(e: &kube::Error) -> WatchError {
+    match e {
+        kube::Error::Api(s) => classify_code(s.code),
+        _ => WatchError::Unavailable,
+    }
+}
+
+fn classify_code(code: u16) -> WatchError {
+    match code {
+        404 => WatchError::NotFound,
+        401 | 403 => WatchError::Forbidden,
+        500.. => WatchError::Unavailable,
+        _ => WatchError::Other,
+    }
+}
+
+/// Drives `stream` into `writer` until the stream ends (it does not: watchers retry).
+pub async fn reflect<K, S>(
+    kind: WatchKind,
+    changes: Changes,
+    stream: S,
+    mut writer: Writer<K>,
+    ctx: Ctx,
+) where
+    K: Watched,
+    S: Stream<Item = watcher::Result<Event<K>>> + Send,
+{
+    let store = writer.as_reader();
+    let stream = stream
+        .modify(|o: &mut K| o.meta_mut().managed_fields = None)
+        .backoff(Reconnect::default());
+    let mut stream = pin!(stream);
+    let mut errors = ErrorLog::new(kind);
+    let mut listed = false;
+    let labels = KindLabels { kind };
+    while let Some(event) = stream.next().await {
+        let event = match event {
+            Ok(event) => event,
+            Err(e) => {
+                errors.report(&e, &ctx);
+                continue;
+            }
+        };
+        errors.recovered();
+        let notify = match &event {
+            Event::Init => Notify::Nothing,
+            Event::InitApply(o) => {
+                check_decoded(kind, o, &ctx.metrics);
+                Notify::Nothing
+            }
+            Event::InitDone | Event::Delete(_) => Notify::Config,
+            Event::Apply(o) => {
+                check_decoded(kind, o, &ctx.metrics);
+                changes.classify(store.get(&ObjectRef::from_obj(o)).as_deref(), o)
+            }
+        };
+        writer.apply_watcher_event(&event);
+        ctx.metrics
+            .objects
+            .get_or_create(&labels)
+            .set(store.len() as i64);
+        // Notify before releasing the latch: the coalescer clears the dirty flag once every
+        // latch is released, and this change is part of the first snapshot.
+        match notify {
+            Notify::Nothing => {}
+            Notify::Config => {
+                ctx.config.send_replace(());
+            }
+            Notify::Status => {
+                ctx.status.send_replace(());
+            }
+        }
+        if matches!(event, Event::InitDone) {
+            if !listed {
+                listed = true;
+                tracing::info!(%kind, objects = store.len(), "listed");
+                ctx.pending.send_modify(|p| {
+                    p.remove(&kind);
+                });
+            } else {
+                tracing::info!(%kind, objects = store.len(), "relisted");
+            }
+        }
+    }
+}
+
+fn check_decoded<K: Watched>(kind: WatchKind, o: &K, metrics: &KubeMetrics) {
+    if let Some(error) = o.decode_error() {
+        metrics
+            .undecodable
+            .get_or_create(&KindLabels { kind })
+            .inc();
+        tracing::warn!(
+            %kind,
+            namespace = o.meta().namespace.as_deref().unwrap_or(""),
+            name = o.meta().name.as_deref().unwrap_or(""),
+            %error,
+            "cannot decode this object: leaving it out of the configuration"
+        );
+    }
+}

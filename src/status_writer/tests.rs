@@ -1,0 +1,360 @@
+use std::sync::{Arc, Mutex};
+
+use kube::core::DeserializeGuard;
+use kube::runtime::reflector::store::Writer;
+use kube::runtime::watcher::Event;
+use serde_json::{Value, json};
+
+use super::render::{self, Ctx};
+use super::*;
+use crate::translate::api::{
+    GatewayClassConditionReason, GatewayClassConditionType, GatewayConditionReason,
+    GatewayConditionType, HttpRoute,
+};
+use crate::translate::status::{
+    ClassCondition, ClassConditionReason, ClassConditionType, GatewayClassStatus,
+    GatewayCondReason, GatewayCondType, GatewayCondition, GatewayStatus, HttpRouteStatus,
+    ParentRef, RouteCondition, RouteConditionReason, RouteConditionType, RouteParentStatus,
+};
+
+const OTHER: &str = "example.com/other-controller";
+const T0: &str = "2020-01-01T00:00:00Z";
+const NOW: &str = "2030-01-01T00:00:00Z";
+
+fn ctx<'a>(now: &'a Value, version: &'a BundleVersion) -> Ctx<'a> {
+    Ctx {
+        controller_name: crate::DEFAULT_CONTROLLER_NAME,
+        gateway: None,
+        version,
+        supported_features: SUPPORTED_FEATURES,
+        now,
+    }
+}
+
+fn class_status(accepted: bool) -> GatewayClassStatus {
+    let g = Some(3);
+    GatewayClassStatus {
+        generation: g,
+        conditions: vec![
+            ClassCondition::new(
+                ClassConditionType::Class(GatewayClassConditionType::Accepted),
+                accepted,
+                ClassConditionReason::Class(if accepted {
+                    GatewayClassConditionReason::Accepted
+                } else {
+                    GatewayClassConditionReason::InvalidParameters
+                }),
+                "m",
+                g,
+            ),
+            ClassCondition::new(
+                ClassConditionType::SupportedVersion,
+                true,
+                ClassConditionReason::SupportedVersion,
+                "Gateway API version is supported",
+                g,
+            ),
+        ],
+    }
+}
+
+fn route_status(name: &str, accepted: bool) -> HttpRouteStatus {
+    HttpRouteStatus {
+        generation: Some(2),
+        parents: vec![RouteParentStatus {
+            parent_ref: ParentRef {
+                group: None,
+                kind: None,
+                namespace: None,
+                name: name.into(),
+                section_name: None,
+                port: None,
+            },
+            controller_name: crate::DEFAULT_CONTROLLER_NAME.into(),
+            conditions: vec![RouteCondition::new(
+                RouteConditionType::Accepted,
+                accepted,
+                if accepted {
+                    RouteConditionReason::Accepted
+                } else {
+                    RouteConditionReason::NotAllowedByListeners
+                },
+                "m",
+                Some(2),
+            )],
+        }],
+    }
+}
+
+fn other_entry() -> Value {
+    json!({
+        "parentRef": { "name": "theirs" },
+        "controllerName": OTHER,
+        "conditions": [{ "type": "Accepted", "status": "True", "reason": "Accepted",
+                         "message": "", "lastTransitionTime": T0 }],
+    })
+}
+
+#[test]
+fn class_status_says_version_and_features() {
+    let now = json!(NOW);
+    let v = BundleVersion::Supported("v1.5.1".into());
+    let s = render::gateway_class(&class_status(true), &Value::Null, ctx(&now, &v)).unwrap();
+    let c = &s["conditions"];
+    assert_eq!(c[0]["type"], "Accepted");
+    assert_eq!(c[0]["observedGeneration"], 3);
+    assert_eq!(c[0]["lastTransitionTime"], NOW);
+    assert_eq!(c[1]["type"], "SupportedVersion");
+    assert_eq!(c[1]["status"], "True");
+    assert_eq!(c[1]["message"], "Gateway API v1.5.1 is supported");
+    let names: Vec<&str> = s["supportedFeatures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, SUPPORTED_FEATURES);
+
+    let old = BundleVersion::Unsupported("v1.0.0".into());
+    let s = render::gateway_class(&class_status(true), &Value::Null, ctx(&now, &old)).unwrap();
+    assert_eq!(s["conditions"][1]["status"], "False");
+    assert_eq!(s["conditions"][1]["reason"], "UnsupportedVersion");
+}
+
+#[test]
+fn supported_features_are_sorted_and_unique() {
+    let mut sorted = SUPPORTED_FEATURES.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    assert_eq!(sorted, SUPPORTED_FEATURES);
+}
+
+#[test]
+fn a_status_read_back_is_not_written_again() {
+    let now = json!(NOW);
+    let later = json!("2031-01-01T00:00:00Z");
+    let v = BundleVersion::Unknown;
+    let written = render::gateway_class(&class_status(true), &Value::Null, ctx(&now, &v)).unwrap();
+    assert_eq!(
+        render::gateway_class(&class_status(true), &written, ctx(&later, &v)),
+        None
+    );
+
+    let route = route_status("gw", true);
+    let written = render::http_route("ns", &route, &Value::Null, ctx(&now, &v)).unwrap();
+    // As upstream's CRDs store it: parentRef group and kind defaulted.
+    let mut stored = written.clone();
+    stored["parents"][0]["parentRef"]["group"] = json!("gateway.networking.k8s.io");
+    stored["parents"][0]["parentRef"]["kind"] = json!("Gateway");
+    assert_eq!(
+        render::http_route("ns", &route, &stored, ctx(&later, &v)),
+        None
+    );
+
+    let gw = GatewayStatus {
+        generation: Some(1),
+        conditions: vec![GatewayCondition::new(
+            GatewayCondType::Gateway(GatewayConditionType::Accepted),
+            true,
+            GatewayCondReason::Gateway(GatewayConditionReason::Accepted),
+            "ok",
+            Some(1),
+        )],
+        listeners: vec![],
+    };
+    let written = render::gateway(&gw, &Value::Null, ctx(&now, &v)).unwrap();
+    let mut stored = written.clone();
+    stored["addresses"] = json!([{ "value": "10.0.0.1" }]);
+    assert_eq!(render::gateway(&gw, &stored, ctx(&later, &v)), None);
+}
+
+#[test]
+fn transition_time_moves_only_with_the_condition_status() {
+    let now = json!(NOW);
+    let v = BundleVersion::Unknown;
+    let mut observed =
+        render::gateway_class(&class_status(true), &Value::Null, ctx(&json!(T0), &v)).unwrap();
+    // Same status, new message: written, but the transition time stays.
+    observed["conditions"][0]["message"] = json!("old message");
+    let s = render::gateway_class(&class_status(true), &observed, ctx(&now, &v)).unwrap();
+    assert_eq!(s["conditions"][0]["lastTransitionTime"], T0);
+    assert_eq!(s["conditions"][1]["lastTransitionTime"], T0);
+    // Accepted flips: it gets the clock's time; SupportedVersion keeps its own.
+    let s = render::gateway_class(&class_status(false), &observed, ctx(&now, &v)).unwrap();
+    assert_eq!(s["conditions"][0]["lastTransitionTime"], NOW);
+    assert_eq!(s["conditions"][1]["lastTransitionTime"], T0);
+}
+
+#[test]
+fn route_status_keeps_other_controllers_entries() {
+    let now = json!(NOW);
+    let v = BundleVersion::Unknown;
+    let mut ours_stale = serde_json::to_value(&route_status("gone", true).parents[0]).unwrap();
+    ours_stale["conditions"][0]["lastTransitionTime"] = json!(T0);
+    let observed = json!({ "parents": [other_entry(), ours_stale] });
+    let s = render::http_route("ns", &route_status("gw", false), &observed, ctx(&now, &v)).unwrap();
+    let parents = s["parents"].as_array().unwrap();
+    assert_eq!(parents.len(), 2, "{s:#}");
+    assert_eq!(parents[0], other_entry(), "kept as observed, first");
+    assert_eq!(parents[1]["parentRef"]["name"], "gw");
+    assert_eq!(parents[1]["controllerName"], crate::DEFAULT_CONTROLLER_NAME);
+    assert_eq!(
+        parents[1]["conditions"][0]["reason"],
+        "NotAllowedByListeners"
+    );
+    assert_eq!(parents[1]["conditions"][0]["lastTransitionTime"], NOW);
+
+    // Another controller changing its own entry is none of pier's business.
+    let mut mine = s.clone();
+    mine["parents"][0]["conditions"][0]["status"] = json!("False");
+    assert_eq!(
+        render::http_route("ns", &route_status("gw", false), &mine, ctx(&now, &v)),
+        None
+    );
+}
+
+#[test]
+fn with_gateway_flag_pier_owns_only_that_gateways_entries() {
+    let now = json!(NOW);
+    let v = BundleVersion::Unknown;
+    let gw = ObjectRef::new("ns", "gw");
+    let c = Ctx {
+        gateway: Some(&gw),
+        ..ctx(&now, &v)
+    };
+    let entry = |ns: Option<&str>, name: &str| {
+        json!({
+            "parentRef": { "namespace": ns, "name": name },
+            "controllerName": crate::DEFAULT_CONTROLLER_NAME,
+        })
+    };
+    assert!(owns(&entry(None, "gw"), "ns", c));
+    assert!(owns(&entry(Some("ns"), "gw"), "other", c));
+    assert!(!owns(&entry(None, "gw"), "other", c));
+    assert!(!owns(&entry(None, "gw2"), "ns", c));
+    assert!(owns(&entry(None, "gw2"), "ns", ctx(&now, &v)));
+    assert!(!owns(&other_entry(), "ns", ctx(&now, &v)));
+}
+
+#[test]
+fn bundle_versions() {
+    use BundleVersion::*;
+    let v = |s| BundleVersion::from_annotation(Some(s));
+    assert_eq!(v("v1.5.1"), Supported("v1.5.1".into()));
+    assert_eq!(v("v1.2.0"), Supported("v1.2.0".into()));
+    assert_eq!(v("v1.9.0-rc.1"), Supported("v1.9.0-rc.1".into()));
+    assert_eq!(v("v1.1.1"), Unsupported("v1.1.1".into()));
+    assert_eq!(v("v0.8.0"), Unsupported("v0.8.0".into()));
+    assert_eq!(v("v2.0.0"), Unsupported("v2.0.0".into()));
+    assert_eq!(v("next"), Unknown);
+    assert_eq!(BundleVersion::from_annotation(None), Unknown);
+    assert_eq!(v("v1.5.1").worst(v("v1.1.0")), Unsupported("v1.1.0".into()));
+    assert_eq!(v("v1.5.1").worst(Unknown), Unknown);
+}
+
+#[test]
+fn lease_names_are_dns_subdomains() {
+    assert_eq!(
+        default_name("pier.dev/gateway-controller"),
+        "pier.dev-gateway-controller"
+    );
+    assert_eq!(default_name("Example.COM/My_Gw"), "example.com-my-gw");
+    assert_eq!(default_name("///"), "pier");
+}
+
+// === the planner ===
+
+struct Fixture {
+    stores: Stores,
+    routes: Writer<DeserializeGuard<HttpRoute>>,
+}
+
+fn fixture() -> Fixture {
+    let routes = Writer::default();
+    let stores = Stores {
+        http_routes: routes.as_reader(),
+        ..Stores::default()
+    };
+    Fixture { stores, routes }
+}
+
+fn stored_route(rv: &str, status: Option<Value>) -> DeserializeGuard<HttpRoute> {
+    serde_json::from_value(json!({
+        "metadata": { "name": "r", "namespace": "ns", "resourceVersion": rv, "generation": 2 },
+        "spec": { "parentRefs": [{ "name": "gw" }] },
+        "status": status,
+    }))
+    .unwrap()
+}
+
+fn planner() -> Planner {
+    Planner::new(Settings::default())
+}
+
+fn desired() -> Arc<Statuses> {
+    let mut s = Statuses::default();
+    s.http_routes
+        .insert(ObjectRef::new("ns", "r"), route_status("gw", true));
+    // A route pier wants to write but that is not in the store: skipped.
+    s.http_routes
+        .insert(ObjectRef::new("ns", "missing"), route_status("gw", true));
+    Arc::new(s)
+}
+
+#[test]
+fn planner_skips_what_is_queued_applied_or_in_sync() {
+    let mut f = fixture();
+    let tracker = Mutex::new(Tracker::default());
+    let now = json!(NOW);
+    let desired = desired();
+    let mut p = planner();
+    f.routes
+        .apply_watcher_event(&Event::Apply(stored_route("1", None)));
+
+    let jobs = p.plan(&desired, &f.stores, &tracker, &now);
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+    let job = &jobs[0];
+    assert_eq!(job.key, JobKey::HttpRoute(ObjectRef::new("ns", "r")));
+    assert_eq!(job.resource_version.as_deref(), Some("1"));
+
+    // Queued: not planned twice, and not planned for a new desired status that renders the
+    // same (a new translation of an unchanged route).
+    tracker
+        .lock()
+        .unwrap()
+        .pending
+        .insert(job.key.clone(), job.sent());
+    assert!(p.plan(&desired, &f.stores, &tracker, &now).is_empty());
+    let desired_again = self::desired();
+    assert!(p.plan(&desired_again, &f.stores, &tracker, &now).is_empty());
+    let desired = desired_again;
+
+    // Applied (rv 1 -> 2) but the store still says 1: not sent again.
+    let sent = tracker.lock().unwrap().pending.remove(&job.key).unwrap();
+    tracker.lock().unwrap().applied.insert(
+        job.key.clone(),
+        Applied {
+            sent,
+            after: Some("2".into()),
+            rejected: false,
+        },
+    );
+    assert!(p.plan(&desired, &f.stores, &tracker, &now).is_empty());
+
+    // Someone else overwrote it (rv 3): planned again.
+    f.routes.apply_watcher_event(&Event::Apply(stored_route(
+        "3",
+        Some(json!({ "parents": [] })),
+    )));
+    assert_eq!(p.plan(&desired, &f.stores, &tracker, &now).len(), 1);
+
+    // The store has what pier wants: in sync, and remembered as such for this desired status.
+    f.routes
+        .apply_watcher_event(&Event::Apply(stored_route("4", Some(job.status.clone()))));
+    assert!(p.plan(&desired, &f.stores, &tracker, &now).is_empty());
+    assert_eq!(
+        p.memo.synced.get(&job.key).map(String::as_str),
+        Some("4"),
+        "found in sync"
+    );
+}

@@ -1,0 +1,543 @@
+//! Cluster mode end to end, against a real kube-apiserver + etcd (`support::apiserver`), with
+//! pier running in-process as ServiceAccount `pier-system/pier` under `config/rbac/` (never
+//! as admin). Objects are written through the API; traffic goes to echo backends on this host
+//! that EndpointSlices point at (on a local non-loopback address: the API server rejects
+//! loopback endpoint addresses, see `support::cluster::host_ip`).
+//!
+//! Needs the binaries from `scripts/control-plane.sh build`; fails (does not skip) without them.
+//! `PIER_TEST_OUTAGE_SECS` shortens the API server outage (default: the real 30 s).
+//!
+//! Hooks for mesh mTLS (not here yet): a namespace label flip (`Cluster::apply(namespace(..))`
+//! with labels, then traffic switching to mTLS) and a trust-bundle rotation (apply a new
+//! ConfigMap/ClusterTrustBundle, then new connections use it) fit the same shape as
+//! `routes_follow_the_api_under_least_privilege`.
+
+mod support;
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use support::apiserver::poll;
+use support::cluster::*;
+use support::init;
+use support::web::{get, try_get};
+
+const APP: &str = "app";
+const BACKEND: &str = "backend";
+const OTHER_CONTROLLER: &str = "example.com/other-controller";
+const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+
+/// The objects every test starts from: class, Gateway `app/gw` on `port`, Services `v1` and
+/// `v2` in `app`, `remote` in `backend`, and HTTPRoute `app/web` sending `/v` to `v1`.
+struct World {
+    port: u16,
+    _echoes: Vec<pier::echo::EchoServer>,
+}
+
+async fn world(c: &Cluster) -> World {
+    init();
+    let port = listener_port();
+    let v1 = host_echo("v1").await;
+    let v2 = host_echo("v2").await;
+    let remote = host_echo("remote").await;
+    c.apply(namespace(APP)).await;
+    c.apply(namespace(BACKEND)).await;
+    c.apply(gateway_class()).await;
+    c.apply(gateway(APP, "gw", port)).await;
+    backend(c, APP, "v1", v1.addr).await;
+    backend(c, APP, "v2", v2.addr).await;
+    backend(c, BACKEND, "remote", remote.addr).await;
+    c.apply(web_route("/v", backend_ref("v1", None), None))
+        .await;
+    World {
+        port,
+        _echoes: vec![v1, v2, remote],
+    }
+}
+
+/// HTTPRoute `app/web`: `/v` to `v`, and optionally `/remote` to `backend/remote`.
+fn web_route(prefix: &str, v: Value, remote: Option<Value>) -> Value {
+    let mut rules = vec![(prefix, v)];
+    if let Some(r) = remote {
+        rules.push(("/remote", r));
+    }
+    http_route(APP, "web", "gw", &rules)
+}
+
+impl World {
+    fn url(&self, host: IpAddr, path: &str) -> String {
+        format!("http://{}{path}", SocketAddr::new(host, self.port))
+    }
+
+    /// Status code and (for 200) the echo backend's name; status 0 when nothing listens.
+    async fn answer(&self, path: &str) -> (u16, String) {
+        let Some(r) = try_get(&self.url(LOOPBACK, path), &[]).await else {
+            return (0, String::new());
+        };
+        let backend = if r.status == 200 {
+            r.backend()
+        } else {
+            String::new()
+        };
+        (r.status.as_u16(), backend)
+    }
+
+    /// Waits until `path` answers `status` (and `backend`); returns how long it took.
+    async fn until(&self, path: &str, status: u16, backend: &str, bound: Duration) -> Duration {
+        let start = Instant::now();
+        loop {
+            let got = self.answer(path).await;
+            if got == (status, backend.to_string()) {
+                return start.elapsed();
+            }
+            assert!(
+                start.elapsed() < bound,
+                "{path}: still {got:?} after {bound:?}, want {status} {backend}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+async fn route_status_when<F: Fn(&Value) -> bool>(c: &Cluster, what: &str, f: F) -> Value {
+    let deadline = Instant::now() + STATUS_BOUND;
+    loop {
+        let s = c.status("HTTPRoute", Some(APP), "web").await;
+        if f(&s) {
+            return s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "route status never {what}: {s:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// (status, reason, observedGeneration) of pier's condition `type_` on route `app/web`.
+fn route_condition(status: &Value, type_: &str) -> Option<(String, String, i64)> {
+    let c = condition(&our_parent(status)?["conditions"], type_)?;
+    Some((
+        c["status"].as_str()?.to_string(),
+        c["reason"].as_str()?.to_string(),
+        c["observedGeneration"].as_i64()?,
+    ))
+}
+
+fn cond(status: &str, reason: &str, generation: i64) -> Option<(String, String, i64)> {
+    Some((status.to_string(), reason.to_string(), generation))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn routes_follow_the_api_under_least_privilege() {
+    let c = Cluster::start().await;
+    let w = world(&c).await;
+    // Another controller already reports on this route (for a parent of its own).
+    let theirs = json!({
+        "parentRef": { "name": "their-gateway" },
+        "controllerName": OTHER_CONTROLLER,
+        "conditions": [{ "type": "Accepted", "status": "True", "reason": "Accepted",
+                         "message": "theirs", "observedGeneration": 1,
+                         "lastTransitionTime": "2020-01-01T00:00:00Z" }],
+    });
+    c.patch_status_as(
+        OTHER_CONTROLLER,
+        "HTTPRoute",
+        APP,
+        "web",
+        json!({ "parents": [theirs] }),
+    )
+    .await;
+
+    let pier = start_pier(c.pier_options(LOOPBACK, "replica-a")).await;
+    assert_eq!(w.answer("/v/x").await, (200, "v1".into()));
+
+    // Status, read back through the API.
+    let s = route_status_when(&c, "accepted", |s| {
+        route_condition(s, "Accepted") == cond("True", "Accepted", 1)
+    })
+    .await;
+    assert_eq!(
+        route_condition(&s, "ResolvedRefs"),
+        cond("True", "ResolvedRefs", 1)
+    );
+    let parents = s["parents"].as_array().unwrap();
+    assert_eq!(parents.len(), 2, "{s:#}");
+    assert_eq!(
+        parents[0], theirs,
+        "the other controller's entry is untouched"
+    );
+
+    let gw = c.status("Gateway", Some(APP), "gw").await;
+    for t in ["Accepted", "Programmed"] {
+        let cnd = condition(&gw["conditions"], t).unwrap_or_else(|| panic!("{t}: {gw:#}"));
+        assert_eq!(cnd["status"], "True", "{gw:#}");
+        assert_eq!(cnd["observedGeneration"], 1);
+        assert!(cnd["lastTransitionTime"].is_string());
+    }
+    assert_eq!(gw["listeners"][0]["name"], "http");
+    assert_eq!(gw["listeners"][0]["attachedRoutes"], 1);
+
+    let class = c.status("GatewayClass", None, "pier").await;
+    let accepted = condition(&class["conditions"], "Accepted").unwrap();
+    assert_eq!(accepted["status"], "True");
+    let version = condition(&class["conditions"], "SupportedVersion").unwrap();
+    assert_eq!(version["status"], "True");
+    assert_eq!(
+        version["message"],
+        format!("Gateway API {} is supported", pier::crds::BUNDLE_VERSION),
+        "the CRDs' bundle-version annotation was read under pier's RBAC"
+    );
+    let features = class["supportedFeatures"].as_array().unwrap();
+    assert!(
+        features.contains(&json!({ "name": "HTTPRoute" })),
+        "{class:#}"
+    );
+    let accepted_at = accepted["lastTransitionTime"].clone();
+
+    // Server-side apply under one field manager, on the status subresource.
+    let route = c.get(GATEWAY_V1, "HTTPRoute", Some(APP), "web").await;
+    let managers: Vec<(String, Option<String>)> = route
+        .metadata
+        .managed_fields
+        .unwrap_or_default()
+        .into_iter()
+        .map(|m| (m.manager.unwrap_or_default(), m.subresource))
+        .collect();
+    assert!(
+        managers.contains(&(
+            pier::status_writer::FIELD_MANAGER.to_string(),
+            Some("status".to_string())
+        )),
+        "{managers:?}"
+    );
+
+    // Edit the route: the new backend within a second; status follows the generation.
+    c.apply(web_route("/v", backend_ref("v2", None), None))
+        .await;
+    let took = w.until("/v/x", 200, "v2", Duration::from_secs(5)).await;
+    assert!(took < Duration::from_secs(1), "took {took:?}");
+    route_status_when(&c, "at generation 2", |s| {
+        route_condition(s, "Accepted") == cond("True", "Accepted", 2)
+    })
+    .await;
+
+    // Cross-namespace backend: 500 without a ReferenceGrant, served with one, 500 again
+    // without.
+    c.apply(web_route(
+        "/v",
+        backend_ref("v2", None),
+        Some(backend_ref("remote", Some(BACKEND))),
+    ))
+    .await;
+    w.until("/remote", 500, "", Duration::from_secs(5)).await;
+    let s = route_status_when(&c, "RefNotPermitted", |s| {
+        route_condition(s, "ResolvedRefs") == cond("False", "RefNotPermitted", 3)
+    })
+    .await;
+    assert_eq!(route_condition(&s, "Accepted"), cond("True", "Accepted", 3));
+    c.apply(reference_grant(BACKEND, "routes-from-app", APP))
+        .await;
+    w.until("/remote", 200, "remote", Duration::from_secs(5))
+        .await;
+    route_status_when(&c, "resolved", |s| {
+        route_condition(s, "ResolvedRefs") == cond("True", "ResolvedRefs", 3)
+    })
+    .await;
+    c.delete(
+        GATEWAY_V1,
+        "ReferenceGrant",
+        Some(BACKEND),
+        "routes-from-app",
+    )
+    .await;
+    w.until("/remote", 500, "", Duration::from_secs(5)).await;
+
+    // Delete the route: 404.
+    c.delete(GATEWAY_V1, "HTTPRoute", Some(APP), "web").await;
+    w.until("/v/x", 404, "", Duration::from_secs(5)).await;
+
+    // The class never changed, so its transition time did not either.
+    let class = c.status("GatewayClass", None, "pier").await;
+    assert_eq!(
+        condition(&class["conditions"], "Accepted").unwrap()["lastTransitionTime"],
+        accepted_at
+    );
+    let m = metrics(&pier).await;
+    assert!(
+        sample(
+            &m,
+            "pier_status_patches_total{kind=\"HTTPRoute\",result=\"Ok\"}"
+        ) >= 3.0,
+        "{m}"
+    );
+    assert_eq!(sample(&m, "pier_status_leader"), 1.0);
+    assert_eq!(
+        sample(
+            &m,
+            "pier_status_patches_total{kind=\"HTTPRoute\",result=\"TimedOut\"}"
+        ),
+        0.0
+    );
+    pier.shutdown().await;
+}
+
+/// Without the Gateway API CRDs pier runs, says why it is not ready, and starts serving once
+/// they are installed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waits_for_the_gateway_api_crds() {
+    let c = Cluster::start_without_crds().await;
+    init();
+    let running = pier::run::start(c.pier_options(LOOPBACK, "replica-a"))
+        .await
+        .expect("pier starts without CRDs");
+    let readyz = format!("http://{}/readyz", running.admin_addr);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(get(&readyz, &[]).await.status, 503);
+    let healthz = format!("http://{}/healthz", running.admin_addr);
+    assert_eq!(get(&healthz, &[]).await.status, 200);
+    let m = metrics(&running).await;
+    assert!(
+        sample(
+            &m,
+            "pier_kube_watch_errors_total{kind=\"HTTPRoute\",reason=\"NotFound\"}"
+        ) >= 1.0,
+        "{m}"
+    );
+
+    c.cp.install_crds(repo("config/crds")).await;
+    let w = world(&c).await;
+    wait_ready(&running).await;
+    w.until("/v/x", 200, "v1", Duration::from_secs(10)).await;
+    running.shutdown().await;
+}
+
+fn outage() -> Duration {
+    let secs = std::env::var("PIER_TEST_OUTAGE_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(30);
+    Duration::from_secs(secs)
+}
+
+/// kube-apiserver goes away for 30 s: pier keeps serving (a client loop sees no failure),
+/// reconnects, and applies a change made after the API server is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serves_through_an_api_server_outage_and_resyncs() {
+    let mut c = Cluster::start().await;
+    let w = world(&c).await;
+    let pier = start_pier(c.pier_options(LOOPBACK, "replica-a")).await;
+    assert_eq!(w.answer("/v/x").await, (200, "v1".into()));
+
+    let ok = Arc::new(AtomicU64::new(0));
+    let failed = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let url = w.url(LOOPBACK, "/v/x");
+    let client = {
+        let (ok, failed, stop) = (ok.clone(), failed.clone(), stop.clone());
+        tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                match try_get(&url, &[]).await {
+                    Some(r) if r.status == 200 => ok.fetch_add(1, Ordering::Relaxed),
+                    other => {
+                        eprintln!("request failed: {:?}", other.map(|r| r.status));
+                        failed.fetch_add(1, Ordering::Relaxed)
+                    }
+                };
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+    };
+
+    let outage = outage();
+    c.cp.stop_apiserver();
+    let down_at = Instant::now();
+    tokio::time::sleep(outage).await;
+    let served_while_down = ok.load(Ordering::Relaxed);
+    c.cp.start_apiserver().await;
+    eprintln!("API server back after {:?}", down_at.elapsed());
+
+    // A change made after the restart is applied (the watches reconnected and resynced).
+    let changed = Instant::now();
+    c.apply_retrying(
+        web_route("/v", backend_ref("v2", None), None),
+        Duration::from_secs(30),
+    )
+    .await;
+    w.until("/v/x", 200, "v2", Duration::from_secs(30)).await;
+    eprintln!("change after the restart served in {:?}", changed.elapsed());
+    route_status_when(&c, "rewritten after the restart", |s| {
+        route_condition(s, "Accepted") == cond("True", "Accepted", 2)
+    })
+    .await;
+
+    stop.store(true, Ordering::Relaxed);
+    client.await.unwrap();
+    let (ok, failed) = (ok.load(Ordering::Relaxed), failed.load(Ordering::Relaxed));
+    eprintln!("client loop: {ok} ok ({served_while_down} before the restart), {failed} failed");
+    assert_eq!(failed, 0);
+    assert!(
+        served_while_down as f64 >= outage.as_secs_f64() * 10.0,
+        "only {served_while_down} requests during a {outage:?} outage"
+    );
+    let m = metrics(&pier).await;
+    assert!(
+        sample(
+            &m,
+            "pier_kube_watch_errors_total{kind=\"HTTPRoute\",reason=\"Unavailable\"}"
+        ) >= 1.0,
+        "{m}"
+    );
+    pier.shutdown().await;
+}
+
+/// Two replicas: both serve, exactly one (the Lease holder) writes status; when it stops, the
+/// other takes over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_one_status_writer() {
+    let c = Cluster::start().await;
+    let w = world(&c).await;
+    let second = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
+    let a = start_pier(c.pier_options(LOOPBACK, "replica-a")).await;
+    let b = start_pier(c.pier_options(second, "replica-b")).await;
+    for host in [LOOPBACK, second] {
+        let r = get(&w.url(host, "/v/x"), &[]).await;
+        assert_eq!(
+            (r.status.as_u16(), r.backend()),
+            (200, "v1".into()),
+            "{host}"
+        );
+    }
+
+    route_status_when(&c, "accepted", |s| {
+        route_condition(s, "Accepted") == cond("True", "Accepted", 1)
+    })
+    .await;
+    let leaders = |a: &pier::run::Running, b: &pier::run::Running| {
+        [a, b].map(|r| *r.leader.as_ref().unwrap().borrow())
+    };
+    poll(Duration::from_secs(30), "exactly one leader", || async {
+        leaders(&a, &b).iter().filter(|l| **l).count() == 1
+    })
+    .await;
+    let (leader, follower, leader_id) = if leaders(&a, &b)[0] {
+        (a, b, "replica-a")
+    } else {
+        (b, a, "replica-b")
+    };
+    let lease = c
+        .get("coordination.k8s.io/v1", "Lease", Some(PIER_NS), LEASE)
+        .await;
+    assert_eq!(lease.data["spec"]["holderIdentity"], leader_id);
+
+    c.apply(web_route("/v", backend_ref("v2", None), None))
+        .await;
+    route_status_when(&c, "at generation 2", |s| {
+        route_condition(s, "Accepted") == cond("True", "Accepted", 2)
+    })
+    .await;
+    let ok = "pier_status_patches_total{kind=\"HTTPRoute\",result=\"Ok\"}";
+    let (lm, fm) = (metrics(&leader).await, metrics(&follower).await);
+    assert!(sample(&lm, ok) >= 2.0, "{lm}");
+    assert_eq!(sample(&fm, ok), 0.0, "the follower wrote status:\n{fm}");
+    assert_eq!(sample(&lm, "pier_status_leader"), 1.0);
+    assert_eq!(sample(&fm, "pier_status_leader"), 0.0);
+    // Both serve the change.
+    for host in [LOOPBACK, second] {
+        let url = w.url(host, "/v/x");
+        poll(Duration::from_secs(5), "v2 on both replicas", || async {
+            get(&url, &[]).await.backend() == "v2"
+        })
+        .await;
+    }
+
+    // The leader stops (releasing the Lease): the follower takes over and writes.
+    leader.shutdown().await;
+    poll(Duration::from_secs(30), "the follower to lead", || async {
+        *follower.leader.as_ref().unwrap().borrow()
+    })
+    .await;
+    c.apply(web_route("/w", backend_ref("v1", None), None))
+        .await;
+    route_status_when(&c, "at generation 3", |s| {
+        route_condition(s, "Accepted") == cond("True", "Accepted", 3)
+    })
+    .await;
+    assert!(sample(&metrics(&follower).await, ok) >= 1.0);
+    follower.shutdown().await;
+}
+
+/// Gateway API before v1.5 serves ReferenceGrant only as `v1beta1`: pier finds that in
+/// discovery and watches it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reference_grants_from_v1beta1_when_v1_is_not_served() {
+    let c = Cluster::start_without_crds().await;
+    let crds: Vec<_> = pier::crds::all()
+        .into_iter()
+        .map(|mut crd| {
+            if crd.spec.names.kind == "ReferenceGrant" {
+                crd.spec.versions[0].name = "v1beta1".to_string();
+            }
+            crd
+        })
+        .collect();
+    c.cp.apply_crds(&crds).await;
+    let w = world(&c).await;
+    c.apply(web_route(
+        "/v",
+        backend_ref("v1", None),
+        Some(backend_ref("remote", Some(BACKEND))),
+    ))
+    .await;
+    let pier = start_pier(c.pier_options(LOOPBACK, "replica-a")).await;
+    w.until("/remote", 500, "", Duration::from_secs(5)).await;
+    let mut grant = reference_grant(BACKEND, "routes-from-app", APP);
+    grant["apiVersion"] = json!("gateway.networking.k8s.io/v1beta1");
+    c.apply(grant).await;
+    w.until("/remote", 200, "remote", Duration::from_secs(5))
+        .await;
+    c.delete(
+        "gateway.networking.k8s.io/v1beta1",
+        "ReferenceGrant",
+        Some(BACKEND),
+        "routes-from-app",
+    )
+    .await;
+    w.until("/remote", 500, "", Duration::from_secs(5)).await;
+    pier.shutdown().await;
+}
+
+/// `config/rbac/make-kubeconfig.sh` makes a kubeconfig pier can run with (needs kubectl).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn make_kubeconfig_script_gives_a_working_identity() {
+    if std::process::Command::new("kubectl")
+        .arg("version")
+        .arg("--client")
+        .output()
+        .is_err()
+    {
+        eprintln!("kubectl not installed: skipping the make-kubeconfig.sh test");
+        return;
+    }
+    let c = Cluster::start().await;
+    let w = world(&c).await;
+    let out = c.cp.dir().join("script.kubeconfig");
+    let status = std::process::Command::new(repo("config/rbac/make-kubeconfig.sh"))
+        .arg("-o")
+        .arg(&out)
+        .env("KUBECONFIG", c.cp.kubeconfig_admin())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let mut opts = c.pier_options(LOOPBACK, "script");
+    let pier::run::Source::Cluster(cluster) = &mut opts.source else {
+        unreachable!()
+    };
+    cluster.connect.kubeconfig = Some(out);
+    let pier = start_pier(opts).await;
+    w.until("/v/x", 200, "v1", Duration::from_secs(5)).await;
+    pier.shutdown().await;
+}
