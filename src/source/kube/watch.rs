@@ -57,17 +57,25 @@ pub struct Ctx {
     pub metrics: KubeMetrics,
 }
 
-/// Reconnect backoff: jittered exponential from 0.5 s to 5 s, reset by any successful event.
+/// Reconnect backoff: jittered exponential from 0.5 s to 5 s, back to 0.5 s once a watch has
+/// gone [`RECONNECT_RESET`] without an error.
 ///
 /// Departs from kube's `default_backoff` (0.8 s → 30 s): a gateway should resync within
 /// seconds of the API server coming back, and a handful of watches per replica retrying every
-/// 5 s is no load for an API server.
+/// 5 s is no load for an API server. The reset is by time, not by `Backoff::reset`:
+/// `StreamBackoff` resets on every `Ok` item, and a watcher whose list keeps failing yields an
+/// `Ok(Init)` marker before each failure, which would pin the delay at its minimum (a missing
+/// CRD would be listed twice a second forever).
 #[derive(Clone, Debug)]
 pub struct Reconnect {
     next: Duration,
     min: Duration,
     max: Duration,
+    last: Option<tokio::time::Instant>,
 }
+
+/// A watch this long without errors starts its next backoff from the minimum again.
+pub const RECONNECT_RESET: Duration = Duration::from_secs(30);
 
 /// Logs a watch's errors once per kind of failure and minute, and its recovery.
 pub struct ErrorLog {
@@ -135,6 +143,7 @@ impl Reconnect {
             next: min,
             min,
             max,
+            last: None,
         }
     }
 }
@@ -144,6 +153,11 @@ impl Iterator for Reconnect {
 
     /// The current delay with ±20 % jitter; doubles the next one, up to `max`.
     fn next(&mut self) -> Option<Duration> {
+        let now = tokio::time::Instant::now();
+        if self.last.is_some_and(|t| now - t > RECONNECT_RESET) {
+            self.next = self.min;
+        }
+        self.last = Some(now);
         let base = self.next;
         self.next = (self.next * 2).min(self.max);
         Some(base.mul_f64(rand::random_range(0.8..1.2)))
@@ -151,9 +165,8 @@ impl Iterator for Reconnect {
 }
 
 impl Backoff for Reconnect {
-    fn reset(&mut self) {
-        self.next = self.min;
-    }
+    /// Ignored: see the type's docs (the delay resets by time).
+    fn reset(&mut self) {}
 }
 
 // === impl ErrorLog ===
@@ -268,7 +281,10 @@ pub async fn reflect<K, S>(
                 continue;
             }
         };
-        errors.recovered();
+        if !matches!(event, Event::Init) {
+            // `Init` comes before every list attempt, including those that fail.
+            errors.recovered();
+        }
         let notify = match &event {
             Event::Init => Notify::Nothing,
             Event::InitApply(o) => {
