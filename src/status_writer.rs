@@ -604,20 +604,23 @@ async fn plan_loop(mut l: PlanLoop) {
         }
         let Some(mut p) = planner.take() else { return };
         if version_checked.is_none_or(|t| t.elapsed() >= VERSION_EVERY) {
-            version_checked = Some(tokio::time::Instant::now());
             match tokio::time::timeout(Duration::from_secs(5), version::fetch(&l.client)).await {
                 Ok(Ok(v)) => {
+                    version_checked = Some(tokio::time::Instant::now());
                     if v != p.version {
                         tracing::info!(version = ?v, "installed Gateway API version");
                     }
                     p.set_version(v);
                 }
-                Ok(Err(e)) => {
+                Ok(Err(kube::Error::Api(e))) if e.code == 403 => {
+                    version_checked = Some(tokio::time::Instant::now());
                     if !version_denied {
                         version_denied = true;
-                        tracing::info!(error = %e, "cannot read the Gateway API CRDs' bundle version; assuming it is supported");
+                        tracing::info!(error = %e, "may not read the Gateway API CRDs' bundle version; assuming it is supported");
                     }
                 }
+                // Not installed yet, or unreachable: asked again next round.
+                Ok(Err(e)) => tracing::debug!(error = %e, "cannot read the Gateway API version"),
                 Err(_) => tracing::debug!("reading the Gateway API version timed out"),
             }
         }

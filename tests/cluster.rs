@@ -312,6 +312,14 @@ async fn waits_for_the_gateway_api_crds() {
     let w = world(&c).await;
     wait_ready(&running).await;
     w.until("/v/x", 200, "v1", Duration::from_secs(10)).await;
+    // The version is read once the CRDs exist, not assumed for good.
+    let supported = format!("Gateway API {} is supported", pier::crds::BUNDLE_VERSION);
+    poll(STATUS_BOUND, "SupportedVersion from the CRDs", || async {
+        let class = c.status("GatewayClass", None, "pier").await;
+        condition(&class["conditions"], "SupportedVersion")
+            .is_some_and(|v| v["message"] == supported)
+    })
+    .await;
     running.shutdown().await;
 }
 

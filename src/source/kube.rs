@@ -17,8 +17,8 @@
 //!
 //! **Robustness.** Objects are watched as [`DeserializeGuard`]s: one that does not decode is
 //! logged, counted and left out of `Resources`, and the rest keeps working. Watches reconnect
-//! with a jittered exponential backoff ([`Reconnect`], 0.5 s → 5 s; kube's `default_backoff`
-//! caps at 30 s, which after an API server outage leaves pier up to half a minute behind).
+//! with a jittered exponential backoff ([`Reconnect`], 0.5 s → 5 s, and at once on 410; see
+//! there why not kube's `default_backoff`).
 //! During an outage the stores keep their contents, nothing is republished and the data plane
 //! keeps serving the last good snapshot. A watch resumes from its last `resourceVersion`; when
 //! the API server can no longer serve that version (410 Gone, usual after a restart) the
@@ -190,6 +190,8 @@ pub enum WatchError {
     Forbidden,
     /// The API server could not be reached or answered with a server error.
     Unavailable,
+    /// 410 Gone: the resource version is too old (after an API server restart); relists.
+    Expired,
     Other,
 }
 

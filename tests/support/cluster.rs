@@ -48,6 +48,7 @@ impl Cluster {
 
     /// A control plane with pier's RBAC but no Gateway API CRDs.
     pub async fn start_without_crds() -> Self {
+        init_logging();
         let cp = ControlPlane::start().await;
         let admin = cp.admin_client();
         let c = Self {
@@ -202,6 +203,17 @@ impl Cluster {
             ..RunOptions::new(run::Source::Cluster(ClusterOptions::new(connect, lease)))
         }
     }
+}
+
+/// pier's logs in the test output (shown for failing tests, or with `--nocapture`); the level
+/// comes from `RUST_LOG` (default `info`).
+pub fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_test_writer()
+        .try_init();
 }
 
 /// Starts pier and waits until `/readyz` says ready.

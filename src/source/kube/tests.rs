@@ -142,14 +142,13 @@ fn status_only_updates_do_not_change_the_configuration() {
 
 #[test]
 fn reconnect_backoff_doubles_up_to_its_cap_and_resets() {
-    use kube::runtime::utils::Backoff;
     let mut b = Reconnect::new(Duration::from_millis(100), Duration::from_millis(400));
-    let d: Vec<Duration> = (0..5).map(|_| b.next().unwrap()).collect();
     let within = |d: Duration, base: u64| {
         d >= Duration::from_millis(base * 8 / 10) && d <= Duration::from_millis(base * 12 / 10)
     };
-    for (d, base) in d.iter().zip([100, 200, 400, 400, 400]) {
-        assert!(within(*d, base), "{d:?} vs {base} ms");
+    for base in [100, 200, 400, 400] {
+        let d = b.next().unwrap();
+        assert!(within(d, base), "{d:?} vs {base} ms");
     }
     b.reset();
     assert!(within(b.next().unwrap(), 100));
@@ -171,7 +170,7 @@ fn watch_errors_are_classified_by_what_pier_does_about_them() {
         classify(&watcher::Error::WatchError(
             Status::failure("gone", "Expired").with_code(410).boxed()
         )),
-        WatchError::Other
+        WatchError::Expired
     );
     assert_eq!(
         classify(&watcher::Error::WatchFailed(

@@ -13,7 +13,6 @@ use kube::core::{DeserializeGuard, PartialObjectMeta};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::reflector::store::Writer;
-use kube::runtime::utils::Backoff;
 use kube::runtime::watcher::{self, Event};
 use tokio::sync::watch;
 
@@ -57,11 +56,19 @@ pub struct Ctx {
     pub metrics: KubeMetrics,
 }
 
-/// Reconnect backoff: jittered exponential from 0.5 s to 5 s, reset by any successful event.
+/// Reconnect backoff: jittered exponential from 0.5 s to 5 s, reset by the first real event
+/// after a failure.
 ///
-/// Departs from kube's `default_backoff` (0.8 s → 30 s): a gateway should resync within
-/// seconds of the API server coming back, and a handful of watches per replica retrying every
-/// 5 s is no load for an API server.
+/// Departs from kube's `default_backoff` (0.8 s → 30 s) and `StreamBackoff`:
+/// - a gateway should resync within seconds of the API server coming back, and a handful of
+///   watches per replica retrying every 5 s is no load for an API server;
+/// - `StreamBackoff` resets on every `Ok` item, and a watcher whose list keeps failing yields
+///   an `Ok(Init)` marker before each attempt, which pins the delay at its minimum (a missing
+///   CRD would be listed twice a second forever);
+/// - `410 Gone` after an API server restart is not a failure but the signal to relist: it
+///   should relist at once, not after the longest backoff.
+///
+/// So [`reflect`] sleeps itself, deciding per error.
 #[derive(Clone, Debug)]
 pub struct Reconnect {
     next: Duration,
@@ -137,6 +144,11 @@ impl Reconnect {
             max,
         }
     }
+
+    /// Back to the minimum delay.
+    pub fn reset(&mut self) {
+        self.next = self.min;
+    }
 }
 
 impl Iterator for Reconnect {
@@ -147,12 +159,6 @@ impl Iterator for Reconnect {
         let base = self.next;
         self.next = (self.next * 2).min(self.max);
         Some(base.mul_f64(rand::random_range(0.8..1.2)))
-    }
-}
-
-impl Backoff for Reconnect {
-    fn reset(&mut self) {
-        self.next = self.min;
     }
 }
 
@@ -203,6 +209,12 @@ impl ErrorLog {
                 "cannot reach the Kubernetes API server: serving the last good configuration, \
                  retrying"
             ),
+            WatchError::Expired => tracing::info!(
+                %kind,
+                %error,
+                "the API server no longer has this watch's resource version (usual after it \
+                 restarts): relisting"
+            ),
             WatchError::Other => tracing::warn!(%kind, %error, "watch failed; retrying"),
         }
     }
@@ -235,6 +247,7 @@ pub fn classify_client(e: &kube::Error) -> WatchError {
 fn classify_code(code: u16) -> WatchError {
     match code {
         404 => WatchError::NotFound,
+        410 => WatchError::Expired,
         401 | 403 => WatchError::Forbidden,
         500.. => WatchError::Unavailable,
         _ => WatchError::Other,
@@ -253,10 +266,9 @@ pub async fn reflect<K, S>(
     S: Stream<Item = watcher::Result<Event<K>>> + Send,
 {
     let store = writer.as_reader();
-    let stream = stream
-        .modify(|o: &mut K| o.meta_mut().managed_fields = None)
-        .backoff(Reconnect::default());
+    let stream = stream.modify(|o: &mut K| o.meta_mut().managed_fields = None);
     let mut stream = pin!(stream);
+    let mut backoff = Reconnect::default();
     let mut errors = ErrorLog::new(kind);
     let mut listed = false;
     let labels = KindLabels { kind };
@@ -265,10 +277,18 @@ pub async fn reflect<K, S>(
             Ok(event) => event,
             Err(e) => {
                 errors.report(&e, &ctx);
+                // The watcher is not polled while we sleep: this is the backoff.
+                if classify(&e) != WatchError::Expired {
+                    tokio::time::sleep(backoff.next().unwrap_or_default()).await;
+                }
                 continue;
             }
         };
-        errors.recovered();
+        if !matches!(event, Event::Init) {
+            // `Init` comes before every list attempt, including those that fail.
+            errors.recovered();
+            backoff.reset();
+        }
         let notify = match &event {
             Event::Init => Notify::Nothing,
             Event::InitApply(o) => {
