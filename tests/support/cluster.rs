@@ -386,11 +386,31 @@ pub fn our_parent(status: &Value) -> Option<&Value> {
         .find(|p| p["controllerName"] == pier::DEFAULT_CONTROLLER_NAME)
 }
 
-/// A local, non-loopback IPv4 address of this host, for backends. kube-apiserver rejects
+/// An address of this host for backends: 192.0.2.10 on `lo` when it can be added, else a local
+/// non-loopback IPv4 address. kube-apiserver rejects
 /// loopback (and link-local) EndpointSlice addresses, so the echo backends listen on this
 /// address instead; connections to it never leave the host (the kernel delivers them through
 /// the loopback device). Read from `/proc/net/fib_trie`, which needs no route or library.
 pub fn host_ip() -> IpAddr {
+    static IP: std::sync::OnceLock<IpAddr> = std::sync::OnceLock::new();
+    *IP.get_or_init(|| test_net_on_lo().unwrap_or_else(local_ip))
+}
+
+/// TEST-NET-1 (RFC 5737, never routed) address added to the loopback device, so that test
+/// traffic has a loopback-only path and no test targets a real network address. Needs root
+/// (as CI has); `None` when it cannot be added.
+const TEST_NET_IP: std::net::Ipv4Addr = std::net::Ipv4Addr::new(192, 0, 2, 10);
+
+fn test_net_on_lo() -> Option<IpAddr> {
+    let _ = std::process::Command::new("ip")
+        .args(["addr", "add", "192.0.2.10/32", "dev", "lo"])
+        .stderr(std::process::Stdio::null())
+        .status();
+    std::net::TcpListener::bind((TEST_NET_IP, 0)).ok()?;
+    Some(IpAddr::V4(TEST_NET_IP))
+}
+
+fn local_ip() -> IpAddr {
     let trie = std::fs::read_to_string("/proc/net/fib_trie").expect("/proc/net/fib_trie");
     let mut last: Option<std::net::Ipv4Addr> = None;
     for line in trie.lines() {
