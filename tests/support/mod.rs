@@ -4,6 +4,7 @@
 
 pub mod apiserver;
 pub mod client;
+pub mod mesh;
 pub mod nginx;
 pub mod pki;
 pub mod snap;
