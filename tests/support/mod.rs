@@ -69,7 +69,7 @@ impl Harness {
 
     pub async fn start_with(snapshot: Snapshot, config: ProxyConfig) -> Self {
         init();
-        let mut registry = Registry::default();
+        let mut registry = pier::metrics::registry();
         let metrics = Arc::new(ProxyMetrics::register(&mut registry));
         let snapshot = Arc::new(ArcSwap::from_pointee(snapshot));
         let proxy = Proxy::new(snapshot.clone(), config, metrics);
