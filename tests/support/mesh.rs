@@ -671,9 +671,30 @@ impl Pier {
         get(&self.admin_url("/metrics"), &[]).await.text()
     }
 
+    /// The error and TLS handshake counters, for test output.
+    pub async fn error_metrics(&self) -> String {
+        self.metrics()
+            .await
+            .lines()
+            .filter(|l| {
+                !l.starts_with('#')
+                    && (l.starts_with("pier_proxy_errors")
+                        || l.starts_with("pier_proxy_upstream_connect_errors")
+                        || l.starts_with("pier_proxy_upstream_tls"))
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// A metric line starting with `line` (a full name), or containing it (a fragment).
     pub async fn assert_metric(&self, line: &str) {
         let m = self.metrics().await;
-        assert!(m.contains(line), "{line} missing in\n{m}");
+        let found = if line.starts_with("pier_") {
+            m.lines().any(|l| l.starts_with(line))
+        } else {
+            m.contains(line)
+        };
+        assert!(found, "{line} missing in\n{m}");
     }
 
     pub async fn shutdown(self) {
