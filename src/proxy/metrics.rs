@@ -1,4 +1,5 @@
-//! Proxy metrics, registered under `pier_proxy_` in an explicit registry.
+//! Proxy metrics, registered under `proxy_` in pier's explicit root registry (prefix `pier`), so
+//! every family is `pier_proxy_*`.
 //!
 //! Labels are bounded: they come from snapshot identities (gateway, listener, route, backend),
 //! ports, and small enums (status class, error kind and side, connect reason, TLS transport and
@@ -136,6 +137,7 @@ pub struct ConnectionGuard(Gauge);
 impl ProxyMetrics {
     pub fn register(reg: &mut Registry) -> Self {
         let m = Self::default();
+        // Under the root registry's `pier` prefix ([`crate::metrics::registry`]).
         let reg = reg.sub_registry_with_prefix("proxy");
         reg.register(
             "requests",

@@ -5,6 +5,7 @@
 pub mod apiserver;
 pub mod client;
 pub mod cluster;
+pub mod mesh;
 pub mod nginx;
 pub mod pki;
 pub mod snap;
