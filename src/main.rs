@@ -17,10 +17,18 @@ fn main() -> std::process::ExitCode {
     init_logging(format);
     // One crypto provider for the whole process (kube's client, listeners, upstream TLS).
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let workers = match worker_threads() {
+        Ok(w) => w,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = workers {
+        builder.worker_threads(n);
+    }
+    let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the runtime: {e}");
@@ -33,6 +41,22 @@ fn main() -> std::process::ExitCode {
             eprintln!("error: {e:#}");
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+/// `PIER_WORKER_THREADS`: the number of runtime worker threads (default: one per core). Pinned
+/// benchmarks run pier with 1 on one core, like the 1-worker nginx and HAProxy they compare to.
+fn worker_threads() -> Result<Option<usize>, String> {
+    match std::env::var("PIER_WORKER_THREADS") {
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Ok(v) if v.trim().is_empty() => Ok(None),
+        Ok(v) => match v.trim().parse::<usize>() {
+            Ok(n) if n > 0 => Ok(Some(n)),
+            _ => Err(format!(
+                "PIER_WORKER_THREADS must be a positive integer, got {v:?}"
+            )),
+        },
+        Err(e) => Err(format!("PIER_WORKER_THREADS: {e}")),
     }
 }
 

@@ -102,13 +102,17 @@ async fn dispatch<'s>(
     if let Some(redirect) = &rule.filters.redirect {
         return redirect_response(redirect, &routed, &req);
     }
-    let forward = forward(shared, conn, &routed, req, seen);
+    // The future is built in each arm rather than once before the match: a future moved into
+    // `timeout_at` would need room for both copies in this one, and every request moves it.
     match rule.timeouts.request {
         // `request` runs from the request's arrival, so time spent routing counts too.
-        Some(t) => tokio::time::timeout_at((started + t).into(), forward)
-            .await
-            .map_err(|_| ProxyError::RequestTimeout)?,
-        None => forward.await,
+        Some(t) => tokio::time::timeout_at(
+            (started + t).into(),
+            forward(shared, conn, &routed, req, seen),
+        )
+        .await
+        .map_err(|_| ProxyError::RequestTimeout)?,
+        None => forward(shared, conn, &routed, req, seen).await,
     }
 }
 
@@ -246,12 +250,12 @@ async fn exchange(
         endpoint.stats.clone(),
         shared.metrics.in_flight(&backend.id),
     );
-    let send = shared.upstream.send(target, req);
+    // Built in each arm, as in `dispatch`.
     let result = match rule.timeouts.backend_request {
-        Some(t) => tokio::time::timeout(t, send)
+        Some(t) => tokio::time::timeout(t, shared.upstream.send(target, req))
             .await
             .map_err(|_| ProxyError::BackendTimeout)?,
-        None => send.await,
+        None => shared.upstream.send(target, req).await,
     };
     if let Err(ProxyError::Connect { reason, .. }) = &result {
         shared.metrics.connect_error(&backend.id, *reason);

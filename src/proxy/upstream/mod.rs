@@ -214,7 +214,9 @@ impl Upstream {
             protocol,
             tls,
         };
-        self.send_new(entry, &dial, &shape, req).await
+        // Boxed: connecting (TCP, TLS handshake, HTTP/2 handshake) takes kilobytes of future
+        // state that would otherwise be part of, and moved with, every request's future.
+        Box::pin(self.send_new(entry, &dial, &shape, req)).await
     }
 
     /// Sends on a new connection.

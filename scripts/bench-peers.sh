@@ -1,0 +1,557 @@
+#!/usr/bin/env bash
+# pier against nginx and HAProxy as 1-core HTTP/1.1 reverse proxies: wrk -> proxy -> origin,
+# everything on 127.0.0.1, plain and mTLS upstream, pooled upstream connections.
+#
+#   scripts/bench-peers.sh                    # every scenario (about 15 minutes on a quiet box)
+#   scripts/bench-peers.sh pier nginx         # only these scenarios
+#   scripts/bench-peers.sh --summary DIR/raw.tsv   # the table again from a saved run
+#
+# Scenarios: direct nginx haproxy pier nginx-mtls haproxy-mtls pier-mtls
+#            close-direct close-nginx close-haproxy close-pier close-nginx-mtls close-pier-mtls
+#   direct      wrk -> origin (the origin alone on the proxy's CPU): the one-hop limit of the box
+#   *-mtls      the upstream hop is TLS 1.3 with a client certificate, verified both ways
+#   close-*     wrk sends `Connection: close`: a new client TCP connection per request (accept
+#               and TCP handshake cost); upstream connections stay pooled
+#
+# Method (as in the shared peer reference, /work/shared/bench-peers): the proxy is pinned to
+# PROXY_CPU (pier with PIER_WORKER_THREADS=1; nginx and HAProxy with 1 worker), wrk and the
+# origin share ORIGIN_CPU/WRK_CPU. Each scenario gets an unrecorded warm-up (c=256, WARMUP),
+# then REPS runs per concurrency. Per run: req/s, p50, p99, non-2xx and socket errors, proxy
+# CPU per request (utime+stime of the proxy's processes over the run / requests), proxy RSS
+# sampled half-way through the run.
+#
+# Contention guard: the box is shared. Before starting, the 1-minute load average must fall to
+# LOAD_MAX (waits up to LOAD_WAIT seconds). Before each run, the CPUs must be quiet for
+# QUIET_SECS. After each run, any process outside this script's tree that used more than
+# PROC_MAX % of a CPU, or foreign CPU in total above FOREIGN_MAX % of the machine, makes the
+# run contended: it is retried up to RETRIES times, then the script exits 3 without a table.
+# FORCE=1 measures anyway and marks the table "not valid: machine busy".
+#
+# Knobs (env): DURATION=10s REPS=3 CONNS="64 256" WARMUP=2s WRK_CPU=1 PROXY_CPU=0 ORIGIN_CPU=1
+#   LOAD_MAX=0.5 LOAD_WAIT=600 QUIET_PCT=10 QUIET_SECS=2 QUIET_WAIT=300 PROC_MAX=10
+#   FOREIGN_MAX=10 RETRIES=3 FORCE=0 PIER_BIN=target/release/pier RUN_DIR=target/bench-peers
+#   PORT_BASE=19000 (ports PORT_BASE+81 .. +101 and +901 on 127.0.0.1)
+# Needs: wrk nginx haproxy openssl curl taskset (installed with apt-get when missing) and a
+# release build of pier (`cargo build --release`).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+DURATION="${DURATION:-10s}"
+REPS="${REPS:-3}"
+CONNS="${CONNS:-64 256}"
+WARMUP="${WARMUP:-2s}"
+WRK_CPU="${WRK_CPU:-1}"
+PROXY_CPU="${PROXY_CPU:-0}"
+ORIGIN_CPU="${ORIGIN_CPU:-1}"
+LOAD_MAX="${LOAD_MAX:-0.5}"
+LOAD_WAIT="${LOAD_WAIT:-600}"
+QUIET_PCT="${QUIET_PCT:-10}"
+QUIET_SECS="${QUIET_SECS:-2}"
+QUIET_WAIT="${QUIET_WAIT:-300}"
+PROC_MAX="${PROC_MAX:-10}"
+FOREIGN_MAX="${FOREIGN_MAX:-10}"
+RETRIES="${RETRIES:-3}"
+FORCE="${FORCE:-0}"
+PIER_BIN="${PIER_BIN:-$ROOT/target/release/pier}"
+RUN="${RUN_DIR:-$ROOT/target/bench-peers}"
+PORT_BASE="${PORT_BASE:-19000}"
+
+P_ORIGIN=$((PORT_BASE + 81))
+P_ORIGIN_TLS=$((PORT_BASE + 443))
+P_NGINX=$((PORT_BASE + 90))
+P_NGINX_TLS=$((PORT_BASE + 91))
+P_HAPROXY=$((PORT_BASE + 95))
+P_HAPROXY_TLS=$((PORT_BASE + 96))
+P_PIER=$((PORT_BASE + 100))
+P_PIER_TLS=$((PORT_BASE + 101))
+P_ADMIN=$((PORT_BASE + 901))
+SNI=echo.demo.svc.cluster.local
+
+ALL="direct nginx haproxy pier nginx-mtls haproxy-mtls pier-mtls close-direct close-nginx close-haproxy close-pier close-nginx-mtls close-pier-mtls"
+
+# ---------- the table: median of the reps [min-max], ratios to nginx and to direct ----------
+summarize() { # raw.tsv [busy-note]
+  awk -F'\t' -v note="${2:-}" '
+    function sortn(s, a,   n, i, j, t) { n = split(s, a, " "); for (i = 2; i <= n; i++) { t = a[i] + 0
+        for (j = i - 1; j >= 1 && a[j] + 0 > t; j--) a[j + 1] = a[j]; a[j + 1] = t }; return n }
+    function med(s,   a, n) { n = sortn(s, a); lo = a[1]; hi = a[n]; return n ? a[int((n + 1) / 2)] : 0 }
+    function ms(v) { return v >= 1000 ? sprintf("%.2f ms", v / 1000) : sprintf("%.0f µs", v) }
+    function peer(sc, who,   p) { p = sc; sub(/(nginx|haproxy|pier)/, who, p); return p }
+    function base(sc) { return sc ~ /^close-/ ? "close-direct" : "direct" }
+    FNR == 1 { next }
+    { k = $1 SUBSEP $2; if (!(k in seen)) { seen[k] = 1; order[++n] = k }
+      rps[k] = rps[k] " " $4; p50[k] = p50[k] " " $5; p99[k] = p99[k] " " $6
+      errs[k] = errs[k] (errs[k] == "" ? "" : " ") $8 "/" $7
+      if ($9 != "-" && $9 + 0 > rss[k] + 0) rss[k] = $9
+      pc[k] = pc[k] " " $10; if ($12 != "ok") busy = 1 }
+    END {
+      for (i = 1; i <= n; i++) { k = order[i]; m[k] = med(rps[k]) }
+      if (note != "" || busy) print "**not valid: machine busy** (" (note != "" ? note : "contended runs kept with FORCE=1") ")\n"
+      print "| scenario | c | req/s median [min–max] | p50 | p99 median [min–max] | proxy CPU µs/req | proxy RSS | vs nginx | vs direct | non-2xx/socket errors per run |"
+      print "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+      for (i = 1; i <= n; i++) { k = order[i]; split(k, kk, SUBSEP); sc = kk[1]; c = kk[2]
+        r = med(rps[k]); rl = lo; rh = hi; q = med(p99[k]); ql = lo; qh = hi
+        ng = peer(sc, "nginx") SUBSEP c; dr = base(sc) SUBSEP c
+        vn = (sc ~ /nginx|haproxy|pier/ && (ng in m) && m[ng] > 0) ? sprintf("%.2f", r / m[ng]) : "-"
+        vd = (sc !~ /direct/ && (dr in m) && m[dr] > 0) ? sprintf("%.2f", r / m[dr]) : "-"
+        cpu = pc[k] ~ /-/ ? "-" : sprintf("%.1f", med(pc[k]))
+        mem = (k in rss) && rss[k] > 0 ? sprintf("%.1f MiB", rss[k] / 1024) : "-"
+        printf "| %s | %s | %.0f [%.0f–%.0f] | %s | %s [%s–%s] | %s | %s | %s | %s | %s |\n", sc, c, r, rl, rh,
+          ms(med(p50[k])), ms(q), ms(ql), ms(qh), cpu, mem, vn, vd, errs[k] }
+    }' "$1"
+}
+if [ "${1:-}" = --summary ]; then shift; summarize "$@"; exit 0; fi
+
+SCENARIOS="${*:-$ALL}"
+for sc in $SCENARIOS; do
+  case " $ALL " in *" $sc "*) ;; *) echo "unknown scenario: $sc (known: $ALL)" >&2; exit 2 ;; esac
+done
+
+log() { echo "[$(date +%H:%M:%S)] $*" >&2; }
+
+# ---------- tools ----------
+need=()
+for t in wrk nginx haproxy openssl curl taskset; do
+  command -v "$t" >/dev/null 2>&1 || [ -x "/usr/sbin/$t" ] || need+=("$t")
+done
+if ((${#need[@]})); then
+  pkgs=(); for t in "${need[@]}"; do [ "$t" = taskset ] && pkgs+=(util-linux) || pkgs+=("$t"); done
+  log "installing ${pkgs[*]} (apt-get)"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${pkgs[@]}" >&2
+fi
+export PATH="$PATH:/usr/sbin"
+if [[ " $SCENARIOS " == *" pier"* || " $SCENARIOS " == *"-pier"* ]] && [ ! -x "$PIER_BIN" ]; then
+  echo "no pier binary at $PIER_BIN: run cargo build --release first (or set PIER_BIN)" >&2; exit 1
+fi
+for port in $P_ORIGIN $P_ORIGIN_TLS $P_NGINX $P_NGINX_TLS $P_HAPROXY $P_HAPROXY_TLS $P_PIER $P_PIER_TLS $P_ADMIN; do
+  if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+    echo "port $port is in use on 127.0.0.1 (another run still alive? set PORT_BASE)" >&2; exit 1
+  fi
+done
+
+STAMP="$(date +%Y%m%d-%H%M%S)"
+OUT="$RUN/results/$STAMP"
+RAW="$OUT/raw.tsv"
+CERTS="$RUN/certs"
+mkdir -p "$OUT" "$CERTS"
+
+# ---------- process control: every process started here is stopped by PID on exit ----------
+PIDS=()
+stop_pid() { # TERM, KILL after 5 s
+  local i
+  kill -TERM "$1" 2>/dev/null || true
+  for i in $(seq 1 50); do kill -0 "$1" 2>/dev/null || break; sleep 0.1; done
+  kill -KILL "$1" 2>/dev/null || true
+  wait "$1" 2>/dev/null || true
+  for i in "${!PIDS[@]}"; do [ "${PIDS[$i]}" = "$1" ] && unset 'PIDS[i]'; done
+  return 0
+}
+cleanup() { local p; for p in "${PIDS[@]:-}"; do [ -n "$p" ] && stop_pid "$p"; done; return 0; }
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+start_bg() { # cpu logfile cmd...; sets LAST_PID
+  local cpu="$1" lf="$2"; shift 2
+  taskset -c "$cpu" "$@" >"$lf" 2>&1 &
+  LAST_PID=$!; PIDS+=("$LAST_PID")
+}
+wait_ok() { # url [curl args...]: up to 10 s for a 200
+  local url="$1" i; shift
+  for i in $(seq 1 100); do
+    [ "$(curl -s -o /dev/null -w '%{http_code}' "$@" "$url" 2>/dev/null)" = 200 ] && return 0
+    sleep 0.1
+  done
+  echo "no 200 from $url" >&2; return 1
+}
+family() { echo "$1"; pgrep -P "$1" 2>/dev/null || true; } # pid and its children
+ticks() { # utime+stime of pids, clock ticks
+  local p t=0 v
+  for p in "$@"; do v=$(awk '{sub(/.*\) /, ""); print $12 + $13}' "/proc/$p/stat" 2>/dev/null || echo 0); t=$((t + ${v:-0})); done
+  echo "$t"
+}
+rss_kb() { local p t=0 v; for p in "$@"; do v=$(awk '/^VmRSS:/ {print $2}' "/proc/$p/status" 2>/dev/null || echo 0); t=$((t + ${v:-0})); done; echo "$t"; }
+
+# ---------- contention guard ----------
+loadavg() { cut -d' ' -f1 /proc/loadavg; }
+all_busy() { awk '/^cpu / {print $2+$3+$4+$7+$8+$9, $2+$3+$4+$5+$6+$7+$8+$9}' /proc/stat; }
+# every process: pid ppid own-ticks (utime+stime) ticks-with-reaped-children comm; kernel threads skipped
+proc_snap() {
+  cat /proc/[0-9]*/stat 2>/dev/null | awk 'NF {
+    pid = $1; c = $0; sub(/^[0-9]+ \(/, "", c); comm = c; sub(/\) [A-Za-z] .*$/, "", comm); gsub(/ /, "_", comm)
+    sub(/.*\) /, "", c); split(c, f, " ")
+    if (f[2] == 2 || pid == 2) next
+    print pid, f[2], f[12] + f[13], f[12] + f[13] + f[14] + f[15], comm }'
+}
+# processes outside this script's tree that used more than PROC_MAX % of one CPU between snapshots
+foreign_procs() { # before after seconds
+  awk -v self=$$ -v secs="$3" -v max="$PROC_MAX" -v hz="$(getconf CLK_TCK)" '
+    FNR == NR { t0[$1] = $3; next }
+    { pp[$1] = $2; t1[$1] = $3; cm[$1] = $5 }
+    END {
+      for (p in t1) { q = p; mine = 0
+        for (d = 0; d < 64 && q > 1; d++) { if (q == self) { mine = 1; break }; q = pp[q] }
+        if (mine) continue
+        pct = 100 * (t1[p] - (p in t0 ? t0[p] : 0)) / hz / secs
+        if (pct > max) printf "%s(%s) %.0f%% ", cm[p], p, pct }
+    }' "$1" "$2"
+}
+wait_quiet() { # QUIET_SECS consecutive seconds under QUIET_PCT % busy (both CPUs)
+  local waited=0 quiet=0 a b pct
+  while :; do
+    a=$(all_busy); sleep 1; b=$(all_busy)
+    pct=$(awk -v a="$a" -v b="$b" 'BEGIN { split(a, x, " "); split(b, y, " "); d = y[2] - x[2]; print (d > 0 ? int(100 * (y[1] - x[1]) / d) : 0) }')
+    waited=$((waited + 1))
+    if [ "$pct" -le "$QUIET_PCT" ]; then quiet=$((quiet + 1)); [ "$quiet" -ge "$QUIET_SECS" ] && return 0; continue; fi
+    quiet=0
+    [ "$waited" -ge "$QUIET_WAIT" ] && { log "still ${pct}% busy after ${QUIET_WAIT}s"; return 1; }
+    [ $((waited % 30)) -eq 1 ] && log "waiting for quiet CPUs (${pct}% busy)"
+  done
+}
+BUSY_NOTE=""
+busy() { # message: refuse, or note it with FORCE=1
+  if [ "$FORCE" = 1 ]; then log "BUSY (FORCE=1, measuring anyway): $*"; BUSY_NOTE="${BUSY_NOTE:+$BUSY_NOTE; }$*"; return 0; fi
+  echo "refusing to report: the machine is busy: $*" >&2
+  echo "rerun on a quiet machine, or FORCE=1 to get a table marked 'not valid: machine busy'" >&2
+  exit 3
+}
+
+# ---------- certificates (EC P-256) ----------
+gen_certs() {
+  local d="$CERTS"
+  [ -f "$d/echo.crt" ] && [ -f "$d/gateway-client.pem" ] && return 0
+  key() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$1" 2>/dev/null; }
+  ca() { # name CN
+    key "$d/$1.key"
+    openssl req -x509 -new -key "$d/$1.key" -sha256 -days 3650 -subj "/O=bench/CN=$2" \
+      -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" \
+      -addext "subjectKeyIdentifier=hash" -out "$d/$1.crt" 2>/dev/null
+  }
+  leaf() { # name ca CN SAN EKU
+    key "$d/$1.key"
+    printf 'basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=%s\nsubjectAltName=%s\nsubjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid\n' \
+      "$5" "$4" >"$d/$1.ext"
+    openssl req -new -key "$d/$1.key" -subj "/O=bench/CN=$3" -out "$d/$1.csr" 2>/dev/null
+    openssl x509 -req -in "$d/$1.csr" -CA "$d/$2.crt" -CAkey "$d/$2.key" -CAcreateserial \
+      -sha256 -days 825 -extfile "$d/$1.ext" -out "$d/$1.crt" 2>/dev/null
+    rm -f "$d/$1.csr" "$d/$1.ext"
+  }
+  ca mesh-ca "mesh CA"
+  ca gateway-ca "gateway CA"
+  leaf echo mesh-ca "$SNI" "DNS:$SNI,IP:127.0.0.1,URI:spiffe://cluster.local/ns/demo/sa/echo" serverAuth
+  leaf gateway-client gateway-ca gateway "URI:spiffe://cluster.local/ns/gateway/sa/gateway" clientAuth
+  cat "$d/gateway-client.crt" "$d/gateway-client.key" >"$d/gateway-client.pem"
+  chmod 644 "$d"/*.key "$d"/*.pem
+  openssl verify -CAfile "$d/mesh-ca.crt" "$d/echo.crt" >/dev/null
+  openssl verify -CAfile "$d/gateway-ca.crt" "$d/gateway-client.crt" >/dev/null
+}
+
+# ---------- configurations ----------
+write_configs() {
+  local temps="client_body_temp_path tmp/body; proxy_temp_path tmp/proxy; fastcgi_temp_path tmp/fastcgi; uwsgi_temp_path tmp/uwsgi; scgi_temp_path tmp/scgi;"
+  mkdir -p "$RUN/origin/tmp" "$RUN/origin-tls/tmp" "$RUN/nginx/tmp" "$RUN/pier/manifests"
+  cat >"$RUN/origin/nginx.conf" <<EOF
+# plain origin: 200 with a 13-byte body
+worker_processes 1; daemon off; pid nginx.pid; error_log stderr warn;
+events { worker_connections 8192; }
+http {
+  access_log off; default_type text/plain; keepalive_requests 10000000; keepalive_timeout 75s; $temps
+  server { listen 127.0.0.1:$P_ORIGIN backlog=4096; location / { return 200 "hello, world\n"; } }
+}
+EOF
+  cat >"$RUN/origin-tls/nginx.conf" <<EOF
+# mTLS origin: mesh workload certificate, requires a client certificate from the gateway CA
+worker_processes 1; daemon off; pid nginx.pid; error_log stderr warn;
+events { worker_connections 8192; }
+http {
+  access_log off; default_type text/plain; keepalive_requests 10000000; keepalive_timeout 75s; $temps
+  server {
+    listen 127.0.0.1:$P_ORIGIN_TLS ssl backlog=4096;
+    ssl_certificate $CERTS/echo.crt; ssl_certificate_key $CERTS/echo.key;
+    ssl_client_certificate $CERTS/gateway-ca.crt; ssl_verify_client on; ssl_verify_depth 2;
+    ssl_protocols TLSv1.2 TLSv1.3; ssl_session_cache shared:SSL:10m; ssl_session_tickets on;
+    location / { return 200 "hello, world\n"; }
+    location = /debug { add_header X-Client-Verify \$ssl_client_verify always; add_header X-Client-S-DN \$ssl_client_s_dn always; return 200 "hello, world\n"; }
+  }
+}
+EOF
+  cat >"$RUN/nginx/nginx.conf" <<EOF
+# nginx as the proxy under test: 1 worker, upstream keep-alive; mTLS with client cert + verification
+worker_processes 1; daemon off; pid nginx.pid; error_log stderr warn; worker_rlimit_nofile 20000;
+events { worker_connections 16384; }
+http {
+  access_log off; keepalive_requests 10000000; keepalive_timeout 75s; $temps
+  upstream plain { server 127.0.0.1:$P_ORIGIN; keepalive 1024; keepalive_requests 10000000; }
+  upstream mtls  { server 127.0.0.1:$P_ORIGIN_TLS; keepalive 1024; keepalive_requests 10000000; }
+  proxy_ssl_certificate $CERTS/gateway-client.crt; proxy_ssl_certificate_key $CERTS/gateway-client.key;
+  proxy_ssl_trusted_certificate $CERTS/mesh-ca.crt; proxy_ssl_verify on; proxy_ssl_verify_depth 2;
+  proxy_ssl_name $SNI; proxy_ssl_server_name on; proxy_ssl_protocols TLSv1.2 TLSv1.3; proxy_ssl_session_reuse on;
+  server { listen 127.0.0.1:$P_NGINX backlog=4096;
+    location / { proxy_pass http://plain; proxy_http_version 1.1; proxy_set_header Connection ""; } }
+  server { listen 127.0.0.1:$P_NGINX_TLS backlog=4096;
+    location / { proxy_pass https://mtls; proxy_http_version 1.1; proxy_set_header Connection ""; } }
+}
+EOF
+  cat >"$RUN/haproxy.cfg" <<EOF
+# HAProxy as the proxy under test: 1 thread, server-side keep-alive (http-reuse always)
+global
+    nbthread 1
+    maxconn 8000
+    ssl-server-verify required
+defaults
+    mode http
+    timeout connect 5s
+    timeout client 60s
+    timeout server 60s
+    timeout http-keep-alive 75s
+    http-reuse always
+frontend fe_plain
+    bind 127.0.0.1:$P_HAPROXY backlog 4096
+    default_backend be_plain
+frontend fe_mtls
+    bind 127.0.0.1:$P_HAPROXY_TLS backlog 4096
+    default_backend be_mtls
+backend be_plain
+    server origin 127.0.0.1:$P_ORIGIN maxconn 10000
+backend be_mtls
+    server origin 127.0.0.1:$P_ORIGIN_TLS maxconn 10000 ssl verify required ca-file $CERTS/mesh-ca.crt crt $CERTS/gateway-client.pem sni str($SNI) verifyhost $SNI
+EOF
+  local m="$RUN/pier/manifests"
+  cat >"$m/gateway.yaml" <<EOF
+# pier under test: listener "plain" -> plain origin, listener "mtls" -> meshed route (mTLS origin)
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {name: pier}
+spec: {controllerName: pier.dev/gateway-controller}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: demo}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: bench, namespace: demo}
+spec:
+  gatewayClassName: pier
+  listeners:
+    - {name: plain, protocol: HTTP, port: $P_PIER}
+    - {name: mtls, protocol: HTTP, port: $P_PIER_TLS}
+  tls:
+    backend:
+      clientCertificateRef: {name: gateway-client}
+  mesh:
+    trustBundle: [{kind: ConfigMap, name: mesh-ca}]
+    selector:
+      matchLabels: {mesh: enabled}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: plain, namespace: demo}
+spec:
+  parentRefs: [{name: bench, sectionName: plain}]
+  rules: [{backendRefs: [{name: origin, port: 80}]}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: echo, namespace: demo, labels: {mesh: enabled}}
+spec:
+  parentRefs: [{name: bench, sectionName: mtls}]
+  rules: [{backendRefs: [{name: echo, port: 443}]}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: origin, namespace: demo}
+spec: {ports: [{name: http, port: 80}]}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: origin-1, namespace: demo, labels: {kubernetes.io/service-name: origin}}
+addressType: IPv4
+ports: [{name: http, port: $P_ORIGIN, protocol: TCP}]
+endpoints: [{addresses: ["127.0.0.1"], conditions: {ready: true}}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: echo, namespace: demo}
+spec: {ports: [{name: https, port: 443}]}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: echo-1, namespace: demo, labels: {kubernetes.io/service-name: echo}}
+addressType: IPv4
+ports: [{name: https, port: $P_ORIGIN_TLS, protocol: TCP}]
+endpoints: [{addresses: ["127.0.0.1"], conditions: {ready: true}}]
+EOF
+  {
+    echo "# the mesh trust bundle and pier's client certificate"
+    echo "apiVersion: v1"; echo "kind: ConfigMap"; echo "metadata: {name: mesh-ca, namespace: demo}"
+    echo "data:"; echo "  ca-bundle.crt: |"; sed 's/^/    /' "$CERTS/mesh-ca.crt"
+    echo "---"
+    echo "apiVersion: v1"; echo "kind: Secret"; echo "metadata: {name: gateway-client, namespace: demo}"
+    echo "type: kubernetes.io/tls"; echo "stringData:"
+    echo "  tls.crt: |"; sed 's/^/    /' "$CERTS/gateway-client.crt"
+    echo "  tls.key: |"; sed 's/^/    /' "$CERTS/gateway-client.key"
+  } >"$m/trust.yaml"
+}
+
+# ---------- origins and proxies ----------
+ORIGIN_PID=""; ORIGIN_ON=""; TLS_PID=""
+origin_up() { # cpu
+  [ -n "$ORIGIN_PID" ] && [ "$ORIGIN_ON" = "$1" ] && return 0
+  [ -n "$ORIGIN_PID" ] && stop_pid "$ORIGIN_PID"
+  start_bg "$1" "$RUN/origin/stderr.log" nginx -p "$RUN/origin/" -c "$RUN/origin/nginx.conf" -e stderr
+  ORIGIN_PID=$LAST_PID; ORIGIN_ON="$1"
+  wait_ok "http://127.0.0.1:$P_ORIGIN/"
+}
+origin_tls_up() {
+  [ -n "$TLS_PID" ] && return 0
+  start_bg "$ORIGIN_CPU" "$RUN/origin-tls/stderr.log" nginx -p "$RUN/origin-tls/" -c "$RUN/origin-tls/nginx.conf" -e stderr
+  TLS_PID=$LAST_PID
+  wait_ok "https://$SNI:$P_ORIGIN_TLS/" --cacert "$CERTS/mesh-ca.crt" --cert "$CERTS/gateway-client.crt" \
+    --key "$CERTS/gateway-client.key" --resolve "$SNI:$P_ORIGIN_TLS:127.0.0.1"
+}
+PROXY_PID=""; PROXY_KIND=""
+proxy_up() { # nginx|haproxy|pier
+  [ "$PROXY_KIND" = "$1" ] && return 0
+  proxy_down; PROXY_KIND="$1"
+  case "$1" in
+    nginx) start_bg "$PROXY_CPU" "$RUN/nginx/stderr.log" nginx -p "$RUN/nginx/" -c "$RUN/nginx/nginx.conf" -e stderr ;;
+    haproxy) start_bg "$PROXY_CPU" "$RUN/haproxy.log" haproxy -f "$RUN/haproxy.cfg" -db ;;
+    pier) start_bg "$PROXY_CPU" "$RUN/pier/stderr.log" env PIER_WORKER_THREADS=1 RUST_LOG=warn "$PIER_BIN" run \
+            --manifests "$RUN/pier/manifests" --listen-host 127.0.0.1 --admin "127.0.0.1:$P_ADMIN" ;;
+  esac
+  PROXY_PID=$LAST_PID
+}
+proxy_down() { [ -n "$PROXY_PID" ] && stop_pid "$PROXY_PID"; PROXY_PID=""; PROXY_KIND=""; }
+proxy_url() { # scenario -> url
+  local sc="${1#close-}"
+  case "$sc" in
+    direct) echo "http://127.0.0.1:$P_ORIGIN/" ;;
+    nginx) echo "http://127.0.0.1:$P_NGINX/" ;; nginx-mtls) echo "http://127.0.0.1:$P_NGINX_TLS/" ;;
+    haproxy) echo "http://127.0.0.1:$P_HAPROXY/" ;; haproxy-mtls) echo "http://127.0.0.1:$P_HAPROXY_TLS/" ;;
+    pier) echo "http://127.0.0.1:$P_PIER/" ;; pier-mtls) echo "http://127.0.0.1:$P_PIER_TLS/" ;;
+  esac
+}
+check_mtls() { # url: the origin must have verified the proxy's client certificate
+  local seen
+  seen=$(curl -s -D - -o /dev/null "${1}debug" | tr -d '\r' | grep -i '^x-client-' | tr '\n' ' ')
+  log "  origin saw: $seen"
+  [[ "$seen" == *"SUCCESS"* && "$seen" == *"CN=gateway"* ]] || { echo "mTLS check failed via $1: $seen" >&2; exit 1; }
+}
+
+# ---------- one measured wrk run ----------
+# scenario conns rep url "proxy pids" header -> appends a line to raw.tsv; returns 1 if contended
+measure_one() {
+  local sc="$1" c="$2" rep="$3" url="$4" ppids="$5" hdr="$6"
+  local out="$OUT/$sc-c$c-r$rep.txt" args=(-t1 -c"$c" -d"$DURATION" --latency) secs="${DURATION%s}"
+  [ -n "$hdr" ] && args+=(-H "$hdr")
+  wait_quiet || busy "CPUs not quiet for ${QUIET_SECS}s within ${QUIET_WAIT}s before $sc c=$c rep $rep"
+  local p0 p1 a0 a1 s0 s1 ours0 ours1
+  s0="$OUT/.snap0"; s1="$OUT/.snap1"
+  proc_snap >"$s0"; a0=$(all_busy)
+  # shellcheck disable=SC2086
+  p0=$(ticks $ppids)
+  ( sleep "$(awk -v d="$secs" 'BEGIN { print d / 2 }')"; [ -n "$ppids" ] && rss_kb $ppids >"$OUT/.rss" || echo 0 >"$OUT/.rss" ) &
+  local sampler=$!
+  taskset -c "$WRK_CPU" wrk "${args[@]}" "$url" >"$out" 2>&1 || true
+  wait "$sampler" 2>/dev/null || true
+  # shellcheck disable=SC2086
+  p1=$(ticks $ppids); a1=$(all_busy); proc_snap >"$s1"
+  local hogs foreign
+  hogs=$(foreign_procs "$s0" "$s1" "$secs")
+  # foreign CPU, % of the machine: busy time not spent by this script's process tree
+  foreign=$(awk -v self=$$ -v a="$a0" -v b="$a1" -v hz="$(getconf CLK_TCK)" '
+    function tree(arr, pp, t,   p, q, d, s) { s = 0; for (p in t) { q = p
+        for (d = 0; d < 64 && q > 1; d++) { if (q == self) { s += t[p]; break }; q = pp[q] } }; return s }
+    FNR == NR { pa[$1] = $2; ta[$1] = $4; next } { pb[$1] = $2; tb[$1] = $4 }
+    END { ours = tree(0, pb, tb) - tree(0, pa, ta)
+      split(a, x, " "); split(b, y, " "); d = y[2] - x[2]
+      f = d > 0 ? 100 * ((y[1] - x[1]) - ours) / d : 0; printf "%.1f", (f < 0 ? 0 : f) }' "$s0" "$s1")
+  local state=ok
+  if [ -n "$hogs" ] || awk -v f="$foreign" -v m="$FOREIGN_MAX" 'BEGIN { exit !(f > m) }'; then
+    state="busy:${hogs:-total ${foreign}%}"
+  fi
+  local line
+  line=$(awk -v sc="$sc" -v c="$c" -v rep="$rep" -v pt=$((p1 - p0)) -v rss="$(cat "$OUT/.rss" 2>/dev/null || echo 0)" \
+      -v hz="$(getconf CLK_TCK)" -v hasp="${ppids:+1}" -v foreign="$foreign" -v state="$state" '
+    function us(v) { if (v ~ /us$/) return v + 0; if (v ~ /ms$/) return (v + 0) * 1000; if (v ~ /s$/) return (v + 0) * 1e6; return v + 0 }
+    /^ +50%/ { p50 = us($2) } /^ +99%/ { p99 = us($2) }
+    /requests in/ { reqs = $1 } /^Requests\/sec:/ { rps = $2 }
+    /Socket errors/ { gsub(",", ""); err = $4 + $6 + $8 + $10 }
+    /Non-2xx/ { non2xx = $5 }
+    END { if (reqs == 0) reqs = 1
+      printf "%s\t%d\t%d\t%.0f\t%.0f\t%.0f\t%d\t%d\t%s\t%s\t%.1f\t%s\n", sc, c, rep, rps, p50, p99, err + 0, non2xx + 0,
+        (hasp ? rss : "-"), (hasp ? sprintf("%.1f", pt / hz * 1e6 / reqs) : "-"), foreign, state }' "$out")
+  LAST_LINE="$line"
+  [ "$state" = ok ] || { log "  contended: $state"; return 1; }
+  return 0
+}
+measure() { # scenario url "proxy pids" header
+  local sc="$1" url="$2" ppids="$3" hdr="$4" c rep try warm=(-t1 -c256 -d"$WARMUP")
+  [ -n "$hdr" ] && warm+=(-H "$hdr")
+  log "  warm-up c=256 $WARMUP"
+  taskset -c "$WRK_CPU" wrk "${warm[@]}" "$url" >/dev/null 2>&1 || true
+  for c in $CONNS; do
+    for rep in $(seq 1 "$REPS"); do
+      for try in $(seq 0 "$RETRIES"); do
+        if measure_one "$sc" "$c" "$rep" "$url" "$ppids" "$hdr"; then break; fi
+        if [ "$try" -eq "$RETRIES" ]; then
+          busy "$sc c=$c rep $rep: ${LAST_LINE##*	}"
+          break
+        fi
+        log "  retrying ($((try + 1))/$RETRIES)"
+      done
+      printf '%s\n' "$LAST_LINE" >>"$RAW"
+      log "  $(echo "$LAST_LINE" | awk -F'\t' '{printf "c=%s rep %s: %s req/s p50 %sus p99 %sus err %s/%s cpu %s us/req rss %s kB foreign %s%% %s", $2, $3, $4, $5, $6, $8, $7, $10, $9, $11, $12}')"
+    done
+  done
+}
+
+# ---------- run ----------
+gen_certs
+write_configs
+{
+  echo "date: $(date -u +%FT%TZ)"
+  echo "nproc: $(nproc)"
+  echo "cpu: $(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo)"
+  echo "kernel: $(uname -r)"
+  echo "nginx: $(nginx -v 2>&1 | sed 's/.*: //')"
+  echo "haproxy: $(haproxy -v | head -1 | awk '{print $3}')"
+  echo "wrk: $(wrk -v 2>&1 | head -1 | awk '{print $2}')"
+  echo "openssl: $(openssl version | awk '{print $2}')"
+  echo "pier: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null)$(git -C "$ROOT" diff --quiet HEAD 2>/dev/null || echo '+dirty') $PIER_BIN"
+  echo "pinning: proxy cpu $PROXY_CPU (pier PIER_WORKER_THREADS=1, nginx/haproxy 1 worker), wrk -t1 cpu $WRK_CPU, origin cpu $ORIGIN_CPU"
+  echo "runs: -d$DURATION x $REPS reps, conns: $CONNS, warm-up c=256 $WARMUP"
+} >"$OUT/machine.txt"
+cat "$OUT/machine.txt" >&2
+printf 'scenario\tconns\trep\trps\tp50_us\tp99_us\tsock_err\tnon2xx\tproxy_rss_kb\tproxy_cpu_us_per_req\tforeign_cpu_pct\tstate\n' >"$RAW"
+
+waited=0
+while awk -v l="$(loadavg)" -v m="$LOAD_MAX" 'BEGIN { exit !(l > m) }'; do
+  if [ "$waited" -ge "$LOAD_WAIT" ]; then busy "load average $(loadavg) > $LOAD_MAX before the first run"; break; fi
+  [ $((waited % 60)) -eq 0 ] && log "load average $(loadavg) > $LOAD_MAX: waiting (up to ${LOAD_WAIT}s)"
+  sleep 10; waited=$((waited + 10))
+done
+
+CLOSE="Connection: close"
+for sc in $SCENARIOS; do
+  log "== $sc"
+  hdr=""; [[ "$sc" == close-* ]] && hdr="$CLOSE"
+  base="${sc#close-}"
+  url=$(proxy_url "$sc")
+  if [ "$base" = direct ]; then
+    proxy_down; origin_up "$PROXY_CPU"
+    measure "$sc" "$url" "" "$hdr"
+    continue
+  fi
+  origin_up "$ORIGIN_CPU"
+  [[ "$base" == *-mtls ]] && origin_tls_up
+  proxy_up "${base%-mtls}"
+  wait_ok "$url"
+  [[ "$base" == *-mtls ]] && check_mtls "$url"
+  measure "$sc" "$url" "$(family "$PROXY_PID" | tr '\n' ' ')" "$hdr"
+done
+proxy_down
+
+summarize "$RAW" "$BUSY_NOTE" | tee "$OUT/table.md"
+echo >&2; log "raw: $RAW, table: $OUT/table.md"
