@@ -149,6 +149,15 @@ pub struct ClusterArgs {
     /// Watch only the ConfigMaps with these labels (a label selector) [default: all].
     #[arg(long, value_name = "SELECTOR", conflicts_with = "manifests")]
     pub configmap_label_selector: Option<String>,
+    /// Watch only the Secrets matching this field selector; `''` watches all (needed for mesh
+    /// trust bundles kept in Opaque Secrets).
+    #[arg(
+        long,
+        value_name = "SELECTOR",
+        default_value = crate::source::kube::TLS_SECRETS,
+        conflicts_with = "manifests"
+    )]
+    pub secret_field_selector: String,
 }
 
 #[derive(Debug, clap::Args)]
@@ -266,6 +275,7 @@ mod tests {
             &["--lease-namespace", "ns"],
             &["--no-status"],
             &["--configmap-label-selector", "a=b"],
+            &["--secret-field-selector", ""],
         ] {
             let mut args = vec!["--manifests", "d"];
             args.extend(flags);

@@ -102,7 +102,7 @@ fn cluster_options(connect: Connect, c: &ClusterArgs, common: &CommonArgs) -> Cl
         connect,
         scope: WatchScope {
             config_maps_label_selector: c.configmap_label_selector.clone(),
-            ..WatchScope::default()
+            secrets_field_selector: Some(c.secret_field_selector.clone()).filter(|s| !s.is_empty()),
         },
         status: (!c.no_status).then(|| StatusOptions::new(lease)),
     }

@@ -7,10 +7,9 @@
 //! Needs the binaries from `scripts/control-plane.sh build`; fails (does not skip) without them.
 //! `PIER_TEST_OUTAGE_SECS` shortens the API server outage (default: the real 30 s).
 //!
-//! Hooks for mesh mTLS (not here yet): a namespace label flip (`Cluster::apply(namespace(..))`
-//! with labels, then traffic switching to mTLS) and a trust-bundle rotation (apply a new
-//! ConfigMap/ClusterTrustBundle, then new connections use it) fit the same shape as
-//! `routes_follow_the_api_under_least_privilege`.
+//! Mesh mTLS from the cluster (`meshed_routes_follow_the_cluster`): BackendTLSPolicy, a
+//! Namespace label flip, trust-bundle rotation through a ConfigMap and a ClusterTrustBundle,
+//! against an mTLS workload (`support::mesh::Workload`) that also answers plaintext.
 
 mod support;
 
@@ -22,8 +21,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use support::apiserver::poll;
 use support::cluster::*;
-use support::init;
 use support::web::{get, try_get};
+use support::{init, mesh};
 
 const APP: &str = "app";
 const BACKEND: &str = "backend";
@@ -518,18 +517,18 @@ async fn reference_grants_from_v1beta1_when_v1_is_not_served() {
     pier.shutdown().await;
 }
 
-/// `config/rbac/make-kubeconfig.sh` makes a kubeconfig pier can run with (needs kubectl).
+/// `config/rbac/make-kubeconfig.sh` makes a kubeconfig pier can run with (needs kubectl, which
+/// `scripts/test` installs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn make_kubeconfig_script_gives_a_working_identity() {
-    if std::process::Command::new("kubectl")
+    let kubectl = std::process::Command::new("kubectl")
         .arg("version")
         .arg("--client")
-        .output()
-        .is_err()
-    {
-        eprintln!("kubectl not installed: skipping the make-kubeconfig.sh test");
-        return;
-    }
+        .output();
+    assert!(
+        kubectl.is_ok_and(|o| o.status.success()),
+        "kubectl is needed (scripts/test installs it with apt-get)"
+    );
     let c = Cluster::start().await;
     let w = world(&c).await;
     let out = c.cp.dir().join("script.kubeconfig");
@@ -547,5 +546,166 @@ async fn make_kubeconfig_script_gives_a_working_identity() {
     cluster.connect.kubeconfig = Some(out);
     let pier = start_pier(opts).await;
     w.until("/v/x", 200, "v1", Duration::from_secs(5)).await;
+    pier.shutdown().await;
+}
+
+// === mesh mTLS from the cluster ===
+
+/// What the mesh workload saw of one request through pier (`Host: web.example`); `None`
+/// while the answer is not a workload's 200.
+async fn workload_seen(port: u16) -> Result<mesh::Seen, String> {
+    let url = format!("http://{}/", SocketAddr::new(LOOPBACK, port));
+    let Some(r) = try_get(&url, &[("host", "web.example")]).await else {
+        return Err("no answer".into());
+    };
+    if r.status != 200 {
+        return Err(format!("{} {}", r.status, r.text()));
+    }
+    serde_json::from_slice(&r.body).map_err(|e| format!("not the workload ({e}): {}", r.text()))
+}
+
+/// Waits until a request is answered and `f` holds of what the workload saw; returns how long
+/// it took and that answer.
+async fn until_seen<F: Fn(&mesh::Seen) -> bool>(
+    port: u16,
+    what: &str,
+    f: F,
+) -> (Duration, mesh::Seen) {
+    let start = Instant::now();
+    let mut last = Err(String::new());
+    while start.elapsed() < STATUS_BOUND {
+        last = workload_seen(port).await;
+        if let Ok(s) = &last
+            && f(s)
+        {
+            return (start.elapsed(), s.clone());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("never {what}: last {last:?}")
+}
+
+/// Waits until requests fail with `status` (pier's answer, not the workload's).
+async fn until_status(port: u16, status: u16) {
+    let url = format!("http://{}/", SocketAddr::new(LOOPBACK, port));
+    poll(STATUS_BOUND, &format!("status {status}"), || async {
+        try_get(&url, &[("host", "web.example")])
+            .await
+            .is_some_and(|r| r.status == status)
+    })
+    .await;
+}
+
+fn is_pier(s: &mesh::Seen, pki: &mesh::MeshPki) -> bool {
+    s.tls
+        && s.client_uris == [mesh::PIER_ID]
+        && s.client_cert_sha256.as_deref() == Some(pki.pier.leaf_sha256().as_str())
+}
+
+/// One Gateway with `spec.mesh` (the mesh CRD variant), one route to a workload that answers
+/// plaintext and mTLS on one port, and everything changed through the API under pier's RBAC:
+/// a BackendTLSPolicy gives TLS, a Namespace label makes the route meshed, the trust bundle
+/// rotates through its ConfigMap and then moves to a ClusterTrustBundle. While the workload
+/// presents a certificate the bundle does not trust, pier answers 502 and never falls back
+/// to plaintext.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn meshed_routes_follow_the_cluster() {
+    let c = Cluster::start().await;
+    c.cp.install_crds(repo("config/crds/mesh")).await;
+    init();
+    let pki = mesh::MeshPki::new();
+    let web = mesh::Workload::spawn_on(host_ip(), &pki.workload, &pki.client_ca, true).await;
+    let port = listener_port();
+    let select = "    selector: {matchLabels: {mesh: enabled}}\n";
+    c.apply_yaml(&mesh::namespace("gw", "")).await;
+    c.apply_yaml(&mesh::namespace("app", "")).await;
+    c.apply_yaml(mesh::GATEWAY_CLASS).await;
+    c.apply_yaml(&mesh::pier_client_secret(&pki)).await;
+    c.apply_yaml(&mesh::bundle(&[&pki.mesh_ca])).await;
+    c.apply_yaml(&mesh::gateway(port, &mesh::mesh_spec(select)))
+        .await;
+    c.apply_yaml(&mesh::service("app", "web", web.addr)).await;
+    c.apply_yaml(&mesh::route("app", "web", "", "web")).await;
+    let pier = start_pier(c.pier_options(LOOPBACK, "replica-a")).await;
+
+    // Not meshed, no policy: plaintext.
+    let (_, s) = until_seen(port, "answered", |_| true).await;
+    assert!(!s.tls, "{s:?}");
+
+    // BackendTLSPolicy: TLS to the policy's hostname, the workload's SPIFFE ID as the SAN to
+    // verify, pier's client certificate from the Gateway.
+    c.apply_yaml(&mesh::config_map(
+        "app",
+        "web-ca",
+        "ca.crt",
+        &pki.mesh_ca.pem,
+    ))
+    .await;
+    let policy = json!({
+        "apiVersion": GATEWAY_V1, "kind": "BackendTLSPolicy",
+        "metadata": { "name": "web-tls", "namespace": "app" },
+        "spec": {
+            "targetRefs": [{ "group": "", "kind": "Service", "name": "web" }],
+            "validation": {
+                "caCertificateRefs": [{ "group": "", "kind": "ConfigMap", "name": "web-ca" }],
+                "hostname": "web.internal",
+                "subjectAltNames": [{ "type": "URI", "uri": mesh::WORKLOAD_ID }],
+            },
+        },
+    });
+    c.apply(policy).await;
+    let (took, s) = until_seen(port, "TLS by BackendTLSPolicy", |s| s.tls).await;
+    assert_eq!(s.sni.as_deref(), Some("web.internal"), "{s:?}");
+    assert!(is_pier(&s, &pki), "{s:?}");
+    eprintln!("BackendTLSPolicy applied: TLS after {took:?}");
+    c.delete(GATEWAY_V1, "BackendTLSPolicy", Some("app"), "web-tls")
+        .await;
+    until_seen(port, "plaintext again", |s| !s.tls).await;
+
+    // Namespace label flip: meshed, mTLS with the mesh SNI.
+    c.apply_yaml(&mesh::namespace("app", "mesh: enabled")).await;
+    let (took, s) = until_seen(port, "meshed", |s| s.tls).await;
+    assert!(is_pier(&s, &pki), "{s:?}");
+    assert_eq!(s.sni.as_deref(), Some("web.app.svc.cluster.local"));
+    assert!(took < Duration::from_secs(1), "label flip took {took:?}");
+    eprintln!("namespace label flip: mTLS after {took:?}");
+
+    // The workload moves to a new mesh CA: untrusted, so 502 (and no plaintext request).
+    let ca2 = mesh::Ca::new("mesh CA 2");
+    let plaintext_before = web.requests().iter().filter(|s| !s.tls).count();
+    web.switch(&ca2.workload(mesh::WORKLOAD_ID), true);
+    until_status(port, 502).await;
+    // The bundle ConfigMap rotates to the new CA: served again, on the new certificate.
+    c.apply_yaml(&mesh::bundle(&[&ca2])).await;
+    let (took, s) = until_seen(port, "trusting the rotated bundle", |s| s.epoch == 1).await;
+    assert!(is_pier(&s, &pki), "{s:?}");
+    eprintln!("trust bundle ConfigMap rotated: served after {took:?}");
+
+    // The bundle moves to a ClusterTrustBundle (GEP-3792 reference), with a third CA.
+    let ca3 = mesh::Ca::new("mesh CA 3");
+    c.apply_yaml(&mesh::cluster_trust_bundle("pier-mesh-roots", &ca3.pem))
+        .await;
+    web.switch(&ca3.workload(mesh::WORKLOAD_ID), true);
+    until_status(port, 502).await;
+    let ctb = format!(
+        "{}  mesh:\n    trustBundle:\n      - {{group: certificates.k8s.io, kind: \
+         ClusterTrustBundle, name: pier-mesh-roots}}\n{select}",
+        mesh::CLIENT_REF
+    );
+    c.apply_yaml(&mesh::gateway(port, &ctb)).await;
+    let (_, s) = until_seen(port, "trusting the ClusterTrustBundle", |s| s.epoch == 2).await;
+    assert!(is_pier(&s, &pki), "{s:?}");
+    let plaintext_after = web.requests().iter().filter(|s| !s.tls).count();
+    assert_eq!(
+        plaintext_before, plaintext_after,
+        "a meshed route never falls back to plaintext"
+    );
+
+    let m = metrics(&pier).await;
+    assert_eq!(
+        sample(&m, "pier_kube_objects{kind=\"ClusterTrustBundle\"}"),
+        1.0,
+        "{m}"
+    );
     pier.shutdown().await;
 }

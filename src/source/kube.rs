@@ -10,6 +10,7 @@
 //!   (v1, or v1beta1)         │                                                │     └─> Resources
 //! watcher(Namespace meta)    │
 //! watcher(Service, EndpointSlice, Secret, ConfigMap)
+//! watcher(BackendTLSPolicy, ClusterTrustBundle)   optional: a 404 counts as listed, empty
 //!                            ├─> spec/data change ─> coalesce (QUIET, MAX_DELAY) ─> change signal
 //!                            └─> status-only change (GatewayClass/Gateway/HTTPRoute)
 //!                                  ─> `status_changes` (the status writer)
@@ -25,6 +26,11 @@
 //! watcher relists, and the reflector swaps the store whole on `InitDone`, so deletes made
 //! during the outage are seen. Missing Gateway API CRDs (404) and missing RBAC (403) are
 //! logged once a minute with what to do, and retried: pier stays unready instead of crashing.
+//! Two kinds are optional ([`WatchKind::is_optional`]): BackendTLSPolicy (its CRD is often
+//! not installed) and ClusterTrustBundle (`certificates.k8s.io/v1beta1`, off by default up to
+//! Kubernetes 1.36). A 404 for them releases their readiness latch as an empty list, is logged
+//! once at info, and the watch keeps retrying, so installing the CRD (or enabling the API)
+//! later takes effect without a restart.
 //!
 //! **Readiness.** The change signal of [`KubeSource::start`] yields its first `()` only once
 //! every kind has listed once, so the first published snapshot is complete (no 404s for routes
@@ -41,21 +47,26 @@
 //!   (any namespace can hold a Gateway, an attached Route or a referenced backend).
 //! - Namespace: metadata only (`allowedRoutes.namespaces.selector` reads labels).
 //! - Secret: cluster-wide but only `type=kubernetes.io/tls` (a field selector; the only type a
-//!   listener `certificateRef` may name). Service-account tokens, Helm release blobs and
-//!   opaque application secrets never reach pier's memory. Cost: a referenced Secret of the
-//!   wrong type reports "not found" rather than "wrong type". Kubernetes RBAC cannot narrow
+//!   listener `certificateRef` or `tls.backend.clientCertificateRef` may name). Service-account
+//!   tokens, Helm release blobs and opaque application secrets never reach pier's memory.
+//!   Cost: a referenced Secret of the wrong type reports "not found" rather than "wrong
+//!   type", and a mesh trust bundle kept in an `Opaque` Secret is not seen (a TLS Secret with
+//!   a `ca.crt` key, as cert-manager writes, is): keep bundles in ConfigMaps or
+//!   ClusterTrustBundles, or widen the selector with `--secret-field-selector ''` (all
+//!   Secrets). Kubernetes RBAC cannot narrow
 //!   `list`/`watch` by field selector, so the ClusterRole still grants all Secrets; narrower
 //!   grants mean per-namespace Roles, which pier would then have to be told about. The
 //!   alternative, one Secret watch per namespace that holds a Gateway, was rejected: a
 //!   cross-namespace `certificateRef` (with a ReferenceGrant) can point anywhere, and dynamic
 //!   per-namespace watches multiply connections and readiness states.
 //! - ConfigMap: cluster-wide, all, unless [`WatchScope::config_maps_label_selector`] narrows
-//!   it (`--configmap-label-selector`). Translation on this branch reads none; mesh trust
-//!   bundles (GEP-3951) and BackendTLSPolicy `caCertificateRefs` name ConfigMaps in arbitrary
-//!   namespaces, so the watch is in place for them. Clusters with many or large ConfigMaps
-//!   should label the bundles and set the selector.
+//!   it (`--configmap-label-selector`): mesh trust bundles (GEP-3951), BackendTLSPolicy
+//!   `caCertificateRefs` and `infrastructure.parametersRef` name ConfigMaps in arbitrary
+//!   namespaces. Clusters with many or large ConfigMaps should label the ones pier needs and
+//!   set the selector.
+//! - BackendTLSPolicy (`v1`), ClusterTrustBundle (`v1beta1`): all, cluster-wide; optional.
 //!
-//! **Adding a kind** (BackendTLSPolicy, ClusterTrustBundle for mesh mTLS): a field in
+//! **Adding a kind**: a field in
 //! [`Stores`], one `tasks.watch(..)` line in [`KubeSource::start`], one line in
 //! [`Stores::resources`], a [`WatchKind`] variant, and the RBAC rule in `config/rbac/`. A kind
 //! whose Rust type is not a kube `Resource` (a pier-own struct, like mesh's Gateway with
@@ -89,7 +100,8 @@ pub use self::reference_grant::ReferenceGrantV1Beta1;
 use self::watch::{Changes, Ctx};
 pub use self::watch::{Reconnect, Watched};
 use crate::translate::api::{
-    ConfigMap, EndpointSlice, GatewayClass, HttpRoute, Namespace, ReferenceGrant, Secret, Service,
+    BackendTlsPolicy, ClusterTrustBundle, ConfigMap, EndpointSlice, GatewayClass, HttpRoute,
+    Namespace, ReferenceGrant, Secret, Service,
 };
 use crate::translate::{ObjectKey, Resources};
 
@@ -116,7 +128,7 @@ pub struct Connect {
 /// What is watched beyond the Gateway API kinds (see the module docs for the trade-offs).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WatchScope {
-    /// Field selector for Secrets; [`TLS_SECRETS`] by default.
+    /// Field selector for Secrets; [`TLS_SECRETS`] by default, `None` for all.
     pub secrets_field_selector: Option<String>,
     /// Label selector for ConfigMaps; all by default.
     pub config_maps_label_selector: Option<String>,
@@ -134,6 +146,8 @@ pub enum WatchKind {
     EndpointSlice,
     Secret,
     ConfigMap,
+    BackendTlsPolicy,
+    ClusterTrustBundle,
 }
 
 /// The reflector stores, one per kind. Cheap to clone (shared handles).
@@ -151,6 +165,8 @@ pub struct Stores {
     pub endpoint_slices: Store<DeserializeGuard<EndpointSlice>>,
     pub secrets: Store<DeserializeGuard<Secret>>,
     pub config_maps: Store<DeserializeGuard<ConfigMap>>,
+    pub backend_tls_policies: Store<DeserializeGuard<BackendTlsPolicy>>,
+    pub cluster_trust_bundles: Store<DeserializeGuard<ClusterTrustBundle>>,
 }
 
 /// A running set of watches.
@@ -245,7 +261,7 @@ impl Default for WatchScope {
 // === impl WatchKind ===
 
 impl WatchKind {
-    pub const ALL: [Self; 9] = [
+    pub const ALL: [Self; 11] = [
         Self::GatewayClass,
         Self::Gateway,
         Self::HttpRoute,
@@ -255,6 +271,8 @@ impl WatchKind {
         Self::EndpointSlice,
         Self::Secret,
         Self::ConfigMap,
+        Self::BackendTlsPolicy,
+        Self::ClusterTrustBundle,
     ];
 
     /// Served only when the Gateway API CRDs are installed.
@@ -264,12 +282,20 @@ impl WatchKind {
             Self::GatewayClass | Self::Gateway | Self::HttpRoute | Self::ReferenceGrant
         )
     }
+
+    /// A kind whose absence from the API server (404) is no reason to stay unready: its
+    /// objects are an addition (BackendTLSPolicy's CRD is often not installed;
+    /// ClusterTrustBundle's beta API is off by default).
+    pub fn is_optional(self) -> bool {
+        matches!(self, Self::BackendTlsPolicy | Self::ClusterTrustBundle)
+    }
 }
 
 impl std::fmt::Display for WatchKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::HttpRoute => f.write_str("HTTPRoute"),
+            Self::BackendTlsPolicy => f.write_str("BackendTLSPolicy"),
             other => std::fmt::Debug::fmt(other, f),
         }
     }
@@ -369,6 +395,18 @@ impl KubeSource {
             ),
             secrets: tasks.watch(&ctx, W::Secret, Any, watcher(Api::all(c()), secrets)),
             config_maps: tasks.watch(&ctx, W::ConfigMap, Any, watcher(Api::all(c()), config_maps)),
+            backend_tls_policies: tasks.watch(
+                &ctx,
+                W::BackendTlsPolicy,
+                Spec,
+                watcher(Api::all(c()), all()),
+            ),
+            cluster_trust_bundles: tasks.watch(
+                &ctx,
+                W::ClusterTrustBundle,
+                Any,
+                watcher(Api::all(c()), all()),
+            ),
         };
         let (tx, changes) = mpsc::channel(1);
         tasks
@@ -413,6 +451,8 @@ impl Default for Stores {
             endpoint_slices: empty(),
             secrets: empty(),
             config_maps: empty(),
+            backend_tls_policies: empty(),
+            cluster_trust_bundles: empty(),
         }
     }
 }
@@ -445,8 +485,8 @@ impl Stores {
             endpoint_slices: namespaced(&self.endpoint_slices, Clone::clone),
             secrets: namespaced(&self.secrets, Clone::clone),
             config_maps: namespaced(&self.config_maps, Clone::clone),
-            // Not watched in cluster mode yet (next step for mesh mTLS from a cluster).
-            ..Resources::default()
+            cluster_trust_bundles: cluster(&self.cluster_trust_bundles),
+            backend_tls_policies: namespaced(&self.backend_tls_policies, Clone::clone),
         }
     }
 }

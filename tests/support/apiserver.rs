@@ -189,6 +189,9 @@ impl ControlPlane {
             // Service's endpoints; clients here talk to 127.0.0.1 directly.
             "--endpoint-reconciler-type=none".to_string(),
             "--allow-privileged=true".to_string(),
+            // ClusterTrustBundle (mesh trust bundles) is beta and off by default in 1.36.
+            "--feature-gates=ClusterTrustBundle=true".to_string(),
+            "--runtime-config=certificates.k8s.io/v1beta1/clustertrustbundles=true".to_string(),
         ];
 
         let (admin_crt, admin_key) = pki.client_cert("pier-test-admin", Some("system:masters"));

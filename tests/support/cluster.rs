@@ -85,6 +85,15 @@ impl Cluster {
         }
     }
 
+    /// Server-side applies every document of `yaml`.
+    pub async fn apply_yaml(&self, yaml: &str) {
+        let objs: Vec<DynamicObject> =
+            serde_saphyr::from_multiple(yaml).unwrap_or_else(|e| panic!("{e}: {yaml}"));
+        for o in objs {
+            self.apply(serde_json::to_value(o).unwrap()).await;
+        }
+    }
+
     /// Server-side applies `obj` (force: the tests own what they write).
     pub async fn apply(&self, obj: Value) -> DynamicObject {
         let (api, name) = self.api_for(&obj);

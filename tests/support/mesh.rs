@@ -241,6 +241,23 @@ impl Workload {
     }
 
     pub async fn spawn_with(cert: &Cert, client_ca: &Ca, plaintext_too: bool) -> Self {
+        Self::spawn_on(
+            std::net::Ipv4Addr::LOCALHOST.into(),
+            cert,
+            client_ca,
+            plaintext_too,
+        )
+        .await
+    }
+
+    /// As [`spawn_with`](Self::spawn_with), listening on `ip` (cluster tests need an address
+    /// the API server accepts in an EndpointSlice).
+    pub async fn spawn_on(
+        ip: std::net::IpAddr,
+        cert: &Cert,
+        client_ca: &Ca,
+        plaintext_too: bool,
+    ) -> Self {
         let mut roots = RootCertStore::empty();
         roots.add(client_ca.der.clone()).unwrap();
         let client_roots = Arc::new(roots);
@@ -253,7 +270,7 @@ impl Workload {
             accepted: watch::channel(vec![]).0,
             kick: watch::channel(0).0,
         });
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let listener = TcpListener::bind(SocketAddr::new(ip, 0)).await.unwrap();
         let addr = listener.local_addr().unwrap();
         let task = tokio::spawn(accept_loop(listener, state.clone()));
         Self { addr, state, task }

@@ -45,6 +45,8 @@ struct Fixture {
     grants_v1beta1: Writer<DeserializeGuard<ReferenceGrantV1Beta1>>,
     namespaces: Writer<PartialObjectMeta<Namespace>>,
     classes: Writer<DeserializeGuard<GatewayClass>>,
+    policies: Writer<DeserializeGuard<BackendTlsPolicy>>,
+    bundles: Writer<DeserializeGuard<ClusterTrustBundle>>,
 }
 
 fn fixture() -> Fixture {
@@ -52,11 +54,15 @@ fn fixture() -> Fixture {
     let grants_v1beta1 = Writer::default();
     let namespaces = Writer::default();
     let classes = Writer::default();
+    let policies = Writer::default();
+    let bundles = Writer::default();
     let stores = Stores {
         gateway_classes: classes.as_reader(),
         http_routes: routes.as_reader(),
         reference_grants_v1beta1: grants_v1beta1.as_reader(),
         namespaces: namespaces.as_reader(),
+        backend_tls_policies: policies.as_reader(),
+        cluster_trust_bundles: bundles.as_reader(),
         ..Stores::default()
     };
     Fixture {
@@ -65,6 +71,8 @@ fn fixture() -> Fixture {
         grants_v1beta1,
         namespaces,
         classes,
+        policies,
+        bundles,
     }
 }
 
@@ -99,7 +107,24 @@ fn resources_hold_decoded_objects_by_key() {
         "spec": { "controllerName": crate::DEFAULT_CONTROLLER_NAME },
     }))));
 
+    f.policies.apply_watcher_event(&Event::Apply(guard(json!({
+        "metadata": { "name": "p", "namespace": "a" },
+        "spec": {
+            "targetRefs": [{ "group": "", "kind": "Service", "name": "s" }],
+            "validation": { "hostname": "s.example", "wellKnownCACertificates": "System" },
+        },
+    }))));
+    f.bundles.apply_watcher_event(&Event::Apply(guard(json!({
+        "metadata": { "name": "mesh.example:roots" },
+        "spec": { "signerName": "mesh.example/roots", "trustBundle": "" },
+    }))));
+
     let r = f.stores.resources();
+    assert_eq!(
+        r.backend_tls_policies.keys().cloned().collect::<Vec<_>>(),
+        [("a".to_string(), "p".to_string())]
+    );
+    assert!(r.cluster_trust_bundles.contains_key("mesh.example:roots"));
     let keys: Vec<_> = r.http_routes.keys().cloned().collect();
     assert_eq!(keys, [("a".into(), "r1".into()), ("b".into(), "r2".into())]);
     assert_eq!(
@@ -291,4 +316,47 @@ async fn changes_wait_for_every_kind_then_coalesce() {
         rebuilds[0] <= MAX_DELAY + Duration::from_millis(50),
         "{rebuilds:?}"
     );
+}
+
+/// A 404 (CRD not installed, API not enabled) counts as an empty list for an optional kind,
+/// and keeps a required kind unready.
+#[tokio::test(start_paused = true)]
+async fn an_unserved_optional_kind_does_not_block_readiness() {
+    let not_found = || -> watcher::Result<Event<DeserializeGuard<BackendTlsPolicy>>> {
+        Err(watcher::Error::InitialListFailed(kube::Error::Api(
+            Status::failure(
+                "the server could not find the requested resource",
+                "NotFound",
+            )
+            .with_code(404)
+            .boxed(),
+        )))
+    };
+    for (kind, released) in [
+        (WatchKind::BackendTlsPolicy, true),
+        (WatchKind::ClusterTrustBundle, true),
+        (WatchKind::HttpRoute, false),
+    ] {
+        let (ctx, _config, _status) = ctx();
+        let pending = ctx.pending.subscribe();
+        let events = vec![Ok(Event::Init), not_found(), Ok(Event::Init), not_found()];
+        watch::reflect(
+            kind,
+            Changes::Spec,
+            futures::stream::iter(events),
+            Writer::default(),
+            ctx.clone(),
+        )
+        .await;
+        assert_eq!(!pending.borrow().contains(&kind), released, "{kind}");
+        let errors = ctx
+            .metrics
+            .errors
+            .get_or_create(&ErrorLabels {
+                kind,
+                reason: WatchError::NotFound,
+            })
+            .get();
+        assert_eq!(errors, 2, "{kind}: still counted, and retried");
+    }
 }

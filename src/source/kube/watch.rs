@@ -194,6 +194,12 @@ impl ErrorLog {
                 "the Gateway API is not served: install the Gateway API CRDs (`pier crds | kubectl \
                  apply -f -`, or upstream's standard-install.yaml); pier stays unready and retries"
             ),
+            WatchError::NotFound if kind.is_optional() => tracing::info!(
+                %kind,
+                %error,
+                "the API server does not serve this kind: treating it as empty (install its CRD, \
+                 or enable its API, to use it); retrying"
+            ),
             WatchError::NotFound => {
                 tracing::error!(%kind, %error, "the API server does not serve this kind; retrying")
             }
@@ -277,6 +283,11 @@ pub async fn reflect<K, S>(
             Ok(event) => event,
             Err(e) => {
                 errors.report(&e, &ctx);
+                if !listed && kind.is_optional() && classify(&e) == WatchError::NotFound {
+                    // Not served: listed as empty, so readiness does not wait for it.
+                    listed = true;
+                    release(kind, &ctx);
+                }
                 // The watcher is not polled while we sleep: this is the backoff.
                 if classify(&e) != WatchError::Expired {
                     tokio::time::sleep(backoff.next().unwrap_or_default()).await;
@@ -321,14 +332,19 @@ pub async fn reflect<K, S>(
             if !listed {
                 listed = true;
                 tracing::info!(%kind, objects = store.len(), "listed");
-                ctx.pending.send_modify(|p| {
-                    p.remove(&kind);
-                });
+                release(kind, &ctx);
             } else {
                 tracing::info!(%kind, objects = store.len(), "relisted");
             }
         }
     }
+}
+
+/// Releases `kind`'s readiness latch.
+fn release(kind: WatchKind, ctx: &Ctx) {
+    ctx.pending.send_modify(|p| {
+        p.remove(&kind);
+    });
 }
 
 fn check_decoded<K: Watched>(kind: WatchKind, o: &K, metrics: &KubeMetrics) {
