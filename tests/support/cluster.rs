@@ -273,6 +273,8 @@ pub fn api_resource(api_version: &str, kind: &str) -> ApiResource {
         "Role" => "roles",
         "RoleBinding" => "rolebindings",
         "Lease" => "leases",
+        "BackendTLSPolicy" => "backendtlspolicies",
+        "ClusterTrustBundle" => "clustertrustbundles",
         other => panic!("no plural for {other}"),
     };
     ApiResource {
