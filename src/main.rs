@@ -24,10 +24,17 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    let mut builder = tokio::runtime::Builder::new_multi_thread();
-    if let Some(n) = workers {
-        builder.worker_threads(n);
-    }
+    // One worker: a current-thread runtime (no work-stealing queues, no cross-thread wakeups),
+    // as a 1-worker nginx runs one event loop. Otherwise a work-stealing pool.
+    let mut builder = match workers {
+        Some(1) => tokio::runtime::Builder::new_current_thread(),
+        Some(n) => {
+            let mut b = tokio::runtime::Builder::new_multi_thread();
+            b.worker_threads(n);
+            b
+        }
+        None => tokio::runtime::Builder::new_multi_thread(),
+    };
     let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {

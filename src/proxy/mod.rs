@@ -113,7 +113,7 @@ impl Default for ProxyConfig {
             header_read_timeout: Duration::from_secs(30),
             tls_handshake_timeout: Duration::from_secs(10),
             pool_idle_timeout: Duration::from_secs(90),
-            pool_max_idle_per_host: 64,
+            pool_max_idle_per_host: 1024,
             drain_timeout: Duration::from_secs(30),
             mirror_timeout: Duration::from_secs(10),
         }
