@@ -5,6 +5,13 @@
 //! wildcard, then none), then [`MatchRank`], then the oldest Route, then `namespace/name`,
 //! then rule order, then match order. Hostname rank dominates, so buckets are searched from
 //! most to least specific and the first matching entry in the first bucket with one wins.
+//!
+//! A bucket with many entries (many routes on one hostname) also gets a [`PathIndex`]: the
+//! entries that can only match one exact path, or paths below one prefix, are listed under that
+//! path, so a lookup visits the few entries whose path can match (one hash lookup per path
+//! segment) instead of scanning them all. The index only narrows the search: every candidate
+//! still goes through the full matcher, and the answer is the same first match in precedence
+//! order.
 
 use std::cmp::Reverse;
 use std::collections::HashMap;
@@ -16,7 +23,7 @@ use super::ObjectRef;
 use super::backend::{BackendSet, Timeouts};
 use super::filter::Filters;
 use super::host::HostnameMatch;
-use super::matcher::{MatchRank, RequestMatch, RequestParts};
+use super::matcher::{MatchRank, PathMatch, RequestMatch, RequestParts};
 
 /// One HTTPRoute rule as the data plane runs it.
 #[derive(Debug, Serialize)]
@@ -48,10 +55,33 @@ impl Entry {
 
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct RouteTable {
-    exact: HashMap<String, Vec<Entry>>,
+    exact: HashMap<String, Bucket>,
     /// Longest suffix first.
-    wildcard: Vec<(String, Vec<Entry>)>,
-    any: Vec<Entry>,
+    wildcard: Vec<(String, Bucket)>,
+    any: Bucket,
+}
+
+/// The entries of one hostname, in precedence order, and their path index when there are
+/// enough of them for it to pay.
+#[derive(Clone, Debug, Default)]
+struct Bucket {
+    entries: Vec<Entry>,
+    index: Option<PathIndex>,
+}
+
+/// Below this many entries a bucket is scanned: a scan of a few matchers is cheaper than the
+/// hash lookups.
+const INDEX_MIN_ENTRIES: usize = 16;
+
+/// Entry positions (ascending, so precedence order) by the path they need.
+#[derive(Clone, Debug, Default)]
+struct PathIndex {
+    /// `Exact` path matches, by path.
+    exact: HashMap<Box<str>, Vec<u32>>,
+    /// `PathPrefix` matches, by prefix as stored (no trailing `/`; `/` is "").
+    prefix: HashMap<Box<str>, Vec<u32>>,
+    /// Regular expressions: always candidates.
+    other: Vec<u32>,
 }
 
 /// Collects entries with their tie-break order, then sorts once.
@@ -74,31 +104,35 @@ impl RouteTable {
 
     /// `host` is normalised (lower-case, no port).
     pub fn find(&self, host: &str, req: &RequestParts<'_>) -> Option<&Entry> {
-        if let Some(entries) = self.exact.get(host)
-            && let Some(e) = first_match(entries, req)
+        if let Some(bucket) = self.exact.get(host)
+            && let Some(e) = bucket.first_match(req)
         {
             return Some(e);
         }
-        for (suffix, entries) in &self.wildcard {
+        for (suffix, bucket) in &self.wildcard {
             if host.len() > suffix.len()
                 && host.ends_with(suffix.as_str())
-                && let Some(e) = first_match(entries, req)
+                && let Some(e) = bucket.first_match(req)
             {
                 return Some(e);
             }
         }
-        first_match(&self.any, req)
+        self.any.first_match(req)
     }
 
     pub fn is_empty(&self) -> bool {
-        self.exact.is_empty() && self.wildcard.is_empty() && self.any.is_empty()
+        self.exact.is_empty() && self.wildcard.is_empty() && self.any.entries.is_empty()
     }
 
     /// Number of (hostname, match) entries.
     pub fn len(&self) -> usize {
-        self.exact.values().map(Vec::len).sum::<usize>()
-            + self.wildcard.iter().map(|(_, v)| v.len()).sum::<usize>()
-            + self.any.len()
+        self.exact.values().map(|b| b.entries.len()).sum::<usize>()
+            + self
+                .wildcard
+                .iter()
+                .map(|(_, b)| b.entries.len())
+                .sum::<usize>()
+            + self.any.entries.len()
     }
 
     /// The hostname buckets in lookup order, for stable dumps (tests, `pier check`): exact
@@ -108,13 +142,14 @@ impl RouteTable {
         exact.sort_by(|a, b| a.0.cmp(b.0));
         exact
             .into_iter()
-            .map(|(h, v)| (Some(HostnameMatch::Exact(h.clone())), v.as_slice()))
-            .chain(
-                self.wildcard
-                    .iter()
-                    .map(|(s, v)| (Some(HostnameMatch::Wildcard(s.clone())), v.as_slice())),
-            )
-            .chain((!self.any.is_empty()).then_some((None, self.any.as_slice())))
+            .map(|(h, b)| (Some(HostnameMatch::Exact(h.clone())), b.entries.as_slice()))
+            .chain(self.wildcard.iter().map(|(s, b)| {
+                (
+                    Some(HostnameMatch::Wildcard(s.clone())),
+                    b.entries.as_slice(),
+                )
+            }))
+            .chain((!self.any.entries.is_empty()).then_some((None, self.any.entries.as_slice())))
             .collect()
     }
 
@@ -122,14 +157,80 @@ impl RouteTable {
     pub fn entries(&self) -> impl Iterator<Item = &Entry> {
         self.exact
             .values()
-            .flatten()
-            .chain(self.wildcard.iter().flat_map(|(_, v)| v))
-            .chain(&self.any)
+            .flat_map(|b| &b.entries)
+            .chain(self.wildcard.iter().flat_map(|(_, b)| &b.entries))
+            .chain(&self.any.entries)
     }
 }
 
-fn first_match<'a>(entries: &'a [Entry], req: &RequestParts<'_>) -> Option<&'a Entry> {
-    entries.iter().find(|e| e.matcher.matches(req))
+// === impl Bucket ===
+
+impl Bucket {
+    fn new(entries: Vec<Entry>) -> Self {
+        let index = (entries.len() >= INDEX_MIN_ENTRIES).then(|| PathIndex::new(&entries));
+        Self { entries, index }
+    }
+
+    /// The first entry, in precedence order, that matches `req`.
+    fn first_match(&self, req: &RequestParts<'_>) -> Option<&Entry> {
+        let Some(index) = &self.index else {
+            return self.entries.iter().find(|e| e.matcher.matches(req));
+        };
+        // Each candidate list is in precedence order, so its first match is its best; the
+        // answer is the best of those.
+        let mut best: Option<u32> = None;
+        let mut consider = |list: &[u32]| {
+            let bound = best.unwrap_or(u32::MAX);
+            if let Some(&i) = list
+                .iter()
+                .take_while(|&&i| i < bound)
+                .find(|&&i| self.entries[i as usize].matcher.matches(req))
+            {
+                best = Some(i);
+            }
+        };
+        let path = req.path;
+        if let Some(list) = index.exact.get(path) {
+            consider(list);
+        }
+        // Prefixes that `path` is under: the path up to each `/`, and the whole path.
+        for (i, b) in path.bytes().enumerate() {
+            if b == b'/'
+                && let Some(list) = index.prefix.get(&path[..i])
+            {
+                consider(list);
+            }
+        }
+        if let Some(list) = index.prefix.get(path) {
+            consider(list);
+        }
+        consider(&index.other);
+        best.map(|i| &self.entries[i as usize])
+    }
+}
+
+/// The `/config` dump shows the entries only.
+impl Serialize for Bucket {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.entries.serialize(s)
+    }
+}
+
+// === impl PathIndex ===
+
+impl PathIndex {
+    fn new(entries: &[Entry]) -> Self {
+        let mut index = Self::default();
+        for (i, e) in entries.iter().enumerate() {
+            let i = u32::try_from(i).expect("fewer than 2^32 entries in one bucket");
+            match &e.matcher.path {
+                PathMatch::Exact(p) => index.exact.entry(p.as_str().into()).or_default().push(i),
+                PathMatch::Prefix(p) => index.prefix.entry(p.as_str().into()).or_default().push(i),
+                PathMatch::RegularExpression(_) => index.other.push(i),
+            }
+        }
+        index
+    }
 }
 
 // === impl RouteTableBuilder ===
@@ -164,9 +265,9 @@ impl RouteTableBuilder {
     }
 
     pub fn build(self) -> RouteTable {
-        fn sorted(mut v: Vec<(SortKey, Entry)>) -> Vec<Entry> {
+        fn sorted(mut v: Vec<(SortKey, Entry)>) -> Bucket {
             v.sort_by_key(|e| e.0);
-            v.into_iter().map(|(_, e)| e).collect()
+            Bucket::new(v.into_iter().map(|(_, e)| e).collect())
         }
         let mut wildcard: Vec<_> = self
             .wildcard

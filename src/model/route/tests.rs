@@ -288,3 +288,74 @@ fn buckets_are_exact_sorted_then_longest_wildcard_then_any() {
         ]
     );
 }
+
+/// The path index of a large bucket gives exactly what a scan gives: the first match in
+/// precedence order, over exact, prefix (with and without trailing `/`, and `/`) and regex
+/// paths mixed with method constraints, for paths at, under, beside and above each of them.
+#[test]
+fn the_path_index_agrees_with_a_scan() {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    let segments = ["a", "b", "ab", "c", "v1", "v2"];
+    let random_path = |rng: &mut rand::rngs::StdRng| {
+        let n = rng.random_range(0..4);
+        let mut p = String::new();
+        for _ in 0..n {
+            p.push('/');
+            p.push_str(segments[rng.random_range(0..segments.len())]);
+        }
+        if p.is_empty() || rng.random_bool(0.2) {
+            p.push('/');
+        }
+        p
+    };
+    for round in 0..20 {
+        let mut b = RouteTable::builder();
+        let n = rng.random_range(INDEX_MIN_ENTRIES..INDEX_MIN_ENTRIES * 4);
+        for i in 0..n {
+            let p = random_path(&mut rng);
+            let path = match rng.random_range(0..10) {
+                0..=1 => PathMatch::exact(&p).unwrap(),
+                2 => PathMatch::regex(&format!("{}.*", regex::escape(&p))).unwrap(),
+                _ => PathMatch::prefix(&p).unwrap(),
+            };
+            let method = rng.random_bool(0.2).then_some(Method::POST);
+            let m = RequestMatch {
+                path,
+                method,
+                ..Default::default()
+            };
+            b.add(
+                &hosts(&["h.example"]),
+                m,
+                &rule(&format!("r{i}"), 0),
+                (i, 0, 0),
+            );
+        }
+        let t = b.build();
+        let (_, entries) = t.buckets()[0];
+        assert!(
+            t.exact["h.example"].index.is_some(),
+            "round {round}: indexed"
+        );
+        for _ in 0..200 {
+            let path = random_path(&mut rng);
+            for method in [Method::GET, Method::POST] {
+                let headers = HeaderMap::new();
+                let req = RequestParts {
+                    method: &method,
+                    path: &path,
+                    query: None,
+                    headers: &headers,
+                };
+                let scanned = entries.iter().find(|e| e.matcher.matches(&req));
+                let indexed = t.find("h.example", &req);
+                assert_eq!(
+                    indexed.map(|e| &e.rule.route.name),
+                    scanned.map(|e| &e.rule.route.name),
+                    "round {round}: {method} {path}"
+                );
+            }
+        }
+    }
+}
