@@ -17,8 +17,9 @@
 //!   even rendered again. A patch identical to one queued, or to one applied whose result the
 //!   store has not caught up with, is not sent twice.
 //! - **Whose fields.** GatewayClass and Gateway status belong to pier (the classes and Gateways
-//!   it owns): applied with `force`. HTTPRoute `status.parents` is an atomic list shared with
-//!   other controllers: pier applies the merged list (`render::http_route`) with `force` *and*
+//!   it owns): applied with `force`. HTTPRoute `status.parents` (and BackendTLSPolicy
+//!   `status.ancestors`, the same way) is an atomic list shared with other controllers: pier
+//!   applies the merged list (`render::http_route`) with `force` *and*
 //!   the `resourceVersion` it merged from, so a concurrent change by another writer fails the
 //!   patch (409) instead of being overwritten; it is retried once the store has the new
 //!   version. Routes out of scope (no parentRef to a Gateway pier serves) are never written.
@@ -142,6 +143,7 @@ pub enum PatchKind {
     GatewayClass,
     Gateway,
     HttpRoute,
+    BackendTlsPolicy,
 }
 
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
@@ -177,6 +179,7 @@ enum JobKey {
     GatewayClass(String),
     Gateway(ObjectRef),
     HttpRoute(ObjectRef),
+    BackendTlsPolicy(ObjectRef),
 }
 
 /// What is queued and what was applied, shared by the planner and the workers. A std mutex,
@@ -261,6 +264,7 @@ impl EncodeLabelValue for PatchKind {
             Self::GatewayClass => "GatewayClass",
             Self::Gateway => "Gateway",
             Self::HttpRoute => "HTTPRoute",
+            Self::BackendTlsPolicy => "BackendTLSPolicy",
         })
     }
 }
@@ -359,6 +363,7 @@ impl JobKey {
             Self::GatewayClass(_) => PatchKind::GatewayClass,
             Self::Gateway(_) => PatchKind::Gateway,
             Self::HttpRoute(_) => PatchKind::HttpRoute,
+            Self::BackendTlsPolicy(_) => PatchKind::BackendTlsPolicy,
         }
     }
 
@@ -366,7 +371,9 @@ impl JobKey {
     fn object(&self) -> (Option<&str>, &str) {
         match self {
             Self::GatewayClass(name) => (None, name),
-            Self::Gateway(r) | Self::HttpRoute(r) => (Some(&r.namespace), &r.name),
+            Self::Gateway(r) | Self::HttpRoute(r) | Self::BackendTlsPolicy(r) => {
+                (Some(&r.namespace), &r.name)
+            }
         }
     }
 
@@ -375,6 +382,7 @@ impl JobKey {
             PatchKind::GatewayClass => ("GatewayClass", "gatewayclasses"),
             PatchKind::Gateway => ("Gateway", "gateways"),
             PatchKind::HttpRoute => ("HTTPRoute", "httproutes"),
+            PatchKind::BackendTlsPolicy => ("BackendTLSPolicy", "backendtlspolicies"),
         };
         ApiResource {
             group: GATEWAY_GROUP.to_string(),
@@ -427,6 +435,7 @@ impl Planner {
                 JobKey::GatewayClass(n) => desired.gateway_classes.contains_key(n),
                 JobKey::Gateway(r) => desired.gateways.contains_key(r),
                 JobKey::HttpRoute(r) => desired.http_routes.contains_key(r),
+                JobKey::BackendTlsPolicy(r) => desired.backend_tls_policies.contains_key(r),
             });
         }
         let ctx = render::Ctx {
@@ -469,6 +478,19 @@ impl Planner {
             let key = JobKey::HttpRoute(r.clone());
             if let Some(job) = memo.consider(key, &o.metadata, tracker, || {
                 render::http_route(&r.namespace, want, &to_json(&o.status), ctx)
+            }) {
+                jobs.push(job);
+            }
+        }
+        for (r, want) in &desired.backend_tls_policies {
+            let Some(guard) = object(&stores.backend_tls_policies, Some(&r.namespace), &r.name)
+            else {
+                continue;
+            };
+            let Ok(o) = &guard.0 else { continue };
+            let key = JobKey::BackendTlsPolicy(r.clone());
+            if let Some(job) = memo.consider(key, &o.metadata, tracker, || {
+                render::backend_tls_policy(&r.namespace, want, &to_json(&o.status), ctx)
             }) {
                 jobs.push(job);
             }
@@ -700,8 +722,9 @@ impl Worker {
         if let Some(ns) = namespace {
             metadata["namespace"] = json!(ns);
         }
-        // Routes: the merged parents list is only right for the version it was merged from.
-        if kind == PatchKind::HttpRoute
+        // Routes and policies: the merged list (parents, ancestors) is only right for the
+        // version it was merged from.
+        if matches!(kind, PatchKind::HttpRoute | PatchKind::BackendTlsPolicy)
             && let Some(rv) = &job.resource_version
         {
             metadata["resourceVersion"] = json!(rv);

@@ -658,6 +658,33 @@ async fn meshed_routes_follow_the_cluster() {
     assert_eq!(s.sni.as_deref(), Some("web.internal"), "{s:?}");
     assert!(is_pier(&s, &pki), "{s:?}");
     eprintln!("BackendTLSPolicy applied: TLS after {took:?}");
+    // Its status, read back through the API: one ancestor (the Gateway), pier's entry.
+    let deadline = Instant::now() + STATUS_BOUND;
+    let ancestor = loop {
+        let s = c.status("BackendTLSPolicy", Some("app"), "web-tls").await;
+        let ours = s["ancestors"].as_array().and_then(|a| {
+            a.iter()
+                .find(|e| e["controllerName"] == pier::DEFAULT_CONTROLLER_NAME)
+                .cloned()
+        });
+        if let Some(e) = ours {
+            break e;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "policy status never written: {s:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(ancestor["ancestorRef"]["kind"], "Gateway", "{ancestor:#}");
+    assert_eq!(ancestor["ancestorRef"]["namespace"], "gw", "{ancestor:#}");
+    assert_eq!(ancestor["ancestorRef"]["name"], "edge", "{ancestor:#}");
+    for type_ in ["Accepted", "ResolvedRefs"] {
+        let cond = condition(&ancestor["conditions"], type_)
+            .unwrap_or_else(|| panic!("no {type_}: {ancestor:#}"));
+        assert_eq!(cond["status"], "True", "{ancestor:#}");
+        assert_eq!(cond["observedGeneration"], 1, "{ancestor:#}");
+    }
     c.delete(GATEWAY_V1, "BackendTLSPolicy", Some("app"), "web-tls")
         .await;
     until_seen(port, "plaintext again", |s| !s.tls).await;

@@ -6,19 +6,22 @@
 //! different from the one written (which would be a patch loop). A condition whose type and
 //! status are unchanged keeps its observed `lastTransitionTime`; any other gets `now`.
 //!
-//! HTTPRoute `status.parents` is an atomic list (it has no list-map keys in upstream's CRDs,
-//! nor in pier's: a `parentRef` object cannot be a map key), so an apply replaces all of it.
-//! pier therefore writes the whole list: the observed entries it does not own, unchanged and in
-//! their order, then its own. It owns an entry when `controllerName` is pier's and, with
-//! `--gateway`, the `parentRef` names that Gateway (so two pier deployments that serve
-//! different Gateways of one class keep each other's entries).
+//! HTTPRoute `status.parents` and BackendTLSPolicy `status.ancestors` are atomic lists (no
+//! list-map keys in upstream's CRDs, nor in pier's: a `parentRef` object cannot be a map key),
+//! so an apply replaces all of one. pier therefore writes the whole list: the observed entries
+//! it does not own, unchanged and in their order, then its own. It owns an entry when
+//! `controllerName` is pier's and, with `--gateway`, the `parentRef` (`ancestorRef`) names
+//! that Gateway (so two pier deployments that serve different Gateways of one class keep each
+//! other's entries).
 
 use serde_json::{Map, Value, json};
 
 use super::version::BundleVersion;
 use crate::model::ObjectRef;
 use crate::translate::api::GATEWAY_GROUP;
-use crate::translate::status::{GatewayClassStatus, GatewayStatus, HttpRouteStatus};
+use crate::translate::status::{
+    BackendTlsPolicyStatus, GatewayClassStatus, GatewayStatus, HttpRouteStatus,
+};
 
 /// Everything besides the two statuses.
 #[derive(Clone, Copy, Debug)]
@@ -85,6 +88,25 @@ pub fn gateway(desired: &GatewayStatus, observed: &Value, ctx: Ctx<'_>) -> Optio
     Some(want)
 }
 
+/// A status list shared by controllers: HTTPRoute `status.parents` (keyed by `parentRef`) and
+/// policy `status.ancestors` (keyed by `ancestorRef`). Both are atomic lists of entries that
+/// carry a `controllerName`.
+#[derive(Clone, Copy, Debug)]
+struct SharedList {
+    field: &'static str,
+    reference: &'static str,
+}
+
+const PARENTS: SharedList = SharedList {
+    field: "parents",
+    reference: "parentRef",
+};
+
+const ANCESTORS: SharedList = SharedList {
+    field: "ancestors",
+    reference: "ancestorRef",
+};
+
 /// `status` for an HTTPRoute in namespace `route_ns`: the entries of other controllers (and of
 /// other pier deployments) as observed, then pier's, in `spec.parentRefs` order.
 pub fn http_route(
@@ -93,12 +115,34 @@ pub fn http_route(
     observed: &Value,
     ctx: Ctx<'_>,
 ) -> Option<Value> {
-    let want = to_json(&desired.parents);
-    let observed = observed["parents"]
+    merge(PARENTS, route_ns, to_json(&desired.parents), observed, ctx)
+}
+
+/// `status` for a BackendTLSPolicy in namespace `policy_ns`: one `ancestors` entry per Gateway
+/// pier applied it under, after the entries of other controllers (as for Route parents).
+pub fn backend_tls_policy(
+    policy_ns: &str,
+    desired: &BackendTlsPolicyStatus,
+    observed: &Value,
+    ctx: Ctx<'_>,
+) -> Option<Value> {
+    merge(
+        ANCESTORS,
+        policy_ns,
+        to_json(&desired.ancestors),
+        observed,
+        ctx,
+    )
+}
+
+/// The whole shared list: observed entries pier does not own, unchanged and in order, then
+/// `want` (pier's). `None` when pier's observed entries already say `want`.
+fn merge(list: SharedList, ns: &str, want: Value, observed: &Value, ctx: Ctx<'_>) -> Option<Value> {
+    let observed = observed[list.field]
         .as_array()
         .map_or(&[][..], Vec::as_slice);
     let (ours, others): (Vec<&Value>, Vec<&Value>) =
-        observed.iter().partition(|e| owns(e, route_ns, ctx));
+        observed.iter().partition(|e| owns_in(list, e, ns, ctx));
     let have = Value::Array(ours.iter().map(|e| (*e).clone()).collect());
     if same(&want, &have) {
         return None;
@@ -106,37 +150,43 @@ pub fn http_route(
     let mut want = want;
     if let Some(entries) = want.as_array_mut() {
         for e in entries {
-            let key = parent_ref(e);
+            let key = reference(list, e);
             let before = ours
                 .iter()
-                .find(|o| parent_ref(o) == key)
+                .find(|o| reference(list, o) == key)
                 .map_or(&Value::Null, |o| &o["conditions"]);
             stamp(&mut e["conditions"], before, ctx.now);
         }
     }
-    let mut parents: Vec<Value> = others.into_iter().cloned().collect();
-    parents.extend(want.as_array().into_iter().flatten().cloned());
-    Some(json!({ "parents": parents }))
+    let mut entries: Vec<Value> = others.into_iter().cloned().collect();
+    entries.extend(want.as_array().into_iter().flatten().cloned());
+    Some(json!({ list.field: entries }))
 }
 
 /// Whether pier owns a `status.parents` entry of a Route in `route_ns`.
 pub fn owns(entry: &Value, route_ns: &str, ctx: Ctx<'_>) -> bool {
+    owns_in(PARENTS, entry, route_ns, ctx)
+}
+
+/// Pier owns an entry when `controllerName` is pier's and, with `--gateway`, the entry's
+/// reference names that Gateway (defaults: the object's namespace, kind Gateway).
+fn owns_in(list: SharedList, entry: &Value, ns: &str, ctx: Ctx<'_>) -> bool {
     if entry["controllerName"].as_str() != Some(ctx.controller_name) {
         return false;
     }
     let Some(gateway) = ctx.gateway else {
         return true;
     };
-    let p = parent_ref(entry);
+    let p = reference(list, entry);
     p["group"] == GATEWAY_GROUP
         && p["kind"] == "Gateway"
-        && p["namespace"].as_str().unwrap_or(route_ns) == gateway.namespace
+        && p["namespace"].as_str().unwrap_or(ns) == gateway.namespace
         && p["name"].as_str() == Some(gateway.name.as_str())
 }
 
-/// A `status.parents` entry's `parentRef`, normalized (defaults filled in).
-fn parent_ref(entry: &Value) -> Value {
-    normalize(&json!({ "parentRef": &entry["parentRef"] }))["parentRef"].clone()
+/// An entry's `parentRef` / `ancestorRef`, normalized (defaults filled in).
+fn reference(list: SharedList, entry: &Value) -> Value {
+    normalize(&json!({ list.reference: &entry[list.reference] }))[list.reference].clone()
 }
 
 /// Equal once `lastTransitionTime`, nulls and API defaults are out of the way.
@@ -156,9 +206,11 @@ pub fn normalize(v: &Value) -> Value {
                 }
                 out.insert(k.clone(), normalize(v));
             }
-            if let Some(Value::Object(p)) = out.get_mut("parentRef") {
-                default(p, "group", GATEWAY_GROUP);
-                default(p, "kind", "Gateway");
+            for r in ["parentRef", "ancestorRef"] {
+                if let Some(Value::Object(p)) = out.get_mut(r) {
+                    default(p, "group", GATEWAY_GROUP);
+                    default(p, "kind", "Gateway");
+                }
             }
             if let Some(Value::Array(kinds)) = out.get_mut("supportedKinds") {
                 for k in kinds.iter_mut().filter_map(Value::as_object_mut) {

@@ -12,9 +12,11 @@ use crate::translate::api::{
     GatewayConditionType, HttpRoute,
 };
 use crate::translate::status::{
-    ClassCondition, ClassConditionReason, ClassConditionType, GatewayClassStatus,
-    GatewayCondReason, GatewayCondType, GatewayCondition, GatewayStatus, HttpRouteStatus,
-    ParentRef, RouteCondition, RouteConditionReason, RouteConditionType, RouteParentStatus,
+    BackendTlsPolicyStatus, ClassCondition, ClassConditionReason, ClassConditionType,
+    GatewayClassStatus, GatewayCondReason, GatewayCondType, GatewayCondition, GatewayStatus,
+    HttpRouteStatus, ParentRef, PolicyAncestorStatus, PolicyCondition, PolicyConditionReason,
+    PolicyConditionType, RouteCondition, RouteConditionReason, RouteConditionType,
+    RouteParentStatus,
 };
 
 const OTHER: &str = "example.com/other-controller";
@@ -211,6 +213,70 @@ fn route_status_keeps_other_controllers_entries() {
         render::http_route("ns", &route_status("gw", false), &mine, ctx(&now, &v)),
         None
     );
+}
+
+fn policy_status(gateway: &str, accepted: bool) -> BackendTlsPolicyStatus {
+    let reason = if accepted {
+        PolicyConditionReason::Accepted
+    } else {
+        PolicyConditionReason::Invalid
+    };
+    BackendTlsPolicyStatus {
+        generation: Some(4),
+        ancestors: vec![PolicyAncestorStatus {
+            ancestor_ref: ParentRef {
+                group: Some(crate::translate::api::GATEWAY_GROUP.into()),
+                kind: Some("Gateway".into()),
+                namespace: Some("gw-ns".into()),
+                name: gateway.into(),
+                section_name: None,
+                port: None,
+            },
+            controller_name: crate::DEFAULT_CONTROLLER_NAME.into(),
+            conditions: vec![PolicyCondition::new(
+                PolicyConditionType::Accepted,
+                accepted,
+                reason,
+                "m",
+                Some(4),
+            )],
+        }],
+    }
+}
+
+#[test]
+fn policy_status_writes_ancestors_and_keeps_other_controllers_entries() {
+    let now = json!(NOW);
+    let v = BundleVersion::Unknown;
+    let theirs = json!({
+        "ancestorRef": { "name": "theirs" },
+        "controllerName": OTHER,
+        "conditions": [{ "type": "Accepted", "status": "True", "reason": "Accepted",
+                         "message": "", "lastTransitionTime": T0 }],
+    });
+    let observed = json!({ "ancestors": [theirs.clone()] });
+    let c = ctx(&now, &v);
+    let s = render::backend_tls_policy("app", &policy_status("edge", true), &observed, c).unwrap();
+    let ancestors = s["ancestors"].as_array().unwrap();
+    assert_eq!(ancestors.len(), 2, "{s:#}");
+    assert_eq!(ancestors[0], theirs, "kept as observed, first");
+    assert_eq!(ancestors[1]["ancestorRef"]["name"], "edge");
+    assert_eq!(ancestors[1]["ancestorRef"]["namespace"], "gw-ns");
+    assert_eq!(ancestors[1]["conditions"][0]["type"], "Accepted");
+    assert_eq!(ancestors[1]["conditions"][0]["observedGeneration"], 4);
+    assert_eq!(ancestors[1]["conditions"][0]["lastTransitionTime"], NOW);
+
+    // Read back (the API server drops nothing pier compares): nothing to write.
+    assert_eq!(
+        render::backend_tls_policy("app", &policy_status("edge", true), &s, c),
+        None
+    );
+    // The policy turns invalid: pier's entry changes, the other controller's stays.
+    let s2 = render::backend_tls_policy("app", &policy_status("edge", false), &s, c).unwrap();
+    assert_eq!(s2["ancestors"][0], theirs);
+    assert_eq!(s2["ancestors"][1]["conditions"][0]["status"], "False");
+    assert_eq!(s2["ancestors"][1]["conditions"][0]["reason"], "Invalid");
+    assert_eq!(s2["ancestors"].as_array().unwrap().len(), 2);
 }
 
 #[test]
