@@ -395,7 +395,7 @@ async fn a_meshed_endpoint_speaking_plaintext_gets_only_a_client_hello() {
     );
 
     pier.assert_metric(
-        r#"pier_proxy_upstream_tls_handshakes_total{backend="app/silent:443",result="error",reason="other"} 1"#,
+        r#"pier_proxy_upstream_tls_handshakes_total{backend="app/silent:443",result="error",reason="timeout"} 1"#,
     )
     .await;
     pier.assert_metric(

@@ -83,6 +83,8 @@ pub enum TlsFailure {
     SanMismatch,
     /// The peer did not answer in TLS (plaintext, garbage, or closed during the handshake).
     NotTls,
+    /// The handshake did not finish within the connect timeout (a silent peer).
+    Timeout,
     Other,
 }
 
@@ -219,6 +221,7 @@ impl TlsFailure {
             Self::Expired => "expired",
             Self::SanMismatch => "san_mismatch",
             Self::NotTls => "not_tls",
+            Self::Timeout => "timeout",
             Self::Other => "other",
         }
     }

@@ -134,7 +134,7 @@ impl Connector {
         let result = match tokio::time::timeout_at(deadline, handshake).await {
             Ok(Ok(stream)) => Ok(stream),
             Ok(Err(e)) => Err((tls_failure(&e), BoxError::from(e))),
-            Err(_) => Err((TlsFailure::Other, BoxError::from(HandshakeTimeout))),
+            Err(_) => Err((TlsFailure::Timeout, BoxError::from(HandshakeTimeout))),
         };
         let failure = result.as_ref().err().map(|(reason, _)| *reason);
         self.metrics.tls_handshake(dial.backend, failure);
