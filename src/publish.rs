@@ -75,9 +75,9 @@ impl Publisher {
     async fn publish_arc(&mut self, resources: Arc<Resources>) -> u64 {
         self.last = Some(resources.clone());
         let settings = self.settings.clone();
-        let pool = self.shared.snapshot.load().endpoint_pool();
+        let carried = self.shared.snapshot.load().carried();
         let translation = tokio::task::spawn_blocking(move || {
-            translate::translate_with(&resources, &settings, &pool)
+            translate::translate_with(&resources, &settings, &carried)
         })
         .await
         .expect("translation does not panic");

@@ -195,6 +195,18 @@ pub struct Timeouts {
     pub backend_request: Option<Duration>,
 }
 
+/// What a translation takes over from the snapshot it replaces.
+#[derive(Clone, Debug, Default)]
+pub struct Carried {
+    pub endpoints: EndpointPool,
+    /// Upstream TLS configs by trust key. A config whose key is unchanged is reused rather than
+    /// rebuilt, so its TLS session cache survives the reload and new connections after it
+    /// resume instead of doing a full handshake. Equal keys mean equal CAs, client certificate,
+    /// identity check and ALPN ([`UpstreamTls::trust_key`]), so resuming under the reused config
+    /// trusts nothing the new configuration would not.
+    pub tls_configs: std::collections::HashMap<u64, Arc<rustls::ClientConfig>>,
+}
+
 /// Load state of every endpoint address of a snapshot, handed to the next translation so that
 /// in-flight counts and ejections survive a reload. Pure data: translation looks addresses up
 /// and starts new ones at zero.

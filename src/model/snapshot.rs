@@ -71,9 +71,22 @@ pub struct Listener {
 impl Snapshot {
     /// The load state of every endpoint this snapshot routes or mirrors to.
     pub fn endpoint_pool(&self) -> super::backend::EndpointPool {
-        use super::backend::BackendTarget;
-        let mut pool = super::backend::EndpointPool::default();
-        let mut add = |b: &super::backend::Backend| b.endpoints.iter().for_each(|e| pool.insert(e));
+        self.carried().endpoints
+    }
+
+    /// What the next translation takes over: endpoint load state and upstream TLS configs.
+    pub fn carried(&self) -> super::backend::Carried {
+        use super::backend::{BackendTarget, BackendTls};
+        let mut carried = super::backend::Carried::default();
+        let mut add = |b: &super::backend::Backend| {
+            b.endpoints.iter().for_each(|e| carried.endpoints.insert(e));
+            if let BackendTls::Tls(t) = &b.tls {
+                carried
+                    .tls_configs
+                    .entry(t.trust_key)
+                    .or_insert_with(|| t.config.clone());
+            }
+        };
         for entry in self
             .ports
             .iter()
@@ -89,7 +102,7 @@ impl Snapshot {
                 wb.filters.mirrors.iter().for_each(|m| add(&m.backend));
             }
         }
-        pool
+        carried
     }
 
     pub fn port(&self, port: u16) -> Option<&Port> {

@@ -140,6 +140,8 @@ pub struct ConfigSpec<'a> {
 #[derive(Default)]
 pub struct ClientConfigs {
     built: HashMap<u64, Arc<ClientConfig>>,
+    /// Configs of the previous snapshot, reused when a spec has the same trust key.
+    previous: HashMap<u64, Arc<ClientConfig>>,
 }
 
 /// Why an upstream TLS handshake failed, as the connector counts it. Bounded: a metric label.
@@ -435,12 +437,24 @@ impl ClientConfigs {
     /// The config for `spec` and its trust key, built on first use.
     pub fn get(&mut self, spec: &ConfigSpec<'_>) -> (Arc<ClientConfig>, u64) {
         let key = spec.trust_key();
+        let previous = &self.previous;
         let config = self
             .built
             .entry(key)
-            .or_insert_with(|| build_config(spec))
+            .or_insert_with(|| {
+                previous
+                    .get(&key)
+                    .cloned()
+                    .unwrap_or_else(|| build_config(spec))
+            })
             .clone();
         (config, key)
+    }
+
+    /// Reuse `previous` configs (by trust key) instead of building equal ones: a reused
+    /// config keeps its TLS session cache.
+    pub fn carry(&mut self, previous: &HashMap<u64, Arc<ClientConfig>>) {
+        self.previous = previous.clone();
     }
 
     /// How many distinct configs were built.

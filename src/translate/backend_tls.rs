@@ -19,9 +19,10 @@
 //! Service port name) beats one that names the whole Service; among equals the oldest wins
 //! (creationTimestamp, then namespace/name), as Gateway API conflict resolution goes.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
+use rustls::ClientConfig;
 use rustls_pki_types::ServerName;
 
 use super::api::{
@@ -142,6 +143,12 @@ impl<'a> BackendTlsResolver<'a> {
             configs: ClientConfigs::default(),
             used: BTreeMap::new(),
         }
+    }
+
+    /// Reuse these configs (the previous snapshot's, by trust key) instead of building equal
+    /// ones.
+    pub fn carry(&mut self, previous: &HashMap<u64, Arc<ClientConfig>>) {
+        self.configs.carry(previous);
     }
 
     /// The decision for Service port `id` (named `port_name`, speaking `protocol`) reached in

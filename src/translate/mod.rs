@@ -42,7 +42,7 @@ use self::gateway::GatewayState;
 use self::http_route::{RouteCtx, RouteOutcome};
 use crate::model::route::RouteTableBuilder;
 use crate::model::{
-    CertTable, EndpointPool, Listener, ListenerId, ObjectRef, Port, Protocol, RouteTable, Snapshot,
+    Carried, CertTable, Listener, ListenerId, ObjectRef, Port, Protocol, RouteTable, Snapshot,
 };
 
 /// What translation needs besides the objects.
@@ -112,15 +112,16 @@ pub struct GatewayTlsSummary {
 }
 
 pub fn translate(resources: &Resources, settings: &Settings) -> Translation {
-    translate_with(resources, settings, &EndpointPool::default())
+    translate_with(resources, settings, &Carried::default())
 }
 
-/// [`translate`], reusing the endpoint load state of the previous snapshot (`pool`), so a
-/// reload keeps in-flight counts and ejections.
+/// [`translate`], taking over the previous snapshot's endpoint load state (so a reload keeps
+/// in-flight counts and ejections) and its unchanged upstream TLS configs (so it keeps their
+/// TLS session caches).
 pub fn translate_with(
     resources: &Resources,
     settings: &Settings,
-    pool: &EndpointPool,
+    carried: &Carried,
 ) -> Translation {
     let mut status = Statuses::default();
     let classes = gateway::gateway_classes(resources, settings, &mut status.gateway_classes);
@@ -140,7 +141,8 @@ pub fn translate_with(
         .collect();
     routes.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
 
-    let mut backends = refs::Backends::new(resources, settings, pool);
+    let mut backends = refs::Backends::new(resources, settings, &carried.endpoints);
+    backends.tls.carry(&carried.tls_configs);
     let outcomes: Vec<(usize, ObjectRef, RouteOutcome)> = {
         let mut ctx = RouteCtx {
             resources,

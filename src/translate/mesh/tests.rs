@@ -10,7 +10,7 @@ use crate::translate::test_support::{
     TestCa, cluster_trust_bundle, cond_of, config_map, gateway, gateway_cond, opaque_secret,
     resources, route, route_backends, route_tls, tls_secret,
 };
-use crate::translate::{ClientIdentityPem, Settings, Translation, translate};
+use crate::translate::{ClientIdentityPem, Settings, Translation, translate, translate_with};
 
 const BACKEND_TLS: &str = "pier.dev/BackendTLS";
 
@@ -789,4 +789,53 @@ fn gateway_json_from_a_cluster_keeps_spec_mesh_and_the_generated_spec() {
     let back = serde_json::to_value(&gw).unwrap();
     assert_eq!(back["spec"]["gatewayClassName"], "pier");
     assert_eq!(back["spec"]["mesh"]["trustBundle"][0]["name"], "mesh-ca");
+}
+
+// === carried across reloads ===
+
+fn tls_config(t: &Translation, ns: &str, name: &str) -> Arc<rustls::ClientConfig> {
+    match route_tls(t, ns, name) {
+        BackendTls::Tls(u) => u.config.clone(),
+        other => panic!("{ns}/{name} is not TLS: {other:?}"),
+    }
+}
+
+/// A reload that keeps the trust reuses the previous snapshot's config object (and with it
+/// the TLS session cache, so connections made after the reload resume); a changed bundle gets
+/// a new config.
+#[test]
+fn a_reload_with_unchanged_trust_reuses_the_config_and_a_new_bundle_does_not() {
+    let p = pki();
+    let spec = mesh("");
+    let yaml = format!("{}---\n{}", world(&p), gw(&spec));
+    let settings = Settings::default();
+    let first = translate(&resources(&yaml), &settings);
+    let before = tls_config(&first, "app", "api");
+
+    // Something unrelated changes (a new route): same trust, same config object.
+    let more = format!("{yaml}---\n{}", http_route("plain", "extra", "{}", "site"));
+    let carried = first.snapshot.carried();
+    assert_eq!(carried.tls_configs.len(), 1, "one distinct mesh config");
+    let second = translate_with(&resources(&more), &settings, &carried);
+    assert!(Arc::ptr_eq(&before, &tls_config(&second, "app", "api")));
+    assert!(Arc::ptr_eq(&before, &tls_config(&second, "default", "web")));
+
+    // The bundle gains a CA: a different trust key and a newly built config.
+    let extra = TestCa::new("mesh 2");
+    let rotated = yaml.replace(
+        &config_map("default", "mesh-ca", "ca-bundle.crt", &p.mesh.pem),
+        &config_map(
+            "default",
+            "mesh-ca",
+            "ca-bundle.crt",
+            &format!("{}{}", p.mesh.pem, extra.pem),
+        ),
+    );
+    assert_ne!(rotated, yaml, "the bundle was replaced");
+    let third = translate_with(&resources(&rotated), &settings, &second.snapshot.carried());
+    assert!(!Arc::ptr_eq(&before, &tls_config(&third, "app", "api")));
+    assert_ne!(
+        trust_key(&first, "app", "api"),
+        trust_key(&third, "app", "api")
+    );
 }
