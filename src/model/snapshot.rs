@@ -69,16 +69,11 @@ pub struct Listener {
 // === impl Snapshot ===
 
 impl Snapshot {
-    /// The load state of every endpoint this snapshot routes or mirrors to.
-    pub fn endpoint_pool(&self) -> super::backend::EndpointPool {
-        self.carried().endpoints
-    }
-
     /// What the next translation takes over: endpoint load state and upstream TLS configs.
     pub fn carried(&self) -> super::backend::Carried {
-        use super::backend::{BackendTarget, BackendTls};
+        use super::backend::BackendTls;
         let mut carried = super::backend::Carried::default();
-        let mut add = |b: &super::backend::Backend| {
+        self.for_each_backend(|b| {
             b.endpoints.iter().for_each(|e| carried.endpoints.insert(e));
             if let BackendTls::Tls(t) = &b.tls {
                 carried
@@ -86,7 +81,13 @@ impl Snapshot {
                     .entry(t.trust_key)
                     .or_insert_with(|| t.config.clone());
             }
-        };
+        });
+        carried
+    }
+
+    /// Every backend this snapshot routes or mirrors to (once per reference).
+    pub fn for_each_backend(&self, mut add: impl FnMut(&super::backend::Backend)) {
+        use super::backend::BackendTarget;
         for entry in self
             .ports
             .iter()
@@ -102,7 +103,6 @@ impl Snapshot {
                 wb.filters.mirrors.iter().for_each(|m| add(&m.backend));
             }
         }
-        carried
     }
 
     pub fn port(&self, port: u16) -> Option<&Port> {

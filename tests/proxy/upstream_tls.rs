@@ -282,7 +282,7 @@ async fn a_tls_backend_sends_only_a_client_hello_to_a_silent_endpoint() {
         !text.contains("HTTP/1.1") && !text.contains("/secret"),
         "{text}"
     );
-    assert_metric(&h, r#"result="error",reason="other"} 1"#);
+    assert_metric(&h, r#"result="error",reason="timeout"} 1"#);
     bounded(h.proxy.shutdown(BOUND)).await;
 }
 

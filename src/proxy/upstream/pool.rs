@@ -33,7 +33,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use rustls::pki_types::ServerName;
 
 use super::super::body::ProxyBody;
-use crate::model::{AppProtocol, Backend, BackendTarget, BackendTls, Snapshot};
+use crate::model::{AppProtocol, BackendTls, Snapshot};
 
 /// Power of two. Enough that two cores never meet on one shard by accident.
 const SHARDS: usize = 32;
@@ -243,31 +243,13 @@ impl Live {
     /// to.
     pub fn of(snapshot: &Snapshot) -> Self {
         let mut live = Self::default();
-        for_each_backend(snapshot, |b| {
+        snapshot.for_each_backend(|b| {
             if let BackendTls::Tls(u) = &b.tls {
                 live.trust_keys.insert(u.trust_key);
             }
             live.addrs.extend(b.endpoints.iter().map(|e| e.addr));
         });
         live
-    }
-}
-
-fn for_each_backend(snapshot: &Snapshot, mut add: impl FnMut(&Backend)) {
-    for entry in snapshot
-        .ports
-        .iter()
-        .flat_map(|p| &p.listeners)
-        .flat_map(|l| l.routes.entries())
-    {
-        let rule = &entry.rule;
-        rule.filters.mirrors.iter().for_each(|m| add(&m.backend));
-        for wb in &rule.backends.backends {
-            if let BackendTarget::Service(b) = &wb.target {
-                add(b);
-            }
-            wb.filters.mirrors.iter().for_each(|m| add(&m.backend));
-        }
     }
 }
 
