@@ -21,6 +21,8 @@ use crate::model::Protocol;
 pub struct ConnInfo {
     pub port: u16,
     pub peer: SocketAddr,
+    /// `peer`'s IP as an `X-Forwarded-For` entry, formatted once per connection.
+    pub forwarded_for: http::HeaderValue,
     /// Upgrade tunnels take a clone so that draining waits for them too.
     pub drain: DrainToken,
 }
@@ -41,6 +43,7 @@ pub async fn serve(
     let info = Arc::new(ConnInfo {
         port,
         peer,
+        forwarded_for: super::headers::forwarded_for(peer.ip()),
         drain: drain.clone(),
     });
     match protocol {

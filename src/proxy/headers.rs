@@ -36,10 +36,30 @@ fn connection_has(headers: &HeaderMap, token: &str) -> bool {
         .any(|t| t.trim().eq_ignore_ascii_case(token))
 }
 
+/// The headers that are always hop-by-hop (besides those `Connection` names).
+const HOP_BY_HOP: [HeaderName; 7] = [
+    header::CONNECTION,
+    KEEP_ALIVE,
+    PROXY_CONNECTION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+];
+
+fn is_hop_by_hop(name: &HeaderName) -> bool {
+    HOP_BY_HOP.iter().any(|h| h == name)
+}
+
 /// Removes hop-by-hop headers: `Connection` and every header it names, `Keep-Alive`,
 /// `Proxy-Connection`, `TE`, `Trailer`, `Transfer-Encoding` and `Upgrade`, except what `keep`
 /// asks for.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap, keep: Keep) {
+    // Most messages carry none of them: one pass over the names (no hashing) settles that.
+    // Everything below only changes a map that holds at least one.
+    if !headers.keys().any(is_hop_by_hop) {
+        return;
+    }
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
@@ -60,15 +80,7 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap, keep: Keep) {
     for n in named {
         headers.remove(n);
     }
-    for n in [
-        header::CONNECTION,
-        KEEP_ALIVE,
-        PROXY_CONNECTION,
-        header::TE,
-        header::TRAILER,
-        header::TRANSFER_ENCODING,
-        header::UPGRADE,
-    ] {
+    for n in HOP_BY_HOP {
         headers.remove(n);
     }
     if te_trailers {
@@ -80,25 +92,35 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap, keep: Keep) {
     }
 }
 
-/// Adds the client to `X-Forwarded-For` (after any existing entries), and sets
-/// `X-Forwarded-Proto` and `X-Forwarded-Host` to what the client used. pier is the edge, so
-/// the two it sets replace whatever the client sent.
+/// The client address as an `X-Forwarded-For` entry (made once per connection).
+pub fn forwarded_for(client: IpAddr) -> HeaderValue {
+    HeaderValue::try_from(client.to_string()).expect("an IP address is a valid header value")
+}
+
+/// Adds the client (`client`, from [`forwarded_for`]) to `X-Forwarded-For` (after any
+/// existing entries), and sets `X-Forwarded-Proto` and `X-Forwarded-Host` to what the client
+/// used. pier is the edge, so the two it sets replace whatever the client sent.
 pub fn add_forwarded(
     headers: &mut HeaderMap,
-    client: IpAddr,
+    client: &HeaderValue,
     scheme: &'static str,
     host: Option<&HeaderValue>,
 ) {
-    let mut xff = String::new();
-    for v in headers.get_all(X_FORWARDED_FOR) {
-        if let Ok(v) = v.to_str() {
-            xff.push_str(v);
-            xff.push_str(", ");
+    match headers.entry(X_FORWARDED_FOR) {
+        header::Entry::Vacant(e) => {
+            e.insert(client.clone());
         }
-    }
-    xff.push_str(&client.to_string());
-    if let Ok(v) = HeaderValue::from_str(&xff) {
-        headers.insert(X_FORWARDED_FOR, v);
+        header::Entry::Occupied(mut e) => {
+            let mut xff = Vec::new();
+            for v in e.iter() {
+                xff.extend_from_slice(v.as_bytes());
+                xff.extend_from_slice(b", ");
+            }
+            xff.extend_from_slice(client.as_bytes());
+            if let Ok(v) = HeaderValue::from_bytes(&xff) {
+                e.insert(v);
+            }
+        }
     }
     headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(scheme));
     match host {
@@ -202,9 +224,44 @@ mod tests {
             ("x-forwarded-proto", "https"),
         ]);
         let host = HeaderValue::from_static("example.com:8080");
-        add_forwarded(&mut h, [127, 0, 0, 1].into(), "http", Some(&host));
+        add_forwarded(
+            &mut h,
+            &forwarded_for([127, 0, 0, 1].into()),
+            "http",
+            Some(&host),
+        );
         assert_eq!(h["x-forwarded-for"], "10.0.0.1, 127.0.0.1");
         assert_eq!(h["x-forwarded-proto"], "http");
         assert_eq!(h["x-forwarded-host"], "example.com:8080");
+
+        // None sent, two sent (repeated header): the client alone, then all in order.
+        let ip = forwarded_for("2001:db8::1".parse().unwrap());
+        let mut h = HeaderMap::new();
+        add_forwarded(&mut h, &ip, "https", None);
+        assert_eq!(h["x-forwarded-for"], "2001:db8::1");
+        assert_eq!(h["x-forwarded-proto"], "https");
+        assert!(!h.contains_key("x-forwarded-host"));
+        let mut h = map(&[
+            ("x-forwarded-for", "10.0.0.1"),
+            ("x-forwarded-for", "10.0.0.2"),
+        ]);
+        add_forwarded(&mut h, &ip, "http", None);
+        assert_eq!(h.get_all("x-forwarded-for").iter().count(), 1);
+        assert_eq!(h["x-forwarded-for"], "10.0.0.1, 10.0.0.2, 2001:db8::1");
+    }
+
+    #[test]
+    fn a_head_without_hop_by_hop_headers_is_left_alone() {
+        let mut h = map(&[("host", "a"), ("accept", "*/*"), ("x-trace", "1")]);
+        let before = h.clone();
+        strip_hop_by_hop(&mut h, Keep::default());
+        strip_hop_by_hop(
+            &mut h,
+            Keep {
+                upgrade: true,
+                te_trailers: true,
+            },
+        );
+        assert_eq!(h, before);
     }
 }

@@ -82,7 +82,7 @@ pub async fn handle(
         .metrics
         .request(&labels.with(seen.backend, resp.status()).transport(seen.tls));
     if let Some(head) = log_head {
-        head.log(&seen, resp.status(), elapsed);
+        head.log(conn.peer, &seen, resp.status(), elapsed);
     }
     resp
 }
@@ -317,7 +317,7 @@ fn prepare_head(
     let scheme = routed.port.protocol.scheme();
     headers::add_forwarded(
         &mut parts.headers,
-        conn.peer.ip(),
+        &conn.forwarded_for,
         scheme,
         client_host.as_ref(),
     );
@@ -405,9 +405,16 @@ impl LogHead {
         }
     }
 
-    fn log(&self, seen: &Seen<'_>, status: StatusCode, elapsed: std::time::Duration) {
+    fn log(
+        &self,
+        client: SocketAddr,
+        seen: &Seen<'_>,
+        status: StatusCode,
+        elapsed: std::time::Duration,
+    ) {
         tracing::info!(
             target: "pier::access",
+            %client,
             method = %self.method,
             host = %self.host,
             path = %self.path,

@@ -64,6 +64,7 @@ async fn access_log_has_one_line_per_request() {
         "backend=ns/a:80",
         &format!("upstream={}", a.addr),
         "duration_ms=",
+        "client=127.0.0.1:",
     ] {
         assert!(line.contains(field), "{field} missing in {line}");
     }
