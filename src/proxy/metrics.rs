@@ -4,6 +4,10 @@
 //! Labels are bounded: they come from snapshot identities (gateway, listener, route, backend),
 //! ports, and small enums (status class, error kind and side, connect reason, TLS transport and
 //! handshake failure reason). Never paths, Host values, endpoint addresses or error messages.
+//!
+//! Per-request metrics go through a per-thread [`HandleCache`]: the label strings of a
+//! (listener, route, backend, status class, transport) are built and hashed once per snapshot
+//! and thread, not once per request.
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
@@ -12,8 +16,15 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+
 use super::error::{ConnectReason, ErrorKind, ErrorSide, TlsFailure};
-use crate::model::{BackendId, BackendTls, ListenerId, ObjectRef, TlsMode, TlsUnavailable};
+use crate::model::{
+    BackendId, BackendTls, ListenerId, ObjectRef, Snapshot, TlsMode, TlsUnavailable,
+};
 
 #[derive(Debug)]
 pub struct ProxyMetrics {
@@ -28,6 +39,45 @@ pub struct ProxyMetrics {
     upstream_opened: Family<UpstreamConnLabels, Counter>,
     upstream_open: Family<UpstreamProtocolLabels, Gauge>,
     upstream_idle: Gauge,
+    /// Tells the [`HandleCache`] whose handles it holds.
+    id: u64,
+}
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    static HANDLES: RefCell<HandleCache> = RefCell::new(HandleCache::default());
+}
+
+/// One thread's metric handles for the requests of one snapshot, keyed by the addresses of
+/// the snapshot objects the labels come from. Addresses identify objects only while their
+/// snapshot lives: the cache holds a `Weak` to it, which keeps the allocation (so no later
+/// snapshot can have the same address) without keeping the snapshot, and starts over when a
+/// request comes with another snapshot or another [`ProxyMetrics`].
+#[derive(Default)]
+struct HandleCache {
+    owner: u64,
+    snapshot: Weak<Snapshot>,
+    requests: HashMap<RequestKey, (Counter, Histogram)>,
+    in_flight: HashMap<usize, Gauge>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+struct RequestKey {
+    listener: usize,
+    route: usize,
+    backend: usize,
+    status: StatusClass,
+    tls: Transport,
+}
+
+/// What a request reached, for its metrics. References into the request's snapshot.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Reached<'s> {
+    pub listener: Option<&'s ListenerId>,
+    pub route: Option<&'s ObjectRef>,
+    pub backend: Option<&'s BackendId>,
+    pub tls: Transport,
 }
 
 /// How a request reached its backend: the `tls` label. Empty when no backend was reached.
@@ -198,6 +248,59 @@ impl ProxyMetrics {
         m
     }
 
+    /// Counts a request and observes its duration. `snapshot` is the one `reached` points into.
+    pub fn request_done(
+        &self,
+        snapshot: &Arc<Snapshot>,
+        reached: Reached<'_>,
+        status: http::StatusCode,
+        seconds: f64,
+    ) {
+        let key = RequestKey {
+            listener: addr(reached.listener),
+            route: addr(reached.route),
+            backend: addr(reached.backend),
+            status: StatusClass::of(status),
+            tls: reached.tls,
+        };
+        let (count, duration) = self.with_cache(snapshot, |c| {
+            c.requests
+                .entry(key)
+                .or_insert_with(|| {
+                    let labels = RouteLabels::new(reached.listener, reached.route);
+                    let duration = self.duration.get_or_create(&labels).clone();
+                    let request = labels.with(reached.backend, status).transport(reached.tls);
+                    (self.requests.get_or_create(&request).clone(), duration)
+                })
+                .clone()
+        });
+        count.inc();
+        duration.observe(seconds);
+    }
+
+    /// [`Self::in_flight`] for a backend of `snapshot`, from the handle cache.
+    pub fn in_flight_of(&self, snapshot: &Arc<Snapshot>, backend: &BackendId) -> Gauge {
+        self.with_cache(snapshot, |c| {
+            c.in_flight
+                .entry(addr(Some(backend)))
+                .or_insert_with(|| self.in_flight(backend))
+                .clone()
+        })
+    }
+
+    fn with_cache<R>(&self, snapshot: &Arc<Snapshot>, f: impl FnOnce(&mut HandleCache) -> R) -> R {
+        HANDLES.with(|cache| {
+            let mut c = cache.borrow_mut();
+            if c.owner != self.id || !std::ptr::eq(c.snapshot.as_ptr(), Arc::as_ptr(snapshot)) {
+                c.owner = self.id;
+                c.snapshot = Arc::downgrade(snapshot);
+                c.requests.clear();
+                c.in_flight.clear();
+            }
+            f(&mut c)
+        })
+    }
+
     pub fn request(&self, labels: &RequestLabels) {
         self.requests.get_or_create(labels).inc();
     }
@@ -286,11 +389,17 @@ impl Default for ProxyMetrics {
             upstream_opened: Family::default(),
             upstream_open: Family::default(),
             upstream_idle: Gauge::default(),
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         }
     }
 }
 
 /// 1 ms to ~33 s.
+/// The address of what `r` points to (0 for `None`): an identity within one snapshot.
+fn addr<T>(r: Option<&T>) -> usize {
+    r.map_or(0, |r| std::ptr::from_ref(r).addr())
+}
+
 fn duration_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.001, 2.0, 16))
 }
@@ -477,5 +586,76 @@ mod tests {
         let mut out = String::new();
         encode(&mut out, &reg).unwrap();
         assert!(out.contains(r#"pier_proxy_downstream_connections{port="80"} 0"#));
+    }
+
+    fn requests_of(reg: &Registry) -> Vec<String> {
+        let mut out = String::new();
+        encode(&mut out, reg).unwrap();
+        out.lines()
+            .filter(|l| l.starts_with("pier_proxy_requests_total"))
+            .map(String::from)
+            .collect()
+    }
+
+    /// Handles are cached by object address per snapshot: the same address in a new snapshot
+    /// is a new object with its own labels, and another registry on the same thread gets its
+    /// own handles.
+    #[test]
+    fn cached_handles_follow_the_snapshot_and_the_registry() {
+        let mut reg1 = crate::metrics::registry();
+        let m1 = ProxyMetrics::register(&mut reg1);
+        let mut reg2 = crate::metrics::registry();
+        let m2 = ProxyMetrics::register(&mut reg2);
+        let s1 = Arc::new(Snapshot::default());
+        let s2 = Arc::new(Snapshot::default());
+        let backend = BackendId {
+            service: ObjectRef::new("ns", "svc"),
+            port: 80,
+        };
+        let mut route = ObjectRef::new("ns", "r1");
+        fn reached<'a>(route: &'a ObjectRef, backend: &'a BackendId) -> Reached<'a> {
+            Reached {
+                listener: None,
+                route: Some(route),
+                backend: Some(backend),
+                tls: Transport::Plain,
+            }
+        }
+        m1.request_done(&s1, reached(&route, &backend), http::StatusCode::OK, 0.001);
+        m1.request_done(&s1, reached(&route, &backend), http::StatusCode::OK, 0.001);
+        m1.request_done(
+            &s1,
+            reached(&route, &backend),
+            http::StatusCode::BAD_GATEWAY,
+            0.001,
+        );
+        // Same address, new object, new snapshot.
+        route = ObjectRef::new("ns", "r2");
+        m1.request_done(&s2, reached(&route, &backend), http::StatusCode::OK, 0.001);
+        m2.request_done(&s2, reached(&route, &backend), http::StatusCode::OK, 0.001);
+        let line = |r: &str, status: &str, n: u32| {
+            format!(
+                r#"pier_proxy_requests_total{{gateway="",listener="",route="ns/{r}",backend="ns/svc:80",status="{status}",tls="plain"}} {n}"#
+            )
+        };
+        let mut one = requests_of(&reg1);
+        one.sort();
+        assert_eq!(
+            one,
+            [
+                line("r1", "2xx", 2),
+                line("r1", "5xx", 1),
+                line("r2", "2xx", 1)
+            ]
+        );
+        assert_eq!(requests_of(&reg2), [line("r2", "2xx", 1)]);
+        assert_eq!(m1.in_flight_of(&s2, &backend).get(), 0);
+        m1.in_flight_of(&s2, &backend).inc();
+        assert_eq!(
+            m1.in_flight(&backend).get(),
+            1,
+            "the cached gauge is the family's"
+        );
+        assert_eq!(m2.in_flight_of(&s2, &backend).get(), 0);
     }
 }

@@ -29,7 +29,7 @@ use super::body::{self, ProxyBody};
 use super::conn::ConnInfo;
 use super::error::{ConnectReason, ProxyError};
 use super::headers::{self, Keep};
-use super::metrics::{RouteLabels, Transport};
+use super::metrics::{Reached, Transport};
 use super::upstream::{InFlight, Target, UpstreamBody};
 use super::{Shared, mirror, tunnel};
 use crate::model::filter::RedirectInput;
@@ -76,11 +76,15 @@ pub async fn handle(
         }
     };
     let elapsed = started.elapsed();
-    let labels = RouteLabels::new(seen.listener, seen.route);
-    shared.metrics.duration(&labels, elapsed.as_secs_f64());
+    let reached = Reached {
+        listener: seen.listener,
+        route: seen.route,
+        backend: seen.backend,
+        tls: seen.tls,
+    };
     shared
         .metrics
-        .request(&labels.with(seen.backend, resp.status()).transport(seen.tls));
+        .request_done(&snapshot, reached, resp.status(), elapsed.as_secs_f64());
     if let Some(head) = log_head {
         head.log(conn.peer, &seen, resp.status(), elapsed);
     }
@@ -89,7 +93,7 @@ pub async fn handle(
 
 async fn dispatch<'s>(
     shared: &Shared,
-    snapshot: &'s Snapshot,
+    snapshot: &'s Arc<Snapshot>,
     conn: &ConnInfo,
     req: Request<Incoming>,
     seen: &mut Seen<'s>,
@@ -108,11 +112,11 @@ async fn dispatch<'s>(
         // `request` runs from the request's arrival, so time spent routing counts too.
         Some(t) => tokio::time::timeout_at(
             (started + t).into(),
-            forward(shared, conn, &routed, req, seen),
+            forward(shared, snapshot, conn, &routed, req, seen),
         )
         .await
         .map_err(|_| ProxyError::RequestTimeout)?,
-        None => forward(shared, conn, &routed, req, seen).await,
+        None => forward(shared, snapshot, conn, &routed, req, seen).await,
     }
 }
 
@@ -186,6 +190,7 @@ fn redirect_response(
 
 async fn forward<'s>(
     shared: &Shared,
+    snapshot: &Arc<Snapshot>,
     conn: &ConnInfo,
     routed: &Routed<'s>,
     req: Request<Incoming>,
@@ -227,7 +232,11 @@ async fn forward<'s>(
         addr: endpoint.addr,
         upgrade,
     };
-    let (mut resp, in_flight) = exchange(shared, rule, target, endpoint, up).await?;
+    let in_flight = InFlight::new(
+        endpoint.stats.clone(),
+        shared.metrics.in_flight_of(snapshot, &backend.id),
+    );
+    let (mut resp, in_flight) = exchange(shared, rule, target, endpoint, up, in_flight).await?;
     if resp.status() == StatusCode::SWITCHING_PROTOCOLS
         && let Some(down) = on_upgrade
     {
@@ -236,20 +245,17 @@ async fn forward<'s>(
     Ok(finish_response(resp, rule, weighted, in_flight))
 }
 
-/// One attempt against one endpoint, within `timeouts.backendRequest`. The returned guard
-/// keeps the request counted as in flight until the response body is done.
+/// One attempt against one endpoint, within `timeouts.backendRequest`. `in_flight` comes back
+/// with the response, to keep the request counted until the response body is done.
 async fn exchange(
     shared: &Shared,
     rule: &Rule,
     target: Target<'_>,
     endpoint: &Endpoint,
     req: Request<ProxyBody>,
+    in_flight: InFlight,
 ) -> Result<(Response<UpstreamBody>, InFlight), ProxyError> {
     let backend = target.backend;
-    let in_flight = InFlight::new(
-        endpoint.stats.clone(),
-        shared.metrics.in_flight(&backend.id),
-    );
     // Built in each arm, as in `dispatch`.
     let result = match rule.timeouts.backend_request {
         Some(t) => tokio::time::timeout(t, shared.upstream.send(target, req))
