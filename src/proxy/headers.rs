@@ -36,8 +36,14 @@ fn connection_has(headers: &HeaderMap, token: &str) -> bool {
         .any(|t| t.trim().eq_ignore_ascii_case(token))
 }
 
+const HOP_COUNT: usize = 7;
+// Positions in [`HOP_BY_HOP`].
+const AT_CONNECTION: usize = 0;
+const AT_TE: usize = 3;
+const AT_UPGRADE: usize = 6;
+
 /// The headers that are always hop-by-hop (besides those `Connection` names).
-const HOP_BY_HOP: [HeaderName; 7] = [
+const HOP_BY_HOP: [HeaderName; HOP_COUNT] = [
     header::CONNECTION,
     KEEP_ALIVE,
     PROXY_CONNECTION,
@@ -55,24 +61,37 @@ fn is_hop_by_hop(name: &HeaderName) -> bool {
 /// `Proxy-Connection`, `TE`, `Trailer`, `Transfer-Encoding` and `Upgrade`, except what `keep`
 /// asks for.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap, keep: Keep) {
-    // Most messages carry none of them: one pass over the names (no hashing) settles that.
-    // Everything below only changes a map that holds at least one.
-    if !headers.keys().any(is_hop_by_hop) {
+    // One pass over the names (no hashing) finds which of them are present; most requests
+    // carry none, and most responses only `Connection: keep-alive`.
+    let mut present = [false; HOP_COUNT];
+    for name in headers.keys() {
+        if let Some(i) = HOP_BY_HOP.iter().position(|h| h == name) {
+            present[i] = true;
+        }
+    }
+    if !present.contains(&true) {
         return;
     }
-    let named: Vec<HeaderName> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
-        .collect();
+    // Other headers `Connection` names (the always-hop-by-hop ones are handled below).
+    let named: Vec<HeaderName> = if present[AT_CONNECTION] {
+        headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
+            .filter(|n| !is_hop_by_hop(n))
+            .collect()
+    } else {
+        Vec::new()
+    };
     let te_trailers = keep.te_trailers
+        && present[AT_TE]
         && headers
             .get_all(header::TE)
             .iter()
             .any(|v| v.as_bytes().eq_ignore_ascii_case(b"trailers"));
-    let upgrade = if keep.upgrade {
+    let upgrade = if keep.upgrade && present[AT_UPGRADE] {
         headers.get(header::UPGRADE).cloned()
     } else {
         None
@@ -80,7 +99,7 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap, keep: Keep) {
     for n in named {
         headers.remove(n);
     }
-    for n in HOP_BY_HOP {
+    for (n, _) in HOP_BY_HOP.iter().zip(present).filter(|(_, p)| *p) {
         headers.remove(n);
     }
     if te_trailers {
@@ -248,6 +267,13 @@ mod tests {
         add_forwarded(&mut h, &ip, "http", None);
         assert_eq!(h.get_all("x-forwarded-for").iter().count(), 1);
         assert_eq!(h["x-forwarded-for"], "10.0.0.1, 10.0.0.2, 2001:db8::1");
+    }
+
+    #[test]
+    fn hop_by_hop_positions() {
+        assert_eq!(HOP_BY_HOP[AT_CONNECTION], header::CONNECTION);
+        assert_eq!(HOP_BY_HOP[AT_TE], header::TE);
+        assert_eq!(HOP_BY_HOP[AT_UPGRADE], header::UPGRADE);
     }
 
     #[test]
