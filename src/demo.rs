@@ -1,6 +1,9 @@
 //! `pier demo`: the one-command first run. Starts three echo backends on loopback, writes the
 //! quickstart manifests (`config/examples/quickstart/`, embedded in the binary) to a temporary
-//! directory, serves them, and prints what to try.
+//! directory, serves them, and prints what to try. It also generates test CAs and serves a
+//! second Gateway whose meshed route reaches an mTLS-only echo workload ([`mesh`]).
+
+mod mesh;
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -27,6 +30,9 @@ const MANIFESTS: &[(&str, &str)] = &[
 /// Echo backends, matching the EndpointSlices of the quickstart.
 const BACKENDS: &[(&str, u16)] = &[("echo-a", 18081), ("echo-b", 18082), ("echo-c", 18083)];
 const PORT: u16 = 8080;
+/// The meshed Gateway's listener, and the mTLS workload behind it.
+const MESH_PORT: u16 = 8081;
+const WORKLOAD_PORT: u16 = 18084;
 const ADMIN: &str = "127.0.0.1:9901";
 
 pub async fn run(listen_host: IpAddr) -> anyhow::Result<()> {
@@ -38,8 +44,21 @@ pub async fn run(listen_host: IpAddr) -> anyhow::Result<()> {
         })?;
         echoes.push(server);
     }
+    let pki = mesh::MeshPki::generate().context("cannot generate the demo certificates")?;
+    let workload_addr = SocketAddr::from(([127, 0, 0, 1], WORKLOAD_PORT));
+    let workload = crate::echo::spawn_tls(workload_addr, "echo-mesh", pki.workload.clone())
+        .await
+        .with_context(|| {
+            format!("cannot start the demo mTLS workload on {workload_addr} (is the port in use?)")
+        })?;
+    echoes.push(workload);
     let dir = TempDir::new()?;
-    for (name, text) in MANIFESTS {
+    let mesh_manifests = pki.manifests(MESH_PORT, WORKLOAD_PORT);
+    let files = MANIFESTS
+        .iter()
+        .copied()
+        .chain([("30-mesh.yaml", mesh_manifests.as_str())]);
+    for (name, text) in files {
         std::fs::write(dir.0.join(name), text)
             .with_context(|| format!("cannot write {}", dir.0.display()))?;
     }
@@ -56,6 +75,7 @@ pub async fn run(listen_host: IpAddr) -> anyhow::Result<()> {
         listen_host.to_string()
     };
     let base = format!("http://{host}:{PORT}");
+    let mesh = format!("http://{host}:{MESH_PORT}");
     println!(
         "pier demo is serving {base} (admin: http://{ADMIN})
 manifests: {dir} (edit them: changes apply within a second)
@@ -70,6 +90,8 @@ try:
   curl -s {base}/rewrite/x                      # URL rewrite -> echo-b sees /rewritten/x
   curl -s -H 'host: c.example.com' {base}/      # hostname route -> echo-c
   curl -si {base}/nothing-here -H 'host: other.example' # 404: no route
+  curl -s {mesh}/                               # meshed route: mTLS to echo-mesh (\"client_certificate_verified\":true)
+  curl -s http://{ADMIN}/metrics | grep -E 'tls=\"mesh\"|tls_handshakes'   # the meshed requests and handshakes
   curl -s http://{ADMIN}/status                 # computed Gateway API status
   curl -s http://{ADMIN}/metrics                # Prometheus metrics
 

@@ -55,6 +55,9 @@ pub struct EchoRequest {
     /// `HTTP/1.1` or `HTTP/2.0`.
     pub protocol: String,
     pub body_bytes: u64,
+    /// Arrived over TLS with a client certificate the server verified ([`spawn_tls`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub client_certificate_verified: bool,
 }
 
 /// A running echo server; stops (with its connections) when dropped.
@@ -87,7 +90,27 @@ pub async fn spawn(addr: SocketAddr, name: &str) -> std::io::Result<EchoServer> 
         count: watch::channel(0).0,
         connections: AtomicU64::new(0),
     });
-    let task = tokio::spawn(accept(listener, state.clone()));
+    let task = tokio::spawn(accept(listener, state.clone(), None));
+    Ok(EchoServer { addr, state, task })
+}
+
+/// [`spawn`] behind TLS: `tls` decides the certificate and whether (and whom) clients must
+/// authenticate; a config with a client-certificate verifier makes this an mTLS workload.
+pub async fn spawn_tls(
+    addr: SocketAddr,
+    name: &str,
+    tls: Arc<rustls::ServerConfig>,
+) -> std::io::Result<EchoServer> {
+    let listener = TcpListener::bind(addr).await?;
+    let addr = listener.local_addr()?;
+    let state = Arc::new(State {
+        name: name.to_string(),
+        log: Mutex::new(VecDeque::new()),
+        count: watch::channel(0).0,
+        connections: AtomicU64::new(0),
+    });
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    let task = tokio::spawn(accept(listener, state.clone(), Some(acceptor)));
     Ok(EchoServer { addr, state, task })
 }
 
@@ -169,7 +192,7 @@ impl Drop for RecordingServer {
 
 // === serving ===
 
-async fn accept(listener: TcpListener, state: Arc<State>) {
+async fn accept(listener: TcpListener, state: Arc<State>, tls: Option<tokio_rustls::TlsAcceptor>) {
     // Connections live in the set, so aborting this task closes them too.
     let mut conns = JoinSet::new();
     let mut builder = auto::Builder::new(TokioExecutor::new());
@@ -183,11 +206,17 @@ async fn accept(listener: TcpListener, state: Arc<State>) {
                 let _ = tcp.set_nodelay(true);
                 let state = state.clone();
                 let builder = builder.clone();
+                let tls = tls.clone();
                 conns.spawn(async move {
-                    let svc = hyper::service::service_fn(move |req| handle(state.clone(), req));
-                    let _ = builder
-                        .serve_connection_with_upgrades(TokioIo::new(tcp), svc)
-                        .await;
+                    let Some(acceptor) = tls else {
+                        let svc = hyper::service::service_fn(move |req| handle(state.clone(), req, false));
+                        let _ = builder.serve_connection_with_upgrades(TokioIo::new(tcp), svc).await;
+                        return;
+                    };
+                    let Ok(stream) = acceptor.accept(tcp).await else { return };
+                    let verified = stream.get_ref().1.peer_certificates().is_some();
+                    let svc = hyper::service::service_fn(move |req| handle(state.clone(), req, verified));
+                    let _ = builder.serve_connection_with_upgrades(TokioIo::new(stream), svc).await;
                 });
             }
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
@@ -198,6 +227,7 @@ async fn accept(listener: TcpListener, state: Arc<State>) {
 async fn handle(
     state: Arc<State>,
     mut req: Request<Incoming>,
+    client_certificate_verified: bool,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     if let Some(resp) = websocket(&state, &mut req) {
         return Ok(resp);
@@ -207,7 +237,10 @@ async fn handle(
         .collect()
         .await
         .map_or(0, |b| b.to_bytes().len() as u64);
-    let seen = describe(&state.name, &parts, body_bytes);
+    let seen = EchoRequest {
+        client_certificate_verified,
+        ..describe(&state.name, &parts, body_bytes)
+    };
     state.record(seen.clone());
     let mut status = StatusCode::OK;
     let mut segments = parts.uri.path().trim_start_matches('/').splitn(3, '/');
@@ -261,6 +294,7 @@ fn describe(name: &str, parts: &http::request::Parts, body_bytes: u64) -> EchoRe
         headers,
         protocol: format!("{:?}", parts.version),
         body_bytes,
+        client_certificate_verified: false,
     }
 }
 

@@ -186,6 +186,10 @@ async fn demo_serves_the_quickstart() {
     let r = get("http://127.0.0.1:8080/old/x", &[]).await;
     assert_eq!(r.status, 301);
     assert_eq!(r.headers["location"], "http://127.0.0.1:8080/a/x");
+    // The meshed Gateway: the workload only speaks mTLS and saw pier's client certificate.
+    let meshed = get("http://127.0.0.1:8081/", &[]).await.echo();
+    assert_eq!(meshed.backend, "echo-mesh");
+    assert!(meshed.client_certificate_verified, "{meshed:?}");
     assert!(terminate(&mut child).success());
 }
 
