@@ -82,16 +82,7 @@ struct State {
 }
 
 pub async fn spawn(addr: SocketAddr, name: &str) -> std::io::Result<EchoServer> {
-    let listener = TcpListener::bind(addr).await?;
-    let addr = listener.local_addr()?;
-    let state = Arc::new(State {
-        name: name.to_string(),
-        log: Mutex::new(VecDeque::new()),
-        count: watch::channel(0).0,
-        connections: AtomicU64::new(0),
-    });
-    let task = tokio::spawn(accept(listener, state.clone(), None));
-    Ok(EchoServer { addr, state, task })
+    start(addr, name, None).await
 }
 
 /// [`spawn`] behind TLS: `tls` decides the certificate and whether (and whom) clients must
@@ -101,6 +92,14 @@ pub async fn spawn_tls(
     name: &str,
     tls: Arc<rustls::ServerConfig>,
 ) -> std::io::Result<EchoServer> {
+    start(addr, name, Some(tokio_rustls::TlsAcceptor::from(tls))).await
+}
+
+async fn start(
+    addr: SocketAddr,
+    name: &str,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+) -> std::io::Result<EchoServer> {
     let listener = TcpListener::bind(addr).await?;
     let addr = listener.local_addr()?;
     let state = Arc::new(State {
@@ -109,8 +108,7 @@ pub async fn spawn_tls(
         count: watch::channel(0).0,
         connections: AtomicU64::new(0),
     });
-    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
-    let task = tokio::spawn(accept(listener, state.clone(), Some(acceptor)));
+    let task = tokio::spawn(accept(listener, state.clone(), tls));
     Ok(EchoServer { addr, state, task })
 }
 
