@@ -206,20 +206,28 @@ async fn accept(listener: TcpListener, state: Arc<State>, tls: Option<tokio_rust
                 let builder = builder.clone();
                 let tls = tls.clone();
                 conns.spawn(async move {
-                    let Some(acceptor) = tls else {
-                        let svc = hyper::service::service_fn(move |req| handle(state.clone(), req, false));
-                        let _ = builder.serve_connection_with_upgrades(TokioIo::new(tcp), svc).await;
-                        return;
-                    };
-                    let Ok(stream) = acceptor.accept(tcp).await else { return };
-                    let verified = stream.get_ref().1.peer_certificates().is_some();
-                    let svc = hyper::service::service_fn(move |req| handle(state.clone(), req, verified));
-                    let _ = builder.serve_connection_with_upgrades(TokioIo::new(stream), svc).await;
+                    match tls {
+                        None => serve(&builder, TokioIo::new(tcp), state, false).await,
+                        Some(acceptor) => {
+                            let Ok(stream) = acceptor.accept(tcp).await else { return };
+                            let verified = stream.get_ref().1.peer_certificates().is_some();
+                            serve(&builder, TokioIo::new(stream), state, verified).await;
+                        }
+                    }
                 });
             }
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
         }
     }
+}
+
+/// One connection; `verified`: it arrived over TLS with a verified client certificate.
+async fn serve<I>(builder: &auto::Builder<TokioExecutor>, io: I, state: Arc<State>, verified: bool)
+where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let svc = hyper::service::service_fn(move |req| handle(state.clone(), req, verified));
+    let _ = builder.serve_connection_with_upgrades(io, svc).await;
 }
 
 async fn handle(

@@ -75,8 +75,11 @@ impl Publisher {
     async fn publish_arc(&mut self, resources: Arc<Resources>) -> u64 {
         self.last = Some(resources.clone());
         let settings = self.settings.clone();
-        let carried = self.shared.snapshot.load().carried();
+        let previous = self.shared.snapshot.load_full();
         let translation = tokio::task::spawn_blocking(move || {
+            // A walk over every backend of the previous snapshot: off the async workers too.
+            let carried = previous.carried();
+            drop(previous);
             translate::translate_with(&resources, &settings, &carried)
         })
         .await

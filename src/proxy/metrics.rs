@@ -301,14 +301,6 @@ impl ProxyMetrics {
         })
     }
 
-    pub fn request(&self, labels: &RequestLabels) {
-        self.requests.get_or_create(labels).inc();
-    }
-
-    pub fn duration(&self, labels: &RouteLabels, seconds: f64) {
-        self.duration.get_or_create(labels).observe(seconds);
-    }
-
     pub fn error(&self, kind: ErrorKind, side: ErrorSide) {
         self.errors.get_or_create(&ErrorLabels { kind, side }).inc();
     }
@@ -394,12 +386,12 @@ impl Default for ProxyMetrics {
     }
 }
 
-/// 1 ms to ~33 s.
 /// The address of what `r` points to (0 for `None`): an identity within one snapshot.
 fn addr<T>(r: Option<&T>) -> usize {
     r.map_or(0, |r| std::ptr::from_ref(r).addr())
 }
 
+/// 1 ms to ~33 s.
 fn duration_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.001, 2.0, 16))
 }
@@ -552,13 +544,14 @@ mod tests {
             service: ObjectRef::new("ns", "svc"),
             port: 8080,
         };
-        let labels = RouteLabels::new(Some(&listener), Some(&route));
-        m.duration(&labels, 0.01);
-        m.request(
-            &labels
-                .with(Some(&backend), http::StatusCode::NOT_FOUND)
-                .transport(Transport::Mesh),
-        );
+        let reached = Reached {
+            listener: Some(&listener),
+            route: Some(&route),
+            backend: Some(&backend),
+            tls: Transport::Mesh,
+        };
+        let snapshot = Arc::new(Snapshot::default());
+        m.request_done(&snapshot, reached, http::StatusCode::NOT_FOUND, 0.01);
         m.tls_handshake(&backend, Some(TlsFailure::UnknownCa));
         m.tls_handshake(&backend, None);
         m.tls_unavailable(&backend, TlsUnavailable::NoTrustBundle);

@@ -36,17 +36,15 @@ use crate::model::filter::RedirectInput;
 use crate::model::host::normalize_host;
 use crate::model::matcher::RequestParts;
 use crate::model::{
-    AppProtocol, Backend, BackendId, BackendSet, BackendTarget, BackendTls, Endpoint, Entry,
-    Listener, ListenerId, ObjectRef, Port, Redirect, Rule, Snapshot, UrlRewrite, WeightedBackend,
+    AppProtocol, Backend, BackendSet, BackendTarget, BackendTls, Endpoint, Entry, Listener, Port,
+    Redirect, Rule, Snapshot, UrlRewrite, WeightedBackend,
 };
 
 /// How far a request got, for metrics and the access log. Borrowed from the snapshot.
 #[derive(Default)]
 struct Seen<'s> {
-    listener: Option<&'s ListenerId>,
-    route: Option<&'s ObjectRef>,
-    backend: Option<&'s BackendId>,
-    tls: Transport,
+    /// Listener, route, backend and transport: the metric labels.
+    reached: Reached<'s>,
     upstream: Option<SocketAddr>,
 }
 
@@ -76,15 +74,12 @@ pub async fn handle(
         }
     };
     let elapsed = started.elapsed();
-    let reached = Reached {
-        listener: seen.listener,
-        route: seen.route,
-        backend: seen.backend,
-        tls: seen.tls,
-    };
-    shared
-        .metrics
-        .request_done(&snapshot, reached, resp.status(), elapsed.as_secs_f64());
+    shared.metrics.request_done(
+        &snapshot,
+        seen.reached,
+        resp.status(),
+        elapsed.as_secs_f64(),
+    );
     if let Some(head) = log_head {
         head.log(conn.peer, &seen, resp.status(), elapsed);
     }
@@ -100,8 +95,8 @@ async fn dispatch<'s>(
     started: Instant,
 ) -> Result<Response<ProxyBody>, ProxyError> {
     let routed = route(snapshot, conn.port, &req)?;
-    seen.listener = Some(&routed.listener.id);
-    seen.route = Some(&routed.entry.rule.route);
+    seen.reached.listener = Some(&routed.listener.id);
+    seen.reached.route = Some(&routed.entry.rule.route);
     let rule = &routed.entry.rule;
     if let Some(redirect) = &rule.filters.redirect {
         return redirect_response(redirect, &routed, &req);
@@ -201,8 +196,8 @@ async fn forward<'s>(
     let BackendTarget::Service(backend) = &weighted.target else {
         return Err(ProxyError::InvalidBackend);
     };
-    seen.backend = Some(&backend.id);
-    seen.tls = Transport::of(&backend.tls);
+    seen.reached.backend = Some(&backend.id);
+    seen.reached.tls = Transport::of(&backend.tls);
     let (mut parts, body) = req.into_parts();
     let upgrade = parts.version == Version::HTTP_11
         && headers::is_upgrade(&parts.headers)
@@ -425,9 +420,9 @@ impl LogHead {
             host = %self.host,
             path = %self.path,
             status = status.as_u16(),
-            listener = seen.listener.map(tracing::field::display),
-            route = seen.route.map(tracing::field::display),
-            backend = seen.backend.map(tracing::field::display),
+            listener = seen.reached.listener.map(tracing::field::display),
+            route = seen.reached.route.map(tracing::field::display),
+            backend = seen.reached.backend.map(tracing::field::display),
             upstream = seen.upstream.map(tracing::field::display),
             duration_ms = elapsed.as_secs_f64() * 1000.0,
         );
