@@ -59,6 +59,10 @@ pub struct RouteTable {
     /// Longest suffix first.
     wildcard: Vec<(String, Bucket)>,
     any: Bucket,
+    /// Whether any entry matches on headers: only then does routing need the request's
+    /// headers as a map (the HTTP/1.1 fast path skips building one otherwise).
+    #[serde(skip)]
+    header_matches: bool,
 }
 
 /// The entries of one hostname, in precedence order, and their path index when there are
@@ -118,6 +122,11 @@ impl RouteTable {
             }
         }
         self.any.first_match(req)
+    }
+
+    /// Whether [`RouteTable::find`] looks at request headers.
+    pub fn matches_headers(&self) -> bool {
+        self.header_matches
     }
 
     pub fn is_empty(&self) -> bool {
@@ -265,6 +274,13 @@ impl RouteTableBuilder {
     }
 
     pub fn build(self) -> RouteTable {
+        let header_matches = self
+            .exact
+            .values()
+            .chain(self.wildcard.values())
+            .flatten()
+            .chain(&self.any)
+            .any(|(_, e)| !e.matcher.headers.is_empty());
         fn sorted(mut v: Vec<(SortKey, Entry)>) -> Bucket {
             v.sort_by_key(|e| e.0);
             Bucket::new(v.into_iter().map(|(_, e)| e).collect())
@@ -276,6 +292,7 @@ impl RouteTableBuilder {
             .collect();
         wildcard.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then_with(|| a.0.cmp(&b.0)));
         RouteTable {
+            header_matches,
             exact: self
                 .exact
                 .into_iter()

@@ -1,6 +1,8 @@
-//! One downstream connection: optional TLS (one deadline for the whole handshake), then
-//! hyper-util's auto server (HTTP/1.1, or HTTP/2 by preface: h2c prior knowledge on plain
-//! ports, ALPN `h2` on TLS ports), with graceful shutdown on drain.
+//! One downstream connection: optional TLS (one deadline for the whole handshake), then the
+//! HTTP/1.1 fast path (`h1`), which hands the connection to hyper-util's auto server (with
+//! what it has read) as soon as a request needs it: HTTP/2 by preface (h2c prior knowledge),
+//! upgrades, streamed request bodies and the rest. ALPN `h2` on TLS ports goes to hyper at
+//! once. Graceful shutdown on drain either way.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -9,11 +11,12 @@ use std::sync::Arc;
 use hyper::body::Incoming;
 use hyper::rt::{Read, Write};
 use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsAcceptor;
 
 use super::listener::DrainToken;
-use super::{Shared, service};
+use super::{Shared, h1, service};
 use crate::model::Protocol;
 
 /// What the request path needs to know about the connection it arrived on.
@@ -48,7 +51,7 @@ pub async fn serve(
     });
     match protocol {
         None => {}
-        Some(Protocol::Http) => serve_http(&shared, TokioIo::new(tcp), info, drain).await,
+        Some(Protocol::Http) => serve_h1(&shared, tcp, info, drain).await,
         Some(Protocol::Https) => {
             let deadline = shared.config.tls_handshake_timeout;
             let handshake = tokio::select! {
@@ -56,11 +59,25 @@ pub async fn serve(
                 _ = drain.closed() => return,
             };
             match handshake {
-                Ok(Ok(stream)) => serve_http(&shared, TokioIo::new(stream), info, drain).await,
+                Ok(Ok(stream)) if stream.get_ref().1.alpn_protocol() == Some(b"h2") => {
+                    serve_http(&shared, TokioIo::new(stream), info, drain).await
+                }
+                Ok(Ok(stream)) => serve_h1(&shared, stream, info, drain).await,
                 Ok(Err(error)) => tracing::debug!(%peer, port, %error, "TLS handshake failed"),
                 Err(_) => tracing::debug!(%peer, port, "TLS handshake timed out"),
             }
         }
+    }
+}
+
+/// The fast path first; hyper for the rest of the connection if a request needs it.
+async fn serve_h1<I>(shared: &Arc<Shared>, io: I, info: Arc<ConnInfo>, mut drain: DrainToken)
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    match h1::serve(shared, io, &info, &mut drain).await {
+        h1::Served::Closed => {}
+        h1::Served::Fallback(io) => serve_http(shared, TokioIo::new(io), info, drain).await,
     }
 }
 
@@ -76,7 +93,11 @@ where
     });
     let conn = shared.server.serve_connection_with_upgrades(io, svc);
     let mut conn = std::pin::pin!(conn);
+    // The connection first: one handed over by the fast path while draining has its request
+    // already buffered, and hyper must read it before a graceful shutdown (which would cancel
+    // a connection still detecting its protocol).
     let result = tokio::select! {
+        biased;
         r = conn.as_mut() => r,
         _ = drain.draining() => {
             conn.as_mut().graceful_shutdown();

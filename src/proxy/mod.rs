@@ -15,6 +15,7 @@
 mod body;
 mod conn;
 pub mod error;
+mod h1;
 mod headers;
 mod listener;
 pub mod metrics;

@@ -42,17 +42,27 @@ use crate::model::{
 
 /// How far a request got, for metrics and the access log. Borrowed from the snapshot.
 #[derive(Default)]
-struct Seen<'s> {
+pub(super) struct Seen<'s> {
     /// Listener, route, backend and transport: the metric labels.
-    reached: Reached<'s>,
-    upstream: Option<SocketAddr>,
+    pub reached: Reached<'s>,
+    pub upstream: Option<SocketAddr>,
 }
 
 /// The routing decision for one request.
-struct Routed<'s> {
-    port: &'s Port,
-    listener: &'s Listener,
-    entry: &'s Entry,
+pub(super) struct Routed<'s> {
+    pub port: &'s Port,
+    pub listener: &'s Listener,
+    pub entry: &'s Entry,
+}
+
+/// What routing reads of a request.
+pub(super) struct RouteInput<'r> {
+    pub method: &'r Method,
+    /// HTTP/2 `:authority`, an absolute-form authority, or the Host header, as sent.
+    pub host: &'r str,
+    pub path: &'r str,
+    pub query: Option<&'r str>,
+    pub headers: &'r http::HeaderMap,
 }
 
 pub async fn handle(
@@ -94,12 +104,23 @@ async fn dispatch<'s>(
     seen: &mut Seen<'s>,
     started: Instant,
 ) -> Result<Response<ProxyBody>, ProxyError> {
-    let routed = route(snapshot, conn.port, &req)?;
+    // CONNECT (authority-form, no path) is not something an HTTPRoute can match.
+    if req.method() == Method::CONNECT {
+        return Err(ProxyError::NoRoute);
+    }
+    let input = RouteInput {
+        method: req.method(),
+        host: routing_host(&req).unwrap_or(""),
+        path: req.uri().path(),
+        query: req.uri().query(),
+        headers: req.headers(),
+    };
+    let routed = route(snapshot, conn.port, &input)?;
     seen.reached.listener = Some(&routed.listener.id);
     seen.reached.route = Some(&routed.entry.rule.route);
     let rule = &routed.entry.rule;
     if let Some(redirect) = &rule.filters.redirect {
-        return redirect_response(redirect, &routed, &req);
+        return redirect_response(redirect, &routed, &input);
     }
     // The future is built in each arm rather than once before the match: a future moved into
     // `timeout_at` would need room for both copies in this one, and every request moves it.
@@ -116,27 +137,43 @@ async fn dispatch<'s>(
 }
 
 /// Port, then listener isolation, then the route table, all on the normalised host.
-fn route<'s>(
+pub(super) fn route<'s>(
     snapshot: &'s Snapshot,
     port: u16,
-    req: &Request<Incoming>,
+    req: &RouteInput<'_>,
 ) -> Result<Routed<'s>, ProxyError> {
-    // CONNECT (authority-form, no path) is not something an HTTPRoute can match.
-    if req.method() == Method::CONNECT {
-        return Err(ProxyError::NoRoute);
-    }
-    let host = normalize_host(routing_host(req).unwrap_or(""));
+    let host = normalize_host(req.host);
+    let (port, listener) = listener_for(snapshot, port, &host)?;
+    route_on(port, listener, &host, req)
+}
+
+/// The port and the listener on it that `host` (normalised) reaches: listener isolation.
+pub(super) fn listener_for<'s>(
+    snapshot: &'s Snapshot,
+    port: u16,
+    host: &str,
+) -> Result<(&'s Port, &'s Listener), ProxyError> {
     let port = snapshot.port(port).ok_or(ProxyError::NoListener)?;
-    let listener = port.listener(&host).ok_or(ProxyError::NoListener)?;
+    let listener = port.listener(host).ok_or(ProxyError::NoListener)?;
+    Ok((port, listener))
+}
+
+/// The listener's route table on the normalised `host`.
+pub(super) fn route_on<'s>(
+    port: &'s Port,
+    listener: &'s Listener,
+    host: &str,
+    req: &RouteInput<'_>,
+) -> Result<Routed<'s>, ProxyError> {
     let parts = RequestParts {
-        method: req.method(),
-        path: req.uri().path(),
-        query: req.uri().query(),
-        headers: req.headers(),
+        method: req.method,
+        path: req.path,
+        query: req.query,
+        headers: req.headers,
     };
     let entry = listener
         .routes
-        .find(&host, &parts)
+        .find(host, &parts)
         .ok_or(ProxyError::NoRoute)?;
     Ok(Routed {
         port,
@@ -161,18 +198,18 @@ fn original_host(parts: &Parts) -> Option<HeaderValue> {
     }
 }
 
-fn redirect_response(
+pub(super) fn redirect_response(
     redirect: &Redirect,
     routed: &Routed<'_>,
-    req: &Request<Incoming>,
+    req: &RouteInput<'_>,
 ) -> Result<Response<ProxyBody>, ProxyError> {
-    let host = normalize_host(routing_host(req).unwrap_or(""));
+    let host = normalize_host(req.host);
     let location = redirect.location(&RedirectInput {
         scheme: routed.port.protocol.scheme(),
         host: &host,
         listener_port: routed.port.port,
-        path: req.uri().path(),
-        query: req.uri().query(),
+        path: req.path,
+        query: req.query,
         matched_prefix: routed.entry.matched_prefix(),
     });
     let location =
@@ -258,19 +295,30 @@ async fn exchange(
             .map_err(|_| ProxyError::BackendTimeout)?,
         None => shared.upstream.send(target, req).await,
     };
-    if let Err(ProxyError::Connect { reason, .. }) = &result {
-        shared.metrics.connect_error(&backend.id, *reason);
-        // Refused or silent: nothing is listening there, so leave the endpoint out for a
-        // while. (A slow or failing response is not a reason to eject.)
-        if matches!(reason, ConnectReason::Refused | ConnectReason::Timeout) {
-            endpoint.eject(shared.clock.now_ms());
-        }
+    if let Err(e) = &result {
+        connect_failed(shared, backend, endpoint, e);
     }
     Ok((result?, in_flight))
 }
 
+/// Counts a failed connect and, when nothing is listening (refused or silent), leaves the
+/// endpoint out for a while. (A slow or failing response is not a reason to eject.)
+pub(super) fn connect_failed(
+    shared: &Shared,
+    backend: &Backend,
+    endpoint: &Endpoint,
+    error: &ProxyError,
+) {
+    if let ProxyError::Connect { reason, .. } = error {
+        shared.metrics.connect_error(&backend.id, *reason);
+        if matches!(reason, ConnectReason::Refused | ConnectReason::Timeout) {
+            endpoint.eject(shared.clock.now_ms());
+        }
+    }
+}
+
 /// Weighted pick of a backendRef; `None` when the rule has none with weight.
-fn pick_weighted(set: &BackendSet) -> Result<&WeightedBackend, ProxyError> {
+pub(super) fn pick_weighted(set: &BackendSet) -> Result<&WeightedBackend, ProxyError> {
     if set.total_weight == 0 {
         return Err(ProxyError::NoBackends);
     }
@@ -280,7 +328,7 @@ fn pick_weighted(set: &BackendSet) -> Result<&WeightedBackend, ProxyError> {
 
 /// Applies request filters (rule, then backendRef) and hop hygiene to the head. Returns the
 /// path and query to send.
-fn prepare_head(
+pub(super) fn prepare_head(
     conn: &ConnInfo,
     routed: &Routed<'_>,
     weighted: &WeightedBackend,
@@ -299,12 +347,7 @@ fn prepare_head(
     {
         m.apply(&mut parts.headers);
     }
-    // A backendRef's URLRewrite replaces the rule's rather than composing with it.
-    let rewrite = weighted
-        .filters
-        .rewrite
-        .as_ref()
-        .or(rule.filters.rewrite.as_ref());
+    let rewrite = rewrite_of(rule, weighted);
     let path = rewritten_path(&parts.uri, rewrite, routed.entry.matched_prefix())?;
     // `TE: trailers` matters to HTTP/2 (gRPC); a TLS backend may negotiate HTTP/2 by ALPN, and
     // the value is valid in HTTP/1.1 too.
@@ -329,6 +372,18 @@ fn prepare_head(
     Ok(path)
 }
 
+/// The URLRewrite in force: a backendRef's replaces the rule's rather than composing with it.
+pub(super) fn rewrite_of<'a>(
+    rule: &'a Rule,
+    weighted: &'a WeightedBackend,
+) -> Option<&'a UrlRewrite> {
+    weighted
+        .filters
+        .rewrite
+        .as_ref()
+        .or(rule.filters.rewrite.as_ref())
+}
+
 /// The path and query to send: the client's own (shared, not copied) unless a URLRewrite
 /// changes the path.
 fn rewritten_path(
@@ -336,18 +391,31 @@ fn rewritten_path(
     rewrite: Option<&UrlRewrite>,
     matched_prefix: Option<&str>,
 ) -> Result<PathAndQuery, ProxyError> {
-    let Some(modifier) = rewrite.and_then(|r| r.path.as_ref()) else {
-        return Ok(uri
+    match rewritten_target(uri.path(), uri.query(), rewrite, matched_prefix) {
+        None => Ok(uri
             .path_and_query()
             .cloned()
-            .unwrap_or_else(|| PathAndQuery::from_static("/")));
-    };
-    let path = modifier.apply(uri.path(), matched_prefix);
-    let target = match uri.query() {
+            .unwrap_or_else(|| PathAndQuery::from_static("/"))),
+        Some(Ok(target)) => Ok(target),
+        Some(Err(e)) => Err(e),
+    }
+}
+
+/// The path and query a URLRewrite makes of `path` and `query`; `None` when it does not
+/// change the path.
+pub(super) fn rewritten_target(
+    path: &str,
+    query: Option<&str>,
+    rewrite: Option<&UrlRewrite>,
+    matched_prefix: Option<&str>,
+) -> Option<Result<PathAndQuery, ProxyError>> {
+    let modifier = rewrite.and_then(|r| r.path.as_ref())?;
+    let path = modifier.apply(path, matched_prefix);
+    let target = match query {
         Some(q) => format!("{path}?{q}"),
         None => path,
     };
-    PathAndQuery::try_from(target).map_err(|e| ProxyError::InvalidTarget(e.into()))
+    Some(PathAndQuery::try_from(target).map_err(|e| ProxyError::InvalidTarget(e.into())))
 }
 
 /// The request to an endpoint, in origin-form; the upstream shapes it for the connection
@@ -371,27 +439,45 @@ fn finish_response(
     in_flight: InFlight,
 ) -> Response<ProxyBody> {
     let (mut parts, body) = resp.into_parts();
-    let keep = Keep {
-        upgrade: parts.status == StatusCode::SWITCHING_PROTOCOLS,
-        te_trailers: false,
-    };
-    headers::strip_hop_by_hop(&mut parts.headers, keep);
-    for m in [
-        &rule.filters.response_headers,
-        &weighted.filters.response_headers,
-    ]
-    .into_iter()
-    .flatten()
-    {
-        m.apply(&mut parts.headers);
-    }
+    let upgrade = parts.status == StatusCode::SWITCHING_PROTOCOLS;
+    response_head(&mut parts.headers, rule, weighted, upgrade);
     // The downstream connection decides its own version.
     parts.version = Version::default();
     Response::from_parts(parts, body::boxed(body.with_in_flight(in_flight)))
 }
 
+/// Hop hygiene and the response filters (rule, then backendRef) on a response head.
+pub(super) fn response_head(
+    headers: &mut http::HeaderMap,
+    rule: &Rule,
+    weighted: &WeightedBackend,
+    upgrade: bool,
+) {
+    let keep = Keep {
+        upgrade,
+        te_trailers: false,
+    };
+    headers::strip_hop_by_hop(headers, keep);
+    for m in response_modifiers(rule, weighted) {
+        m.apply(headers);
+    }
+}
+
+/// The response header modifiers of a rule and the backendRef picked, in order.
+pub(super) fn response_modifiers<'a>(
+    rule: &'a Rule,
+    weighted: &'a WeightedBackend,
+) -> impl Iterator<Item = &'a crate::model::HeaderModifier> {
+    [
+        &rule.filters.response_headers,
+        &weighted.filters.response_headers,
+    ]
+    .into_iter()
+    .flatten()
+}
+
 /// The request line, captured only when the access log is on.
-struct LogHead {
+pub(super) struct LogHead {
     method: http::Method,
     host: String,
     path: String,
@@ -399,14 +485,22 @@ struct LogHead {
 
 impl LogHead {
     fn of<B>(req: &Request<B>) -> Self {
+        Self::new(
+            req.method().clone(),
+            routing_host(req).unwrap_or(""),
+            req.uri().path(),
+        )
+    }
+
+    pub fn new(method: Method, host: &str, path: &str) -> Self {
         Self {
-            method: req.method().clone(),
-            host: routing_host(req).unwrap_or("").to_string(),
-            path: req.uri().path().to_string(),
+            method,
+            host: host.to_string(),
+            path: path.to_string(),
         }
     }
 
-    fn log(
+    pub fn log(
         &self,
         client: SocketAddr,
         seen: &Seen<'_>,

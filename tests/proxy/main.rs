@@ -6,6 +6,7 @@
 mod support;
 
 mod errors;
+mod fast_path;
 mod filters;
 mod lifecycle;
 mod observability;

@@ -19,7 +19,6 @@ use std::time::Duration;
 use hyper::client::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use rustls::CertificateError;
-use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tokio_rustls::TlsConnector;
@@ -28,6 +27,7 @@ use super::super::ProxyMetrics;
 use super::super::error::{BoxError, ConnectReason, ProxyError, TlsFailure};
 use super::super::metrics::{Transport, UpstreamProtocol};
 use super::pool::{H1Sender, H2Sender};
+use super::raw::Stream;
 use crate::model::{AppProtocol, BackendId, UpstreamTls};
 
 const ALPN_H2: &[u8] = b"h2";
@@ -93,18 +93,24 @@ impl Connector {
     }
 
     pub async fn connect(&self, dial: &Dial<'_>) -> Result<Conn, ProxyError> {
+        let (io, h2) = self.connect_stream(dial).await?;
+        let transport = dial
+            .tls
+            .map_or(Transport::Plain, |t| Transport::of_mode(t.mode));
+        self.handshake(io, h2, transport).await
+    }
+
+    /// TCP, then TLS when the backend has it: the socket, and whether it speaks HTTP/2 (h2c
+    /// by `appProtocol`, or `h2` chosen by ALPN).
+    pub async fn connect_stream(&self, dial: &Dial<'_>) -> Result<(Stream, bool), ProxyError> {
         let deadline = Instant::now() + self.connect_timeout;
         let tcp = tcp(dial.addr, deadline).await?;
         match dial.tls {
-            None => {
-                let h2 = dial.protocol == AppProtocol::H2c;
-                self.handshake(tcp, h2, Transport::Plain).await
-            }
+            None => Ok((Stream::Tcp(tcp), dial.protocol == AppProtocol::H2c)),
             Some(tls) => {
                 let stream = self.tls(dial, tls, tcp, deadline).await?;
                 let h2 = stream.get_ref().1.alpn_protocol() == Some(ALPN_H2);
-                self.handshake(stream, h2, Transport::of_mode(tls.mode))
-                    .await
+                Ok((Stream::Tls(Box::new(stream)), h2))
             }
         }
     }
@@ -141,10 +147,13 @@ impl Connector {
         result.map_err(|(reason, source)| ProxyError::TlsHandshake { reason, source })
     }
 
-    async fn handshake<I>(&self, io: I, h2: bool, tls: Transport) -> Result<Conn, ProxyError>
-    where
-        I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-    {
+    /// hyper's client handshake on an open socket; spawns its connection task.
+    pub async fn handshake(
+        &self,
+        io: Stream,
+        h2: bool,
+        tls: Transport,
+    ) -> Result<Conn, ProxyError> {
         let io = TokioIo::new(io);
         if h2 {
             let (tx, conn) = self.h2.handshake(io).await.map_err(hyper_failed)?;

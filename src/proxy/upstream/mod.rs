@@ -25,6 +25,7 @@
 mod body;
 mod connect;
 mod pool;
+mod raw;
 #[cfg(test)]
 mod tests;
 
@@ -41,6 +42,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::Notify;
 
 pub use body::UpstreamBody;
+pub use raw::{Raw, RawConn, Stream};
 
 use super::body::ProxyBody;
 use super::error::ProxyError;

@@ -3,7 +3,8 @@
 //! ```text
 //! Pool ── shard[hash(key) → 0..SHARDS]: RwLock<HashMap<ShortKey, [Arc<Entry>]>>
 //!           Entry (one per addr × TLS trust × SNI × protocol)
-//!             ├─ idle: Mutex<VecDeque<IdleConn>>   HTTP/1.1, LIFO, capped, timed out
+//!             ├─ idle: Mutex<VecDeque<IdleConn>>   HTTP/1.1 (hyper), LIFO, capped, timed out
+//!             ├─ raw:  Mutex<VecDeque<IdleRaw>>    HTTP/1.1 sockets of the fast path, same rules
 //!             ├─ h2:   Mutex<Option<SendRequest>>  one multiplexed HTTP/2 connection
 //!             ├─ h2_connect: async gate            one HTTP/2 connect at a time
 //!             └─ retired                          set when its trust left the snapshot
@@ -33,6 +34,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use rustls::pki_types::ServerName;
 
 use super::super::body::ProxyBody;
+use super::raw::IdleRaw;
 use crate::model::{AppProtocol, BackendTls, Snapshot};
 
 /// Power of two. Enough that two cores never meet on one shard by accident.
@@ -96,6 +98,7 @@ pub struct Entry {
     mode: AtomicU8,
     retired: AtomicBool,
     idle: Mutex<VecDeque<IdleConn>>,
+    raw: Mutex<VecDeque<IdleRaw>>,
     h2: Mutex<Option<H2Sender>>,
     /// Serialises HTTP/2 connects so concurrent requests share one connection; remembers
     /// how the last attempt failed so that requests queued behind it fail fast.
@@ -207,7 +210,7 @@ impl Pool {
         for shard in self.shards.iter() {
             let map = shard.read().unwrap_or_else(PoisonError::into_inner);
             for e in map.values().flatten() {
-                idle += lock(&e.idle).len();
+                idle += lock(&e.idle).len() + lock(&e.raw).len();
                 h2 += usize::from(lock(&e.h2).is_some());
             }
         }
@@ -273,6 +276,7 @@ impl Entry {
             mode: AtomicU8::new(mode as u8),
             retired: AtomicBool::new(false),
             idle: Mutex::default(),
+            raw: Mutex::default(),
             h2: Mutex::default(),
             h2_connect: tokio::sync::Mutex::default(),
             h2_attempts: AtomicU64::new(0),
@@ -357,6 +361,42 @@ impl Entry {
         drop(evicted);
     }
 
+    /// The most recently used idle raw connection that is still usable (fast path).
+    pub fn checkout_raw(&self) -> Option<IdleRaw> {
+        let now = Instant::now();
+        let mut raw = lock(&self.raw);
+        while let Some(mut c) = raw.pop_back() {
+            self.settings.idle_gauge.dec();
+            if now.duration_since(c.since) < self.settings.idle_timeout && c.usable() {
+                return Some(c);
+            }
+        }
+        None
+    }
+
+    /// Pools a raw connection whose exchange ended cleanly; the oldest goes when full. The cap
+    /// counts hyper's idle connections of the entry too.
+    pub fn push_raw(&self, conn: IdleRaw) {
+        let max = self.settings.max_idle;
+        let hyper_idle = lock(&self.idle).len();
+        let evicted = {
+            let mut raw = lock(&self.raw);
+            if self.is_retired() || max == 0 {
+                return;
+            }
+            let evicted = if raw.len() + hyper_idle >= max && !raw.is_empty() {
+                self.settings.idle_gauge.dec();
+                raw.pop_front()
+            } else {
+                None
+            };
+            raw.push_back(conn);
+            self.settings.idle_gauge.inc();
+            evicted
+        };
+        drop(evicted);
+    }
+
     /// The shared HTTP/2 connection, if open.
     pub fn h2_sender(&self) -> Option<H2Sender> {
         let mut slot = lock(&self.h2);
@@ -407,9 +447,12 @@ impl Entry {
     pub fn retire(&self) {
         self.retired.store(true, Ordering::Release);
         let idle = std::mem::take(&mut *lock(&self.idle));
-        self.settings.idle_gauge.dec_by(idle.len() as i64);
+        let raw = std::mem::take(&mut *lock(&self.raw));
+        self.settings
+            .idle_gauge
+            .dec_by((idle.len() + raw.len()) as i64);
         let h2 = lock(&self.h2).take();
-        drop((idle, h2));
+        drop((idle, raw, h2));
     }
 
     fn is_stale(&self, live: Option<&Live>) -> bool {
@@ -433,11 +476,25 @@ impl Entry {
             self.settings.idle_gauge.dec_by(n as i64);
             idle.drain(..n).collect()
         };
-        drop(expired);
+        // Raw sockets have no connection task to notice a close: probe each one (once: a
+        // probe that read a stray byte has spoiled the connection).
+        let expired_raw: Vec<IdleRaw> = {
+            let mut raw = lock(&self.raw);
+            let bad: Vec<usize> = raw
+                .iter_mut()
+                .enumerate()
+                .filter_map(|(i, c)| {
+                    (now.duration_since(c.since) >= timeout || !c.usable()).then_some(i)
+                })
+                .collect();
+            self.settings.idle_gauge.dec_by(bad.len() as i64);
+            bad.iter().rev().filter_map(|&i| raw.remove(i)).collect()
+        };
+        drop((expired, expired_raw));
     }
 
     fn is_empty(&self) -> bool {
-        lock(&self.idle).is_empty() && lock(&self.h2).is_none()
+        lock(&self.idle).is_empty() && lock(&self.raw).is_empty() && lock(&self.h2).is_none()
     }
 }
 

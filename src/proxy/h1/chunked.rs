@@ -1,0 +1,188 @@
+//! Finds the end of a chunked body (RFC 9112 §7.1) in bytes that are relayed unchanged: the
+//! fast path passes chunked responses through as they are and only needs to know where the
+//! message ends (so the connection can be reused) and that the framing is sound. No I/O.
+
+/// Chunk size lines longer than this many hex digits overflow `u64`.
+const MAX_SIZE_DIGITS: u8 = 16;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    /// Hex digits of a chunk size.
+    Size,
+    /// Whitespace after the size (before `;` or CR).
+    SizeSpace,
+    /// A chunk extension, up to CR.
+    Extension,
+    SizeLf,
+    Data,
+    DataCr,
+    DataLf,
+    /// Start of a trailer line, or the CR of the final empty line.
+    TrailerStart,
+    Trailer,
+    TrailerLf,
+    EndLf,
+    Done,
+}
+
+#[derive(Debug)]
+pub struct Chunked {
+    state: State,
+    size: u64,
+    digits: u8,
+}
+
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[error("invalid chunked framing from the upstream")]
+pub struct ChunkError;
+
+impl Default for Chunked {
+    fn default() -> Self {
+        Self {
+            state: State::Size,
+            size: 0,
+            digits: 0,
+        }
+    }
+}
+
+impl Chunked {
+    pub fn is_done(&self) -> bool {
+        self.state == State::Done
+    }
+
+    /// Reads `bytes` (the next bytes of the body) and returns how many belong to the message:
+    /// all of them, or fewer when the message ends inside them.
+    pub fn feed(&mut self, bytes: &[u8]) -> Result<usize, ChunkError> {
+        let mut i = 0;
+        while i < bytes.len() {
+            if self.state == State::Done {
+                return Ok(i);
+            }
+            if self.state == State::Data {
+                let take = (bytes.len() - i).min(usize::try_from(self.size).unwrap_or(usize::MAX));
+                i += take;
+                self.size -= take as u64;
+                if self.size == 0 {
+                    self.state = State::DataCr;
+                }
+                continue;
+            }
+            self.step(bytes[i])?;
+            i += 1;
+        }
+        Ok(i)
+    }
+
+    fn step(&mut self, b: u8) -> Result<(), ChunkError> {
+        self.state = match (self.state, b) {
+            (State::Size, b) if b.is_ascii_hexdigit() => {
+                if self.digits == MAX_SIZE_DIGITS {
+                    return Err(ChunkError);
+                }
+                self.digits += 1;
+                let v = (b as char).to_digit(16).unwrap_or(0);
+                self.size = (self.size << 4) | u64::from(v);
+                State::Size
+            }
+            (State::Size, b' ' | b'\t') if self.digits > 0 => State::SizeSpace,
+            (State::Size | State::SizeSpace, b';') if self.digits > 0 => State::Extension,
+            (State::Size | State::SizeSpace, b'\r') if self.digits > 0 => State::SizeLf,
+            (State::SizeSpace, b' ' | b'\t') => State::SizeSpace,
+            (State::Extension, b'\r') => State::SizeLf,
+            (State::Extension, b'\n') => return Err(ChunkError),
+            (State::Extension, _) => State::Extension,
+            (State::SizeLf, b'\n') => {
+                self.digits = 0;
+                if self.size == 0 {
+                    State::TrailerStart
+                } else {
+                    State::Data
+                }
+            }
+            (State::DataCr, b'\r') => State::DataLf,
+            (State::DataLf, b'\n') => State::Size,
+            (State::TrailerStart, b'\r') => State::EndLf,
+            (State::TrailerStart, b'\n') => return Err(ChunkError),
+            (State::Trailer, b'\r') => State::TrailerLf,
+            (State::Trailer, b'\n') => return Err(ChunkError),
+            (State::TrailerStart | State::Trailer, _) => State::Trailer,
+            (State::TrailerLf, b'\n') => State::TrailerStart,
+            (State::EndLf, b'\n') => State::Done,
+            _ => return Err(ChunkError),
+        };
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn whole(body: &[u8]) -> Result<(usize, bool), ChunkError> {
+        let mut c = Chunked::default();
+        let n = c.feed(body)?;
+        Ok((n, c.is_done()))
+    }
+
+    #[test]
+    fn finds_the_end_of_a_body_and_leaves_what_follows() {
+        let body = b"5\r\nhello\r\n7 ;ext=1\r\n, world\r\n0\r\n\r\nHTTP/1.1 200 OK";
+        let end = body.len() - b"HTTP/1.1 200 OK".len();
+        assert_eq!(whole(body), Ok((end, true)));
+    }
+
+    #[test]
+    fn trailers_belong_to_the_message() {
+        let body = b"3\r\nabc\r\n0\r\nx-checksum: 1\r\nx-more: 2\r\n\r\n";
+        assert_eq!(whole(body), Ok((body.len(), true)));
+    }
+
+    #[test]
+    fn any_split_of_the_input_gives_the_same_end() {
+        let body =
+            b"A\r\n0123456789\r\n1F\r\n0123456789012345678901234567890\r\n0\r\nt: 1\r\n\r\nrest";
+        let end = body.len() - 4;
+        for cut in 0..body.len() {
+            for cut2 in cut..body.len() {
+                let mut c = Chunked::default();
+                let mut used = 0;
+                for part in [&body[..cut], &body[cut..cut2], &body[cut2..]] {
+                    if c.is_done() {
+                        break;
+                    }
+                    used += c.feed(part).unwrap();
+                }
+                assert!(c.is_done(), "split at {cut}/{cut2}");
+                assert_eq!(used, end, "split at {cut}/{cut2}");
+            }
+        }
+    }
+
+    #[test]
+    fn an_unfinished_body_is_not_done() {
+        assert_eq!(whole(b"5\r\nhel"), Ok((6, false)));
+        assert_eq!(whole(b"0\r\n"), Ok((3, false)));
+    }
+
+    #[test]
+    fn bad_framing_is_an_error() {
+        for bad in [
+            &b"x\r\n"[..],
+            b"\r\n",
+            b"5\nhello",
+            b"5\r\nhelloXY",
+            b"11111111111111111\r\n",
+            b"0\r\n\n",
+            b"5 5\r\nhello\r\n",
+            b"0\r\nx: a\n\r\n",
+        ] {
+            assert_eq!(
+                whole(bad),
+                Err(ChunkError),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
+}

@@ -1,0 +1,500 @@
+//! HTTP/1.1 heads for the fast path: parse a request or response head (httparse) and write the
+//! head for the next hop straight from the parsed header lines, without building a
+//! `HeaderMap`. No I/O.
+//!
+//! Hop hygiene matches `proxy::headers` (RFC 9110 §7.6.1): `Connection` and the headers it
+//! names, `Keep-Alive`, `Proxy-Connection`, `TE`, `Trailer`, `Transfer-Encoding` and `Upgrade`
+//! are not forwarded; the request gains `X-Forwarded-For/-Proto/-Host` as the hyper path adds
+//! them. Message framing is never copied: pier writes `Content-Length` (or
+//! `Transfer-Encoding: chunked`) from the length it actually sends, so neither a header named
+//! in `Connection` nor a header filter can make the two hops disagree on where a message ends. Anything the fast path does not handle itself is reported as [`Parsed::Fallback`], and
+//! the connection goes to hyper with the bytes replayed.
+
+use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
+use httparse::Header;
+
+/// Most header lines a head may have (hyper's default too).
+pub const MAX_HEADERS: usize = 100;
+/// Largest request head handled here; a larger one goes to hyper (which answers 431).
+pub const MAX_HEAD: usize = 64 * 1024;
+/// Largest request body buffered here before forwarding (like nginx's request buffering);
+/// a larger one streams through hyper.
+pub const MAX_BODY: usize = 64 * 1024;
+
+/// The headers the hyper path treats as hop-by-hop, besides those `Connection` names.
+const HOP_BY_HOP: [&str; 7] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// A request head the fast path can forward, borrowed from the read buffer.
+#[derive(Debug)]
+pub struct RequestHead<'b> {
+    pub method: Method,
+    pub method_str: &'b str,
+    /// Origin-form request target (path and query).
+    pub target: &'b str,
+    pub path: &'b str,
+    pub query: Option<&'b str>,
+    /// The Host header as sent (port included).
+    pub host: &'b str,
+    pub headers: &'b [Header<'b>],
+    pub head_len: usize,
+    pub body_len: usize,
+    /// The client sent a `Content-Length` (the upstream gets one too, with `body_len`).
+    pub has_length: bool,
+    /// `Connection: close`.
+    pub close: bool,
+    /// `Connection` names headers besides `close`/`keep-alive`: they are not forwarded.
+    pub connection_names: bool,
+}
+
+#[derive(Debug)]
+pub enum Parsed<T> {
+    /// More bytes of the head are needed.
+    Partial,
+    /// The head is complete; its body (at most [`MAX_BODY`]) needs this many bytes in all.
+    Body(usize),
+    Ready(T),
+    /// Valid or not, hyper handles it: HTTP/1.0, HTTP/2 prior knowledge, upgrades,
+    /// `Expect`, `Transfer-Encoding`, absolute-form or CONNECT targets, large heads and
+    /// bodies, malformed input.
+    Fallback,
+}
+
+/// Parses the request head at the start of `buf`; `Ready` once the whole head and its
+/// (small) body are in `buf`.
+pub fn parse_request<'b>(
+    buf: &'b [u8],
+    storage: &'b mut [Header<'b>; MAX_HEADERS],
+) -> Parsed<RequestHead<'b>> {
+    let mut req = httparse::Request::new(storage);
+    let head_len = match req.parse(buf) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) if buf.len() < MAX_HEAD => return Parsed::Partial,
+        _ => return Parsed::Fallback,
+    };
+    let (Some(method_str), Some(target), Some(1)) = (req.method, req.path, req.version) else {
+        return Parsed::Fallback;
+    };
+    if !target.starts_with('/') || !target.bytes().all(plain_target_byte) {
+        return Parsed::Fallback;
+    }
+    let Ok(method) = Method::from_bytes(method_str.as_bytes()) else {
+        return Parsed::Fallback;
+    };
+    if method == Method::CONNECT {
+        return Parsed::Fallback;
+    }
+    let headers: &'b [Header<'b>] = req.headers;
+    let mut host = None;
+    let mut body_len: Option<usize> = None;
+    let mut close = false;
+    let mut connection_names = false;
+    for h in headers {
+        let name = h.name;
+        if name.eq_ignore_ascii_case("host") {
+            if host.is_some() {
+                return Parsed::Fallback;
+            }
+            match std::str::from_utf8(h.value) {
+                Ok(v) if !v.is_empty() && v.bytes().all(|b| b.is_ascii_graphic()) => host = Some(v),
+                _ => return Parsed::Fallback,
+            }
+        } else if name.eq_ignore_ascii_case("content-length") {
+            let Some(n) = parse_length(h.value) else {
+                return Parsed::Fallback;
+            };
+            if body_len.is_some_and(|m| m != n) {
+                return Parsed::Fallback;
+            }
+            body_len = Some(n);
+        } else if name.eq_ignore_ascii_case("connection") {
+            for token in tokens(h.value) {
+                if token.eq_ignore_ascii_case(b"close") {
+                    close = true;
+                } else if token.eq_ignore_ascii_case(b"upgrade") {
+                    return Parsed::Fallback;
+                } else if !token.eq_ignore_ascii_case(b"keep-alive") {
+                    connection_names = true;
+                }
+            }
+        } else if name.eq_ignore_ascii_case("transfer-encoding")
+            || name.eq_ignore_ascii_case("upgrade")
+            || name.eq_ignore_ascii_case("expect")
+        {
+            return Parsed::Fallback;
+        }
+    }
+    let Some(host) = host else {
+        return Parsed::Fallback;
+    };
+    let has_length = body_len.is_some();
+    let body_len = body_len.unwrap_or(0);
+    if body_len > MAX_BODY {
+        return Parsed::Fallback;
+    }
+    if buf.len() < head_len + body_len {
+        return Parsed::Body(head_len + body_len);
+    }
+    let (path, query) = match target.split_once('?') {
+        Some((p, q)) => (p, Some(q)),
+        None => (target, None),
+    };
+    Parsed::Ready(RequestHead {
+        method,
+        method_str,
+        target,
+        path,
+        query,
+        host,
+        headers,
+        head_len,
+        body_len,
+        has_length,
+        close,
+        connection_names,
+    })
+}
+
+/// Bytes the `http` crate accepts in a path and query without question: visible ASCII less
+/// the few it treats specially. Anything else goes to hyper, which decides.
+fn plain_target_byte(b: u8) -> bool {
+    b.is_ascii_graphic()
+        && !matches!(
+            b,
+            b'"' | b'<' | b'>' | b'\\' | b'^' | b'`' | b'{' | b'|' | b'}' | b'#'
+        )
+}
+
+/// A Content-Length value: digits only, within `usize`.
+fn parse_length(v: &[u8]) -> Option<usize> {
+    if v.is_empty() || v.len() > 19 || !v.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(v).ok()?.parse().ok()
+}
+
+/// The comma-separated tokens of a header value, trimmed.
+fn tokens(v: &[u8]) -> impl DoubleEndedIterator<Item = &[u8]> {
+    v.split(|b| *b == b',')
+        .map(<[u8]>::trim_ascii)
+        .filter(|t| !t.is_empty())
+}
+
+/// Not forwarded: hop-by-hop, or named by `Connection` (checked only when it names any).
+fn is_hop(name: &str, headers: &[Header<'_>], connection_names: bool) -> bool {
+    HOP_BY_HOP.iter().any(|h| name.eq_ignore_ascii_case(h))
+        || (connection_names
+            && headers
+                .iter()
+                .filter(|h| h.name.eq_ignore_ascii_case("connection"))
+                .flat_map(|h| tokens(h.value))
+                .any(|t| t.eq_ignore_ascii_case(name.as_bytes())))
+}
+
+/// What the request to the upstream says besides the client's own header lines.
+pub struct Forwarding<'a> {
+    pub method: &'a str,
+    /// Path and query to send.
+    pub target: &'a str,
+    /// The `Host` to send (the client's, or a URLRewrite hostname).
+    pub host: &'a [u8],
+    /// The client's Host, for `X-Forwarded-Host`.
+    pub client_host: &'a [u8],
+    /// The client's address, appended to `X-Forwarded-For`.
+    pub forwarded_for: &'a [u8],
+    pub scheme: &'a str,
+}
+
+/// Writes the upstream request head: the request line, the client's header lines less the
+/// hop-by-hop ones, `Host`, `X-Forwarded-*` (`X-Forwarded-For` extends the client's list) and
+/// pier's own `Content-Length`.
+pub fn write_request(head: &RequestHead<'_>, fwd: &Forwarding<'_>, out: &mut Vec<u8>) {
+    out.extend_from_slice(fwd.method.as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(fwd.target.as_bytes());
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    let mut xff_seen = false;
+    for h in head.headers {
+        let name = h.name;
+        if is_hop(name, head.headers, head.connection_names)
+            || name.eq_ignore_ascii_case("host")
+            || name.eq_ignore_ascii_case("x-forwarded-for")
+            || name.eq_ignore_ascii_case("x-forwarded-proto")
+            || name.eq_ignore_ascii_case("x-forwarded-host")
+            || name.eq_ignore_ascii_case("content-length")
+        {
+            xff_seen |= name.eq_ignore_ascii_case("x-forwarded-for");
+            continue;
+        }
+        line(out, name.as_bytes(), h.value);
+    }
+    line(out, b"host", fwd.host);
+    out.extend_from_slice(b"x-forwarded-for: ");
+    if xff_seen {
+        for h in head.headers {
+            if h.name.eq_ignore_ascii_case("x-forwarded-for") {
+                out.extend_from_slice(h.value);
+                out.extend_from_slice(b", ");
+            }
+        }
+    }
+    out.extend_from_slice(fwd.forwarded_for);
+    out.extend_from_slice(b"\r\n");
+    line(out, b"x-forwarded-proto", fwd.scheme.as_bytes());
+    line(out, b"x-forwarded-host", fwd.client_host);
+    request_length(head, out);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// `Content-Length` for the body pier forwards, when the client framed one.
+fn request_length(head: &RequestHead<'_>, out: &mut Vec<u8>) {
+    if head.has_length || head.body_len > 0 {
+        content_length(head.body_len as u64, out);
+    }
+}
+
+fn content_length(n: u64, out: &mut Vec<u8>) {
+    use std::io::Write as _;
+    let _ = write!(out, "content-length: {n}\r\n");
+}
+
+/// Framing headers are pier's to write, never copied from a map or a peer.
+fn is_framing(name: &[u8]) -> bool {
+    name.eq_ignore_ascii_case(b"content-length") || name.eq_ignore_ascii_case(b"transfer-encoding")
+}
+
+/// The client's header lines as a map (for header matches and request header filters).
+/// `None` if a line is not a valid `http` header.
+pub fn header_map(headers: &[Header<'_>]) -> Option<HeaderMap> {
+    let mut map = HeaderMap::with_capacity(headers.len());
+    for h in headers {
+        let name = HeaderName::from_bytes(h.name.as_bytes()).ok()?;
+        let value = HeaderValue::from_bytes(h.value).ok()?;
+        map.append(name, value);
+    }
+    Some(map)
+}
+
+/// Writes a request head from a method, target and header map (the request filters' result),
+/// with pier's own `Content-Length` for `head`'s body.
+pub fn write_request_map(
+    head: &RequestHead<'_>,
+    target: &str,
+    headers: &HeaderMap,
+    out: &mut Vec<u8>,
+) {
+    out.extend_from_slice(head.method_str.as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(target.as_bytes());
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    for (name, value) in headers {
+        if !is_framing(name.as_str().as_bytes()) {
+            line(out, name.as_str().as_bytes(), value.as_bytes());
+        }
+    }
+    request_length(head, out);
+    out.extend_from_slice(b"\r\n");
+}
+
+fn line(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// How a response body is delimited (RFC 9112 §6.3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Framing {
+    /// No body: HEAD, 204, 304.
+    Empty,
+    Length(u64),
+    Chunked,
+    /// Until the upstream closes.
+    Eof,
+}
+
+/// A response head from an upstream.
+#[derive(Debug)]
+pub struct ResponseHead<'b> {
+    pub status: StatusCode,
+    pub headers: &'b [Header<'b>],
+    pub head_len: usize,
+    pub framing: Framing,
+    /// The upstream will not take another request on this connection.
+    pub close: bool,
+    pub connection_names: bool,
+    pub has_date: bool,
+}
+
+/// A response head pier cannot forward.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid upstream response: {0}")]
+pub struct BadResponse(pub &'static str);
+
+/// A response head, or what stands in its place.
+#[derive(Debug)]
+pub enum Response<'b> {
+    /// More bytes are needed.
+    Partial,
+    /// An informational (1xx) head of this length: skipped, the final one follows.
+    Informational(usize),
+    Final(ResponseHead<'b>),
+}
+
+/// Parses the response head at the start of `buf`. `head_request`: the body is empty
+/// whatever the head says.
+pub fn parse_response<'b>(
+    buf: &'b [u8],
+    storage: &'b mut [Header<'b>; MAX_HEADERS],
+    head_request: bool,
+) -> Result<Response<'b>, BadResponse> {
+    let mut resp = httparse::Response::new(storage);
+    let head_len = match resp.parse(buf) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) if buf.len() < MAX_HEAD => return Ok(Response::Partial),
+        Ok(httparse::Status::Partial) => return Err(BadResponse("head too large")),
+        Err(_) => return Err(BadResponse("malformed head")),
+    };
+    let code = resp.code.unwrap_or(0);
+    let status = StatusCode::from_u16(code).map_err(|_| BadResponse("bad status code"))?;
+    if status == StatusCode::SWITCHING_PROTOCOLS {
+        return Err(BadResponse("101 without an upgrade request"));
+    }
+    if status.is_informational() {
+        return Ok(Response::Informational(head_len));
+    }
+    let headers: &'b [Header<'b>] = resp.headers;
+    // HTTP/1.0 closes unless it says keep-alive; keep it simple and never reuse it.
+    let mut close = resp.version != Some(1);
+    let mut connection_names = false;
+    let mut length: Option<u64> = None;
+    let mut chunked = None;
+    let mut has_date = false;
+    for h in headers {
+        let name = h.name;
+        if name.eq_ignore_ascii_case("content-length") {
+            let n = parse_length(h.value).ok_or(BadResponse("bad content-length"))? as u64;
+            if length.is_some_and(|m| m != n) {
+                return Err(BadResponse("conflicting content-length"));
+            }
+            length = Some(n);
+        } else if name.eq_ignore_ascii_case("transfer-encoding") {
+            // Chunked only if it is the last coding.
+            let last = tokens(h.value).next_back();
+            chunked = Some(last.is_some_and(|t| t.eq_ignore_ascii_case(b"chunked")));
+        } else if name.eq_ignore_ascii_case("connection") {
+            for token in tokens(h.value) {
+                if token.eq_ignore_ascii_case(b"close") {
+                    close = true;
+                } else if !token.eq_ignore_ascii_case(b"keep-alive") {
+                    connection_names = true;
+                }
+            }
+        } else if name.eq_ignore_ascii_case("date") {
+            has_date = true;
+        }
+    }
+    let no_body =
+        head_request || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED;
+    let framing = match (no_body, chunked, length) {
+        (true, _, _) => Framing::Empty,
+        (false, Some(true), _) => Framing::Chunked,
+        (false, Some(false), _) => Framing::Eof,
+        (false, None, Some(n)) => Framing::Length(n),
+        (false, None, None) => Framing::Eof,
+    };
+    // Both framings at once (RFC 9112 §6.3): chunked wins, and the connection is not reused.
+    if framing == Framing::Eof || (chunked.is_some() && length.is_some()) {
+        close = true;
+    }
+    Ok(Response::Final(ResponseHead {
+        status,
+        headers,
+        head_len,
+        framing,
+        close,
+        connection_names,
+        has_date,
+    }))
+}
+
+/// How the downstream response ends its head.
+#[derive(Clone, Copy, Debug)]
+pub struct Tail<'a> {
+    /// The downstream framing: `Length` and `Chunked` are written here (a body the upstream
+    /// delimits by closing goes out chunked); `Empty` keeps the upstream's `Content-Length`
+    /// (a HEAD or 304 describes the full response's length).
+    pub framing: Framing,
+    /// `Connection: close` (the client asked, pier is draining, or the body ends at EOF).
+    pub close: bool,
+    /// A `Date` to add (the upstream sent none).
+    pub date: Option<&'a [u8]>,
+}
+
+/// Writes the status line.
+pub fn write_status(status: StatusCode, out: &mut Vec<u8>) {
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(status.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Writes the downstream response head from the upstream's header lines, less the hop-by-hop
+/// ones and the framing (which [`Tail`] writes).
+pub fn write_response(head: &ResponseHead<'_>, tail: Tail<'_>, out: &mut Vec<u8>) {
+    write_status(head.status, out);
+    for h in head.headers {
+        if is_hop(h.name, head.headers, head.connection_names)
+            || (tail.framing != Framing::Empty && is_framing(h.name.as_bytes()))
+        {
+            continue;
+        }
+        line(out, h.name.as_bytes(), h.value);
+    }
+    write_tail(tail, out);
+}
+
+/// Writes a response head from a status and a header map (response filters, pier's own
+/// responses).
+pub fn write_response_map(
+    status: StatusCode,
+    headers: &HeaderMap,
+    tail: Tail<'_>,
+    out: &mut Vec<u8>,
+) {
+    write_status(status, out);
+    for (name, value) in headers {
+        if tail.framing != Framing::Empty && is_framing(name.as_str().as_bytes()) {
+            continue;
+        }
+        line(out, name.as_str().as_bytes(), value.as_bytes());
+    }
+    write_tail(tail, out);
+}
+
+fn write_tail(tail: Tail<'_>, out: &mut Vec<u8>) {
+    match tail.framing {
+        Framing::Length(n) => content_length(n, out),
+        Framing::Chunked | Framing::Eof => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
+        Framing::Empty => {}
+    }
+    if let Some(date) = tail.date {
+        line(out, b"date", date);
+    }
+    if tail.close {
+        out.extend_from_slice(b"connection: close\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,872 @@
+//! The HTTP/1.1 fast path: one task per downstream connection parses each request head
+//! itself, routes it over the snapshot, writes it to a pooled upstream socket and relays the
+//! response back, with no `http::Request`/`Response` in between, no connection task or
+//! channel on the upstream side, and no header map unless a filter or a header match needs
+//! one. Policy (routing, filters, X-Forwarded-*, timeouts, ejection, metrics, access log) is
+//! the hyper path's own code in `service`.
+//!
+//! ```text
+//! conn ─> serve ─ read head ─> plan (parse, route, pick backend, write upstream head)
+//!            │                   ├─ Respond: pier's own answer (404, redirect, 503, ...)
+//!            │                   ├─ Forward ─> upstream.raw ─> write ─> response head ─> relay
+//!            │                   └─ Fallback ─────────────┐
+//!            └─ Served::Fallback(Replay { read bytes, io }) ┴─> hyper for the rest of the
+//!                                                              connection (h2c, upgrades,
+//!                                                              Expect, chunked or large
+//!                                                              request bodies, mirrors,
+//!                                                              HTTP/2 upstreams, HTTP/1.0)
+//! ```
+//!
+//! Request bodies are small (at most [`head::MAX_BODY`]) and buffered whole before they are
+//! forwarded, like nginx's request buffering; response bodies stream (length, chunked or
+//! until EOF) through one buffer per connection.
+
+mod chunked;
+mod head;
+mod replay;
+
+use std::borrow::Cow;
+use std::cell::RefCell;
+use std::io;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::{Buf, BytesMut};
+use http::header::DATE;
+use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Uri};
+use http_body_util::BodyExt;
+use rand::Rng;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+pub use replay::Replay;
+
+use super::Shared;
+use super::body::ProxyBody;
+use super::conn::ConnInfo;
+use super::error::ProxyError;
+use super::listener::DrainToken;
+use super::metrics::Transport;
+use super::service::{self, LogHead, RouteInput, Routed, Seen};
+use super::upstream::{InFlight, Raw, RawConn, Stream, Target};
+use crate::model::host::normalize_host;
+use crate::model::{AppProtocol, Backend, BackendTarget, Rule, Snapshot, WeightedBackend};
+use chunked::Chunked;
+use head::{Forwarding, Framing, MAX_HEADERS, Parsed, Tail};
+
+/// Read buffer size per connection (both directions reserve this much when they run low).
+const BUF: usize = 8 * 1024;
+/// Response bodies up to this size are copied behind the head and sent with it in one write.
+const COALESCE: usize = 16 * 1024;
+/// A buffer that grew past this for one large message is given back after it.
+const SHRINK_OVER: usize = 4 * BUF;
+/// While waiting for an upstream, the client socket is read (to notice it hang up) until this
+/// much is buffered.
+const READ_AHEAD: usize = head::MAX_HEAD + head::MAX_BODY;
+/// Bound on the TLS close_notify / FIN when the fast path closes a connection.
+const SHUTDOWN_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// How a connection left the fast path.
+pub enum Served<I> {
+    Closed,
+    /// Continue with hyper, replaying what was read.
+    Fallback(Replay<I>),
+}
+
+/// Shared between the connection loop and the drain watcher around it.
+#[derive(Default)]
+struct Flags {
+    /// Waiting for a request with nothing buffered: safe to close at once on drain.
+    idle: AtomicBool,
+    draining: AtomicBool,
+}
+
+enum Next {
+    KeepAlive,
+    Close,
+    Fallback,
+}
+
+struct Conn<'a, I> {
+    shared: &'a Shared,
+    info: &'a ConnInfo,
+    io: I,
+    /// Downstream bytes read and not yet consumed.
+    rbuf: BytesMut,
+    /// Upstream bytes of the current response.
+    ubuf: BytesMut,
+    /// The head (and small body) being written, either way.
+    wbuf: Vec<u8>,
+    flags: &'a Flags,
+}
+
+/// What to do with one request, decided without I/O.
+enum Plan<'s> {
+    /// More bytes are needed: at least this many in all, when known (a body on its way).
+    Partial(Option<usize>),
+    Fallback,
+    Respond(Common<'s>, Result<Response<ProxyBody>, ProxyError>),
+    Forward(Common<'s>, Forward<'s>),
+}
+
+/// Per request, whatever its fate.
+struct Common<'s> {
+    seen: Seen<'s>,
+    /// Head and body bytes of the request in `rbuf`.
+    consumed: usize,
+    /// The client asked to close after this response.
+    close: bool,
+    head_request: bool,
+    log: Option<LogHead>,
+}
+
+struct Forward<'s> {
+    rule: &'s Rule,
+    weighted: &'s WeightedBackend,
+    backend: &'s Backend,
+    idempotent: bool,
+}
+
+/// The response head as read from the upstream (the downstream head is already in `wbuf`).
+struct Answer {
+    status: StatusCode,
+    framing: Framing,
+    /// The upstream closes after this response.
+    upstream_close: bool,
+    head_len: usize,
+    down_close: bool,
+}
+
+/// Serves HTTP/1.1 requests on `io` until the client closes, the connection drains, or a
+/// request needs hyper.
+pub async fn serve<I>(shared: &Shared, io: I, info: &ConnInfo, drain: &mut DrainToken) -> Served<I>
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send,
+{
+    let flags = Flags::default();
+    let mut conn = Conn {
+        shared,
+        info,
+        io,
+        rbuf: BytesMut::with_capacity(BUF),
+        ubuf: BytesMut::new(),
+        wbuf: Vec::new(),
+        flags: &flags,
+    };
+    let next = {
+        let run = conn.run();
+        let mut run = std::pin::pin!(run);
+        let early = tokio::select! {
+            biased;
+            next = run.as_mut() => Some(next),
+            _ = drain.draining() => None,
+        };
+        match early {
+            Some(next) => next,
+            None => {
+                flags.draining.store(true, Ordering::Relaxed);
+                if flags.idle.load(Ordering::Relaxed) {
+                    Next::Close
+                } else {
+                    // Finish the request in progress (its response says `Connection: close`).
+                    tokio::select! {
+                        next = run => next,
+                        _ = drain.closed() => Next::Close,
+                    }
+                }
+            }
+        }
+    };
+    match next {
+        Next::Fallback => Served::Fallback(Replay::new(conn.rbuf.freeze(), conn.io)),
+        Next::KeepAlive | Next::Close => {
+            // FIN, and close_notify on TLS, as hyper does when it ends a connection.
+            let _ = tokio::time::timeout(SHUTDOWN_WAIT, conn.io.shutdown()).await;
+            Served::Closed
+        }
+    }
+}
+
+impl<I> Conn<'_, I>
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send,
+{
+    async fn run(&mut self) -> Next {
+        let header_timeout = self.shared.config.header_read_timeout;
+        let mut timer = std::pin::pin!(tokio::time::sleep(header_timeout));
+        loop {
+            if self.flags.draining.load(Ordering::Relaxed) {
+                return Next::Close;
+            }
+            let mut armed = false;
+            let mut need = 1;
+            let next = loop {
+                if self.rbuf.len() >= need {
+                    let started = Instant::now();
+                    let snapshot = self.shared.snapshot.load_full();
+                    self.shared.upstream.observe(snapshot.generation);
+                    let plan = plan(
+                        self.shared,
+                        self.info,
+                        &snapshot,
+                        &self.rbuf,
+                        &mut self.wbuf,
+                    );
+                    match plan {
+                        Plan::Partial(total) => need = total.unwrap_or(self.rbuf.len() + 1),
+                        Plan::Fallback => return Next::Fallback,
+                        Plan::Respond(common, resp) => {
+                            break self.respond(&snapshot, common, resp, started).await;
+                        }
+                        Plan::Forward(common, fwd) => {
+                            break self.forward(&snapshot, common, fwd, started).await;
+                        }
+                    }
+                }
+                // The head (and body) must arrive within the header read timeout.
+                if !armed {
+                    let deadline = tokio::time::Instant::now() + header_timeout;
+                    timer.as_mut().reset(deadline);
+                    armed = true;
+                }
+                let idle = self.rbuf.is_empty();
+                self.flags.idle.store(idle, Ordering::Relaxed);
+                if idle && self.flags.draining.load(Ordering::Relaxed) {
+                    return Next::Close;
+                }
+                if self.rbuf.capacity() - self.rbuf.len() < BUF / 4 {
+                    self.rbuf.reserve(BUF);
+                }
+                let read = tokio::select! {
+                    biased;
+                    r = self.io.read_buf(&mut self.rbuf) => r,
+                    _ = timer.as_mut() => return Next::Close,
+                };
+                self.flags.idle.store(false, Ordering::Relaxed);
+                match read {
+                    Ok(0) | Err(_) => return Next::Close,
+                    Ok(_) => {}
+                }
+            };
+            match next {
+                Next::KeepAlive => self.shrink(),
+                other => return other,
+            }
+        }
+    }
+
+    /// Gives back buffers that one large message grew.
+    fn shrink(&mut self) {
+        if self.ubuf.capacity() > SHRINK_OVER {
+            self.ubuf = BytesMut::new();
+        }
+        if self.wbuf.capacity() > SHRINK_OVER {
+            self.wbuf = Vec::new();
+        }
+        if self.rbuf.is_empty() && self.rbuf.capacity() > SHRINK_OVER {
+            self.rbuf = BytesMut::with_capacity(BUF);
+        }
+    }
+
+    /// pier's own answer: an error or a redirect.
+    async fn respond(
+        &mut self,
+        snapshot: &Arc<Snapshot>,
+        common: Common<'_>,
+        resp: Result<Response<ProxyBody>, ProxyError>,
+        started: Instant,
+    ) -> Next {
+        let shared = self.shared;
+        let resp = resp.unwrap_or_else(|error| {
+            shared.metrics.error(error.kind(), error.side());
+            tracing::debug!(%error, port = self.info.port, "request failed");
+            error.to_response()
+        });
+        let (parts, body) = resp.into_parts();
+        // pier's own bodies are short and already in memory.
+        let body = body
+            .collect()
+            .await
+            .map(|c| c.to_bytes())
+            .unwrap_or_default();
+        let headers = parts.headers;
+        let close = common.close || self.flags.draining.load(Ordering::Relaxed);
+        let date = http_date();
+        let tail = Tail {
+            framing: Framing::Length(body.len() as u64),
+            close,
+            date: (!headers.contains_key(DATE)).then_some(&date[..]),
+        };
+        self.wbuf.clear();
+        head::write_response_map(parts.status, &headers, tail, &mut self.wbuf);
+        if !common.head_request {
+            self.wbuf.extend_from_slice(&body);
+        }
+        self.finish(snapshot, &common, parts.status, started);
+        let written = self.write_out().await;
+        self.rbuf.advance(common.consumed);
+        match written {
+            Ok(()) if !close => Next::KeepAlive,
+            _ => Next::Close,
+        }
+    }
+
+    async fn forward(
+        &mut self,
+        snapshot: &Arc<Snapshot>,
+        mut common: Common<'_>,
+        fwd: Forward<'_>,
+        started: Instant,
+    ) -> Next {
+        let shared = self.shared;
+        let backend = fwd.backend;
+        let endpoint = {
+            let mut rng = rand::rng();
+            backend.pick(shared.clock.now_ms(), rng.random(), rng.random())
+        };
+        let Some(endpoint) = endpoint else {
+            return self
+                .respond(snapshot, common, Err(ProxyError::NoEndpoints), started)
+                .await;
+        };
+        common.seen.upstream = Some(endpoint.addr);
+        let target = Target {
+            backend,
+            addr: endpoint.addr,
+            upgrade: false,
+        };
+        let in_flight = InFlight::new(
+            endpoint.stats.clone(),
+            shared.metrics.in_flight_of(snapshot, &backend.id),
+        );
+        let down_close = common.close;
+        let exchange = exchange(
+            shared,
+            &mut self.ubuf,
+            &mut self.wbuf,
+            target,
+            &fwd,
+            common.head_request,
+            down_close,
+            self.flags,
+        );
+        // `timeouts.request` runs from the request's arrival, `backendRequest` from now; both
+        // end at the response head, as on the hyper path.
+        let request = fwd.rule.timeouts.request.map(|t| started + t);
+        let backend_request = fwd
+            .rule
+            .timeouts
+            .backend_request
+            .map(|t| Instant::now() + t);
+        let deadline = match (request, backend_request) {
+            (Some(r), Some(b)) if b < r => Some((b, ProxyError::BackendTimeout)),
+            (Some(r), _) => Some((r, ProxyError::RequestTimeout)),
+            (None, Some(b)) => Some((b, ProxyError::BackendTimeout)),
+            (None, None) => None,
+        };
+        let exchange = async move {
+            match deadline {
+                Some((at, timeout)) => tokio::time::timeout_at(at.into(), exchange)
+                    .await
+                    .unwrap_or(Err(timeout)),
+                None => exchange.await,
+            }
+        };
+        // Meanwhile the client socket is read: a client that hangs up cancels the exchange
+        // (and closes its upstream socket), as dropping hyper's request future does. What it
+        // sends meanwhile (a pipelined request) stays buffered.
+        let result = {
+            let mut exchange = std::pin::pin!(exchange);
+            loop {
+                if self.rbuf.len() >= READ_AHEAD {
+                    break exchange.await;
+                }
+                if self.rbuf.capacity() - self.rbuf.len() < BUF / 4 {
+                    self.rbuf.reserve(BUF);
+                }
+                tokio::select! {
+                    biased;
+                    r = exchange.as_mut() => break r,
+                    read = self.io.read_buf(&mut self.rbuf) => match read {
+                        Ok(0) | Err(_) => return Next::Close,
+                        Ok(_) => {}
+                    },
+                }
+            }
+        };
+        let (conn, answer) = match result {
+            Ok(Some(exchanged)) => exchanged,
+            // The endpoint speaks HTTP/2: hyper takes the connection, this request included.
+            Ok(None) => return Next::Fallback,
+            Err(e) => {
+                service::connect_failed(shared, backend, endpoint, &e);
+                return self.respond(snapshot, common, Err(e), started).await;
+            }
+        };
+        self.finish(snapshot, &common, answer.status, started);
+        self.rbuf.advance(common.consumed);
+        let relayed = self.relay(conn, &answer).await;
+        drop(in_flight);
+        match relayed {
+            Ok(()) if !answer.down_close => Next::KeepAlive,
+            _ => Next::Close,
+        }
+    }
+
+    /// Sends the response head in `wbuf` and the body after it; the upstream connection goes
+    /// back to the pool when the body ended cleanly and nothing followed it.
+    async fn relay(&mut self, mut conn: RawConn, answer: &Answer) -> io::Result<()> {
+        self.ubuf.advance(answer.head_len);
+        let reusable = match answer.framing {
+            Framing::Empty => {
+                self.write_out().await?;
+                self.ubuf.is_empty()
+            }
+            Framing::Length(n) => self.relay_length(conn.io(), n).await?,
+            Framing::Chunked => self.relay_chunked(conn.io()).await?,
+            Framing::Eof => {
+                self.relay_eof(conn.io()).await?;
+                false
+            }
+        };
+        if reusable && !answer.upstream_close {
+            conn.release();
+        }
+        Ok(())
+    }
+
+    async fn relay_length(&mut self, up: &mut Stream, n: u64) -> io::Result<bool> {
+        let mut left = n;
+        let mut clean = self.send_with_head(&mut left).await?;
+        while left > 0 {
+            self.ubuf.clear();
+            self.ubuf.reserve(BUF);
+            if up.read_buf(&mut self.ubuf).await? == 0 {
+                return Err(truncated());
+            }
+            let take = left.min(self.ubuf.len() as u64) as usize;
+            clean &= take == self.ubuf.len();
+            self.io.write_all(&self.ubuf[..take]).await?;
+            self.io.flush().await?;
+            left -= take as u64;
+        }
+        self.io.flush().await?;
+        Ok(clean)
+    }
+
+    /// Writes the head with up to `left` body bytes already read; `false` if the upstream
+    /// sent more than the body.
+    async fn send_with_head(&mut self, left: &mut u64) -> io::Result<bool> {
+        let have = (*left).min(self.ubuf.len() as u64) as usize;
+        let clean = have == self.ubuf.len();
+        if have <= COALESCE {
+            self.wbuf.extend_from_slice(&self.ubuf[..have]);
+            self.io.write_all(&self.wbuf).await?;
+        } else {
+            self.io.write_all(&self.wbuf).await?;
+            self.io.write_all(&self.ubuf[..have]).await?;
+        }
+        self.io.flush().await?;
+        *left -= have as u64;
+        Ok(clean)
+    }
+
+    async fn relay_chunked(&mut self, up: &mut Stream) -> io::Result<bool> {
+        let mut chunks = Chunked::default();
+        let used = chunks.feed(&self.ubuf).map_err(io::Error::other)?;
+        let mut clean = used == self.ubuf.len();
+        let mut left = used as u64;
+        self.send_with_head(&mut left).await?;
+        while !chunks.is_done() {
+            self.ubuf.clear();
+            self.ubuf.reserve(BUF);
+            if up.read_buf(&mut self.ubuf).await? == 0 {
+                return Err(truncated());
+            }
+            let used = chunks.feed(&self.ubuf).map_err(io::Error::other)?;
+            clean &= used == self.ubuf.len();
+            // Flushed as it comes: a stream of events must not wait in a TLS buffer.
+            self.io.write_all(&self.ubuf[..used]).await?;
+            self.io.flush().await?;
+        }
+        self.io.flush().await?;
+        Ok(clean)
+    }
+
+    /// A body the upstream ends by closing goes out chunked (the head says so), so the client
+    /// connection stays usable and a truncation shows.
+    async fn relay_eof(&mut self, up: &mut Stream) -> io::Result<()> {
+        chunk(&self.ubuf, &mut self.wbuf);
+        loop {
+            self.io.write_all(&self.wbuf).await?;
+            self.io.flush().await?;
+            self.ubuf.clear();
+            self.ubuf.reserve(BUF);
+            let n = up.read_buf(&mut self.ubuf).await?;
+            self.wbuf.clear();
+            if n == 0 {
+                self.wbuf.extend_from_slice(b"0\r\n\r\n");
+                self.io.write_all(&self.wbuf).await?;
+                return self.io.flush().await;
+            }
+            chunk(&self.ubuf, &mut self.wbuf);
+        }
+    }
+
+    async fn write_out(&mut self) -> io::Result<()> {
+        self.io.write_all(&self.wbuf).await?;
+        self.io.flush().await
+    }
+
+    /// Metrics and the access log, once the response head is known.
+    fn finish(
+        &self,
+        snapshot: &Arc<Snapshot>,
+        common: &Common<'_>,
+        status: StatusCode,
+        started: Instant,
+    ) {
+        let elapsed = started.elapsed();
+        let reached = Seen {
+            reached: common.seen.reached,
+            upstream: common.seen.upstream,
+        };
+        self.shared
+            .metrics
+            .request_done(snapshot, reached.reached, status, elapsed.as_secs_f64());
+        if let Some(log) = &common.log {
+            log.log(self.info.peer, &reached, status, elapsed);
+        }
+    }
+}
+
+/// Parses, routes and prepares one request: on `Forward`, `wbuf` holds the upstream request
+/// (head and body).
+fn plan<'s>(
+    shared: &Shared,
+    info: &ConnInfo,
+    snapshot: &'s Snapshot,
+    rbuf: &[u8],
+    wbuf: &mut Vec<u8>,
+) -> Plan<'s> {
+    let mut storage = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let req = match head::parse_request(rbuf, &mut storage) {
+        Parsed::Ready(req) => req,
+        Parsed::Partial => return Plan::Partial(None),
+        Parsed::Body(total) => return Plan::Partial(Some(total)),
+        Parsed::Fallback => return Plan::Fallback,
+    };
+    let mut common = Common {
+        seen: Seen::default(),
+        consumed: req.head_len + req.body_len,
+        close: req.close,
+        head_request: req.method == Method::HEAD,
+        log: shared
+            .config
+            .access_log
+            .then(|| LogHead::new(req.method.clone(), req.host, req.path)),
+    };
+    let host = normalize_host(req.host);
+    let (port, listener) = match service::listener_for(snapshot, info.port, &host) {
+        Ok(found) => found,
+        Err(e) => return Plan::Respond(common, Err(e)),
+    };
+    // Header matches need the headers as a map; most route tables have none.
+    let map = if listener.routes.matches_headers() {
+        match head::header_map(req.headers) {
+            Some(map) => map,
+            None => return Plan::Fallback,
+        }
+    } else {
+        HeaderMap::new()
+    };
+    let input = RouteInput {
+        method: &req.method,
+        host: req.host,
+        path: req.path,
+        query: req.query,
+        headers: &map,
+    };
+    let routed = match service::route_on(port, listener, &host, &input) {
+        Ok(routed) => routed,
+        Err(e) => return Plan::Respond(common, Err(e)),
+    };
+    common.seen.reached.listener = Some(&routed.listener.id);
+    common.seen.reached.route = Some(&routed.entry.rule.route);
+    let rule: &'s Rule = &routed.entry.rule;
+    if let Some(redirect) = &rule.filters.redirect {
+        let resp = service::redirect_response(redirect, &routed, &input);
+        return Plan::Respond(common, resp);
+    }
+    let weighted = match service::pick_weighted(&rule.backends) {
+        Ok(w) => w,
+        Err(e) => return Plan::Respond(common, Err(e)),
+    };
+    // Mirrors copy the body through hyper's body types.
+    if !rule.filters.mirrors.is_empty() || !weighted.filters.mirrors.is_empty() {
+        return Plan::Fallback;
+    }
+    let BackendTarget::Service(backend) = &weighted.target else {
+        return Plan::Respond(common, Err(ProxyError::InvalidBackend));
+    };
+    if backend.protocol != AppProtocol::Http1 {
+        return Plan::Fallback;
+    }
+    common.seen.reached.backend = Some(&backend.id);
+    common.seen.reached.tls = Transport::of(&backend.tls);
+    wbuf.clear();
+    if let Err(e) = upstream_head(info, &routed, weighted, backend, &req, map, wbuf) {
+        return match e {
+            Prepare::Fallback => Plan::Fallback,
+            Prepare::Error(e) => Plan::Respond(common, Err(e)),
+        };
+    }
+    wbuf.extend_from_slice(&rbuf[req.head_len..req.head_len + req.body_len]);
+    let idempotent = matches!(
+        req.method,
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
+    );
+    Plan::Forward(
+        common,
+        Forward {
+            rule,
+            weighted,
+            backend,
+            idempotent,
+        },
+    )
+}
+
+enum Prepare {
+    Fallback,
+    Error(ProxyError),
+}
+
+/// Writes the upstream request head: straight from the client's header lines, or, when a
+/// request header filter applies, through the hyper path's own head preparation on a map.
+fn upstream_head(
+    info: &ConnInfo,
+    routed: &Routed<'_>,
+    weighted: &WeightedBackend,
+    backend: &Backend,
+    req: &head::RequestHead<'_>,
+    map: HeaderMap,
+    wbuf: &mut Vec<u8>,
+) -> Result<(), Prepare> {
+    let rule = &routed.entry.rule;
+    let filtered =
+        rule.filters.request_headers.is_some() || weighted.filters.request_headers.is_some();
+    if filtered {
+        let headers = if map.is_empty() {
+            head::header_map(req.headers).ok_or(Prepare::Fallback)?
+        } else {
+            map
+        };
+        let (mut parts, ()) = Request::new(()).into_parts();
+        parts.method = req.method.clone();
+        parts.uri = Uri::try_from(req.target).map_err(|_| Prepare::Fallback)?;
+        parts.headers = headers;
+        let path = service::prepare_head(info, routed, weighted, backend, &mut parts, false)
+            .map_err(Prepare::Error)?;
+        head::write_request_map(req, path.as_str(), &parts.headers, wbuf);
+        return Ok(());
+    }
+    let rewrite = service::rewrite_of(rule, weighted);
+    let target: Cow<'_, str> = match service::rewritten_target(
+        req.path,
+        req.query,
+        rewrite,
+        routed.entry.matched_prefix(),
+    ) {
+        None => Cow::Borrowed(req.target),
+        Some(Ok(pq)) => Cow::Owned(pq.as_str().to_owned()),
+        Some(Err(e)) => return Err(Prepare::Error(e)),
+    };
+    let host = rewrite
+        .and_then(|r| r.hostname.as_ref())
+        .map_or(req.host.as_bytes(), HeaderValue::as_bytes);
+    let fwd = Forwarding {
+        method: req.method_str,
+        target: &target,
+        host,
+        client_host: req.host.as_bytes(),
+        forwarded_for: info.forwarded_for.as_bytes(),
+        scheme: routed.port.protocol.scheme(),
+    };
+    head::write_request(req, &fwd, wbuf);
+    Ok(())
+}
+
+/// Sends the request in `wbuf` on a raw connection and reads the response head, writing the
+/// downstream head into `wbuf`. `Ok(None)`: the endpoint speaks HTTP/2 (hyper's job). A
+/// reused connection that fails before any response byte is retried once on a new one for
+/// idempotent requests (the backend closed it while it was idle).
+#[allow(clippy::too_many_arguments)]
+async fn exchange(
+    shared: &Shared,
+    ubuf: &mut BytesMut,
+    wbuf: &mut Vec<u8>,
+    target: Target<'_>,
+    fwd: &Forward<'_>,
+    head_request: bool,
+    down_close: bool,
+    flags: &Flags,
+) -> Result<Option<(RawConn, Answer)>, ProxyError> {
+    let mut retried = false;
+    loop {
+        let mut conn = match shared.upstream.raw(target).await? {
+            Raw::Conn(conn) => conn,
+            // Hyper would send the request a second time: fail instead.
+            Raw::Http2 if retried => {
+                return Err(ProxyError::Upstream(
+                    "the endpoint switched to HTTP/2".into(),
+                ));
+            }
+            Raw::Http2 => return Ok(None),
+        };
+        ubuf.clear();
+        let sent = send(conn.io(), wbuf).await;
+        let answer = match sent {
+            Ok(()) => read_head(conn.io(), ubuf, wbuf, fwd, head_request, down_close, flags).await,
+            Err(e) => Err(ReadError::Io(e)),
+        };
+        let answer = match answer {
+            Ok(answer) => answer,
+            Err(ReadError::Io(_))
+                if conn.reused && !retried && fwd.idempotent && ubuf.is_empty() =>
+            {
+                retried = true;
+                continue;
+            }
+            Err(ReadError::Io(e)) => return Err(ProxyError::Upstream(Box::new(e))),
+            Err(ReadError::Bad(e)) => return Err(ProxyError::Upstream(Box::new(e))),
+        };
+        return Ok(Some((conn, answer)));
+    }
+}
+
+async fn send(up: &mut Stream, wbuf: &[u8]) -> io::Result<()> {
+    up.write_all(wbuf).await?;
+    up.flush().await
+}
+
+enum ReadError {
+    Io(io::Error),
+    Bad(head::BadResponse),
+}
+
+/// Reads until `ubuf` holds a final response head (informational ones are dropped), and
+/// writes the downstream head for it into `wbuf` (which held the request until then).
+#[allow(clippy::too_many_arguments)]
+async fn read_head(
+    up: &mut Stream,
+    ubuf: &mut BytesMut,
+    wbuf: &mut Vec<u8>,
+    fwd: &Forward<'_>,
+    head_request: bool,
+    down_close: bool,
+    flags: &Flags,
+) -> Result<Answer, ReadError> {
+    loop {
+        if !ubuf.is_empty() {
+            let mut storage = [httparse::EMPTY_HEADER; MAX_HEADERS];
+            match head::parse_response(ubuf, &mut storage, head_request) {
+                Ok(head::Response::Final(head)) => {
+                    return downstream_head(&head, wbuf, fwd, down_close, flags)
+                        .map_err(ReadError::Bad);
+                }
+                Ok(head::Response::Informational(len)) => {
+                    ubuf.advance(len);
+                    continue;
+                }
+                Ok(head::Response::Partial) => {}
+                Err(e) => return Err(ReadError::Bad(e)),
+            }
+        }
+        if ubuf.capacity() - ubuf.len() < BUF / 4 {
+            ubuf.reserve(BUF);
+        }
+        match up.read_buf(ubuf).await {
+            Ok(0) => return Err(ReadError::Io(truncated())),
+            Ok(_) => {}
+            Err(e) => return Err(ReadError::Io(e)),
+        }
+    }
+}
+
+/// Writes the downstream response head for an upstream one.
+fn downstream_head(
+    head: &head::ResponseHead<'_>,
+    wbuf: &mut Vec<u8>,
+    fwd: &Forward<'_>,
+    down_close: bool,
+    flags: &Flags,
+) -> Result<Answer, head::BadResponse> {
+    let down_close = down_close || flags.draining.load(Ordering::Relaxed);
+    let date = http_date();
+    wbuf.clear();
+    let mut modifiers = service::response_modifiers(fwd.rule, fwd.weighted).peekable();
+    if modifiers.peek().is_none() {
+        let tail = Tail {
+            framing: head.framing,
+            close: down_close,
+            date: (!head.has_date).then_some(&date[..]),
+        };
+        head::write_response(head, tail, wbuf);
+    } else {
+        let Some(mut map) = head::header_map(head.headers) else {
+            return Err(head::BadResponse("invalid header line"));
+        };
+        service::response_head(&mut map, fwd.rule, fwd.weighted, false);
+        let tail = Tail {
+            framing: head.framing,
+            close: down_close,
+            date: (!map.contains_key(DATE)).then_some(&date[..]),
+        };
+        head::write_response_map(head.status, &map, tail, wbuf);
+    }
+    Ok(Answer {
+        status: head.status,
+        framing: head.framing,
+        upstream_close: head.close,
+        head_len: head.head_len,
+        down_close,
+    })
+}
+
+/// Appends `data` as one chunk (nothing for no data: an empty chunk would end the body).
+fn chunk(data: &[u8], out: &mut Vec<u8>) {
+    use std::io::Write as _;
+    if !data.is_empty() {
+        let _ = write!(out, "{:x}\r\n", data.len());
+        out.extend_from_slice(data);
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+fn truncated() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::UnexpectedEof,
+        "the upstream closed mid-message",
+    )
+}
+
+/// The `Date` header value, formatted once a second per thread.
+fn http_date() -> [u8; 29] {
+    thread_local! {
+        static CACHED: RefCell<(u64, [u8; 29])> = const { RefCell::new((u64::MAX, [0; 29])) };
+    }
+    let now = SystemTime::now();
+    let secs = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    CACHED.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.0 != secs {
+            let text = httpdate::fmt_http_date(now);
+            let mut bytes = [b' '; 29];
+            let n = text.len().min(29);
+            bytes[..n].copy_from_slice(&text.as_bytes()[..n]);
+            *c = (secs, bytes);
+        }
+        c.1
+    })
+}

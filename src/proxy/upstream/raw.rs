@@ -1,0 +1,253 @@
+//! Raw HTTP/1.1 connections for the fast path (`proxy::h1`): the socket itself (TCP, or
+//! rustls over TCP), pooled in the same [`Entry`] as hyper's senders but in a list of their
+//! own, so the fast path writes requests and reads responses in the downstream connection's
+//! task (no connection task, no channel per request).
+//!
+//! ```text
+//! Upstream::raw(target) ─┬─ entry HTTP/2 (h2c, or ALPN h2 learned) ──> Raw::Http2 (hyper path)
+//!                        ├─ newest idle raw connection that is still open (probed)
+//!                        └─ new connection: TCP ─> TLS? ─> ALPN h2 ? install for hyper : raw
+//! RawConn::release ──> back to the entry (unless retired, or the response said close)
+//! ```
+
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
+
+use super::super::metrics::{ConnectionGuard, Transport, UpstreamProtocol};
+use super::connect::{Conn, Dial, offers_h2};
+use super::pool::{Entry, Mode, ShortKey};
+use super::{Target, Upstream};
+use crate::model::BackendTls;
+use crate::proxy::error::ProxyError;
+
+/// An upstream socket.
+pub enum Stream {
+    Tcp(TcpStream),
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+/// What [`Upstream::raw`] found for a target.
+pub enum Raw {
+    Conn(RawConn),
+    /// The endpoint speaks HTTP/2 (h2c, or ALPN chose `h2`): the request goes through hyper.
+    Http2,
+}
+
+/// A raw HTTP/1.1 connection checked out for one exchange.
+pub struct RawConn {
+    entry: Arc<Entry>,
+    io: Stream,
+    open: ConnectionGuard,
+    /// Came from the pool (a failure before any response byte may be a stale connection).
+    pub reused: bool,
+}
+
+/// A raw connection waiting in the pool.
+pub struct IdleRaw {
+    io: Stream,
+    open: ConnectionGuard,
+    pub since: Instant,
+}
+
+// === impl Upstream ===
+
+impl Upstream {
+    /// A raw HTTP/1.1 connection to `target`: pooled, or new. Fails closed like
+    /// [`Upstream::send`]: `BackendTls::Unavailable` opens nothing.
+    pub async fn raw(&self, target: Target<'_>) -> Result<Raw, ProxyError> {
+        let backend = target.backend;
+        let tls = match &backend.tls {
+            BackendTls::Plain => None,
+            BackendTls::Tls(u) => Some(&**u),
+            BackendTls::Unavailable(reason) => {
+                self.inner.metrics.tls_unavailable(&backend.id, *reason);
+                return Err(ProxyError::TlsUnavailable(*reason));
+            }
+        };
+        let key = ShortKey {
+            addr: target.addr,
+            trust_key: tls.map(|u| u.trust_key),
+            protocol: backend.protocol,
+        };
+        let entry = self.inner.pool.entry(key, tls.map(|u| &u.server_name));
+        match entry.mode() {
+            Mode::Http2 => return Ok(Raw::Http2),
+            Mode::Http1 => {
+                if let Some(idle) = entry.checkout_raw() {
+                    return Ok(Raw::Conn(RawConn {
+                        entry,
+                        io: idle.io,
+                        open: idle.open,
+                        reused: true,
+                    }));
+                }
+            }
+            Mode::Unknown => {}
+        }
+        let dial = Dial {
+            backend: &backend.id,
+            addr: target.addr,
+            protocol: backend.protocol,
+            tls,
+        };
+        // Boxed, as in `send`: connecting is kilobytes of future state.
+        Box::pin(self.raw_new(entry, &dial)).await
+    }
+
+    async fn raw_new(&self, entry: Arc<Entry>, dial: &Dial<'_>) -> Result<Raw, ProxyError> {
+        // A TLS key that may negotiate h2 learns what it speaks from one connection at a time,
+        // like hyper's shared connect: a burst of first requests then opens one HTTP/2
+        // connection, not one each.
+        let gate = match entry.mode() {
+            Mode::Unknown if dial.tls.is_some_and(offers_h2) => {
+                let gate = entry.h2_gate().lock().await;
+                match entry.mode() {
+                    Mode::Http2 => return Ok(Raw::Http2),
+                    Mode::Http1 => None,
+                    Mode::Unknown => Some(gate),
+                }
+            }
+            _ => None,
+        };
+        let connector = &self.inner.connector;
+        let (io, h2) = connector.connect_stream(dial).await?;
+        let transport = dial
+            .tls
+            .map_or(Transport::Plain, |t| Transport::of_mode(t.mode));
+        if h2 {
+            if let Conn::Http2(tx) = connector.handshake(io, true, transport).await? {
+                entry.install_h2(&tx);
+            }
+            entry.learned(Mode::Http2);
+            drop(gate);
+            return Ok(Raw::Http2);
+        }
+        entry.learned(Mode::Http1);
+        drop(gate);
+        let open = self
+            .inner
+            .metrics
+            .upstream_opened(UpstreamProtocol::Http1, transport);
+        Ok(Raw::Conn(RawConn {
+            entry,
+            io,
+            open,
+            reused: false,
+        }))
+    }
+}
+
+// === impl RawConn ===
+
+impl RawConn {
+    pub fn io(&mut self) -> &mut Stream {
+        &mut self.io
+    }
+
+    /// The exchange ended cleanly and the connection may carry another request.
+    pub fn release(self) {
+        self.entry.push_raw(IdleRaw {
+            io: self.io,
+            open: self.open,
+            since: Instant::now(),
+        });
+    }
+}
+
+// === impl IdleRaw ===
+
+impl IdleRaw {
+    /// Still open and quiet: reading from it would block (no EOF, no reset, no stray bytes).
+    /// Checked at checkout and by the pool's sweep, so a connection the backend closed while
+    /// idle is neither used nor kept. Cheap: tokio clears a socket's read readiness after the
+    /// short read that ended the last response, so a quiet socket answers without a syscall.
+    /// (A backend that closes just as a request goes out is covered by the one retry of
+    /// idempotent requests in `h1::exchange`.)
+    pub fn usable(&mut self) -> bool {
+        self.io.would_block()
+    }
+}
+
+// === impl Stream ===
+
+impl Stream {
+    /// One non-blocking read: `true` when it would block. A TLS stream processes what is
+    /// buffered (a session ticket, an alert) on the way.
+    fn would_block(&mut self) -> bool {
+        let mut cx = Context::from_waker(futures::task::noop_waker_ref());
+        let mut byte = [0u8; 1];
+        let mut buf = ReadBuf::new(&mut byte);
+        matches!(Pin::new(self).poll_read(&mut cx, &mut buf), Poll::Pending)
+    }
+}
+
+impl From<TcpStream> for Stream {
+    fn from(tcp: TcpStream) -> Self {
+        Self::Tcp(tcp)
+    }
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Self::Tcp(s) => Pin::new(s).poll_read(cx, buf),
+            Self::Tls(s) => Pin::new(&mut **s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Self::Tcp(s) => Pin::new(s).poll_write(cx, buf),
+            Self::Tls(s) => Pin::new(&mut **s).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Self::Tcp(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Self::Tls(s) => Pin::new(&mut **s).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Self::Tcp(s) => s.is_write_vectored(),
+            Self::Tls(s) => s.is_write_vectored(),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Self::Tcp(s) => Pin::new(s).poll_flush(cx),
+            Self::Tls(s) => Pin::new(&mut **s).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Self::Tcp(s) => Pin::new(s).poll_shutdown(cx),
+            Self::Tls(s) => Pin::new(&mut **s).poll_shutdown(cx),
+        }
+    }
+}

@@ -1,0 +1,461 @@
+//! The HTTP/1.1 fast path on the wire: raw client sockets (keep-alive, pipelining, a hand-over
+//! to hyper in the middle of a connection) and scripted raw backends (chunked and
+//! close-delimited responses, a pooled connection the backend drops).
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use pier::echo::EchoRequest;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::support::snap::*;
+use crate::support::*;
+
+/// One response read off a raw client socket.
+#[derive(Debug)]
+struct Raw {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Raw {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn echo(&self) -> EchoRequest {
+        serde_json::from_slice(&self.body).expect("an echo body")
+    }
+}
+
+/// A client connection that reads responses one by one (bytes past one stay buffered).
+struct Client {
+    tcp: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Client {
+    async fn connect(port: u16) -> Self {
+        Self {
+            tcp: TcpStream::connect(local(port)).await.unwrap(),
+            buf: Vec::new(),
+        }
+    }
+
+    async fn write(&mut self, bytes: &[u8]) {
+        self.tcp.write_all(bytes).await.unwrap();
+    }
+
+    async fn fill(&mut self) -> bool {
+        let mut chunk = [0u8; 8192];
+        let n = self.tcp.read(&mut chunk).await.unwrap_or(0);
+        self.buf.extend_from_slice(&chunk[..n]);
+        n > 0
+    }
+
+    /// Reads one response (`head`: to a HEAD request, so no body).
+    async fn response(&mut self, head: bool) -> Raw {
+        let (status, headers, len) = loop {
+            let mut storage = [httparse::EMPTY_HEADER; 64];
+            let mut resp = httparse::Response::new(&mut storage);
+            if let httparse::Status::Complete(n) = resp.parse(&self.buf).unwrap() {
+                let headers: Vec<(String, String)> = resp
+                    .headers
+                    .iter()
+                    .map(|h| {
+                        let v = String::from_utf8_lossy(h.value).into_owned();
+                        (h.name.to_ascii_lowercase(), v)
+                    })
+                    .collect();
+                break (resp.code.unwrap(), headers, n);
+            }
+            assert!(self.fill().await, "closed before a response head");
+        };
+        self.buf.drain(..len);
+        let get = |name: &str| {
+            headers
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.clone())
+        };
+        let body = if head {
+            Vec::new()
+        } else if let Some(n) = get("content-length") {
+            let n: usize = n.parse().unwrap();
+            while self.buf.len() < n {
+                assert!(self.fill().await, "closed mid-body");
+            }
+            self.buf.drain(..n).collect()
+        } else if get("transfer-encoding").as_deref() == Some("chunked") {
+            self.chunked().await
+        } else {
+            while self.fill().await {}
+            std::mem::take(&mut self.buf)
+        };
+        Raw {
+            status,
+            headers,
+            body,
+        }
+    }
+
+    /// Reads one CRLF-terminated line (without the CRLF).
+    async fn line(&mut self) -> String {
+        let end = loop {
+            if let Some(i) = self.buf.windows(2).position(|w| w == b"\r\n") {
+                break i;
+            }
+            assert!(self.fill().await, "closed in a line");
+        };
+        let line = String::from_utf8_lossy(&self.buf[..end]).into_owned();
+        self.buf.drain(..end + 2);
+        line
+    }
+
+    /// Decodes a chunked body; trailer lines are read and dropped.
+    async fn chunked(&mut self) -> Vec<u8> {
+        let mut body = Vec::new();
+        loop {
+            let size = usize::from_str_radix(self.line().await.trim(), 16).unwrap();
+            if size == 0 {
+                while !self.line().await.is_empty() {}
+                return body;
+            }
+            while self.buf.len() < size + 2 {
+                assert!(self.fill().await, "closed in a chunk");
+            }
+            body.extend_from_slice(&self.buf[..size]);
+            assert_eq!(&self.buf[size..size + 2], b"\r\n");
+            self.buf.drain(..size + 2);
+        }
+    }
+
+    /// True once the proxy has closed the connection (and sent nothing more).
+    async fn closed(&mut self) -> bool {
+        !self.fill().await && self.buf.is_empty()
+    }
+}
+
+fn get_req(path: &str) -> Vec<u8> {
+    format!("GET {path} HTTP/1.1\r\nHost: app.example\r\n\r\n").into_bytes()
+}
+
+#[tokio::test]
+async fn one_client_connection_carries_keep_alive_and_pipelined_requests() {
+    let a = echo("a").await;
+    let p = free_port();
+    let h = Harness::start(simple(p, &backend("a", &[a.addr]))).await;
+    let mut c = bounded(Client::connect(p)).await;
+    c.write(&get_req("/first")).await;
+    let first = bounded(c.response(false)).await;
+    assert_eq!(first.status, 200);
+    assert_eq!(first.echo().path, "/first");
+    // Three requests in one write: answered in order on the same connection.
+    let mut pipelined = Vec::new();
+    for path in ["/p1", "/p2", "/p3"] {
+        pipelined.extend_from_slice(&get_req(path));
+    }
+    c.write(&pipelined).await;
+    for path in ["/p1", "/p2", "/p3"] {
+        let resp = bounded(c.response(false)).await;
+        assert_eq!(resp.status, 200);
+        let seen = resp.echo();
+        assert_eq!(seen.path, path);
+        assert_eq!(seen.headers["x-forwarded-for"], ["127.0.0.1"]);
+        assert!(resp.header("date").is_some(), "{resp:?}");
+    }
+    assert_eq!(a.count(), 4);
+    assert_eq!(a.connections(), 1, "one upstream connection, reused");
+    bounded(h.proxy.shutdown(BOUND)).await;
+}
+
+#[tokio::test]
+async fn a_connection_hands_over_to_hyper_with_what_it_has_read() {
+    let a = echo("a").await;
+    let p = free_port();
+    let h = Harness::start(simple(p, &backend("a", &[a.addr]))).await;
+    let mut c = bounded(Client::connect(p)).await;
+    c.write(&get_req("/one")).await;
+    assert_eq!(bounded(c.response(false)).await.echo().path, "/one");
+    // A chunked request body is hyper's: the connection moves over, this request included,
+    // and the next request (already sent) is served there too.
+    let mut two = b"POST /two HTTP/1.1\r\nHost: app.example\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n".to_vec();
+    two.extend_from_slice(&get_req("/three"));
+    c.write(&two).await;
+    let second = bounded(c.response(false)).await.echo();
+    assert_eq!(
+        (
+            second.method.as_str(),
+            second.path.as_str(),
+            second.body_bytes
+        ),
+        ("POST", "/two", 5)
+    );
+    assert_eq!(bounded(c.response(false)).await.echo().path, "/three");
+    bounded(h.proxy.shutdown(BOUND)).await;
+}
+
+#[tokio::test]
+async fn head_responses_carry_no_body_and_close_is_honoured() {
+    let a = echo("a").await;
+    let p = free_port();
+    let h = Harness::start(simple(p, &backend("a", &[a.addr]))).await;
+    let mut c = bounded(Client::connect(p)).await;
+    c.write(b"HEAD /h HTTP/1.1\r\nHost: app.example\r\n\r\n")
+        .await;
+    let head = bounded(c.response(true)).await;
+    assert_eq!(head.status, 200);
+    assert!(head.header("content-length").is_some(), "{head:?}");
+    c.write(b"GET /after HTTP/1.1\r\nHost: app.example\r\nConnection: close\r\n\r\n")
+        .await;
+    let after = bounded(c.response(false)).await;
+    assert_eq!(after.echo().path, "/after", "no stray body bytes before it");
+    assert_eq!(after.header("connection"), Some("close"));
+    assert!(bounded(c.closed()).await);
+    bounded(h.proxy.shutdown(BOUND)).await;
+}
+
+#[tokio::test]
+async fn pier_answers_errors_itself_and_keeps_the_connection() {
+    let p = free_port();
+    let h = Harness::start(simple(p, &backend("gone", &[refused_addr()]))).await;
+    let mut c = bounded(Client::connect(p)).await;
+    for _ in 0..2 {
+        c.write(&get_req("/")).await;
+        let resp = bounded(c.response(false)).await;
+        assert_eq!(resp.status, 502, "{resp:?}");
+        assert_eq!(resp.body, b"Bad Gateway\n");
+        assert!(resp.header("connection").is_none(), "{resp:?}");
+    }
+    let m = h.metrics_text();
+    assert!(m.contains(r#"reason="Refused"} 2"#), "{m}");
+    bounded(h.proxy.shutdown(BOUND)).await;
+}
+
+/// What a scripted backend does with the next request it reads.
+#[derive(Clone, Debug)]
+enum Act {
+    /// Writes these parts (with a pause between them) and keeps the connection.
+    Answer(Vec<&'static [u8]>),
+    /// Writes this and closes.
+    AnswerAndClose(&'static [u8]),
+    /// Closes without answering (a keep-alive connection the backend just dropped).
+    Drop,
+    /// Never answers; logs `closed` when pier closes the connection.
+    Hold,
+}
+
+/// A raw HTTP/1.1 backend that plays `acts` in order across all its connections; returns
+/// its address and the log of (connection number, request line).
+async fn scripted(acts: Vec<Act>) -> (SocketAddr, Arc<Mutex<Vec<(usize, String)>>>) {
+    let listener = TcpListener::bind(local(0)).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let acts = Arc::new(Mutex::new(VecDeque::from(acts)));
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let seen = log.clone();
+    tokio::spawn(async move {
+        let mut n = 0;
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            n += 1;
+            let (acts, log, conn) = (acts.clone(), seen.clone(), n);
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                loop {
+                    let end = loop {
+                        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            break i + 4;
+                        }
+                        let mut chunk = [0u8; 4096];
+                        match tcp.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(k) => buf.extend_from_slice(&chunk[..k]),
+                        }
+                    };
+                    let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+                    buf.drain(..end);
+                    let line = head.lines().next().unwrap_or("").to_string();
+                    log.lock().unwrap().push((conn, line));
+                    let act = acts.lock().unwrap().pop_front();
+                    match act {
+                        Some(Act::Answer(parts)) => {
+                            for part in parts {
+                                tcp.write_all(part).await.unwrap();
+                                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                            }
+                        }
+                        Some(Act::AnswerAndClose(bytes)) => {
+                            tcp.write_all(bytes).await.unwrap();
+                            return;
+                        }
+                        Some(Act::Hold) => {
+                            let mut rest = [0u8; 1024];
+                            while matches!(tcp.read(&mut rest).await, Ok(n) if n > 0) {}
+                            log.lock().unwrap().push((conn, "closed".into()));
+                            return;
+                        }
+                        Some(Act::Drop) | None => return,
+                    }
+                }
+            });
+        }
+    });
+    (addr, log)
+}
+
+const OK: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+
+#[tokio::test]
+async fn chunked_and_close_delimited_responses_are_relayed() {
+    let (addr, log) = scripted(vec![
+        Act::Answer(vec![
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-Part: 1\r\n\r\n4\r\nabcd\r\n",
+            b"3\r\nefg\r\n",
+            b"0\r\nx-trailer: t\r\n\r\n",
+        ]),
+        Act::AnswerAndClose(b"HTTP/1.1 200 OK\r\nX-Part: 2\r\n\r\nuntil the end"),
+        Act::Answer(vec![OK]),
+    ])
+    .await;
+    let p = free_port();
+    let h = Harness::start(simple(p, &backend("s", &[addr]))).await;
+    let mut c = bounded(Client::connect(p)).await;
+    c.write(&get_req("/chunked")).await;
+    let chunked = bounded(c.response(false)).await;
+    assert_eq!(chunked.header("transfer-encoding"), Some("chunked"));
+    assert_eq!(chunked.header("x-part"), Some("1"));
+    assert_eq!(chunked.body, b"abcdefg");
+    // Trailer lines were relayed with the body and consumed by the client's decoder above;
+    // the next response must start cleanly.
+    // A body the backend ends by closing reaches the client chunked, and the client
+    // connection stays open.
+    c.write(&get_req("/eof")).await;
+    let eof = bounded(c.response(false)).await;
+    assert_eq!(eof.header("x-part"), Some("2"));
+    assert_eq!(eof.header("transfer-encoding"), Some("chunked"));
+    assert_eq!(eof.header("connection"), None);
+    assert_eq!(eof.body, b"until the end");
+    c.write(&get_req("/after")).await;
+    assert_eq!(bounded(c.response(false)).await.body, b"ok");
+    let log = log.lock().unwrap().clone();
+    assert_eq!(
+        log,
+        [
+            (1, "GET /chunked HTTP/1.1".into()),
+            (1, "GET /eof HTTP/1.1".into()),
+            (2, "GET /after HTTP/1.1".into()),
+        ],
+        "the connection was reused after the chunked body, not after the closed one"
+    );
+    bounded(h.proxy.shutdown(BOUND)).await;
+}
+
+#[tokio::test]
+async fn a_pooled_connection_the_backend_drops_is_retried_for_get_only() {
+    let (addr, log) = scripted(vec![
+        Act::Answer(vec![OK]),
+        Act::Drop,
+        Act::Answer(vec![OK]),
+        Act::Drop,
+    ])
+    .await;
+    let p = free_port();
+    let h = Harness::start(simple(p, &backend("s", &[addr]))).await;
+    let mut c = bounded(Client::connect(p)).await;
+    for path in ["/1", "/2"] {
+        c.write(&get_req(path)).await;
+        assert_eq!(bounded(c.response(false)).await.status, 200, "{path}");
+    }
+    // A POST is not repeated: the backend may have acted on it.
+    c.write(b"POST /3 HTTP/1.1\r\nHost: app.example\r\nContent-Length: 1\r\n\r\nx")
+        .await;
+    assert_eq!(bounded(c.response(false)).await.status, 502);
+    let log = log.lock().unwrap().clone();
+    assert_eq!(
+        log,
+        [
+            (1, "GET /1 HTTP/1.1".into()),
+            (1, "GET /2 HTTP/1.1".into()),
+            (2, "GET /2 HTTP/1.1".into()),
+            (2, "POST /3 HTTP/1.1".into()),
+        ]
+    );
+    bounded(h.proxy.shutdown(BOUND)).await;
+}
+
+#[tokio::test]
+async fn framing_headers_are_pier_own_whatever_connection_names() {
+    // A client that names Content-Length in Connection must not turn its body into a second
+    // request on the pooled upstream connection.
+    let a = echo("a").await;
+    let p = free_port();
+    let h = Harness::start(simple(p, &backend("a", &[a.addr]))).await;
+    let smuggled = b"GET /admin HTTP/1.1\r\nHost: app.example\r\n\r\n";
+    let mut req = format!(
+        "POST /form HTTP/1.1\r\nHost: app.example\r\nConnection: content-length\r\nContent-Length: {}\r\n\r\n",
+        smuggled.len()
+    )
+    .into_bytes();
+    req.extend_from_slice(smuggled);
+    let mut c = bounded(Client::connect(p)).await;
+    c.write(&req).await;
+    let seen = bounded(c.response(false)).await.echo();
+    assert_eq!(
+        (seen.method.as_str(), seen.path.as_str()),
+        ("POST", "/form")
+    );
+    assert_eq!(seen.body_bytes, smuggled.len() as u64);
+    assert_eq!(seen.headers["content-length"], [smuggled.len().to_string()]);
+    c.write(&get_req("/next")).await;
+    assert_eq!(bounded(c.response(false)).await.echo().path, "/next");
+    let paths: Vec<String> = a.requests().into_iter().map(|r| r.path).collect();
+    assert_eq!(paths, ["/form", "/next"], "no request came out of the body");
+
+    // A backend that names Content-Length in Connection still gets a delimited response.
+    let (addr, _log) = scripted(vec![
+        Act::Answer(vec![
+            b"HTTP/1.1 200 OK\r\nConnection: content-length\r\nContent-Length: 2\r\n\r\nok",
+        ]),
+        Act::Answer(vec![OK]),
+    ])
+    .await;
+    let q = free_port();
+    let h2 = Harness::start(simple(q, &backend("s", &[addr]))).await;
+    let mut c = bounded(Client::connect(q)).await;
+    for path in ["/1", "/2"] {
+        c.write(&get_req(path)).await;
+        let resp = bounded(c.response(false)).await;
+        assert_eq!(resp.header("content-length"), Some("2"), "{path}: {resp:?}");
+        assert_eq!(resp.body, b"ok");
+    }
+    bounded(h.proxy.shutdown(BOUND)).await;
+    bounded(h2.proxy.shutdown(BOUND)).await;
+}
+
+#[tokio::test]
+async fn a_client_that_hangs_up_cancels_the_upstream_exchange() {
+    let (addr, log) = scripted(vec![Act::Hold]).await;
+    let p = free_port();
+    let h = Harness::start(simple(p, &backend("s", &[addr]))).await;
+    let mut c = bounded(Client::connect(p)).await;
+    c.write(&get_req("/long-poll")).await;
+    crate::support::web::eventually(BOUND, || {
+        let log = log.clone();
+        async move { !log.lock().unwrap().is_empty() }
+    })
+    .await;
+    drop(c);
+    crate::support::web::eventually(BOUND, || {
+        let log = log.clone();
+        async move { log.lock().unwrap().contains(&(1, "closed".to_string())) }
+    })
+    .await;
+    let m = h.metrics_text();
+    assert!(m.contains("pier_proxy_upstream_idle_connections 0"), "{m}");
+    bounded(h.proxy.shutdown(BOUND)).await;
+}
