@@ -249,6 +249,8 @@ enum Act {
     Drop,
     /// Never answers; logs `closed` when pier closes the connection.
     Hold,
+    /// Answers after a pause and keeps the connection.
+    Late(u64, &'static [u8]),
 }
 
 /// A raw HTTP/1.1 backend that plays `acts` in order across all its connections; returns
@@ -292,6 +294,10 @@ async fn scripted(acts: Vec<Act>) -> (SocketAddr, Arc<Mutex<Vec<(usize, String)>
                         Some(Act::AnswerAndClose(bytes)) => {
                             tcp.write_all(bytes).await.unwrap();
                             return;
+                        }
+                        Some(Act::Late(ms, bytes)) => {
+                            tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+                            tcp.write_all(bytes).await.unwrap();
                         }
                         Some(Act::Hold) => {
                             let mut rest = [0u8; 1024];
@@ -457,5 +463,37 @@ async fn a_client_that_hangs_up_cancels_the_upstream_exchange() {
     .await;
     let m = h.metrics_text();
     assert!(m.contains("pier_proxy_upstream_idle_connections 0"), "{m}");
+    bounded(h.proxy.shutdown(BOUND)).await;
+}
+
+#[tokio::test]
+async fn a_response_that_arrives_after_the_client_left_keeps_its_upstream_connection() {
+    let (addr, log) = scripted(vec![Act::Late(50, OK), Act::Answer(vec![OK])]).await;
+    let p = free_port();
+    let h = Harness::start(simple(p, &backend("s", &[addr]))).await;
+    let mut c = bounded(Client::connect(p)).await;
+    c.write(&get_req("/left")).await;
+    crate::support::web::eventually(BOUND, || {
+        let log = log.clone();
+        async move { !log.lock().unwrap().is_empty() }
+    })
+    .await;
+    drop(c);
+    crate::support::web::eventually(BOUND, || async {
+        h.metrics_text()
+            .contains("pier_proxy_upstream_idle_connections 1")
+    })
+    .await;
+    let mut c = bounded(Client::connect(p)).await;
+    c.write(&get_req("/next")).await;
+    assert_eq!(bounded(c.response(false)).await.body, b"ok");
+    let log = log.lock().unwrap().clone();
+    assert_eq!(
+        log,
+        [
+            (1, "GET /left HTTP/1.1".into()),
+            (1, "GET /next HTTP/1.1".into())
+        ]
+    );
     bounded(h.proxy.shutdown(BOUND)).await;
 }

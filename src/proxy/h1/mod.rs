@@ -63,6 +63,12 @@ const SHRINK_OVER: usize = 4 * BUF;
 /// While waiting for an upstream, the client socket is read (to notice it hang up) until this
 /// much is buffered.
 const READ_AHEAD: usize = head::MAX_HEAD + head::MAX_BODY;
+/// A client that hangs up while its request is at the upstream leaves the exchange this long
+/// to finish: a response that arrives whole in time keeps its upstream connection pooled
+/// (clients that all leave at once, as load generators do at the end of a run, would
+/// otherwise cost as many new upstream connections and TLS handshakes), while a long poll is
+/// still cancelled promptly.
+const HANGUP_GRACE: std::time::Duration = std::time::Duration::from_millis(250);
 /// Bound on the TLS close_notify / FIN when the fast path closes a connection.
 const SHUTDOWN_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
@@ -373,11 +379,18 @@ where
             }
         };
         // Meanwhile the client socket is read: a client that hangs up cancels the exchange
-        // (and closes its upstream socket), as dropping hyper's request future does. What it
-        // sends meanwhile (a pipelined request) stays buffered.
+        // (after `HANGUP_GRACE`), as dropping hyper's request future does. What it sends
+        // meanwhile (a pipelined request) stays buffered.
+        let mut client_gone = false;
         let result = {
             let mut exchange = std::pin::pin!(exchange);
             loop {
+                if client_gone {
+                    match tokio::time::timeout(HANGUP_GRACE, exchange.as_mut()).await {
+                        Ok(r) => break r,
+                        Err(_) => return Next::Close,
+                    }
+                }
                 if self.rbuf.len() >= READ_AHEAD {
                     break exchange.await;
                 }
@@ -388,12 +401,18 @@ where
                     biased;
                     r = exchange.as_mut() => break r,
                     read = self.io.read_buf(&mut self.rbuf) => match read {
-                        Ok(0) | Err(_) => return Next::Close,
+                        Ok(0) | Err(_) => client_gone = true,
                         Ok(_) => {}
                     },
                 }
             }
         };
+        if client_gone {
+            if let Ok(Some((conn, answer))) = result {
+                self.keep_if_whole(conn, &answer);
+            }
+            return Next::Close;
+        }
         let (conn, answer) = match result {
             Ok(Some(exchanged)) => exchanged,
             // The endpoint speaks HTTP/2: hyper takes the connection, this request included.
@@ -410,6 +429,19 @@ where
         match relayed {
             Ok(()) if !answer.down_close => Next::KeepAlive,
             _ => Next::Close,
+        }
+    }
+
+    /// Pools `conn` if its whole response is already in `ubuf` (nobody is left to send it to).
+    fn keep_if_whole(&self, conn: RawConn, answer: &Answer) {
+        let body = self.ubuf.len().checked_sub(answer.head_len);
+        let whole = match answer.framing {
+            Framing::Empty => body == Some(0),
+            Framing::Length(n) => body.is_some_and(|b| b as u64 == n),
+            Framing::Chunked | Framing::Eof => false,
+        };
+        if whole && !answer.upstream_close {
+            conn.release();
         }
     }
 
