@@ -15,8 +15,10 @@
 #
 # Method (as in the shared peer reference, /work/shared/bench-peers): the proxy is pinned to
 # PROXY_CPU (pier with PIER_WORKER_THREADS=1; nginx and HAProxy with 1 worker), wrk and the
-# origin share ORIGIN_CPU/WRK_CPU. Each scenario gets an unrecorded warm-up (c=256, WARMUP),
-# then REPS runs per concurrency. Per run: req/s, p50, p99, non-2xx and socket errors, proxy
+# origin share ORIGIN_CPU/WRK_CPU. The runs are interleaved: REPS rounds, each running every
+# scenario once (an unrecorded warm-up at c=256 for WARMUP, then one run per concurrency), so
+# that a slow minute on a shared host is spread over all proxies instead of landing on one
+# (INTERLEAVE=0: all REPS runs of a scenario back to back, as before). Per run: req/s, p50, p99, non-2xx and socket errors, proxy
 # CPU per request (utime+stime of the proxy's processes over the run / requests), proxy RSS
 # sampled half-way through the run.
 #
@@ -29,7 +31,7 @@
 #
 # Knobs (env): DURATION=10s REPS=3 CONNS="64 256" WARMUP=2s WRK_CPU=1 PROXY_CPU=0 ORIGIN_CPU=1
 #   LOAD_MAX=0.5 LOAD_WAIT=600 QUIET_PCT=10 QUIET_SECS=2 QUIET_WAIT=300 PROC_MAX=10
-#   FOREIGN_MAX=10 RETRIES=3 FORCE=0 PIER_BIN=target/release/pier RUN_DIR=target/bench-peers
+#   FOREIGN_MAX=10 RETRIES=3 FORCE=0 INTERLEAVE=1 PIER_BIN=target/release/pier RUN_DIR=target/bench-peers
 #   PORT_BASE=19000 (ports PORT_BASE+81 .. +101 and +901 on 127.0.0.1)
 # Needs: wrk nginx haproxy openssl curl taskset (installed with apt-get when missing) and a
 # release build of pier (`cargo build --release`).
@@ -51,6 +53,7 @@ PROC_MAX="${PROC_MAX:-10}"
 FOREIGN_MAX="${FOREIGN_MAX:-10}"
 RETRIES="${RETRIES:-3}"
 FORCE="${FORCE:-0}"
+INTERLEAVE="${INTERLEAVE:-1}"
 PIER_BIN="${PIER_BIN:-$ROOT/target/release/pier}"
 RUN="${RUN_DIR:-$ROOT/target/bench-peers}"
 PORT_BASE="${PORT_BASE:-19000}"
@@ -486,13 +489,13 @@ measure_one() {
   [ "$state" = ok ] || { log "  contended: $state"; return 1; }
   return 0
 }
-measure() { # scenario url "proxy pids" header
-  local sc="$1" url="$2" ppids="$3" hdr="$4" c rep try warm=(-t1 -c256 -d"$WARMUP")
+measure() { # scenario url "proxy pids" header "reps"
+  local sc="$1" url="$2" ppids="$3" hdr="$4" reps="$5" c rep try warm=(-t1 -c256 -d"$WARMUP")
   [ -n "$hdr" ] && warm+=(-H "$hdr")
   log "  warm-up c=256 $WARMUP"
   taskset -c "$WRK_CPU" wrk "${warm[@]}" "$url" >/dev/null 2>&1 || true
   for c in $CONNS; do
-    for rep in $(seq 1 "$REPS"); do
+    for rep in $reps; do
       for try in $(seq 0 "$RETRIES"); do
         if measure_one "$sc" "$c" "$rep" "$url" "$ppids" "$hdr"; then break; fi
         if [ "$try" -eq "$RETRIES" ]; then
@@ -534,22 +537,28 @@ while awk -v l="$(loadavg)" -v m="$LOAD_MAX" 'BEGIN { exit !(l > m) }'; do
 done
 
 CLOSE="Connection: close"
-for sc in $SCENARIOS; do
-  log "== $sc"
-  hdr=""; [[ "$sc" == close-* ]] && hdr="$CLOSE"
-  base="${sc#close-}"
-  url=$(proxy_url "$sc")
-  if [ "$base" = direct ]; then
-    proxy_down; origin_up "$PROXY_CPU"
-    measure "$sc" "$url" "" "$hdr"
-    continue
-  fi
-  origin_up "$ORIGIN_CPU"
-  [[ "$base" == *-mtls ]] && origin_tls_up
-  proxy_up "${base%-mtls}"
-  wait_ok "$url"
-  [[ "$base" == *-mtls ]] && check_mtls "$url"
-  measure "$sc" "$url" "$(family "$PROXY_PID" | tr '\n' ' ')" "$hdr"
+if [ "$INTERLEAVE" = 1 ]; then rounds=$(seq 1 "$REPS"); else rounds=all; fi
+for round in $rounds; do
+  reps="$round"; [ "$round" = all ] && reps=$(seq 1 "$REPS")
+  for sc in $SCENARIOS; do
+    log "== $sc (run ${reps//$'\n'/,} of $REPS)"
+    hdr=""; [[ "$sc" == close-* ]] && hdr="$CLOSE"
+    base="${sc#close-}"
+    url=$(proxy_url "$sc")
+    if [ "$base" = direct ]; then
+      proxy_down; origin_up "$PROXY_CPU"
+      measure "$sc" "$url" "" "$hdr" "$reps"
+      continue
+    fi
+    origin_up "$ORIGIN_CPU"
+    [[ "$base" == *-mtls ]] && origin_tls_up
+    # A fresh proxy process per scenario and round: every proxy starts each run equally cold.
+    proxy_down
+    proxy_up "${base%-mtls}"
+    wait_ok "$url"
+    [[ "$base" == *-mtls ]] && check_mtls "$url"
+    measure "$sc" "$url" "$(family "$PROXY_PID" | tr '\n' ' ')" "$hdr" "$reps"
+  done
 done
 proxy_down
 

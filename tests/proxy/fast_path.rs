@@ -255,7 +255,7 @@ enum Act {
 
 /// A raw HTTP/1.1 backend that plays `acts` in order across all its connections; returns
 /// its address and the log of (connection number, request line).
-async fn scripted(acts: Vec<Act>) -> (SocketAddr, Arc<Mutex<Vec<(usize, String)>>>) {
+async fn scripted(acts: Vec<Act>) -> (SocketAddr, Log) {
     let listener = TcpListener::bind(local(0)).await.unwrap();
     let addr = listener.local_addr().unwrap();
     let acts = Arc::new(Mutex::new(VecDeque::from(acts)));
@@ -315,6 +315,17 @@ async fn scripted(acts: Vec<Act>) -> (SocketAddr, Arc<Mutex<Vec<(usize, String)>
 }
 
 const OK: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+
+type Log = Arc<Mutex<Vec<(usize, String)>>>;
+
+/// Waits (within `BOUND`) until the scripted backend's log satisfies `done`.
+async fn until_logged(log: &Log, done: impl Fn(&[(usize, String)]) -> bool) {
+    crate::support::web::eventually(BOUND, || {
+        let ok = done(&log.lock().unwrap());
+        async move { ok }
+    })
+    .await;
+}
 
 #[tokio::test]
 async fn chunked_and_close_delimited_responses_are_relayed() {
@@ -450,17 +461,9 @@ async fn a_client_that_hangs_up_cancels_the_upstream_exchange() {
     let h = Harness::start(simple(p, &backend("s", &[addr]))).await;
     let mut c = bounded(Client::connect(p)).await;
     c.write(&get_req("/long-poll")).await;
-    crate::support::web::eventually(BOUND, || {
-        let log = log.clone();
-        async move { !log.lock().unwrap().is_empty() }
-    })
-    .await;
+    until_logged(&log, |l| !l.is_empty()).await;
     drop(c);
-    crate::support::web::eventually(BOUND, || {
-        let log = log.clone();
-        async move { log.lock().unwrap().contains(&(1, "closed".to_string())) }
-    })
-    .await;
+    until_logged(&log, |l| l.contains(&(1, "closed".to_string()))).await;
     let m = h.metrics_text();
     assert!(m.contains("pier_proxy_upstream_idle_connections 0"), "{m}");
     bounded(h.proxy.shutdown(BOUND)).await;
@@ -473,11 +476,7 @@ async fn a_response_that_arrives_after_the_client_left_keeps_its_upstream_connec
     let h = Harness::start(simple(p, &backend("s", &[addr]))).await;
     let mut c = bounded(Client::connect(p)).await;
     c.write(&get_req("/left")).await;
-    crate::support::web::eventually(BOUND, || {
-        let log = log.clone();
-        async move { !log.lock().unwrap().is_empty() }
-    })
-    .await;
+    until_logged(&log, |l| !l.is_empty()).await;
     drop(c);
     crate::support::web::eventually(BOUND, || async {
         h.metrics_text()

@@ -47,7 +47,7 @@ pub use raw::{Raw, RawConn, Stream};
 use super::body::ProxyBody;
 use super::error::ProxyError;
 use super::{ProxyConfig, ProxyMetrics};
-use crate::model::{AppProtocol, Backend, BackendTls, EndpointStats, Snapshot};
+use crate::model::{AppProtocol, Backend, BackendTls, EndpointStats, Snapshot, UpstreamTls};
 use connect::{Conn, Connector, Dial, Failed};
 use pool::{Entry, H1Sender, H2Sender, Mode, Pool, ShortKey};
 
@@ -171,6 +171,19 @@ impl Upstream {
         self.inner.wake.notify_one();
     }
 
+    /// The backend's TLS settings; `BackendTls::Unavailable` fails closed (counted, nothing
+    /// opened, never plaintext).
+    fn tls_for<'b>(&self, backend: &'b Backend) -> Result<Option<&'b UpstreamTls>, ProxyError> {
+        match &backend.tls {
+            BackendTls::Plain => Ok(None),
+            BackendTls::Tls(u) => Ok(Some(&**u)),
+            BackendTls::Unavailable(reason) => {
+                self.inner.metrics.tls_unavailable(&backend.id, *reason);
+                Err(ProxyError::TlsUnavailable(*reason))
+            }
+        }
+    }
+
     /// Sends `req` (origin-form URI, `Host` as the client sent it or as rewritten) and waits
     /// for the response head.
     pub async fn send(
@@ -179,14 +192,7 @@ impl Upstream {
         req: Request<ProxyBody>,
     ) -> Result<Response<UpstreamBody>, ProxyError> {
         let backend = target.backend;
-        let tls = match &backend.tls {
-            BackendTls::Plain => None,
-            BackendTls::Tls(u) => Some(&**u),
-            BackendTls::Unavailable(reason) => {
-                self.inner.metrics.tls_unavailable(&backend.id, *reason);
-                return Err(ProxyError::TlsUnavailable(*reason));
-            }
-        };
+        let tls = self.tls_for(backend)?;
         let protocol = if target.upgrade {
             AppProtocol::WebSocket
         } else {

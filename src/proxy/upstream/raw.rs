@@ -24,7 +24,6 @@ use super::super::metrics::{ConnectionGuard, Transport, UpstreamProtocol};
 use super::connect::{Conn, Dial, offers_h2};
 use super::pool::{Entry, Mode, ShortKey};
 use super::{Target, Upstream};
-use crate::model::BackendTls;
 use crate::proxy::error::ProxyError;
 
 /// An upstream socket.
@@ -63,14 +62,7 @@ impl Upstream {
     /// [`Upstream::send`]: `BackendTls::Unavailable` opens nothing.
     pub async fn raw(&self, target: Target<'_>) -> Result<Raw, ProxyError> {
         let backend = target.backend;
-        let tls = match &backend.tls {
-            BackendTls::Plain => None,
-            BackendTls::Tls(u) => Some(&**u),
-            BackendTls::Unavailable(reason) => {
-                self.inner.metrics.tls_unavailable(&backend.id, *reason);
-                return Err(ProxyError::TlsUnavailable(*reason));
-            }
-        };
+        let tls = self.tls_for(backend)?;
         let key = ShortKey {
             addr: target.addr,
             trust_key: tls.map(|u| u.trust_key),
