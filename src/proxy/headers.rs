@@ -43,7 +43,7 @@ const AT_TE: usize = 3;
 const AT_UPGRADE: usize = 6;
 
 /// The headers that are always hop-by-hop (besides those `Connection` names).
-const HOP_BY_HOP: [HeaderName; HOP_COUNT] = [
+pub(super) const HOP_BY_HOP: [HeaderName; HOP_COUNT] = [
     header::CONNECTION,
     KEEP_ALIVE,
     PROXY_CONNECTION,

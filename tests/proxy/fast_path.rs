@@ -142,6 +142,14 @@ impl Client {
     }
 }
 
+/// A proxy routing every request to the backend at `addr`, and a client connection to it.
+async fn proxy_to(addr: SocketAddr) -> (Harness, Client) {
+    let p = free_port();
+    let h = Harness::start(simple(p, &backend("b", &[addr]))).await;
+    let c = bounded(Client::connect(p)).await;
+    (h, c)
+}
+
 fn get_req(path: &str) -> Vec<u8> {
     format!("GET {path} HTTP/1.1\r\nHost: app.example\r\n\r\n").into_bytes()
 }
@@ -149,9 +157,7 @@ fn get_req(path: &str) -> Vec<u8> {
 #[tokio::test]
 async fn one_client_connection_carries_keep_alive_and_pipelined_requests() {
     let a = echo("a").await;
-    let p = free_port();
-    let h = Harness::start(simple(p, &backend("a", &[a.addr]))).await;
-    let mut c = bounded(Client::connect(p)).await;
+    let (h, mut c) = proxy_to(a.addr).await;
     c.write(&get_req("/first")).await;
     let first = bounded(c.response(false)).await;
     assert_eq!(first.status, 200);
@@ -178,9 +184,7 @@ async fn one_client_connection_carries_keep_alive_and_pipelined_requests() {
 #[tokio::test]
 async fn a_connection_hands_over_to_hyper_with_what_it_has_read() {
     let a = echo("a").await;
-    let p = free_port();
-    let h = Harness::start(simple(p, &backend("a", &[a.addr]))).await;
-    let mut c = bounded(Client::connect(p)).await;
+    let (h, mut c) = proxy_to(a.addr).await;
     c.write(&get_req("/one")).await;
     assert_eq!(bounded(c.response(false)).await.echo().path, "/one");
     // A chunked request body is hyper's: the connection moves over, this request included,
@@ -204,9 +208,7 @@ async fn a_connection_hands_over_to_hyper_with_what_it_has_read() {
 #[tokio::test]
 async fn head_responses_carry_no_body_and_close_is_honoured() {
     let a = echo("a").await;
-    let p = free_port();
-    let h = Harness::start(simple(p, &backend("a", &[a.addr]))).await;
-    let mut c = bounded(Client::connect(p)).await;
+    let (h, mut c) = proxy_to(a.addr).await;
     c.write(b"HEAD /h HTTP/1.1\r\nHost: app.example\r\n\r\n")
         .await;
     let head = bounded(c.response(true)).await;
@@ -223,9 +225,7 @@ async fn head_responses_carry_no_body_and_close_is_honoured() {
 
 #[tokio::test]
 async fn pier_answers_errors_itself_and_keeps_the_connection() {
-    let p = free_port();
-    let h = Harness::start(simple(p, &backend("gone", &[refused_addr()]))).await;
-    let mut c = bounded(Client::connect(p)).await;
+    let (h, mut c) = proxy_to(refused_addr()).await;
     for _ in 0..2 {
         c.write(&get_req("/")).await;
         let resp = bounded(c.response(false)).await;
@@ -339,9 +339,7 @@ async fn chunked_and_close_delimited_responses_are_relayed() {
         Act::Answer(vec![OK]),
     ])
     .await;
-    let p = free_port();
-    let h = Harness::start(simple(p, &backend("s", &[addr]))).await;
-    let mut c = bounded(Client::connect(p)).await;
+    let (h, mut c) = proxy_to(addr).await;
     c.write(&get_req("/chunked")).await;
     let chunked = bounded(c.response(false)).await;
     assert_eq!(chunked.header("transfer-encoding"), Some("chunked"));
@@ -381,9 +379,7 @@ async fn a_pooled_connection_the_backend_drops_is_retried_for_get_only() {
         Act::Drop,
     ])
     .await;
-    let p = free_port();
-    let h = Harness::start(simple(p, &backend("s", &[addr]))).await;
-    let mut c = bounded(Client::connect(p)).await;
+    let (h, mut c) = proxy_to(addr).await;
     for path in ["/1", "/2"] {
         c.write(&get_req(path)).await;
         assert_eq!(bounded(c.response(false)).await.status, 200, "{path}");
@@ -457,9 +453,7 @@ async fn framing_headers_are_pier_own_whatever_connection_names() {
 #[tokio::test]
 async fn a_client_that_hangs_up_cancels_the_upstream_exchange() {
     let (addr, log) = scripted(vec![Act::Hold]).await;
-    let p = free_port();
-    let h = Harness::start(simple(p, &backend("s", &[addr]))).await;
-    let mut c = bounded(Client::connect(p)).await;
+    let (h, mut c) = proxy_to(addr).await;
     c.write(&get_req("/long-poll")).await;
     until_logged(&log, |l| !l.is_empty()).await;
     drop(c);
@@ -473,7 +467,7 @@ async fn a_client_that_hangs_up_cancels_the_upstream_exchange() {
 async fn a_response_that_arrives_after_the_client_left_keeps_its_upstream_connection() {
     let (addr, log) = scripted(vec![Act::Late(50, OK), Act::Answer(vec![OK])]).await;
     let p = free_port();
-    let h = Harness::start(simple(p, &backend("s", &[addr]))).await;
+    let h = Harness::start(simple(p, &backend("b", &[addr]))).await;
     let mut c = bounded(Client::connect(p)).await;
     c.write(&get_req("/left")).await;
     until_logged(&log, |l| !l.is_empty()).await;

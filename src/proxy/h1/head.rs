@@ -11,6 +11,8 @@
 //! the connection goes to hyper with the bytes replayed.
 
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
+
+use super::super::headers::{HOP_BY_HOP, X_FORWARDED_FOR, X_FORWARDED_HOST, X_FORWARDED_PROTO};
 use httparse::Header;
 
 /// Most header lines a head may have (hyper's default too).
@@ -20,17 +22,6 @@ pub const MAX_HEAD: usize = 64 * 1024;
 /// Largest request body buffered here before forwarding (like nginx's request buffering);
 /// a larger one streams through hyper.
 pub const MAX_BODY: usize = 64 * 1024;
-
-/// The headers the hyper path treats as hop-by-hop, besides those `Connection` names.
-const HOP_BY_HOP: [&str; 7] = [
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-];
 
 /// A request head the fast path can forward, borrowed from the read buffer.
 #[derive(Debug)]
@@ -94,8 +85,7 @@ pub fn parse_request<'b>(
     let headers: &'b [Header<'b>] = req.headers;
     let mut host = None;
     let mut body_len: Option<usize> = None;
-    let mut close = false;
-    let mut connection_names = false;
+    let mut connection = ConnectionTokens::default();
     for h in headers {
         let name = h.name;
         if name.eq_ignore_ascii_case("host") {
@@ -115,15 +105,7 @@ pub fn parse_request<'b>(
             }
             body_len = Some(n);
         } else if name.eq_ignore_ascii_case("connection") {
-            for token in tokens(h.value) {
-                if token.eq_ignore_ascii_case(b"close") {
-                    close = true;
-                } else if token.eq_ignore_ascii_case(b"upgrade") {
-                    return Parsed::Fallback;
-                } else if !token.eq_ignore_ascii_case(b"keep-alive") {
-                    connection_names = true;
-                }
-            }
+            connection.read(h.value);
         } else if name.eq_ignore_ascii_case("transfer-encoding")
             || name.eq_ignore_ascii_case("upgrade")
             || name.eq_ignore_ascii_case("expect")
@@ -134,6 +116,9 @@ pub fn parse_request<'b>(
     let Some(host) = host else {
         return Parsed::Fallback;
     };
+    if connection.upgrade {
+        return Parsed::Fallback;
+    }
     let has_length = body_len.is_some();
     let body_len = body_len.unwrap_or(0);
     if body_len > MAX_BODY {
@@ -157,9 +142,32 @@ pub fn parse_request<'b>(
         head_len,
         body_len,
         has_length,
-        close,
-        connection_names,
+        close: connection.close,
+        connection_names: connection.names,
     })
+}
+
+/// What the `Connection` header lines of a head say.
+#[derive(Debug, Default)]
+struct ConnectionTokens {
+    close: bool,
+    upgrade: bool,
+    /// Tokens besides `close`, `keep-alive` and `upgrade`: header names not to forward.
+    names: bool,
+}
+
+impl ConnectionTokens {
+    fn read(&mut self, value: &[u8]) {
+        for token in tokens(value) {
+            if token.eq_ignore_ascii_case(b"close") {
+                self.close = true;
+            } else if token.eq_ignore_ascii_case(b"upgrade") {
+                self.upgrade = true;
+            } else if !token.eq_ignore_ascii_case(b"keep-alive") {
+                self.names = true;
+            }
+        }
+    }
 }
 
 /// Bytes the `http` crate accepts in a path and query without question: visible ASCII less
@@ -189,7 +197,9 @@ fn tokens(v: &[u8]) -> impl DoubleEndedIterator<Item = &[u8]> {
 
 /// Not forwarded: hop-by-hop, or named by `Connection` (checked only when it names any).
 fn is_hop(name: &str, headers: &[Header<'_>], connection_names: bool) -> bool {
-    HOP_BY_HOP.iter().any(|h| name.eq_ignore_ascii_case(h))
+    HOP_BY_HOP
+        .iter()
+        .any(|h| name.eq_ignore_ascii_case(h.as_str()))
         || (connection_names
             && headers
                 .iter()
@@ -225,21 +235,22 @@ pub fn write_request(head: &RequestHead<'_>, fwd: &Forwarding<'_>, out: &mut Vec
         let name = h.name;
         if is_hop(name, head.headers, head.connection_names)
             || name.eq_ignore_ascii_case("host")
-            || name.eq_ignore_ascii_case("x-forwarded-for")
-            || name.eq_ignore_ascii_case("x-forwarded-proto")
-            || name.eq_ignore_ascii_case("x-forwarded-host")
+            || [&X_FORWARDED_FOR, &X_FORWARDED_PROTO, &X_FORWARDED_HOST]
+                .iter()
+                .any(|x| name.eq_ignore_ascii_case(x.as_str()))
             || name.eq_ignore_ascii_case("content-length")
         {
-            xff_seen |= name.eq_ignore_ascii_case("x-forwarded-for");
+            xff_seen |= name.eq_ignore_ascii_case(X_FORWARDED_FOR.as_str());
             continue;
         }
         line(out, name.as_bytes(), h.value);
     }
     line(out, b"host", fwd.host);
-    out.extend_from_slice(b"x-forwarded-for: ");
+    out.extend_from_slice(X_FORWARDED_FOR.as_str().as_bytes());
+    out.extend_from_slice(b": ");
     if xff_seen {
         for h in head.headers {
-            if h.name.eq_ignore_ascii_case("x-forwarded-for") {
+            if h.name.eq_ignore_ascii_case(X_FORWARDED_FOR.as_str()) {
                 out.extend_from_slice(h.value);
                 out.extend_from_slice(b", ");
             }
@@ -247,8 +258,12 @@ pub fn write_request(head: &RequestHead<'_>, fwd: &Forwarding<'_>, out: &mut Vec
     }
     out.extend_from_slice(fwd.forwarded_for);
     out.extend_from_slice(b"\r\n");
-    line(out, b"x-forwarded-proto", fwd.scheme.as_bytes());
-    line(out, b"x-forwarded-host", fwd.client_host);
+    line(
+        out,
+        X_FORWARDED_PROTO.as_str().as_bytes(),
+        fwd.scheme.as_bytes(),
+    );
+    line(out, X_FORWARDED_HOST.as_str().as_bytes(), fwd.client_host);
     request_length(head, out);
     out.extend_from_slice(b"\r\n");
 }
@@ -372,9 +387,7 @@ pub fn parse_response<'b>(
         return Ok(Response::Informational(head_len));
     }
     let headers: &'b [Header<'b>] = resp.headers;
-    // HTTP/1.0 closes unless it says keep-alive; keep it simple and never reuse it.
-    let mut close = resp.version != Some(1);
-    let mut connection_names = false;
+    let mut connection = ConnectionTokens::default();
     let mut length: Option<u64> = None;
     let mut chunked = None;
     let mut has_date = false;
@@ -391,13 +404,7 @@ pub fn parse_response<'b>(
             let last = tokens(h.value).next_back();
             chunked = Some(last.is_some_and(|t| t.eq_ignore_ascii_case(b"chunked")));
         } else if name.eq_ignore_ascii_case("connection") {
-            for token in tokens(h.value) {
-                if token.eq_ignore_ascii_case(b"close") {
-                    close = true;
-                } else if !token.eq_ignore_ascii_case(b"keep-alive") {
-                    connection_names = true;
-                }
-            }
+            connection.read(h.value);
         } else if name.eq_ignore_ascii_case("date") {
             has_date = true;
         }
@@ -412,16 +419,19 @@ pub fn parse_response<'b>(
         (false, None, None) => Framing::Eof,
     };
     // Both framings at once (RFC 9112 §6.3): chunked wins, and the connection is not reused.
-    if framing == Framing::Eof || (chunked.is_some() && length.is_some()) {
-        close = true;
-    }
+    // HTTP/1.0 closes unless it says keep-alive; keep it simple and never reuse it.
+    let close = connection.close
+        || resp.version != Some(1)
+        || framing == Framing::Eof
+        || (chunked.is_some() && length.is_some());
     Ok(Response::Final(ResponseHead {
         status,
         headers,
         head_len,
         framing,
         close,
-        connection_names,
+        // `upgrade` in a response's Connection is one more name to drop.
+        connection_names: connection.names || connection.upgrade,
         has_date,
     }))
 }

@@ -131,6 +131,9 @@ struct Forward<'s> {
     weighted: &'s WeightedBackend,
     backend: &'s Backend,
     idempotent: bool,
+    head_request: bool,
+    /// The client asked to close after this response.
+    client_close: bool,
 }
 
 /// The response head as read from the upstream (the downstream head is already in `wbuf`).
@@ -297,11 +300,11 @@ where
             .unwrap_or_default();
         let headers = parts.headers;
         let close = common.close || self.flags.draining.load(Ordering::Relaxed);
-        let date = http_date();
+        let date = (!headers.contains_key(DATE)).then(http_date);
         let tail = Tail {
             framing: Framing::Length(body.len() as u64),
             close,
-            date: (!headers.contains_key(DATE)).then_some(&date[..]),
+            date: date.as_ref().map(|d| &d[..]),
         };
         self.wbuf.clear();
         head::write_response_map(parts.status, &headers, tail, &mut self.wbuf);
@@ -345,15 +348,12 @@ where
             endpoint.stats.clone(),
             shared.metrics.in_flight_of(snapshot, &backend.id),
         );
-        let down_close = common.close;
         let exchange = exchange(
             shared,
             &mut self.ubuf,
             &mut self.wbuf,
             target,
             &fwd,
-            common.head_request,
-            down_close,
             self.flags,
         );
         // `timeouts.request` runs from the request's arrival, `backendRequest` from now; both
@@ -559,15 +559,12 @@ where
         started: Instant,
     ) {
         let elapsed = started.elapsed();
-        let reached = Seen {
-            reached: common.seen.reached,
-            upstream: common.seen.upstream,
-        };
+        let seen = &common.seen;
         self.shared
             .metrics
-            .request_done(snapshot, reached.reached, status, elapsed.as_secs_f64());
+            .request_done(snapshot, seen.reached, status, elapsed.as_secs_f64());
         if let Some(log) = &common.log {
-            log.log(self.info.peer, &reached, status, elapsed);
+            log.log(self.info.peer, seen, status, elapsed);
         }
     }
 }
@@ -658,15 +655,15 @@ fn plan<'s>(
         req.method,
         Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
     );
-    Plan::Forward(
-        common,
-        Forward {
-            rule,
-            weighted,
-            backend,
-            idempotent,
-        },
-    )
+    let fwd = Forward {
+        rule,
+        weighted,
+        backend,
+        idempotent,
+        head_request: common.head_request,
+        client_close: common.close,
+    };
+    Plan::Forward(common, fwd)
 }
 
 enum Prepare {
@@ -733,15 +730,12 @@ fn upstream_head(
 /// downstream head into `wbuf`. `Ok(None)`: the endpoint speaks HTTP/2 (hyper's job). A
 /// reused connection that fails before any response byte is retried once on a new one for
 /// idempotent requests (the backend closed it while it was idle).
-#[allow(clippy::too_many_arguments)]
 async fn exchange(
     shared: &Shared,
     ubuf: &mut BytesMut,
     wbuf: &mut Vec<u8>,
     target: Target<'_>,
     fwd: &Forward<'_>,
-    head_request: bool,
-    down_close: bool,
     flags: &Flags,
 ) -> Result<Option<(RawConn, Answer)>, ProxyError> {
     let mut retried = false;
@@ -759,7 +753,7 @@ async fn exchange(
         ubuf.clear();
         let sent = send(conn.io(), wbuf).await;
         let answer = match sent {
-            Ok(()) => read_head(conn.io(), ubuf, wbuf, fwd, head_request, down_close, flags).await,
+            Ok(()) => read_head(conn.io(), ubuf, wbuf, fwd, flags).await,
             Err(e) => Err(ReadError::Io(e)),
         };
         let answer = match answer {
@@ -789,23 +783,19 @@ enum ReadError {
 
 /// Reads until `ubuf` holds a final response head (informational ones are dropped), and
 /// writes the downstream head for it into `wbuf` (which held the request until then).
-#[allow(clippy::too_many_arguments)]
 async fn read_head(
     up: &mut Stream,
     ubuf: &mut BytesMut,
     wbuf: &mut Vec<u8>,
     fwd: &Forward<'_>,
-    head_request: bool,
-    down_close: bool,
     flags: &Flags,
 ) -> Result<Answer, ReadError> {
     loop {
         if !ubuf.is_empty() {
             let mut storage = [httparse::EMPTY_HEADER; MAX_HEADERS];
-            match head::parse_response(ubuf, &mut storage, head_request) {
+            match head::parse_response(ubuf, &mut storage, fwd.head_request) {
                 Ok(head::Response::Final(head)) => {
-                    return downstream_head(&head, wbuf, fwd, down_close, flags)
-                        .map_err(ReadError::Bad);
+                    return downstream_head(&head, wbuf, fwd, flags).map_err(ReadError::Bad);
                 }
                 Ok(head::Response::Informational(len)) => {
                     ubuf.advance(len);
@@ -831,18 +821,17 @@ fn downstream_head(
     head: &head::ResponseHead<'_>,
     wbuf: &mut Vec<u8>,
     fwd: &Forward<'_>,
-    down_close: bool,
     flags: &Flags,
 ) -> Result<Answer, head::BadResponse> {
-    let down_close = down_close || flags.draining.load(Ordering::Relaxed);
-    let date = http_date();
+    let down_close = fwd.client_close || flags.draining.load(Ordering::Relaxed);
     wbuf.clear();
     let mut modifiers = service::response_modifiers(fwd.rule, fwd.weighted).peekable();
     if modifiers.peek().is_none() {
+        let date = (!head.has_date).then(http_date);
         let tail = Tail {
             framing: head.framing,
             close: down_close,
-            date: (!head.has_date).then_some(&date[..]),
+            date: date.as_ref().map(|d| &d[..]),
         };
         head::write_response(head, tail, wbuf);
     } else {
@@ -850,10 +839,11 @@ fn downstream_head(
             return Err(head::BadResponse("invalid header line"));
         };
         service::response_head(&mut map, fwd.rule, fwd.weighted, false);
+        let date = (!map.contains_key(DATE)).then(http_date);
         let tail = Tail {
             framing: head.framing,
             close: down_close,
-            date: (!map.contains_key(DATE)).then_some(&date[..]),
+            date: date.as_ref().map(|d| &d[..]),
         };
         head::write_response_map(head.status, &map, tail, wbuf);
     }

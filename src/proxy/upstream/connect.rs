@@ -106,11 +106,11 @@ impl Connector {
         let deadline = Instant::now() + self.connect_timeout;
         let tcp = tcp(dial.addr, deadline).await?;
         match dial.tls {
-            None => Ok((Stream::Tcp(tcp), dial.protocol == AppProtocol::H2c)),
+            None => Ok((Stream::Left(tcp), dial.protocol == AppProtocol::H2c)),
             Some(tls) => {
                 let stream = self.tls(dial, tls, tcp, deadline).await?;
                 let h2 = stream.get_ref().1.alpn_protocol() == Some(ALPN_H2);
-                Ok((Stream::Tls(Box::new(stream)), h2))
+                Ok((Stream::Right(Box::new(stream)), h2))
             }
         }
     }

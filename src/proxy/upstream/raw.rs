@@ -10,15 +10,15 @@
 //! RawConn::release ──> back to the entry (unless retired, or the response said close)
 //! ```
 
-use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
+use tokio_util::either::Either;
 
 use super::super::metrics::{ConnectionGuard, Transport, UpstreamProtocol};
 use super::connect::{Conn, Dial, offers_h2};
@@ -26,11 +26,8 @@ use super::pool::{Entry, Mode, ShortKey};
 use super::{Target, Upstream};
 use crate::proxy::error::ProxyError;
 
-/// An upstream socket.
-pub enum Stream {
-    Tcp(TcpStream),
-    Tls(Box<TlsStream<TcpStream>>),
-}
+/// An upstream socket: TCP, or rustls over TCP.
+pub type Stream = Either<TcpStream, Box<TlsStream<TcpStream>>>;
 
 /// What [`Upstream::raw`] found for a target.
 pub enum Raw {
@@ -163,83 +160,17 @@ impl IdleRaw {
     /// (A backend that closes just as a request goes out is covered by the one retry of
     /// idempotent requests in `h1::exchange`.)
     pub fn usable(&mut self) -> bool {
-        self.io.would_block()
+        would_block(&mut self.io)
     }
 }
 
 // === impl Stream ===
 
-impl Stream {
-    /// One non-blocking read: `true` when it would block. A TLS stream processes what is
-    /// buffered (a session ticket, an alert) on the way.
-    fn would_block(&mut self) -> bool {
-        let mut cx = Context::from_waker(futures::task::noop_waker_ref());
-        let mut byte = [0u8; 1];
-        let mut buf = ReadBuf::new(&mut byte);
-        matches!(Pin::new(self).poll_read(&mut cx, &mut buf), Poll::Pending)
-    }
-}
-
-impl From<TcpStream> for Stream {
-    fn from(tcp: TcpStream) -> Self {
-        Self::Tcp(tcp)
-    }
-}
-
-impl AsyncRead for Stream {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Self::Tcp(s) => Pin::new(s).poll_read(cx, buf),
-            Self::Tls(s) => Pin::new(&mut **s).poll_read(cx, buf),
-        }
-    }
-}
-
-impl AsyncWrite for Stream {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Self::Tcp(s) => Pin::new(s).poll_write(cx, buf),
-            Self::Tls(s) => Pin::new(&mut **s).poll_write(cx, buf),
-        }
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Self::Tcp(s) => Pin::new(s).poll_write_vectored(cx, bufs),
-            Self::Tls(s) => Pin::new(&mut **s).poll_write_vectored(cx, bufs),
-        }
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        match self {
-            Self::Tcp(s) => s.is_write_vectored(),
-            Self::Tls(s) => s.is_write_vectored(),
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Self::Tcp(s) => Pin::new(s).poll_flush(cx),
-            Self::Tls(s) => Pin::new(&mut **s).poll_flush(cx),
-        }
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Self::Tcp(s) => Pin::new(s).poll_shutdown(cx),
-            Self::Tls(s) => Pin::new(&mut **s).poll_shutdown(cx),
-        }
-    }
+/// One non-blocking read: `true` when it would block. A TLS stream processes what is buffered
+/// (a session ticket, an alert) on the way.
+fn would_block(io: &mut Stream) -> bool {
+    let mut cx = Context::from_waker(futures::task::noop_waker_ref());
+    let mut byte = [0u8; 1];
+    let mut buf = ReadBuf::new(&mut byte);
+    matches!(Pin::new(io).poll_read(&mut cx, &mut buf), Poll::Pending)
 }
