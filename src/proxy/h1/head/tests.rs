@@ -171,6 +171,14 @@ fn response_framing_follows_rfc_9112() {
         .1,
         Framing::Chunked
     );
+    // Both framings: chunked wins and the connection is not reused (RFC 9112 §6.3).
+    assert!(
+        ok(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 9\r\n\r\n",
+            false
+        )
+        .2
+    );
     assert_eq!(
         ok(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n", false),
         (StatusCode::OK, Framing::Eof, true)
