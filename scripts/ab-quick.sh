@@ -19,8 +19,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 RUN="$ROOT/target/bench-peers"
 name=$1; url=$2; shift 2
 [ -f "$RUN/origin/nginx.conf" ] || { echo "run scripts/bench-peers.sh once first" >&2; exit 2; }
-pgrep -f "$RUN/origin/nginx.conf" >/dev/null || { taskset -c 1 nginx -p "$RUN/origin/" -c "$RUN/origin/nginx.conf" -e stderr 2>/dev/null & sleep 0.5; }
-pgrep -f "$RUN/origin-tls/nginx.conf" >/dev/null || { taskset -c 1 nginx -p "$RUN/origin-tls/" -c "$RUN/origin-tls/nginx.conf" -e stderr 2>/dev/null & sleep 0.5; }
+pgrep -f "$RUN/origin/nginx.conf" >/dev/null || { taskset -c 1 nginx -p "$RUN/origin/" -c "$RUN/origin/nginx.conf" -e stderr >/dev/null 2>&1 & sleep 0.5; }
+pgrep -f "$RUN/origin-tls/nginx.conf" >/dev/null || { taskset -c 1 nginx -p "$RUN/origin-tls/" -c "$RUN/origin-tls/nginx.conf" -e stderr >/dev/null 2>&1 & sleep 0.5; }
 taskset -c 0 "$@" >"$RUN/ab-quick-$name.log" 2>&1 &
 pid=$!
 trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null || true' EXIT

@@ -2,7 +2,7 @@
 # pier against nginx and HAProxy as 1-core HTTP/1.1 reverse proxies: wrk -> proxy -> origin,
 # everything on 127.0.0.1, plain and mTLS upstream, pooled upstream connections.
 #
-#   scripts/bench-peers.sh                    # every scenario (about 15 minutes on a quiet box)
+#   scripts/bench-peers.sh                    # every scenario (about 30 minutes on a quiet box)
 #   scripts/bench-peers.sh pier nginx         # only these scenarios
 #   scripts/bench-peers.sh --summary DIR/raw.tsv   # the table again from a saved run
 #
@@ -16,7 +16,7 @@
 # Method (as in the shared peer reference, /work/shared/bench-peers): the proxy is pinned to
 # PROXY_CPU (pier with PIER_WORKER_THREADS=1; nginx and HAProxy with 1 worker), wrk and the
 # origin share ORIGIN_CPU/WRK_CPU. The runs are interleaved: REPS rounds, each running every
-# scenario once (an unrecorded warm-up at c=256 for WARMUP, then one run per concurrency), so
+# scenario once (even rounds in reverse order) (an unrecorded warm-up at c=256 for WARMUP, then one run per concurrency), so
 # that a slow minute on a shared host is spread over all proxies instead of landing on one
 # (INTERLEAVE=0: all REPS runs of a scenario back to back, as before). Per run: req/s, p50, p99, non-2xx and socket errors, proxy
 # CPU per request (utime+stime of the proxy's processes over the run / requests), proxy RSS
@@ -29,7 +29,7 @@
 # run contended: it is retried up to RETRIES times, then the script exits 3 without a table.
 # FORCE=1 measures anyway and marks the table "not valid: machine busy".
 #
-# Knobs (env): DURATION=10s REPS=3 CONNS="64 256" WARMUP=2s WRK_CPU=1 PROXY_CPU=0 ORIGIN_CPU=1
+# Knobs (env): DURATION=10s REPS=5 CONNS="64 256" WARMUP=2s WRK_CPU=1 PROXY_CPU=0 ORIGIN_CPU=1
 #   LOAD_MAX=0.5 LOAD_WAIT=600 QUIET_PCT=10 QUIET_SECS=2 QUIET_WAIT=300 PROC_MAX=10
 #   FOREIGN_MAX=10 RETRIES=3 FORCE=0 INTERLEAVE=1 PIER_BIN=target/release/pier RUN_DIR=target/bench-peers
 #   PORT_BASE=19000 (ports PORT_BASE+81 .. +101 and +901 on 127.0.0.1)
@@ -38,7 +38,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DURATION="${DURATION:-10s}"
-REPS="${REPS:-3}"
+REPS="${REPS:-5}"
 CONNS="${CONNS:-64 256}"
 WARMUP="${WARMUP:-2s}"
 WRK_CPU="${WRK_CPU:-1}"
@@ -72,6 +72,10 @@ SNI=echo.demo.svc.cluster.local
 ALL="direct nginx haproxy pier nginx-mtls haproxy-mtls pier-mtls close-direct close-nginx close-haproxy close-pier close-nginx-mtls close-pier-mtls"
 
 # ---------- the table: median of the reps [min-max], ratios to nginx and to direct ----------
+# "vs nginx" columns: the ratio of the two medians, then the paired ratio: per round, this
+# proxy's run against nginx's run of the same round (minutes apart at most, and rounds alternate
+# the scenario order), median [min-max] over the rounds. On a host whose speed drifts by tens of
+# percent over minutes, the paired ratio is the steadier of the two.
 summarize() { # raw.tsv [busy-note]
   awk -F'\t' -v note="${2:-}" '
     function sortn(s, a,   n, i, j, t) { n = split(s, a, " "); for (i = 2; i <= n; i++) { t = a[i] + 0
@@ -80,26 +84,46 @@ summarize() { # raw.tsv [busy-note]
     function ms(v) { return v >= 1000 ? sprintf("%.2f ms", v / 1000) : sprintf("%.0f µs", v) }
     function peer(sc, who,   p) { p = sc; sub(/(nginx|haproxy|pier)/, who, p); return p }
     function base(sc) { return sc ~ /^close-/ ? "close-direct" : "direct" }
+    # ratio column: medians ratio, then the paired per-round ratios median [min-max]
+    function vs(k, ng, arr, mine, theirs,   r, s, n, x, m) {
+      if (!(ng in theirs) || theirs[ng] <= 0) return "-"
+      s = ""; n = split(reps[k], r, " ")
+      for (x = 1; x <= n; x++) if ((ng SUBSEP r[x]) in arr && arr[ng SUBSEP r[x]] > 0)
+        s = s " " sprintf("%.4f", arr[k SUBSEP r[x]] / arr[ng SUBSEP r[x]])
+      if (s == "") return sprintf("%.2f", mine / theirs[ng])
+      m = med(s); return sprintf("%.2f · %.2f [%.2f–%.2f]", mine / theirs[ng], m, lo, hi)
+    }
     FNR == 1 { next }
     { k = $1 SUBSEP $2; if (!(k in seen)) { seen[k] = 1; order[++n] = k }
       rps[k] = rps[k] " " $4; p50[k] = p50[k] " " $5; p99[k] = p99[k] " " $6
+      R[k SUBSEP $3] = $4; Q[k SUBSEP $3] = $6; reps[k] = reps[k] " " $3
       errs[k] = errs[k] (errs[k] == "" ? "" : " ") $8 "/" $7
       if ($9 != "-" && $9 + 0 > rss[k] + 0) rss[k] = $9
       pc[k] = pc[k] " " $10; if ($12 != "ok") busy = 1 }
     END {
-      for (i = 1; i <= n; i++) { k = order[i]; m[k] = med(rps[k]) }
+      for (i = 1; i <= n; i++) { k = order[i]; m[k] = med(rps[k]); mq[k] = med(p99[k]) }
       if (note != "" || busy) print "**not valid: machine busy** (" (note != "" ? note : "contended runs kept with FORCE=1") ")\n"
-      print "| scenario | c | req/s median [min–max] | p50 | p99 median [min–max] | proxy CPU µs/req | proxy RSS | vs nginx | vs direct | non-2xx/socket errors per run |"
-      print "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+      print "| scenario | c | req/s median [min–max] | p50 | p99 median [min–max] | proxy CPU µs/req | proxy RSS | req/s vs nginx: medians · paired [min–max] | p99 vs nginx: medians · paired [min–max] | vs direct | non-2xx/socket errors per run |"
+      print "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
       for (i = 1; i <= n; i++) { k = order[i]; split(k, kk, SUBSEP); sc = kk[1]; c = kk[2]
         r = med(rps[k]); rl = lo; rh = hi; q = med(p99[k]); ql = lo; qh = hi
         ng = peer(sc, "nginx") SUBSEP c; dr = base(sc) SUBSEP c
-        vn = (sc ~ /nginx|haproxy|pier/ && (ng in m) && m[ng] > 0) ? sprintf("%.2f", r / m[ng]) : "-"
+        isp = sc ~ /nginx|haproxy|pier/
+        vn = isp ? vs(k, ng, R, r, m) : "-"; vq = isp ? vs(k, ng, Q, q, mq) : "-"
         vd = (sc !~ /direct/ && (dr in m) && m[dr] > 0) ? sprintf("%.2f", r / m[dr]) : "-"
         cpu = pc[k] ~ /-/ ? "-" : sprintf("%.1f", med(pc[k]))
         mem = (k in rss) && rss[k] > 0 ? sprintf("%.1f MiB", rss[k] / 1024) : "-"
-        printf "| %s | %s | %.0f [%.0f–%.0f] | %s | %s [%s–%s] | %s | %s | %s | %s | %s |\n", sc, c, r, rl, rh,
-          ms(med(p50[k])), ms(q), ms(ql), ms(qh), cpu, mem, vn, vd, errs[k] }
+        printf "| %s | %s | %.0f [%.0f–%.0f] | %s | %s [%s–%s] | %s | %s | %s | %s | %s | %s |\n", sc, c, r, rl, rh,
+          ms(med(p50[k])), ms(q), ms(ql), ms(qh), cpu, mem, vn, vq, vd, errs[k]
+        if (sc ~ /^pier/) {   # the acceptance lines of issue 5, from the paired ratios
+          pr = vn; sub(/^[^·]*· /, "", pr); sub(/ .*/, "", pr); pq = vq; sub(/^[^·]*· /, "", pq); sub(/ .*/, "", pq)
+          nk = peer(sc, "nginx") SUBSEP c; hk = peer(sc, "haproxy") SUBSEP c
+          ph = (hk in m) ? vs(k, hk, R, r, m) : "-"; sub(/^[^·]*· /, "", ph); sub(/ .*/, "", ph)
+          acc[++na] = sprintf("%s c=%s: req/s %s× nginx (%s), %s× haproxy, p99 %s× nginx (%s), RSS %.2f× nginx, errors %s", sc, c,
+            pr, (pr + 0 >= 1 ? "ok" : "below"), ph, pq, (pq + 0 <= 1 ? "ok" : "above"),
+            (rss[nk] > 0 ? rss[k] / rss[nk] : 0), (errs[k] ~ /[1-9]/ ? errs[k] : "none")) } }
+      if (na) { print ""; print "Paired medians for pier (acceptance: req/s ≥ 1.0× and p99 ≤ 1.0× nginx, RSS ≤ 2×, no errors):"
+        for (i = 1; i <= na; i++) print "- " acc[i] }
     }' "$1"
 }
 if [ "${1:-}" = --summary ]; then shift; summarize "$@"; exit 0; fi
@@ -540,7 +564,11 @@ CLOSE="Connection: close"
 if [ "$INTERLEAVE" = 1 ]; then rounds=$(seq 1 "$REPS"); else rounds=all; fi
 for round in $rounds; do
   reps="$round"; [ "$round" = all ] && reps=$(seq 1 "$REPS")
-  for sc in $SCENARIOS; do
+  # Even rounds run the scenarios in reverse order: over two rounds every pair of proxies sits
+  # at the same mean time, so a host that drifts one way does not favour the earlier one.
+  order="$SCENARIOS"
+  if [ "$round" != all ] && [ $((round % 2)) -eq 0 ]; then order=$(echo $SCENARIOS | tr ' ' '\n' | tac | tr '\n' ' '); fi
+  for sc in $order; do
     log "== $sc (run ${reps//$'\n'/,} of $REPS)"
     hdr=""; [[ "$sc" == close-* ]] && hdr="$CLOSE"
     base="${sc#close-}"

@@ -490,3 +490,68 @@ async fn a_response_that_arrives_after_the_client_left_keeps_its_upstream_connec
     );
     bounded(h.proxy.shutdown(BOUND)).await;
 }
+
+#[tokio::test]
+async fn a_request_body_that_trickles_in_is_forwarded_whole() {
+    let a = echo("a").await;
+    let (h, mut c) = proxy_to(a.addr).await;
+    // The head and the first bytes of the body, then the rest in two late pieces: the request
+    // waits for its whole body and goes upstream once, with the client's Content-Length.
+    c.write(b"POST /slow HTTP/1.1\r\nHost: app.example\r\nContent-Length: 10\r\n\r\nabc")
+        .await;
+    tokio::time::sleep(std::time::Duration::from_millis(60)).await;
+    c.write(b"defg").await;
+    tokio::time::sleep(std::time::Duration::from_millis(60)).await;
+    c.write(b"hij").await;
+    let resp = bounded(c.response(false)).await;
+    assert_eq!(resp.status, 200, "{resp:?}");
+    let seen = resp.echo();
+    assert_eq!((seen.path.as_str(), seen.body_bytes), ("/slow", 10));
+    assert_eq!(seen.headers["content-length"], ["10"]);
+    // The connection is still in step: the next request is answered on it.
+    c.write(&get_req("/next")).await;
+    assert_eq!(bounded(c.response(false)).await.echo().path, "/next");
+    assert_eq!(a.count(), 2);
+    bounded(h.proxy.shutdown(BOUND)).await;
+}
+
+#[tokio::test]
+async fn an_https_connection_that_closes_ends_with_close_notify() {
+    use crate::support::client::connect_tls;
+    use crate::support::pki::Pki;
+    let pki = Pki::new();
+    let mut certs = pier::model::CertTable::default();
+    certs.add(&["a.example.com".into()], pki.leaf(&["a.example.com"]));
+    let a = echo("a").await;
+    let p = free_port();
+    let r = rule("ns/r").to(&backend("a", &[a.addr])).build();
+    let s = snapshot(vec![https_port(
+        p,
+        vec![listener("https", None).route(&[], prefix("/"), &r).build()],
+        certs,
+    )]);
+    let h = Harness::start(s).await;
+    let mut tls = bounded(connect_tls(
+        local(p),
+        "a.example.com",
+        pki.client(&[b"http/1.1"]),
+    ))
+    .await;
+    tls.write_all(b"GET /bye HTTP/1.1\r\nHost: a.example.com\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    // rustls reports a TCP close without a TLS close_notify as an UnexpectedEof error, so a
+    // clean read to the end shows pier closed the TLS session before the socket.
+    let mut all = Vec::new();
+    bounded(tls.read_to_end(&mut all))
+        .await
+        .expect("the connection ends with close_notify");
+    let text = String::from_utf8_lossy(&all);
+    assert!(text.starts_with("HTTP/1.1 200 "), "{text}");
+    assert!(text.contains("\"/bye\""), "{text}");
+    assert!(
+        text.to_ascii_lowercase().contains("connection: close"),
+        "{text}"
+    );
+    bounded(h.proxy.shutdown(BOUND)).await;
+}

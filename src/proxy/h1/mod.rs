@@ -432,15 +432,21 @@ where
         }
     }
 
-    /// Pools `conn` if its whole response is already in `ubuf` (nobody is left to send it to).
-    fn keep_if_whole(&self, conn: RawConn, answer: &Answer) {
+    /// True if the whole response (head and exactly its body) is in `ubuf` and the upstream
+    /// connection may carry another request.
+    fn whole(&self, answer: &Answer) -> bool {
         let body = self.ubuf.len().checked_sub(answer.head_len);
         let whole = match answer.framing {
             Framing::Empty => body == Some(0),
             Framing::Length(n) => body.is_some_and(|b| b as u64 == n),
             Framing::Chunked | Framing::Eof => false,
         };
-        if whole && !answer.upstream_close {
+        whole && !answer.upstream_close
+    }
+
+    /// Pools `conn` if its whole response is already in `ubuf` (nobody is left to send it to).
+    fn keep_if_whole(&self, conn: RawConn, answer: &Answer) {
+        if self.whole(answer) {
             conn.release();
         }
     }
@@ -448,6 +454,18 @@ where
     /// Sends the response head in `wbuf` and the body after it; the upstream connection goes
     /// back to the pool when the body ended cleanly and nothing followed it.
     async fn relay(&mut self, mut conn: RawConn, answer: &Answer) -> io::Result<()> {
+        if self.whole(answer) {
+            // Nothing more to read upstream: pool the connection before the client write, so
+            // the next request (this client's or another's) finds it idle.
+            conn.release();
+            self.ubuf.advance(answer.head_len);
+            let mut left = match answer.framing {
+                Framing::Length(n) => n,
+                _ => 0,
+            };
+            self.send_with_head(&mut left).await?;
+            return Ok(());
+        }
         self.ubuf.advance(answer.head_len);
         let reusable = match answer.framing {
             Framing::Empty => {
