@@ -524,13 +524,7 @@ async fn an_https_connection_that_closes_ends_with_close_notify() {
     certs.add(&["a.example.com".into()], pki.leaf(&["a.example.com"]));
     let a = echo("a").await;
     let p = free_port();
-    let r = rule("ns/r").to(&backend("a", &[a.addr])).build();
-    let s = snapshot(vec![https_port(
-        p,
-        vec![listener("https", None).route(&[], prefix("/"), &r).build()],
-        certs,
-    )]);
-    let h = Harness::start(s).await;
+    let h = Harness::start(simple_https(p, certs, &backend("a", &[a.addr]))).await;
     let mut tls = bounded(connect_tls(
         local(p),
         "a.example.com",

@@ -18,13 +18,7 @@ async fn https_serves_the_certificate_for_the_sni_and_speaks_both_alpns() {
     certs.add(&["*.b.example.com".into()], pki.leaf(&["*.b.example.com"]));
     let a = echo("a").await;
     let p = free_port();
-    let r = rule("ns/r").to(&backend("a", &[a.addr])).build();
-    let s = snapshot(vec![https_port(
-        p,
-        vec![listener("https", None).route(&[], prefix("/"), &r).build()],
-        certs,
-    )]);
-    let h = Harness::start(s).await;
+    let h = Harness::start(simple_https(p, certs, &backend("a", &[a.addr]))).await;
 
     // SNI a.example.com, HTTP/1.1.
     let tls = bounded(connect_tls(

@@ -208,6 +208,16 @@ pub fn simple(p: u16, b: &Arc<Backend>) -> Snapshot {
     )])
 }
 
+/// One HTTPS port serving `certs`, one listener for any host, everything to `b`.
+pub fn simple_https(p: u16, certs: CertTable, b: &Arc<Backend>) -> Snapshot {
+    let r = rule("ns/r").to(b).build();
+    snapshot(vec![https_port(
+        p,
+        vec![listener("https", None).route(&[], prefix("/"), &r).build()],
+        certs,
+    )])
+}
+
 pub fn prefix(p: &str) -> RequestMatch {
     RequestMatch {
         path: PathMatch::prefix(p).unwrap(),
