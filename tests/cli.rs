@@ -252,3 +252,30 @@ fn run_takes_exactly_one_source() {
         String::from_utf8_lossy(&missing.stderr)
     );
 }
+
+#[test]
+fn runtime_environment_variables_are_checked_before_anything_starts() {
+    for (var, value, expect) in [
+        ("PIER_IDLE_SPIN_US", "fast", "PIER_IDLE_SPIN_US must be"),
+        ("PIER_IDLE_SPIN_US", "20000", "from 0 to 10000"),
+        ("PIER_WORKER_THREADS", "0", "PIER_WORKER_THREADS must be"),
+    ] {
+        let out = pier()
+            .env(var, value)
+            .args(["check", "--manifests", "config/examples/quickstart"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{var}={value}: {stderr}");
+        assert!(stderr.contains(expect), "{var}={value}: {stderr}");
+    }
+    // Off (0) and the default both run.
+    for value in ["0", ""] {
+        let out = pier()
+            .env("PIER_IDLE_SPIN_US", value)
+            .args(["check", "--manifests", "config/examples/quickstart"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "PIER_IDLE_SPIN_US={value:?}: {out:?}");
+    }
+}
