@@ -73,37 +73,37 @@ fn main() -> std::process::ExitCode {
 /// `PIER_WORKER_THREADS`: the number of runtime worker threads (default: one per core). Pinned
 /// benchmarks run pier with 1 on one core, like the 1-worker nginx and HAProxy they compare to.
 fn worker_threads() -> Result<Option<usize>, String> {
-    match std::env::var("PIER_WORKER_THREADS") {
-        Err(std::env::VarError::NotPresent) => Ok(None),
-        Ok(v) if v.trim().is_empty() => Ok(None),
-        Ok(v) => match v.trim().parse::<usize>() {
-            Ok(n) if n > 0 => Ok(Some(n)),
-            _ => Err(format!(
-                "PIER_WORKER_THREADS must be a positive integer, got {v:?}"
-            )),
-        },
-        Err(e) => Err(format!("PIER_WORKER_THREADS: {e}")),
+    const NAME: &str = "PIER_WORKER_THREADS";
+    match env_number(NAME)? {
+        None => Ok(None),
+        Some(n) if n > 0 => Ok(Some(n as usize)),
+        Some(n) => Err(format!("{NAME} must be a positive integer, got {n}")),
     }
 }
 
 /// `PIER_IDLE_SPIN_US`: how long a runtime worker spins before it sleeps for I/O, in
 /// microseconds (default 20; 0 turns it off).
 fn idle_spin() -> Result<std::time::Duration, String> {
-    const DEFAULT_US: u64 = 20;
-    let us = match std::env::var("PIER_IDLE_SPIN_US") {
-        Err(std::env::VarError::NotPresent) => DEFAULT_US,
-        Ok(v) if v.trim().is_empty() => DEFAULT_US,
+    const NAME: &str = "PIER_IDLE_SPIN_US";
+    match env_number(NAME)?.unwrap_or(20) {
+        us if us <= 10_000 => Ok(std::time::Duration::from_micros(us)),
+        us => Err(format!(
+            "{NAME} must be a number of microseconds from 0 to 10000, got {us}"
+        )),
+    }
+}
+
+/// A whole number from the environment variable `name`; `None` when unset or empty.
+fn env_number(name: &str) -> Result<Option<u64>, String> {
+    match std::env::var(name) {
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Ok(v) if v.trim().is_empty() => Ok(None),
         Ok(v) => match v.trim().parse::<u64>() {
-            Ok(n) if n <= 10_000 => n,
-            _ => {
-                return Err(format!(
-                    "PIER_IDLE_SPIN_US must be a number of microseconds from 0 to 10000, got {v:?}"
-                ));
-            }
+            Ok(n) => Ok(Some(n)),
+            Err(_) => Err(format!("{name} must be a whole number, got {v:?}")),
         },
-        Err(e) => return Err(format!("PIER_IDLE_SPIN_US: {e}")),
-    };
-    Ok(std::time::Duration::from_micros(us))
+        Err(e) => Err(format!("{name}: {e}")),
+    }
 }
 
 fn init_logging(format: LogFormat) {

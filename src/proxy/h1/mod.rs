@@ -408,8 +408,11 @@ where
             }
         };
         if client_gone {
-            if let Ok(Some((conn, answer))) = result {
-                self.keep_if_whole(conn, &answer);
+            // Nobody is left to send the response to; a whole one keeps its connection.
+            if let Ok(Some((conn, answer))) = result
+                && self.whole(&answer)
+            {
+                conn.release();
             }
             return Next::Close;
         }
@@ -442,13 +445,6 @@ where
             Framing::Chunked | Framing::Eof => false,
         };
         whole && !answer.upstream_close
-    }
-
-    /// Pools `conn` if its whole response is already in `ubuf` (nobody is left to send it to).
-    fn keep_if_whole(&self, conn: RawConn, answer: &Answer) {
-        if self.whole(answer) {
-            conn.release();
-        }
     }
 
     /// Sends the response head in `wbuf` and the body after it; the upstream connection goes
