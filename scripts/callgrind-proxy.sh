@@ -10,6 +10,8 @@
 #   scripts/callgrind-proxy.sh                 # pier, target/release/pier
 #   scripts/callgrind-proxy.sh pier PIER_BIN   # another pier binary
 #   scripts/callgrind-proxy.sh nginx           # nginx 1 worker, the harness's proxy config
+#   CLOSE=1 scripts/callgrind-proxy.sh ...     # a new client connection per request
+#                                              # (wrk sends `Connection: close`)
 #
 # Needs one earlier run of scripts/bench-peers.sh (it generates the origin's and nginx's configs
 # and pier's manifests under target/bench-peers/), plus valgrind (apt-get installed when
@@ -53,13 +55,15 @@ else
 fi
 pids+=($!)
 url="http://127.0.0.1:$PORT/"
+hdr=()
+[ "${CLOSE:-0}" = 1 ] && hdr=(-H "Connection: close")
 for _ in $(seq 100); do curl -sf -o /dev/null "$url" && break; sleep 0.3; done
-taskset -c 1 wrk -t1 -c32 -d3s "$url" >/dev/null
+taskset -c 1 wrk -t1 -c32 -d3s "${hdr[@]}" "$url" >/dev/null
 callgrind_control -i on >/dev/null
-n=$(taskset -c 1 wrk -t1 -c32 -d10s "$url" | awk '/requests in/ {print $1}')
+n=$(taskset -c 1 wrk -t1 -c32 -d10s "${hdr[@]}" "$url" | awk '/requests in/ {print $1}')
 callgrind_control -i off >/dev/null
 callgrind_control -d >/dev/null
 sleep 1
 out=$(ls -S "$RUN"/callgrind.out.* | head -1)
 ir=$(callgrind_annotate "$out" 2>/dev/null | awk '/PROGRAM TOTALS/{gsub(",","",$1); print $1}')
-echo "proxy=$WHO requests=$n instructions=$ir per_request=$((ir / n)) profile=$out"
+echo "proxy=$WHO close=${CLOSE:-0} requests=$n instructions=$ir per_request=$((ir / n)) profile=$out"

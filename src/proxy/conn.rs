@@ -36,7 +36,7 @@ pub async fn serve(
     peer: SocketAddr,
     port: u16,
     tls: TlsAcceptor,
-    mut drain: DrainToken,
+    drain: DrainToken,
 ) {
     let _active = shared.metrics.connection(port);
     let _ = tcp.set_nodelay(true);
@@ -52,21 +52,32 @@ pub async fn serve(
     match protocol {
         None => {}
         Some(Protocol::Http) => serve_h1(&shared, tcp, info, drain).await,
-        Some(Protocol::Https) => {
-            let deadline = shared.config.tls_handshake_timeout;
-            let handshake = tokio::select! {
-                r = tokio::time::timeout(deadline, tls.accept(tcp)) => r,
-                _ = drain.closed() => return,
-            };
-            match handshake {
-                Ok(Ok(stream)) if stream.get_ref().1.alpn_protocol() == Some(b"h2") => {
-                    serve_http(&shared, TokioIo::new(stream), info, drain).await
-                }
-                Ok(Ok(stream)) => serve_h1(&shared, stream, info, drain).await,
-                Ok(Err(error)) => tracing::debug!(%peer, port, %error, "TLS handshake failed"),
-                Err(_) => tracing::debug!(%peer, port, "TLS handshake timed out"),
-            }
+        // Boxed, like hyper's fallback below: the TLS states (handshake, rustls connection)
+        // would otherwise size every plain connection's future too.
+        Some(Protocol::Https) => Box::pin(serve_tls(&shared, tcp, tls, info, drain)).await,
+    }
+}
+
+async fn serve_tls(
+    shared: &Arc<Shared>,
+    tcp: TcpStream,
+    tls: TlsAcceptor,
+    info: Arc<ConnInfo>,
+    mut drain: DrainToken,
+) {
+    let (peer, port) = (info.peer, info.port);
+    let deadline = shared.config.tls_handshake_timeout;
+    let handshake = tokio::select! {
+        r = tokio::time::timeout(deadline, tls.accept(tcp)) => r,
+        _ = drain.closed() => return,
+    };
+    match handshake {
+        Ok(Ok(stream)) if stream.get_ref().1.alpn_protocol() == Some(b"h2") => {
+            serve_http(shared, TokioIo::new(stream), info, drain).await
         }
+        Ok(Ok(stream)) => serve_h1(shared, stream, info, drain).await,
+        Ok(Err(error)) => tracing::debug!(%peer, port, %error, "TLS handshake failed"),
+        Err(_) => tracing::debug!(%peer, port, "TLS handshake timed out"),
     }
 }
 
@@ -77,7 +88,9 @@ where
 {
     match h1::serve(shared, io, &info, &mut drain).await {
         h1::Served::Closed => {}
-        h1::Served::Fallback(io) => serve_http(shared, TokioIo::new(io), info, drain).await,
+        h1::Served::Fallback(io) => {
+            Box::pin(serve_http(shared, TokioIo::new(io), info, drain)).await
+        }
     }
 }
 

@@ -113,7 +113,38 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap, keep: Keep) {
 
 /// The client address as an `X-Forwarded-For` entry (made once per connection).
 pub fn forwarded_for(client: IpAddr) -> HeaderValue {
-    HeaderValue::try_from(client.to_string()).expect("an IP address is a valid header value")
+    let value = match client {
+        // By hand: `Display` goes through `core::fmt`, ~1.7k instructions, a twentieth of a
+        // `Connection: close` request's whole user-space cost (callgrind, BENCHMARKS.md).
+        IpAddr::V4(v4) => {
+            let mut text = [0u8; 15];
+            let mut len = 0;
+            for (i, octet) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    text[len] = b'.';
+                    len += 1;
+                }
+                len += decimal(octet, &mut text[len..]);
+            }
+            HeaderValue::from_bytes(&text[..len])
+        }
+        IpAddr::V6(_) => HeaderValue::try_from(client.to_string()),
+    };
+    value.expect("an IP address is a valid header value")
+}
+
+/// Writes `n` in decimal at the start of `out`; returns the digits written.
+fn decimal(n: u8, out: &mut [u8]) -> usize {
+    let digits = [n / 100, n / 10 % 10, n % 10];
+    let skip = match n {
+        100.. => 0,
+        10.. => 1,
+        _ => 2,
+    };
+    for (slot, d) in out.iter_mut().zip(&digits[skip..]) {
+        *slot = b'0' + d;
+    }
+    3 - skip
 }
 
 /// Adds the client (`client`, from [`forwarded_for`]) to `X-Forwarded-For` (after any
@@ -154,6 +185,23 @@ pub fn add_forwarded(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn forwarded_for_writes_addresses_as_display_does() {
+        let v4 = [
+            [0, 0, 0, 0],
+            [127, 0, 0, 1],
+            [10, 9, 99, 100],
+            [255, 255, 255, 255],
+            [1, 20, 200, 9],
+        ];
+        for octets in v4 {
+            let ip = std::net::IpAddr::from(octets);
+            assert_eq!(forwarded_for(ip), ip.to_string().as_str(), "{ip}");
+        }
+        let v6: std::net::IpAddr = "2001:db8::1".parse().unwrap();
+        assert_eq!(forwarded_for(v6), "2001:db8::1");
+    }
+
     use super::*;
 
     fn map(pairs: &[(&str, &str)]) -> HeaderMap {

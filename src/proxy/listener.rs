@@ -119,7 +119,10 @@ pub fn spawn_accept(
                 Ok((tcp, peer)) => {
                     let conn =
                         conn::serve(shared.clone(), tcp, peer, port, tls.clone(), token.clone());
-                    tokio::spawn(conn);
+                    // Boxed: the connection's future is kilobytes, and the runtime moves a
+                    // task's future by value several times between spawn and completion
+                    // (callgrind: ~86 KB of memcpy per connection unboxed; BENCHMARKS.md).
+                    tokio::spawn(Box::pin(conn));
                 }
                 Err(error) => {
                     // Out of file descriptors and the like: back off briefly instead of

@@ -60,6 +60,8 @@ const BUF: usize = 8 * 1024;
 const COALESCE: usize = 16 * 1024;
 /// A buffer that grew past this for one large message is given back after it.
 const SHRINK_OVER: usize = 4 * BUF;
+/// The head buffer's first capacity.
+const WBUF: usize = 1024;
 /// While waiting for an upstream, the client socket is read (to notice it hang up) until this
 /// much is buffered.
 const READ_AHEAD: usize = head::MAX_HEAD + head::MAX_BODY;
@@ -159,7 +161,9 @@ where
         io,
         rbuf: BytesMut::with_capacity(BUF),
         ubuf: BytesMut::new(),
-        wbuf: Vec::new(),
+        // Room for a typical request head with the forwarding headers added, so building it
+        // does not regrow the buffer step by step on every new connection.
+        wbuf: Vec::with_capacity(WBUF),
         flags: &flags,
     };
     let next = {
@@ -270,7 +274,7 @@ where
             self.ubuf = BytesMut::new();
         }
         if self.wbuf.capacity() > SHRINK_OVER {
-            self.wbuf = Vec::new();
+            self.wbuf = Vec::with_capacity(WBUF);
         }
         if self.rbuf.is_empty() && self.rbuf.capacity() > SHRINK_OVER {
             self.rbuf = BytesMut::with_capacity(BUF);
