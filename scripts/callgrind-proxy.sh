@@ -19,19 +19,7 @@
 # leaves the profile in target/bench-peers/callgrind.out.<pid> for callgrind_annotate.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-WHO="${1:-pier}"
-BIN="${2:-$ROOT/target/release/pier}"
-RUN="$ROOT/target/bench-peers"
-PORT_BASE="${PORT_BASE:-19000}"
-P_ORIGIN=$((PORT_BASE + 81)); P_NGINX=$((PORT_BASE + 90)); P_PIER=$((PORT_BASE + 100)); P_ADMIN=$((PORT_BASE + 901))
-[ -f "$RUN/origin/nginx.conf" ] && [ -f "$RUN/nginx/nginx.conf" ] && [ -d "$RUN/pier/manifests" ] || {
-  echo "run scripts/bench-peers.sh once first (it writes $RUN)" >&2; exit 2; }
-case "$WHO" in
-  pier) [ -x "$BIN" ] || { echo "no pier binary at $BIN (cargo build --release)" >&2; exit 2; }
-        PORT=$P_PIER ;;
-  nginx) PORT=$P_NGINX ;;
-  *) echo "usage: $0 [pier [PIER_BIN] | nginx]" >&2; exit 2 ;;
-esac
+. "$ROOT/scripts/proxy-common.sh" "$@"
 if ! command -v valgrind >/dev/null; then
   apt-get install -y -q valgrind >/dev/null
 fi

@@ -17,20 +17,8 @@
 # target/bench-peers/perf-<proxy>-c<CONNS>.data for `perf report -i`.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-WHO="${1:-pier}"
-BIN="${2:-$ROOT/target/release/pier}"
 CONNS="${CONNS:-64}"
-RUN="$ROOT/target/bench-peers"
-PORT_BASE="${PORT_BASE:-19000}"
-P_NGINX=$((PORT_BASE + 90)); P_PIER=$((PORT_BASE + 100)); P_ADMIN=$((PORT_BASE + 901))
-[ -f "$RUN/origin/nginx.conf" ] && [ -f "$RUN/nginx/nginx.conf" ] && [ -d "$RUN/pier/manifests" ] || {
-  echo "run scripts/bench-peers.sh once first (it writes $RUN)" >&2; exit 2; }
-case "$WHO" in
-  pier) [ -x "$BIN" ] || { echo "no pier binary at $BIN (cargo build --release)" >&2; exit 2; }
-        PORT=$P_PIER ;;
-  nginx) PORT=$P_NGINX ;;
-  *) echo "usage: $0 [pier [PIER_BIN] | nginx]" >&2; exit 2 ;;
-esac
+. "$ROOT/scripts/proxy-common.sh" "$@"
 command -v perf >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq linux-perf >/dev/null
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }

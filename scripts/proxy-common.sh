@@ -1,0 +1,17 @@
+# Sourced by scripts/callgrind-proxy.sh and scripts/perf-proxy.sh (not run on its own): the
+# proxy to measure, from the caller's arguments `[pier [PIER_BIN] | nginx]`, and where the
+# harness (scripts/bench-peers.sh) left its configs. Expects ROOT; sets WHO, BIN, RUN, PORT,
+# P_ADMIN.
+WHO="${1:-pier}"
+BIN="${2:-$ROOT/target/release/pier}"
+RUN="$ROOT/target/bench-peers"
+PORT_BASE="${PORT_BASE:-19000}"
+P_NGINX=$((PORT_BASE + 90)); P_PIER=$((PORT_BASE + 100)); P_ADMIN=$((PORT_BASE + 901))
+[ -f "$RUN/origin/nginx.conf" ] && [ -f "$RUN/nginx/nginx.conf" ] && [ -d "$RUN/pier/manifests" ] || {
+  echo "run scripts/bench-peers.sh once first (it writes $RUN)" >&2; exit 2; }
+case "$WHO" in
+  pier) [ -x "$BIN" ] || { echo "no pier binary at $BIN (cargo build --release)" >&2; exit 2; }
+        PORT=$P_PIER ;;
+  nginx) PORT=$P_NGINX ;;
+  *) echo "usage: $0 [pier [PIER_BIN] | nginx]" >&2; exit 2 ;;
+esac
