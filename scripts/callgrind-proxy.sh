@@ -12,6 +12,7 @@
 #   scripts/callgrind-proxy.sh nginx           # nginx 1 worker, the harness's proxy config
 #   CLOSE=1 scripts/callgrind-proxy.sh ...     # a new client connection per request
 #                                              # (wrk sends `Connection: close`)
+#   MTLS=1 scripts/callgrind-proxy.sh ...      # the mTLS upstream (TLS 1.3, client certificate)
 #
 # Needs one earlier run of scripts/bench-peers.sh (it generates the origin's and nginx's configs
 # and pier's manifests under target/bench-peers/), plus valgrind (apt-get installed when
@@ -28,7 +29,7 @@ rm -f "$RUN"/callgrind.out.*
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap cleanup EXIT
-taskset -c 1 nginx -p "$RUN/origin/" -c "$RUN/origin/nginx.conf" -e stderr >"$RUN/origin/stderr.log" 2>&1 &
+taskset -c 1 nginx -p "$RUN/$ORIGIN/" -c "$RUN/$ORIGIN/nginx.conf" -e stderr >"$RUN/$ORIGIN/stderr.log" 2>&1 &
 pids+=($!)
 CG=(valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$RUN/callgrind.out.%p")
 if [ "$WHO" = pier ]; then
@@ -54,4 +55,4 @@ callgrind_control -d >/dev/null
 sleep 1
 out=$(ls -S "$RUN"/callgrind.out.* | head -1)
 ir=$(callgrind_annotate "$out" 2>/dev/null | awk '/PROGRAM TOTALS/{gsub(",","",$1); print $1}')
-echo "proxy=$WHO close=${CLOSE:-0} requests=$n instructions=$ir per_request=$((ir / n)) profile=$out"
+echo "proxy=$WHO close=${CLOSE:-0} mtls=${MTLS:-0} requests=$n instructions=$ir per_request=$((ir / n)) profile=$out"

@@ -10,7 +10,8 @@
 #      IPIs per request, on each CPU (these are counts, so they drift far less than req/s).
 # The spin-before-sleep time of pier shows as user time in `[vdso]` (clock_gettime).
 #
-#   scripts/perf-proxy.sh [pier [PIER_BIN] | nginx]      # CONNS=64 (default)
+#   scripts/perf-proxy.sh [pier [PIER_BIN] | nginx]      # CONNS=64 (default); MTLS=1: the
+#                                                        # mTLS upstream
 #
 # Needs one earlier run of scripts/bench-peers.sh (configs under target/bench-peers/), wrk,
 # nginx, curl, and perf (apt-get installs linux-perf when missing). Leaves perf.data in
@@ -23,7 +24,7 @@ command -v perf >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y 
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap cleanup EXIT
-taskset -c 1 nginx -p "$RUN/origin/" -c "$RUN/origin/nginx.conf" -e stderr >"$RUN/origin/stderr.log" 2>&1 &
+taskset -c 1 nginx -p "$RUN/$ORIGIN/" -c "$RUN/$ORIGIN/nginx.conf" -e stderr >"$RUN/$ORIGIN/stderr.log" 2>&1 &
 pids+=($!)
 if [ "$WHO" = pier ]; then
   PIER_WORKER_THREADS=1 RUST_LOG=warn taskset -c 0 "$BIN" run --manifests "$RUN/pier/manifests" \
@@ -51,7 +52,7 @@ wait $!
 rps=$(rate <"$RUN/perf-wrk.txt")
 samples=$(perf report -i "$data" --stdio --no-children --sort dso -g none 2>/dev/null \
   | awk '/^# Samples:/ {s=$3; if (s ~ /K$/) {sub(/K/, "", s); s *= 1000}; print s; exit}')
-echo "proxy=$WHO conns=$CONNS req/s=$rps proxy_cpu_us_per_req=$(awk -v s="$samples" -v r="$rps" 'BEGIN {printf "%.1f", s / 4999 / (r * 5) * 1e6}')"
+echo "proxy=$WHO mtls=${MTLS:-0} conns=$CONNS req/s=$rps proxy_cpu_us_per_req=$(awk -v s="$samples" -v r="$rps" 'BEGIN {printf "%.1f", s / 4999 / (r * 5) * 1e6}')"
 echo "time by object:"
 perf report -i "$data" --stdio --no-children --sort dso -g none 2>/dev/null | awk '/%/ && !/^#/ {printf "  %s %s\n", $1, $2}' | head -6
 echo "time in the kernel's work (callees included; softirq: delivering what the proxy sends):"

@@ -1,7 +1,8 @@
 # Sourced by scripts/callgrind-proxy.sh and scripts/perf-proxy.sh (not run on its own): the
 # proxy to measure, from the caller's arguments `[pier [PIER_BIN] | nginx]`, and where the
 # harness (scripts/bench-peers.sh) left its configs. Expects ROOT; sets WHO, BIN, RUN, PORT,
-# P_ADMIN.
+# P_ADMIN, ORIGIN (the origin's directory under RUN). MTLS=1: the proxy's mTLS listener, whose
+# upstream hop is TLS 1.3 with a client certificate to the mTLS origin.
 WHO="${1:-pier}"
 BIN="${2:-$ROOT/target/release/pier}"
 RUN="$ROOT/target/bench-peers"
@@ -15,3 +16,5 @@ case "$WHO" in
   nginx) PORT=$P_NGINX ;;
   *) echo "usage: $0 [pier [PIER_BIN] | nginx]" >&2; exit 2 ;;
 esac
+ORIGIN=origin
+if [ "${MTLS:-0}" = 1 ]; then PORT=$((PORT + 1)); ORIGIN=origin-tls; fi
