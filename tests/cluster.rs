@@ -449,9 +449,11 @@ async fn two_replicas_one_status_writer() {
     let ok = "pier_status_patches_total{kind=\"HTTPRoute\",result=\"Ok\"}";
     // The leader counts a patch when the API server's answer reaches it, which can be just
     // after the new status is readable here.
-    poll(Duration::from_secs(5), "the leader to count 2 route patches", || async {
-        sample(&metrics(&leader).await, ok) >= 2.0
-    })
+    poll(
+        Duration::from_secs(5),
+        "the leader to count 2 route patches",
+        || async { sample(&metrics(&leader).await, ok) >= 2.0 },
+    )
     .await;
     let (lm, fm) = (metrics(&leader).await, metrics(&follower).await);
     assert_eq!(sample(&fm, ok), 0.0, "the follower wrote status:\n{fm}");
@@ -478,9 +480,11 @@ async fn two_replicas_one_status_writer() {
         route_condition(s, "Accepted") == cond("True", "Accepted", 3)
     })
     .await;
-    poll(Duration::from_secs(5), "the new leader to count a patch", || async {
-        sample(&metrics(&follower).await, ok) >= 1.0
-    })
+    poll(
+        Duration::from_secs(5),
+        "the new leader to count a patch",
+        || async { sample(&metrics(&follower).await, ok) >= 1.0 },
+    )
     .await;
     follower.shutdown().await;
 }
