@@ -21,7 +21,6 @@ pub mod model;
 pub mod proxy;
 pub mod publish;
 pub mod run;
-pub mod runtime;
 pub mod source;
 pub mod status_writer;
 pub mod tls;

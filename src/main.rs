@@ -24,6 +24,17 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
+    // One worker: a current-thread runtime (no work-stealing queues, no cross-thread wakeups),
+    // as a 1-worker nginx runs one event loop. Otherwise a work-stealing pool.
+    let mut builder = match workers {
+        Some(1) => tokio::runtime::Builder::new_current_thread(),
+        Some(n) => {
+            let mut b = tokio::runtime::Builder::new_multi_thread();
+            b.worker_threads(n);
+            b
+        }
+        None => tokio::runtime::Builder::new_multi_thread(),
+    };
     let spin = match idle_spin() {
         Ok(s) => s,
         Err(e) => {
@@ -31,10 +42,19 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    // One worker: a current-thread runtime (no work-stealing queues, no cross-thread wakeups),
-    // as a 1-worker nginx runs one event loop. Otherwise a work-stealing pool. Either way a
-    // worker polls for `spin` before it sleeps (src/runtime.rs; BENCHMARKS.md measures it).
-    let runtime = match pier::runtime::build(workers, spin) {
+    if !spin.is_zero() {
+        // Before a worker sleeps in epoll_wait, it spins for `spin`: under load the next
+        // readiness event usually lands within it, and the sleep/wake pair (a context switch
+        // here, an IPI and a wake-up charged to the sender's CPU there) is skipped. The cost is
+        // at most `spin` of CPU per idle transition. BENCHMARKS.md has the measurement.
+        builder.on_thread_park(move || {
+            let start = std::time::Instant::now();
+            while start.elapsed() < spin {
+                std::hint::spin_loop();
+            }
+        });
+    }
+    let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the runtime: {e}");

@@ -101,8 +101,11 @@ fn terminate(child: &mut Child) -> std::process::ExitStatus {
     panic!("pier did not exit after SIGTERM");
 }
 
-#[tokio::test]
-async fn run_serves_and_exits_cleanly_on_sigterm() {
+/// `pier run` on one echo backend, with `env` set; returns the process, the listener's and the
+/// admin port, once ready.
+async fn run_one_route(
+    env: &[(&str, &str)],
+) -> (Child, u16, pier::echo::EchoServer, tempfile::TempDir) {
     let echo = pier::echo::spawn("127.0.0.1:0".parse().unwrap(), "a")
         .await
         .unwrap();
@@ -119,8 +122,9 @@ async fn run_serves_and_exits_cleanly_on_sigterm() {
         ),
     )
     .unwrap();
-    let mut child = Child(
+    let child = Child(
         pier()
+            .envs(env.iter().copied())
             .args([
                 "run",
                 "--listen-host",
@@ -142,8 +146,40 @@ async fn run_serves_and_exits_cleanly_on_sigterm() {
             .is_some_and(|r| r.status == 200)
     })
     .await;
+    (child, port, echo, dir)
+}
+
+#[tokio::test]
+async fn run_serves_and_exits_cleanly_on_sigterm() {
+    let (mut child, port, _echo, _dir) = run_one_route(&[]).await;
     let r = get(&format!("http://127.0.0.1:{port}/"), &[]).await;
     assert_eq!(r.backend(), "a");
+    assert!(terminate(&mut child).success());
+}
+
+/// CPU time (user + system) the process has used so far, in clock ticks.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let fields: Vec<&str> = stat.rsplit_once(") ").unwrap().1.split(' ').collect();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+/// One worker (the current-thread runtime, spinning up to `PIER_IDLE_SPIN_US` before it sleeps)
+/// serves, and rests once the requests stop: the spin must not keep the core busy.
+#[tokio::test]
+async fn one_worker_serves_and_rests_when_idle() {
+    let (mut child, port, _echo, _dir) =
+        run_one_route(&[("PIER_WORKER_THREADS", "1"), ("PIER_IDLE_SPIN_US", "50")]).await;
+    for _ in 0..100 {
+        let r = get(&format!("http://127.0.0.1:{port}/"), &[]).await;
+        assert_eq!(r.backend(), "a");
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let before = cpu_ticks(child.0.id());
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let used = cpu_ticks(child.0.id()) - before;
+    // A spin that never rests would use about 200 ticks (two seconds of a core).
+    assert!(used < 20, "idle pier used {used} ticks of CPU in 2 s");
     assert!(terminate(&mut child).success());
 }
 
