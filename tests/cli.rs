@@ -101,8 +101,8 @@ fn terminate(child: &mut Child) -> std::process::ExitStatus {
     panic!("pier did not exit after SIGTERM");
 }
 
-/// `pier run` on one echo backend, with `env` set; returns the process, the listener's and the
-/// admin port, once ready.
+/// `pier run` on one echo backend, with `env` set, once ready: the process, the listener's
+/// port, and the echo backend and manifest directory (which must outlive the process).
 async fn run_one_route(
     env: &[(&str, &str)],
 ) -> (Child, u16, pier::echo::EchoServer, tempfile::TempDir) {
