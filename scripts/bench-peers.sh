@@ -2,12 +2,13 @@
 # pier against nginx and HAProxy as 1-core HTTP/1.1 reverse proxies: wrk -> proxy -> origin,
 # everything on 127.0.0.1, plain and mTLS upstream, pooled upstream connections.
 #
-#   scripts/bench-peers.sh                    # every scenario (about 30 minutes on a quiet box)
+#   scripts/bench-peers.sh                    # every scenario (about 35 minutes on a quiet box)
 #   scripts/bench-peers.sh pier nginx         # only these scenarios
 #   scripts/bench-peers.sh --summary DIR/raw.tsv   # the table again from a saved run
 #
-# Scenarios: direct nginx haproxy pier nginx-mtls haproxy-mtls pier-mtls
-#            close-direct close-nginx close-haproxy close-pier close-nginx-mtls close-pier-mtls
+# Scenarios: direct nginx pier haproxy nginx-mtls pier-mtls haproxy-mtls
+#            close-direct close-nginx close-pier close-haproxy close-nginx-mtls close-pier-mtls
+#   (run in this order, so each proxy's run sits next to the one it is paired with)
 #   direct      wrk -> origin (the origin alone on the proxy's CPU): the one-hop limit of the box
 #   *-mtls      the upstream hop is TLS 1.3 with a client certificate, verified both ways
 #   close-*     wrk sends `Connection: close`: a new client TCP connection per request (accept
@@ -29,7 +30,7 @@
 # run contended: it is retried up to RETRIES times, then the script exits 3 without a table.
 # FORCE=1 measures anyway and marks the table "not valid: machine busy".
 #
-# Knobs (env): DURATION=10s REPS=5 CONNS="64 256" WARMUP=2s WRK_CPU=1 PROXY_CPU=0 ORIGIN_CPU=1
+# Knobs (env): DURATION=8s REPS=7 CONNS="64 256" WARMUP=2s WRK_CPU=1 PROXY_CPU=0 ORIGIN_CPU=1
 #   LOAD_MAX=0.5 LOAD_WAIT=600 QUIET_PCT=10 QUIET_SECS=2 QUIET_WAIT=300 PROC_MAX=10
 #   FOREIGN_MAX=10 RETRIES=3 FORCE=0 INTERLEAVE=1 PIER_BIN=target/release/pier RUN_DIR=target/bench-peers
 #   PORT_BASE=19000 (ports PORT_BASE+81 .. +101 and +901 on 127.0.0.1)
@@ -37,8 +38,8 @@
 # release build of pier (`cargo build --release`).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-DURATION="${DURATION:-10s}"
-REPS="${REPS:-5}"
+DURATION="${DURATION:-8s}"
+REPS="${REPS:-7}"
 CONNS="${CONNS:-64 256}"
 WARMUP="${WARMUP:-2s}"
 WRK_CPU="${WRK_CPU:-1}"
@@ -69,11 +70,13 @@ P_PIER_TLS=$((PORT_BASE + 101))
 P_ADMIN=$((PORT_BASE + 901))
 SNI=echo.demo.svc.cluster.local
 
-ALL="direct nginx haproxy pier nginx-mtls haproxy-mtls pier-mtls close-direct close-nginx close-haproxy close-pier close-nginx-mtls close-pier-mtls"
+# The order runs pier right next to nginx (and HAProxy right next to pier) in every round, in
+# both directions: a paired ratio compares runs about 15 s apart, not a minute.
+ALL="direct nginx pier haproxy nginx-mtls pier-mtls haproxy-mtls close-direct close-nginx close-pier close-haproxy close-nginx-mtls close-pier-mtls"
 
 # ---------- the table: median of the reps [min-max], ratios to nginx and to direct ----------
 # "vs nginx" columns: the ratio of the two medians, then the paired ratio: per round, this
-# proxy's run against nginx's run of the same round (minutes apart at most, and rounds alternate
+# proxy's run against nginx's run of the same round (seconds apart for pier, and rounds alternate
 # the scenario order), median [min-max] over the rounds. On a host whose speed drifts by tens of
 # percent over minutes, the paired ratio is the steadier of the two.
 summarize() { # raw.tsv [busy-note]
