@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # User-space instructions per proxied request, for pier or for nginx as the proxy, counted the
 # same way: the proxy (plain upstream, one worker) runs under callgrind with instrumentation
-# off, a warm-up wrk run, then instrumentation on for exactly one `wrk -t1 -c32 -d10s`, divided
+# off, a warm-up wrk run, then instrumentation on for exactly one `wrk -t1 -c"${CONNS:-32}" -d10s`, divided
 # by the requests wrk completed. Instruction counts do not drift with the load of a shared
 # machine the way req/s does, so data-plane changes show here first, and the two proxies'
 # user-space work compares without noise (their kernel work, the loopback TCP of the same four
@@ -13,6 +13,7 @@
 #   CLOSE=1 scripts/callgrind-proxy.sh ...     # a new client connection per request
 #                                              # (wrk sends `Connection: close`)
 #   MTLS=1 scripts/callgrind-proxy.sh ...      # the mTLS upstream (TLS 1.3, client certificate)
+#   CONNS=256 scripts/callgrind-proxy.sh ...   # wrk's connections (default 32)
 #
 # Needs one earlier run of scripts/bench-peers.sh (it generates the origin's and nginx's configs
 # and pier's manifests under target/bench-peers/), plus valgrind (apt-get installed when
@@ -47,9 +48,9 @@ url="http://127.0.0.1:$PORT/"
 hdr=()
 [ "${CLOSE:-0}" = 1 ] && hdr=(-H "Connection: close")
 for _ in $(seq 100); do curl -sf -o /dev/null "$url" && break; sleep 0.3; done
-taskset -c 1 wrk -t1 -c32 -d3s "${hdr[@]}" "$url" >/dev/null
+taskset -c 1 wrk -t1 -c"${CONNS:-32}" -d3s "${hdr[@]}" "$url" >/dev/null
 callgrind_control -i on >/dev/null
-n=$(taskset -c 1 wrk -t1 -c32 -d10s "${hdr[@]}" "$url" | awk '/requests in/ {print $1}')
+n=$(taskset -c 1 wrk -t1 -c"${CONNS:-32}" -d10s "${hdr[@]}" "$url" | awk '/requests in/ {print $1}')
 callgrind_control -i off >/dev/null
 callgrind_control -d >/dev/null
 sleep 1
