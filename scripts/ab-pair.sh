@@ -14,21 +14,17 @@
 # Needs one earlier scripts/bench-peers.sh run (its configs under target/bench-peers).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-RUN="$ROOT/target/bench-peers"
-N="${N:-12}"; D="${D:-3}"; C="${C:-64}"; MTLS="${MTLS:-0}"
-[ -f "$RUN/origin/nginx.conf" ] && [ -d "$RUN/pier/manifests" ] || { echo "run scripts/bench-peers.sh once first" >&2; exit 2; }
 (($#)) || { sed -n '2,14p' "$0" >&2; exit 2; }
+. "$ROOT/scripts/bench-env.sh"
+N="${N:-12}"; D="${D:-3}"; C="${C:-64}"; MTLS="${MTLS:-0}"
 pids=()
-trap 'kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null || true' EXIT
+trap 'kill "${pids[@]}" "${ORIGIN_PIDS[@]}" 2>/dev/null; wait 2>/dev/null || true' EXIT
 bg() { local cpu="$1" log="$2"; shift 2; taskset -c "$cpu" "$@" >"$log" 2>&1 & pids+=($!); }
-for o in origin origin-tls; do
-  pgrep -f "$RUN/$o/nginx.conf" >/dev/null && continue
-  bg 1 "$RUN/ab-pair-$o.log" nginx -p "$RUN/$o/" -c "$RUN/$o/nginx.conf" -e stderr
-done
+origins_up
 names=(); urls=()
 for spec in "$@"; do
   if [ "$spec" = nginx ]; then
-    names+=(nginx); port=19090
+    names+=(nginx); port=$P_NGINX
     bg 0 "$RUN/ab-pair-nginx.log" nginx -p "$RUN/nginx/" -c "$RUN/nginx/nginx.conf" -e stderr
   else
     IFS=: read -r name port opts <<<"$spec"
@@ -38,7 +34,7 @@ for spec in "$@"; do
     IFS=, read -ra kvs <<<"$opts"
     for kv in "${kvs[@]}"; do case "$kv" in BIN=*) bin="${kv#BIN=}" ;; ?*=*) env_args+=("$kv") ;; esac; done
     m="$RUN/ab-pair-$name"; rm -rf "$m"; mkdir -p "$m"; cp "$RUN/pier/manifests/"*.yaml "$m/"
-    sed -i "s/port: 19100}/port: $port}/; s/port: 19101}/port: $((port + 1))}/" "$m/gateway.yaml"
+    sed -i "s/port: $P_PIER}/port: $port}/; s/port: $((P_PIER + 1))}/port: $((port + 1))}/" "$m/gateway.yaml"
     bg 0 "$RUN/ab-pair-$name.log" env "${env_args[@]}" "$bin" run --manifests "$m" \
       --listen-host 127.0.0.1 --admin "127.0.0.1:$((port + 800))"
   fi

@@ -17,21 +17,12 @@
 # (mTLS: ports 19091 and 19101.)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-RUN="$ROOT/target/bench-peers"
+. "$ROOT/scripts/bench-env.sh"
 name=$1; url=$2; shift 2
-[ -f "$RUN/origin/nginx.conf" ] || { echo "run scripts/bench-peers.sh once first" >&2; exit 2; }
-# The origins (plain and mTLS), unless another call left them running; the ones started here
-# stop with this call, so scripts/bench-peers.sh finds its ports free afterwards.
-origins=()
-for o in origin origin-tls; do
-  pgrep -f "$RUN/$o/nginx.conf" >/dev/null && continue
-  taskset -c 1 nginx -p "$RUN/$o/" -c "$RUN/$o/nginx.conf" -e stderr >/dev/null 2>&1 &
-  origins+=($!)
-  sleep 0.5
-done
+origins_up
 taskset -c 0 "$@" >"$RUN/ab-quick-$name.log" 2>&1 &
 pid=$!
-trap 'kill $pid "${origins[@]}" 2>/dev/null; wait 2>/dev/null || true' EXIT
+trap 'kill $pid "${ORIGIN_PIDS[@]}" 2>/dev/null; wait 2>/dev/null || true' EXIT
 sleep 1.5
 # busy share of CPU 0 and CPU 1 between two /proc/stat samples (does the proxy's core idle?)
 cpus() { awk '/^cpu[01] / {print $1, $2+$3+$4+$7+$8, $2+$3+$4+$5+$6+$7+$8}' /proc/stat; }

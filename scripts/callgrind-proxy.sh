@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # User-space instructions per proxied request, for pier or for nginx as the proxy, counted the
 # same way: the proxy (plain upstream, one worker) runs under callgrind with instrumentation
-# off, a warm-up wrk run, then instrumentation on for exactly one `wrk -t1 -c"${CONNS:-32}" -d10s`, divided
-# by the requests wrk completed. Instruction counts do not drift with the load of a shared
+# off, a warm-up wrk run, then instrumentation on for exactly one `wrk -t1 -cCONNS -d10s`
+# (CONNS=32 unless set), divided by the requests wrk completed. Instruction counts do not drift with the load of a shared
 # machine the way req/s does, so data-plane changes show here first, and the two proxies'
 # user-space work compares without noise (their kernel work, the loopback TCP of the same four
 # syscalls per request, is not counted).

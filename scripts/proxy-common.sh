@@ -5,11 +5,7 @@
 # upstream hop is TLS 1.3 with a client certificate to the mTLS origin.
 WHO="${1:-pier}"
 BIN="${2:-$ROOT/target/release/pier}"
-RUN="$ROOT/target/bench-peers"
-PORT_BASE="${PORT_BASE:-19000}"
-P_NGINX=$((PORT_BASE + 90)); P_PIER=$((PORT_BASE + 100)); P_ADMIN=$((PORT_BASE + 901))
-[ -f "$RUN/origin/nginx.conf" ] && [ -f "$RUN/nginx/nginx.conf" ] && [ -d "$RUN/pier/manifests" ] || {
-  echo "run scripts/bench-peers.sh once first (it writes $RUN)" >&2; exit 2; }
+. "$ROOT/scripts/bench-env.sh"
 case "$WHO" in
   pier) [ -x "$BIN" ] || { echo "no pier binary at $BIN (cargo build --release)" >&2; exit 2; }
         PORT=$P_PIER ;;

@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
 use super::error::{ConnectReason, ErrorKind, ErrorSide, TlsFailure};
-use super::upstream::FxBuild;
+use super::fxhash::FxBuild;
 use crate::model::{
     BackendId, BackendTls, ListenerId, ObjectRef, Snapshot, TlsMode, TlsUnavailable,
 };
@@ -59,8 +59,7 @@ thread_local! {
 struct HandleCache {
     owner: u64,
     snapshot: Weak<Snapshot>,
-    // Keys are addresses and small enums from the snapshot, never request data: the cheap
-    // multiply-rotate hash of the pool serves (SipHash was 4 % of the per-request instructions).
+    // Keys are addresses and small enums from the snapshot, never request data.
     requests: HashMap<RequestKey, (Counter, Histogram), FxBuild>,
     in_flight: HashMap<usize, Gauge, FxBuild>,
 }

@@ -15,6 +15,7 @@
 mod body;
 mod conn;
 pub mod error;
+mod fxhash;
 mod h1;
 mod headers;
 mod listener;

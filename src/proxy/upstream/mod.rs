@@ -42,8 +42,6 @@ use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::Notify;
 
 pub use body::UpstreamBody;
-/// The pool's hasher, also for the metric handle cache (keys from the snapshot, not requests).
-pub(crate) use pool::FxBuild;
 pub use raw::{Raw, RawConn, Stream};
 
 use super::body::ProxyBody;

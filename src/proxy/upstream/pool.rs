@@ -23,7 +23,7 @@
 //! entries whose trust key, or endpoint address, is not in the current snapshot ([`Live`]).
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::hash::{BuildHasher, Hash};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
@@ -36,6 +36,7 @@ use rustls::pki_types::ServerName;
 use super::super::body::ProxyBody;
 use super::raw::IdleRaw;
 use crate::model::{AppProtocol, BackendTls, Snapshot};
+use crate::proxy::fxhash::FxBuild;
 
 /// Power of two. Enough that two cores never meet on one shard by accident.
 const SHARDS: usize = 32;
@@ -111,16 +112,6 @@ struct IdleConn {
     tx: H1Sender,
     since: Instant,
 }
-
-/// Multiply-rotate hashing (as in rustc's FxHash) for the pool keys. They come from the
-/// snapshot, never from requests, so DoS-resistant SipHash buys nothing on this path.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct FxBuild;
-
-#[derive(Default)]
-pub struct FxHasher(u64);
-
-const FX_SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
 
 // === impl Pool ===
 
@@ -495,61 +486,5 @@ impl Entry {
 
     fn is_empty(&self) -> bool {
         lock(&self.idle).is_empty() && lock(&self.raw).is_empty() && lock(&self.h2).is_none()
-    }
-}
-
-// === impl FxHasher ===
-
-impl BuildHasher for FxBuild {
-    type Hasher = FxHasher;
-
-    fn build_hasher(&self) -> FxHasher {
-        FxHasher::default()
-    }
-}
-
-impl FxHasher {
-    #[inline]
-    fn add(&mut self, word: u64) {
-        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(FX_SEED);
-    }
-}
-
-impl Hasher for FxHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        let mut chunks = bytes.chunks_exact(8);
-        for c in &mut chunks {
-            self.add(u64::from_le_bytes(c.try_into().expect("chunks of 8")));
-        }
-        let rest = chunks.remainder();
-        if !rest.is_empty() {
-            let mut buf = [0u8; 8];
-            buf[..rest.len()].copy_from_slice(rest);
-            self.add(u64::from_le_bytes(buf));
-        }
-    }
-
-    fn write_u8(&mut self, i: u8) {
-        self.add(u64::from(i));
-    }
-
-    fn write_u16(&mut self, i: u16) {
-        self.add(u64::from(i));
-    }
-
-    fn write_u32(&mut self, i: u32) {
-        self.add(u64::from(i));
-    }
-
-    fn write_u64(&mut self, i: u64) {
-        self.add(i);
-    }
-
-    fn write_usize(&mut self, i: usize) {
-        self.add(i as u64);
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
     }
 }
