@@ -247,6 +247,7 @@ where
                 if idle && self.flags.draining.load(Ordering::Relaxed) {
                     return Next::Close;
                 }
+                rewind(&mut self.rbuf);
                 if self.rbuf.capacity() - self.rbuf.len() < BUF / 4 {
                     self.rbuf.reserve(BUF);
                 }
@@ -769,6 +770,7 @@ async fn exchange(
             Raw::Http2 => return Ok(None),
         };
         ubuf.clear();
+        rewind(ubuf);
         let sent = send(conn.io(), wbuf).await;
         let answer = match sent {
             Ok(()) => read_head(conn.io(), ubuf, wbuf, fwd, flags).await,
@@ -786,6 +788,20 @@ async fn exchange(
             Err(ReadError::Bad(e)) => return Err(ProxyError::Upstream(Box::new(e))),
         };
         return Ok(Some((conn, answer)));
+    }
+}
+
+/// Starts an empty buffer's window over at the front of its allocation. Consuming a message
+/// (`advance`) moves the window forward, so without this each request on a keep-alive
+/// connection would land in the next bytes of the buffer and every connection would sweep
+/// through all of its buffer, a cold cache line per read; with many connections that is
+/// megabytes of buffers cycling through the cache. Reusing the front keeps the bytes a
+/// connection touches per request in a few warm lines, as nginx's buffers do.
+fn rewind(buf: &mut BytesMut) {
+    if buf.is_empty() && buf.capacity() < BUF {
+        // Never allocates: it only takes back the space in front of the window, which with
+        // nothing buffered is free; a buffer that cannot (a fresh one) is left as it is.
+        let _ = buf.try_reclaim(BUF);
     }
 }
 
@@ -909,4 +925,34 @@ fn http_date() -> [u8; 29] {
         }
         c.1
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rewind_reuses_the_front_of_an_emptied_buffer_without_allocating() {
+        let mut buf = BytesMut::with_capacity(BUF);
+        let front = buf.as_ptr();
+        buf.extend_from_slice(&[b'x'; 300]);
+        buf.advance(300);
+        assert!(buf.capacity() < BUF, "advance moved the window forward");
+        rewind(&mut buf);
+        assert_eq!(buf.capacity(), BUF);
+        assert_eq!(buf.as_ptr(), front, "the same allocation, from its front");
+
+        // Bytes still buffered (a pipelined request) stay where they are.
+        buf.extend_from_slice(b"GET / HTTP/1.1\r\n");
+        buf.advance(4);
+        let at = buf.as_ptr();
+        rewind(&mut buf);
+        assert_eq!(buf.as_ptr(), at);
+        assert_eq!(&buf[..], b"/ HTTP/1.1\r\n");
+
+        // A fresh, empty buffer is left alone (nothing to reclaim, nothing allocated).
+        let mut fresh = BytesMut::new();
+        rewind(&mut fresh);
+        assert_eq!(fresh.capacity(), 0);
+    }
 }
