@@ -13,7 +13,7 @@ pub struct FxHasher(u64);
 
 const FX_SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
 
-// === impl FxHasher ===
+// === impl FxBuild, FxHasher ===
 
 impl BuildHasher for FxBuild {
     type Hasher = FxHasher;

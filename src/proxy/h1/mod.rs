@@ -247,10 +247,7 @@ where
                 if idle && self.flags.draining.load(Ordering::Relaxed) {
                     return Next::Close;
                 }
-                rewind(&mut self.rbuf);
-                if self.rbuf.capacity() - self.rbuf.len() < BUF / 4 {
-                    self.rbuf.reserve(BUF);
-                }
+                room_to_read(&mut self.rbuf);
                 let read = tokio::select! {
                     biased;
                     r = self.io.read_buf(&mut self.rbuf) => r,
@@ -399,9 +396,7 @@ where
                 if self.rbuf.len() >= READ_AHEAD {
                     break exchange.await;
                 }
-                if self.rbuf.capacity() - self.rbuf.len() < BUF / 4 {
-                    self.rbuf.reserve(BUF);
-                }
+                room_to_read(&mut self.rbuf);
                 tokio::select! {
                     biased;
                     r = exchange.as_mut() => break r,
@@ -770,7 +765,6 @@ async fn exchange(
             Raw::Http2 => return Ok(None),
         };
         ubuf.clear();
-        rewind(ubuf);
         let sent = send(conn.io(), wbuf).await;
         let answer = match sent {
             Ok(()) => read_head(conn.io(), ubuf, wbuf, fwd, flags).await,
@@ -791,12 +785,22 @@ async fn exchange(
     }
 }
 
+/// Readies a read buffer for the next socket read: an emptied one starts over at its front
+/// ([`rewind`]), and one running short gets another [`BUF`].
+fn room_to_read(buf: &mut BytesMut) {
+    rewind(buf);
+    if buf.capacity() - buf.len() < BUF / 4 {
+        buf.reserve(BUF);
+    }
+}
+
 /// Starts an empty buffer's window over at the front of its allocation. Consuming a message
 /// (`advance`) moves the window forward, so without this each request on a keep-alive
 /// connection would land in the next bytes of the buffer and every connection would sweep
-/// through all of its buffer, a cold cache line per read; with many connections that is
-/// megabytes of buffers cycling through the cache. Reusing the front keeps the bytes a
-/// connection touches per request in a few warm lines, as nginx's buffers do.
+/// through all of its buffer, touching a new page now and then; with many connections that
+/// is megabytes of buffers made resident (about 6.5 MiB at 256 connections, BENCHMARKS.md).
+/// Reusing the front keeps the bytes a connection touches per request in a few lines, as
+/// nginx's buffers do.
 fn rewind(buf: &mut BytesMut) {
     if buf.is_empty() && buf.capacity() < BUF {
         // Never allocates: it only takes back the space in front of the window, which with
@@ -839,9 +843,7 @@ async fn read_head(
                 Err(e) => return Err(ReadError::Bad(e)),
             }
         }
-        if ubuf.capacity() - ubuf.len() < BUF / 4 {
-            ubuf.reserve(BUF);
-        }
+        room_to_read(ubuf);
         match up.read_buf(ubuf).await {
             Ok(0) => return Err(ReadError::Io(truncated())),
             Ok(_) => {}
