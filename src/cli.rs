@@ -128,6 +128,48 @@ pub struct RunArgs {
     /// Log one line per request (target `pier::access`).
     #[arg(long)]
     pub access_log: bool,
+    #[command(flatten)]
+    pub limits: LimitArgs,
+}
+
+/// Limits on what a client may make pier hold (`proxy::Limits`).
+#[derive(Debug, clap::Args)]
+pub struct LimitArgs {
+    /// Close an HTTP/2 (or hyper-served HTTP/1.1) connection with no request in progress for
+    /// this many seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 60)]
+    pub idle_timeout: u64,
+    /// A request body going to an HTTP/1.1 backend that sends nothing for this many seconds
+    /// is cut off with 408 (0: no bound).
+    #[arg(long, value_name = "SECS", default_value_t = 60)]
+    pub request_body_timeout: u64,
+    /// ... and after its first 5 s it must have averaged at least this many bytes a second
+    /// (0: no minimum).
+    #[arg(long, value_name = "BYTES", default_value_t = 240)]
+    pub request_body_min_rate: u32,
+    /// Merge runs of `/` in request paths before matching and forwarding (dot segments and
+    /// escaped unreserved characters are always normalised).
+    #[arg(long)]
+    pub merge_slashes: bool,
+}
+
+impl LimitArgs {
+    pub fn limits(&self) -> crate::proxy::Limits {
+        use std::time::Duration;
+        let defaults = crate::proxy::Limits::default();
+        let grace = defaults
+            .body_pace
+            .map_or(Duration::from_secs(5), |p| p.grace);
+        crate::proxy::Limits {
+            idle_timeout: Duration::from_secs(self.idle_timeout.max(1)),
+            body_pace: (self.request_body_timeout > 0).then(|| crate::proxy::BodyPace {
+                idle: Duration::from_secs(self.request_body_timeout),
+                min_rate: self.request_body_min_rate,
+                grace,
+            }),
+            merge_slashes: self.merge_slashes,
+        }
+    }
 }
 
 /// Flags for cluster mode only.

@@ -71,6 +71,7 @@ async fn run_cmd(a: RunArgs) -> anyhow::Result<()> {
         admin: a.admin,
         translate: a.common.translate_settings(),
         access_log: a.access_log,
+        limits: a.limits.limits(),
         client_cert: a.common.client_cert.files(),
     })
     .await?;

@@ -16,6 +16,7 @@ pub mod commands;
 pub mod crds;
 pub mod demo;
 pub mod echo;
+pub mod log_limit;
 pub mod metrics;
 pub mod model;
 pub mod proxy;

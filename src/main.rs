@@ -107,13 +107,25 @@ fn env_number(name: &str) -> Result<Option<u64>, String> {
 }
 
 fn init_logging(format: LogFormat) {
+    use pier::log_limit::RateLimited;
     use tracing_subscriber::EnvFilter;
+    use tracing_subscriber::prelude::*;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+    let registry = tracing_subscriber::registry().with(filter);
+    // Repeated warnings (an attack can raise thousands a second) are rate-limited per call
+    // site; see `pier::log_limit`.
     match format {
-        LogFormat::Json => builder.json().init(),
-        LogFormat::Text => builder.init(),
+        LogFormat::Json => registry
+            .with(RateLimited::new(
+                tracing_subscriber::fmt::layer()
+                    .json()
+                    .with_writer(std::io::stderr),
+            ))
+            .init(),
+        LogFormat::Text => registry
+            .with(RateLimited::new(
+                tracing_subscriber::fmt::layer().with_writer(std::io::stderr),
+            ))
+            .init(),
     }
 }

@@ -38,6 +38,8 @@ pub struct RunOptions {
     pub admin: SocketAddr,
     pub translate: translate::Settings,
     pub access_log: bool,
+    /// Idle connections, slow request bodies, path normalisation.
+    pub limits: crate::proxy::Limits,
     /// `--client-cert`/`--client-key`: read at start, watched, reloaded.
     pub client_cert: Option<ClientCertFiles>,
 }
@@ -135,6 +137,7 @@ impl RunOptions {
             admin: SocketAddr::from(([127, 0, 0, 1], 9901)),
             translate: translate::Settings::default(),
             access_log: false,
+            limits: crate::proxy::Limits::default(),
             client_cert: None,
         }
     }
@@ -207,6 +210,7 @@ pub async fn start(opts: RunOptions) -> anyhow::Result<Running> {
         ProxyConfig {
             listen_host: opts.listen_host,
             access_log: opts.access_log,
+            limits: opts.limits.clone(),
             ..ProxyConfig::default()
         },
         proxy_metrics,

@@ -43,6 +43,7 @@ async fn client_certificate_is_loaded_watched_and_a_bad_rotation_keeps_the_last_
         admin: SocketAddr::from(([127, 0, 0, 1], 0)),
         translate: Default::default(),
         access_log: false,
+        limits: Default::default(),
         client_cert: Some(ClientCertFiles {
             cert: tls.path().join("tls.crt"),
             key: tls.path().join("tls.key"),
@@ -90,6 +91,7 @@ async fn startup_fails_on_an_unusable_client_certificate() {
         admin: SocketAddr::from(([127, 0, 0, 1], 0)),
         translate: Default::default(),
         access_log: false,
+        limits: Default::default(),
         client_cert: Some(ClientCertFiles {
             cert: dir.path().join("bad.crt"),
             key: dir.path().join("bad.key"),

@@ -1,17 +1,22 @@
-//! The one body type the proxy passes around, and [`Tee`], which copies a small request body
-//! for mirrors while it streams to the backend. (Response bodies carry their in-flight guard
+//! The one body type the proxy passes around; [`Tee`], which copies a small request body for
+//! mirrors while it streams to the backend; and [`ClientBody`], which bounds how slowly a
+//! client may send a request body and says whose fault a failed body was. (Response bodies carry their in-flight guard
 //! and pooled connection in `upstream::UpstreamBody`.)
 
 use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::task::{Context, Poll, ready};
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Empty, Full};
 use tokio::sync::oneshot;
+use tokio::time::{Instant, Sleep};
 
-use super::error::BoxError;
+use super::error::{BodyFault, BoxError};
 
 /// Request and response bodies, streamed (never buffered) through the proxy.
 pub type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
@@ -103,6 +108,145 @@ impl Body for Tee {
     }
 }
 
+/// How slowly a client may send a request body (`ProxyConfig::limits`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BodyPace {
+    /// No body bytes for this long fails the body.
+    pub idle: Duration,
+    /// After `grace`, the body must have averaged at least this many bytes a second since it
+    /// started (0: no minimum).
+    pub min_rate: u32,
+    pub grace: Duration,
+}
+
+/// Where a failed client body records why, for the request handler to answer 400 or 408
+/// instead of blaming the backend (the failure reaches the handler as an upstream error).
+#[derive(Debug, Default)]
+pub struct FaultCell(AtomicU8);
+
+impl FaultCell {
+    fn set(&self, f: BodyFault) {
+        let v = match f {
+            BodyFault::Malformed => 1,
+            BodyFault::TooSlow => 2,
+        };
+        self.0.store(v, Ordering::Relaxed);
+    }
+
+    pub fn get(&self) -> Option<BodyFault> {
+        match self.0.load(Ordering::Relaxed) {
+            1 => Some(BodyFault::Malformed),
+            2 => Some(BodyFault::TooSlow),
+            _ => None,
+        }
+    }
+}
+
+/// A client's request body on its way to the backend: a failed frame (a bad chunk, a broken
+/// connection) is recorded as [`BodyFault::Malformed`], and with a [`BodyPace`] a client that
+/// stalls, or trickles slower than the minimum rate, fails with [`BodyFault::TooSlow`] — so a
+/// slow body cannot hold an upstream connection for as long as it likes.
+pub struct ClientBody<B> {
+    inner: B,
+    fault: Arc<FaultCell>,
+    pace: Option<Paced>,
+}
+
+struct Paced {
+    pace: BodyPace,
+    started: Instant,
+    received: u64,
+    timer: Pin<Box<Sleep>>,
+}
+
+impl<B> ClientBody<B> {
+    pub fn new(inner: B, fault: Arc<FaultCell>, pace: Option<BodyPace>) -> Self {
+        let pace = pace.map(|pace| {
+            let started = Instant::now();
+            let mut p = Paced {
+                pace,
+                started,
+                received: 0,
+                timer: Box::pin(tokio::time::sleep_until(started)),
+            };
+            p.rearm(started);
+            p
+        });
+        Self { inner, fault, pace }
+    }
+}
+
+impl Paced {
+    /// The earlier of: `idle` after the last bytes, and the moment the average rate since the
+    /// start would drop below `min_rate` (never before `grace`).
+    fn rearm(&mut self, now: Instant) {
+        let idle = now + self.pace.idle;
+        let deadline = if self.pace.min_rate == 0 {
+            idle
+        } else {
+            let earned =
+                Duration::from_secs_f64(self.received as f64 / f64::from(self.pace.min_rate));
+            idle.min(self.started + earned.max(self.pace.grace))
+        };
+        self.timer.as_mut().reset(deadline);
+    }
+}
+
+impl<B> Body for ClientBody<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError>,
+{
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = &mut *self;
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let (Some(p), Some(data)) = (&mut this.pace, frame.data_ref()) {
+                    p.received += data.len() as u64;
+                    p.rearm(Instant::now());
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(Some(Err(e))) => {
+                this.fault.set(BodyFault::Malformed);
+                Poll::Ready(Some(Err(e.into())))
+            }
+            Poll::Ready(None) => {
+                this.pace = None;
+                Poll::Ready(None)
+            }
+            Poll::Pending => {
+                let expired = match &mut this.pace {
+                    Some(p) => p.timer.as_mut().poll(cx).is_ready(),
+                    None => false,
+                };
+                if !expired {
+                    return Poll::Pending;
+                }
+                this.pace = None;
+                this.fault.set(BodyFault::TooSlow);
+                Poll::Ready(Some(Err(
+                    "the client sent the request body too slowly".into()
+                )))
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -124,6 +268,87 @@ mod tests {
         let out = block_on(tee.collect()).unwrap().to_bytes();
         assert_eq!(&out[..], b"abcd");
         assert_eq!(&block_on(rx).unwrap()[..], b"abcd");
+    }
+
+    /// A body that yields one byte each `every`, `n` times.
+    fn trickle(n: usize, every: Duration) -> ProxyBody {
+        let s = futures::stream::unfold(0, move |i| async move {
+            if i == n {
+                return None;
+            }
+            tokio::time::sleep(every).await;
+            let frame: Result<Frame<Bytes>, BoxError> = Ok(Frame::data(Bytes::from_static(b"x")));
+            Some((frame, i + 1))
+        });
+        StreamBody::new(s).boxed_unsync()
+    }
+
+    const PACE: BodyPace = BodyPace {
+        idle: Duration::from_secs(10),
+        min_rate: 100,
+        grace: Duration::from_secs(2),
+    };
+
+    #[tokio::test(start_paused = true)]
+    async fn a_trickling_body_fails_as_too_slow_after_the_grace() {
+        let fault = Arc::new(FaultCell::default());
+        let body = ClientBody::new(
+            trickle(100, Duration::from_secs(1)),
+            fault.clone(),
+            Some(PACE),
+        );
+        let started = Instant::now();
+        assert!(body.collect().await.is_err());
+        assert_eq!(fault.get(), Some(BodyFault::TooSlow));
+        // 1 byte/s is under 100 B/s from the start: it fails when the grace ends.
+        assert_eq!(started.elapsed().as_secs(), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stalled_body_fails_after_the_idle_timeout() {
+        let fault = Arc::new(FaultCell::default());
+        let pace = BodyPace {
+            min_rate: 0,
+            ..PACE
+        };
+        let body = ClientBody::new(
+            trickle(2, Duration::from_secs(30)),
+            fault.clone(),
+            Some(pace),
+        );
+        let started = Instant::now();
+        assert!(body.collect().await.is_err());
+        assert_eq!(fault.get(), Some(BodyFault::TooSlow));
+        assert_eq!(started.elapsed().as_secs(), 10);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_body_at_the_rate_passes() {
+        let fault = Arc::new(FaultCell::default());
+        let pace = BodyPace {
+            min_rate: 1,
+            ..PACE
+        };
+        let body = ClientBody::new(
+            trickle(5, Duration::from_millis(500)),
+            fault.clone(),
+            Some(pace),
+        );
+        assert_eq!(body.collect().await.unwrap().to_bytes().len(), 5);
+        assert_eq!(fault.get(), None);
+    }
+
+    #[tokio::test]
+    async fn a_failed_frame_is_the_clients_fault() {
+        let fault = Arc::new(FaultCell::default());
+        let frames: Vec<Result<Frame<Bytes>, BoxError>> = vec![Err("bad chunk".into())];
+        let body = ClientBody::new(
+            StreamBody::new(futures::stream::iter(frames)),
+            fault.clone(),
+            None,
+        );
+        assert!(body.collect().await.is_err());
+        assert_eq!(fault.get(), Some(BodyFault::Malformed));
     }
 
     #[test]

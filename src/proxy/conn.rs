@@ -6,7 +6,13 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use http_body::{Body, Frame, SizeHint};
 
 use hyper::body::Incoming;
 use hyper::rt::{Read, Write};
@@ -98,14 +104,24 @@ async fn serve_http<I>(shared: &Arc<Shared>, io: I, info: Arc<ConnInfo>, mut dra
 where
     I: Read + Write + Unpin + Send + 'static,
 {
+    let activity_peer = info.peer;
     let svc_shared = shared.clone();
+    let activity = Arc::new(Activity::new());
+    let svc_activity = activity.clone();
     let svc = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
         let shared = svc_shared.clone();
         let info = info.clone();
-        async move { Ok::<_, Infallible>(service::handle(shared, info, req).await) }
+        // Busy from the request's arrival until its response body is done (or dropped).
+        let busy = Activity::busy(&svc_activity);
+        async move {
+            let resp = service::handle(shared, info, req).await;
+            Ok::<_, Infallible>(resp.map(|body| Tracked { body, _busy: busy }))
+        }
     });
     let conn = shared.server.serve_connection_with_upgrades(io, svc);
     let mut conn = std::pin::pin!(conn);
+    let idle = activity.idle_for(shared.config.limits.idle_timeout);
+    let mut idle = std::pin::pin!(idle);
     // The connection first: one handed over by the fast path while draining has its request
     // already buffered, and hyper must read it before a graceful shutdown (which would cancel
     // a connection still detecting its protocol).
@@ -119,8 +135,111 @@ where
                 _ = drain.closed() => Ok(()),
             }
         }
+        // No request for the idle timeout (an HTTP/2 client may open a connection, send the
+        // preface and nothing else): GOAWAY, then close.
+        _ = idle.as_mut() => {
+            tracing::debug!(peer = %activity_peer, "closing an idle connection");
+            conn.as_mut().graceful_shutdown();
+            // HTTP/2's graceful close waits for the client to answer a PING; one that never
+            // does is cut once nothing has been in progress for a little while more.
+            tokio::select! {
+                r = conn.as_mut() => r,
+                _ = drain.closed() => Ok(()),
+                _ = activity.quiet_for(IDLE_CLOSE_GRACE) => Ok(()),
+            }
+        }
     };
     if let Err(error) = result {
         tracing::debug!(%error, "connection ended with an error");
+    }
+}
+
+/// How long an idle connection's graceful close (HTTP/2 GOAWAY and PING) may take.
+const IDLE_CLOSE_GRACE: Duration = Duration::from_secs(1);
+
+/// Requests in progress on one hyper-served connection, and since when it has had none.
+struct Activity {
+    start: tokio::time::Instant,
+    active: AtomicUsize,
+    /// Milliseconds after `start` when `active` last dropped to zero.
+    idle_since: AtomicU64,
+}
+
+/// Keeps its connection busy while it lives.
+struct Busy(Arc<Activity>);
+
+impl Activity {
+    fn new() -> Self {
+        Self {
+            start: tokio::time::Instant::now(),
+            active: AtomicUsize::new(0),
+            idle_since: AtomicU64::new(0),
+        }
+    }
+
+    /// Completes after `grace`, once nothing is in progress.
+    async fn quiet_for(&self, grace: Duration) {
+        tokio::time::sleep(grace).await;
+        while self.active.load(Ordering::Acquire) > 0 {
+            tokio::time::sleep(grace).await;
+        }
+    }
+
+    fn busy(this: &Arc<Self>) -> Busy {
+        this.active.fetch_add(1, Ordering::AcqRel);
+        Busy(this.clone())
+    }
+
+    /// Completes once the connection has had no request in progress for `timeout`.
+    async fn idle_for(&self, timeout: Duration) {
+        loop {
+            let wait = if self.active.load(Ordering::Acquire) > 0 {
+                timeout
+            } else {
+                let since = Duration::from_millis(self.idle_since.load(Ordering::Acquire));
+                let idle = self.start.elapsed().saturating_sub(since);
+                match timeout.checked_sub(idle) {
+                    Some(left) if !left.is_zero() => left,
+                    _ => return,
+                }
+            };
+            tokio::time::sleep(wait).await;
+        }
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        let a = &self.0;
+        let now = a.start.elapsed().as_millis() as u64;
+        // Stamp first, so a watcher that sees zero in flight reads a fresh time.
+        a.idle_since.store(now, Ordering::Release);
+        a.active.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A response body that keeps its connection [`Busy`] until it is done or dropped.
+struct Tracked<B> {
+    body: B,
+    _busy: Busy,
+}
+
+impl<B: Body + Unpin> Body for Tracked<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
     }
 }

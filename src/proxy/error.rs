@@ -12,6 +12,7 @@ use http::{HeaderValue, Response, StatusCode, header};
 use prometheus_client::encoding::EncodeLabelValue;
 
 use super::body::{self, ProxyBody};
+use super::validate::Invalid;
 use crate::model::TlsUnavailable;
 
 pub(crate) type BoxError = Box<dyn StdError + Send + Sync>;
@@ -62,6 +63,23 @@ pub enum ProxyError {
     /// own path was valid).
     #[error("the rewritten request target is invalid")]
     InvalidTarget(#[source] http::Error),
+    /// The request head breaks a rule pier enforces before routing (`proxy::validate`).
+    #[error("invalid request: {0}")]
+    Invalid(Invalid),
+    /// The client's request body failed: malformed (bad chunk), or too slow.
+    #[error("the request body failed: {0}")]
+    ClientBody(BodyFault),
+}
+
+/// How a client's request body failed (`proxy::body::ClientBody`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BodyFault {
+    /// Malformed framing (an invalid chunk), or the client connection broke mid-body.
+    #[error("malformed or aborted")]
+    Malformed,
+    /// No bytes for the body idle timeout, or slower than the minimum rate.
+    #[error("too slow")]
+    TooSlow,
 }
 
 /// Why a connection to an upstream endpoint failed.
@@ -105,6 +123,10 @@ pub enum ErrorKind {
     BackendTimeout,
     RequestTimeout,
     InvalidTarget,
+    BadRequest,
+    UnsupportedTransferCoding,
+    BadRequestBody,
+    RequestBodyTimeout,
 }
 
 /// Whose fault an error is.
@@ -139,12 +161,21 @@ impl ProxyError {
             Self::BackendTimeout => ErrorKind::BackendTimeout,
             Self::RequestTimeout => ErrorKind::RequestTimeout,
             Self::InvalidTarget(_) => ErrorKind::InvalidTarget,
+            Self::Invalid(Invalid::TransferCoding) => ErrorKind::UnsupportedTransferCoding,
+            Self::Invalid(_) => ErrorKind::BadRequest,
+            Self::ClientBody(BodyFault::Malformed) => ErrorKind::BadRequestBody,
+            Self::ClientBody(BodyFault::TooSlow) => ErrorKind::RequestBodyTimeout,
         }
     }
 
     pub fn side(&self) -> ErrorSide {
         match self.kind() {
-            ErrorKind::NoListener | ErrorKind::NoRoute => ErrorSide::Downstream,
+            ErrorKind::NoListener
+            | ErrorKind::NoRoute
+            | ErrorKind::BadRequest
+            | ErrorKind::UnsupportedTransferCoding
+            | ErrorKind::BadRequestBody
+            | ErrorKind::RequestBodyTimeout => ErrorSide::Downstream,
             // A missing trust bundle or client certificate is pier's configuration.
             ErrorKind::NoBackends
             | ErrorKind::InvalidBackend
@@ -164,6 +195,9 @@ impl ProxyError {
     pub fn status(&self) -> StatusCode {
         match self.kind() {
             ErrorKind::NoListener | ErrorKind::NoRoute => StatusCode::NOT_FOUND,
+            ErrorKind::BadRequest | ErrorKind::BadRequestBody => StatusCode::BAD_REQUEST,
+            ErrorKind::UnsupportedTransferCoding => StatusCode::NOT_IMPLEMENTED,
+            ErrorKind::RequestBodyTimeout => StatusCode::REQUEST_TIMEOUT,
             // Gateway API: a rule whose backends are all invalid, or a pick that lands on an
             // invalid one, answers 500.
             ErrorKind::NoBackends | ErrorKind::InvalidBackend | ErrorKind::InvalidTarget => {

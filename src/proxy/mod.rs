@@ -24,6 +24,7 @@ mod mirror;
 mod service;
 mod tunnel;
 mod upstream;
+mod validate;
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -37,7 +38,8 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
 
-pub use error::{ConnectReason, ErrorKind, ErrorSide, ProxyError, TlsFailure};
+pub use body::BodyPace;
+pub use error::{BodyFault, ConnectReason, ErrorKind, ErrorSide, ProxyError, TlsFailure};
 pub use metrics::ProxyMetrics;
 pub use mirror::MAX_MIRRORED_BODY;
 pub use upstream::RETIRE_BOUND as UPSTREAM_RETIRE_BOUND;
@@ -69,6 +71,41 @@ pub struct ProxyConfig {
     pub drain_timeout: Duration,
     /// Bound on a mirrored request, body wait included.
     pub mirror_timeout: Duration,
+    /// Limits on what a client may make pier hold.
+    pub limits: Limits,
+}
+
+/// Limits on idle connections, slow request bodies and request paths. Defaults are no
+/// weaker than nginx's (`keepalive_timeout` 75 s, `client_body_timeout` 60 s) and Kestrel's
+/// minimum body rate (240 B/s after 5 s).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// A connection served by hyper (HTTP/2, and HTTP/1.1 after a fallback) with no request in
+    /// progress for this long is closed (HTTP/2: GOAWAY). Covers a client that sends the
+    /// HTTP/2 preface and then nothing. (The HTTP/1.1 fast path closes an idle connection
+    /// after `header_read_timeout`.)
+    pub idle_timeout: Duration,
+    /// How slowly a request body may arrive when it goes to an HTTP/1.1 upstream, where a
+    /// slow body holds a whole upstream connection; `None`: no bound. (HTTP/2 upstreams —
+    /// gRPC streams — are exempt: a stream may legitimately idle.)
+    pub body_pace: Option<BodyPace>,
+    /// Merge runs of `/` in request paths before matching and forwarding (dot segments and
+    /// escaped unreserved characters are always normalised).
+    pub merge_slashes: bool,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            idle_timeout: Duration::from_secs(60),
+            body_pace: Some(BodyPace {
+                idle: Duration::from_secs(60),
+                min_rate: 240,
+                grace: Duration::from_secs(5),
+            }),
+            merge_slashes: false,
+        }
+    }
 }
 
 /// The proxy. Cheap to clone; all clones control the same ports.
@@ -118,6 +155,7 @@ impl Default for ProxyConfig {
             pool_max_idle_per_host: 1024,
             drain_timeout: Duration::from_secs(30),
             mirror_timeout: Duration::from_secs(10),
+            limits: Limits::default(),
         }
     }
 }
@@ -134,7 +172,10 @@ impl Proxy {
         server
             .http1()
             .timer(TokioTimer::new())
-            .header_read_timeout(config.header_read_timeout);
+            .header_read_timeout(config.header_read_timeout)
+            // The same head limit as the fast path's (hyper's default is ~400 KiB): a larger
+            // head is answered 431.
+            .max_buf_size(h1::MAX_HEAD);
         server.http2().timer(TokioTimer::new());
         let ticketer = Ticketer::new()
             .inspect_err(|error| tracing::warn!(%error, "TLS session tickets disabled"))

@@ -13,6 +13,7 @@
 //! awaits): a swap mid-request never mixes two configurations, and the request finishes with
 //! the backend it was routed to.
 
+use std::borrow::Cow;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
@@ -21,16 +22,18 @@ use http::header::{HOST, LOCATION};
 use http::request::Parts;
 use http::uri::PathAndQuery;
 use http::{HeaderValue, Method, Request, Response, StatusCode, Uri, Version};
+use http_body::Body as _;
 use hyper::body::Incoming;
 use hyper::upgrade::OnUpgrade;
 use rand::Rng;
 
-use super::body::{self, ProxyBody};
+use super::body::{self, ClientBody, FaultCell, ProxyBody};
 use super::conn::ConnInfo;
 use super::error::{ConnectReason, ProxyError};
 use super::headers::{self, Keep};
 use super::metrics::{Reached, Transport};
 use super::upstream::{InFlight, Target, UpstreamBody};
+use super::validate::{self, Invalid};
 use super::{Shared, mirror, tunnel};
 use crate::model::filter::RedirectInput;
 use crate::model::host::normalize_host;
@@ -108,6 +111,7 @@ async fn dispatch<'s>(
     if req.method() == Method::CONNECT {
         return Err(ProxyError::NoRoute);
     }
+    let req = checked(req, shared.config.limits.merge_slashes).map_err(ProxyError::Invalid)?;
     let input = RouteInput {
         method: req.method(),
         host: routing_host(&req).unwrap_or(""),
@@ -134,6 +138,24 @@ async fn dispatch<'s>(
         .map_err(|_| ProxyError::RequestTimeout)?,
         None => forward(shared, snapshot, conn, &routed, req, seen).await,
     }
+}
+
+/// The request if it passes `validate`'s checks, with its path normalised.
+fn checked<B>(mut req: Request<B>, merge_slashes: bool) -> Result<Request<B>, Invalid> {
+    validate::check_host(req.version(), req.headers(), req.uri().authority())?;
+    validate::check_transfer_coding(req.headers())?;
+    let normal = match validate::normalize_path(req.uri().path(), merge_slashes)? {
+        Cow::Borrowed(_) => return Ok(req),
+        Cow::Owned(p) => p,
+    };
+    let target = match req.uri().query() {
+        Some(q) => format!("{normal}?{q}"),
+        None => normal,
+    };
+    let mut parts = req.uri().clone().into_parts();
+    parts.path_and_query = Some(PathAndQuery::try_from(target).map_err(|_| Invalid::BadPath)?);
+    *req.uri_mut() = Uri::from_parts(parts).map_err(|_| Invalid::BadPath)?;
+    Ok(req)
 }
 
 /// Port, then listener isolation, then the route table, all on the normalised host.
@@ -245,11 +267,24 @@ async fn forward<'s>(
         None
     };
     let path = prepare_head(conn, routed, weighted, backend, &mut parts, upgrade)?;
+    // A body that fails is the client's fault (400, 408), not the backend's: `fault` says so.
+    let fault = (!upgrade && !body.is_end_stream()).then(Arc::<FaultCell>::default);
+    let body = match &fault {
+        Some(fault) => {
+            // A slow body to an HTTP/1.1 upstream holds a whole connection: bound its pace.
+            let pace = match backend.protocol {
+                AppProtocol::H2c => None,
+                _ => shared.config.limits.body_pace,
+            };
+            body::boxed(ClientBody::new(body, fault.clone(), pace))
+        }
+        None => body::boxed(body),
+    };
     let body = if upgrade {
-        body::boxed(body)
+        body
     } else {
         let mirrors = rule.filters.mirrors.iter().chain(&weighted.filters.mirrors);
-        mirror::dispatch(shared, mirrors, &parts, &path, body::boxed(body))
+        mirror::dispatch(shared, mirrors, &parts, &path, body)
     };
     let now = shared.clock.now_ms();
     let endpoint = {
@@ -268,7 +303,12 @@ async fn forward<'s>(
         endpoint.stats.clone(),
         shared.metrics.in_flight_of(snapshot, &backend.id),
     );
-    let (mut resp, in_flight) = exchange(shared, rule, target, endpoint, up, in_flight).await?;
+    let (mut resp, in_flight) = exchange(shared, rule, target, endpoint, up, in_flight)
+        .await
+        .map_err(|e| match fault.as_ref().and_then(|f| f.get()) {
+            Some(f) => ProxyError::ClientBody(f),
+            None => e,
+        })?;
     if resp.status() == StatusCode::SWITCHING_PROTOCOLS
         && let Some(down) = on_upgrade
     {

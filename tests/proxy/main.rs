@@ -8,6 +8,7 @@ mod support;
 mod errors;
 mod fast_path;
 mod filters;
+mod hostile;
 mod lifecycle;
 mod observability;
 mod protocols;

@@ -8,6 +8,7 @@ pub mod cluster;
 pub mod mesh;
 pub mod nginx;
 pub mod pki;
+pub mod raw;
 pub mod snap;
 pub mod tls_origin;
 pub mod web;

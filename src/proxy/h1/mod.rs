@@ -39,6 +39,7 @@ use http_body_util::BodyExt;
 use rand::Rng;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
+pub use head::MAX_HEAD;
 pub use replay::Replay;
 
 use super::Shared;
@@ -49,6 +50,7 @@ use super::listener::DrainToken;
 use super::metrics::Transport;
 use super::service::{self, LogHead, RouteInput, Routed, Seen};
 use super::upstream::{InFlight, Raw, RawConn, Stream, Target};
+use super::validate;
 use crate::model::host::normalize_host;
 use crate::model::{AppProtocol, Backend, BackendTarget, Rule, Snapshot, WeightedBackend};
 use chunked::Chunked;
@@ -609,6 +611,19 @@ fn plan<'s>(
             .access_log
             .then(|| LogHead::new(req.method.clone(), req.host, req.path)),
     };
+    if let Err(e) = validate::host_value_ok(req.host) {
+        return Plan::Respond(common, Err(ProxyError::Invalid(e)));
+    }
+    let path = match validate::normalize_path(req.path, shared.config.limits.merge_slashes) {
+        Ok(path) => path,
+        Err(e) => return Plan::Respond(common, Err(ProxyError::Invalid(e))),
+    };
+    // The target to forward: the client's own bytes unless normalising changed the path.
+    let target: Cow<'_, str> = match (&path, req.query) {
+        (Cow::Borrowed(_), _) => Cow::Borrowed(req.target),
+        (Cow::Owned(p), Some(q)) => Cow::Owned(format!("{p}?{q}")),
+        (Cow::Owned(p), None) => Cow::Owned(p.clone()),
+    };
     let host = normalize_host(req.host);
     let (port, listener) = match service::listener_for(snapshot, info.port, &host) {
         Ok(found) => found,
@@ -626,7 +641,7 @@ fn plan<'s>(
     let input = RouteInput {
         method: &req.method,
         host: req.host,
-        path: req.path,
+        path: &path,
         query: req.query,
         headers: &map,
     };
@@ -658,7 +673,8 @@ fn plan<'s>(
     common.seen.reached.backend = Some(&backend.id);
     common.seen.reached.tls = Transport::of(&backend.tls);
     wbuf.clear();
-    if let Err(e) = upstream_head(info, &routed, weighted, backend, &req, map, wbuf) {
+    let uri = (&*path, &*target);
+    if let Err(e) = upstream_head(info, &routed, weighted, backend, &req, uri, map, wbuf) {
         return match e {
             Prepare::Fallback => Plan::Fallback,
             Prepare::Error(e) => Plan::Respond(common, Err(e)),
@@ -687,12 +703,16 @@ enum Prepare {
 
 /// Writes the upstream request head: straight from the client's header lines, or, when a
 /// request header filter applies, through the hyper path's own head preparation on a map.
+/// `(path, target)`: the normalised path, and the target with it (the client's own when
+/// normalising changed nothing).
+#[allow(clippy::too_many_arguments)]
 fn upstream_head(
     info: &ConnInfo,
     routed: &Routed<'_>,
     weighted: &WeightedBackend,
     backend: &Backend,
     req: &head::RequestHead<'_>,
+    (path, target): (&str, &str),
     map: HeaderMap,
     wbuf: &mut Vec<u8>,
 ) -> Result<(), Prepare> {
@@ -707,7 +727,7 @@ fn upstream_head(
         };
         let (mut parts, ()) = Request::new(()).into_parts();
         parts.method = req.method.clone();
-        parts.uri = Uri::try_from(req.target).map_err(|_| Prepare::Fallback)?;
+        parts.uri = Uri::try_from(target).map_err(|_| Prepare::Fallback)?;
         parts.headers = headers;
         let path = service::prepare_head(info, routed, weighted, backend, &mut parts, false)
             .map_err(Prepare::Error)?;
@@ -715,16 +735,12 @@ fn upstream_head(
         return Ok(());
     }
     let rewrite = service::rewrite_of(rule, weighted);
-    let target: Cow<'_, str> = match service::rewritten_target(
-        req.path,
-        req.query,
-        rewrite,
-        routed.entry.matched_prefix(),
-    ) {
-        None => Cow::Borrowed(req.target),
-        Some(Ok(pq)) => Cow::Owned(pq.as_str().to_owned()),
-        Some(Err(e)) => return Err(Prepare::Error(e)),
-    };
+    let target: Cow<'_, str> =
+        match service::rewritten_target(path, req.query, rewrite, routed.entry.matched_prefix()) {
+            None => Cow::Borrowed(target),
+            Some(Ok(pq)) => Cow::Owned(pq.as_str().to_owned()),
+            Some(Err(e)) => return Err(Prepare::Error(e)),
+        };
     let host = rewrite
         .and_then(|r| r.hostname.as_ref())
         .map_or(req.host.as_bytes(), HeaderValue::as_bytes);
