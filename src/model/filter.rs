@@ -271,6 +271,14 @@ mod tests {
     }
 
     #[test]
+    fn an_empty_replace_prefix_match_removes_the_prefix() {
+        let m = PathModifier::ReplacePrefixMatch(String::new());
+        assert_eq!(m.apply("/foo/bar", Some("/foo")), "/bar");
+        assert_eq!(m.apply("/foo", Some("/foo")), "/");
+        assert_eq!(m.apply("/foo/", Some("/foo")), "/");
+    }
+
+    #[test]
     fn replace_prefix_match_with_root_strips_the_prefix() {
         let m = PathModifier::ReplacePrefixMatch("/".into());
         assert_eq!(

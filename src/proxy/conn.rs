@@ -24,12 +24,16 @@ use tokio_rustls::TlsAcceptor;
 use super::listener::DrainToken;
 use super::{Shared, h1, service};
 use crate::model::Protocol;
+use crate::model::host::normalize_host;
 
 /// What the request path needs to know about the connection it arrived on.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct ConnInfo {
     pub port: u16,
     pub peer: SocketAddr,
+    /// The TLS server name the client sent (normalised), on HTTPS connections: a request
+    /// whose Host selects another listener than this did is misdirected (421).
+    pub sni: Option<Box<str>>,
     /// `peer`'s IP as an `X-Forwarded-For` entry, formatted once per connection.
     pub forwarded_for: http::HeaderValue,
     /// Upgrade tunnels take a clone so that draining waits for them too.
@@ -52,6 +56,7 @@ pub async fn serve(
     let info = Arc::new(ConnInfo {
         port,
         peer,
+        sni: None,
         forwarded_for: super::headers::forwarded_for(peer.ip()),
         drain: drain.clone(),
     });
@@ -77,13 +82,22 @@ async fn serve_tls(
         r = tokio::time::timeout(deadline, tls.accept(tcp)) => r,
         _ = drain.closed() => return,
     };
-    match handshake {
-        Ok(Ok(stream)) if stream.get_ref().1.alpn_protocol() == Some(b"h2") => {
-            serve_http(shared, TokioIo::new(stream), info, drain).await
-        }
-        Ok(Ok(stream)) => serve_h1(shared, stream, info, drain).await,
-        Ok(Err(error)) => tracing::debug!(%peer, port, %error, "TLS handshake failed"),
-        Err(_) => tracing::debug!(%peer, port, "TLS handshake timed out"),
+    let stream = match handshake {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(error)) => return tracing::debug!(%peer, port, %error, "TLS handshake failed"),
+        Err(_) => return tracing::debug!(%peer, port, "TLS handshake timed out"),
+    };
+    let tls = stream.get_ref().1;
+    let info = match tls.server_name() {
+        Some(name) => Arc::new(ConnInfo {
+            sni: Some(normalize_host(name).into()),
+            ..(*info).clone()
+        }),
+        None => info,
+    };
+    match tls.alpn_protocol() {
+        Some(b"h2") => serve_http(shared, TokioIo::new(stream), info, drain).await,
+        _ => serve_h1(shared, stream, info, drain).await,
     }
 }
 

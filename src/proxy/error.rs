@@ -63,6 +63,9 @@ pub enum ProxyError {
     /// own path was valid).
     #[error("the rewritten request target is invalid")]
     InvalidTarget(#[source] http::Error),
+    /// On TLS, the Host selects another listener than the SNI did.
+    #[error("the request host belongs to another listener than the TLS server name")]
+    Misdirected,
     /// The request head breaks a rule pier enforces before routing (`proxy::validate`).
     #[error("invalid request: {0}")]
     Invalid(Invalid),
@@ -124,6 +127,7 @@ pub enum ErrorKind {
     RequestTimeout,
     InvalidTarget,
     BadRequest,
+    Misdirected,
     UnsupportedTransferCoding,
     BadRequestBody,
     RequestBodyTimeout,
@@ -161,6 +165,7 @@ impl ProxyError {
             Self::BackendTimeout => ErrorKind::BackendTimeout,
             Self::RequestTimeout => ErrorKind::RequestTimeout,
             Self::InvalidTarget(_) => ErrorKind::InvalidTarget,
+            Self::Misdirected => ErrorKind::Misdirected,
             Self::Invalid(Invalid::TransferCoding) => ErrorKind::UnsupportedTransferCoding,
             Self::Invalid(_) => ErrorKind::BadRequest,
             Self::ClientBody(BodyFault::Malformed) => ErrorKind::BadRequestBody,
@@ -173,6 +178,7 @@ impl ProxyError {
             ErrorKind::NoListener
             | ErrorKind::NoRoute
             | ErrorKind::BadRequest
+            | ErrorKind::Misdirected
             | ErrorKind::UnsupportedTransferCoding
             | ErrorKind::BadRequestBody
             | ErrorKind::RequestBodyTimeout => ErrorSide::Downstream,
@@ -197,6 +203,7 @@ impl ProxyError {
             ErrorKind::NoListener | ErrorKind::NoRoute => StatusCode::NOT_FOUND,
             ErrorKind::BadRequest | ErrorKind::BadRequestBody => StatusCode::BAD_REQUEST,
             ErrorKind::UnsupportedTransferCoding => StatusCode::NOT_IMPLEMENTED,
+            ErrorKind::Misdirected => StatusCode::MISDIRECTED_REQUEST,
             ErrorKind::RequestBodyTimeout => StatusCode::REQUEST_TIMEOUT,
             // Gateway API: a rule whose backends are all invalid, or a pick that lands on an
             // invalid one, answers 500.

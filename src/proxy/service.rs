@@ -119,24 +119,25 @@ async fn dispatch<'s>(
         query: req.uri().query(),
         headers: req.headers(),
     };
-    let routed = route(snapshot, conn.port, &input)?;
+    let routed = route(snapshot, conn, &input)?;
     seen.reached.listener = Some(&routed.listener.id);
     seen.reached.route = Some(&routed.entry.rule.route);
     let rule = &routed.entry.rule;
-    if let Some(redirect) = &rule.filters.redirect {
-        return redirect_response(redirect, &routed, &input);
-    }
+    let weighted = match decide(&routed, &input)? {
+        Decision::Respond(resp) => return Ok(resp),
+        Decision::Forward(weighted) => weighted,
+    };
     // The future is built in each arm rather than once before the match: a future moved into
     // `timeout_at` would need room for both copies in this one, and every request moves it.
     match rule.timeouts.request {
         // `request` runs from the request's arrival, so time spent routing counts too.
         Some(t) => tokio::time::timeout_at(
             (started + t).into(),
-            forward(shared, snapshot, conn, &routed, req, seen),
+            forward(shared, snapshot, conn, &routed, weighted, req, seen),
         )
         .await
         .map_err(|_| ProxyError::RequestTimeout)?,
-        None => forward(shared, snapshot, conn, &routed, req, seen).await,
+        None => forward(shared, snapshot, conn, &routed, weighted, req, seen).await,
     }
 }
 
@@ -161,23 +162,31 @@ fn checked<B>(mut req: Request<B>, merge_slashes: bool) -> Result<Request<B>, In
 /// Port, then listener isolation, then the route table, all on the normalised host.
 pub(super) fn route<'s>(
     snapshot: &'s Snapshot,
-    port: u16,
+    conn: &ConnInfo,
     req: &RouteInput<'_>,
 ) -> Result<Routed<'s>, ProxyError> {
     let host = normalize_host(req.host);
-    let (port, listener) = listener_for(snapshot, port, &host)?;
+    let (port, listener) = listener_for(snapshot, conn, &host)?;
     route_on(port, listener, &host, req)
 }
 
 /// The port and the listener on it that `host` (normalised) reaches: listener isolation.
+/// On TLS, the listener the SNI reached must be the same one, else the request is
+/// misdirected (421, RFC 9110 §15.5.20): its connection's certificate was not chosen for it.
 pub(super) fn listener_for<'s>(
     snapshot: &'s Snapshot,
-    port: u16,
+    conn: &ConnInfo,
     host: &str,
 ) -> Result<(&'s Port, &'s Listener), ProxyError> {
-    let port = snapshot.port(port).ok_or(ProxyError::NoListener)?;
-    let listener = port.listener(host).ok_or(ProxyError::NoListener)?;
-    Ok((port, listener))
+    let port = snapshot.port(conn.port).ok_or(ProxyError::NoListener)?;
+    let listener = port.listener(host);
+    if let Some(sni) = &conn.sni
+        && let Some(by_sni) = port.listener(sni)
+        && !listener.is_some_and(|l| std::ptr::eq(l, by_sni))
+    {
+        return Err(ProxyError::Misdirected);
+    }
+    Ok((port, listener.ok_or(ProxyError::NoListener)?))
 }
 
 /// The listener's route table on the normalised `host`.
@@ -242,16 +251,41 @@ pub(super) fn redirect_response(
     Ok(resp)
 }
 
+/// What a routed request comes to, on either request path.
+pub(super) enum Decision<'s> {
+    /// pier answers itself (a redirect).
+    Respond(Response<ProxyBody>),
+    /// To this backendRef.
+    Forward(&'s WeightedBackend),
+}
+
+/// The rule's RequestRedirect answers at once; otherwise a backendRef is picked by weight, and
+/// its own RequestRedirect, if it has one, answers instead of the backend.
+pub(super) fn decide<'s>(
+    routed: &Routed<'s>,
+    input: &RouteInput<'_>,
+) -> Result<Decision<'s>, ProxyError> {
+    let rule: &'s Rule = &routed.entry.rule;
+    if let Some(redirect) = &rule.filters.redirect {
+        return redirect_response(redirect, routed, input).map(Decision::Respond);
+    }
+    let weighted = pick_weighted(&rule.backends)?;
+    match &weighted.filters.redirect {
+        Some(redirect) => redirect_response(redirect, routed, input).map(Decision::Respond),
+        None => Ok(Decision::Forward(weighted)),
+    }
+}
+
 async fn forward<'s>(
     shared: &Shared,
     snapshot: &Arc<Snapshot>,
     conn: &ConnInfo,
     routed: &Routed<'s>,
+    weighted: &'s WeightedBackend,
     req: Request<Incoming>,
     seen: &mut Seen<'s>,
 ) -> Result<Response<ProxyBody>, ProxyError> {
     let rule = &*routed.entry.rule;
-    let weighted = pick_weighted(&rule.backends)?;
     let BackendTarget::Service(backend) = &weighted.target else {
         return Err(ProxyError::InvalidBackend);
     };

@@ -26,6 +26,44 @@ async fn start_rule(m: pier::model::RequestMatch, r: Arc<pier::model::Rule>) -> 
     (h, p)
 }
 
+/// A RequestRedirect on a backendRef answers for that backendRef (on HTTP/1.1's fast path and
+/// HTTP/2 alike); the other backendRef of the rule is proxied as usual.
+#[tokio::test]
+async fn a_backend_ref_redirect_redirects_instead_of_proxying() {
+    let a = echo("a").await;
+    let redirect = Redirect {
+        scheme: None,
+        hostname: Some("moved.example.com".into()),
+        port: None,
+        path: None,
+        status: StatusCode::FOUND,
+    };
+    let only_redirect = Filters {
+        redirect: Some(redirect),
+        ..Filters::default()
+    };
+    let r = rule("ns/r")
+        .weighted_with(1, &backend("a", &[a.addr]), only_redirect)
+        .build();
+    let (h, p) = start_rule(prefix("/"), r).await;
+    for resp in [
+        bounded(send(local(p), get("example.com", "/y"))).await,
+        bounded(crate::support::client::send_h2(
+            local(p),
+            get("example.com", "/y"),
+        ))
+        .await,
+    ] {
+        assert_eq!(resp.status, 302);
+        assert_eq!(
+            resp.headers["location"],
+            format!("http://moved.example.com:{p}/y")
+        );
+    }
+    assert_eq!(a.count(), 0, "never proxied");
+    bounded(h.proxy.shutdown(BOUND)).await;
+}
+
 #[tokio::test]
 async fn redirect_answers_with_status_and_location() {
     let redirect = Redirect {

@@ -87,3 +87,98 @@ async fn certificates_follow_the_snapshot_without_rebinding() {
     );
     bounded(h.proxy.shutdown(BOUND)).await;
 }
+
+/// GEP-3567 / `GatewayHTTPSListenerDetectMisdirectedRequests`: on one HTTPS port, a request
+/// whose Host selects another listener than its TLS server name did is answered 421, on
+/// HTTP/1.1 (the fast path) and HTTP/2 (hyper) alike; the cases are upstream's.
+#[tokio::test]
+async fn a_host_for_another_listener_than_the_sni_is_misdirected() {
+    init();
+    let pki = Pki::new();
+    let mut certs = CertTable::default();
+    let names = [
+        "example.org",
+        "second-example.org",
+        "unknown-example.org",
+        "*.wildcard.org",
+    ];
+    let all: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+    certs.add(&all, pki.leaf(&names));
+    let (v1, v2, v3) = (echo("v1").await, echo("v2").await, echo("v3").await);
+    let p = free_port();
+    let r1 = rule("ns/r1").to(&backend("v1", &[v1.addr])).build();
+    let r2 = rule("ns/r2").to(&backend("v2", &[v2.addr])).build();
+    let r3 = rule("ns/r3").to(&backend("v3", &[v3.addr])).build();
+    let h = Harness::start(snapshot(vec![https_port(
+        p,
+        vec![
+            listener("https", None)
+                .route(&["example.org"], prefix("/"), &r1)
+                .build(),
+            listener("https-with-hostname", Some("second-example.org"))
+                .route(&[], prefix("/"), &r2)
+                .build(),
+            listener("https-with-wildcard-hostname", Some("*.wildcard.org"))
+                .route(&[], prefix("/"), &r3)
+                .build(),
+            listener(
+                "https-with-hostname-matching-wildcard",
+                Some("fourth-example.wildcard.org"),
+            )
+            .route(&[], prefix("/"), &r1)
+            .build(),
+        ],
+        certs,
+    )]))
+    .await;
+    for (sni, host, status, backend) in [
+        ("example.org", "example.org", 200, "v1"),
+        ("example.org", "second-example.org", 421, ""),
+        ("example.org", "unknown-example.org", 404, ""),
+        ("second-example.org", "second-example.org", 200, "v2"),
+        ("second-example.org", "example.org", 421, ""),
+        ("second-example.org", "unknown-example.org", 421, ""),
+        (
+            "third-example.wildcard.org",
+            "fith-example.wildcard.org",
+            200,
+            "v3",
+        ),
+        (
+            "third-example.wildcard.org",
+            "fourth-example.wildcard.org",
+            421,
+            "",
+        ),
+        ("third-example.wildcard.org", "unknown-example.org", 421, ""),
+        (
+            "fourth-example.wildcard.org",
+            "fourth-example.wildcard.org",
+            200,
+            "v1",
+        ),
+        (
+            "fourth-example.wildcard.org",
+            "fith-example.wildcard.org",
+            421,
+            "",
+        ),
+        ("unknown-example.org", "example.org", 200, "v1"),
+        ("unknown-example.org", "unknown-example.org", 404, ""),
+    ] {
+        let h1 = bounded(connect_tls(local(p), sni, pki.client(&[b"http/1.1"]))).await;
+        let r1 = bounded(send_h1_on(h1, get(host, "/x"))).await;
+        let h2 = bounded(connect_tls(local(p), sni, pki.client(&[b"h2"]))).await;
+        let req = Request::get(format!("https://{host}/x"))
+            .body(Full::default())
+            .unwrap();
+        let r2 = bounded(send_h2_on(h2, req)).await;
+        for resp in [r1, r2] {
+            assert_eq!(resp.status, status, "SNI {sni}, Host {host}");
+            if status == 200 {
+                assert_eq!(resp.backend(), backend, "SNI {sni}, Host {host}");
+            }
+        }
+    }
+    bounded(h.proxy.shutdown(BOUND)).await;
+}

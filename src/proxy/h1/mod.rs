@@ -48,7 +48,7 @@ use super::conn::ConnInfo;
 use super::error::ProxyError;
 use super::listener::DrainToken;
 use super::metrics::Transport;
-use super::service::{self, LogHead, RouteInput, Routed, Seen};
+use super::service::{self, Decision, LogHead, RouteInput, Routed, Seen};
 use super::upstream::{InFlight, Raw, RawConn, Stream, Target};
 use super::validate;
 use crate::model::host::normalize_host;
@@ -625,7 +625,7 @@ fn plan<'s>(
         (Cow::Owned(p), None) => Cow::Owned(p.clone()),
     };
     let host = normalize_host(req.host);
-    let (port, listener) = match service::listener_for(snapshot, info.port, &host) {
+    let (port, listener) = match service::listener_for(snapshot, info, &host) {
         Ok(found) => found,
         Err(e) => return Plan::Respond(common, Err(e)),
     };
@@ -652,12 +652,9 @@ fn plan<'s>(
     common.seen.reached.listener = Some(&routed.listener.id);
     common.seen.reached.route = Some(&routed.entry.rule.route);
     let rule: &'s Rule = &routed.entry.rule;
-    if let Some(redirect) = &rule.filters.redirect {
-        let resp = service::redirect_response(redirect, &routed, &input);
-        return Plan::Respond(common, resp);
-    }
-    let weighted = match service::pick_weighted(&rule.backends) {
-        Ok(w) => w,
+    let weighted = match service::decide(&routed, &input) {
+        Ok(Decision::Forward(w)) => w,
+        Ok(Decision::Respond(resp)) => return Plan::Respond(common, Ok(resp)),
         Err(e) => return Plan::Respond(common, Err(e)),
     };
     // Mirrors copy the body through hyper's body types.

@@ -228,7 +228,10 @@ fn path_modifier(
         PathKind::Prefix => (prefix, "ReplacePrefixMatch"),
     };
     let value = value.ok_or(InvalidFilter::PathValueMissing(name))?;
-    if !value.starts_with('/') {
+    // An empty ReplacePrefixMatch removes the prefix (the API reference: `/foo/bar` with
+    // prefix `/foo` becomes `/bar`, `/foo` becomes `/`).
+    let empty_prefix = matches!(kind, PathKind::Prefix) && value.is_empty();
+    if !value.starts_with('/') && !empty_prefix {
         return Err(InvalidFilter::PathNotAbsolute(value.clone()));
     }
     Ok(match kind {

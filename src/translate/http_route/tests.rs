@@ -404,6 +404,17 @@ fn rule_error(t: &Translation) -> Option<String> {
 }
 
 #[test]
+fn an_empty_replace_prefix_match_is_valid_and_removes_the_prefix() {
+    let rewrite = "[{type: URLRewrite, urlRewrite: {path: {type: ReplacePrefixMatch, replacePrefixMatch: ''}}}]";
+    let ok = rule_with("[{path: {type: PathPrefix, value: /foo}}]", rewrite);
+    assert_eq!(rule_error(&ok), None);
+    assert_eq!(
+        only_rule(&ok).filters.rewrite.as_ref().unwrap().path,
+        Some(PathModifier::ReplacePrefixMatch(String::new()))
+    );
+}
+
+#[test]
 fn replace_prefix_match_needs_a_path_prefix_match() {
     let rewrite = "[{type: URLRewrite, urlRewrite: {path: {type: ReplacePrefixMatch, replacePrefixMatch: /x}}}]";
     let bad = rule_with("[{path: {type: Exact, value: /a}}]", rewrite);
