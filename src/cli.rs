@@ -76,6 +76,11 @@ pub struct CommonArgs {
     pub cluster_domain: String,
     #[command(flatten)]
     pub client_cert: ClientCertArgs,
+    /// The addresses clients reach pier at (an edge VM's or its load balancer's IPs), written
+    /// to Gateway `status.addresses` and checked against `spec.addresses` [default:
+    /// `--listen-host` when it is a concrete IP].
+    #[arg(long, value_name = "IP[,IP]", value_delimiter = ',')]
+    pub advertise_address: Vec<IpAddr>,
 }
 
 /// pier's own client identity for backend (mesh) mTLS, from the edge VM's PKI. A Gateway's
@@ -255,6 +260,7 @@ impl CommonArgs {
             gateway: self.gateway.clone(),
             cluster_domain: self.cluster_domain.clone(),
             client_identity: None,
+            advertise: self.advertise_address.clone(),
         }
     }
 }

@@ -69,7 +69,13 @@ async fn run_cmd(a: RunArgs) -> anyhow::Result<()> {
         source,
         listen_host: a.listen_host,
         admin: a.admin,
-        translate: a.common.translate_settings(),
+        translate: {
+            let mut t = a.common.translate_settings();
+            if t.advertise.is_empty() && !a.listen_host.is_unspecified() {
+                t.advertise.push(a.listen_host);
+            }
+            t
+        },
         access_log: a.access_log,
         limits: a.limits.limits(),
         client_cert: a.common.client_cert.files(),

@@ -72,12 +72,20 @@ const BATCH: Duration = Duration::from_millis(100);
 const VERSION_EVERY: Duration = Duration::from_secs(300);
 
 /// The Gateway API features pier implements, as GatewayClass `status.supportedFeatures` lists
-/// them (Gateway API v1.5 feature names; sorted, as the API requires).
+/// them (Gateway API v1.6 feature names, plus GEP-3792's `OffClusterGateway`; sorted, as the
+/// API requires).
 pub const SUPPORTED_FEATURES: &[&str] = &[
+    "BackendTLSPolicy",
+    "BackendTLSPolicySANValidation",
     "Gateway",
+    "GatewayBackendClientCertificate",
     "GatewayHTTPListenerIsolation",
+    "GatewayHTTPSListenerDetectMisdirectedRequests",
     "GatewayPort8080",
     "HTTPRoute",
+    "HTTPRoute303RedirectStatusCode",
+    "HTTPRoute307RedirectStatusCode",
+    "HTTPRoute308RedirectStatusCode",
     "HTTPRouteBackendProtocolH2C",
     "HTTPRouteBackendProtocolWebSocket",
     "HTTPRouteBackendRequestHeaderModification",
@@ -95,6 +103,7 @@ pub const SUPPORTED_FEATURES: &[&str] = &[
     "HTTPRouteRequestTimeout",
     "HTTPRouteResponseHeaderModification",
     "HTTPRouteSchemeRedirect",
+    "OffClusterGateway",
     "ReferenceGrant",
 ];
 

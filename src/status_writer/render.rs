@@ -64,17 +64,22 @@ pub fn gateway_class(
     Some(want)
 }
 
-/// `status` for a Gateway: conditions and listeners (pier assigns no addresses).
+/// `status` for a Gateway: conditions, listeners and, when pier advertises any, addresses (left
+/// alone otherwise, for whoever else writes them).
 pub fn gateway(desired: &GatewayStatus, observed: &Value, ctx: Ctx<'_>) -> Option<Value> {
-    let want = json!({
+    let mut want = json!({
         "conditions": to_json(&desired.conditions),
         "listeners": to_json(&desired.listeners),
     });
-    let have = pick(observed, &["conditions", "listeners"]);
+    let mut fields = vec!["conditions", "listeners"];
+    if !desired.addresses.is_empty() {
+        want["addresses"] = to_json(&desired.addresses);
+        fields.push("addresses");
+    }
+    let have = pick(observed, &fields);
     if same(&want, &have) {
         return None;
     }
-    let mut want = want;
     stamp(&mut want["conditions"], &observed["conditions"], ctx.now);
     let observed_listeners = observed["listeners"].as_array();
     if let Some(listeners) = want["listeners"].as_array_mut() {

@@ -155,6 +155,7 @@ fn a_status_read_back_is_not_written_again() {
 
     let gw = GatewayStatus {
         generation: Some(1),
+        addresses: vec![],
         conditions: vec![GatewayCondition::new(
             GatewayCondType::Gateway(GatewayConditionType::Accepted),
             true,
@@ -423,4 +424,30 @@ fn planner_skips_what_is_queued_applied_or_in_sync() {
         Some("4"),
         "found in sync"
     );
+}
+
+#[test]
+fn gateway_addresses_are_written_when_pier_advertises_some() {
+    let now = json!(NOW);
+    let v = BundleVersion::Unknown;
+    let gw = GatewayStatus {
+        generation: Some(1),
+        addresses: vec![crate::translate::addresses::StatusAddress {
+            type_: "IPAddress",
+            value: "192.0.2.10".into(),
+        }],
+        conditions: vec![],
+        listeners: vec![],
+    };
+    let written = render::gateway(&gw, &Value::Null, ctx(&now, &v)).unwrap();
+    assert_eq!(
+        written["addresses"],
+        json!([{ "type": "IPAddress", "value": "192.0.2.10" }])
+    );
+    // Read back unchanged: nothing to write.
+    assert_eq!(render::gateway(&gw, &written, ctx(&now, &v)), None);
+    // Someone else's address is replaced by pier's.
+    let mut stored = written.clone();
+    stored["addresses"] = json!([{ "type": "IPAddress", "value": "10.0.0.1" }]);
+    assert!(render::gateway(&gw, &stored, ctx(&now, &v)).is_some());
 }

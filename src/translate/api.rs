@@ -24,7 +24,7 @@ pub use gateway_api::gatewayclasses::{GatewayClass, GatewayClassSpec};
 /// as pier's own [`Gateway`], which keeps `spec.mesh`).
 pub use gateway_api::gateways::Gateway as UpstreamGateway;
 pub use gateway_api::gateways::{
-    GatewayInfrastructure, GatewayInfrastructureParametersRef, GatewayListeners,
+    GatewayAddresses, GatewayInfrastructure, GatewayInfrastructureParametersRef, GatewayListeners,
     GatewayListenersAllowedRoutes, GatewayListenersAllowedRoutesKinds,
     GatewayListenersAllowedRoutesNamespaces, GatewayListenersAllowedRoutesNamespacesFrom,
     GatewayListenersAllowedRoutesNamespacesSelector,

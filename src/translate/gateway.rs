@@ -16,6 +16,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::addresses::{self, Addresses};
 use super::api::{
     CORE_GROUP, GATEWAY_GROUP, Gateway, GatewayClassConditionReason, GatewayClassConditionType,
     GatewayConditionReason, GatewayConditionType, GatewayListeners, GatewayListenersAllowedRoutes,
@@ -46,6 +47,8 @@ pub struct GatewayState {
     pub listeners: Vec<ListenerState>,
     /// Mesh and client certificate: what its routes' backends need for TLS.
     pub tls: GatewayTls,
+    /// `spec.addresses` against the addresses pier advertises.
+    pub addresses: Addresses,
 }
 
 #[derive(Debug)]
@@ -156,6 +159,7 @@ pub fn gateways(
         .into_iter()
         .map(|(gw, key)| GatewayState {
             tls: mesh::gateway_tls(resources, settings, &key, gw),
+            addresses: addresses::resolve(gw.spec.base.addresses.as_deref(), &settings.advertise),
             listeners: gw
                 .spec
                 .base
@@ -594,7 +598,14 @@ impl GatewayState {
                 g,
             )
         };
-        let accepted = if let Some(msg) = self.tls.invalid_parameters() {
+        let accepted = if let Some(msg) = &self.addresses.unsupported {
+            gw_cond(
+                GatewayConditionType::Accepted,
+                false,
+                GatewayConditionReason::UnsupportedAddress,
+                msg.clone(),
+            )
+        } else if let Some(msg) = self.tls.invalid_parameters() {
             gw_cond(
                 GatewayConditionType::Accepted,
                 false,
@@ -620,7 +631,28 @@ impl GatewayState {
                 },
             )
         };
-        let programmed = if self.listeners.iter().any(ListenerState::programmed) {
+        let programmed = if let Some(msg) = &self.addresses.not_usable {
+            gw_cond(
+                GatewayConditionType::Programmed,
+                false,
+                GatewayConditionReason::AddressNotUsable,
+                msg.clone(),
+            )
+        } else if let Some(msg) = &self.addresses.not_assigned {
+            gw_cond(
+                GatewayConditionType::Programmed,
+                false,
+                GatewayConditionReason::AddressNotAssigned,
+                msg.clone(),
+            )
+        } else if self.addresses.unsupported.is_some() {
+            gw_cond(
+                GatewayConditionType::Programmed,
+                false,
+                GatewayConditionReason::Invalid,
+                "the Gateway is not accepted".into(),
+            )
+        } else if self.listeners.iter().any(ListenerState::programmed) {
             gw_cond(
                 GatewayConditionType::Programmed,
                 true,
@@ -639,6 +671,7 @@ impl GatewayState {
         conditions.extend(self.tls.conditions(g));
         GatewayStatus {
             generation: g,
+            addresses: self.addresses.status.clone(),
             conditions,
             listeners: self.listeners.iter().map(|l| l.status(g)).collect(),
         }

@@ -20,6 +20,7 @@
 //! Only [`api`] names generated API types; [`manifest`] reads the YAML users write into
 //! [`Resources`] for the file source and the tests.
 
+pub mod addresses;
 pub mod api;
 mod backend_tls;
 mod gateway;
@@ -57,6 +58,9 @@ pub struct Settings {
     /// pier's client certificate for backend TLS (`--client-cert`/`--client-key`, read and
     /// watched by the binary). A Gateway's `spec.tls.backend.clientCertificateRef` wins.
     pub client_identity: Option<ClientIdentityPem>,
+    /// Addresses pier is reached at (`--advertise-address`, else a concrete
+    /// `--listen-host`): Gateway `status.addresses`, and what `spec.addresses` may ask for.
+    pub advertise: Vec<std::net::IpAddr>,
 }
 
 /// A client certificate chain (leaf first) and its private key, PEM, as read from files.
@@ -86,6 +90,7 @@ impl Default for Settings {
             gateway: None,
             cluster_domain: DEFAULT_CLUSTER_DOMAIN.to_string(),
             client_identity: None,
+            advertise: Vec::new(),
         }
     }
 }

@@ -173,6 +173,8 @@ pub struct GatewayClassStatus {
 #[derive(Debug, Default, PartialEq)]
 pub struct GatewayStatus {
     pub generation: Option<i64>,
+    /// `status.addresses` (empty: pier writes none).
+    pub addresses: Vec<super::addresses::StatusAddress>,
     pub conditions: Vec<GatewayCondition>,
     /// In `spec.listeners` order.
     pub listeners: Vec<ListenerStatus>,
@@ -262,6 +264,8 @@ pub enum ObjectStatus<'a> {
         conditions: &'a [ClassCondition],
     },
     Gateway {
+        #[serde(skip_serializing_if = "<[_]>::is_empty")]
+        addresses: &'a [super::addresses::StatusAddress],
         conditions: &'a [GatewayCondition],
         listeners: &'a [ListenerStatus],
     },
@@ -410,6 +414,7 @@ impl Statuses {
             kind: StatusKind::Gateway,
             metadata: StatusMeta::namespaced(key, s.generation),
             status: ObjectStatus::Gateway {
+                addresses: &s.addresses,
                 conditions: &s.conditions,
                 listeners: &s.listeners,
             },

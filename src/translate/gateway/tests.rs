@@ -6,7 +6,7 @@ use crate::translate::api::GatewayListenersAllowedRoutesNamespaces;
 use crate::translate::test_support::{
     BASE, gateway, listener, listener_cond, resources, run, run_with_base, self_signed, tls_secret,
 };
-use crate::translate::{Settings, translate};
+use crate::translate::{Settings, Translation, translate};
 
 const CLASS: &str = r#"
 apiVersion: gateway.networking.k8s.io/v1
@@ -422,4 +422,65 @@ fn invalid_selector_selects_nothing() {
         namespace_policy(Some(&missing)).unwrap(),
         NamespacePolicy::Nothing
     );
+}
+
+/// `status.addresses` lists what pier advertises; `spec.addresses` follows upstream's
+/// `GatewayStaticAddresses` steps: an unsupported type is not Accepted, an address pier is not
+/// reached at is not Programmed, a usable one is the only one reported.
+#[test]
+fn gateway_addresses_are_advertised_and_spec_addresses_checked() {
+    let settings = Settings {
+        advertise: vec!["192.0.2.10".parse().unwrap(), "192.0.2.11".parse().unwrap()],
+        ..Settings::default()
+    };
+    let with = |addresses: &str| {
+        let yaml = format!(
+            "{CLASS}\n---\n{}  addresses: {addresses}\n",
+            gw("g", "  - {name: http, protocol: HTTP, port: 80}\n")
+        );
+        translate(&resources(&yaml), &settings)
+    };
+    let conds = |t: &Translation| -> Vec<(String, bool, String)> {
+        gateway(t, "default", "g")
+            .conditions
+            .iter()
+            .map(|c| (c.type_.to_string(), c.status, c.reason.to_string()))
+            .collect()
+    };
+    let values = |t: &Translation| -> Vec<String> {
+        gateway(t, "default", "g")
+            .addresses
+            .iter()
+            .map(|a| a.value.clone())
+            .collect()
+    };
+
+    let t = with("[]");
+    assert_eq!(values(&t), ["192.0.2.10", "192.0.2.11"]);
+    assert!(conds(&t).contains(&("Programmed".into(), true, "Programmed".into())));
+
+    let t = with(
+        "[{type: Hostname, value: gw.example.com}, {type: IPAddress, value: 198.51.100.1}, \
+         {type: IPAddress, value: 192.0.2.11}]",
+    );
+    assert!(conds(&t).contains(&("Accepted".into(), false, "UnsupportedAddress".into())));
+
+    let t = with("[{type: IPAddress, value: 198.51.100.1}, {type: IPAddress, value: 192.0.2.11}]");
+    let c = conds(&t);
+    assert!(
+        c.contains(&("Accepted".into(), true, "Accepted".into())),
+        "{c:?}"
+    );
+    assert!(
+        c.contains(&("Programmed".into(), false, "AddressNotUsable".into())),
+        "{c:?}"
+    );
+
+    let t = with("[{type: IPAddress, value: 192.0.2.11}]");
+    let c = conds(&t);
+    assert!(
+        c.contains(&("Programmed".into(), true, "Programmed".into())),
+        "{c:?}"
+    );
+    assert_eq!(values(&t), ["192.0.2.11"]);
 }
