@@ -35,8 +35,10 @@ print_env() {
 }
 
 # A binary counts as present only if it runs and reports the pinned version.
-apiserver_ok() { [ -x "$APISERVER" ] && "$APISERVER" --version 2>/dev/null | grep -qx "Kubernetes v$KUBE_VERSION"; }
-etcd_ok() { [ -x "$ETCD" ] && "$ETCD" --version 2>/dev/null | grep -qx "etcd Version: $ETCD_VERSION"; }
+# The output is captured first: `cmd | grep -q` under pipefail fails at random when grep exits
+# at its match and the command gets SIGPIPE writing its next line (etcd prints four).
+apiserver_ok() { [ -x "$APISERVER" ] && grep -qx "Kubernetes v$KUBE_VERSION" <<<"$("$APISERVER" --version 2>/dev/null)"; }
+etcd_ok() { [ -x "$ETCD" ] && grep -qx "etcd Version: $ETCD_VERSION" <<<"$("$ETCD" --version 2>/dev/null)"; }
 
 go_env() {
   command -v go >/dev/null || die "go is not on PATH (needs Go >= 1.26.0)"

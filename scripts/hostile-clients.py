@@ -1,0 +1,241 @@
+#!/usr/bin/env python3
+"""Hostile-client figures for RELIABILITY.md: runs a pier binary on loopback against its own
+echo backends and measures what each attack of the reliability issue's "found already" list
+gets now. Bounded in time and count; talks only to 127.0.0.1.
+
+    cargo build --release && scripts/hostile-clients.py [--pier target/release/pier]
+
+Prints one line per figure. Exit status 1 if a figure is not what pier promises.
+"""
+
+import argparse
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+PORT = 18180  # pier's listener
+ECHO = 18181  # the echo backend
+ADMIN = 18190
+
+MANIFESTS = f"""
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {{name: pier}}
+spec: {{controllerName: pier.dev/gateway-controller}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: gw, namespace: default}}
+spec:
+  gatewayClassName: pier
+  listeners: [{{name: http, protocol: HTTP, port: {PORT}}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: a, namespace: default}}
+spec:
+  parentRefs: [{{name: gw}}]
+  rules:
+  - matches: [{{path: {{type: PathPrefix, value: /a}}}}]
+    backendRefs: [{{name: echo, port: 80}}]
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: echo, namespace: default}}
+spec: {{ports: [{{name: http, port: 80}}]}}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: echo-1
+  namespace: default
+  labels: {{kubernetes.io/service-name: echo}}
+addressType: IPv4
+ports: [{{name: http, port: {ECHO}}}]
+endpoints: [{{addresses: [127.0.0.1]}}]
+"""
+
+failures = []
+
+
+def figure(name, value, ok):
+    print(f"{'ok  ' if ok else 'FAIL'} {name}: {value}")
+    if not ok:
+        failures.append(name)
+
+
+def wait_port(port, bound=20):
+    end = time.time() + bound
+    while time.time() < end:
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    sys.exit(f"nothing listens on {port} after {bound}s")
+
+
+def status_of(raw, timeout=5):
+    s = socket.create_connection(("127.0.0.1", PORT), 2)
+    s.settimeout(timeout)
+    s.sendall(raw)
+    buf = b""
+    try:
+        while b"\r\n" not in buf:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            buf += chunk
+    except socket.timeout:
+        return None
+    finally:
+        s.close()
+    line = buf.split(b"\r\n", 1)[0].split()
+    return int(line[1]) if len(line) > 1 else None
+
+
+def established_to(port):
+    out = subprocess.run(
+        ["ss", "-Htn", "state", "established", f"( dport = :{port} )"],
+        capture_output=True,
+        text=True,
+    ).stdout
+    return len([l for l in out.splitlines() if l.strip()])
+
+
+def rss_mib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--pier", default=os.path.join(REPO, "target/release/pier"))
+    args = ap.parse_args()
+    if not shutil.which("ss"):
+        sys.exit("needs ss (iproute2)")
+    d = tempfile.mkdtemp(prefix="pier-hostile-")
+    with open(os.path.join(d, "m.yaml"), "w") as f:
+        f.write(MANIFESTS)
+    echo = subprocess.Popen(
+        [args.pier, "echo", "--listen", f"127.0.0.1:{ECHO}", "--name", "echo"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    pier = subprocess.Popen(
+        [
+            args.pier, "run", "--manifests", d, "--listen-host", "127.0.0.1",
+            "--admin", f"127.0.0.1:{ADMIN}", "--idle-timeout", "2",
+            "--request-body-timeout", "5", "--request-body-min-rate", "240",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=open(os.path.join(d, "pier.log"), "w"),
+    )
+    try:
+        wait_port(ECHO)
+        wait_port(PORT)
+        run_figures(pier.pid)
+    finally:
+        pier.terminate()
+        echo.terminate()
+        pier.wait(10)
+        echo.wait(10)
+    if failures:
+        sys.exit(f"{len(failures)} figure(s) not as promised: {failures}")
+
+
+def run_figures(pier_pid):
+    # 1. HTTP/2 connections that send the preface and nothing else (idle timeout 2 s).
+    preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+    conns = []
+    for _ in range(200):
+        s = socket.create_connection(("127.0.0.1", PORT), 2)
+        s.sendall(preface)
+        conns.append(s)
+    time.sleep(1)
+    open_after_1 = established_to(PORT)
+    time.sleep(3.5)
+    open_after_4 = established_to(PORT)
+    for s in conns:
+        s.close()
+    figure("200 idle h2c connections still open after 1 s", open_after_1, open_after_1 >= 190)
+    figure("... and after 4.5 s (--idle-timeout 2)", open_after_4, open_after_4 == 0)
+
+    # 2. 30 chunked request bodies at 1 byte/s (min rate 240 B/s after 5 s).
+    base = established_to(ECHO)
+    slow = []
+    for _ in range(30):
+        s = socket.create_connection(("127.0.0.1", PORT), 2)
+        s.sendall(b"POST /a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+        s.setblocking(False)
+        slow.append(s)
+    answers = {}
+    peak = 0
+    started = time.time()
+    while time.time() - started < 9:
+        for s in slow:
+            try:
+                s.send(b"1\r\nx\r\n")
+            except OSError:
+                pass
+            try:
+                data = s.recv(4096)
+                if data.startswith(b"HTTP/1.1 "):
+                    answers[s] = int(data.split()[1])
+            except (BlockingIOError, OSError):
+                pass
+        peak = max(peak, established_to(ECHO) - base)
+        time.sleep(1)
+    held_after = established_to(ECHO) - base
+    for s in slow:
+        s.close()
+    codes = sorted(set(answers.values()))
+    figure("30 bodies at 1 B/s: answered", f"{len(answers)} with {codes}", len(answers) == 30 and codes == [408])
+    figure("... upstream connections they held at the peak", peak, peak <= 30)
+    figure("... upstream connections still held after 9 s", max(held_after, 0), held_after <= 0)
+
+    # 3. Malformed or ambiguous heads: what pier answers (nothing reaches the backend).
+    cases = [
+        ("HTTP/1.1 without Host", b"GET /a HTTP/1.1\r\n\r\n", 400),
+        ("two Host headers", b"GET /a HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400),
+        ("empty Host", b"GET /a HTTP/1.1\r\nHost: \r\n\r\n", 400),
+        ("userinfo in absolute-form", b"GET http://u:p@x/a HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+        ("Transfer-Encoding: gzip, chunked",
+         b"POST /a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n1\r\nx\r\n0\r\n\r\n", 501),
+        ("malformed chunk size",
+         b"POST /a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nx\r\n0\r\n\r\n", 400),
+        ("/a/../old (routes as /old: no route)", b"GET /a/../old HTTP/1.1\r\nHost: x\r\n\r\n", 404),
+        ("/a/%2e%2e/old", b"GET /a/%2e%2e/old HTTP/1.1\r\nHost: x\r\n\r\n", 404),
+        ("/b/../a/x (routes as /a/x)", b"GET /b/../a/x HTTP/1.1\r\nHost: x\r\n\r\n", 200),
+        ("malformed escape /a%zz", b"GET /a%zz HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+        ("a 100 KiB header", b"GET /a HTTP/1.1\r\nHost: x\r\nX-Big: " + b"x" * 102400 + b"\r\n\r\n", 431),
+    ]
+    for name, raw, want in cases:
+        got = status_of(raw)
+        figure(f"{name} -> {want}", got, got == want)
+
+    # 4. 500 incomplete heads just under the 64 KiB limit: memory held.
+    before = rss_mib(pier_pid)
+    heads = []
+    for _ in range(500):
+        s = socket.create_connection(("127.0.0.1", PORT), 2)
+        s.sendall(b"GET /a HTTP/1.1\r\nHost: x\r\nX-Big: " + b"x" * 60000)
+        heads.append(s)
+    time.sleep(1)
+    during = rss_mib(pier_pid)
+    for s in heads:
+        s.close()
+    figure("500 incomplete 60 KB heads: RSS growth (MiB)", f"{during - before:.1f} (from {before:.1f})", during - before < 100)
+
+
+if __name__ == "__main__":
+    main()
