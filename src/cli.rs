@@ -156,6 +156,10 @@ pub struct LimitArgs {
     /// escaped unreserved characters are always normalised).
     #[arg(long)]
     pub merge_slashes: bool,
+    /// Open client connections per listener port; at the cap pier stops accepting (clients
+    /// wait in the kernel's accept queue) until one closes.
+    #[arg(long, value_name = "N", default_value_t = 10_000)]
+    pub max_connections: usize,
 }
 
 impl LimitArgs {
@@ -173,6 +177,7 @@ impl LimitArgs {
                 grace,
             }),
             merge_slashes: self.merge_slashes,
+            max_connections: self.max_connections,
         }
     }
 }

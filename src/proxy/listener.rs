@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
 
@@ -108,8 +108,29 @@ pub fn spawn_accept(
     drain: &Drain,
 ) -> JoinHandle<()> {
     let mut token = drain.token();
+    // At the cap the loop stops accepting: new clients wait in the kernel's accept queue
+    // (backpressure) instead of being accepted and starved, until a connection closes.
+    let permits = Arc::new(Semaphore::new(shared.config.limits.max_connections.max(1)));
     tokio::spawn(async move {
         loop {
+            let permit = match permits.clone().try_acquire_owned() {
+                Ok(p) => p,
+                Err(_) => {
+                    tracing::warn!(
+                        port,
+                        limit = shared.config.limits.max_connections,
+                        "connection limit reached; new connections wait to be accepted"
+                    );
+                    tokio::select! {
+                        biased;
+                        _ = token.draining() => break,
+                        p = permits.clone().acquire_owned() => match p {
+                            Ok(p) => p,
+                            Err(_) => break,
+                        },
+                    }
+                }
+            };
             let accepted = tokio::select! {
                 biased;
                 _ = token.draining() => break,
@@ -122,7 +143,10 @@ pub fn spawn_accept(
                     // Boxed: the connection's future is kilobytes, and the runtime moves a
                     // task's future by value several times between spawn and completion
                     // (callgrind: ~86 KB of memcpy per connection unboxed; BENCHMARKS.md).
-                    tokio::spawn(Box::pin(conn));
+                    tokio::spawn(Box::pin(async move {
+                        conn.await;
+                        drop(permit);
+                    }));
                 }
                 Err(error) => {
                     // Out of file descriptors and the like: back off briefly instead of

@@ -49,6 +49,9 @@ use crate::tls::server::{Ticketer, server_config};
 use listener::Drain;
 use upstream::{Clock, Upstream};
 
+/// HTTP/2 streams a client may have open at once on one connection.
+pub const MAX_CONCURRENT_STREAMS: u32 = 128;
+
 /// Data-plane knobs. `Default` suits production; tests shorten the timeouts they exercise.
 #[derive(Clone, Debug)]
 pub struct ProxyConfig {
@@ -92,6 +95,8 @@ pub struct Limits {
     /// Merge runs of `/` in request paths before matching and forwarding (dot segments and
     /// escaped unreserved characters are always normalised).
     pub merge_slashes: bool,
+    /// Open client connections per port; at the cap pier stops accepting until one closes.
+    pub max_connections: usize,
 }
 
 impl Default for Limits {
@@ -104,6 +109,7 @@ impl Default for Limits {
                 grace: Duration::from_secs(5),
             }),
             merge_slashes: false,
+            max_connections: 10_000,
         }
     }
 }
@@ -176,7 +182,16 @@ impl Proxy {
             // The same head limit as the fast path's (hyper's default is ~400 KiB): a larger
             // head is answered 431.
             .max_buf_size(h1::MAX_HEAD);
-        server.http2().timer(TokioTimer::new());
+        // HTTP/2 limits: 128 concurrent streams per connection (nginx's default), a 16 KiB
+        // header list (hyper's default; CONTINUATION floods end there), at most 20 streams
+        // reset by the client before pier accepts them (h2's default: rapid reset,
+        // CVE-2023-44487, gets GOAWAY ENHANCE_YOUR_CALM).
+        server
+            .http2()
+            .timer(TokioTimer::new())
+            .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
+            .max_header_list_size(16 * 1024)
+            .max_pending_accept_reset_streams(20);
         let ticketer = Ticketer::new()
             .inspect_err(|error| tracing::warn!(%error, "TLS session tickets disabled"))
             .ok();

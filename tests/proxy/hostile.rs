@@ -287,3 +287,25 @@ async fn a_request_head_over_64_kib_is_431_on_either_path() {
     assert_eq!(a.count(), 1);
     bounded(h.proxy.shutdown(BOUND)).await;
 }
+
+#[tokio::test]
+async fn at_the_connection_cap_new_clients_wait_until_one_closes() {
+    let a = echo("a").await;
+    let mut config = config();
+    config.limits.max_connections = 2;
+    let (h, p) = proxy(&a, config).await;
+    // Two idle connections fill the cap.
+    let first = bounded(TcpStream::connect(local(p))).await.unwrap();
+    let _second = bounded(TcpStream::connect(local(p))).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // A third connects (the kernel queues it) but is not served while the cap is full.
+    let mut third = bounded(Client::connect(p)).await;
+    third.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await;
+    let early = tokio::time::timeout(Duration::from_millis(500), third.response(false)).await;
+    assert!(early.is_err(), "served beyond the connection cap");
+    // One closes: the waiting client is accepted and served.
+    drop(first);
+    let resp = bounded(third.response(false)).await;
+    assert_eq!(resp.status, 200);
+    bounded(h.proxy.shutdown(BOUND)).await;
+}
