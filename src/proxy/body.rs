@@ -16,7 +16,18 @@ use http_body_util::{BodyExt, Empty, Full};
 use tokio::sync::oneshot;
 use tokio::time::{Instant, Sleep};
 
-use super::error::{BodyFault, BoxError};
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// How a client's request body failed ([`ClientBody`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BodyFault {
+    /// Malformed framing (an invalid chunk), or the client connection broke mid-body.
+    #[error("malformed or aborted")]
+    Malformed,
+    /// No bytes for the body idle timeout, or slower than the minimum rate.
+    #[error("too slow")]
+    TooSlow,
+}
 
 /// Request and response bodies, streamed (never buffered) through the proxy.
 pub type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;

@@ -21,24 +21,11 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsAcceptor;
 
-use super::listener::DrainToken;
+use super::conn_info::ConnInfo;
+use super::drain::DrainToken;
 use super::{Shared, h1, service};
 use crate::model::Protocol;
 use crate::model::host::normalize_host;
-
-/// What the request path needs to know about the connection it arrived on.
-#[derive(Clone, Debug)]
-pub struct ConnInfo {
-    pub port: u16,
-    pub peer: SocketAddr,
-    /// The TLS server name the client sent (normalised), on HTTPS connections: a request
-    /// whose Host selects another listener than this did is misdirected (421).
-    pub sni: Option<Box<str>>,
-    /// `peer`'s IP as an `X-Forwarded-For` entry, formatted once per connection.
-    pub forwarded_for: http::HeaderValue,
-    /// Upgrade tunnels take a clone so that draining waits for them too.
-    pub drain: DrainToken,
-}
 
 pub async fn serve(
     shared: Arc<Shared>,

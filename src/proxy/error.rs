@@ -5,17 +5,15 @@
 //! it is. Downstream errors are 4xx, upstream errors 502/503/504, internal (configuration)
 //! errors 500. Error bodies are short plain text and never echo request data.
 
-use std::error::Error as StdError;
-
 use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode, header};
 use prometheus_client::encoding::EncodeLabelValue;
 
-use super::body::{self, ProxyBody};
+use super::body::{self, BodyFault, ProxyBody};
 use super::validate::Invalid;
 use crate::model::TlsUnavailable;
 
-pub(crate) type BoxError = Box<dyn StdError + Send + Sync>;
+pub(crate) use super::body::BoxError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProxyError {
@@ -72,17 +70,6 @@ pub enum ProxyError {
     /// The client's request body failed: malformed (bad chunk), or too slow.
     #[error("the request body failed: {0}")]
     ClientBody(BodyFault),
-}
-
-/// How a client's request body failed (`proxy::body::ClientBody`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum BodyFault {
-    /// Malformed framing (an invalid chunk), or the client connection broke mid-body.
-    #[error("malformed or aborted")]
-    Malformed,
-    /// No bytes for the body idle timeout, or slower than the minimum rate.
-    #[error("too slow")]
-    TooSlow,
 }
 
 /// Why a connection to an upstream endpoint failed.

@@ -19,8 +19,7 @@ use tokio::sync::oneshot;
 
 use super::Shared;
 use super::body::{self, ProxyBody, Tee};
-use super::service::upstream_request;
-use super::upstream::{InFlight, Target};
+use super::upstream::{self, InFlight, Target};
 use crate::model::Mirror;
 
 /// Larger bodies are not mirrored (the head still is).
@@ -112,7 +111,7 @@ impl MirrorTask {
         };
         let Some(endpoint) = endpoint else { return };
         let head = Parts::clone_head(&self.head);
-        let req = upstream_request(head, body::full(body), self.path.clone());
+        let req = upstream::request(head, body::full(body), self.path.clone());
         let _in_flight = InFlight::new(endpoint.stats.clone(), self.metrics.in_flight(&backend.id));
         let target = Target {
             backend,

@@ -14,6 +14,8 @@
 
 mod body;
 mod conn;
+mod conn_info;
+mod drain;
 pub mod error;
 mod fxhash;
 mod h1;
@@ -38,15 +40,15 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
 
-pub use body::BodyPace;
-pub use error::{BodyFault, ConnectReason, ErrorKind, ErrorSide, ProxyError, TlsFailure};
+pub use body::{BodyFault, BodyPace};
+pub use error::{ConnectReason, ErrorKind, ErrorSide, ProxyError, TlsFailure};
 pub use metrics::ProxyMetrics;
 pub use mirror::MAX_MIRRORED_BODY;
 pub use upstream::RETIRE_BOUND as UPSTREAM_RETIRE_BOUND;
 
 use crate::model::Snapshot;
 use crate::tls::server::{Ticketer, server_config};
-use listener::Drain;
+use drain::Drain;
 use upstream::{Clock, Upstream};
 
 /// HTTP/2 streams a client may have open at once on one connection.

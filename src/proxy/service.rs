@@ -28,11 +28,11 @@ use hyper::upgrade::OnUpgrade;
 use rand::Rng;
 
 use super::body::{self, ClientBody, FaultCell, ProxyBody};
-use super::conn::ConnInfo;
+use super::conn_info::ConnInfo;
 use super::error::{ConnectReason, ProxyError};
 use super::headers::{self, Keep};
 use super::metrics::{Reached, Transport};
-use super::upstream::{InFlight, Target, UpstreamBody};
+use super::upstream::{self, InFlight, Target, UpstreamBody};
 use super::validate::{self, Invalid};
 use super::{Shared, mirror, tunnel};
 use crate::model::filter::RedirectInput;
@@ -327,7 +327,7 @@ async fn forward<'s>(
     }
     .ok_or(ProxyError::NoEndpoints)?;
     seen.upstream = Some(endpoint.addr);
-    let up = upstream_request(parts, body, path);
+    let up = upstream::request(parts, body, path);
     let target = Target {
         backend,
         addr: endpoint.addr,
@@ -490,20 +490,6 @@ pub(super) fn rewritten_target(
         None => path,
     };
     Some(PathAndQuery::try_from(target).map_err(|e| ProxyError::InvalidTarget(e.into())))
-}
-
-/// The request to an endpoint, in origin-form; the upstream shapes it for the connection
-/// (HTTP/1.1 or HTTP/2) it goes out on.
-pub(super) fn upstream_request(
-    parts: Parts,
-    body: ProxyBody,
-    path: PathAndQuery,
-) -> Request<ProxyBody> {
-    let mut req = Request::new(body);
-    *req.method_mut() = parts.method;
-    *req.uri_mut() = Uri::from(path);
-    *req.headers_mut() = parts.headers;
-    req
 }
 
 fn finish_response(

@@ -5,7 +5,7 @@
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 
-use super::listener::DrainToken;
+use super::drain::DrainToken;
 
 pub fn spawn(downstream: OnUpgrade, upstream: OnUpgrade, mut drain: DrainToken) {
     tokio::spawn(async move {

@@ -44,9 +44,9 @@ pub use replay::Replay;
 
 use super::Shared;
 use super::body::ProxyBody;
-use super::conn::ConnInfo;
+use super::conn_info::ConnInfo;
+use super::drain::DrainToken;
 use super::error::ProxyError;
-use super::listener::DrainToken;
 use super::metrics::Transport;
 use super::service::{self, Decision, LogHead, RouteInput, Routed, Seen};
 use super::upstream::{InFlight, Raw, RawConn, Stream, Target};

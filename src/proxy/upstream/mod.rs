@@ -505,3 +505,17 @@ impl Drop for InFlight {
         self.gauge.dec();
     }
 }
+
+/// The request to an endpoint, in origin-form; the upstream shapes it for the connection
+/// (HTTP/1.1 or HTTP/2) it goes out on.
+pub(crate) fn request(
+    parts: http::request::Parts,
+    body: ProxyBody,
+    path: PathAndQuery,
+) -> Request<ProxyBody> {
+    let mut req = Request::new(body);
+    *req.method_mut() = parts.method;
+    *req.uri_mut() = Uri::from(path);
+    *req.headers_mut() = parts.headers;
+    req
+}

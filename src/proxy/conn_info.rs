@@ -1,0 +1,20 @@
+//! What the request paths (`h1`, `service`) know of the downstream connection a request
+//! arrived on; `conn` fills it in.
+
+use std::net::SocketAddr;
+
+use super::drain::DrainToken;
+
+/// What the request path needs to know about the connection it arrived on.
+#[derive(Clone, Debug)]
+pub struct ConnInfo {
+    pub port: u16,
+    pub peer: SocketAddr,
+    /// The TLS server name the client sent (normalised), on HTTPS connections: a request
+    /// whose Host selects another listener than this did is misdirected (421).
+    pub sni: Option<Box<str>>,
+    /// `peer`'s IP as an `X-Forwarded-For` entry, formatted once per connection.
+    pub forwarded_for: http::HeaderValue,
+    /// Upgrade tunnels take a clone so that draining waits for them too.
+    pub drain: DrainToken,
+}
