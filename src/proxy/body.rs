@@ -300,53 +300,45 @@ mod tests {
         grace: Duration::from_secs(2),
     };
 
+    /// Sends `n` one-byte frames `every` through a [`ClientBody`] paced by `pace`: the bytes
+    /// received (or `None` on failure), the fault recorded, and the seconds it took.
+    async fn paced(
+        n: usize,
+        every: Duration,
+        pace: BodyPace,
+    ) -> (Option<usize>, Option<BodyFault>, u64) {
+        let fault = Arc::new(FaultCell::default());
+        let body = ClientBody::new(trickle(n, every), fault.clone(), Some(pace));
+        let started = Instant::now();
+        let got = body.collect().await.ok().map(|c| c.to_bytes().len());
+        (got, fault.get(), started.elapsed().as_secs())
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_trickling_body_fails_as_too_slow_after_the_grace() {
-        let fault = Arc::new(FaultCell::default());
-        let body = ClientBody::new(
-            trickle(100, Duration::from_secs(1)),
-            fault.clone(),
-            Some(PACE),
-        );
-        let started = Instant::now();
-        assert!(body.collect().await.is_err());
-        assert_eq!(fault.get(), Some(BodyFault::TooSlow));
         // 1 byte/s is under 100 B/s from the start: it fails when the grace ends.
-        assert_eq!(started.elapsed().as_secs(), 2);
+        let got = paced(100, Duration::from_secs(1), PACE).await;
+        assert_eq!(got, (None, Some(BodyFault::TooSlow), 2));
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_stalled_body_fails_after_the_idle_timeout() {
-        let fault = Arc::new(FaultCell::default());
         let pace = BodyPace {
             min_rate: 0,
             ..PACE
         };
-        let body = ClientBody::new(
-            trickle(2, Duration::from_secs(30)),
-            fault.clone(),
-            Some(pace),
-        );
-        let started = Instant::now();
-        assert!(body.collect().await.is_err());
-        assert_eq!(fault.get(), Some(BodyFault::TooSlow));
-        assert_eq!(started.elapsed().as_secs(), 10);
+        let got = paced(2, Duration::from_secs(30), pace).await;
+        assert_eq!(got, (None, Some(BodyFault::TooSlow), 10));
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_body_at_the_rate_passes() {
-        let fault = Arc::new(FaultCell::default());
         let pace = BodyPace {
             min_rate: 1,
             ..PACE
         };
-        let body = ClientBody::new(
-            trickle(5, Duration::from_millis(500)),
-            fault.clone(),
-            Some(pace),
-        );
-        assert_eq!(body.collect().await.unwrap().to_bytes().len(), 5);
-        assert_eq!(fault.get(), None);
+        let got = paced(5, Duration::from_millis(500), pace).await;
+        assert_eq!(got, (Some(5), None, 2));
     }
 
     #[tokio::test]

@@ -59,6 +59,17 @@ async fn an_idle_http2_connection_is_closed_after_the_idle_timeout() {
     bounded(h.proxy.shutdown(BOUND)).await;
 }
 
+/// Request bodies must average `min_rate` B/s after `grace_ms`, and never stall 5 s.
+fn paced(min_rate: u32, grace_ms: u64) -> pier::proxy::ProxyConfig {
+    let mut config = config();
+    config.limits.body_pace = Some(pier::proxy::BodyPace {
+        idle: Duration::from_secs(5),
+        min_rate,
+        grace: Duration::from_millis(grace_ms),
+    });
+    config
+}
+
 /// A chunked POST whose body trickles in one byte each `every`, for at most `n` bytes.
 fn trickle(mut tcp: tokio::net::tcp::OwnedWriteHalf, every: Duration, n: usize) {
     tokio::spawn(async move {
@@ -78,13 +89,7 @@ fn trickle(mut tcp: tokio::net::tcp::OwnedWriteHalf, every: Duration, n: usize) 
 #[tokio::test]
 async fn a_slow_request_body_is_cut_off_with_408() {
     let a = echo("a").await;
-    let mut config = config();
-    config.limits.body_pace = Some(pier::proxy::BodyPace {
-        idle: Duration::from_secs(5),
-        min_rate: 100,
-        grace: Duration::from_millis(500),
-    });
-    let (h, p) = proxy(&a, config).await;
+    let (h, p) = proxy(&a, paced(100, 500)).await;
     let tcp = bounded(TcpStream::connect(local(p))).await.unwrap();
     let (read, write) = tcp.into_split();
     // 10 bytes a second for up to 8 s: far under 100 B/s.
@@ -114,13 +119,7 @@ async fn a_slow_request_body_is_cut_off_with_408() {
 #[tokio::test]
 async fn a_body_at_a_normal_pace_passes() {
     let a = echo("a").await;
-    let mut config = config();
-    config.limits.body_pace = Some(pier::proxy::BodyPace {
-        idle: Duration::from_secs(5),
-        min_rate: 10,
-        grace: Duration::from_millis(300),
-    });
-    let (h, p) = proxy(&a, config).await;
+    let (h, p) = proxy(&a, paced(10, 300)).await;
     let mut c = bounded(Client::connect(p)).await;
     c.write(b"POST /upload HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
         .await;

@@ -397,8 +397,9 @@ pub fn our_parent(status: &Value) -> Option<&Value> {
         .find(|p| p["controllerName"] == pier::DEFAULT_CONTROLLER_NAME)
 }
 
-/// An address of this host for backends: 192.0.2.10 on `lo` when it can be added, else a local
-/// non-loopback IPv4 address. kube-apiserver rejects
+/// An address of this host for backends: 192.0.2.10 on `lo` inside the test run's own network
+/// namespace (`scripts/test` sets `PIER_TEST_NETNS=1` there), else a local non-loopback IPv4
+/// address of the host (nothing is added to the host's interfaces). kube-apiserver rejects
 /// loopback (and link-local) EndpointSlice addresses, so the echo backends listen on this
 /// address instead; connections to it never leave the host (the kernel delivers them through
 /// the loopback device). Read from `/proc/net/fib_trie`, which needs no route or library.
@@ -413,6 +414,8 @@ pub fn host_ip() -> IpAddr {
 const TEST_NET_IP: std::net::Ipv4Addr = std::net::Ipv4Addr::new(192, 0, 2, 10);
 
 fn test_net_on_lo() -> Option<IpAddr> {
+    // Only inside the test run's own network namespace.
+    std::env::var_os("PIER_TEST_NETNS")?;
     let _ = std::process::Command::new("ip")
         .args(["addr", "add", "192.0.2.10/32", "dev", "lo"])
         .stderr(std::process::Stdio::null())
