@@ -1,6 +1,8 @@
 //! The admin server: `/healthz`, `/readyz`, `/metrics`, `/config`, `/status`.
 //! Loopback by default (`--admin 127.0.0.1:9901`). `/config` shows the active snapshot, which
-//! by construction holds no key material (certificates are shown by name only).
+//! by construction holds no key material (certificates are shown by name only). With a token
+//! (`--admin-token-file`) every path but the probes (`/healthz`, `/readyz`) needs
+//! `Authorization: Bearer <token>`, for operators who expose the admin port beyond loopback.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -22,6 +24,51 @@ use crate::publish::Shared;
 pub struct AdminState {
     pub shared: Arc<Shared>,
     pub registry: Registry,
+    /// Required as a bearer token on everything but the probes, when set.
+    pub token: Option<AdminToken>,
+}
+
+/// The admin bearer token. `Debug` never shows it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct AdminToken(Arc<[u8]>);
+
+impl AdminToken {
+    /// The token in `path` (surrounding white space trimmed); an empty one is an error.
+    pub fn read(path: &std::path::Path) -> anyhow::Result<Self> {
+        use anyhow::Context as _;
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read the admin token file {}", path.display()))?;
+        let token = text.trim();
+        anyhow::ensure!(
+            !token.is_empty(),
+            "the admin token file {} is empty",
+            path.display()
+        );
+        Ok(Self(token.as_bytes().into()))
+    }
+
+    /// Does the request carry `Authorization: Bearer <this token>`? Compared in constant time.
+    fn admits<B>(&self, req: &Request<B>) -> bool {
+        let Some(given) = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))
+        else {
+            return false;
+        };
+        given.len() == self.0.len()
+            && given
+                .iter()
+                .zip(self.0.iter())
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                == 0
+    }
+}
+
+impl std::fmt::Debug for AdminToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AdminToken(<redacted>)")
+    }
 }
 
 /// Serves until `shutdown` turns true.
@@ -65,6 +112,18 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
 fn handle(state: &AdminState, req: &Request<Incoming>) -> Response<Full<Bytes>> {
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return text(StatusCode::METHOD_NOT_ALLOWED, "only GET\n");
+    }
+    let probe = matches!(req.uri().path(), "/healthz" | "/readyz");
+    if let Some(token) = &state.token
+        && !probe
+        && !token.admits(req)
+    {
+        let mut resp = text(StatusCode::UNAUTHORIZED, "a bearer token is required\n");
+        resp.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            http::HeaderValue::from_static("Bearer"),
+        );
+        return resp;
     }
     match req.uri().path() {
         "/healthz" => text(StatusCode::OK, "ok\n"),

@@ -126,6 +126,10 @@ pub struct RunArgs {
     /// Admin server address (/healthz /readyz /metrics /config /status).
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9901")]
     pub admin: SocketAddr,
+    /// A file holding a token the admin server then requires as `Authorization: Bearer` on
+    /// everything but /healthz and /readyz.
+    #[arg(long, value_name = "FILE")]
+    pub admin_token_file: Option<PathBuf>,
     #[command(flatten)]
     pub common: CommonArgs,
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]

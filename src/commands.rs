@@ -78,6 +78,11 @@ async fn run_cmd(a: RunArgs) -> anyhow::Result<()> {
         },
         access_log: a.access_log,
         limits: a.limits.limits(),
+        admin_token: a
+            .admin_token_file
+            .as_deref()
+            .map(crate::admin::AdminToken::read)
+            .transpose()?,
         client_cert: a.common.client_cert.files(),
     })
     .await?;

@@ -40,6 +40,8 @@ pub struct RunOptions {
     pub access_log: bool,
     /// Idle connections, slow request bodies, path normalisation.
     pub limits: crate::proxy::Limits,
+    /// `--admin-token-file`: a bearer token the admin server requires (but for the probes).
+    pub admin_token: Option<crate::admin::AdminToken>,
     /// `--client-cert`/`--client-key`: read at start, watched, reloaded.
     pub client_cert: Option<ClientCertFiles>,
 }
@@ -138,6 +140,7 @@ impl RunOptions {
             translate: translate::Settings::default(),
             access_log: false,
             limits: crate::proxy::Limits::default(),
+            admin_token: None,
             client_cert: None,
         }
     }
@@ -194,6 +197,7 @@ pub async fn start(opts: RunOptions) -> anyhow::Result<Running> {
     let admin_state = Arc::new(crate::admin::AdminState {
         shared: shared.clone(),
         registry,
+        token: opts.admin_token.clone(),
     });
     let admin_task = tokio::spawn(crate::admin::serve(
         admin_listener,

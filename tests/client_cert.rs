@@ -44,6 +44,7 @@ async fn client_certificate_is_loaded_watched_and_a_bad_rotation_keeps_the_last_
         translate: Default::default(),
         access_log: false,
         limits: Default::default(),
+        admin_token: None,
         client_cert: Some(ClientCertFiles {
             cert: tls.path().join("tls.crt"),
             key: tls.path().join("tls.key"),
@@ -92,6 +93,7 @@ async fn startup_fails_on_an_unusable_client_certificate() {
         translate: Default::default(),
         access_log: false,
         limits: Default::default(),
+        admin_token: None,
         client_cert: Some(ClientCertFiles {
             cert: dir.path().join("bad.crt"),
             key: dir.path().join("bad.key"),
