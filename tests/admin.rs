@@ -141,7 +141,10 @@ async fn private_keys_never_appear_in_config_status_or_logs() {
     );
     let other_line = other.serialize_pem().lines().nth(2).unwrap().to_string();
     let logged = String::from_utf8_lossy(&logs().lock().unwrap()).into_owned();
-    assert!(logged.contains("listening"), "the logs were captured: {logged}");
+    assert!(
+        logged.contains("listening"),
+        "the logs were captured: {logged}"
+    );
     for (what, text) in [
         ("/config", &config),
         ("/status", &status),

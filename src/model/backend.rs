@@ -3,7 +3,8 @@
 //! Load balancing is power of two choices on in-flight requests (P2C): two random ready
 //! endpoints, the one with fewer requests in flight wins. It needs no shared lock, adapts to
 //! slow endpoints within a request or two, and avoids the herding of pure least-request.
-//! Endpoints that refused a connection are ejected for [`EJECTION`]; when every endpoint is
+//! Endpoints that refused a connection, or failed [`CONSECUTIVE_FAILURES`] exchanges in a row
+//! (502/503/504, resets, TLS handshakes), are ejected for [`EJECTION`]; when every endpoint is
 //! ejected they are all tried again (a gateway that serves nothing helps nobody).
 
 use std::net::SocketAddr;
@@ -18,6 +19,10 @@ use super::filter::Filters;
 
 /// How long an endpoint that refused a connection is left out.
 pub const EJECTION: Duration = Duration::from_secs(5);
+/// Gateway failures in a row that eject an endpoint (Envoy's `consecutive_gateway_failure`
+/// default). Only gateway failures count, not every 5xx: an application's 500 for one bad
+/// request must not let a client eject healthy endpoints.
+pub const CONSECUTIVE_FAILURES: u32 = 5;
 
 /// A Service port as a backend: `namespace/name:port`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -157,6 +162,8 @@ pub struct EndpointStats {
     pub in_flight: AtomicU32,
     /// Milliseconds on the proxy's monotonic clock until which the endpoint is ejected.
     pub ejected_until_ms: AtomicU64,
+    /// Gateway failures (502/503/504 answers, resets, failed TLS handshakes) in a row.
+    pub failures: AtomicU32,
 }
 
 /// What a weighted backendRef resolved to.
@@ -325,6 +332,26 @@ impl Endpoint {
             .ejected_until_ms
             .store(now_ms + EJECTION.as_millis() as u64, Ordering::Relaxed);
     }
+
+    /// Passive outlier detection: one exchange's outcome. [`CONSECUTIVE_FAILURES`] gateway
+    /// failures in a row eject the endpoint for [`EJECTION`]; any success resets the count.
+    /// Returns true when this outcome ejected it.
+    pub fn record(&self, failed: bool, now_ms: u64) -> bool {
+        let failures = &self.stats.failures;
+        if !failed {
+            // Read first: most responses succeed, and a store would dirty the line each time.
+            if failures.load(Ordering::Relaxed) != 0 {
+                failures.store(0, Ordering::Relaxed);
+            }
+            return false;
+        }
+        if failures.fetch_add(1, Ordering::Relaxed) + 1 >= CONSECUTIVE_FAILURES {
+            failures.store(0, Ordering::Relaxed);
+            self.eject(now_ms);
+            return true;
+        }
+        false
+    }
 }
 
 mod opt_duration {
@@ -359,6 +386,23 @@ mod tests {
         for r in 0..10 {
             assert_eq!(b.pick(0, r, r * 7).unwrap().addr.port(), 1001);
         }
+    }
+
+    #[test]
+    fn consecutive_gateway_failures_eject_and_a_success_resets_the_count() {
+        let b = backend(1);
+        let e = &b.endpoints[0];
+        for _ in 0..CONSECUTIVE_FAILURES - 1 {
+            assert!(!e.record(true, 0));
+        }
+        assert!(!e.record(false, 0), "a success in between");
+        for _ in 0..CONSECUTIVE_FAILURES - 1 {
+            assert!(!e.record(true, 0));
+        }
+        assert!(e.available(0));
+        assert!(e.record(true, 1000), "the fifth in a row ejects");
+        assert!(!e.available(1000 + EJECTION.as_millis() as u64 - 1));
+        assert!(e.available(1000 + EJECTION.as_millis() as u64));
     }
 
     #[test]

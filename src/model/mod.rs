@@ -22,8 +22,9 @@ use std::fmt;
 use serde::Serialize;
 
 pub use backend::{
-    AppProtocol, Backend, BackendId, BackendSet, BackendTarget, BackendTls, Carried, Endpoint,
-    EndpointPool, EndpointStats, Timeouts, TlsMode, TlsUnavailable, UpstreamTls, WeightedBackend,
+    AppProtocol, Backend, BackendId, BackendSet, BackendTarget, BackendTls, CONSECUTIVE_FAILURES,
+    Carried, EJECTION, Endpoint, EndpointPool, EndpointStats, Timeouts, TlsMode, TlsUnavailable,
+    UpstreamTls, WeightedBackend,
 };
 pub use filter::{Filters, HeaderModifier, Mirror, PathModifier, Redirect, UrlRewrite};
 pub use host::{HostRank, HostnameMatch};

@@ -369,25 +369,43 @@ async fn exchange(
             .map_err(|_| ProxyError::BackendTimeout)?,
         None => shared.upstream.send(target, req).await,
     };
-    if let Err(e) = &result {
-        connect_failed(shared, backend, endpoint, e);
-    }
+    outcome(
+        shared,
+        backend,
+        endpoint,
+        result.as_ref().map(|r| r.status()),
+    );
     Ok((result?, in_flight))
 }
 
-/// Counts a failed connect and, when nothing is listening (refused or silent), leaves the
-/// endpoint out for a while. (A slow or failing response is not a reason to eject.)
-pub(super) fn connect_failed(
+/// Passive outlier detection, for both request paths: what one exchange with `endpoint` came
+/// to. A refused or silent connect ejects at once (nothing listens); a failed exchange (reset,
+/// failed TLS handshake, 502/503/504 from the endpoint) counts towards
+/// `model::CONSECUTIVE_FAILURES`; anything else resets the count. Slow answers and the
+/// application's own errors are not reasons to eject.
+pub(super) fn outcome(
     shared: &Shared,
     backend: &Backend,
     endpoint: &Endpoint,
-    error: &ProxyError,
+    result: Result<StatusCode, &ProxyError>,
 ) {
-    if let ProxyError::Connect { reason, .. } = error {
-        shared.metrics.connect_error(&backend.id, *reason);
-        if matches!(reason, ConnectReason::Refused | ConnectReason::Timeout) {
-            endpoint.eject(shared.clock.now_ms());
+    let now = shared.clock.now_ms();
+    let failed = match result {
+        Ok(status) => matches!(status.as_u16(), 502..=504),
+        Err(ProxyError::Connect { reason, .. }) => {
+            shared.metrics.connect_error(&backend.id, *reason);
+            if matches!(reason, ConnectReason::Refused | ConnectReason::Timeout) {
+                endpoint.eject(now);
+                return;
+            }
+            true
         }
+        Err(ProxyError::TlsHandshake { .. } | ProxyError::Upstream(_)) => true,
+        // Timeouts, and failures that are the client's or pier's, say nothing of the endpoint.
+        Err(_) => return,
+    };
+    if endpoint.record(failed, now) {
+        tracing::warn!(backend = %backend.id, endpoint = %endpoint.addr, "endpoint ejected after consecutive failures");
     }
 }
 

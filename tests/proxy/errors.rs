@@ -141,3 +141,63 @@ async fn status_codes_from_the_backend_pass_through() {
     );
     bounded(h.proxy.shutdown(BOUND)).await;
 }
+
+/// A backend that answers every request with `status` on keep-alive connections.
+async fn always(status: &'static str) -> std::net::SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind(local(0)).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 8192];
+                let mut seen = Vec::new();
+                loop {
+                    match tcp.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => seen.extend_from_slice(&buf[..n]),
+                    }
+                    while let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
+                        seen.drain(..end + 4);
+                        let resp = format!("HTTP/1.1 {status}\r\ncontent-length: 0\r\n\r\n");
+                        if tcp.write_all(resp.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// Passive outlier detection: an endpoint that answers 503 five times in a row is ejected,
+/// and the healthy one takes the traffic (on the fast path and over HTTP/2 alike).
+#[tokio::test]
+async fn an_endpoint_with_consecutive_gateway_failures_is_ejected() {
+    let healthy = echo("healthy").await;
+    let sick = always("503 Service Unavailable").await;
+    let (h, addr) = start(
+        rule("ns/r")
+            .to(&backend("b", &[sick, healthy.addr]))
+            .build(),
+    )
+    .await;
+    let mut failures = 0;
+    for _ in 0..40 {
+        if bounded(send(addr, get("x", "/"))).await.status == 503 {
+            failures += 1;
+        }
+    }
+    assert!(
+        (1..=pier::model::CONSECUTIVE_FAILURES).contains(&failures),
+        "the sick endpoint answered {failures} of 40"
+    );
+    // Ejected now: every request reaches the healthy endpoint.
+    for _ in 0..20 {
+        assert_eq!(bounded(send(addr, get("x", "/"))).await.status, 200);
+        let h2 = bounded(crate::support::client::send_h2(addr, get("x", "/"))).await;
+        assert_eq!(h2.status, 200);
+    }
+    bounded(h.proxy.shutdown(BOUND)).await;
+}

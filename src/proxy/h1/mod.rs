@@ -423,10 +423,11 @@ where
             // The endpoint speaks HTTP/2: hyper takes the connection, this request included.
             Ok(None) => return Next::Fallback,
             Err(e) => {
-                service::connect_failed(shared, backend, endpoint, &e);
+                service::outcome(shared, backend, endpoint, Err(&e));
                 return self.respond(snapshot, common, Err(e), started).await;
             }
         };
+        service::outcome(shared, backend, endpoint, Ok(answer.status));
         self.finish(snapshot, &common, answer.status, started);
         self.rbuf.advance(common.consumed);
         let relayed = self.relay(conn, &answer).await;
