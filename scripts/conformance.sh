@@ -78,10 +78,11 @@ go_env() {
 
 # echo-basic and the suite, from a wrapper module: the conformance module's own go.mod
 # replaces sigs.k8s.io/gateway-api with `../`, which only applies when it is the main module.
+# WHAT: "echo" (echo-basic and the CRDs) or "all" (also the suite).
 build_gateway_api() {
-  local src=$CACHE/src/gateway-api-v$GATEWAY_API_VERSION t0
+  local what=$1 src=$CACHE/src/gateway-api-v$GATEWAY_API_VERSION t0
   mkdir -p "$src" "$BIN_DIR"
-  if [ -x "$ECHO_BASIC" ] && [ -x "$SUITE" ] && [ -f "$CRD_DIR/.complete" ]; then
+  if [ -x "$ECHO_BASIC" ] && [ -f "$CRD_DIR/.complete" ] && { [ "$what" = echo ] || [ -x "$SUITE" ]; }; then
     return
   fi
   t0=$(date +%s)
@@ -106,22 +107,26 @@ import (
 	_ "sigs.k8s.io/gateway-api/conformance/echo-basic"
 )
 EOF
-  rm -f "$src/go.sum"
-  (cd "$src" && "${GO[@]}" mod tidy) || die "go mod tidy failed for the conformance wrapper"
+  [ -f "$src/go.sum" ] || (cd "$src" && "${GO[@]}" mod tidy) || die "go mod tidy failed for the conformance wrapper"
   # The suite's test files import packages tidy does not see from here.
   (cd "$src" && "${GO[@]}" get -t "sigs.k8s.io/gateway-api/conformance@v$GATEWAY_API_VERSION") ||
     die "go get -t failed for the conformance suite"
   log "gateway-api v$GATEWAY_API_VERSION modules resolved in $(elapsed "$t0")"
-  t0=$(date +%s)
-  (cd "$src" && "${GO[@]}" build -trimpath -o "$ECHO_BASIC.tmp" sigs.k8s.io/gateway-api/conformance/echo-basic) ||
-    die "go build failed for echo-basic"
-  mv -f "$ECHO_BASIC.tmp" "$ECHO_BASIC"
-  log "echo-basic built in $(elapsed "$t0")"
-  t0=$(date +%s)
-  (cd "$src" && "${GO[@]}" test -c -trimpath -o "$SUITE.tmp" sigs.k8s.io/gateway-api/conformance) ||
-    die "go test -c failed for the conformance suite"
-  mv -f "$SUITE.tmp" "$SUITE"
-  log "conformance suite built in $(elapsed "$t0")"
+  if ! [ -x "$ECHO_BASIC" ]; then
+    t0=$(date +%s)
+    (cd "$src" && "${GO[@]}" build -trimpath -o "$ECHO_BASIC.tmp" sigs.k8s.io/gateway-api/conformance/echo-basic) ||
+      die "go build failed for echo-basic"
+    mv -f "$ECHO_BASIC.tmp" "$ECHO_BASIC"
+    log "echo-basic built in $(elapsed "$t0")"
+  fi
+  if [ "$what" = all ] && ! [ -x "$SUITE" ]; then
+    t0=$(date +%s)
+    (cd "$src" && "${GO[@]}" test -c -trimpath -o "$SUITE.tmp" sigs.k8s.io/gateway-api/conformance) ||
+      die "go test -c failed for the conformance suite"
+    mv -f "$SUITE.tmp" "$SUITE"
+    log "conformance suite built in $(elapsed "$t0")"
+  fi
+  [ -f "$CRD_DIR/.complete" ] && return
   local dir
   dir=$(cd "$src" && go list -m -f '{{.Dir}}' sigs.k8s.io/gateway-api) || die "no sigs.k8s.io/gateway-api module"
   rm -rf "$CRD_DIR"
@@ -147,6 +152,7 @@ build_pier() {
   log "pier built in $(elapsed "$t0")"
 }
 
+# ARG: "no-pier" builds neither pier nor the suite (selftest, cluster).
 build() {
   ensure_tools
   eval "$(scripts/control-plane.sh build)"
@@ -154,7 +160,7 @@ build() {
   go_env
   exec 8>"$CACHE/.lock"
   flock 8
-  build_gateway_api
+  if [ "${1:-}" = no-pier ]; then build_gateway_api echo; else build_gateway_api all; fi
   build_agent
   flock -u 8
   [ "${1:-}" = no-pier ] || build_pier
@@ -316,7 +322,10 @@ up_cluster() {
     --authorization-mode=Node,RBAC \
     --service-account-issuer=https://kubernetes.default.svc.cluster.local \
     --service-account-signing-key-file="$RUN/pki/sa.key" --service-account-key-file="$RUN/pki/sa.pub" \
-    --service-cluster-ip-range=10.96.0.0/16 --endpoint-reconciler-type=none --allow-privileged=true
+    --service-cluster-ip-range=10.96.0.0/16 --endpoint-reconciler-type=none --allow-privileged=true \
+    --feature-gates=ClusterTrustBundle=true \
+    --runtime-config=certificates.k8s.io/v1beta1/clustertrustbundles=true
+  # ClusterTrustBundle as in tests/support/apiserver.rs: pier watches it (mesh trust bundles).
   wait_for "kube-apiserver ready" 120 apiserver_ready ||
     {
       alive etcd
