@@ -43,6 +43,10 @@ PIER=$REPO/target/release/pier
 POD_CIDR=10.244.0.0/24
 BRIDGE=pier0
 GATEWAY_ADDRESS=10.244.1.1
+# Every address of this range is local in the namespace (a `local` route on lo): room for one
+# address per Gateway, which the suite's base Gateways (three HTTP listeners on port 80, no
+# hostname) need.
+GATEWAY_ADDRESS_POOL=10.244.1.0/24
 APISERVER_PORT=6443
 
 log() { printf 'conformance: %s\n' "$*" >&2; }
@@ -308,6 +312,7 @@ up_cluster() {
   ip -n "$NS" addr add "${POD_CIDR%.*}.1/${POD_CIDR#*/}" dev "$BRIDGE"
   ip -n "$NS" addr add "$GATEWAY_ADDRESS/32" dev "$BRIDGE"
   ip -n "$NS" link set "$BRIDGE" up
+  ip -n "$NS" route add local "$GATEWAY_ADDRESS_POOL" dev lo
   make_pki
   local t0
   t0=$(date +%s)
