@@ -174,7 +174,8 @@ build() {
 
 RUN=""
 NS=""
-PIDS=()
+PIDS=()          # every background process, in start order
+declare -A PID=() # name -> pid
 
 # Everything in the harness's network namespace, dying with this script.
 in_ns() { ip netns exec "$NS" setpriv --pdeathsig KILL "$@"; }
@@ -185,7 +186,7 @@ start_bg() { # NAME CMD...: starts CMD in the namespace, logging to $RUN/NAME.lo
   # A simple command, so $! is the process itself (ip and setpriv exec it).
   ip netns exec "$NS" setpriv --pdeathsig KILL "$@" >"$RUN/$name.log" 2>&1 &
   PIDS+=("$!")
-  eval "PID_${name//-/_}=$!"
+  PID[$name]=$!
 }
 
 teardown() {
@@ -239,8 +240,7 @@ wait_for() { # DESCRIPTION SECONDS CMD...: polls CMD every 0.5 s
 }
 
 alive() { # NAME: fails (showing its log) if the process started as NAME has exited
-  local var="PID_${1//-/_}"
-  kill -0 "${!var}" 2>/dev/null && return 0
+  kill -0 "${PID[$1]}" 2>/dev/null && return 0
   log "$1 exited; last lines of $RUN/$1.log:"
   tail -n 30 "$RUN/$1.log" >&2
   return 1
@@ -290,10 +290,10 @@ kc() { in_ns kubectl --kubeconfig "$KUBECONFIG_ADMIN" "$@"; }
 
 # Polled by wait_for.
 apiserver_ready() {
-  kill -0 "$PID_kube_apiserver" && in_ns curl -fsS --max-time 2 --cacert "$RUN/pki/ca.crt" \
+  kill -0 "${PID[kube-apiserver]}" && in_ns curl -fsS --max-time 2 --cacert "$RUN/pki/ca.crt" \
     --cert "$RUN/pki/admin.crt" --key "$RUN/pki/admin.key" "https://127.0.0.1:$APISERVER_PORT/readyz"
 }
-pier_ready() { kill -0 "$PID_pier" && in_ns curl -fsS --max-time 2 http://127.0.0.1:9901/readyz; }
+pier_ready() { kill -0 "${PID[pier]}" && in_ns curl -fsS --max-time 2 http://127.0.0.1:9901/readyz; }
 condition_true() { # KIND NAME CONDITION
   [ "$(kc get "$1" "$2" -o jsonpath="{.status.conditions[?(@.type==\"$3\")].status}")" = True ]
 }
@@ -413,7 +413,7 @@ run_suite() {
     -contact https://github.com/pier-gateway/pier/issues -report-output "$report" \
     ${PIER_CONFORMANCE_ARGS:-} 2>&1 | tee "$RUN/suite.log" >&2) || rc=$?
   log "suite finished in $(elapsed "$t0") with exit code $rc"
-  [ -f "$report" ] && log "report: $report" || log "no report written"
+  if [ -f "$report" ]; then log "report: $report"; else log "no report written"; fi
   return "$rc"
 }
 

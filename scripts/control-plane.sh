@@ -188,7 +188,7 @@ build() {
     go_env
     local t0
     t0=$(date +%s)
-    apiserver_ok && controller_manager_ok || build_kube
+    if ! apiserver_ok || ! controller_manager_ok; then build_kube; fi
     etcd_ok || build_etcd
     apiserver_ok || die "$APISERVER does not report Kubernetes v$KUBE_VERSION"
     controller_manager_ok || die "$CONTROLLER_MANAGER does not report Kubernetes v$KUBE_VERSION"
@@ -205,8 +205,9 @@ build() {
 case "${1:-}" in
 build) build ;;
 env)
-  apiserver_ok && controller_manager_ok && etcd_ok ||
+  if ! apiserver_ok || ! controller_manager_ok || ! etcd_ok; then
     die "no control plane in $BIN_DIR: run scripts/control-plane.sh build"
+  fi
   print_env
   ;;
 *)
