@@ -387,7 +387,9 @@ EOF
 
 start_pier() {
   # Cluster mode as a user runs it; listeners bind inside the namespace only.
-  start_bg pier "$PIER" run --kubeconfig "$KUBECONFIG_ADMIN" --listen-host 0.0.0.0 --admin 127.0.0.1:9901
+  # Each Gateway gets an address of its own from 10.244.1.0/24 (bindable in the namespace).
+  start_bg pier "$PIER" run --kubeconfig "$KUBECONFIG_ADMIN" --listen-host 0.0.0.0 --admin 127.0.0.1:9901 \
+    --gateway-address-pool 10.244.1.0/24
   wait_for "pier ready" 60 pier_ready ||
     {
       alive pier

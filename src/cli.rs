@@ -81,6 +81,19 @@ pub struct CommonArgs {
     /// `--listen-host` when it is a concrete IP].
     #[arg(long, value_name = "IP[,IP]", value_delimiter = ',')]
     pub advertise_address: Vec<IpAddr>,
+    /// Give each Gateway an address of its own from these (IPs and IPv4 CIDR blocks), which
+    /// its listeners bind and its status reports, so Gateways may share port numbers. The
+    /// addresses must be configured on this host.
+    #[arg(long, value_name = "IP|CIDR[,...]", value_delimiter = ',', value_parser = parse_pool_entry)]
+    pub gateway_address_pool: Vec<PoolEntry>,
+}
+
+/// One `--gateway-address-pool` entry, expanded.
+#[derive(Clone, Debug)]
+pub struct PoolEntry(Vec<IpAddr>);
+
+fn parse_pool_entry(s: &str) -> Result<PoolEntry, String> {
+    crate::translate::addresses::parse_pool(&[s.to_string()]).map(PoolEntry)
 }
 
 /// pier's own client identity for backend (mesh) mTLS, from the edge VM's PKI. A Gateway's
@@ -270,6 +283,11 @@ impl CommonArgs {
             cluster_domain: self.cluster_domain.clone(),
             client_identity: None,
             advertise: self.advertise_address.clone(),
+            address_pool: self
+                .gateway_address_pool
+                .iter()
+                .flat_map(|e| e.0.iter().copied())
+                .collect(),
         }
     }
 }

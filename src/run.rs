@@ -409,7 +409,7 @@ impl Feed {
 async fn bind(proxy: &Proxy, shared: &Shared) -> bool {
     let failed = proxy.reconcile().await;
     for (port, e) in &failed {
-        tracing::error!(port, error = %e, "cannot bind listener port; retrying");
+        tracing::error!(port = %port, error = %e, "cannot bind listener port; retrying");
     }
     if failed.is_empty() && !shared.ready.swap(true, Ordering::AcqRel) {
         tracing::info!(ports = ?proxy.bound_ports(), "ready");

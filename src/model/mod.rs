@@ -30,7 +30,7 @@ pub use filter::{Filters, HeaderModifier, Mirror, PathModifier, Redirect, UrlRew
 pub use host::{HostRank, HostnameMatch};
 pub use matcher::{HeaderMatch, MatchRank, PathMatch, QueryMatch, RequestMatch, ValueMatch};
 pub use route::{Entry, RouteTable, Rule};
-pub use snapshot::{Listener, ListenerId, Port, Protocol, Snapshot};
+pub use snapshot::{Listener, ListenerId, Port, PortKey, Protocol, Snapshot};
 pub use tls::CertTable;
 
 /// A namespaced object's identity, as used in metric labels and logs.

@@ -13,7 +13,7 @@ use super::tls::CertTable;
 pub struct Snapshot {
     /// Increases by one with every published change.
     pub generation: u64,
-    /// Sorted by port number.
+    /// Sorted by (address, port number).
     pub ports: Vec<Port>,
 }
 
@@ -37,6 +37,10 @@ impl Protocol {
 /// One bound port and the listeners that share it (from one or more Gateways).
 #[derive(Debug, Serialize)]
 pub struct Port {
+    /// The address this port binds: a Gateway's own (`--gateway-address-pool`), or `None` for
+    /// the proxy's listen host, shared by every Gateway without one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub address: Option<std::net::IpAddr>,
     pub port: u16,
     pub protocol: Protocol,
     /// Most specific hostname first.
@@ -105,17 +109,50 @@ impl Snapshot {
         }
     }
 
+    /// The port bound on the listen host (no Gateway address of its own).
     pub fn port(&self, port: u16) -> Option<&Port> {
+        self.port_at(PortKey {
+            address: None,
+            port,
+        })
+    }
+
+    /// The port bound at `key`.
+    pub fn port_at(&self, key: PortKey) -> Option<&Port> {
         self.ports
-            .binary_search_by_key(&port, |p| p.port)
+            .binary_search_by_key(&key, Port::key)
             .ok()
             .map(|i| &self.ports[i])
+    }
+}
+
+/// Where a port is bound: its address (`None`: the listen host) and number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PortKey {
+    pub address: Option<std::net::IpAddr>,
+    pub port: u16,
+}
+
+impl fmt::Display for PortKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.address {
+            Some(std::net::IpAddr::V6(a)) => write!(f, "[{a}]:{}", self.port),
+            Some(a) => write!(f, "{a}:{}", self.port),
+            None => write!(f, "*:{}", self.port),
+        }
     }
 }
 
 // === impl Port ===
 
 impl Port {
+    pub fn key(&self) -> PortKey {
+        PortKey {
+            address: self.address,
+            port: self.port,
+        }
+    }
+
     /// Listener isolation: a request is handled by the one most specific listener whose
     /// hostname matches, never by a less specific one. `host` is normalised.
     /// `listeners` is sorted most specific first, so the first match is the best.
@@ -157,6 +194,7 @@ mod tests {
     #[test]
     fn listener_isolation_picks_the_most_specific_listener() {
         let mut p = Port {
+            address: None,
             port: 80,
             protocol: Protocol::Http,
             listeners: vec![
@@ -175,6 +213,7 @@ mod tests {
     #[test]
     fn no_matching_listener_is_none() {
         let p = Port {
+            address: None,
             port: 80,
             protocol: Protocol::Http,
             listeners: vec![listener("exact", Some("foo.example.com"))],

@@ -24,24 +24,26 @@ use tokio_rustls::TlsAcceptor;
 use super::conn_info::ConnInfo;
 use super::drain::DrainToken;
 use super::{Shared, h1, service};
-use crate::model::Protocol;
 use crate::model::host::normalize_host;
+use crate::model::{PortKey, Protocol};
 
 pub async fn serve(
     shared: Arc<Shared>,
     tcp: TcpStream,
     peer: SocketAddr,
-    port: u16,
+    key: PortKey,
     tls: TlsAcceptor,
     drain: DrainToken,
 ) {
+    let port = key.port;
     let _active = shared.metrics.connection(port);
     let _ = tcp.set_nodelay(true);
     // The protocol is read per connection, so a port that changes between HTTP and HTTPS
     // needs no rebinding.
-    let protocol = shared.snapshot.load().port(port).map(|p| p.protocol);
+    let protocol = shared.snapshot.load().port_at(key).map(|p| p.protocol);
     let info = Arc::new(ConnInfo {
         port,
+        address: key.address,
         peer,
         sni: None,
         forwarded_for: super::headers::forwarded_for(peer.ip()),

@@ -9,6 +9,8 @@ use super::drain::DrainToken;
 #[derive(Clone, Debug)]
 pub struct ConnInfo {
     pub port: u16,
+    /// The Gateway address the port is bound on (`None`: the listen host).
+    pub address: Option<std::net::IpAddr>,
     pub peer: SocketAddr,
     /// The TLS server name the client sent (normalised), on HTTPS connections: a request
     /// whose Host selects another listener than this did is misdirected (421).
@@ -17,4 +19,14 @@ pub struct ConnInfo {
     pub forwarded_for: http::HeaderValue,
     /// Upgrade tunnels take a clone so that draining waits for them too.
     pub drain: DrainToken,
+}
+
+impl ConnInfo {
+    /// The snapshot port the connection arrived on.
+    pub fn key(&self) -> crate::model::PortKey {
+        crate::model::PortKey {
+            address: self.address,
+            port: self.port,
+        }
+    }
 }

@@ -12,15 +12,17 @@ use tokio_rustls::TlsAcceptor;
 use super::Shared;
 use super::conn;
 use super::drain::Drain;
+use crate::model::PortKey;
 
 /// Accepts connections on `listener` until the drain starts, then drops the socket.
 pub fn spawn_accept(
     shared: Arc<Shared>,
     listener: TcpListener,
-    port: u16,
+    key: PortKey,
     tls: TlsAcceptor,
     drain: &Drain,
 ) -> JoinHandle<()> {
+    let port = key.port;
     let mut token = drain.token();
     // At the cap the loop stops accepting: new clients wait in the kernel's accept queue
     // (backpressure) instead of being accepted and starved, until a connection closes.
@@ -53,7 +55,7 @@ pub fn spawn_accept(
             match accepted {
                 Ok((tcp, peer)) => {
                     let conn =
-                        conn::serve(shared.clone(), tcp, peer, port, tls.clone(), token.clone());
+                        conn::serve(shared.clone(), tcp, peer, key, tls.clone(), token.clone());
                     // Boxed: the connection's future is kilobytes, and the runtime moves a
                     // task's future by value several times between spawn and completion
                     // (callgrind: ~86 KB of memcpy per connection unboxed; BENCHMARKS.md).

@@ -46,7 +46,7 @@ pub use metrics::ProxyMetrics;
 pub use mirror::MAX_MIRRORED_BODY;
 pub use upstream::RETIRE_BOUND as UPSTREAM_RETIRE_BOUND;
 
-use crate::model::Snapshot;
+use crate::model::{Port, PortKey, Snapshot};
 use crate::tls::server::{Ticketer, server_config};
 use drain::Drain;
 use upstream::{Clock, Upstream};
@@ -137,7 +137,7 @@ pub(crate) struct Shared {
 
 #[derive(Default)]
 struct Ports {
-    bound: BTreeMap<u16, BoundPort>,
+    bound: BTreeMap<PortKey, BoundPort>,
     /// Removed ports whose connections are still draining.
     retired: Vec<Arc<Drain>>,
     shut_down: bool,
@@ -217,18 +217,19 @@ impl Proxy {
     }
 
     /// Makes the bound listening sockets equal the ports of the *current* snapshot: binds new
-    /// ports (`listen_host:port`), stops accepting on ports that disappeared (their open
-    /// connections drain within `drain_timeout`). Returns the ports that failed to bind, with
-    /// the error; a later call retries them. Does nothing after [`Proxy::shutdown`].
-    pub async fn reconcile(&self) -> Vec<(u16, std::io::Error)> {
+    /// ports (`listen_host:port`, or a Gateway's own `address:port`), stops accepting on ports
+    /// that disappeared (their open connections drain within `drain_timeout`). Returns the
+    /// ports that failed to bind, with the error; a later call retries them. Does nothing
+    /// after [`Proxy::shutdown`].
+    pub async fn reconcile(&self) -> Vec<(PortKey, std::io::Error)> {
         let _changing = self.changing.lock().await;
         // Upstream connections whose trust left the snapshot are retired now.
         if !self.lock_ports().shut_down {
             self.shared.upstream.start();
         }
-        let wanted: Vec<u16> = {
+        let wanted: Vec<PortKey> = {
             let snapshot = self.shared.snapshot.load();
-            snapshot.ports.iter().map(|p| p.port).collect()
+            snapshot.ports.iter().map(Port::key).collect()
         };
         let (removed, missing) = {
             let mut ports = self.lock_ports();
@@ -236,7 +237,7 @@ impl Proxy {
                 return Vec::new();
             }
             ports.retired.retain(|d| !d.is_finished());
-            let gone: Vec<u16> = ports
+            let gone: Vec<PortKey> = ports
                 .bound
                 .keys()
                 .filter(|p| !wanted.contains(p))
@@ -244,7 +245,7 @@ impl Proxy {
                 .collect();
             let removed: Vec<BoundPort> =
                 gone.iter().filter_map(|p| ports.bound.remove(p)).collect();
-            let missing: Vec<u16> = wanted
+            let missing: Vec<PortKey> = wanted
                 .iter()
                 .filter(|p| !ports.bound.contains_key(p))
                 .copied()
@@ -266,8 +267,9 @@ impl Proxy {
         failed
     }
 
+    /// The port numbers bound (on any address).
     pub fn bound_ports(&self) -> Vec<u16> {
-        self.lock_ports().bound.keys().copied().collect()
+        self.lock_ports().bound.keys().map(|k| k.port).collect()
     }
 
     /// Stop accepting, let in-flight requests finish within `grace`, then close.
@@ -292,21 +294,21 @@ impl Proxy {
         self.shared.upstream.close();
     }
 
-    async fn bind(&self, port: u16) -> std::io::Result<BoundPort> {
-        let listener =
-            TcpListener::bind(SocketAddr::new(self.shared.config.listen_host, port)).await?;
+    async fn bind(&self, key: PortKey) -> std::io::Result<BoundPort> {
+        let ip = key.address.unwrap_or(self.shared.config.listen_host);
+        let listener = TcpListener::bind(SocketAddr::new(ip, key.port)).await?;
         let ticketer = self.lock_ports().ticketer.clone();
-        let tls = server_config(self.shared.snapshot.clone(), port, ticketer.as_ref())
+        let tls = server_config(self.shared.snapshot.clone(), key, ticketer.as_ref())
             .map_err(std::io::Error::other)?;
         let drain = Arc::new(Drain::new());
         let accept = listener::spawn_accept(
             self.shared.clone(),
             listener,
-            port,
+            key,
             TlsAcceptor::from(tls),
             &drain,
         );
-        tracing::info!(port, "listening");
+        tracing::info!(port = key.port, address = %ip, "listening");
         Ok(BoundPort { drain, accept })
     }
 

@@ -178,7 +178,7 @@ pub(super) fn listener_for<'s>(
     conn: &ConnInfo,
     host: &str,
 ) -> Result<(&'s Port, &'s Listener), ProxyError> {
-    let port = snapshot.port(conn.port).ok_or(ProxyError::NoListener)?;
+    let port = snapshot.port_at(conn.key()).ok_or(ProxyError::NoListener)?;
     let listener = port.listener(host);
     if let Some(sni) = &conn.sni
         && let Some(by_sni) = port.listener(sni)

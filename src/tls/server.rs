@@ -12,12 +12,12 @@ use rustls::server::{ClientHello, ProducesTickets, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use rustls::{ServerConfig, crypto::CryptoProvider};
 
-use crate::model::Snapshot;
+use crate::model::{PortKey, Snapshot};
 
 /// Resolves the certificate of one port from the current snapshot.
 pub struct SnapshotCertResolver {
     snapshot: Arc<ArcSwap<Snapshot>>,
-    port: u16,
+    port: PortKey,
 }
 
 /// Shared across every port's config so that session tickets stay valid as ports come and go
@@ -34,7 +34,7 @@ pub enum ServerConfigError {
 // === impl SnapshotCertResolver ===
 
 impl SnapshotCertResolver {
-    pub fn new(snapshot: Arc<ArcSwap<Snapshot>>, port: u16) -> Self {
+    pub fn new(snapshot: Arc<ArcSwap<Snapshot>>, port: PortKey) -> Self {
         Self { snapshot, port }
     }
 }
@@ -43,7 +43,7 @@ impl ResolvesServerCert for SnapshotCertResolver {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         let snapshot = self.snapshot.load();
         snapshot
-            .port(self.port)?
+            .port_at(self.port)?
             .certs
             .as_ref()?
             .resolve(hello.server_name())
@@ -77,7 +77,7 @@ impl std::fmt::Debug for Ticketer {
 /// on a process-wide default being installed.
 pub fn server_config(
     snapshot: Arc<ArcSwap<Snapshot>>,
-    port: u16,
+    port: PortKey,
     ticketer: Option<&Ticketer>,
 ) -> Result<Arc<ServerConfig>, ServerConfigError> {
     let provider: Arc<CryptoProvider> = Arc::new(rustls::crypto::ring::default_provider());

@@ -11,6 +11,13 @@
 //!
 //! Either way pier keeps serving the Gateway's listeners on its own host: the conditions tell
 //! the operator that the requested addresses are not the ones it is reached at.
+//!
+//! With an address pool (`--gateway-address-pool`), each Gateway gets an address of its own
+//! instead, as a cloud load balancer per Gateway would give it: its listeners bind that
+//! address, so two Gateways may both listen on port 80. Gateways take addresses in creation
+//! order: the one `spec.addresses` names if it is in the pool and free, else (no address, or
+//! an empty value) the next free one. One that names an address outside the pool or taken
+//! is `AddressNotUsable`, one left without is `AddressNotAssigned`; neither is served.
 
 use std::net::IpAddr;
 
@@ -32,12 +39,130 @@ pub struct StatusAddress {
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Addresses {
     pub status: Vec<StatusAddress>,
+    /// The Gateway's own address, which its listeners bind (pool mode).
+    pub bind: Option<IpAddr>,
+    /// Pool mode, but no address for this Gateway: its listeners are not served.
+    pub unbound: bool,
     /// `Accepted` False, `UnsupportedAddress`.
     pub unsupported: Option<String>,
     /// `Programmed` False, `AddressNotUsable`.
     pub not_usable: Option<String>,
     /// `Programmed` False, `AddressNotAssigned`.
     pub not_assigned: Option<String>,
+}
+
+/// Hands out addresses to Gateways in creation order (see the module docs).
+#[derive(Debug)]
+pub struct Assigner<'a> {
+    advertised: &'a [IpAddr],
+    pool: &'a [IpAddr],
+    taken: std::collections::BTreeSet<IpAddr>,
+}
+
+impl<'a> Assigner<'a> {
+    pub fn new(advertised: &'a [IpAddr], pool: &'a [IpAddr]) -> Self {
+        Self {
+            advertised,
+            pool,
+            taken: Default::default(),
+        }
+    }
+
+    /// The next Gateway's addresses.
+    pub fn assign(&mut self, spec: Option<&[GatewayAddresses]>) -> Addresses {
+        if self.pool.is_empty() {
+            return resolve(spec, self.advertised);
+        }
+        let spec = spec.unwrap_or_default();
+        let mut out = Addresses::default();
+        let unsupported: Vec<String> = spec
+            .iter()
+            .filter(|a| a.r#type.as_deref().unwrap_or(IP_ADDRESS) != IP_ADDRESS)
+            .map(|a| {
+                format!(
+                    "{} {}",
+                    a.r#type.as_deref().unwrap_or(""),
+                    a.value.as_deref().unwrap_or("")
+                )
+            })
+            .collect();
+        if !unsupported.is_empty() {
+            out.unsupported = Some(format!(
+                "pier supports only IPAddress addresses; unsupported: {}",
+                unsupported.join(", ")
+            ));
+        }
+        let wanted: Vec<&str> = spec
+            .iter()
+            .filter(|a| a.r#type.as_deref().unwrap_or(IP_ADDRESS) == IP_ADDRESS)
+            .filter_map(|a| a.value.as_deref().filter(|v| !v.is_empty()))
+            .collect();
+        let pick = if wanted.is_empty() {
+            self.pool
+                .iter()
+                .copied()
+                .find(|ip| !self.taken.contains(ip))
+        } else {
+            let usable = wanted.iter().find_map(|v| {
+                v.parse::<IpAddr>()
+                    .ok()
+                    .filter(|ip| self.pool.contains(ip) && !self.taken.contains(ip))
+            });
+            if usable.is_none() {
+                out.not_usable = Some(format!(
+                    "{} is not a free address of pier's gateway address pool",
+                    wanted.join(", ")
+                ));
+            }
+            usable
+        };
+        match pick {
+            Some(ip) => {
+                self.taken.insert(ip);
+                out.bind = Some(ip);
+                out.status = vec![StatusAddress {
+                    type_: IP_ADDRESS,
+                    value: ip.to_string(),
+                }];
+            }
+            None => {
+                out.unbound = true;
+                if out.not_usable.is_none() {
+                    out.not_assigned =
+                        Some("every address of pier's gateway address pool is taken".into());
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Parses `--gateway-address-pool` entries: IP addresses and IPv4 CIDR blocks (at most 4096
+/// addresses each; the network and broadcast addresses of blocks up to /30 are left out).
+pub fn parse_pool(entries: &[String]) -> Result<Vec<IpAddr>, String> {
+    let mut out = Vec::new();
+    for e in entries {
+        let e = e.trim();
+        if let Some((net, bits)) = e.split_once('/') {
+            let net: std::net::Ipv4Addr = net
+                .parse()
+                .map_err(|_| format!("{e}: not an IPv4 CIDR block"))?;
+            let bits: u32 = bits
+                .parse()
+                .map_err(|_| format!("{e}: bad prefix length"))?;
+            if !(20..=32).contains(&bits) {
+                return Err(format!("{e}: prefix length must be 20 to 32"));
+            }
+            let size = 1u32 << (32 - bits);
+            let base = u32::from(net) & !(size - 1);
+            let (first, last) = if size >= 4 { (1, size - 1) } else { (0, size) };
+            out.extend((first..last).map(|i| IpAddr::V4((base + i).into())));
+        } else {
+            out.push(e.parse().map_err(|_| format!("{e}: not an IP address"))?);
+        }
+    }
+    out.dedup();
+    Ok(out)
 }
 
 pub fn resolve(spec: Option<&[GatewayAddresses]>, advertised: &[IpAddr]) -> Addresses {
@@ -171,6 +296,30 @@ mod tests {
             (&None, &None, &None)
         );
         assert_eq!(values(&a), ["192.0.2.2"]);
+    }
+
+    #[test]
+    fn the_pool_gives_each_gateway_its_own_address() {
+        let pool = parse_pool(&["10.244.1.0/30".into(), "10.244.2.7".into()]).unwrap();
+        // A /30's network and broadcast addresses are left out.
+        assert_eq!(pool, ips(&["10.244.1.1", "10.244.1.2", "10.244.2.7"]));
+        let mut a = Assigner::new(&[], &pool);
+        let first = a.assign(None);
+        assert_eq!(first.bind, Some("10.244.1.1".parse().unwrap()));
+        assert_eq!(values(&first), ["10.244.1.1"]);
+        // A named pool address; then a taken one and one outside the pool are not usable.
+        let named = a.assign(Some(&[addr(Some("IPAddress"), Some("10.244.2.7"))]));
+        assert_eq!(named.bind, Some("10.244.2.7".parse().unwrap()));
+        let taken = a.assign(Some(&[addr(None, Some("10.244.1.1"))]));
+        assert!(taken.unbound && taken.not_usable.is_some());
+        let outside = a.assign(Some(&[addr(None, Some("192.0.2.1"))]));
+        assert!(outside.unbound && outside.not_usable.is_some());
+        // An empty value takes the next free one; then the pool runs out.
+        let empty = a.assign(Some(&[addr(Some("IPAddress"), None)]));
+        assert_eq!(empty.bind, Some("10.244.1.2".parse().unwrap()));
+        let none = a.assign(None);
+        assert!(none.unbound && none.not_assigned.is_some());
+        assert!(parse_pool(&["10.0.0.0/8".into()]).is_err());
     }
 
     #[test]

@@ -155,11 +155,12 @@ pub fn gateways(
         (creation_time(&a.0.metadata), &a.1).cmp(&(creation_time(&b.0.metadata), &b.1))
     });
     let mut certs = Certs::new(resources);
+    let mut assigner = addresses::Assigner::new(&settings.advertise, &settings.address_pool);
     let mut states: Vec<GatewayState> = selected
         .into_iter()
         .map(|(gw, key)| GatewayState {
             tls: mesh::gateway_tls(resources, settings, &key, gw),
-            addresses: addresses::resolve(gw.spec.base.addresses.as_deref(), &settings.advertise),
+            addresses: assigner.assign(gw.spec.base.addresses.as_deref()),
             listeners: gw
                 .spec
                 .base
@@ -390,16 +391,22 @@ fn detect_conflicts(gateways: &mut [GatewayState]) {
         hostnames: Vec<Option<HostnameMatch>>,
         first: String,
     }
-    let mut ports: BTreeMap<u16, Seen> = BTreeMap::new();
+    // Listeners share a port only on one address: Gateways with addresses of their own
+    // (`--gateway-address-pool`) never conflict with each other.
+    let mut ports: BTreeMap<(Option<std::net::IpAddr>, u16), Seen> = BTreeMap::new();
     for gw in gateways.iter_mut() {
+        if gw.addresses.unbound {
+            continue;
+        }
+        let address = gw.addresses.bind;
         for l in &mut gw.listeners {
             let Some(protocol) = l.protocol.filter(|_| l.not_accepted.is_none()) else {
                 continue;
             };
             let id = format!("{}/{}", gw.key, l.name);
-            let Some(seen) = ports.get_mut(&l.port) else {
+            let Some(seen) = ports.get_mut(&(address, l.port)) else {
                 ports.insert(
-                    l.port,
+                    (address, l.port),
                     Seen {
                         protocol,
                         hostnames: vec![l.hostname.clone()],

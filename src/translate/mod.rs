@@ -61,6 +61,8 @@ pub struct Settings {
     /// Addresses pier is reached at (`--advertise-address`, else a concrete
     /// `--listen-host`): Gateway `status.addresses`, and what `spec.addresses` may ask for.
     pub advertise: Vec<std::net::IpAddr>,
+    /// `--gateway-address-pool`: one address of it per Gateway, which its listeners bind.
+    pub address_pool: Vec<std::net::IpAddr>,
 }
 
 /// A client certificate chain (leaf first) and its private key, PEM, as read from files.
@@ -91,6 +93,7 @@ impl Default for Settings {
             cluster_domain: DEFAULT_CLUSTER_DOMAIN.to_string(),
             client_identity: None,
             advertise: Vec::new(),
+            address_pool: Vec::new(),
         }
     }
 }
@@ -224,13 +227,18 @@ fn snapshot(
     gateways: &[GatewayState],
     mut tables: BTreeMap<(usize, usize), RouteTableBuilder>,
 ) -> Snapshot {
-    let mut ports: BTreeMap<u16, Port> = BTreeMap::new();
+    let mut ports: BTreeMap<(Option<std::net::IpAddr>, u16), Port> = BTreeMap::new();
     for (gi, gw) in gateways.iter().enumerate() {
+        if gw.addresses.unbound {
+            continue;
+        }
+        let address = gw.addresses.bind;
         for (li, l) in gw.listeners.iter().enumerate() {
             let Some(protocol) = l.protocol.filter(|_| l.programmed()) else {
                 continue;
             };
-            let port = ports.entry(l.port).or_insert_with(|| Port {
+            let port = ports.entry((address, l.port)).or_insert_with(|| Port {
+                address,
                 port: l.port,
                 protocol,
                 listeners: vec![],

@@ -63,7 +63,7 @@ async fn reconcile_reports_ports_that_fail_to_bind() {
     let proxy = pier::proxy::Proxy::new(snapshot, config(), Default::default());
     let failed = bounded(proxy.reconcile()).await;
     assert_eq!(failed.len(), 1);
-    assert_eq!(failed[0].0, p);
+    assert_eq!(failed[0].0.port, p);
     assert_eq!(failed[0].1.kind(), std::io::ErrorKind::AddrInUse);
     assert!(proxy.bound_ports().is_empty());
     bounded(proxy.shutdown(BOUND)).await;

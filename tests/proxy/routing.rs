@@ -217,3 +217,40 @@ async fn the_invalid_share_of_a_split_gets_500() {
     assert!(ok >= 20 && failed >= 20, "ok {ok}, 500 {failed}");
     bounded(h.proxy.shutdown(BOUND)).await;
 }
+
+/// Two Gateways with addresses of their own listen on the same port number; each address
+/// serves its own Gateway's routes.
+#[tokio::test]
+async fn ports_on_different_addresses_serve_their_own_listeners() {
+    let a = echo("a").await;
+    let b = echo("b").await;
+    let p = free_port();
+    let (ip_a, ip_b): (std::net::IpAddr, std::net::IpAddr) =
+        ("127.0.0.2".parse().unwrap(), "127.0.0.3".parse().unwrap());
+    let on = |ip, backend: &std::sync::Arc<pier::model::Backend>| {
+        let r = rule("ns/r").to(backend).build();
+        let mut port = port(
+            p,
+            vec![listener("http", None).route(&[], prefix("/"), &r).build()],
+        );
+        port.address = Some(ip);
+        port
+    };
+    let ports = vec![
+        on(ip_a, &backend("a", &[a.addr])),
+        on(ip_b, &backend("b", &[b.addr])),
+    ];
+    let h = Harness::start(snapshot(ports)).await;
+    for (ip, want) in [(ip_a, "a"), (ip_b, "b")] {
+        let addr = std::net::SocketAddr::new(ip, p);
+        assert_eq!(bounded(send(addr, get("x", "/"))).await.backend(), want);
+        assert_eq!(
+            bounded(crate::support::client::send_h2(addr, get("x", "/")))
+                .await
+                .backend(),
+            want
+        );
+    }
+    assert_eq!(h.proxy.bound_ports(), [p, p]);
+    bounded(h.proxy.shutdown(BOUND)).await;
+}

@@ -171,6 +171,7 @@ impl ListenerBuilder {
 
 pub fn port(port: u16, listeners: Vec<Listener>) -> Port {
     let mut p = Port {
+        address: None,
         port,
         protocol: Protocol::Http,
         listeners,
@@ -182,6 +183,7 @@ pub fn port(port: u16, listeners: Vec<Listener>) -> Port {
 
 pub fn https_port(port: u16, listeners: Vec<Listener>, certs: CertTable) -> Port {
     let mut p = Port {
+        address: None,
         port,
         protocol: Protocol::Https,
         listeners,
@@ -192,7 +194,7 @@ pub fn https_port(port: u16, listeners: Vec<Listener>, certs: CertTable) -> Port
 }
 
 pub fn snapshot(mut ports: Vec<Port>) -> Snapshot {
-    ports.sort_by_key(|p| p.port);
+    ports.sort_by_key(Port::key);
     Snapshot {
         generation: 1,
         ports,

@@ -484,3 +484,47 @@ fn gateway_addresses_are_advertised_and_spec_addresses_checked() {
     );
     assert_eq!(values(&t), ["192.0.2.11"]);
 }
+
+/// With an address pool each Gateway binds its own address, so Gateways that all listen on
+/// port 80 without a hostname (as the upstream conformance suite's base Gateways do) are all
+/// accepted instead of conflicting; without one they share the host and the older one wins.
+#[test]
+fn gateways_with_their_own_addresses_do_not_conflict() {
+    let yaml = format!(
+        "{CLASS}\n---\n{}\n---\n{}",
+        gw("a", "  - {name: http, protocol: HTTP, port: 80}\n"),
+        gw("b", "  - {name: http, protocol: HTTP, port: 80}\n"),
+    );
+    let shared = translate(&resources(&yaml), &Settings::default());
+    let conflicted = |t: &Translation, name: &str| {
+        gateway(t, "default", name).listeners[0]
+            .conditions
+            .iter()
+            .any(|c| c.type_.to_string() == "Conflicted" && c.status)
+    };
+    assert!(
+        conflicted(&shared, "a") != conflicted(&shared, "b"),
+        "one of the two wins"
+    );
+    assert_eq!(shared.snapshot.ports.len(), 1);
+
+    let settings = Settings {
+        address_pool: vec!["10.244.1.1".parse().unwrap(), "10.244.1.2".parse().unwrap()],
+        ..Settings::default()
+    };
+    let own = translate(&resources(&yaml), &settings);
+    assert!(!conflicted(&own, "a") && !conflicted(&own, "b"));
+    let bound: Vec<String> = own
+        .snapshot
+        .ports
+        .iter()
+        .map(|p| p.key().to_string())
+        .collect();
+    assert_eq!(bound.len(), 2);
+    assert!(bound.contains(&"10.244.1.1:80".to_string()), "{bound:?}");
+    assert!(bound.contains(&"10.244.1.2:80".to_string()), "{bound:?}");
+    for name in ["a", "b"] {
+        let status = gateway(&own, "default", name);
+        assert_eq!(status.addresses.len(), 1, "{name}");
+    }
+}
