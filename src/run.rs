@@ -66,6 +66,14 @@ impl ClientCertFiles {
         Ok(translate::ClientIdentityPem { cert_pem, key_pem })
     }
 
+    /// The file names of the certificate and the key, for the watcher.
+    fn names(&self) -> Vec<std::ffi::OsString> {
+        [&self.cert, &self.key]
+            .iter()
+            .filter_map(|p| p.file_name().map(ToOwned::to_owned))
+            .collect()
+    }
+
     fn dirs(&self) -> Vec<PathBuf> {
         let mut dirs: Vec<PathBuf> = [&self.cert, &self.key]
             .iter()
@@ -237,7 +245,7 @@ pub async fn start(opts: RunOptions) -> anyhow::Result<Running> {
                 Err(e) => return fail(anyhow::Error::new(e).context("cannot load the manifests")),
             };
             log_loaded(&loaded);
-            let (guard, changes) = match files::watch(&dir) {
+            let (guard, changes) = match files::watch(&dir, files::is_manifest) {
                 Ok(w) => w,
                 Err(e) => {
                     return fail(
@@ -427,8 +435,11 @@ impl CertWatch {
         let mut changes = Vec::new();
         let mut guards = Vec::new();
         for dir in files.dirs() {
-            let (g, rx) =
-                files::watch(&dir).with_context(|| format!("cannot watch {}", dir.display()))?;
+            let names = files.names();
+            let (g, rx) = files::watch(&dir, move |p| {
+                p.file_name().is_some_and(|n| names.iter().any(|m| m == n))
+            })
+            .with_context(|| format!("cannot watch {}", dir.display()))?;
             guards.push(g);
             changes.push(rx);
         }

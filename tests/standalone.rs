@@ -252,3 +252,60 @@ async fn not_ready_until_every_listener_is_bound() {
     );
     pier.shutdown().await;
 }
+
+/// Six routes `/p0`..`/p5` in one file, `/p0` to `first`, the rest to `a`.
+fn six_routes(first: &str) -> String {
+    (0..6)
+        .map(|i| {
+            route(
+                &format!("r{i}"),
+                &format!("/p{i}"),
+                if i == 0 { first } else { "a" },
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("---\n")
+}
+
+/// An in-place writer (open with truncate, write, close; no rename) that stalls two-thirds of
+/// the way through must not get its half-written file published: the tail's routes stay served
+/// during the stall, and the finished file is published once the writer closes it.
+#[tokio::test]
+async fn a_paused_in_place_write_never_publishes_the_half_written_file() {
+    use std::io::Write;
+    let env = start().await;
+    let path = env.dir.path().join("route.yaml");
+    write_atomic(&path, &six_routes("a"));
+    env.served_by("/p5", "a").await;
+
+    let text = six_routes("b");
+    // Cut at a document boundary before two-thirds, so the head is valid YAML that lacks the
+    // last routes (a cut mid-document would be a parse error, which is kept out anyway).
+    let cut = text[..text.len() * 2 / 3].rfind("---\n").unwrap() + 4;
+    let mut file = std::fs::File::create(&path).unwrap();
+    file.write_all(&text.as_bytes()[..cut]).unwrap();
+    file.flush().unwrap();
+    // Probe the tail's routes through the stall (250 ms, more than the 100 ms quiet period).
+    let stall = std::time::Instant::now();
+    let mut probes = 0;
+    while stall.elapsed() < Duration::from_millis(250) {
+        for p in ["/p4", "/p5"] {
+            let r = get(&env.url(p), &[]).await;
+            assert_eq!(
+                r.status,
+                200,
+                "{p} lost during the stall, after {:?}",
+                stall.elapsed()
+            );
+            probes += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(probes > 10, "only {probes} probes");
+    file.write_all(&text.as_bytes()[cut..]).unwrap();
+    drop(file);
+    let took = env.served_by("/p0", "b").await;
+    assert!(took < Duration::from_secs(1), "took {took:?}");
+    assert_eq!(get(&env.url("/p5"), &[]).await.backend(), "a");
+    env.pier.shutdown().await;
+}

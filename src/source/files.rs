@@ -6,7 +6,17 @@
 //! is seen like any other change. Changes are coalesced: a reload runs after [`QUIET`] without
 //! events, and at the latest [`MAX_DELAY`] after the first one, so a constant stream of writes
 //! cannot hold a change back.
+//!
+//! Half-written files: a tool that rewrites a file in place (open with truncate, write, close)
+//! leaves a valid-looking prefix on disk while it writes; a pause longer than [`QUIET`] would
+//! publish that prefix, and every route in the rest of the file would 404. So a manifest seen
+//! created or modified but not yet closed after writing (inotify `IN_CLOSE_WRITE`, which notify
+//! reports as `Access(Close(Write))`) holds the reload back until it is closed, or at most
+//! [`OPEN_WRITE_LIMIT`] (then it is read as it is, with a warning). The kernel closes the files
+//! of a writer that dies, so a crash does not wait for the limit. Rename-into-place needs none
+//! of this: the name switches from the complete old file to the complete new one.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -18,6 +28,9 @@ use crate::translate::manifest::{self, ManifestError};
 
 pub const QUIET: Duration = Duration::from_millis(100);
 pub const MAX_DELAY: Duration = Duration::from_millis(500);
+/// How long a file written in place and not yet closed holds a reload back. Writers that
+/// stall longer (or keep the file open) get it read as it is, with a warning.
+pub const OPEN_WRITE_LIMIT: Duration = Duration::from_secs(3);
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
@@ -109,46 +122,88 @@ fn collect(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), LoadError> {
         };
         if meta.is_dir() {
             collect(&path, out)?;
-        } else if matches!(
-            path.extension().and_then(|e| e.to_str()),
-            Some("yaml" | "yml")
-        ) {
+        } else if is_manifest(&path) {
             out.push(path);
         }
     }
     Ok(())
 }
 
+/// What the watcher callback passes on to the coalescing task.
+#[derive(Debug)]
+enum Raw {
+    /// Something changed; nothing is known to be half written.
+    Changed,
+    /// A relevant file was created or written and has not been closed yet.
+    Writing(PathBuf),
+    /// A relevant file was closed after writing, removed or renamed: complete (or gone).
+    Done(PathBuf),
+}
+
+/// Whether `path` names a file [`load`] reads (a `*.yaml` / `*.yml` not starting with `.`).
+pub fn is_manifest(path: &Path) -> bool {
+    let hidden = path
+        .file_name()
+        .is_none_or(|n| n.to_string_lossy().starts_with('.'));
+    !hidden
+        && matches!(
+            path.extension().and_then(|e| e.to_str()),
+            Some("yaml" | "yml")
+        )
+}
+
 /// Watches `dir` and sends `()` once per coalesced burst of changes. The watcher lives as long
 /// as the returned guard.
-pub fn watch(dir: &Path) -> notify::Result<(WatchGuard, mpsc::Receiver<()>)> {
-    let (raw_tx, mut raw_rx) = mpsc::unbounded_channel::<()>();
+///
+/// A file for which `relevant` is true and that was written in place but not yet closed
+/// (inotify's `IN_CLOSE_WRITE`) holds the reload back until it is closed, or at most
+/// [`OPEN_WRITE_LIMIT`]: a writer that stalls halfway must not get half a file published. Only
+/// inotify reports closes; with another backend only the quiet period applies.
+pub fn watch(
+    dir: &Path,
+    relevant: impl Fn(&Path) -> bool + Send + 'static,
+) -> notify::Result<(WatchGuard, mpsc::Receiver<()>)> {
+    use notify::event::{AccessKind, AccessMode, CreateKind, EventKind, ModifyKind};
+
+    let tracks_closes = matches!(
+        notify::RecommendedWatcher::kind(),
+        notify::WatcherKind::Inotify
+    );
+    let (raw_tx, raw_rx) = mpsc::unbounded_channel::<Raw>();
     let mut watcher = notify::recommended_watcher(move |ev: notify::Result<notify::Event>| {
-        if let Ok(ev) = ev
-            && !matches!(ev.kind, notify::EventKind::Access(_))
-        {
-            let _ = raw_tx.send(());
+        // An error (an inotify queue overflow) may hide any change: reload.
+        let Ok(ev) = ev else {
+            let _ = raw_tx.send(Raw::Changed);
+            return;
+        };
+        let writing = match ev.kind {
+            EventKind::Access(AccessKind::Close(AccessMode::Write)) => Some(false),
+            // Our own reads (open, close-without-write) are not changes.
+            EventKind::Access(_) => return,
+            EventKind::Create(CreateKind::File | CreateKind::Any)
+            | EventKind::Modify(ModifyKind::Data(_) | ModifyKind::Any) => Some(true),
+            EventKind::Remove(_) | EventKind::Modify(ModifyKind::Name(_)) => Some(false),
+            _ => None,
+        };
+        let mut sent = false;
+        if let (true, Some(writing)) = (tracks_closes, writing) {
+            for path in ev.paths.iter().filter(|p| relevant(p)) {
+                let raw = if writing {
+                    Raw::Writing(path.clone())
+                } else {
+                    Raw::Done(path.clone())
+                };
+                let _ = raw_tx.send(raw);
+                sent = true;
+            }
+        }
+        if !sent {
+            let _ = raw_tx.send(Raw::Changed);
         }
     })?;
     watcher.watch(dir, RecursiveMode::Recursive)?;
     let (tx, rx) = mpsc::channel(1);
-    let task = tokio::spawn(async move {
-        while raw_rx.recv().await.is_some() {
-            let deadline = tokio::time::Instant::now() + MAX_DELAY;
-            loop {
-                let quiet = tokio::time::sleep(QUIET);
-                tokio::select! {
-                    ev = raw_rx.recv() => if ev.is_none() { break },
-                    () = quiet => break,
-                    () = tokio::time::sleep_until(deadline) => break,
-                }
-            }
-            // A full channel already holds a pending reload: nothing is lost.
-            if let Err(mpsc::error::TrySendError::Closed(())) = tx.try_send(()) {
-                return;
-            }
-        }
-    });
+    let task = tokio::spawn(coalesce(raw_rx, tx));
     Ok((
         WatchGuard {
             _watcher: watcher,
@@ -156,6 +211,63 @@ pub fn watch(dir: &Path) -> notify::Result<(WatchGuard, mpsc::Receiver<()>)> {
         },
         rx,
     ))
+}
+
+/// Sends one `()` per burst of raw events: after [`QUIET`] without events or [`MAX_DELAY`]
+/// after the first, but never while a file is open for writing (up to [`OPEN_WRITE_LIMIT`]).
+async fn coalesce(mut raw_rx: mpsc::UnboundedReceiver<Raw>, tx: mpsc::Sender<()>) {
+    use tokio::time::{Instant, sleep_until};
+
+    // Files written but not closed, with when the first unclosed write was seen.
+    let mut writing: HashMap<PathBuf, Instant> = HashMap::new();
+    // Whether the event finished a write that held the reload back.
+    let note = |writing: &mut HashMap<PathBuf, Instant>, raw: Raw| match raw {
+        Raw::Changed => false,
+        Raw::Writing(path) => {
+            writing.entry(path).or_insert_with(Instant::now);
+            false
+        }
+        Raw::Done(path) => writing.remove(&path).is_some(),
+    };
+    while let Some(raw) = raw_rx.recv().await {
+        note(&mut writing, raw);
+        let mut first = Instant::now();
+        let mut last = first;
+        loop {
+            let settled = (last + QUIET).min(first + MAX_DELAY);
+            let due = writing
+                .values()
+                .map(|since| *since + OPEN_WRITE_LIMIT)
+                .fold(settled, Instant::max);
+            tokio::select! {
+                raw = raw_rx.recv() => match raw {
+                    Some(raw) => {
+                        last = Instant::now();
+                        // A close after a held write starts the burst over, so writes to
+                        // other files right after it are coalesced with it.
+                        if note(&mut writing, raw) {
+                            first = last;
+                        }
+                    }
+                    None => return,
+                },
+                () = sleep_until(due) => break,
+            }
+        }
+        // Every file still open has been for OPEN_WRITE_LIMIT: read it as it is.
+        for path in writing.keys() {
+            tracing::warn!(
+                file = %path.display(),
+                limit_ms = OPEN_WRITE_LIMIT.as_millis() as u64,
+                "file still open for writing; reading it anyway"
+            );
+        }
+        writing.clear();
+        // A full channel already holds a pending reload: nothing is lost.
+        if let Err(mpsc::error::TrySendError::Closed(())) = tx.try_send(()) {
+            return;
+        }
+    }
 }
 
 pub struct WatchGuard {
@@ -168,3 +280,6 @@ impl Drop for WatchGuard {
         self.task.abort();
     }
 }
+
+#[cfg(test)]
+mod tests;
