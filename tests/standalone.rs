@@ -309,3 +309,73 @@ async fn a_paused_in_place_write_never_publishes_the_half_written_file() {
     assert_eq!(get(&env.url("/p5"), &[]).await.backend(), "a");
     env.pier.shutdown().await;
 }
+
+/// An HTTPS listener whose certificate Secret is corrupted keeps serving its last good
+/// certificate: handshakes still succeed, and the listener status says why.
+#[tokio::test]
+async fn a_corrupted_certificate_secret_keeps_https_up_with_the_last_good_certificate() {
+    init();
+    let echo = pier::echo::spawn(SocketAddr::from(([127, 0, 0, 1], 0)), "a")
+        .await
+        .unwrap();
+    let port = free_port();
+    let ck = rcgen::generate_simple_self_signed(vec!["foo.example.com".to_string()]).unwrap();
+    let secret = |crt: &str| {
+        let indent = |s: &str| s.lines().map(|l| format!("    {l}\n")).collect::<String>();
+        format!(
+            "apiVersion: v1\nkind: Secret\nmetadata: {{name: cert, namespace: default}}\n\
+             type: kubernetes.io/tls\nstringData:\n  tls.crt: |\n{}  tls.key: |\n{}",
+            indent(crt),
+            indent(&ck.signing_key.serialize_pem())
+        )
+    };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("all.yaml"),
+        format!(
+            "{GATEWAY_CLASS}---\n\
+             apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\n\
+             metadata: {{name: gw, namespace: default}}\n\
+             spec:\n  gatewayClassName: pier\n  listeners:\n\
+             \x20   - name: tls\n      protocol: HTTPS\n      port: {port}\n\
+             \x20     tls: {{certificateRefs: [{{name: cert}}]}}\n---\n{}---\n{}",
+            service("a", echo.addr),
+            route("r", "/", "a")
+        ),
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("secret.yaml"), secret(&ck.cert.pem())).unwrap();
+    let pier = run::start(options(dir.path())).await.unwrap();
+
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ck.cert.der().clone()).unwrap();
+    let client = std::sync::Arc::new(
+        rustls::ClientConfig::builder()
+            .with_root_certificates(roots)
+            .with_no_client_auth(),
+    );
+    let https_get = || async {
+        let tls =
+            support::client::connect_tls(local(port), "foo.example.com", client.clone()).await;
+        support::client::send_h1_on(tls, support::client::get("foo.example.com", "/x")).await
+    };
+    assert_eq!(https_get().await.backend(), "a");
+
+    write_atomic(
+        &dir.path().join("secret.yaml"),
+        &secret("-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydA==\n-----END CERTIFICATE-----\n"),
+    );
+    let admin = |p: &str| format!("http://{}{p}", pier.admin_addr);
+    eventually(Duration::from_secs(5), || async {
+        get(&admin("/config"), &[]).await.json()["generation"] == 2
+    })
+    .await;
+    assert_eq!(https_get().await.backend(), "a");
+    let status = get(&admin("/status"), &[]).await.text();
+    assert!(status.contains("InvalidCertificateRef"), "{status}");
+    assert!(
+        status.contains("last good certificate is still served"),
+        "{status}"
+    );
+    pier.shutdown().await;
+}
