@@ -70,6 +70,30 @@ fn check_fails_on_malformed_yaml_naming_the_file() {
 }
 
 #[test]
+fn check_names_the_file_object_and_field_of_a_type_error() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("routes.yaml"),
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: shop}\n---\n\
+         apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\n\
+         metadata: {name: web, namespace: shop}\n\
+         spec:\n  rules:\n  - matches: [{path: {type: Prefixx, value: /}}]\n",
+    )
+    .unwrap();
+    let out = pier()
+        .args(["check", "--manifests"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let expected = "routes.yaml: document 2 (line 10): invalid HTTPRoute shop/web: \
+                    spec.rules[0].matches[0].path.type: unknown variant `Prefixx`";
+    assert!(stderr.contains(expected), "{stderr}");
+    assert_eq!(stderr.matches("unknown variant").count(), 1, "{stderr}");
+}
+
+#[test]
 fn check_fails_on_a_missing_directory() {
     let out = pier()
         .args(["check", "--manifests", "/nonexistent/pier"])

@@ -40,12 +40,10 @@ pub enum LoadError {
         #[source]
         source: std::io::Error,
     },
-    #[error("{path}: {source}")]
-    Parse {
-        path: PathBuf,
-        #[source]
-        source: ManifestError,
-    },
+    /// The message already holds the manifest error's text, so it is not chained as a
+    /// source too (`{:#}` would print it twice).
+    #[error("{path}: {error}")]
+    Parse { path: PathBuf, error: ManifestError },
     #[error("{0} is not a directory")]
     NotADirectory(PathBuf),
 }
@@ -89,10 +87,10 @@ pub fn load(dir: &Path) -> Result<Loaded, LoadError> {
             path: path.clone(),
             source,
         })?;
-        let skipped = manifest::parse_manifests(&text, &mut out.resources).map_err(|source| {
+        let skipped = manifest::parse_manifests(&text, &mut out.resources).map_err(|error| {
             LoadError::Parse {
                 path: path.clone(),
-                source,
+                error,
             }
         })?;
         out.skipped
