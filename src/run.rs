@@ -40,6 +40,8 @@ pub struct RunOptions {
     pub access_log: bool,
     /// `--client-cert`/`--client-key`: read at start, watched, reloaded.
     pub client_cert: Option<ClientCertFiles>,
+    /// Bounds on each load of `Source::Manifests`.
+    pub manifest_limits: files::Limits,
 }
 
 #[derive(Clone, Debug)]
@@ -124,6 +126,7 @@ pub struct Running {
 enum Feed {
     Files {
         dir: PathBuf,
+        limits: files::Limits,
         _guard: files::WatchGuard,
     },
     Cluster {
@@ -144,6 +147,7 @@ impl RunOptions {
             translate: translate::Settings::default(),
             access_log: false,
             client_cert: None,
+            manifest_limits: files::Limits::default(),
         }
     }
 }
@@ -236,9 +240,10 @@ pub async fn start(opts: RunOptions) -> anyhow::Result<Running> {
 
     let (feed, changes, leader) = match opts.source {
         Source::Manifests(dir) => {
+            let limits = opts.manifest_limits;
             let loaded = {
                 let dir = dir.clone();
-                tokio::task::spawn_blocking(move || files::load(&dir)).await?
+                tokio::task::spawn_blocking(move || files::load(&dir, &limits)).await?
             };
             let loaded = match loaded {
                 Ok(l) => l,
@@ -256,7 +261,12 @@ pub async fn start(opts: RunOptions) -> anyhow::Result<Running> {
             let generation = publisher.publish(loaded.resources).await;
             control.reload(ReloadResult::Ok);
             tracing::info!(generation, files = loaded.files, "configuration loaded");
-            (Feed::Files { dir, _guard: guard }, changes, None)
+            let feed = Feed::Files {
+                dir,
+                limits,
+                _guard: guard,
+            };
+            (feed, changes, None)
         }
         Source::Cluster(cluster) => {
             let client = match cluster.connect.client().await {
@@ -360,9 +370,9 @@ impl Feed {
     /// The resources after a change; `None` (logged and counted) when they cannot be read.
     async fn load(&self, control: &ControlMetrics) -> Option<Resources> {
         match self {
-            Self::Files { dir, .. } => {
-                let dir = dir.clone();
-                match tokio::task::spawn_blocking(move || files::load(&dir)).await {
+            Self::Files { dir, limits, .. } => {
+                let (dir, limits) = (dir.clone(), *limits);
+                match tokio::task::spawn_blocking(move || files::load(&dir, &limits)).await {
                     Ok(Ok(loaded)) => {
                         log_loaded(&loaded);
                         tracing::info!(files = loaded.files, "manifests reloaded");
@@ -371,6 +381,11 @@ impl Feed {
                     Ok(Err(e)) => {
                         control.reload(match e {
                             files::LoadError::Parse { .. } => ReloadResult::ParseError,
+                            files::LoadError::FileTooLarge { .. }
+                            | files::LoadError::TooLarge { .. }
+                            | files::LoadError::TooManyObjects { .. } => {
+                                ReloadResult::LimitExceeded
+                            }
                             _ => ReloadResult::ReadError,
                         });
                         tracing::error!(file = %e.path().display(), error = %e, "reload failed; keeping the last good configuration");

@@ -379,3 +379,50 @@ async fn a_corrupted_certificate_secret_keeps_https_up_with_the_last_good_certif
     );
     pier.shutdown().await;
 }
+
+/// A change that takes the directory over a limit is refused, counted, and the last good
+/// configuration stays.
+#[tokio::test]
+async fn a_change_over_the_object_limit_keeps_the_last_good_configuration() {
+    init();
+    let echo = pier::echo::spawn(SocketAddr::from(([127, 0, 0, 1], 0)), "a")
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    std::fs::write(
+        dir.path().join("all.yaml"),
+        format!(
+            "{}---\n{}---\n{}",
+            gateway(port),
+            service("a", echo.addr),
+            route("r", "/", "a")
+        ),
+    )
+    .unwrap();
+    let pier = run::start(RunOptions {
+        manifest_limits: pier::source::files::Limits {
+            objects: 10,
+            ..Default::default()
+        },
+        ..options(dir.path())
+    })
+    .await
+    .unwrap();
+    let config_maps: Vec<String> = (0..10)
+        .map(|i| format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: c{i}}}\n"))
+        .collect();
+    std::fs::write(dir.path().join("many.yaml"), config_maps.join("---\n")).unwrap();
+    let admin = |p: &str| format!("http://{}{p}", pier.admin_addr);
+    eventually(Duration::from_secs(5), || async {
+        get(&admin("/metrics"), &[])
+            .await
+            .text()
+            .contains("pier_config_reloads_total{result=\"LimitExceeded\"} 1")
+    })
+    .await;
+    let r = get(&format!("http://127.0.0.1:{port}/x"), &[]).await;
+    assert_eq!(r.backend(), "a");
+    assert_eq!(get(&admin("/config"), &[]).await.json()["generation"], 1);
+    pier.shutdown().await;
+}

@@ -46,13 +46,67 @@ pub enum LoadError {
     Parse { path: PathBuf, error: ManifestError },
     #[error("{0} is not a directory")]
     NotADirectory(PathBuf),
+    #[error(
+        "{path} is {size} bytes, over the limit of {limit} bytes per file (--max-manifest-file-bytes)"
+    )]
+    FileTooLarge {
+        path: PathBuf,
+        size: u64,
+        limit: u64,
+    },
+    #[error(
+        "the manifests below {dir} are {size} bytes, over the limit of {limit} bytes (--max-manifest-bytes)"
+    )]
+    TooLarge { dir: PathBuf, size: u64, limit: u64 },
+    #[error(
+        "{path}: {count} objects up to this file, over the limit of {limit} (--max-manifest-objects)"
+    )]
+    TooManyObjects {
+        path: PathBuf,
+        count: usize,
+        limit: usize,
+    },
+}
+
+/// Bounds on what one load reads, so a runaway directory (a generated file gone wrong) gets a
+/// clear error instead of minutes of CPU and gigabytes of memory; the last good configuration
+/// stays. Sizes are checked from file metadata before anything is read (and enforced again
+/// while reading, for a file that grows), objects by counting documents before parsing.
+///
+/// Defaults: 100 000 objects is well above what a large cluster's Gateway API objects,
+/// Services and EndpointSlices come to, and bounds the decoding time and memory of small
+/// objects; 64 MiB in all and 16 MiB per file leave room for big Secrets and trust bundles
+/// while stopping a file of the 50 MB kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Total bytes of all manifest files.
+    pub total_bytes: u64,
+    /// Bytes of one manifest file.
+    pub file_bytes: u64,
+    /// Documents (objects) in all files.
+    pub objects: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            total_bytes: 64 << 20,
+            file_bytes: 16 << 20,
+            objects: 100_000,
+        }
+    }
 }
 
 impl LoadError {
     /// The file the error is about, for logs and the reload-error metric.
     pub fn path(&self) -> &Path {
         match self {
-            Self::Read { path, .. } | Self::Parse { path, .. } | Self::NotADirectory(path) => path,
+            Self::Read { path, .. }
+            | Self::Parse { path, .. }
+            | Self::NotADirectory(path)
+            | Self::FileTooLarge { path, .. }
+            | Self::TooManyObjects { path, .. }
+            | Self::TooLarge { dir: path, .. } => path,
         }
     }
 }
@@ -66,8 +120,9 @@ pub struct Loaded {
     pub skipped: Vec<(PathBuf, String)>,
 }
 
-/// Reads every manifest below `dir`. Blocking: call from `spawn_blocking` on a runtime.
-pub fn load(dir: &Path) -> Result<Loaded, LoadError> {
+/// Reads every manifest below `dir`, within `limits`. Blocking: call from `spawn_blocking`
+/// on a runtime.
+pub fn load(dir: &Path, limits: &Limits) -> Result<Loaded, LoadError> {
     let meta = std::fs::metadata(dir).map_err(|source| LoadError::Read {
         path: dir.to_path_buf(),
         source,
@@ -78,15 +133,39 @@ pub fn load(dir: &Path) -> Result<Loaded, LoadError> {
     let mut files = Vec::new();
     collect(dir, &mut files)?;
     files.sort();
+    let mut total: u64 = 0;
+    for (path, size) in &files {
+        if *size > limits.file_bytes {
+            return Err(LoadError::FileTooLarge {
+                path: path.clone(),
+                size: *size,
+                limit: limits.file_bytes,
+            });
+        }
+        total = total.saturating_add(*size);
+    }
+    if total > limits.total_bytes {
+        return Err(LoadError::TooLarge {
+            dir: dir.to_path_buf(),
+            size: total,
+            limit: limits.total_bytes,
+        });
+    }
     let mut out = Loaded {
         files: files.len(),
         ..Loaded::default()
     };
-    for path in files {
-        let text = std::fs::read_to_string(&path).map_err(|source| LoadError::Read {
-            path: path.clone(),
-            source,
-        })?;
+    let mut objects = 0;
+    for (path, _) in files {
+        let text = read_bounded(&path, limits.file_bytes)?;
+        objects += manifest::count_documents(&text);
+        if objects > limits.objects {
+            return Err(LoadError::TooManyObjects {
+                path,
+                count: objects,
+                limit: limits.objects,
+            });
+        }
         let skipped = manifest::parse_manifests(&text, &mut out.resources).map_err(|error| {
             LoadError::Parse {
                 path: path.clone(),
@@ -99,7 +178,32 @@ pub fn load(dir: &Path) -> Result<Loaded, LoadError> {
     Ok(out)
 }
 
-fn collect(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), LoadError> {
+/// Reads a file as UTF-8, failing once it is over `limit` bytes (it may have grown since its
+/// size was checked).
+fn read_bounded(path: &Path, limit: u64) -> Result<String, LoadError> {
+    use std::io::Read;
+    let read_err = |source| LoadError::Read {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = std::fs::File::open(path).map_err(read_err)?;
+    let mut text = String::new();
+    file.take(limit.saturating_add(1))
+        .read_to_string(&mut text)
+        .map_err(read_err)?;
+    let size = text.len() as u64;
+    if size > limit {
+        return Err(LoadError::FileTooLarge {
+            path: path.to_path_buf(),
+            size,
+            limit,
+        });
+    }
+    Ok(text)
+}
+
+/// Every manifest below `dir` with its size.
+fn collect(dir: &Path, out: &mut Vec<(PathBuf, u64)>) -> Result<(), LoadError> {
     let entries = std::fs::read_dir(dir).map_err(|source| LoadError::Read {
         path: dir.to_path_buf(),
         source,
@@ -121,7 +225,7 @@ fn collect(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), LoadError> {
         if meta.is_dir() {
             collect(&path, out)?;
         } else if is_manifest(&path) {
-            out.push(path);
+            out.push((path, meta.len()));
         }
     }
     Ok(())

@@ -169,6 +169,12 @@ pub fn parse_manifests(
     Ok(skipped)
 }
 
+/// How many objects [`parse_manifests`] would read from `text` (documents that are not blank
+/// or comments), without parsing any: cheap, for limits checked before parsing.
+pub fn count_documents(text: &str) -> usize {
+    documents(text).len()
+}
+
 /// Splits on lines that are exactly `---` (trailing whitespace allowed); drops documents that
 /// hold only blank lines and comments.
 fn documents(text: &str) -> Vec<Doc<'_>> {

@@ -4,7 +4,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::{MAX_DELAY, OPEN_WRITE_LIMIT, QUIET, Raw, coalesce};
+use super::{Limits, LoadError, MAX_DELAY, OPEN_WRITE_LIMIT, QUIET, Raw, coalesce, load};
 
 /// Feeds `raw` events (each after its delay) to [`coalesce`]; returns when the first reload
 /// signal came, counted from the start.
@@ -61,4 +61,101 @@ async fn a_stream_of_plain_changes_is_capped_by_max_delay() {
     let raw = (0..100).map(|_| (every, Raw::Changed)).collect();
     let took = first_signal(raw).await;
     assert_eq!(took, every + MAX_DELAY);
+}
+
+/// `n` ConfigMaps named `{prefix}{i}`.
+fn config_maps(prefix: &str, n: usize) -> String {
+    (0..n)
+        .map(|i| format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {prefix}{i}}}\n"))
+        .collect::<Vec<_>>()
+        .join("---\n")
+}
+
+fn dir_with(files: &[(&str, String)]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, text) in files {
+        std::fs::write(dir.path().join(name), text).unwrap();
+    }
+    dir
+}
+
+#[test]
+fn a_file_over_the_per_file_limit_is_not_read() {
+    let dir = dir_with(&[
+        ("a.yaml", config_maps("a", 2)),
+        ("big.yaml", config_maps("b", 50)),
+    ]);
+    let limits = Limits {
+        file_bytes: 1000,
+        ..Limits::default()
+    };
+    let e = load(dir.path(), &limits).unwrap_err();
+    assert!(
+        matches!(e, LoadError::FileTooLarge { limit: 1000, .. }),
+        "{e}"
+    );
+    let msg = e.to_string();
+    assert!(msg.contains("big.yaml"), "{msg}");
+    assert!(msg.contains("--max-manifest-file-bytes"), "{msg}");
+}
+
+#[test]
+fn files_over_the_total_limit_are_not_read() {
+    let dir = dir_with(&[
+        ("a.yaml", config_maps("a", 20)),
+        ("b.yaml", config_maps("b", 20)),
+    ]);
+    let one = std::fs::metadata(dir.path().join("a.yaml")).unwrap().len();
+    let limits = Limits {
+        total_bytes: one + one / 2,
+        ..Limits::default()
+    };
+    let e = load(dir.path(), &limits).unwrap_err();
+    assert!(
+        matches!(e, LoadError::TooLarge { size, .. } if size == 2 * one),
+        "{e}"
+    );
+    assert!(e.to_string().contains("--max-manifest-bytes"), "{e}");
+    let limits = Limits {
+        total_bytes: 2 * one,
+        ..Limits::default()
+    };
+    assert_eq!(
+        load(dir.path(), &limits)
+            .unwrap()
+            .resources
+            .config_maps
+            .len(),
+        40
+    );
+}
+
+#[test]
+fn objects_over_the_limit_are_not_parsed() {
+    let dir = dir_with(&[
+        ("a.yaml", config_maps("a", 6)),
+        ("b.yaml", config_maps("b", 5)),
+    ]);
+    let limits = Limits {
+        objects: 10,
+        ..Limits::default()
+    };
+    let e = load(dir.path(), &limits).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            LoadError::TooManyObjects {
+                count: 11,
+                limit: 10,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(e.to_string().contains("b.yaml"), "{e}");
+    let limits = Limits {
+        objects: 11,
+        ..Limits::default()
+    };
+    assert!(load(dir.path(), &limits).is_ok());
 }
