@@ -48,6 +48,11 @@ impl Env {
 }
 
 async fn start() -> Env {
+    start_with(|o| o).await
+}
+
+/// [`start`], with `edit` applied to the run options.
+async fn start_with(edit: impl FnOnce(RunOptions) -> RunOptions) -> Env {
     init();
     let a = pier::echo::spawn(SocketAddr::from(([127, 0, 0, 1], 0)), "a")
         .await
@@ -64,7 +69,7 @@ async fn start() -> Env {
     )
     .unwrap();
     std::fs::write(dir.path().join("route.yaml"), route("r", "/", "a")).unwrap();
-    let pier = run::start(options(dir.path())).await.unwrap();
+    let pier = run::start(edit(options(dir.path()))).await.unwrap();
     Env {
         dir,
         port,
@@ -384,45 +389,39 @@ async fn a_corrupted_certificate_secret_keeps_https_up_with_the_last_good_certif
 /// configuration stays.
 #[tokio::test]
 async fn a_change_over_the_object_limit_keeps_the_last_good_configuration() {
-    init();
-    let echo = pier::echo::spawn(SocketAddr::from(([127, 0, 0, 1], 0)), "a")
-        .await
-        .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    std::fs::write(
-        dir.path().join("all.yaml"),
-        format!(
-            "{}---\n{}---\n{}",
-            gateway(port),
-            service("a", echo.addr),
-            route("r", "/", "a")
-        ),
-    )
-    .unwrap();
-    let pier = run::start(RunOptions {
+    // The start holds 7 objects: GatewayClass, Gateway, two Services with their
+    // EndpointSlices, an HTTPRoute.
+    let env = start_with(|o| RunOptions {
         manifest_limits: pier::source::files::Limits {
             objects: 10,
             ..Default::default()
         },
-        ..options(dir.path())
+        ..o
     })
-    .await
-    .unwrap();
-    let config_maps: Vec<String> = (0..10)
+    .await;
+    let config_maps: Vec<String> = (0..4)
         .map(|i| format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: c{i}}}\n"))
         .collect();
-    std::fs::write(dir.path().join("many.yaml"), config_maps.join("---\n")).unwrap();
-    let admin = |p: &str| format!("http://{}{p}", pier.admin_addr);
+    std::fs::write(env.dir.path().join("many.yaml"), config_maps.join("---\n")).unwrap();
     eventually(Duration::from_secs(5), || async {
-        get(&admin("/metrics"), &[])
+        get(&env.admin("/metrics"), &[])
             .await
             .text()
             .contains("pier_config_reloads_total{result=\"LimitExceeded\"} 1")
     })
     .await;
-    let r = get(&format!("http://127.0.0.1:{port}/x"), &[]).await;
-    assert_eq!(r.backend(), "a");
-    assert_eq!(get(&admin("/config"), &[]).await.json()["generation"], 1);
-    pier.shutdown().await;
+    assert_eq!(get(&env.url("/x"), &[]).await.backend(), "a");
+    assert_eq!(
+        get(&env.admin("/config"), &[]).await.json()["generation"],
+        1
+    );
+    // Back under the limit, changes apply again.
+    std::fs::write(
+        env.dir.path().join("many.yaml"),
+        config_maps[..3].join("---\n"),
+    )
+    .unwrap();
+    std::fs::write(env.dir.path().join("route.yaml"), route("r", "/", "b")).unwrap();
+    env.served_by("/x", "b").await;
+    env.pier.shutdown().await;
 }
