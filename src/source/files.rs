@@ -155,6 +155,9 @@ pub fn load(dir: &Path, limits: &Limits) -> Result<Loaded, LoadError> {
         files: files.len(),
         ..Loaded::default()
     };
+    // Every file is read and its objects counted before any is parsed, so a directory over
+    // the object limit costs a read (at most `total_bytes`), not a parse.
+    let mut texts = Vec::with_capacity(files.len());
     let mut objects = 0;
     for (path, _) in files {
         let text = read_bounded(&path, limits.file_bytes)?;
@@ -166,6 +169,9 @@ pub fn load(dir: &Path, limits: &Limits) -> Result<Loaded, LoadError> {
                 limit: limits.objects,
             });
         }
+        texts.push((path, text));
+    }
+    for (path, text) in texts {
         let skipped = manifest::parse_manifests(&text, &mut out.resources).map_err(|error| {
             LoadError::Parse {
                 path: path.clone(),

@@ -131,11 +131,10 @@ fn files_over_the_total_limit_are_not_read() {
 }
 
 #[test]
-fn objects_over_the_limit_are_not_parsed() {
-    let dir = dir_with(&[
-        ("a.yaml", config_maps("a", 6)),
-        ("b.yaml", config_maps("b", 5)),
-    ]);
+fn objects_over_the_limit_are_counted_before_any_is_parsed() {
+    // A parse of a.yaml would fail on its last document: the count must come first.
+    let broken = format!("{}---\nkind: ConfigMap\nmetadata: [\n", config_maps("a", 5));
+    let dir = dir_with(&[("a.yaml", broken), ("b.yaml", config_maps("b", 5))]);
     let limits = Limits {
         objects: 10,
         ..Limits::default()
@@ -157,5 +156,6 @@ fn objects_over_the_limit_are_not_parsed() {
         objects: 11,
         ..Limits::default()
     };
-    assert!(load(dir.path(), &limits).is_ok());
+    let e = load(dir.path(), &limits).unwrap_err();
+    assert!(matches!(e, LoadError::Parse { .. }), "{e}");
 }
