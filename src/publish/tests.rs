@@ -3,15 +3,14 @@ use std::sync::Arc;
 use super::{Publisher, Shared};
 use crate::metrics::ControlMetrics;
 use crate::model::ObjectRef;
-use crate::translate::test_support::{listener, listener_cond, resources, self_signed, tls_secret};
+use crate::translate::test_support::{
+    BASE, listener, listener_cond, resources, self_signed, tls_secret,
+};
 use crate::translate::{Resources, Settings};
 
-const GATEWAY: &str = "apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata: {name: pier}
-spec: {controllerName: pier.dev/gateway-controller}
----
-apiVersion: gateway.networking.k8s.io/v1
+/// A Gateway `default/g` with an HTTPS listener on 443 whose certificate is Secret `cert`
+/// (the GatewayClass comes from [`BASE`]).
+const HTTPS_GATEWAY: &str = "apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
 metadata: {name: g, namespace: default}
 spec:
@@ -24,9 +23,13 @@ spec:
       tls: {certificateRefs: [{name: cert}]}
 ";
 
+fn gateway_only() -> Resources {
+    resources(&format!("{BASE}---\n{HTTPS_GATEWAY}"))
+}
+
 fn with_secret(crt: &str, key: &str) -> Resources {
     resources(&format!(
-        "{GATEWAY}---\n{}",
+        "{BASE}---\n{HTTPS_GATEWAY}---\n{}",
         tls_secret("default", "cert", crt, key)
     ))
 }
@@ -103,6 +106,6 @@ async fn a_deleted_listener_secret_is_not_kept() {
     let (shared, mut p) = publisher();
     p.publish(with_secret(&crt, &key)).await;
     assert!(served(&shared).is_some());
-    p.publish(resources(GATEWAY)).await;
+    p.publish(gateway_only()).await;
     assert!(served(&shared).is_none());
 }
