@@ -7,6 +7,9 @@
 //! endpoints. The objects come from `parse_manifests` on one template of each kind, then are
 //! cloned and renamed in code (parsing 10 000 routes of YAML is not what is measured here, and
 //! would make `cargo test --benches` slow).
+//!
+//! `parse/config_maps/1000` is the other half of a reload from files: decoding YAML, per small
+//! object, which is what the `--max-manifest-*` limits bound (`source::files::Limits`).
 
 use std::hint::black_box;
 
@@ -122,5 +125,34 @@ fn bench_translate(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench_translate);
+/// `n` small ConfigMaps (a name, a label, one key) in one multi-document text.
+fn config_maps(n: usize) -> String {
+    (0..n)
+        .map(|i| {
+            format!(
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm-{i:07}\n  \
+                 namespace: default\n  labels: {{app: demo}}\ndata:\n  key: value-{i:07}\n"
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("---\n")
+}
+
+fn bench_parse(c: &mut Criterion) {
+    let mut g = c.benchmark_group("parse");
+    g.sample_size(10);
+    let n = 1_000;
+    let text = config_maps(n);
+    g.bench_with_input(BenchmarkId::new("config_maps", n), &text, |b, text| {
+        b.iter(|| {
+            let mut res = Resources::default();
+            parse_manifests(black_box(text), &mut res).expect("the ConfigMaps parse");
+            assert_eq!(res.config_maps.len(), n);
+            res
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench_translate, bench_parse);
 criterion_main!(benches);

@@ -37,7 +37,8 @@ ECHO_BASIC=$BIN_DIR/echo-basic
 SUITE=$BIN_DIR/conformance.test
 CRD_DIR=$BIN_DIR/crd-standard
 AGENT=$CACHE/node-agent
-PIER=$REPO/target/release/pier
+# PIER_CONFORMANCE_BIN: run this pier binary instead of building target/release/pier.
+PIER=${PIER_CONFORMANCE_BIN:-$REPO/target/release/pier}
 
 # The run's network: Pods on a bridge in the harness namespace; the Gateway address on it too.
 POD_CIDR=10.244.0.0/24
@@ -151,6 +152,10 @@ build_agent() {
 
 build_pier() {
   local t0
+  if [ -n "${PIER_CONFORMANCE_BIN:-}" ]; then
+    log "using $PIER_CONFORMANCE_BIN"
+    return
+  fi
   t0=$(date +%s)
   nice -n "${PIER_GO_NICE:-10}" cargo build --release --locked --bin pier >&2 || die "cargo build failed"
   log "pier built in $(elapsed "$t0")"

@@ -152,6 +152,8 @@ pub struct RunArgs {
     pub access_log: bool,
     #[command(flatten)]
     pub limits: LimitArgs,
+    #[command(flatten)]
+    pub manifest_limits: ManifestLimitArgs,
 }
 
 /// Limits on what a client may make pier hold (`proxy::Limits`).
@@ -199,6 +201,31 @@ impl LimitArgs {
     }
 }
 
+/// Bounds on what one load of `--manifests` reads (a load over them fails with an error
+/// naming the limit, and `run` keeps the last good configuration).
+#[derive(Clone, Debug, clap::Args)]
+pub struct ManifestLimitArgs {
+    /// Most bytes of all manifest files together (suffixes K, M, G: powers of 1024).
+    #[arg(long, value_name = "BYTES", default_value = "64M", value_parser = parse_bytes)]
+    pub max_manifest_bytes: u64,
+    /// Most bytes of one manifest file (suffixes K, M, G).
+    #[arg(long, value_name = "BYTES", default_value = "16M", value_parser = parse_bytes)]
+    pub max_manifest_file_bytes: u64,
+    /// Most objects (YAML documents) in all manifest files together.
+    #[arg(long, value_name = "N", default_value_t = 100_000)]
+    pub max_manifest_objects: usize,
+}
+
+impl ManifestLimitArgs {
+    pub fn limits(&self) -> crate::source::files::Limits {
+        crate::source::files::Limits {
+            total_bytes: self.max_manifest_bytes,
+            file_bytes: self.max_manifest_file_bytes,
+            objects: self.max_manifest_objects,
+        }
+    }
+}
+
 /// Flags for cluster mode only.
 #[derive(Debug, clap::Args)]
 pub struct ClusterArgs {
@@ -235,6 +262,8 @@ pub struct CheckArgs {
     pub manifests: PathBuf,
     #[command(flatten)]
     pub common: CommonArgs,
+    #[command(flatten)]
+    pub manifest_limits: ManifestLimitArgs,
 }
 
 #[derive(Debug, clap::Args)]
@@ -264,6 +293,21 @@ pub struct CrdsArgs {
 pub enum LogFormat {
     Text,
     Json,
+}
+
+/// `1048576`, `1024K`, `64M`, `1G` (powers of 1024).
+fn parse_bytes(s: &str) -> Result<u64, String> {
+    let (digits, shift) = match s.as_bytes().last() {
+        Some(b'K' | b'k') => (&s[..s.len() - 1], 10),
+        Some(b'M' | b'm') => (&s[..s.len() - 1], 20),
+        Some(b'G' | b'g') => (&s[..s.len() - 1], 30),
+        _ => (s, 0),
+    };
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size (a number, optionally followed by K, M or G)"))?;
+    n.checked_mul(1 << shift)
+        .ok_or_else(|| format!("{s:?} is too large"))
 }
 
 fn parse_object_ref(s: &str) -> Result<ObjectRef, String> {
@@ -302,6 +346,41 @@ mod tests {
         assert!(parse_object_ref("gw").is_err());
         assert!(parse_object_ref("/gw").is_err());
         assert!(parse_object_ref("a/b/c").is_err());
+    }
+
+    #[test]
+    fn manifest_limits_take_sizes_with_binary_suffixes() {
+        assert_eq!(parse_bytes("4096"), Ok(4096));
+        assert_eq!(parse_bytes("16K"), Ok(16 << 10));
+        assert_eq!(parse_bytes("64M"), Ok(64 << 20));
+        assert_eq!(parse_bytes("1g"), Ok(1 << 30));
+        assert!(parse_bytes("M").is_err());
+        assert!(parse_bytes("-1").is_err());
+        assert!(parse_bytes("99999999999G").is_err());
+        let Command::Check(c) = Cli::try_parse_from(["pier", "check", "--manifests", "d"])
+            .unwrap()
+            .command
+        else {
+            panic!("not check")
+        };
+        assert_eq!(c.manifest_limits.limits(), crate::source::files::Limits::default());
+        let Command::Check(c) = Cli::try_parse_from([
+            "pier",
+            "check",
+            "--manifests",
+            "d",
+            "--max-manifest-objects",
+            "5",
+            "--max-manifest-file-bytes",
+            "1K",
+        ])
+        .unwrap()
+        .command
+        else {
+            panic!("not check")
+        };
+        assert_eq!(c.manifest_limits.limits().objects, 5);
+        assert_eq!(c.manifest_limits.limits().file_bytes, 1024);
     }
 
     #[test]

@@ -84,6 +84,7 @@ async fn run_cmd(a: RunArgs) -> anyhow::Result<()> {
             .map(crate::admin::AdminToken::read)
             .transpose()?,
         client_cert: a.common.client_cert.files(),
+        manifest_limits: a.manifest_limits.limits(),
     })
     .await?;
     tracing::info!(admin = %running.admin_addr, "admin server listening");
@@ -140,7 +141,7 @@ fn lease_identity() -> String {
 
 /// `pier check`: load, translate, render every computed status as YAML.
 pub fn check(a: &CheckArgs) -> anyhow::Result<String> {
-    let loaded = crate::source::files::load(&a.manifests)?;
+    let loaded = crate::source::files::load(&a.manifests, &a.manifest_limits.limits())?;
     for (path, kind) in &loaded.skipped {
         eprintln!("skipped {kind} in {}", path.display());
     }
@@ -172,7 +173,7 @@ fn gateway_client_cert(
     dir: &std::path::Path,
     gw: &crate::model::ObjectRef,
 ) -> anyhow::Result<Vec<u8>> {
-    let loaded = crate::source::files::load(dir)?;
+    let loaded = crate::source::files::load(dir, &crate::source::files::Limits::default())?;
     let gateway = loaded
         .resources
         .gateways

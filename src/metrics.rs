@@ -34,6 +34,8 @@ pub enum ReloadResult {
     Ok,
     ReadError,
     ParseError,
+    /// Over `--max-manifest-bytes`, `--max-manifest-file-bytes` or `--max-manifest-objects`.
+    LimitExceeded,
 }
 
 impl ControlMetrics {

@@ -12,7 +12,7 @@ use tokio::sync::watch;
 
 use crate::metrics::ControlMetrics;
 use crate::model::Snapshot;
-use crate::translate::{self, Resources, Statuses, Translation};
+use crate::translate::{self, ListenerCerts, Resources, Statuses, Translation};
 
 /// State shared between the publisher, the data plane and the admin server.
 #[derive(Debug, Default)]
@@ -39,6 +39,9 @@ pub struct Publisher {
     /// The objects of the last publish, re-translated when only settings change (a rotated
     /// `--client-cert`).
     last: Option<Arc<Resources>>,
+    /// The listener certificates of the last publish: a Secret that goes bad keeps serving
+    /// its last good certificate (reported in the listener status and logged).
+    last_good_certs: Arc<ListenerCerts>,
 }
 
 impl Publisher {
@@ -53,6 +56,7 @@ impl Publisher {
             metrics,
             generation: 0,
             last: None,
+            last_good_certs: Arc::default(),
         }
     }
 
@@ -76,11 +80,12 @@ impl Publisher {
         self.last = Some(resources.clone());
         let settings = self.settings.clone();
         let previous = self.shared.snapshot.load_full();
+        let last_good = self.last_good_certs.clone();
         let translation = tokio::task::spawn_blocking(move || {
             // A walk over every backend of the previous snapshot: off the async workers too.
             let carried = previous.carried();
             drop(previous);
-            translate::translate_with(&resources, &settings, &carried)
+            translate::translate_with(&resources, &settings, &carried, &last_good)
         })
         .await
         .expect("translation does not panic");
@@ -92,7 +97,19 @@ impl Publisher {
             mut snapshot,
             status,
             tls,
+            listener_certs,
+            kept_certs,
         } = translation;
+        for k in &kept_certs {
+            // The error names the Secret and what is wrong with it, never its content.
+            tracing::warn!(
+                listener = %k.listener,
+                secret = %k.secret,
+                error = %k.error,
+                "listener certificate Secret is invalid; still serving its last good certificate"
+            );
+        }
+        self.last_good_certs = Arc::new(listener_certs);
         self.metrics.set_tls(&tls, unix_now());
         match serde_json::to_value(status.objects()) {
             Ok(v) => self.shared.translation_status.store(Arc::new(v)),
@@ -121,3 +138,6 @@ fn unix_now() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64)
 }
+
+#[cfg(test)]
+mod tests;

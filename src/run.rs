@@ -44,6 +44,8 @@ pub struct RunOptions {
     pub admin_token: Option<crate::admin::AdminToken>,
     /// `--client-cert`/`--client-key`: read at start, watched, reloaded.
     pub client_cert: Option<ClientCertFiles>,
+    /// Bounds on each load of `Source::Manifests`.
+    pub manifest_limits: files::Limits,
 }
 
 #[derive(Clone, Debug)]
@@ -68,6 +70,14 @@ impl ClientCertFiles {
             )
         })?;
         Ok(translate::ClientIdentityPem { cert_pem, key_pem })
+    }
+
+    /// The file names of the certificate and the key, for the watcher.
+    fn names(&self) -> Vec<std::ffi::OsString> {
+        [&self.cert, &self.key]
+            .iter()
+            .filter_map(|p| p.file_name().map(ToOwned::to_owned))
+            .collect()
     }
 
     fn dirs(&self) -> Vec<PathBuf> {
@@ -120,6 +130,7 @@ pub struct Running {
 enum Feed {
     Files {
         dir: PathBuf,
+        limits: files::Limits,
         _guard: files::WatchGuard,
     },
     Cluster {
@@ -142,6 +153,7 @@ impl RunOptions {
             limits: crate::proxy::Limits::default(),
             admin_token: None,
             client_cert: None,
+            manifest_limits: files::Limits::default(),
         }
     }
 }
@@ -236,16 +248,17 @@ pub async fn start(opts: RunOptions) -> anyhow::Result<Running> {
 
     let (feed, changes, leader) = match opts.source {
         Source::Manifests(dir) => {
+            let limits = opts.manifest_limits;
             let loaded = {
                 let dir = dir.clone();
-                tokio::task::spawn_blocking(move || files::load(&dir)).await?
+                tokio::task::spawn_blocking(move || files::load(&dir, &limits)).await?
             };
             let loaded = match loaded {
                 Ok(l) => l,
                 Err(e) => return fail(anyhow::Error::new(e).context("cannot load the manifests")),
             };
             log_loaded(&loaded);
-            let (guard, changes) = match files::watch(&dir) {
+            let (guard, changes) = match files::watch(&dir, files::is_manifest) {
                 Ok(w) => w,
                 Err(e) => {
                     return fail(
@@ -256,7 +269,12 @@ pub async fn start(opts: RunOptions) -> anyhow::Result<Running> {
             let generation = publisher.publish(loaded.resources).await;
             control.reload(ReloadResult::Ok);
             tracing::info!(generation, files = loaded.files, "configuration loaded");
-            (Feed::Files { dir, _guard: guard }, changes, None)
+            let feed = Feed::Files {
+                dir,
+                limits,
+                _guard: guard,
+            };
+            (feed, changes, None)
         }
         Source::Cluster(cluster) => {
             let client = match cluster.connect.client().await {
@@ -360,9 +378,9 @@ impl Feed {
     /// The resources after a change; `None` (logged and counted) when they cannot be read.
     async fn load(&self, control: &ControlMetrics) -> Option<Resources> {
         match self {
-            Self::Files { dir, .. } => {
-                let dir = dir.clone();
-                match tokio::task::spawn_blocking(move || files::load(&dir)).await {
+            Self::Files { dir, limits, .. } => {
+                let (dir, limits) = (dir.clone(), *limits);
+                match tokio::task::spawn_blocking(move || files::load(&dir, &limits)).await {
                     Ok(Ok(loaded)) => {
                         log_loaded(&loaded);
                         tracing::info!(files = loaded.files, "manifests reloaded");
@@ -371,6 +389,11 @@ impl Feed {
                     Ok(Err(e)) => {
                         control.reload(match e {
                             files::LoadError::Parse { .. } => ReloadResult::ParseError,
+                            files::LoadError::FileTooLarge { .. }
+                            | files::LoadError::TooLarge { .. }
+                            | files::LoadError::TooManyObjects { .. } => {
+                                ReloadResult::LimitExceeded
+                            }
                             _ => ReloadResult::ReadError,
                         });
                         tracing::error!(file = %e.path().display(), error = %e, "reload failed; keeping the last good configuration");
@@ -435,8 +458,11 @@ impl CertWatch {
         let mut changes = Vec::new();
         let mut guards = Vec::new();
         for dir in files.dirs() {
-            let (g, rx) =
-                files::watch(&dir).with_context(|| format!("cannot watch {}", dir.display()))?;
+            let names = files.names();
+            let (g, rx) = files::watch(&dir, move |p| {
+                p.file_name().is_some_and(|n| names.iter().any(|m| m == n))
+            })
+            .with_context(|| format!("cannot watch {}", dir.display()))?;
             guards.push(g);
             changes.push(rx);
         }

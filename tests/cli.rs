@@ -51,22 +51,38 @@ fn check_reports_unresolved_references_as_status_not_failure() {
     assert!(stdout.contains("BackendNotFound"), "{stdout}");
 }
 
-#[test]
-fn check_fails_on_malformed_yaml_naming_the_file() {
+/// `pier check` on a directory holding only `file` with `text`: must fail; returns stderr.
+fn check_fails_on(file: &str, text: &str) -> String {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("broken.yaml"),
-        "kind: HTTPRoute\nspec: [unclosed\n",
-    )
-    .unwrap();
+    std::fs::write(dir.path().join(file), text).unwrap();
     let out = pier()
         .args(["check", "--manifests"])
         .arg(dir.path())
         .output()
         .unwrap();
     assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn check_fails_on_malformed_yaml_naming_the_file() {
+    let stderr = check_fails_on("broken.yaml", "kind: HTTPRoute\nspec: [unclosed\n");
     assert!(stderr.contains("broken.yaml"), "{stderr}");
+}
+
+#[test]
+fn check_names_the_file_object_and_field_of_a_type_error() {
+    let stderr = check_fails_on(
+        "routes.yaml",
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: shop}\n---\n\
+         apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\n\
+         metadata: {name: web, namespace: shop}\n\
+         spec:\n  rules:\n  - matches: [{path: {type: Prefixx, value: /}}]\n",
+    );
+    let expected = "routes.yaml: document 2 (line 10): invalid HTTPRoute shop/web: \
+                    spec.rules[0].matches[0].path.type: unknown variant `Prefixx`";
+    assert!(stderr.contains(expected), "{stderr}");
+    assert_eq!(stderr.matches("unknown variant").count(), 1, "{stderr}");
 }
 
 #[test]

@@ -48,6 +48,11 @@ impl Env {
 }
 
 async fn start() -> Env {
+    start_with(|o| o).await
+}
+
+/// [`start`], with `edit` applied to the run options.
+async fn start_with(edit: impl FnOnce(RunOptions) -> RunOptions) -> Env {
     init();
     let a = pier::echo::spawn(SocketAddr::from(([127, 0, 0, 1], 0)), "a")
         .await
@@ -64,7 +69,7 @@ async fn start() -> Env {
     )
     .unwrap();
     std::fs::write(dir.path().join("route.yaml"), route("r", "/", "a")).unwrap();
-    let pier = run::start(options(dir.path())).await.unwrap();
+    let pier = run::start(edit(options(dir.path()))).await.unwrap();
     Env {
         dir,
         port,
@@ -251,4 +256,172 @@ async fn not_ready_until_every_listener_is_bound() {
         "a"
     );
     pier.shutdown().await;
+}
+
+/// Six routes `/p0`..`/p5` in one file, `/p0` to `first`, the rest to `a`.
+fn six_routes(first: &str) -> String {
+    (0..6)
+        .map(|i| {
+            route(
+                &format!("r{i}"),
+                &format!("/p{i}"),
+                if i == 0 { first } else { "a" },
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("---\n")
+}
+
+/// An in-place writer (open with truncate, write, close; no rename) that stalls two-thirds of
+/// the way through must not get its half-written file published: the tail's routes stay served
+/// during the stall, and the finished file is published once the writer closes it.
+#[tokio::test]
+async fn a_paused_in_place_write_never_publishes_the_half_written_file() {
+    use std::io::Write;
+    let env = start().await;
+    let path = env.dir.path().join("route.yaml");
+    write_atomic(&path, &six_routes("a"));
+    env.served_by("/p5", "a").await;
+
+    let text = six_routes("b");
+    // Cut at a document boundary before two-thirds, so the head is valid YAML that lacks the
+    // last routes (a cut mid-document would be a parse error, which is kept out anyway).
+    let cut = text[..text.len() * 2 / 3].rfind("---\n").unwrap() + 4;
+    let mut file = std::fs::File::create(&path).unwrap();
+    file.write_all(&text.as_bytes()[..cut]).unwrap();
+    file.flush().unwrap();
+    // Probe the tail's routes through the stall (250 ms, more than the 100 ms quiet period).
+    let stall = std::time::Instant::now();
+    let mut probes = 0;
+    while stall.elapsed() < Duration::from_millis(250) {
+        for p in ["/p4", "/p5"] {
+            let r = get(&env.url(p), &[]).await;
+            assert_eq!(
+                r.status,
+                200,
+                "{p} lost during the stall, after {:?}",
+                stall.elapsed()
+            );
+            probes += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(probes > 10, "only {probes} probes");
+    file.write_all(&text.as_bytes()[cut..]).unwrap();
+    drop(file);
+    let took = env.served_by("/p0", "b").await;
+    assert!(took < Duration::from_secs(1), "took {took:?}");
+    assert_eq!(get(&env.url("/p5"), &[]).await.backend(), "a");
+    env.pier.shutdown().await;
+}
+
+/// An HTTPS listener whose certificate Secret is corrupted keeps serving its last good
+/// certificate: handshakes still succeed, and the listener status says why.
+#[tokio::test]
+async fn a_corrupted_certificate_secret_keeps_https_up_with_the_last_good_certificate() {
+    init();
+    let echo = pier::echo::spawn(SocketAddr::from(([127, 0, 0, 1], 0)), "a")
+        .await
+        .unwrap();
+    let port = free_port();
+    let ck = rcgen::generate_simple_self_signed(vec!["foo.example.com".to_string()]).unwrap();
+    let secret = |crt: &str| {
+        let indent = |s: &str| s.lines().map(|l| format!("    {l}\n")).collect::<String>();
+        format!(
+            "apiVersion: v1\nkind: Secret\nmetadata: {{name: cert, namespace: default}}\n\
+             type: kubernetes.io/tls\nstringData:\n  tls.crt: |\n{}  tls.key: |\n{}",
+            indent(crt),
+            indent(&ck.signing_key.serialize_pem())
+        )
+    };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("all.yaml"),
+        format!(
+            "{GATEWAY_CLASS}---\n\
+             apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\n\
+             metadata: {{name: gw, namespace: default}}\n\
+             spec:\n  gatewayClassName: pier\n  listeners:\n\
+             \x20   - name: tls\n      protocol: HTTPS\n      port: {port}\n\
+             \x20     tls: {{certificateRefs: [{{name: cert}}]}}\n---\n{}---\n{}",
+            service("a", echo.addr),
+            route("r", "/", "a")
+        ),
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("secret.yaml"), secret(&ck.cert.pem())).unwrap();
+    let pier = run::start(options(dir.path())).await.unwrap();
+
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ck.cert.der().clone()).unwrap();
+    let client = std::sync::Arc::new(
+        rustls::ClientConfig::builder()
+            .with_root_certificates(roots)
+            .with_no_client_auth(),
+    );
+    let https_get = || async {
+        let tls =
+            support::client::connect_tls(local(port), "foo.example.com", client.clone()).await;
+        support::client::send_h1_on(tls, support::client::get("foo.example.com", "/x")).await
+    };
+    assert_eq!(https_get().await.backend(), "a");
+
+    write_atomic(
+        &dir.path().join("secret.yaml"),
+        &secret("-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydA==\n-----END CERTIFICATE-----\n"),
+    );
+    let admin = |p: &str| format!("http://{}{p}", pier.admin_addr);
+    eventually(Duration::from_secs(5), || async {
+        get(&admin("/config"), &[]).await.json()["generation"] == 2
+    })
+    .await;
+    assert_eq!(https_get().await.backend(), "a");
+    let status = get(&admin("/status"), &[]).await.text();
+    assert!(status.contains("InvalidCertificateRef"), "{status}");
+    assert!(
+        status.contains("last good certificate is still served"),
+        "{status}"
+    );
+    pier.shutdown().await;
+}
+
+/// A change that takes the directory over a limit is refused, counted, and the last good
+/// configuration stays.
+#[tokio::test]
+async fn a_change_over_the_object_limit_keeps_the_last_good_configuration() {
+    // The start holds 7 objects: GatewayClass, Gateway, two Services with their
+    // EndpointSlices, an HTTPRoute.
+    let env = start_with(|o| RunOptions {
+        manifest_limits: pier::source::files::Limits {
+            objects: 10,
+            ..Default::default()
+        },
+        ..o
+    })
+    .await;
+    let config_maps: Vec<String> = (0..4)
+        .map(|i| format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: c{i}}}\n"))
+        .collect();
+    std::fs::write(env.dir.path().join("many.yaml"), config_maps.join("---\n")).unwrap();
+    eventually(Duration::from_secs(5), || async {
+        get(&env.admin("/metrics"), &[])
+            .await
+            .text()
+            .contains("pier_config_reloads_total{result=\"LimitExceeded\"} 1")
+    })
+    .await;
+    assert_eq!(get(&env.url("/x"), &[]).await.backend(), "a");
+    assert_eq!(
+        get(&env.admin("/config"), &[]).await.json()["generation"],
+        1
+    );
+    // Back under the limit, changes apply again.
+    std::fs::write(
+        env.dir.path().join("many.yaml"),
+        config_maps[..3].join("---\n"),
+    )
+    .unwrap();
+    std::fs::write(env.dir.path().join("route.yaml"), route("r", "/", "b")).unwrap();
+    env.served_by("/x", "b").await;
+    env.pier.shutdown().await;
 }

@@ -6,7 +6,17 @@
 //! is seen like any other change. Changes are coalesced: a reload runs after [`QUIET`] without
 //! events, and at the latest [`MAX_DELAY`] after the first one, so a constant stream of writes
 //! cannot hold a change back.
+//!
+//! Half-written files: a tool that rewrites a file in place (open with truncate, write, close)
+//! leaves a valid-looking prefix on disk while it writes; a pause longer than [`QUIET`] would
+//! publish that prefix, and every route in the rest of the file would 404. So a manifest seen
+//! created or modified but not yet closed after writing (inotify `IN_CLOSE_WRITE`, which notify
+//! reports as `Access(Close(Write))`) holds the reload back until it is closed, or at most
+//! [`OPEN_WRITE_LIMIT`] (then it is read as it is, with a warning). The kernel closes the files
+//! of a writer that dies, so a crash does not wait for the limit. Rename-into-place needs none
+//! of this: the name switches from the complete old file to the complete new one.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -18,6 +28,9 @@ use crate::translate::manifest::{self, ManifestError};
 
 pub const QUIET: Duration = Duration::from_millis(100);
 pub const MAX_DELAY: Duration = Duration::from_millis(500);
+/// How long a file written in place and not yet closed holds a reload back. Writers that
+/// stall longer (or keep the file open) get it read as it is, with a warning.
+pub const OPEN_WRITE_LIMIT: Duration = Duration::from_secs(3);
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
@@ -27,21 +40,74 @@ pub enum LoadError {
         #[source]
         source: std::io::Error,
     },
-    #[error("{path}: {source}")]
-    Parse {
-        path: PathBuf,
-        #[source]
-        source: ManifestError,
-    },
+    /// The message already holds the manifest error's text, so it is not chained as a
+    /// source too (`{:#}` would print it twice).
+    #[error("{path}: {error}")]
+    Parse { path: PathBuf, error: ManifestError },
     #[error("{0} is not a directory")]
     NotADirectory(PathBuf),
+    #[error(
+        "{path} is {size} bytes, over the limit of {limit} bytes per file (--max-manifest-file-bytes)"
+    )]
+    FileTooLarge {
+        path: PathBuf,
+        size: u64,
+        limit: u64,
+    },
+    #[error(
+        "the manifests below {dir} are {size} bytes, over the limit of {limit} bytes (--max-manifest-bytes)"
+    )]
+    TooLarge { dir: PathBuf, size: u64, limit: u64 },
+    #[error(
+        "{path}: {count} objects up to this file, over the limit of {limit} (--max-manifest-objects)"
+    )]
+    TooManyObjects {
+        path: PathBuf,
+        count: usize,
+        limit: usize,
+    },
+}
+
+/// Bounds on what one load reads, so a runaway directory (a generated file gone wrong) gets a
+/// clear error instead of minutes of CPU and gigabytes of memory; the last good configuration
+/// stays. Sizes are checked from file metadata before anything is read (and enforced again
+/// while reading, for a file that grows), objects by counting documents before parsing.
+///
+/// Defaults: decoding costs 45-65 µs of CPU and about 2.6 KiB of peak memory per small object
+/// (100 000 small ConfigMaps, 13 MB: 4.3-6.5 s, 260 MiB RSS; BENCHMARKS.md), so 100 000 objects
+/// bound a load to seconds and a few hundred MiB, well above what a large cluster's Gateway
+/// API objects, Services and EndpointSlices come to. 64 MiB in all and 16 MiB per file leave
+/// room for big Secrets and trust bundles, and stop a 50 MB file before it is read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Total bytes of all manifest files.
+    pub total_bytes: u64,
+    /// Bytes of one manifest file.
+    pub file_bytes: u64,
+    /// Documents (objects) in all files.
+    pub objects: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            total_bytes: 64 << 20,
+            file_bytes: 16 << 20,
+            objects: 100_000,
+        }
+    }
 }
 
 impl LoadError {
     /// The file the error is about, for logs and the reload-error metric.
     pub fn path(&self) -> &Path {
         match self {
-            Self::Read { path, .. } | Self::Parse { path, .. } | Self::NotADirectory(path) => path,
+            Self::Read { path, .. }
+            | Self::Parse { path, .. }
+            | Self::NotADirectory(path)
+            | Self::FileTooLarge { path, .. }
+            | Self::TooManyObjects { path, .. }
+            | Self::TooLarge { dir: path, .. } => path,
         }
     }
 }
@@ -55,8 +121,9 @@ pub struct Loaded {
     pub skipped: Vec<(PathBuf, String)>,
 }
 
-/// Reads every manifest below `dir`. Blocking: call from `spawn_blocking` on a runtime.
-pub fn load(dir: &Path) -> Result<Loaded, LoadError> {
+/// Reads every manifest below `dir`, within `limits`. Blocking: call from `spawn_blocking`
+/// on a runtime.
+pub fn load(dir: &Path, limits: &Limits) -> Result<Loaded, LoadError> {
     let meta = std::fs::metadata(dir).map_err(|source| LoadError::Read {
         path: dir.to_path_buf(),
         source,
@@ -67,19 +134,49 @@ pub fn load(dir: &Path) -> Result<Loaded, LoadError> {
     let mut files = Vec::new();
     collect(dir, &mut files)?;
     files.sort();
+    let mut total: u64 = 0;
+    for (path, size) in &files {
+        if *size > limits.file_bytes {
+            return Err(LoadError::FileTooLarge {
+                path: path.clone(),
+                size: *size,
+                limit: limits.file_bytes,
+            });
+        }
+        total = total.saturating_add(*size);
+    }
+    if total > limits.total_bytes {
+        return Err(LoadError::TooLarge {
+            dir: dir.to_path_buf(),
+            size: total,
+            limit: limits.total_bytes,
+        });
+    }
     let mut out = Loaded {
         files: files.len(),
         ..Loaded::default()
     };
-    for path in files {
-        let text = std::fs::read_to_string(&path).map_err(|source| LoadError::Read {
-            path: path.clone(),
-            source,
-        })?;
-        let skipped = manifest::parse_manifests(&text, &mut out.resources).map_err(|source| {
+    // Every file is read and its objects counted before any is parsed, so a directory over
+    // the object limit costs a read (at most `total_bytes`), not a parse.
+    let mut texts = Vec::with_capacity(files.len());
+    let mut objects = 0;
+    for (path, _) in files {
+        let text = read_bounded(&path, limits.file_bytes)?;
+        objects += manifest::count_documents(&text);
+        if objects > limits.objects {
+            return Err(LoadError::TooManyObjects {
+                path,
+                count: objects,
+                limit: limits.objects,
+            });
+        }
+        texts.push((path, text));
+    }
+    for (path, text) in texts {
+        let skipped = manifest::parse_manifests(&text, &mut out.resources).map_err(|error| {
             LoadError::Parse {
                 path: path.clone(),
-                source,
+                error,
             }
         })?;
         out.skipped
@@ -88,7 +185,32 @@ pub fn load(dir: &Path) -> Result<Loaded, LoadError> {
     Ok(out)
 }
 
-fn collect(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), LoadError> {
+/// Reads a file as UTF-8, failing once it is over `limit` bytes (it may have grown since its
+/// size was checked).
+fn read_bounded(path: &Path, limit: u64) -> Result<String, LoadError> {
+    use std::io::Read;
+    let read_err = |source| LoadError::Read {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = std::fs::File::open(path).map_err(read_err)?;
+    let mut text = String::new();
+    file.take(limit.saturating_add(1))
+        .read_to_string(&mut text)
+        .map_err(read_err)?;
+    let size = text.len() as u64;
+    if size > limit {
+        return Err(LoadError::FileTooLarge {
+            path: path.to_path_buf(),
+            size,
+            limit,
+        });
+    }
+    Ok(text)
+}
+
+/// Every manifest below `dir` with its size.
+fn collect(dir: &Path, out: &mut Vec<(PathBuf, u64)>) -> Result<(), LoadError> {
     let entries = std::fs::read_dir(dir).map_err(|source| LoadError::Read {
         path: dir.to_path_buf(),
         source,
@@ -109,46 +231,88 @@ fn collect(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), LoadError> {
         };
         if meta.is_dir() {
             collect(&path, out)?;
-        } else if matches!(
-            path.extension().and_then(|e| e.to_str()),
-            Some("yaml" | "yml")
-        ) {
-            out.push(path);
+        } else if is_manifest(&path) {
+            out.push((path, meta.len()));
         }
     }
     Ok(())
 }
 
+/// What the watcher callback passes on to the coalescing task.
+#[derive(Debug)]
+enum Raw {
+    /// Something changed; nothing is known to be half written.
+    Changed,
+    /// A relevant file was created or written and has not been closed yet.
+    Writing(PathBuf),
+    /// A relevant file was closed after writing, removed or renamed: complete (or gone).
+    Done(PathBuf),
+}
+
+/// Whether `path` names a file [`load`] reads (a `*.yaml` / `*.yml` not starting with `.`).
+pub fn is_manifest(path: &Path) -> bool {
+    let hidden = path
+        .file_name()
+        .is_none_or(|n| n.to_string_lossy().starts_with('.'));
+    !hidden
+        && matches!(
+            path.extension().and_then(|e| e.to_str()),
+            Some("yaml" | "yml")
+        )
+}
+
 /// Watches `dir` and sends `()` once per coalesced burst of changes. The watcher lives as long
 /// as the returned guard.
-pub fn watch(dir: &Path) -> notify::Result<(WatchGuard, mpsc::Receiver<()>)> {
-    let (raw_tx, mut raw_rx) = mpsc::unbounded_channel::<()>();
+///
+/// A file for which `relevant` is true and that was written in place but not yet closed
+/// (inotify's `IN_CLOSE_WRITE`) holds the reload back until it is closed, or at most
+/// [`OPEN_WRITE_LIMIT`]: a writer that stalls halfway must not get half a file published. Only
+/// inotify reports closes; with another backend only the quiet period applies.
+pub fn watch(
+    dir: &Path,
+    relevant: impl Fn(&Path) -> bool + Send + 'static,
+) -> notify::Result<(WatchGuard, mpsc::Receiver<()>)> {
+    use notify::event::{AccessKind, AccessMode, CreateKind, EventKind, ModifyKind};
+
+    let tracks_closes = matches!(
+        notify::RecommendedWatcher::kind(),
+        notify::WatcherKind::Inotify
+    );
+    let (raw_tx, raw_rx) = mpsc::unbounded_channel::<Raw>();
     let mut watcher = notify::recommended_watcher(move |ev: notify::Result<notify::Event>| {
-        if let Ok(ev) = ev
-            && !matches!(ev.kind, notify::EventKind::Access(_))
-        {
-            let _ = raw_tx.send(());
+        // An error (an inotify queue overflow) may hide any change: reload.
+        let Ok(ev) = ev else {
+            let _ = raw_tx.send(Raw::Changed);
+            return;
+        };
+        let writing = match ev.kind {
+            EventKind::Access(AccessKind::Close(AccessMode::Write)) => Some(false),
+            // Our own reads (open, close-without-write) are not changes.
+            EventKind::Access(_) => return,
+            EventKind::Create(CreateKind::File | CreateKind::Any)
+            | EventKind::Modify(ModifyKind::Data(_) | ModifyKind::Any) => Some(true),
+            EventKind::Remove(_) | EventKind::Modify(ModifyKind::Name(_)) => Some(false),
+            _ => None,
+        };
+        let mut sent = false;
+        if let (true, Some(writing)) = (tracks_closes, writing) {
+            for path in ev.paths.iter().filter(|p| relevant(p)) {
+                let raw = if writing {
+                    Raw::Writing(path.clone())
+                } else {
+                    Raw::Done(path.clone())
+                };
+                let _ = raw_tx.send(raw);
+                sent = true;
+            }
+        }
+        if !sent {
+            let _ = raw_tx.send(Raw::Changed);
         }
     })?;
     watcher.watch(dir, RecursiveMode::Recursive)?;
     let (tx, rx) = mpsc::channel(1);
-    let task = tokio::spawn(async move {
-        while raw_rx.recv().await.is_some() {
-            let deadline = tokio::time::Instant::now() + MAX_DELAY;
-            loop {
-                let quiet = tokio::time::sleep(QUIET);
-                tokio::select! {
-                    ev = raw_rx.recv() => if ev.is_none() { break },
-                    () = quiet => break,
-                    () = tokio::time::sleep_until(deadline) => break,
-                }
-            }
-            // A full channel already holds a pending reload: nothing is lost.
-            if let Err(mpsc::error::TrySendError::Closed(())) = tx.try_send(()) {
-                return;
-            }
-        }
-    });
+    let task = tokio::spawn(coalesce(raw_rx, tx));
     Ok((
         WatchGuard {
             _watcher: watcher,
@@ -156,6 +320,63 @@ pub fn watch(dir: &Path) -> notify::Result<(WatchGuard, mpsc::Receiver<()>)> {
         },
         rx,
     ))
+}
+
+/// Sends one `()` per burst of raw events: after [`QUIET`] without events or [`MAX_DELAY`]
+/// after the first, but never while a file is open for writing (up to [`OPEN_WRITE_LIMIT`]).
+async fn coalesce(mut raw_rx: mpsc::UnboundedReceiver<Raw>, tx: mpsc::Sender<()>) {
+    use tokio::time::{Instant, sleep_until};
+
+    // Files written but not closed, with when the first unclosed write was seen.
+    let mut writing: HashMap<PathBuf, Instant> = HashMap::new();
+    // Whether the event finished a write that held the reload back.
+    let note = |writing: &mut HashMap<PathBuf, Instant>, raw: Raw| match raw {
+        Raw::Changed => false,
+        Raw::Writing(path) => {
+            writing.entry(path).or_insert_with(Instant::now);
+            false
+        }
+        Raw::Done(path) => writing.remove(&path).is_some(),
+    };
+    while let Some(raw) = raw_rx.recv().await {
+        note(&mut writing, raw);
+        let mut first = Instant::now();
+        let mut last = first;
+        loop {
+            let settled = (last + QUIET).min(first + MAX_DELAY);
+            let due = writing
+                .values()
+                .map(|since| *since + OPEN_WRITE_LIMIT)
+                .fold(settled, Instant::max);
+            tokio::select! {
+                raw = raw_rx.recv() => match raw {
+                    Some(raw) => {
+                        last = Instant::now();
+                        // A close after a held write starts the burst over, so writes to
+                        // other files right after it are coalesced with it.
+                        if note(&mut writing, raw) {
+                            first = last;
+                        }
+                    }
+                    None => return,
+                },
+                () = sleep_until(due) => break,
+            }
+        }
+        // Every file still open has been for OPEN_WRITE_LIMIT: read it as it is.
+        for path in writing.keys() {
+            tracing::warn!(
+                file = %path.display(),
+                limit_ms = OPEN_WRITE_LIMIT.as_millis() as u64,
+                "file still open for writing; reading it anyway"
+            );
+        }
+        writing.clear();
+        // A full channel already holds a pending reload: nothing is lost.
+        if let Err(mpsc::error::TrySendError::Closed(())) = tx.try_send(()) {
+            return;
+        }
+    }
 }
 
 pub struct WatchGuard {
@@ -168,3 +389,6 @@ impl Drop for WatchGuard {
         self.task.abort();
     }
 }
+
+#[cfg(test)]
+mod tests;

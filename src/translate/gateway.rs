@@ -24,7 +24,7 @@ use super::api::{
     GatewayListenersTlsMode, ListenerConditionReason, ListenerConditionType, creation_time,
 };
 use super::mesh::{self, GatewayTls};
-use super::refs::{self, Certs, RefFrom, RefTo, ServerCert};
+use super::refs::{self, Certs, KeptCert, ListenerCerts, RefFrom, RefTo, ServerCert};
 use super::resources::Resources;
 use super::status::{
     ClassCondition, ClassConditionReason, ClassConditionType, GatewayClassStatus,
@@ -32,7 +32,7 @@ use super::status::{
     ListenerStatus, RouteGroupKind,
 };
 use super::{Settings, group_kind};
-use crate::model::{HostnameMatch, ObjectRef, Protocol};
+use crate::model::{HostnameMatch, ListenerId, ObjectRef, Protocol};
 
 mod allowed_routes;
 
@@ -59,8 +59,10 @@ pub struct ListenerState {
     pub hostname: Option<HostnameMatch>,
     pub allowed: AllowedRoutes,
     pub supported_kinds: Vec<RouteGroupKind>,
-    /// Usable certificates, in `certificateRefs` order.
-    pub certs: Vec<ServerCert>,
+    /// Usable certificates and their Secrets, in `certificateRefs` order.
+    pub certs: Vec<(ObjectRef, ServerCert)>,
+    /// Certificates kept from the previous translation because their Secret went bad.
+    pub kept: Vec<KeptCert>,
     /// Why the listener is not Accepted (it serves nothing).
     pub not_accepted: Option<(ListenerConditionReason, String)>,
     /// Set when an earlier listener on the same port wins (it serves nothing).
@@ -141,6 +143,7 @@ pub fn gateways(
     resources: &Resources,
     settings: &Settings,
     classes: &BTreeSet<String>,
+    last_good: &ListenerCerts,
 ) -> Vec<GatewayState> {
     let mut selected: Vec<(&Gateway, ObjectRef)> = resources
         .gateways
@@ -154,7 +157,7 @@ pub fn gateways(
     selected.sort_by(|a, b| {
         (creation_time(&a.0.metadata), &a.1).cmp(&(creation_time(&b.0.metadata), &b.1))
     });
-    let mut certs = Certs::new(resources);
+    let mut certs = Certs::new(resources, last_good);
     let mut assigner = addresses::Assigner::new(&settings.advertise, &settings.address_pool);
     let mut states: Vec<GatewayState> = selected
         .into_iter()
@@ -166,7 +169,7 @@ pub fn gateways(
                 .base
                 .listeners
                 .iter()
-                .map(|l| listener(resources, &mut certs, &key.namespace, l))
+                .map(|l| listener(resources, &mut certs, &key, l))
                 .collect(),
             generation: gw.metadata.generation,
             key,
@@ -179,7 +182,7 @@ pub fn gateways(
 fn listener(
     resources: &Resources,
     certs: &mut Certs<'_>,
-    gateway_ns: &str,
+    gateway: &ObjectRef,
     l: &GatewayListeners,
 ) -> ListenerState {
     let GatewayListeners {
@@ -201,6 +204,7 @@ fn listener(
         },
         supported_kinds: vec![],
         certs: vec![],
+        kept: vec![],
         not_accepted: None,
         conflict: None,
         ref_problems: vec![],
@@ -243,7 +247,11 @@ fn listener(
         }
     }
     if protocol == Protocol::Https {
-        tls_of(&mut state, resources, certs, gateway_ns, tls.as_ref());
+        let id = ListenerId {
+            gateway: gateway.clone(),
+            name: name.clone(),
+        };
+        tls_of(&mut state, resources, certs, &id, tls.as_ref());
         if state.not_accepted.is_some() {
             return state;
         }
@@ -293,7 +301,7 @@ fn tls_of(
     state: &mut ListenerState,
     resources: &Resources,
     certs: &mut Certs<'_>,
-    gateway_ns: &str,
+    id: &ListenerId,
     tls: Option<&GatewayListenersTls>,
 ) {
     let Some(GatewayListenersTls {
@@ -313,11 +321,37 @@ fn tls_of(
         return;
     }
     for (i, r) in certificate_refs.iter().flatten().enumerate() {
-        match certificate(resources, certs, gateway_ns, r) {
-            Ok(cert) => state.certs.push(cert),
-            Err((reason, msg)) => state
-                .ref_problems
-                .push((reason, format!("certificateRefs[{i}]: {msg}"))),
+        let (secret, loaded) = match certificate(resources, certs, &id.gateway.namespace, r) {
+            Ok(loaded) => loaded,
+            Err((reason, msg)) => {
+                state
+                    .ref_problems
+                    .push((reason, format!("certificateRefs[{i}]: {msg}")));
+                continue;
+            }
+        };
+        match loaded {
+            Ok(cert) => state.certs.push((secret, cert)),
+            Err(e) => {
+                // A Secret that went bad keeps its last good certificate (not one that is
+                // gone: deleting a Secret is a decision; a fresh start has nothing to keep).
+                let kept = certs
+                    .last_good(id, &secret)
+                    .filter(|_| e.is_invalid_secret());
+                let mut msg = format!("certificateRefs[{i}]: {e}");
+                if let Some(cert) = kept {
+                    msg.push_str("; the last good certificate is still served");
+                    state.kept.push(KeptCert {
+                        listener: id.clone(),
+                        secret: secret.clone(),
+                        error: super::error_chain(&e),
+                    });
+                    state.certs.push((secret, cert));
+                }
+                state
+                    .ref_problems
+                    .push((ListenerConditionReason::InvalidCertificateRef, msg));
+            }
         }
     }
     if state.certs.is_empty() {
@@ -331,6 +365,11 @@ fn tls_of(
     }
 }
 
+/// A certificateRef's Secret, and its certificate or why it has none.
+type LoadedCert = (ObjectRef, Result<ServerCert, refs::CertError>);
+
+/// Loads the Secret a certificateRef names; `Err((reason, message))` when the reference itself
+/// is not allowed.
 fn certificate(
     resources: &Resources,
     certs: &mut Certs<'_>,
@@ -341,7 +380,7 @@ fn certificate(
         name,
         namespace,
     }: &GatewayListenersTlsCertificateRefs,
-) -> Result<ServerCert, (ListenerConditionReason, String)> {
+) -> Result<LoadedCert, (ListenerConditionReason, String)> {
     let kind = kind.as_deref().unwrap_or("Secret");
     if !refs::is_core_group(group.as_deref()) || kind != "Secret" {
         return Err((
@@ -373,12 +412,8 @@ fn certificate(
             ));
         }
     }
-    certs.get(&secret).map_err(|e| {
-        (
-            ListenerConditionReason::InvalidCertificateRef,
-            e.to_string(),
-        )
-    })
+    let loaded = certs.get(&secret);
+    Ok((secret, loaded))
 }
 
 /// Listeners of all in-scope Gateways share ports. On one port, the first listener (oldest

@@ -53,13 +53,25 @@ pub enum ManifestError {
         kind: String,
         api_version: String,
     },
-    #[error("document {document} (line {line}): invalid {kind}")]
+    /// Names the object and the field, e.g. `document 2 (line 13): invalid HTTPRoute
+    /// shop/web: spec.rules[1].matches[0].path.type: unknown variant ...`. The YAML error is
+    /// kept (`error`) but not chained as a source: its text is already in the message, and
+    /// its own location counts lines from the document, not the file.
+    #[error(
+        "document {document} (line {line}): invalid {kind}{}: {}{}",
+        name.as_ref().map(|n| format!(" {n}")).unwrap_or_default(),
+        FieldPath(path),
+        plain_message(error)
+    )]
     Object {
         document: usize,
         line: usize,
         kind: String,
-        #[source]
-        source: Box<serde_saphyr::Error>,
+        /// `namespace/name` (or `name` for cluster-scoped kinds), when it could be read.
+        name: Option<String>,
+        /// Where in the object decoding failed (`None`: at the top).
+        path: Option<serde_path_to_error::Path>,
+        error: Box<serde_saphyr::Error>,
     },
     #[error("document {document} (line {line}): {kind} has no metadata.name")]
     MissingName {
@@ -77,6 +89,24 @@ struct TypeMeta {
     #[serde(default)]
     kind: String,
 }
+
+/// Only the name, to say which object failed to decode.
+#[derive(Default, Deserialize)]
+struct NameDoc {
+    #[serde(default)]
+    metadata: NameMeta,
+}
+
+#[derive(Default, Deserialize)]
+struct NameMeta {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    namespace: Option<String>,
+}
+
+/// A field path as messages show it: `spec.rules[0].path.type: `, nothing at the root.
+struct FieldPath<'p>(&'p Option<serde_path_to_error::Path>);
 
 /// A Gateway without `spec.mesh` (the generated spec ignores it).
 #[derive(Deserialize)]
@@ -137,6 +167,12 @@ pub fn parse_manifests(
         }
     }
     Ok(skipped)
+}
+
+/// How many objects [`parse_manifests`] would read from `text` (documents that are not blank
+/// or comments), without parsing any: cheap, for limits checked before parsing.
+pub fn count_documents(text: &str) -> usize {
+    documents(text).len()
 }
 
 /// Splits on lines that are exactly `---` (trailing whitespace allowed); drops documents that
@@ -312,6 +348,21 @@ impl Kind {
         })
     }
 
+    /// The kind of an object error's `kind` (as written in the document).
+    fn of_name(kind: &str) -> Option<Self> {
+        [GATEWAY_GROUP, "", "discovery.k8s.io", CERTIFICATES_GROUP]
+            .iter()
+            .find_map(|g| Self::of(g, kind))
+    }
+
+    /// Whether objects of this kind live in a namespace.
+    fn namespaced(self) -> bool {
+        !matches!(
+            self,
+            Self::GatewayClass | Self::Namespace | Self::ClusterTrustBundle
+        )
+    }
+
     /// Versions read into the same typed struct. The v1beta1 Gateway API kinds are
     /// schema-compatible with v1 (ReferenceGrant is still mostly written as v1beta1).
     fn versions(self) -> &'static [&'static str] {
@@ -329,16 +380,83 @@ impl Kind {
     }
 }
 
+// === impl FieldPath ===
+
+impl std::fmt::Display for FieldPath<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(p) if p.iter().next().is_some() => write!(f, "{p}: "),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// A YAML error's message without its location (which counts lines from the document start;
+/// the caller gives the absolute line) or source snippet.
+fn plain_message(e: &serde_saphyr::Error) -> String {
+    struct NoLocation;
+    impl serde_saphyr::Localizer for NoLocation {
+        fn attach_location<'a>(
+            &self,
+            base: std::borrow::Cow<'a, str>,
+            _: serde_saphyr::Location,
+        ) -> std::borrow::Cow<'a, str> {
+            base
+        }
+    }
+    let formatter = serde_saphyr::DefaultMessageFormatter.with_localizer(&NoLocation);
+    e.render_with_options(serde_saphyr::render_options! {
+        formatter: &formatter,
+        snippets: serde_saphyr::SnippetMode::Off,
+    })
+}
+
 // === impl Doc ===
 
 impl Doc<'_> {
     fn parse<T: DeserializeOwned>(&self, kind: &str) -> Result<T, ManifestError> {
-        serde_saphyr::from_str(self.text).map_err(|e| ManifestError::Object {
+        serde_saphyr::from_str(self.text).map_err(|e| self.object_error::<T>(kind, e))
+    }
+
+    /// Decodes again, tracking the field path, to say where `e` happened. Only on failure:
+    /// tracking the path costs on every value.
+    fn object_error<T: DeserializeOwned>(
+        &self,
+        kind: &str,
+        e: serde_saphyr::Error,
+    ) -> ManifestError {
+        let mut path = None;
+        let again = serde_saphyr::with_deserializer_from_str(self.text, |de| {
+            serde_path_to_error::deserialize::<_, T>(de).map_err(|e| {
+                path = Some(e.path().clone());
+                e.into_inner()
+            })
+        });
+        // The same input fails the same way; should it not, report the first error.
+        let (path, error) = match (path, again) {
+            (Some(path), Err(again)) => (Some(path), again),
+            _ => (None, e),
+        };
+        let name = serde_saphyr::from_str::<NameDoc>(self.text)
+            .ok()
+            .and_then(|d| {
+                let name = d.metadata.name.filter(|n| !n.is_empty())?;
+                Some(match Kind::of_name(kind).filter(|k| k.namespaced()) {
+                    Some(_) => {
+                        let ns = d.metadata.namespace.filter(|n| !n.is_empty());
+                        format!("{}/{name}", ns.as_deref().unwrap_or("default"))
+                    }
+                    None => name,
+                })
+            });
+        ManifestError::Object {
             document: self.number,
-            line: self.line_of(&e),
+            line: self.line_of(&error),
             kind: kind.to_string(),
-            source: Box::new(e),
-        })
+            name,
+            path,
+            error: Box::new(error),
+        }
     }
 
     /// The absolute line of a parse error.

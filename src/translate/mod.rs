@@ -31,11 +31,12 @@ mod refs;
 pub mod resources;
 pub mod status;
 #[cfg(test)]
-mod test_support;
+pub(crate) mod test_support;
 
 use std::collections::BTreeMap;
 
 pub use manifest::{ManifestError, SkippedKind, parse_manifests};
+pub use refs::{KeptCert, ListenerCerts};
 pub use resources::{ObjectKey, Resources};
 pub use status::{StatusObject, Statuses};
 
@@ -106,6 +107,11 @@ pub struct Translation {
     pub status: Statuses,
     /// Backend TLS state per in-scope Gateway, for metrics.
     pub tls: Vec<GatewayTlsSummary>,
+    /// The certificate of every listener certificateRef (kept ones included), for the next
+    /// translation to fall back on.
+    pub listener_certs: ListenerCerts,
+    /// certificateRefs whose Secret is invalid, served with their last good certificate.
+    pub kept_certs: Vec<KeptCert>,
 }
 
 /// What metrics report about a Gateway's backend TLS: mesh trust bundle size and the client
@@ -120,20 +126,27 @@ pub struct GatewayTlsSummary {
 }
 
 pub fn translate(resources: &Resources, settings: &Settings) -> Translation {
-    translate_with(resources, settings, &Carried::default())
+    translate_with(
+        resources,
+        settings,
+        &Carried::default(),
+        &ListenerCerts::default(),
+    )
 }
 
 /// [`translate`], taking over the previous snapshot's endpoint load state (so a reload keeps
 /// in-flight counts and ejections) and its unchanged upstream TLS configs (so it keeps their
-/// TLS session caches).
+/// TLS session caches), and falling back on the previous translation's listener certificates
+/// (`last_good`, its [`Translation::listener_certs`]) for Secrets that went bad.
 pub fn translate_with(
     resources: &Resources,
     settings: &Settings,
     carried: &Carried,
+    last_good: &ListenerCerts,
 ) -> Translation {
     let mut status = Statuses::default();
     let classes = gateway::gateway_classes(resources, settings, &mut status.gateway_classes);
-    let mut gateways = gateway::gateways(resources, settings, &classes);
+    let mut gateways = gateway::gateways(resources, settings, &classes, last_good);
     let index: BTreeMap<ObjectRef, usize> = gateways
         .iter()
         .enumerate()
@@ -193,10 +206,26 @@ pub fn translate_with(
         .iter()
         .map(|gw| tls_summary(&gw.key, &gw.tls))
         .collect();
+    let mut listener_certs = ListenerCerts::default();
+    let mut kept_certs = vec![];
+    for gw in &gateways {
+        for l in &gw.listeners {
+            for (secret, cert) in &l.certs {
+                let id = ListenerId {
+                    gateway: gw.key.clone(),
+                    name: l.name.clone(),
+                };
+                listener_certs.insert(id, secret.clone(), cert.clone());
+            }
+            kept_certs.extend(l.kept.iter().cloned());
+        }
+    }
     Translation {
         snapshot,
         status,
         tls,
+        listener_certs,
+        kept_certs,
     }
 }
 
@@ -245,7 +274,7 @@ fn snapshot(
                 certs: (protocol == Protocol::Https).then(CertTable::default),
             });
             if let Some(certs) = &mut port.certs {
-                for c in &l.certs {
+                for (_, c) in &l.certs {
                     let names: Vec<String> = l
                         .hostname
                         .iter()

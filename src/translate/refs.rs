@@ -15,7 +15,9 @@ use super::api::{CORE_GROUP, EndpointSlice, Secret, Service, ServicePort};
 use super::backend_tls::{BackendTlsResolver, TlsKey};
 use super::mesh::TlsCtx;
 use super::resources::Resources;
-use crate::model::{AppProtocol, Backend, BackendId, Endpoint, EndpointPool, ObjectRef};
+use crate::model::{
+    AppProtocol, Backend, BackendId, Endpoint, EndpointPool, ListenerId, ObjectRef,
+};
 
 /// The label an EndpointSlice carries to name its Service.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
@@ -78,6 +80,14 @@ pub enum CertError {
     KeyMismatch(ObjectRef),
 }
 
+impl CertError {
+    /// Whether the Secret exists but holds no usable certificate and key (a bad rotation), as
+    /// opposed to being gone.
+    pub fn is_invalid_secret(&self) -> bool {
+        !matches!(self, Self::NotFound(_))
+    }
+}
+
 /// Resolves Service ports to backends, one `Arc<Backend>` per (Service, port, TLS decision),
 /// shared by every rule and mirror that names it. The same Service port reached from a meshed
 /// and a plain route is two backends (with the same endpoints and load state).
@@ -98,6 +108,24 @@ pub struct Backends<'a> {
 pub struct Certs<'a> {
     resources: &'a Resources,
     cache: BTreeMap<ObjectRef, ServerCert>,
+    /// The previous translation's certificates, for Secrets that went bad since.
+    last_good: &'a ListenerCerts,
+}
+
+/// The usable certificate behind every listener certificateRef, by listener and Secret. A
+/// translation returns it; the publisher hands it to the next translation, which serves the
+/// last good certificate of a listener whose Secret went bad (a bad rotation must not take
+/// HTTPS down). It is an input value, so translation stays pure. `Debug` shows only the keys.
+#[derive(Clone, Default)]
+pub struct ListenerCerts(BTreeMap<(ListenerId, ObjectRef), ServerCert>);
+
+/// A certificateRef whose Secret is invalid, served with its last good certificate.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeptCert {
+    pub listener: ListenerId,
+    pub secret: ObjectRef,
+    /// Why the Secret is unusable (names the Secret, never its content).
+    pub error: String,
 }
 
 // === ReferenceGrant ===
@@ -262,11 +290,20 @@ pub fn is_core_group(group: Option<&str>) -> bool {
 // === Secret -> certificate ===
 
 impl<'a> Certs<'a> {
-    pub fn new(resources: &'a Resources) -> Self {
+    pub fn new(resources: &'a Resources, last_good: &'a ListenerCerts) -> Self {
         Self {
             resources,
             cache: BTreeMap::new(),
+            last_good,
         }
+    }
+
+    /// The certificate `listener` served from `secret` in the previous translation.
+    pub fn last_good(&self, listener: &ListenerId, secret: &ObjectRef) -> Option<ServerCert> {
+        self.last_good
+            .0
+            .get(&(listener.clone(), secret.clone()))
+            .cloned()
     }
 
     pub fn get(&mut self, secret: &ObjectRef) -> Result<ServerCert, CertError> {
@@ -353,6 +390,31 @@ fn dns_names(cert: &CertificateDer<'_>) -> Option<Vec<String>> {
     let mut seen = std::collections::BTreeSet::new();
     names.retain(|n| seen.insert(n.clone()));
     Some(names)
+}
+
+// === impl ListenerCerts ===
+
+impl ListenerCerts {
+    pub fn insert(&mut self, listener: ListenerId, secret: ObjectRef, cert: ServerCert) {
+        self.0.insert((listener, secret), cert);
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// Only the listener and Secret names; certificates and keys never leave the process.
+impl std::fmt::Debug for ListenerCerts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.0.keys().map(|(l, s)| format!("{l}: {s}")))
+            .finish()
+    }
 }
 
 #[cfg(test)]

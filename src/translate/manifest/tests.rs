@@ -189,3 +189,33 @@ data: {k: v}
         (1, 1, 1, 1, 1)
     );
 }
+
+#[test]
+fn a_type_error_names_the_object_and_the_field_path() {
+    let text = "apiVersion: v1\nkind: Namespace\nmetadata: {name: a}\n---\n\
+                apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\n\
+                metadata: {name: web, namespace: shop}\n\
+                spec:\n  parentRefs: [{name: gw}]\n  rules:\n\
+                \x20 - matches: [{path: {type: PathPrefix, value: /}}]\n\
+                \x20 - matches:\n    - path: {type: Prefixx, value: /a}\n";
+    let (_, out) = parse(text);
+    let e = out.unwrap_err().to_string();
+    assert!(
+        e.starts_with("document 2 (line 13): invalid HTTPRoute shop/web: "),
+        "{e}"
+    );
+    assert!(
+        e.contains("spec.rules[1].matches[0].path.type: unknown variant"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_type_error_in_a_gateway_names_the_field_path() {
+    let text = "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: g}\n\
+                spec:\n  gatewayClassName: pier\n  listeners:\n  - name: l\n    port: not-a-number\n    protocol: HTTP\n";
+    let (_, out) = parse(text);
+    let e = out.unwrap_err().to_string();
+    assert!(e.contains("invalid Gateway default/g: "), "{e}");
+    assert!(e.contains("spec.listeners[0].port: "), "{e}");
+}

@@ -816,7 +816,7 @@ fn a_reload_with_unchanged_trust_reuses_the_config_and_a_new_bundle_does_not() {
     let more = format!("{yaml}---\n{}", http_route("plain", "extra", "{}", "site"));
     let carried = first.snapshot.carried();
     assert_eq!(carried.tls_configs.len(), 1, "one distinct mesh config");
-    let second = translate_with(&resources(&more), &settings, &carried);
+    let second = translate_with(&resources(&more), &settings, &carried, &Default::default());
     assert!(Arc::ptr_eq(&before, &tls_config(&second, "app", "api")));
     assert!(Arc::ptr_eq(&before, &tls_config(&second, "default", "web")));
 
@@ -832,7 +832,12 @@ fn a_reload_with_unchanged_trust_reuses_the_config_and_a_new_bundle_does_not() {
         ),
     );
     assert_ne!(rotated, yaml, "the bundle was replaced");
-    let third = translate_with(&resources(&rotated), &settings, &second.snapshot.carried());
+    let third = translate_with(
+        &resources(&rotated),
+        &settings,
+        &second.snapshot.carried(),
+        &Default::default(),
+    );
     assert!(!Arc::ptr_eq(&before, &tls_config(&third, "app", "api")));
     assert_ne!(
         trust_key(&first, "app", "api"),
