@@ -404,6 +404,11 @@ start_pier() {
     log "GatewayClass $GATEWAY_CLASS not Accepted by pier (continuing: the suite reports it)"
 }
 
+# Tests the harness cannot run yet, with why (docs/conformance.md lists them):
+# the three mirror tests read the mirror backends' Pod logs (`kubectl logs`), which needs a
+# kubelet log endpoint the node agent does not serve yet.
+SKIP_TESTS=${PIER_CONFORMANCE_SKIP:-HTTPRouteRequestMirror,HTTPRouteRequestMultipleMirrors,HTTPRouteRequestPercentageMirror}
+
 run_suite() {
   mkdir -p "$REPO/conformance"
   local report=$REPO/conformance/report-v$GATEWAY_API_VERSION.yaml t0 rc=0
@@ -418,7 +423,7 @@ run_suite() {
     -gateway-class "$GATEWAY_CLASS" -conformance-profiles GATEWAY-HTTP \
     -organization pier -project pier -url https://github.com/pier-gateway/pier -version "v$version" \
     -contact https://github.com/pier-gateway/pier/issues -report-output "$report" \
-    ${PIER_CONFORMANCE_ARGS:-} 2>&1 | tee "$RUN/suite.log" >&2) || rc=$?
+    -skip-tests "$SKIP_TESTS" ${PIER_CONFORMANCE_ARGS:-} 2>&1 | tee "$RUN/suite.log" >&2) || rc=$?
   log "suite finished in $(elapsed "$t0") with exit code $rc"
   if [ -f "$report" ]; then log "report: $report"; else log "no report written"; fi
   return "$rc"

@@ -363,7 +363,10 @@ mod tests {
         else {
             panic!("not check")
         };
-        assert_eq!(c.manifest_limits.limits(), crate::source::files::Limits::default());
+        assert_eq!(
+            c.manifest_limits.limits(),
+            crate::source::files::Limits::default()
+        );
         let Command::Check(c) = Cli::try_parse_from([
             "pier",
             "check",

@@ -14,10 +14,14 @@
 //!
 //! With an address pool (`--gateway-address-pool`), each Gateway gets an address of its own
 //! instead, as a cloud load balancer per Gateway would give it: its listeners bind that
-//! address, so two Gateways may both listen on port 80. Gateways take addresses in creation
-//! order: the one `spec.addresses` names if it is in the pool and free, else (no address, or
-//! an empty value) the next free one. One that names an address outside the pool or taken
-//! is `AddressNotUsable`, one left without is `AddressNotAssigned`; neither is served.
+//! address, so two Gateways may both listen on port 80. An address, once given, stays: a
+//! Gateway whose `status.addresses` already holds a pool address keeps it (so Gateways coming
+//! and going never move the others). Then, in creation order: the address `spec.addresses`
+//! names if it is in the pool and free, else (no address, or an empty value) a free one,
+//! searched from a slot that the Gateway's name hashes to (so a restart without status, as in
+//! standalone mode, gives mostly the same addresses). One that names an address outside the
+//! pool or taken is `AddressNotUsable`, one left without is `AddressNotAssigned`; neither is
+//! served.
 
 use std::net::IpAddr;
 
@@ -68,8 +72,34 @@ impl<'a> Assigner<'a> {
         }
     }
 
-    /// The next Gateway's addresses.
-    pub fn assign(&mut self, spec: Option<&[GatewayAddresses]>) -> Addresses {
+    /// Reserves the pool address a Gateway already has (`status.addresses`), if it is in the
+    /// pool, free, and compatible with its `spec.addresses`. Call for every Gateway first.
+    pub fn keep(
+        &mut self,
+        spec: Option<&[GatewayAddresses]>,
+        previous: &[String],
+    ) -> Option<IpAddr> {
+        let wanted = wanted(spec.unwrap_or_default());
+        let ip = previous
+            .iter()
+            .filter_map(|v| v.parse::<IpAddr>().ok())
+            .find(|ip| {
+                self.pool.contains(ip)
+                    && !self.taken.contains(ip)
+                    && (wanted.is_empty() || wanted.iter().any(|w| w.parse() == Ok(*ip)))
+            })?;
+        self.taken.insert(ip);
+        Some(ip)
+    }
+
+    /// A Gateway's addresses; `kept` is what [`Assigner::keep`] reserved for it, `name` seeds
+    /// where the search for a free address starts.
+    pub fn assign(
+        &mut self,
+        spec: Option<&[GatewayAddresses]>,
+        kept: Option<IpAddr>,
+        name: &str,
+    ) -> Addresses {
         if self.pool.is_empty() {
             return resolve(spec, self.advertised);
         }
@@ -92,14 +122,15 @@ impl<'a> Assigner<'a> {
                 unsupported.join(", ")
             ));
         }
-        let wanted: Vec<&str> = spec
-            .iter()
-            .filter(|a| a.r#type.as_deref().unwrap_or(IP_ADDRESS) == IP_ADDRESS)
-            .filter_map(|a| a.value.as_deref().filter(|v| !v.is_empty()))
-            .collect();
-        let pick = if wanted.is_empty() {
-            self.pool
+        let wanted = wanted(spec);
+        let pick = if kept.is_some() {
+            kept
+        } else if wanted.is_empty() {
+            let start = slot(name, self.pool.len());
+            let (after, before) = self.pool.split_at(start);
+            after
                 .iter()
+                .chain(before)
                 .copied()
                 .find(|ip| !self.taken.contains(ip))
         } else {
@@ -135,6 +166,23 @@ impl<'a> Assigner<'a> {
         }
         out
     }
+}
+
+/// The IP address values `spec.addresses` names.
+fn wanted(spec: &[GatewayAddresses]) -> Vec<&str> {
+    spec.iter()
+        .filter(|a| a.r#type.as_deref().unwrap_or(IP_ADDRESS) == IP_ADDRESS)
+        .filter_map(|a| a.value.as_deref().filter(|v| !v.is_empty()))
+        .collect()
+}
+
+/// Where the search for a free pool address starts for Gateway `name` (FNV-1a: stable across
+/// runs and builds).
+fn slot(name: &str, len: usize) -> usize {
+    let h = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    });
+    (h % len.max(1) as u64) as usize
 }
 
 /// Parses `--gateway-address-pool` entries: IP addresses and IPv4 CIDR blocks (at most 4096
@@ -304,22 +352,36 @@ mod tests {
         // A /30's network and broadcast addresses are left out.
         assert_eq!(pool, ips(&["10.244.1.1", "10.244.1.2", "10.244.2.7"]));
         let mut a = Assigner::new(&[], &pool);
-        let first = a.assign(None);
-        assert_eq!(first.bind, Some("10.244.1.1".parse().unwrap()));
+        // A Gateway that already has 10.244.1.1 (its status) keeps it.
+        let kept = a.keep(None, &["10.244.1.1".into()]);
+        assert_eq!(kept, Some("10.244.1.1".parse().unwrap()));
+        let first = a.assign(None, kept, "ns/first");
         assert_eq!(values(&first), ["10.244.1.1"]);
         // A named pool address; then a taken one and one outside the pool are not usable.
-        let named = a.assign(Some(&[addr(Some("IPAddress"), Some("10.244.2.7"))]));
+        let spec = [addr(Some("IPAddress"), Some("10.244.2.7"))];
+        let named = a.assign(Some(&spec), None, "ns/b");
         assert_eq!(named.bind, Some("10.244.2.7".parse().unwrap()));
-        let taken = a.assign(Some(&[addr(None, Some("10.244.1.1"))]));
+        let taken = a.assign(Some(&[addr(None, Some("10.244.1.1"))]), None, "ns/c");
         assert!(taken.unbound && taken.not_usable.is_some());
-        let outside = a.assign(Some(&[addr(None, Some("192.0.2.1"))]));
+        let outside = a.assign(Some(&[addr(None, Some("192.0.2.1"))]), None, "ns/d");
         assert!(outside.unbound && outside.not_usable.is_some());
-        // An empty value takes the next free one; then the pool runs out.
-        let empty = a.assign(Some(&[addr(Some("IPAddress"), None)]));
+        // An empty value takes the one free address left; then the pool runs out.
+        let empty = a.assign(Some(&[addr(Some("IPAddress"), None)]), None, "ns/e");
         assert_eq!(empty.bind, Some("10.244.1.2".parse().unwrap()));
-        let none = a.assign(None);
+        let none = a.assign(None, None, "ns/f");
         assert!(none.unbound && none.not_assigned.is_some());
         assert!(parse_pool(&["10.0.0.0/8".into()]).is_err());
+    }
+
+    #[test]
+    fn a_new_address_does_not_depend_on_which_other_gateways_exist() {
+        let pool = parse_pool(&["10.244.1.0/24".into()]).unwrap();
+        let alone = Assigner::new(&[], &pool).assign(None, None, "ns/late").bind;
+        let mut crowded = Assigner::new(&[], &pool);
+        crowded.assign(None, None, "ns/early-1");
+        crowded.assign(None, None, "ns/early-2");
+        // (Unless an earlier Gateway took its slot: then the next free one.)
+        assert_eq!(crowded.assign(None, None, "ns/late").bind, alone);
     }
 
     #[test]

@@ -493,7 +493,75 @@ impl BackendTlsResolver<'_> {
                 },
             );
         }
+        self.conflicted(controller_name, &mut out);
         out
+    }
+
+    /// Policies that lost to an older one for the same Service and section: `Accepted` False,
+    /// reason `Conflicted`, under the Gateways where the winner applied.
+    fn conflicted(
+        &self,
+        controller_name: &str,
+        out: &mut BTreeMap<ObjectRef, BackendTlsPolicyStatus>,
+    ) {
+        for ((ns, service), list) in &self.targets {
+            // `list` is oldest first: the first of each section wins.
+            let mut winners: BTreeMap<&Option<String>, &ObjectRef> = BTreeMap::new();
+            for t in list {
+                let Some(winner) = winners.get(&t.section).copied() else {
+                    winners.insert(&t.section, &t.policy);
+                    continue;
+                };
+                if winner == &t.policy || out.contains_key(&t.policy) {
+                    continue;
+                }
+                let (Some(gateways), Some(policy)) = (
+                    self.used.get(winner),
+                    self.resources
+                        .backend_tls_policies
+                        .get(&(t.policy.namespace.clone(), t.policy.name.clone())),
+                ) else {
+                    continue;
+                };
+                let generation = policy.metadata.generation;
+                let target = match &t.section {
+                    Some(s) => format!("{ns}/{service} port {s}"),
+                    None => format!("{ns}/{service}"),
+                };
+                let message = format!("BackendTLSPolicy {winner} is older and targets {target}");
+                let conditions = || {
+                    vec![PolicyCondition::new(
+                        PolicyConditionType::Accepted,
+                        false,
+                        PolicyConditionReason::Conflicted,
+                        message.clone(),
+                        generation,
+                    )]
+                };
+                let ancestors = gateways
+                    .iter()
+                    .map(|gw| PolicyAncestorStatus {
+                        ancestor_ref: ParentRef {
+                            group: Some(GATEWAY_GROUP.to_string()),
+                            kind: Some("Gateway".to_string()),
+                            namespace: Some(gw.namespace.clone()),
+                            name: gw.name.clone(),
+                            section_name: None,
+                            port: None,
+                        },
+                        controller_name: controller_name.to_string(),
+                        conditions: conditions(),
+                    })
+                    .collect();
+                out.insert(
+                    t.policy.clone(),
+                    BackendTlsPolicyStatus {
+                        generation,
+                        ancestors,
+                    },
+                );
+            }
+        }
     }
 }
 

@@ -159,11 +159,17 @@ pub fn gateways(
     });
     let mut certs = Certs::new(resources, last_good);
     let mut assigner = addresses::Assigner::new(&settings.advertise, &settings.address_pool);
+    // Addresses already given stay with their Gateways before any new one is handed out.
+    let kept: Vec<_> = selected
+        .iter()
+        .map(|(gw, _)| assigner.keep(gw.spec.base.addresses.as_deref(), &status_addresses(gw)))
+        .collect();
     let mut states: Vec<GatewayState> = selected
         .into_iter()
-        .map(|(gw, key)| GatewayState {
+        .zip(kept)
+        .map(|((gw, key), kept)| GatewayState {
             tls: mesh::gateway_tls(resources, settings, &key, gw),
-            addresses: assigner.assign(gw.spec.base.addresses.as_deref()),
+            addresses: assigner.assign(gw.spec.base.addresses.as_deref(), kept, &key.to_string()),
             listeners: gw
                 .spec
                 .base
@@ -177,6 +183,15 @@ pub fn gateways(
         .collect();
     detect_conflicts(&mut states);
     states
+}
+
+/// The addresses the Gateway's status reports (pier wrote them).
+fn status_addresses(gw: &Gateway) -> Vec<String> {
+    gw.status
+        .iter()
+        .flat_map(|s| s.addresses.iter().flatten())
+        .map(|a| a.value.clone())
+        .collect()
 }
 
 fn listener(

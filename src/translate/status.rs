@@ -59,6 +59,8 @@ pub enum PolicyConditionReason {
     ResolvedRefs,
     InvalidCACertificateRef,
     InvalidKind,
+    /// An older policy targets the same Service (and section): this one is not applied.
+    Conflicted,
 }
 
 /// GatewayClass condition types: upstream's, plus `SupportedVersion`, which the implementers

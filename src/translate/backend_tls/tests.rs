@@ -135,6 +135,19 @@ fn section_name_policy_beats_whole_service_policy_then_oldest_wins() {
     );
     let t = run(&ca, "", &format!("{whole}---\n{newer}"));
     assert_eq!(tls(&t).server_name.to_str(), "whole.example");
+    // The newer one is reported as Conflicted (upstream's BackendTLSPolicyConflictResolution);
+    // the older one as Accepted.
+    let accepted = |name: &str| {
+        let s = &t.status.backend_tls_policies[&crate::model::ObjectRef::new("default", name)];
+        let c = s.ancestors[0]
+            .conditions
+            .iter()
+            .find(|c| c.type_.to_string() == "Accepted")
+            .unwrap();
+        (c.status, c.reason.to_string())
+    };
+    assert_eq!(accepted("a-whole"), (true, "Accepted".to_string()));
+    assert_eq!(accepted("a-newer"), (false, "Conflicted".to_string()));
 }
 
 #[test]
