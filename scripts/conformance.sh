@@ -410,8 +410,8 @@ start_pier() {
 SKIP_TESTS=${PIER_CONFORMANCE_SKIP:-HTTPRouteRequestMirror,HTTPRouteRequestMultipleMirrors,HTTPRouteRequestPercentageMirror}
 
 run_suite() {
-  mkdir -p "$REPO/conformance"
-  local report=$REPO/conformance/report-v$GATEWAY_API_VERSION.yaml t0 rc=0
+  mkdir -p "$REPO/docs/conformance"
+  local report=$REPO/docs/conformance/report-v$GATEWAY_API_VERSION.yaml t0 rc=0
   local version
   version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
   t0=$(date +%s)
