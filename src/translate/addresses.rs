@@ -127,7 +127,7 @@ impl<'a> Assigner<'a> {
             kept
         } else if wanted.is_empty() {
             let start = slot(name, self.pool.len());
-            let (after, before) = self.pool.split_at(start);
+            let (before, after) = self.pool.split_at(start);
             after
                 .iter()
                 .chain(before)

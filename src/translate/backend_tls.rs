@@ -472,18 +472,7 @@ impl BackendTlsResolver<'_> {
             let generation = policy.metadata.generation;
             let ancestors = gateways
                 .iter()
-                .map(|gw| PolicyAncestorStatus {
-                    ancestor_ref: ParentRef {
-                        group: Some(GATEWAY_GROUP.to_string()),
-                        kind: Some("Gateway".to_string()),
-                        namespace: Some(gw.namespace.clone()),
-                        name: gw.name.clone(),
-                        section_name: None,
-                        port: None,
-                    },
-                    controller_name: controller_name.to_string(),
-                    conditions: policy_conditions(parsed, generation),
-                })
+                .map(|gw| ancestor(gw, controller_name, policy_conditions(parsed, generation)))
                 .collect();
             out.insert(
                 key.clone(),
@@ -540,18 +529,7 @@ impl BackendTlsResolver<'_> {
                 };
                 let ancestors = gateways
                     .iter()
-                    .map(|gw| PolicyAncestorStatus {
-                        ancestor_ref: ParentRef {
-                            group: Some(GATEWAY_GROUP.to_string()),
-                            kind: Some("Gateway".to_string()),
-                            namespace: Some(gw.namespace.clone()),
-                            name: gw.name.clone(),
-                            section_name: None,
-                            port: None,
-                        },
-                        controller_name: controller_name.to_string(),
-                        conditions: conditions(),
-                    })
+                    .map(|gw| ancestor(gw, controller_name, conditions()))
                     .collect();
                 out.insert(
                     t.policy.clone(),
@@ -562,6 +540,26 @@ impl BackendTlsResolver<'_> {
                 );
             }
         }
+    }
+}
+
+/// A policy's status entry under Gateway `gw`.
+fn ancestor(
+    gw: &ObjectRef,
+    controller_name: &str,
+    conditions: Vec<PolicyCondition>,
+) -> PolicyAncestorStatus {
+    PolicyAncestorStatus {
+        ancestor_ref: ParentRef {
+            group: Some(GATEWAY_GROUP.to_string()),
+            kind: Some("Gateway".to_string()),
+            namespace: Some(gw.namespace.clone()),
+            name: gw.name.clone(),
+            section_name: None,
+            port: None,
+        },
+        controller_name: controller_name.to_string(),
+        conditions,
     }
 }
 
