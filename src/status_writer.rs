@@ -78,6 +78,7 @@ pub const SUPPORTED_FEATURES: &[&str] = &[
     "BackendTLSPolicy",
     "BackendTLSPolicySANValidation",
     "Gateway",
+    "GatewayAddressEmpty",
     "GatewayBackendClientCertificate",
     "GatewayHTTPListenerIsolation",
     "GatewayHTTPSListenerDetectMisdirectedRequests",
