@@ -104,24 +104,10 @@ impl<'a> Assigner<'a> {
             return resolve(spec, self.advertised);
         }
         let spec = spec.unwrap_or_default();
-        let mut out = Addresses::default();
-        let unsupported: Vec<String> = spec
-            .iter()
-            .filter(|a| a.r#type.as_deref().unwrap_or(IP_ADDRESS) != IP_ADDRESS)
-            .map(|a| {
-                format!(
-                    "{} {}",
-                    a.r#type.as_deref().unwrap_or(""),
-                    a.value.as_deref().unwrap_or("")
-                )
-            })
-            .collect();
-        if !unsupported.is_empty() {
-            out.unsupported = Some(format!(
-                "pier supports only IPAddress addresses; unsupported: {}",
-                unsupported.join(", ")
-            ));
-        }
+        let mut out = Addresses {
+            unsupported: unsupported(spec),
+            ..Addresses::default()
+        };
         let wanted = wanted(spec);
         let pick = if kept.is_some() {
             kept
@@ -151,10 +137,7 @@ impl<'a> Assigner<'a> {
             Some(ip) => {
                 self.taken.insert(ip);
                 out.bind = Some(ip);
-                out.status = vec![StatusAddress {
-                    type_: IP_ADDRESS,
-                    value: ip.to_string(),
-                }];
+                out.status = vec![StatusAddress::ip(ip)];
             }
             None => {
                 out.unbound = true;
@@ -166,6 +149,32 @@ impl<'a> Assigner<'a> {
         }
         out
     }
+}
+
+impl StatusAddress {
+    fn ip(ip: IpAddr) -> Self {
+        Self {
+            type_: IP_ADDRESS,
+            value: ip.to_string(),
+        }
+    }
+}
+
+/// `Accepted=False`'s message when `spec.addresses` has a type other than `IPAddress`.
+fn unsupported(spec: &[GatewayAddresses]) -> Option<String> {
+    let types: Vec<String> = spec
+        .iter()
+        .filter_map(|a| {
+            let type_ = a.r#type.as_deref().unwrap_or(IP_ADDRESS);
+            (type_ != IP_ADDRESS).then(|| format!("{type_} {}", a.value.as_deref().unwrap_or("")))
+        })
+        .collect();
+    (!types.is_empty()).then(|| {
+        format!(
+            "pier supports only IPAddress addresses; unsupported: {}",
+            types.join(", ")
+        )
+    })
 }
 
 /// The IP address values `spec.addresses` names.
@@ -217,10 +226,7 @@ pub fn resolve(spec: Option<&[GatewayAddresses]>, advertised: &[IpAddr]) -> Addr
     let all = || {
         advertised
             .iter()
-            .map(|ip| StatusAddress {
-                type_: IP_ADDRESS,
-                value: ip.to_string(),
-            })
+            .map(|ip| StatusAddress::ip(*ip))
             .collect::<Vec<_>>()
     };
     let spec = spec.unwrap_or_default();
@@ -230,13 +236,13 @@ pub fn resolve(spec: Option<&[GatewayAddresses]>, advertised: &[IpAddr]) -> Addr
             ..Addresses::default()
         };
     }
-    let mut out = Addresses::default();
-    let mut unsupported = vec![];
+    let mut out = Addresses {
+        unsupported: unsupported(spec),
+        ..Addresses::default()
+    };
     let mut not_usable = vec![];
     for a in spec {
-        let type_ = a.r#type.as_deref().unwrap_or(IP_ADDRESS);
-        if type_ != IP_ADDRESS {
-            unsupported.push(format!("{type_} {}", a.value.as_deref().unwrap_or("")));
+        if a.r#type.as_deref().unwrap_or(IP_ADDRESS) != IP_ADDRESS {
             continue;
         }
         match a.value.as_deref().filter(|v| !v.is_empty()) {
@@ -256,10 +262,7 @@ pub fn resolve(spec: Option<&[GatewayAddresses]>, advertised: &[IpAddr]) -> Addr
             }
             Some(v) => match v.parse::<IpAddr>() {
                 Ok(ip) if advertised.contains(&ip) => {
-                    let s = StatusAddress {
-                        type_: IP_ADDRESS,
-                        value: ip.to_string(),
-                    };
+                    let s = StatusAddress::ip(ip);
                     if !out.status.contains(&s) {
                         out.status.push(s);
                     }
@@ -267,12 +270,6 @@ pub fn resolve(spec: Option<&[GatewayAddresses]>, advertised: &[IpAddr]) -> Addr
                 _ => not_usable.push(v.to_string()),
             },
         }
-    }
-    if !unsupported.is_empty() {
-        out.unsupported = Some(format!(
-            "pier supports only IPAddress addresses; unsupported: {}",
-            unsupported.join(", ")
-        ));
     }
     if !not_usable.is_empty() {
         let have: Vec<String> = advertised.iter().map(IpAddr::to_string).collect();
