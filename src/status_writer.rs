@@ -35,7 +35,7 @@ mod lease;
 mod render;
 mod version;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -60,6 +60,7 @@ pub use self::version::{BundleVersion, MIN_SUPPORTED};
 use crate::model::ObjectRef;
 use crate::source::kube::Stores;
 use crate::translate::api::{GATEWAY_GROUP, ObjectMeta, Time, Timestamp};
+use crate::translate::status::HttpRouteStatus;
 use crate::translate::{Settings, Statuses};
 
 /// The one field manager pier's status patches use.
@@ -77,6 +78,8 @@ const VERSION_EVERY: Duration = Duration::from_secs(300);
 pub const SUPPORTED_FEATURES: &[&str] = &[
     "BackendTLSPolicy",
     "BackendTLSPolicySANValidation",
+    "GRPCRoute",
+    "GRPCRouteNamedRouteRule",
     "Gateway",
     "GatewayAddressEmpty",
     "GatewayBackendClientCertificate",
@@ -93,6 +96,7 @@ pub const SUPPORTED_FEATURES: &[&str] = &[
     "HTTPRouteBackendTimeout",
     "HTTPRouteHostRewrite",
     "HTTPRouteMethodMatching",
+    "HTTPRouteNamedRouteRule",
     "HTTPRouteParentRefPort",
     "HTTPRoutePathRedirect",
     "HTTPRoutePathRewrite",
@@ -153,6 +157,7 @@ pub enum PatchKind {
     GatewayClass,
     Gateway,
     HttpRoute,
+    GrpcRoute,
     BackendTlsPolicy,
 }
 
@@ -189,6 +194,7 @@ enum JobKey {
     GatewayClass(String),
     Gateway(ObjectRef),
     HttpRoute(ObjectRef),
+    GrpcRoute(ObjectRef),
     BackendTlsPolicy(ObjectRef),
 }
 
@@ -274,6 +280,7 @@ impl EncodeLabelValue for PatchKind {
             Self::GatewayClass => "GatewayClass",
             Self::Gateway => "Gateway",
             Self::HttpRoute => "HTTPRoute",
+            Self::GrpcRoute => "GRPCRoute",
             Self::BackendTlsPolicy => "BackendTLSPolicy",
         })
     }
@@ -373,6 +380,7 @@ impl JobKey {
             Self::GatewayClass(_) => PatchKind::GatewayClass,
             Self::Gateway(_) => PatchKind::Gateway,
             Self::HttpRoute(_) => PatchKind::HttpRoute,
+            Self::GrpcRoute(_) => PatchKind::GrpcRoute,
             Self::BackendTlsPolicy(_) => PatchKind::BackendTlsPolicy,
         }
     }
@@ -381,9 +389,10 @@ impl JobKey {
     fn object(&self) -> (Option<&str>, &str) {
         match self {
             Self::GatewayClass(name) => (None, name),
-            Self::Gateway(r) | Self::HttpRoute(r) | Self::BackendTlsPolicy(r) => {
-                (Some(&r.namespace), &r.name)
-            }
+            Self::Gateway(r)
+            | Self::HttpRoute(r)
+            | Self::GrpcRoute(r)
+            | Self::BackendTlsPolicy(r) => (Some(&r.namespace), &r.name),
         }
     }
 
@@ -392,6 +401,7 @@ impl JobKey {
             PatchKind::GatewayClass => ("GatewayClass", "gatewayclasses"),
             PatchKind::Gateway => ("Gateway", "gateways"),
             PatchKind::HttpRoute => ("HTTPRoute", "httproutes"),
+            PatchKind::GrpcRoute => ("GRPCRoute", "grpcroutes"),
             PatchKind::BackendTlsPolicy => ("BackendTLSPolicy", "backendtlspolicies"),
         };
         ApiResource {
@@ -445,6 +455,7 @@ impl Planner {
                 JobKey::GatewayClass(n) => desired.gateway_classes.contains_key(n),
                 JobKey::Gateway(r) => desired.gateways.contains_key(r),
                 JobKey::HttpRoute(r) => desired.http_routes.contains_key(r),
+                JobKey::GrpcRoute(r) => desired.grpc_routes.contains_key(r),
                 JobKey::BackendTlsPolicy(r) => desired.backend_tls_policies.contains_key(r),
             });
         }
@@ -480,18 +491,15 @@ impl Planner {
                 jobs.push(job);
             }
         }
-        for (r, want) in &desired.http_routes {
-            let Some(guard) = object(&stores.http_routes, Some(&r.namespace), &r.name) else {
-                continue;
-            };
-            let Ok(o) = &guard.0 else { continue };
-            let key = JobKey::HttpRoute(r.clone());
-            if let Some(job) = memo.consider(key, &o.metadata, tracker, || {
-                render::http_route(&r.namespace, want, &to_json(&o.status), ctx)
-            }) {
-                jobs.push(job);
-            }
-        }
+        let routes = RouteJobs { tracker, ctx };
+        let http = (&desired.http_routes, &stores.http_routes);
+        routes.plan(memo, &mut jobs, http, JobKey::HttpRoute, |o| {
+            to_json(&o.status)
+        });
+        let grpc = (&desired.grpc_routes, &stores.grpc_routes);
+        routes.plan(memo, &mut jobs, grpc, JobKey::GrpcRoute, |o| {
+            to_json(&o.status)
+        });
         for (r, want) in &desired.backend_tls_policies {
             let Some(guard) = object(&stores.backend_tls_policies, Some(&r.namespace), &r.name)
             else {
@@ -506,6 +514,40 @@ impl Planner {
             }
         }
         jobs
+    }
+}
+
+/// Plans the jobs of one route kind (HTTPRoute and GRPCRoute statuses have one shape).
+struct RouteJobs<'a> {
+    tracker: &'a Mutex<Tracker>,
+    ctx: render::Ctx<'a>,
+}
+
+impl RouteJobs<'_> {
+    fn plan<K>(
+        &self,
+        memo: &mut Memo,
+        jobs: &mut Vec<Job>,
+        (desired, store): (
+            &BTreeMap<ObjectRef, HttpRouteStatus>,
+            &Store<DeserializeGuard<K>>,
+        ),
+        key: fn(ObjectRef) -> JobKey,
+        observed: impl Fn(&K) -> Value,
+    ) where
+        K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + Send + Sync + 'static,
+    {
+        for (r, want) in desired {
+            let Some(guard) = object(store, Some(&r.namespace), &r.name) else {
+                continue;
+            };
+            let Ok(o) = &guard.0 else { continue };
+            if let Some(job) = memo.consider(key(r.clone()), o.meta(), self.tracker, || {
+                render::http_route(&r.namespace, want, &observed(o), self.ctx)
+            }) {
+                jobs.push(job);
+            }
+        }
     }
 }
 
@@ -734,8 +776,10 @@ impl Worker {
         }
         // Routes and policies: the merged list (parents, ancestors) is only right for the
         // version it was merged from.
-        if matches!(kind, PatchKind::HttpRoute | PatchKind::BackendTlsPolicy)
-            && let Some(rv) = &job.resource_version
+        if matches!(
+            kind,
+            PatchKind::HttpRoute | PatchKind::GrpcRoute | PatchKind::BackendTlsPolicy
+        ) && let Some(rv) = &job.resource_version
         {
             metadata["resourceVersion"] = json!(rv);
         }

@@ -38,7 +38,7 @@ impl std::fmt::Display for BackendId {
 }
 
 /// The upstream protocol, from the Service port's `appProtocol`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub enum AppProtocol {
     #[default]
     Http1,

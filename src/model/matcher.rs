@@ -5,6 +5,11 @@
 //! header matches, then the most query matches. RegularExpression precedence is
 //! implementation-specific: pier ranks it between Exact and Prefix, longer pattern first.
 //! [`MatchRank`] derives `Ord` with its fields in exactly that order.
+//!
+//! A GRPCRoute match (translated to a path match) ranks by its own rule instead: more
+//! characters of service, then of method, then more header matches ([`GrpcRank`]). An
+//! HTTPRoute and a GRPCRoute never share a hostname on a listener, so the two kinds of rank
+//! are not compared in practice.
 
 use http::{HeaderMap, HeaderName, Method};
 use regex::Regex;
@@ -28,6 +33,16 @@ pub struct RequestMatch {
     pub headers: Vec<HeaderMatch>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub query: Vec<QueryMatch>,
+    /// Set for a GRPCRoute match: its precedence replaces the path's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub grpc: Option<GrpcRank>,
+}
+
+/// GRPCRoute precedence: characters in the matching service, then in the method.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct GrpcRank {
+    pub service: usize,
+    pub method: usize,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -65,6 +80,7 @@ pub enum PathRank {
     Prefix(usize),
     RegularExpression(usize),
     Exact,
+    Grpc(GrpcRank),
 }
 
 /// Precedence of a match; greater wins. Field order is the spec's order.
@@ -98,6 +114,7 @@ impl Default for RequestMatch {
             method: None,
             headers: vec![],
             query: vec![],
+            grpc: None,
         }
     }
 }
@@ -105,7 +122,7 @@ impl Default for RequestMatch {
 impl RequestMatch {
     pub fn rank(&self) -> MatchRank {
         MatchRank {
-            path: self.path.rank(),
+            path: self.grpc.map_or_else(|| self.path.rank(), PathRank::Grpc),
             method: self.method.is_some(),
             headers: self.headers.len(),
             query: self.query.len(),

@@ -28,7 +28,9 @@ pub use backend::{
 };
 pub use filter::{Filters, HeaderModifier, Mirror, PathModifier, Redirect, UrlRewrite};
 pub use host::{HostRank, HostnameMatch};
-pub use matcher::{HeaderMatch, MatchRank, PathMatch, QueryMatch, RequestMatch, ValueMatch};
+pub use matcher::{
+    GrpcRank, HeaderMatch, MatchRank, PathMatch, QueryMatch, RequestMatch, ValueMatch,
+};
 pub use route::{Entry, RouteTable, Rule};
 pub use snapshot::{Listener, ListenerId, Port, PortKey, Protocol, Snapshot};
 pub use tls::CertTable;

@@ -30,6 +30,9 @@ use super::matcher::{MatchRank, PathMatch, RequestMatch, RequestParts};
 pub struct Rule {
     pub route: ObjectRef,
     pub index: usize,
+    /// The rule's `name` (Gateway API named route rules), for `/config` and logs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
     #[serde(skip_serializing_if = "Filters::is_empty")]
     pub filters: Filters,
     pub backends: BackendSet,

@@ -4,6 +4,11 @@
 //! Each variant has a [`ErrorKind`] (a bounded metric label) and an [`ErrorSide`]: whose fault
 //! it is. Downstream errors are 4xx, upstream errors 502/503/504, internal (configuration)
 //! errors 500. Error bodies are short plain text and never echo request data.
+//!
+//! A gRPC client (`content-type: application/grpc...`) gets the error as gRPC: HTTP 200 with
+//! `grpc-status` and `grpc-message` in a headers-only (Trailers-Only) response, as Envoy
+//! answers, so it sees UNIMPLEMENTED or UNAVAILABLE instead of an HTML-ish status it has to
+//! guess at.
 
 use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode, header};
@@ -224,6 +229,76 @@ impl ProxyError {
         );
         resp
     }
+}
+
+/// gRPC status codes pier answers with (grpc/grpc `doc/statuscodes.md`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum GrpcCode {
+    DeadlineExceeded = 4,
+    Unimplemented = 12,
+    Internal = 13,
+    Unavailable = 14,
+}
+
+impl ProxyError {
+    /// The gRPC status for this error. GRPCRoute: requests a rule cannot send to a valid
+    /// backend MUST get UNAVAILABLE; a call no route matches is UNIMPLEMENTED (as HTTP 404
+    /// maps to in gRPC's HTTP mapping).
+    pub fn grpc_code(&self) -> GrpcCode {
+        match self.kind() {
+            ErrorKind::NoListener | ErrorKind::NoRoute => GrpcCode::Unimplemented,
+            ErrorKind::BadRequest
+            | ErrorKind::BadRequestBody
+            | ErrorKind::UnsupportedTransferCoding
+            | ErrorKind::InvalidTarget => GrpcCode::Internal,
+            ErrorKind::RequestBodyTimeout
+            | ErrorKind::BackendTimeout
+            | ErrorKind::RequestTimeout => GrpcCode::DeadlineExceeded,
+            ErrorKind::Misdirected
+            | ErrorKind::NoBackends
+            | ErrorKind::InvalidBackend
+            | ErrorKind::NoEndpoints
+            | ErrorKind::TlsUnavailable
+            | ErrorKind::ConnectRefused
+            | ErrorKind::ConnectTimeout
+            | ErrorKind::ConnectOther
+            | ErrorKind::TlsHandshake
+            | ErrorKind::Upstream => GrpcCode::Unavailable,
+        }
+    }
+
+    /// The response a gRPC client sees: Trailers-Only, HTTP 200.
+    pub fn to_grpc_response(&self) -> Response<ProxyBody> {
+        let mut resp = Response::new(body::empty());
+        let h = resp.headers_mut();
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/grpc"),
+        );
+        h.insert("grpc-status", HeaderValue::from(self.grpc_code() as u16));
+        // The HTTP reason phrase: ASCII, nothing percent-encoding would change.
+        let text = self.status().canonical_reason().unwrap_or("error");
+        h.insert("grpc-message", HeaderValue::from_static(text));
+        resp
+    }
+
+    /// The response the client sees, as gRPC for a gRPC call.
+    pub fn response(&self, grpc: bool) -> Response<ProxyBody> {
+        if grpc {
+            self.to_grpc_response()
+        } else {
+            self.to_response()
+        }
+    }
+}
+
+/// Whether a request is a gRPC call (`application/grpc`, `application/grpc+proto`,
+/// `application/grpc-web...`).
+pub fn is_grpc(headers: &http::HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
 }
 
 impl std::fmt::Display for ConnectReason {

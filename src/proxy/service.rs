@@ -29,7 +29,7 @@ use rand::Rng;
 
 use super::body::{self, ClientBody, FaultCell, ProxyBody};
 use super::conn_info::ConnInfo;
-use super::error::{ConnectReason, ProxyError};
+use super::error::{ConnectReason, ProxyError, is_grpc};
 use super::headers::{self, Keep};
 use super::metrics::{Reached, Transport};
 use super::upstream::{self, InFlight, Target, UpstreamBody};
@@ -77,13 +77,14 @@ pub async fn handle(
     let snapshot = shared.snapshot.load_full();
     shared.upstream.observe(snapshot.generation);
     let log_head = shared.config.access_log.then(|| LogHead::of(&req));
+    let grpc = is_grpc(req.headers());
     let mut seen = Seen::default();
     let resp = match dispatch(&shared, &snapshot, &conn, req, &mut seen, started).await {
         Ok(resp) => resp,
         Err(error) => {
             shared.metrics.error(error.kind(), error.side());
             tracing::debug!(%error, port = conn.port, "request failed");
-            error.to_response()
+            error.response(grpc)
         }
     };
     let elapsed = started.elapsed();

@@ -100,8 +100,8 @@ pub use self::reference_grant::ReferenceGrantV1Beta1;
 use self::watch::{Changes, Ctx};
 pub use self::watch::{Reconnect, Watched};
 use crate::translate::api::{
-    BackendTlsPolicy, ClusterTrustBundle, ConfigMap, EndpointSlice, GatewayClass, HttpRoute,
-    Namespace, ReferenceGrant, Secret, Service,
+    BackendTlsPolicy, ClusterTrustBundle, ConfigMap, EndpointSlice, GatewayClass, GrpcRoute,
+    HttpRoute, Namespace, ReferenceGrant, Secret, Service,
 };
 use crate::translate::{ObjectKey, Resources};
 
@@ -140,6 +140,7 @@ pub enum WatchKind {
     GatewayClass,
     Gateway,
     HttpRoute,
+    GrpcRoute,
     ReferenceGrant,
     Namespace,
     Service,
@@ -156,6 +157,7 @@ pub struct Stores {
     pub gateway_classes: Store<DeserializeGuard<GatewayClass>>,
     pub gateways: Store<DeserializeGuard<gateway::GatewayObject>>,
     pub http_routes: Store<DeserializeGuard<HttpRoute>>,
+    pub grpc_routes: Store<DeserializeGuard<GrpcRoute>>,
     /// Filled when the API server serves ReferenceGrant `v1`...
     pub reference_grants: Store<DeserializeGuard<ReferenceGrant>>,
     /// ... else this one, from `v1beta1` (Gateway API before v1.5).
@@ -261,10 +263,11 @@ impl Default for WatchScope {
 // === impl WatchKind ===
 
 impl WatchKind {
-    pub const ALL: [Self; 11] = [
+    pub const ALL: [Self; 12] = [
         Self::GatewayClass,
         Self::Gateway,
         Self::HttpRoute,
+        Self::GrpcRoute,
         Self::ReferenceGrant,
         Self::Namespace,
         Self::Service,
@@ -279,15 +282,22 @@ impl WatchKind {
     pub fn is_gateway_api(self) -> bool {
         matches!(
             self,
-            Self::GatewayClass | Self::Gateway | Self::HttpRoute | Self::ReferenceGrant
+            Self::GatewayClass
+                | Self::Gateway
+                | Self::HttpRoute
+                | Self::GrpcRoute
+                | Self::ReferenceGrant
         )
     }
 
     /// A kind whose absence from the API server (404) is no reason to stay unready: its
-    /// objects are an addition (BackendTLSPolicy's CRD is often not installed;
-    /// ClusterTrustBundle's beta API is off by default).
+    /// objects are an addition (BackendTLSPolicy's and GRPCRoute's CRDs are often not
+    /// installed; ClusterTrustBundle's beta API is off by default).
     pub fn is_optional(self) -> bool {
-        matches!(self, Self::BackendTlsPolicy | Self::ClusterTrustBundle)
+        matches!(
+            self,
+            Self::BackendTlsPolicy | Self::GrpcRoute | Self::ClusterTrustBundle
+        )
     }
 }
 
@@ -295,6 +305,7 @@ impl std::fmt::Display for WatchKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::HttpRoute => f.write_str("HTTPRoute"),
+            Self::GrpcRoute => f.write_str("GRPCRoute"),
             Self::BackendTlsPolicy => f.write_str("BackendTLSPolicy"),
             other => std::fmt::Debug::fmt(other, f),
         }
@@ -378,6 +389,7 @@ impl KubeSource {
             ),
             gateways: tasks.watch(&ctx, W::Gateway, Spec, watcher(Api::all(c()), all())),
             http_routes: tasks.watch(&ctx, W::HttpRoute, Spec, watcher(Api::all(c()), all())),
+            grpc_routes: tasks.watch(&ctx, W::GrpcRoute, Spec, watcher(Api::all(c()), all())),
             reference_grants,
             reference_grants_v1beta1,
             namespaces: tasks.watch(
@@ -444,6 +456,7 @@ impl Default for Stores {
             gateway_classes: empty(),
             gateways: empty(),
             http_routes: empty(),
+            grpc_routes: empty(),
             reference_grants: empty(),
             reference_grants_v1beta1: empty(),
             namespaces: empty(),
@@ -467,6 +480,7 @@ impl Stores {
             gateway_classes: cluster(&self.gateway_classes),
             gateways: namespaced(&self.gateways, |g| g.0.clone()),
             http_routes: namespaced(&self.http_routes, Clone::clone),
+            grpc_routes: namespaced(&self.grpc_routes, Clone::clone),
             reference_grants,
             namespaces: self
                 .namespaces

@@ -33,6 +33,11 @@ pub use gateway_api::gateways::{
     GatewayStatus as GatewayApiStatus, GatewayTls, GatewayTlsBackend,
     GatewayTlsBackendClientCertificateRef,
 };
+pub use gateway_api::grpcroutes::{
+    GrpcRoute, GrpcRouteRules, GrpcRouteRulesMatches, GrpcRouteRulesMatchesHeaders,
+    GrpcRouteRulesMatchesHeadersType, GrpcRouteRulesMatchesMethod, GrpcRouteRulesMatchesMethodType,
+    GrpcRouteSpec,
+};
 pub use gateway_api::httproutes::{
     HttpRoute, HttpRouteParentRefs, HttpRouteRules, HttpRouteRulesBackendRefs,
     HttpRouteRulesBackendRefsFilters, HttpRouteRulesFilters,
@@ -181,5 +186,13 @@ pub fn creation_time(meta: &ObjectMeta) -> Option<Timestamp> {
 pub fn backend_filter_as_rule_filter(
     f: &HttpRouteRulesBackendRefsFilters,
 ) -> Result<HttpRouteRulesFilters, serde_json::Error> {
-    serde_json::from_value(serde_json::to_value(f)?)
+    same_shape(f)
+}
+
+/// A generated type converted into another with the same JSON shape (GRPCRoute parentRefs,
+/// filters and backendRefs are HTTPRoute's under other names).
+pub fn same_shape<A: Serialize, B: serde::de::DeserializeOwned>(
+    a: &A,
+) -> Result<B, serde_json::Error> {
+    serde_json::from_value(serde_json::to_value(a)?)
 }

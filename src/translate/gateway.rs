@@ -36,7 +36,9 @@ use crate::model::{HostnameMatch, ListenerId, ObjectRef, Protocol};
 
 mod allowed_routes;
 
-pub use allowed_routes::{AllowedRoutes, LabelSelector, NamespacePolicy, namespace_policy};
+pub use allowed_routes::{
+    AllowedRoutes, LabelSelector, NamespacePolicy, RouteKind, namespace_policy,
+};
 
 /// An in-scope Gateway, as route attachment and the snapshot need it.
 #[derive(Debug)]
@@ -215,7 +217,7 @@ fn listener(
         hostname: None,
         allowed: AllowedRoutes {
             namespaces: NamespacePolicy::Same,
-            http_route: false,
+            kinds: vec![],
         },
         supported_kinds: vec![],
         certs: vec![],
@@ -283,24 +285,30 @@ fn allowed_routes_of(state: &mut ListenerState, ar: Option<&GatewayListenersAllo
         None => (None, None),
     };
     match kinds {
-        None | Some([]) => state.supported_kinds = vec![RouteGroupKind::http_route()],
+        None | Some([]) => state.allowed.kinds = RouteKind::HTTP_LISTENER.to_vec(),
         Some(kinds) => {
             for GatewayListenersAllowedRoutesKinds { group, kind } in kinds {
                 let group = group.as_deref().unwrap_or(GATEWAY_GROUP);
-                if group == GATEWAY_GROUP && kind == "HTTPRoute" {
-                    if state.supported_kinds.is_empty() {
-                        state.supported_kinds.push(RouteGroupKind::http_route());
-                    }
-                } else {
-                    state.ref_problems.push((
+                let known = RouteKind::HTTP_LISTENER
+                    .into_iter()
+                    .find(|k| group == GATEWAY_GROUP && kind == k.name());
+                match known {
+                    Some(k) if !state.allowed.kinds.contains(&k) => state.allowed.kinds.push(k),
+                    Some(_) => {}
+                    None => state.ref_problems.push((
                         ListenerConditionReason::InvalidRouteKinds,
                         format!("route kind {} is not supported", group_kind(group, kind)),
-                    ));
+                    )),
                 }
             }
         }
     }
-    state.allowed.http_route = !state.supported_kinds.is_empty();
+    state.supported_kinds = state
+        .allowed
+        .kinds
+        .iter()
+        .map(|k| RouteGroupKind::gateway_api(k.name()))
+        .collect();
     state.allowed.namespaces = match namespace_policy(namespaces) {
         Ok(p) => p,
         Err(e) => {

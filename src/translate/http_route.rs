@@ -28,7 +28,7 @@ use super::api::{
     HttpRouteRulesBackendRefs, HttpRouteRulesFilters, HttpRouteRulesTimeouts, HttpRouteSpec,
     backend_filter_as_rule_filter,
 };
-use super::gateway::GatewayState;
+use super::gateway::{GatewayState, RouteKind};
 use super::mesh::TlsCtx;
 use super::refs::{self, BackendError, Backends, RefFrom, RefTo};
 use super::resources::Resources;
@@ -39,9 +39,13 @@ use super::status::{
 use super::{Settings, error_chain, group_kind};
 use crate::model::host::InvalidHostname;
 use crate::model::{
-    Backend, BackendId, BackendSet, BackendTarget, BackendTls, Filters, HostnameMatch, ObjectRef,
-    PathMatch, RequestMatch, Rule, Timeouts, TlsMode, TlsUnavailable, WeightedBackend,
+    Backend, BackendId, BackendSet, BackendTarget, BackendTls, Filters, GrpcRank, HostnameMatch,
+    ObjectRef, PathMatch, RequestMatch, Rule, Timeouts, TlsMode, TlsUnavailable, WeightedBackend,
 };
+
+/// The hostnames each listener (Gateway index, listener index) has given to routes so far, by
+/// route kind: an HTTPRoute and a GRPCRoute may not share a hostname on one listener.
+pub type Claims = BTreeMap<(usize, usize), Vec<(RouteKind, Vec<HostnameMatch>)>>;
 
 mod filters;
 mod matches;
@@ -59,6 +63,36 @@ pub struct RouteCtx<'a, 'b> {
     pub gateways: &'b [GatewayState],
     pub gateway_index: &'b BTreeMap<ObjectRef, usize>,
     pub backends: &'b mut Backends<'a>,
+    /// Filled as routes attach, oldest first (the older route keeps a contested hostname).
+    pub claims: Claims,
+}
+
+/// A route to translate: an HTTPRoute, or a GRPCRoute in HTTPRoute form.
+#[derive(Clone, Copy, Debug)]
+pub struct RouteSpec<'r> {
+    pub kind: RouteKind,
+    pub route: &'r HttpRoute,
+    /// GRPCRoute: each match's precedence, or why its method could not be expressed (which
+    /// makes its rule invalid, as an invalid HTTPRoute match does).
+    pub grpc_matches: &'r [GrpcMatch],
+}
+
+/// What a GRPCRoute match adds to its HTTPRoute form.
+#[derive(Clone, Debug)]
+pub struct GrpcMatch {
+    pub rule: usize,
+    pub index: usize,
+    pub rank: Result<GrpcRank, String>,
+}
+
+impl<'r> RouteSpec<'r> {
+    pub fn http(route: &'r HttpRoute) -> Self {
+        Self {
+            kind: RouteKind::Http,
+            route,
+            grpc_matches: &[],
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -126,6 +160,8 @@ pub enum BackendRefError {
 pub enum InvalidRule {
     #[error("matches[{0}]")]
     Match(usize, #[source] InvalidMatchSpec),
+    #[error("matches[{0}].method: {1}")]
+    Method(usize, String),
     #[error("filters[{0}]")]
     Filter(usize, #[source] InvalidFilter),
     #[error("backendRefs[{0}].filters[{1}]")]
@@ -136,6 +172,8 @@ pub enum InvalidRule {
     Timeout(&'static str, String),
     #[error("timeouts: backendRequest must not be longer than request")]
     BackendTimeoutTooLong,
+    #[error("name {0:?} is already the name of an earlier rule")]
+    DuplicateName(String),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -163,8 +201,10 @@ struct RefProblem {
 pub fn translate_route(
     ctx: &mut RouteCtx<'_, '_>,
     key: &ObjectRef,
-    route: &HttpRoute,
+    spec: RouteSpec<'_>,
 ) -> Option<RouteOutcome> {
+    let route = spec.route;
+    let kind = spec.kind;
     let HttpRouteSpec {
         hostnames,
         parent_refs,
@@ -195,7 +235,7 @@ pub fn translate_route(
             namespace_labels,
         )
     };
-    let mut rules = compile_rules(ctx, key, specs, tls_of(first));
+    let mut rules = compile_rules(ctx, key, spec, specs, tls_of(first));
 
     // Route-wide reasons not to attach anywhere.
     let hosts = route_hostnames(hostnames.as_deref().unwrap_or_default());
@@ -214,7 +254,7 @@ pub fn translate_route(
     for (parent, gw) in &parents {
         let accepted = match &route_problem {
             Some(p) => Err((RouteConditionReason::UnsupportedValue, p.clone())),
-            None => attach(ctx, &key.namespace, &hosts, parent, *gw),
+            None => attach(ctx, kind, &key.namespace, &hosts, parent, *gw),
         };
         let accepted = accepted.map(|found| {
             for a in found {
@@ -228,6 +268,10 @@ pub fn translate_route(
         });
         accepted_by_parent.push(accepted);
     }
+    for a in &attachments {
+        let claims = ctx.claims.entry((a.gateway, a.listener)).or_default();
+        claims.push((kind, a.hostnames.clone()));
+    }
 
     let mut groups: Vec<RuleGroup> = vec![];
     for a in attachments {
@@ -238,7 +282,7 @@ pub fn translate_route(
         let compiled = if a.gateway == first {
             std::mem::take(&mut rules.compiled)
         } else {
-            compile_rules(ctx, key, specs, tls_of(a.gateway)).compiled
+            compile_rules(ctx, key, spec, specs, tls_of(a.gateway)).compiled
         };
         groups.push(RuleGroup {
             gateway: a.gateway,
@@ -503,6 +547,7 @@ fn echo(p: &HttpRouteParentRefs) -> ParentRef {
 /// The listeners of Gateway `gw` that a parentRef selects and that take the route.
 fn attach(
     ctx: &RouteCtx<'_, '_>,
+    kind: RouteKind,
     route_ns: &str,
     route_hosts: &[HostnameMatch],
     p: &HttpRouteParentRefs,
@@ -536,12 +581,13 @@ fn attach(
     let mut any_valid = false;
     let mut hostname_mismatch = false;
     let mut namespace_denied = false;
+    let mut kind_conflict = None;
     for (i, l) in selected {
         if !l.accepts_routes() {
             continue;
         }
         any_valid = true;
-        if !l.allowed.http_route {
+        if !l.allowed.allows_kind(kind) {
             continue;
         }
         if !l
@@ -551,14 +597,24 @@ fn attach(
             namespace_denied = true;
             continue;
         }
-        match effective_hostnames(route_hosts, l.hostname.as_ref()) {
-            Some(hostnames) => out.push(Attachment {
-                gateway: gw,
-                listener: i,
-                hostnames,
-            }),
-            None => hostname_mismatch = true,
+        let Some(hostnames) = effective_hostnames(route_hosts, l.hostname.as_ref()) else {
+            hostname_mismatch = true;
+            continue;
+        };
+        let taken = ctx.claims.get(&(gw, i)).and_then(|claims| {
+            claims
+                .iter()
+                .find(|(k, hosts)| *k != kind && hostnames_overlap(hosts, &hostnames))
+        });
+        if let Some((other, _)) = taken {
+            kind_conflict = Some((l.name.clone(), *other));
+            continue;
         }
+        out.push(Attachment {
+            gateway: gw,
+            listener: i,
+            hostnames,
+        });
     }
     if !out.is_empty() {
         return Ok(out);
@@ -567,6 +623,17 @@ fn attach(
         (
             RouteConditionReason::NoMatchingParent,
             format!("no selected listener of Gateway {} is valid", gateway.key),
+        )
+    } else if let Some((listener, other)) = kind_conflict {
+        (
+            RouteConditionReason::NotAllowedByListeners,
+            format!(
+                "listener {listener:?} of Gateway {} already serves an older {} for a hostname \
+                 of this {} (an HTTPRoute and a GRPCRoute may not share a hostname)",
+                gateway.key,
+                other.name(),
+                kind.name()
+            ),
         )
     } else if hostname_mismatch {
         (
@@ -580,19 +647,26 @@ fn attach(
         (
             RouteConditionReason::NotAllowedByListeners,
             format!(
-                "the listeners of Gateway {} do not allow HTTPRoutes from namespace {route_ns}",
-                gateway.key
+                "the listeners of Gateway {} do not allow {}s from namespace {route_ns}",
+                gateway.key,
+                kind.name()
             ),
         )
     } else {
         (
             RouteConditionReason::NotAllowedByListeners,
             format!(
-                "the listeners of Gateway {} do not allow the kind HTTPRoute",
-                gateway.key
+                "the listeners of Gateway {} do not allow the kind {}",
+                gateway.key,
+                kind.name()
             ),
         )
     })
+}
+
+/// Whether two effective hostname lists (empty = any host) share a host.
+fn hostnames_overlap(a: &[HostnameMatch], b: &[HostnameMatch]) -> bool {
+    a.is_empty() || b.is_empty() || a.iter().any(|x| b.iter().any(|y| x.intersect(y).is_some()))
 }
 
 /// Route hostnames ∩ listener hostname. A route without hostnames takes the listener's (or
@@ -641,6 +715,7 @@ struct CompiledRules {
 fn compile_rules(
     ctx: &mut RouteCtx<'_, '_>,
     key: &ObjectRef,
+    route: RouteSpec<'_>,
     specs: &[HttpRouteRules],
     tls: TlsCtx<'_>,
 ) -> CompiledRules {
@@ -657,7 +732,8 @@ fn compile_rules(
         refs: vec![],
     };
     for (i, spec) in specs.iter().enumerate() {
-        let (rule, errors) = compile_rule(ctx, key, i, spec, tls, &mut out.refs);
+        let earlier = &specs[..i];
+        let (rule, errors) = compile_rule(ctx, key, route, (i, spec), earlier, tls, &mut out.refs);
         if !errors.is_empty() {
             let why: Vec<String> = errors.iter().map(|e| error_chain(e)).collect();
             out.invalid.push(format!("rules[{i}]: {}", why.join(", ")));
@@ -670,8 +746,9 @@ fn compile_rules(
 fn compile_rule(
     ctx: &mut RouteCtx<'_, '_>,
     key: &ObjectRef,
-    index: usize,
-    spec: &HttpRouteRules,
+    route: RouteSpec<'_>,
+    (index, spec): (usize, &HttpRouteRules),
+    earlier: &[HttpRouteRules],
     tls: TlsCtx<'_>,
     refs: &mut Vec<RefProblem>,
 ) -> (CompiledRule, Vec<InvalidRule>) {
@@ -679,17 +756,37 @@ fn compile_rule(
         backend_refs,
         filters,
         matches,
-        name: _,
+        name,
         timeouts,
     } = spec;
     let mut errors = vec![];
+    // Names must be unique within a route (the experimental CRD checks it; nothing checks a
+    // manifest). The later rule is the invalid one.
+    if let Some(name) = name
+        && earlier.iter().any(|s| s.name.as_ref() == Some(name))
+    {
+        errors.push(InvalidRule::DuplicateName(name.clone()));
+    }
     let mut compiled_matches = vec![];
     match matches.as_deref() {
         None | Some([]) => compiled_matches.push(RequestMatch::default()),
         Some(ms) => {
             for (i, m) in ms.iter().enumerate() {
+                let grpc = route
+                    .grpc_matches
+                    .iter()
+                    .find(|g| (g.rule, g.index) == (index, i))
+                    .map(|g| &g.rank);
+                let grpc = match grpc {
+                    Some(Err(why)) => {
+                        errors.push(InvalidRule::Method(i, why.clone()));
+                        continue;
+                    }
+                    Some(Ok(rank)) => Some(*rank),
+                    None => None,
+                };
                 match matches::request_match(m) {
-                    Ok(m) => compiled_matches.push(m),
+                    Ok(m) => compiled_matches.push(RequestMatch { grpc, ..m }),
                     Err(e) => errors.push(InvalidRule::Match(i, e)),
                 }
             }
@@ -702,8 +799,9 @@ fn compile_rule(
     let resources = ctx.resources;
     let route_ns = key.namespace.as_str();
     let backends = &mut *ctx.backends;
+    let kind = route.kind;
     let mut resolve =
-        |spec: BackendRefSpec<'_>| resolve_backend(resources, backends, route_ns, spec, tls);
+        |spec: BackendRefSpec<'_>| resolve_backend(resources, backends, kind, route_ns, spec, tls);
     let mut rules_filters = RuleFilters {
         prefix_only,
         resolve: &mut resolve,
@@ -739,6 +837,7 @@ fn compile_rule(
     let rule = Rule {
         route: key.clone(),
         index,
+        name: name.clone(),
         filters: if valid {
             rule_filters
         } else {
@@ -851,6 +950,7 @@ impl RuleFilters<'_, '_> {
 fn resolve_backend(
     resources: &Resources,
     backends: &mut Backends<'_>,
+    route_kind: RouteKind,
     route_ns: &str,
     r: BackendRefSpec<'_>,
     tls: TlsCtx<'_>,
@@ -867,7 +967,7 @@ fn resolve_backend(
     if ns != route_ns {
         let from = RefFrom {
             group: GATEWAY_GROUP,
-            kind: "HTTPRoute",
+            kind: route_kind.name(),
             namespace: route_ns,
         };
         let to = RefTo {
@@ -887,7 +987,9 @@ fn resolve_backend(
         .ok()
         .filter(|p| *p != 0)
         .ok_or(BackendRefError::PortRange(svc, port))?;
-    Ok(backends.service_port(ns, r.name, port, tls)?)
+    // gRPC is HTTP/2 end to end.
+    let http2 = route_kind == RouteKind::Grpc;
+    Ok(backends.service_port(ns, r.name, port, tls, http2)?)
 }
 
 fn rule_timeouts(

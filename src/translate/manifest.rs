@@ -12,8 +12,8 @@ use serde::de::DeserializeOwned;
 
 use super::api::{
     BackendTlsPolicy, ByteString, CERTIFICATES_GROUP, ClusterTrustBundle, ConfigMap, EndpointSlice,
-    GATEWAY_GROUP, Gateway, GatewayClass, GatewaySpec, HttpRoute, MeshSpec, Namespace, ObjectMeta,
-    PierGatewaySpec, ReferenceGrant, Secret, Service,
+    GATEWAY_GROUP, Gateway, GatewayClass, GatewaySpec, GrpcRoute, HttpRoute, MeshSpec, Namespace,
+    ObjectMeta, PierGatewaySpec, ReferenceGrant, Secret, Service,
 };
 use super::resources::{ObjectKey, Resources};
 
@@ -135,6 +135,7 @@ enum Kind {
     GatewayClass,
     Gateway,
     HttpRoute,
+    GrpcRoute,
     ReferenceGrant,
     Namespace,
     Service,
@@ -274,6 +275,12 @@ fn parse_document(
                 .http_routes
                 .insert(doc.key(k, &mut o.metadata)?, o);
         }
+        Kind::GrpcRoute => {
+            let mut o: GrpcRoute = doc.parse(k)?;
+            resources
+                .grpc_routes
+                .insert(doc.key(k, &mut o.metadata)?, o);
+        }
         Kind::ReferenceGrant => {
             let mut o: ReferenceGrant = doc.parse(k)?;
             resources
@@ -336,6 +343,7 @@ impl Kind {
             (GATEWAY_GROUP, "GatewayClass") => Self::GatewayClass,
             (GATEWAY_GROUP, "Gateway") => Self::Gateway,
             (GATEWAY_GROUP, "HTTPRoute") => Self::HttpRoute,
+            (GATEWAY_GROUP, "GRPCRoute") => Self::GrpcRoute,
             (GATEWAY_GROUP, "ReferenceGrant") => Self::ReferenceGrant,
             ("", "Namespace") => Self::Namespace,
             ("", "Service") => Self::Service,
@@ -370,6 +378,8 @@ impl Kind {
             Self::GatewayClass | Self::Gateway | Self::HttpRoute | Self::ReferenceGrant => {
                 &["v1", "v1beta1"]
             }
+            // GRPCRoute v1alpha2 has the same spec.
+            Self::GrpcRoute => &["v1", "v1alpha2"],
             Self::Namespace | Self::Service | Self::Secret | Self::ConfigMap => &["v1"],
             Self::EndpointSlice => &["v1"],
             // v1alpha1 has the same spec (signerName, trustBundle).

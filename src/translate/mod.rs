@@ -5,7 +5,8 @@
 //! ```text
 //! Resources ─> gateway::gateway_classes ─> gateway::gateways (listeners, certs, conflicts,
 //!                                                │            mesh::gateway_tls per Gateway)
-//!          HTTPRoutes (oldest first) ─> http_route::translate_route ─> attachments + rules
+//!          HTTPRoutes + GRPCRoutes (oldest first; GRPCRoutes in HTTPRoute form, grpc_route)
+//!                        ─> http_route::translate_route ─> attachments + rules
 //!                                                │   (rules compiled per Gateway: backend TLS
 //!                                                │    from backend_tls, meshed or not)
 //!                         RouteTableBuilder per listener ─> Snapshot { ports }
@@ -24,6 +25,7 @@ pub mod addresses;
 pub mod api;
 mod backend_tls;
 mod gateway;
+mod grpc_route;
 mod http_route;
 pub mod manifest;
 pub mod mesh;
@@ -40,8 +42,8 @@ pub use refs::{KeptCert, ListenerCerts};
 pub use resources::{ObjectKey, Resources};
 pub use status::{StatusObject, Statuses};
 
-use self::gateway::GatewayState;
-use self::http_route::{RouteCtx, RouteOutcome};
+use self::gateway::{GatewayState, RouteKind};
+use self::http_route::{RouteCtx, RouteOutcome, RouteSpec};
 use crate::model::route::RouteTableBuilder;
 use crate::model::{
     Carried, CertTable, Listener, ListenerId, ObjectRef, Port, Protocol, RouteTable, Snapshot,
@@ -154,35 +156,52 @@ pub fn translate_with(
         .collect();
 
     // Route precedence ties go to the oldest route, then namespace/name (creationTimestamp
-    // missing counts as oldest).
+    // missing counts as oldest). The same order settles an HTTPRoute and a GRPCRoute that
+    // want one hostname on one listener: the older keeps it.
+    let grpc: Vec<(ObjectRef, grpc_route::AsHttpRoute)> = resources
+        .grpc_routes
+        .iter()
+        .map(|((ns, name), r)| (ObjectRef::new(ns, name), grpc_route::as_http_route(r)))
+        .collect();
     let mut routes: Vec<_> = resources
         .http_routes
         .iter()
-        .map(|((ns, name), r)| (api::creation_time(&r.metadata), ObjectRef::new(ns, name), r))
+        .map(|((ns, name), r)| (ObjectRef::new(ns, name), RouteSpec::http(r)))
+        .chain(grpc.iter().map(|(key, g)| {
+            let spec = RouteSpec {
+                kind: RouteKind::Grpc,
+                route: &g.route,
+                grpc_matches: &g.matches,
+            };
+            (key.clone(), spec)
+        }))
+        .map(|(key, spec)| (api::creation_time(&spec.route.metadata), key, spec))
         .collect();
-    routes.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
+    routes.sort_by(|a, b| (&a.0, &a.1, a.2.kind).cmp(&(&b.0, &b.1, b.2.kind)));
 
     let mut backends = refs::Backends::new(resources, settings, &carried.endpoints);
     backends.tls.carry(&carried.tls_configs);
-    let outcomes: Vec<(usize, ObjectRef, RouteOutcome)> = {
+    let outcomes: Vec<(usize, ObjectRef, RouteKind, RouteOutcome)> = {
         let mut ctx = RouteCtx {
             resources,
             settings,
             gateways: &gateways,
             gateway_index: &index,
             backends: &mut backends,
+            claims: http_route::Claims::new(),
         };
         routes
             .iter()
             .enumerate()
-            .filter_map(|(order, (_, key, route))| {
-                http_route::translate_route(&mut ctx, key, route).map(|o| (order, key.clone(), o))
+            .filter_map(|(order, (_, key, spec))| {
+                http_route::translate_route(&mut ctx, key, *spec)
+                    .map(|o| (order, key.clone(), spec.kind, o))
             })
             .collect()
     };
 
     let mut tables: BTreeMap<(usize, usize), RouteTableBuilder> = BTreeMap::new();
-    for (order, key, outcome) in outcomes {
+    for (order, key, kind, outcome) in outcomes {
         for group in &outcome.groups {
             for a in &group.attachments {
                 gateways[a.gateway].listeners[a.listener].attached_routes += 1;
@@ -194,7 +213,10 @@ pub fn translate_with(
                 }
             }
         }
-        status.http_routes.insert(key, outcome.status);
+        match kind {
+            RouteKind::Http => status.http_routes.insert(key, outcome.status),
+            RouteKind::Grpc => status.grpc_routes.insert(key, outcome.status),
+        };
     }
 
     status.backend_tls_policies = backends.tls.statuses(&settings.controller_name);

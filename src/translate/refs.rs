@@ -99,7 +99,7 @@ pub struct Backends<'a> {
     slices: BTreeMap<(&'a str, &'a str), Vec<&'a EndpointSlice>>,
     /// Endpoints per Service port, so backends that differ only in TLS share load state.
     endpoints: BTreeMap<BackendId, Vec<Endpoint>>,
-    cache: BTreeMap<(BackendId, TlsKey), Arc<Backend>>,
+    cache: BTreeMap<(BackendId, AppProtocol, TlsKey), Arc<Backend>>,
     pub tls: BackendTlsResolver<'a>,
 }
 
@@ -174,13 +174,16 @@ impl<'a> Backends<'a> {
         }
     }
 
-    /// The backend for `port` of Service `namespace/name`, reached in `tls`.
+    /// The backend for `port` of Service `namespace/name`, reached in `tls`. `http2`: the
+    /// route needs HTTP/2 to the backend (gRPC), so a port without `appProtocol` is h2c (or
+    /// h2 by ALPN over TLS) instead of HTTP/1.1.
     pub fn service_port(
         &mut self,
         namespace: &str,
         name: &str,
         port: u16,
         tls: TlsCtx<'_>,
+        http2: bool,
     ) -> Result<Arc<Backend>, BackendError> {
         let service = ObjectRef::new(namespace, name);
         let id = BackendId {
@@ -195,11 +198,14 @@ impl<'a> Backends<'a> {
         let svc_port = service_ports(svc)
             .find(|p| i32::from(port) == p.port)
             .ok_or(BackendError::PortNotFound(service, port))?;
-        let protocol = app_protocol(svc_port.app_protocol.as_deref());
+        let protocol = match app_protocol(svc_port.app_protocol.as_deref()) {
+            AppProtocol::Http1 if http2 => AppProtocol::H2c,
+            p => p,
+        };
         let (tls_key, tls) = self
             .tls
             .decide(&id, svc_port.name.as_deref(), protocol, tls);
-        let key = (id, tls_key);
+        let key = (id, protocol, tls_key);
         if let Some(b) = self.cache.get(&key) {
             return Ok(b.clone());
         }

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use super::api::{
     BackendTlsPolicy, ClusterTrustBundle, ConfigMap, EndpointSlice, Gateway, GatewayClass,
-    HttpRoute, Namespace, ReferenceGrant, Secret, Service,
+    GrpcRoute, HttpRoute, Namespace, ReferenceGrant, Secret, Service,
 };
 
 /// `(namespace, name)`.
@@ -17,6 +17,7 @@ pub struct Resources {
     pub gateway_classes: BTreeMap<String, GatewayClass>,
     pub gateways: BTreeMap<ObjectKey, Gateway>,
     pub http_routes: BTreeMap<ObjectKey, HttpRoute>,
+    pub grpc_routes: BTreeMap<ObjectKey, GrpcRoute>,
     pub reference_grants: BTreeMap<ObjectKey, ReferenceGrant>,
     /// Cluster-scoped: by name.
     pub namespaces: BTreeMap<String, Namespace>,

@@ -147,6 +147,8 @@ pub struct Statuses {
     pub gateways: BTreeMap<ObjectRef, GatewayStatus>,
     /// Only Routes with at least one parentRef to an in-scope Gateway.
     pub http_routes: BTreeMap<ObjectRef, HttpRouteStatus>,
+    /// The same for GRPCRoutes (the same status shape).
+    pub grpc_routes: BTreeMap<ObjectRef, HttpRouteStatus>,
     /// Only policies applied to a backend of an in-scope Gateway's routes.
     pub backend_tls_policies: BTreeMap<ObjectRef, BackendTlsPolicyStatus>,
 }
@@ -246,6 +248,8 @@ pub enum StatusKind {
     Gateway,
     #[serde(rename = "HTTPRoute")]
     HttpRoute,
+    #[serde(rename = "GRPCRoute")]
+    GrpcRoute,
     #[serde(rename = "BackendTLSPolicy")]
     BackendTlsPolicy,
 }
@@ -385,10 +389,11 @@ impl fmt::Display for RouteConditionReason {
 // === impl RouteGroupKind ===
 
 impl RouteGroupKind {
-    pub fn http_route() -> Self {
+    /// A kind of the Gateway API group.
+    pub fn gateway_api(kind: &str) -> Self {
         Self {
             group: GATEWAY_GROUP.to_string(),
-            kind: "HTTPRoute".to_string(),
+            kind: kind.to_string(),
         }
     }
 }
@@ -397,7 +402,7 @@ impl RouteGroupKind {
 
 impl Statuses {
     /// Every status as an API object: GatewayClasses, then Gateways, then HTTPRoutes, then
-    /// BackendTLSPolicies, each sorted by (namespace, name).
+    /// GRPCRoutes, then BackendTLSPolicies, each sorted by (namespace, name).
     pub fn objects(&self) -> Vec<StatusObject<'_>> {
         let classes = self.gateway_classes.iter().map(|(name, s)| StatusObject {
             api_version: GATEWAY_API_VERSION,
@@ -421,9 +426,11 @@ impl Statuses {
                 listeners: &s.listeners,
             },
         });
-        let routes = self.http_routes.iter().map(|(key, s)| StatusObject {
+        let http = self.http_routes.iter().map(|r| (StatusKind::HttpRoute, r));
+        let grpc = self.grpc_routes.iter().map(|r| (StatusKind::GrpcRoute, r));
+        let routes = http.chain(grpc).map(|(kind, (key, s))| StatusObject {
             api_version: GATEWAY_API_VERSION,
-            kind: StatusKind::HttpRoute,
+            kind,
             metadata: StatusMeta::namespaced(key, s.generation),
             status: ObjectStatus::HttpRoute {
                 parents: &s.parents,

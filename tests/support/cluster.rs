@@ -261,6 +261,7 @@ pub fn api_resource(api_version: &str, kind: &str) -> ApiResource {
         "GatewayClass" => "gatewayclasses",
         "Gateway" => "gateways",
         "HTTPRoute" => "httproutes",
+        "GRPCRoute" => "grpcroutes",
         "ReferenceGrant" => "referencegrants",
         "Namespace" => "namespaces",
         "Service" => "services",

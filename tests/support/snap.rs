@@ -122,6 +122,7 @@ impl RuleBuilder {
         Arc::new(Rule {
             route: self.route,
             index: 0,
+            name: None,
             filters: self.filters,
             backends: BackendSet::new(self.backends),
             timeouts: self.timeouts,

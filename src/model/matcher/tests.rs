@@ -151,6 +151,7 @@ fn all_conditions_of_a_match_must_hold() {
             name: "q".into(),
             value: ValueMatch::Exact("1".into()),
         }],
+        grpc: None,
     };
     let mut h = HeaderMap::new();
     h.insert("x-a", "1".parse().unwrap());

@@ -9,6 +9,7 @@ fn rule(route: &str, index: usize) -> Arc<Rule> {
     Arc::new(Rule {
         route: ObjectRef::new("ns", route),
         index,
+        name: None,
         filters: Filters::default(),
         backends: BackendSet::default(),
         timeouts: Timeouts::default(),

@@ -15,8 +15,30 @@ use crate::translate::api::{
 #[derive(Debug)]
 pub struct AllowedRoutes {
     pub namespaces: NamespacePolicy,
-    /// HTTPRoute is among the supported kinds.
-    pub http_route: bool,
+    /// The supported route kinds the listener takes.
+    pub kinds: Vec<RouteKind>,
+}
+
+/// The route kinds pier serves on HTTP and HTTPS listeners. A GRPCRoute is translated as an
+/// HTTPRoute (`translate::grpc_route`); the kind decides attachment, ReferenceGrants and the
+/// status the route gets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum RouteKind {
+    Http,
+    Grpc,
+}
+
+impl RouteKind {
+    /// Every kind an HTTP or HTTPS listener supports, in the order `supportedKinds` lists them.
+    pub const HTTP_LISTENER: [Self; 2] = [Self::Http, Self::Grpc];
+
+    /// The API kind.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Http => "HTTPRoute",
+            Self::Grpc => "GRPCRoute",
+        }
+    }
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -116,6 +138,10 @@ fn requirement(
 // === impl AllowedRoutes ===
 
 impl AllowedRoutes {
+    pub fn allows_kind(&self, kind: RouteKind) -> bool {
+        self.kinds.contains(&kind)
+    }
+
     /// Whether a route in `route_ns` may attach to a listener of a Gateway in `gateway_ns`.
     /// A Namespace object that is missing counts as having no labels.
     pub fn allows_namespace(

@@ -212,7 +212,10 @@ fn invalid_route_kinds_keep_the_supported_ones() {
     assert!(!ok);
     assert_eq!(reason, "InvalidRouteKinds");
     assert!(msg.contains("TLSRoute"));
-    assert_eq!(l.supported_kinds, vec![RouteGroupKind::http_route()]);
+    assert_eq!(
+        l.supported_kinds,
+        vec![RouteGroupKind::gateway_api("HTTPRoute")]
+    );
     assert!(listener_cond(l, "Accepted").0);
 }
 
@@ -376,14 +379,14 @@ fn missing_namespace_object_counts_as_no_labels() {
         namespaces: NamespacePolicy::Selector(selector(
             "from: Selector\nselector:\n  matchExpressions: [{key: env, operator: NotIn, values: [dev]}]\n",
         )),
-        http_route: true,
+        kinds: vec![RouteKind::Http],
     };
     assert!(allowed.allows_namespace("gw-ns", "ghost", &BTreeMap::new()));
     let strict = AllowedRoutes {
         namespaces: NamespacePolicy::Selector(selector(
             "from: Selector\nselector: {matchLabels: {env: prod}}\n",
         )),
-        http_route: true,
+        kinds: vec![RouteKind::Http],
     };
     assert!(!strict.allows_namespace("gw-ns", "ghost", &BTreeMap::new()));
 }
@@ -395,7 +398,7 @@ fn namespaces_default_to_same_and_all_allows_any() {
     assert_eq!(namespace_policy(Some(&all)).unwrap(), NamespacePolicy::All);
     let same = AllowedRoutes {
         namespaces: NamespacePolicy::Same,
-        http_route: true,
+        kinds: vec![RouteKind::Http],
     };
     assert!(same.allows_namespace("a", "a", &BTreeMap::new()));
     assert!(!same.allows_namespace("a", "b", &BTreeMap::new()));

@@ -58,6 +58,7 @@ pub fn request_match(
         method: method.as_ref().map(http_method),
         headers: header_matches,
         query,
+        grpc: None,
     })
 }
 

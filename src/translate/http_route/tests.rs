@@ -643,3 +643,29 @@ fn backend_request_longer_than_request_is_invalid() {
         }
     );
 }
+
+#[test]
+fn rule_names_are_kept_and_a_repeated_name_makes_the_later_rule_invalid() {
+    let t = run_with_base(&route_yaml(
+        "r",
+        "  parentRefs: [{name: gw}]\n  rules:\n\
+         \x20 - name: first\n    matches: [{path: {type: PathPrefix, value: /a}}]\n\
+         \x20   backendRefs: [{name: svc, port: 80}]\n\
+         \x20 - name: first\n    matches: [{path: {type: PathPrefix, value: /b}}]\n\
+         \x20   backendRefs: [{name: svc, port: 80}]\n",
+    ));
+    let s = route(&t, "default", "r");
+    let (ok, _, msg) = route_cond(s, C::Accepted);
+    assert!(ok);
+    assert!(
+        msg.contains("rules[1]") && msg.contains("\"first\""),
+        "{msg}"
+    );
+    let entries: Vec<_> = t.snapshot.ports[0].listeners[0].routes.entries().collect();
+    let a = entries.iter().find(|e| e.rule.index == 0).unwrap();
+    assert_eq!(a.rule.name.as_deref(), Some("first"));
+    assert!(!a.rule.backends.backends.is_empty());
+    // The repeat answers 500 (no backends) rather than routing.
+    let b = entries.iter().find(|e| e.rule.index == 1).unwrap();
+    assert!(b.rule.backends.backends.is_empty());
+}
