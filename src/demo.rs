@@ -25,13 +25,20 @@ const MANIFESTS: &[(&str, &str)] = &[
         "20-routes.yaml",
         include_str!("../config/examples/quickstart/20-routes.yaml"),
     ),
+    (
+        "30-grpc.yaml",
+        include_str!("../config/examples/quickstart/30-grpc.yaml"),
+    ),
 ];
 
 /// Echo backends, matching the EndpointSlices of the quickstart.
 const BACKENDS: &[(&str, u16)] = &[("echo-a", 18081), ("echo-b", 18082), ("echo-c", 18083)];
 const PORT: u16 = 8080;
-/// The meshed Gateway's listener, and the mTLS workload behind it.
+/// The quickstart Gateway's GRPCRoute listener.
+const GRPC_PORT: u16 = 8082;
+/// The meshed Gateway's listeners (HTTPRoute, GRPCRoute), and the mTLS workload behind them.
 const MESH_PORT: u16 = 8081;
+const MESH_GRPC_PORT: u16 = 8083;
 const WORKLOAD_PORT: u16 = 18084;
 const ADMIN: &str = "127.0.0.1:9901";
 
@@ -53,11 +60,11 @@ pub async fn run(listen_host: IpAddr) -> anyhow::Result<()> {
         })?;
     echoes.push(workload);
     let dir = TempDir::new()?;
-    let mesh_manifests = pki.manifests(MESH_PORT, WORKLOAD_PORT);
+    let mesh_manifests = pki.manifests([MESH_PORT, MESH_GRPC_PORT], WORKLOAD_PORT);
     let files = MANIFESTS
         .iter()
         .copied()
-        .chain([("30-mesh.yaml", mesh_manifests.as_str())]);
+        .chain([("40-mesh.yaml", mesh_manifests.as_str())]);
     for (name, text) in files {
         std::fs::write(dir.0.join(name), text)
             .with_context(|| format!("cannot write {}", dir.0.display()))?;
@@ -76,6 +83,12 @@ pub async fn run(listen_host: IpAddr) -> anyhow::Result<()> {
     };
     let base = format!("http://{host}:{PORT}");
     let mesh = format!("http://{host}:{MESH_PORT}");
+    let grpc = format!("http://{host}:{GRPC_PORT}");
+    let mesh_grpc = format!("http://{host}:{MESH_GRPC_PORT}");
+    // A gRPC call with curl: an empty message (5-byte frame header), h2c prior knowledge; the
+    // answer is one framed JSON message, shown without its 5-byte header.
+    let call = "printf '\\0\\0\\0\\0\\0' | curl -s --http2-prior-knowledge \
+      -H 'content-type: application/grpc' -H 'te: trailers' --data-binary @- --output -";
     println!(
         "pier demo is serving {base} (admin: http://{ADMIN})
 manifests: {dir} (edit them: changes apply within a second)
@@ -91,6 +104,10 @@ try:
   curl -s -H 'host: c.example.com' {base}/      # hostname route -> echo-c
   curl -si {base}/nothing-here -H 'host: other.example' # 404: no route
   curl -s {mesh}/                               # meshed route: mTLS to echo-mesh (\"client_certificate_verified\":true)
+  {call} {grpc}/demo.Echo/Hello | tail -c +6   # GRPCRoute by method -> echo-a, header x-demo
+  {call} {grpc}/demo.Echo/Other | tail -c +6   # by service -> echo-b
+  {call} -i {grpc}/other.Svc/Call              # no route: grpc-status 12 (UNIMPLEMENTED)
+  {call} {mesh_grpc}/demo.Echo/Hello | tail -c +6   # meshed GRPCRoute: mTLS + h2 to echo-mesh
   curl -s http://{ADMIN}/metrics | grep -E 'tls=\"mesh\"|tls_handshakes'   # the meshed requests and handshakes
   curl -s http://{ADMIN}/status                 # computed Gateway API status
   curl -s http://{ADMIN}/metrics                # Prometheus metrics

@@ -3,6 +3,8 @@
 //!
 //! Paths: `/status/<code>` answers that status; `/delay/<ms>` waits (at most a minute) before
 //! answering; a WebSocket upgrade is accepted and every text or binary message is echoed.
+//! A gRPC call (`content-type: application/grpc`, any `/<service>/<method>`) is answered as
+//! gRPC: one message holding the JSON description, then `grpc-status: 0` in the trailers.
 //! Each request is also recorded (the most recent [`LOG_LIMIT`]) so tests can await and
 //! inspect what arrived, e.g. a mirrored request.
 //!
@@ -19,6 +21,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
 use http::{HeaderValue, Request, Response, StatusCode, header};
+use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -230,14 +233,20 @@ where
     let _ = builder.serve_connection_with_upgrades(io, svc).await;
 }
 
+type EchoBody = UnsyncBoxBody<Bytes, Infallible>;
+
 async fn handle(
     state: Arc<State>,
     mut req: Request<Incoming>,
     client_certificate_verified: bool,
-) -> Result<Response<Full<Bytes>>, Infallible> {
+) -> Result<Response<EchoBody>, Infallible> {
     if let Some(resp) = websocket(&state, &mut req) {
-        return Ok(resp);
+        return Ok(resp.map(BodyExt::boxed_unsync));
     }
+    let grpc = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
     let (parts, body) = req.into_parts();
     let body_bytes = body
         .collect()
@@ -263,7 +272,10 @@ async fn handle(
         _ => {}
     }
     let json = serde_json::to_vec(&seen).unwrap_or_default();
-    let mut resp = Response::new(Full::new(Bytes::from(json)));
+    if grpc {
+        return Ok(grpc_answer(&state.name, json));
+    }
+    let mut resp = Response::new(Full::new(Bytes::from(json)).boxed_unsync());
     *resp.status_mut() = status;
     let h = resp.headers_mut();
     h.insert(
@@ -274,6 +286,30 @@ async fn handle(
         h.insert("x-echo-backend", v);
     }
     Ok(resp)
+}
+
+/// A gRPC answer: the message (length-prefixed, uncompressed), then `grpc-status: 0`.
+fn grpc_answer(name: &str, message: Vec<u8>) -> Response<EchoBody> {
+    let len = u32::try_from(message.len()).unwrap_or(u32::MAX);
+    let mut framed = Vec::with_capacity(message.len() + 5);
+    framed.push(0);
+    framed.extend_from_slice(&len.to_be_bytes());
+    framed.extend_from_slice(&message);
+    let mut trailers = http::HeaderMap::new();
+    trailers.insert("grpc-status", HeaderValue::from_static("0"));
+    let body = Full::new(Bytes::from(framed))
+        .with_trailers(async move { Some(Ok(trailers)) })
+        .boxed_unsync();
+    let mut resp = Response::new(body);
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/grpc"),
+    );
+    if let Ok(v) = HeaderValue::from_str(name) {
+        h.insert("x-echo-backend", v);
+    }
+    resp
 }
 
 fn describe(name: &str, parts: &http::request::Parts, body_bytes: u64) -> EchoRequest {

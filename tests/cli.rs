@@ -242,6 +242,24 @@ async fn demo_serves_the_quickstart() {
     let meshed = get("http://127.0.0.1:8081/", &[]).await.echo();
     assert_eq!(meshed.backend, "echo-mesh");
     assert!(meshed.client_certificate_verified, "{meshed:?}");
+    // The GRPCRoutes, called by a real gRPC client (grpcio): by method with a header filter,
+    // by service, no route (UNIMPLEMENTED from pier), and the meshed one over mTLS.
+    let grpc = |port: u16, rpc: &'static str| async move {
+        let r = support::grpc::call(([127, 0, 0, 1], port).into(), "demo", rpc, "").await;
+        match r["responses"][0].as_str() {
+            Some(json) => serde_json::from_str::<pier::echo::EchoRequest>(json).unwrap(),
+            None => panic!("{rpc}: {r}"),
+        }
+    };
+    let hello = grpc(8082, "demo.Echo/Hello").await;
+    assert_eq!(hello.backend, "echo-a");
+    assert_eq!(hello.headers["x-demo"][0], "grpc-added-by-pier");
+    assert_eq!(grpc(8082, "demo.Echo/Other").await.backend, "echo-b");
+    let none = support::grpc::call(([127, 0, 0, 1], 8082).into(), "demo", "x.Y/Z", "").await;
+    assert_eq!(none["code"], "UNIMPLEMENTED", "{none}");
+    let meshed = grpc(8083, "demo.Echo/Hello").await;
+    assert_eq!(meshed.backend, "echo-mesh");
+    assert!(meshed.client_certificate_verified, "{meshed:?}");
     assert!(terminate(&mut child).success());
 }
 

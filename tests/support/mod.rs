@@ -5,6 +5,7 @@
 pub mod apiserver;
 pub mod client;
 pub mod cluster;
+pub mod grpc;
 pub mod mesh;
 pub mod nginx;
 pub mod pki;
