@@ -33,6 +33,8 @@ pub use gateway_api::gateways::{
     GatewayStatus as GatewayApiStatus, GatewayTls, GatewayTlsBackend,
     GatewayTlsBackendClientCertificateRef,
 };
+/// The CORS filter (GEP-1767, standard since v1.5); the backendRef-level one converts to it.
+pub use gateway_api::httproutes::HttpRouteRulesFiltersCors;
 pub use gateway_api::httproutes::{
     HttpRoute, HttpRouteParentRefs, HttpRouteRules, HttpRouteRulesBackendRefs,
     HttpRouteRulesBackendRefsFilters, HttpRouteRulesFilters,
