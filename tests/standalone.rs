@@ -425,3 +425,161 @@ async fn a_change_over_the_object_limit_keeps_the_last_good_configuration() {
     env.served_by("/x", "b").await;
     env.pier.shutdown().await;
 }
+
+/// `curl` (an independent HTTP client) with `args` against pier; the status and the response
+/// headers (names lower-cased).
+async fn curl(args: Vec<String>) -> (u16, Vec<(String, String)>) {
+    let argv = args.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("curl")
+            .args(["-sS", "-o", "/dev/null", "-D", "-", "--max-time", "10"])
+            .args(&argv)
+            .output()
+    })
+    .await
+    .unwrap()
+    .expect("curl runs (scripts/test installs it)");
+    assert!(
+        out.status.success(),
+        "curl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let mut lines = text.lines();
+    let status = lines
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no status line: {text:?}"));
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    (status, headers)
+}
+
+fn one<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    let mut all = headers.iter().filter(|(n, _)| n == name);
+    let first = all.next().map(|(_, v)| v.as_str());
+    assert!(all.next().is_none(), "{name} more than once: {headers:?}");
+    first
+}
+
+/// The CORS filter end to end: manifests on disk (a rule-level and a backendRef-level
+/// filter), translated and served, and curl as the browser, over HTTP/1.1 (the fast path)
+/// and HTTP/2 (prior knowledge, the hyper path).
+#[tokio::test]
+async fn cors_preflights_and_responses_from_manifests_through_curl() {
+    let env = start().await;
+    std::fs::write(
+        env.dir.path().join("cors.yaml"),
+        "apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: cors, namespace: default}
+spec:
+  parentRefs: [{name: gw}]
+  rules:
+    - matches: [{path: {type: PathPrefix, value: /cors}}]
+      filters:
+        - type: CORS
+          cors:
+            allowOrigins: [\"https://www.foo.com\", \"https://*.bar.com\"]
+            allowMethods: [GET, OPTIONS]
+            allowHeaders: [x-header-1, x-header-2]
+            exposeHeaders: [x-header-3]
+            allowCredentials: true
+            maxAge: 3600
+      backendRefs: [{name: a, port: 80}]
+    - matches: [{path: {type: PathPrefix, value: /open}}]
+      backendRefs:
+        - name: b
+          port: 80
+          filters: [{type: CORS, cors: {allowOrigins: [\"*\"], allowMethods: [\"*\"]}}]
+",
+    )
+    .unwrap();
+    let origin = [("origin", "https://www.foo.com")];
+    eventually(Duration::from_secs(5), || async {
+        let r = get(&env.url("/cors"), &origin).await;
+        r.headers.contains_key("access-control-allow-origin")
+    })
+    .await;
+    let url = |path: &str| env.url(path);
+    let preflight = |path: &str, origin: &str, method: &str| {
+        vec![
+            "-X".to_string(),
+            "OPTIONS".into(),
+            "-H".into(),
+            format!("Origin: {origin}"),
+            "-H".into(),
+            format!("Access-Control-Request-Method: {method}"),
+            "-H".into(),
+            "Access-Control-Request-Headers: x-header-1".into(),
+            url(path),
+        ]
+    };
+    for protocol in ["--http1.1", "--http2-prior-knowledge"] {
+        let with = |mut args: Vec<String>| {
+            args.insert(0, protocol.to_string());
+            args
+        };
+        let (a_before, b_before) = (env._a.count(), env._b.count());
+
+        let (status, h) = curl(with(preflight(
+            "/cors/x",
+            "https://xpto.www.bar.com",
+            "GET",
+        )))
+        .await;
+        assert_eq!(status, 200, "{protocol}: {h:?}");
+        assert_eq!(
+            one(&h, "access-control-allow-origin"),
+            Some("https://xpto.www.bar.com")
+        );
+        assert_eq!(
+            one(&h, "access-control-allow-methods"),
+            Some("GET, OPTIONS")
+        );
+        assert_eq!(
+            one(&h, "access-control-allow-headers"),
+            Some("x-header-1, x-header-2")
+        );
+        assert_eq!(one(&h, "access-control-expose-headers"), Some("x-header-3"));
+        assert_eq!(one(&h, "access-control-allow-credentials"), Some("true"));
+        assert_eq!(one(&h, "access-control-max-age"), Some("3600"));
+
+        let (status, h) = curl(with(preflight("/cors/x", "https://foobar.com", "GET"))).await;
+        assert_eq!(status, 403, "{protocol}: {h:?}");
+        assert_eq!(one(&h, "access-control-allow-origin"), None);
+
+        let (status, h) = curl(with(vec![
+            "-H".into(),
+            "Origin: https://www.foo.com".into(),
+            url("/cors/x"),
+        ]))
+        .await;
+        assert_eq!(status, 200, "{protocol}: {h:?}");
+        assert_eq!(
+            one(&h, "access-control-allow-origin"),
+            Some("https://www.foo.com")
+        );
+        assert_eq!(one(&h, "access-control-allow-credentials"), Some("true"));
+        assert_eq!(one(&h, "access-control-max-age"), None);
+        assert_eq!(one(&h, "vary"), Some("origin"));
+
+        // The backendRef's own filter: any origin, any method, no credentials: `*`.
+        let (status, h) = curl(with(preflight("/open", "https://x.example:8443", "DELETE"))).await;
+        assert_eq!(status, 200, "{protocol}: {h:?}");
+        assert_eq!(one(&h, "access-control-allow-origin"), Some("*"));
+        assert_eq!(one(&h, "access-control-allow-methods"), Some("*"));
+        assert_eq!(one(&h, "access-control-max-age"), Some("5"));
+        assert_eq!(one(&h, "access-control-allow-credentials"), None);
+
+        assert_eq!(
+            (env._a.count() - a_before, env._b.count() - b_before),
+            (1, 0),
+            "{protocol}: only the GET reached a backend"
+        );
+    }
+    env.pier.shutdown().await;
+}

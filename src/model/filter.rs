@@ -1,17 +1,25 @@
 //! HTTPRoute filters as data with an `apply`: RequestHeaderModifier, ResponseHeaderModifier,
-//! RequestRedirect, URLRewrite and RequestMirror. Each is checked and parsed at translation
-//! time; applying one never fails.
+//! RequestRedirect, URLRewrite, RequestMirror and CORS ([`cors`]). Each is checked and parsed
+//! at translation time; applying one never fails.
+
+mod cors;
 
 use std::sync::Arc;
 
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use serde::Serialize;
 
+pub use cors::{
+    AllowOrigins, Allowed, Cors, CorsCheck, CorsResponse, DEFAULT_MAX_AGE, Expose, InvalidOrigin,
+    OriginPattern, Preflight,
+};
+
 use super::backend::Backend;
 
 /// The filters of a rule (or of one backendRef). At most one of each kind except mirrors, as
-/// the API requires; applied in a fixed order: redirect (which ends the request), request
-/// headers, URL rewrite, mirrors; response headers on the way back.
+/// the API requires; applied in a fixed order: a CORS preflight (which pier answers), redirect
+/// (which ends the request), request headers, URL rewrite, mirrors; on the way back the CORS
+/// headers, then the response header modifiers (so a modifier has the last word).
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Filters {
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -24,6 +32,8 @@ pub struct Filters {
     pub rewrite: Option<UrlRewrite>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub mirrors: Vec<Mirror>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cors: Option<Cors>,
 }
 
 impl Filters {
@@ -33,6 +43,7 @@ impl Filters {
             && self.redirect.is_none()
             && self.rewrite.is_none()
             && self.mirrors.is_empty()
+            && self.cors.is_none()
     }
 }
 

@@ -26,7 +26,7 @@ pub use backend::{
     Carried, EJECTION, Endpoint, EndpointPool, EndpointStats, Timeouts, TlsMode, TlsUnavailable,
     UpstreamTls, WeightedBackend,
 };
-pub use filter::{Filters, HeaderModifier, Mirror, PathModifier, Redirect, UrlRewrite};
+pub use filter::{Cors, Filters, HeaderModifier, Mirror, PathModifier, Redirect, UrlRewrite};
 pub use host::{HostRank, HostnameMatch};
 pub use matcher::{
     GrpcRank, HeaderMatch, MatchRank, PathMatch, QueryMatch, RequestMatch, ValueMatch,

@@ -46,6 +46,19 @@ pub struct Entry {
     pub rule: Arc<Rule>,
 }
 
+impl Rule {
+    /// Whether the rule or one of its backendRefs has a CORS filter: then the request's
+    /// headers are needed (Origin, Access-Control-Request-*) whatever the rule matches on.
+    pub fn has_cors(&self) -> bool {
+        self.filters.cors.is_some()
+            || self
+                .backends
+                .backends
+                .iter()
+                .any(|b| b.filters.cors.is_some())
+    }
+}
+
 impl Entry {
     /// The matched PathPrefix (no trailing `/`), which ReplacePrefixMatch needs.
     pub fn matched_prefix(&self) -> Option<&str> {

@@ -2,11 +2,12 @@
 //! one endpoint of one weighted backend, and record the outcome.
 //!
 //! ```text
-//! handle ─> route (port, listener, rule) ─┬─> redirect ─────────────────────────> response
+//! handle ─> route (port, listener, rule) ─┬─> CORS preflight, redirect ──────────> response
 //!           404 when nothing matches      └─> forward (within timeouts.request)
 //!                                               pick backend (500 invalid) ─> filters
 //!                                               ─> mirrors ─> pick endpoint (503 none)
-//!                                               ─> upstream (502/503/504) ─> response filters
+//!                                               ─> upstream (502/503/504) ─> CORS headers,
+//!                                                  response filters
 //! ```
 //!
 //! The snapshot is loaded once per request (`load_full`, so the request can hold it across
@@ -35,7 +36,7 @@ use super::metrics::{Reached, Transport};
 use super::upstream::{self, InFlight, Target, UpstreamBody};
 use super::validate::{self, Invalid};
 use super::{Shared, mirror, tunnel};
-use crate::model::filter::RedirectInput;
+use crate::model::filter::{CorsCheck, CorsResponse, Preflight, RedirectInput};
 use crate::model::host::normalize_host;
 use crate::model::matcher::RequestParts;
 use crate::model::{
@@ -124,9 +125,9 @@ async fn dispatch<'s>(
     seen.reached.listener = Some(&routed.listener.id);
     seen.reached.route = Some(&routed.entry.rule.route);
     let rule = &routed.entry.rule;
-    let weighted = match decide(&routed, &input)? {
+    let (weighted, cors) = match decide(&routed, &input)? {
         Decision::Respond(resp) => return Ok(resp),
-        Decision::Forward(weighted) => weighted,
+        Decision::Forward(weighted, cors) => (weighted, cors),
     };
     // The future is built in each arm rather than once before the match: a future moved into
     // `timeout_at` would need room for both copies in this one, and every request moves it.
@@ -134,11 +135,11 @@ async fn dispatch<'s>(
         // `request` runs from the request's arrival, so time spent routing counts too.
         Some(t) => tokio::time::timeout_at(
             (started + t).into(),
-            forward(shared, snapshot, conn, &routed, weighted, req, seen),
+            forward(shared, snapshot, conn, &routed, (weighted, cors), req, seen),
         )
         .await
         .map_err(|_| ProxyError::RequestTimeout)?,
-        None => forward(shared, snapshot, conn, &routed, weighted, req, seen).await,
+        None => forward(shared, snapshot, conn, &routed, (weighted, cors), req, seen).await,
     }
 }
 
@@ -252,29 +253,64 @@ pub(super) fn redirect_response(
     Ok(resp)
 }
 
-/// What a routed request comes to, on either request path.
-pub(super) enum Decision<'s> {
-    /// pier answers itself (a redirect).
-    Respond(Response<ProxyBody>),
-    /// To this backendRef.
-    Forward(&'s WeightedBackend),
+/// pier's answer to a CORS preflight (no body).
+fn preflight_response(preflight: Preflight) -> Response<ProxyBody> {
+    let mut resp = Response::new(body::empty());
+    *resp.status_mut() = preflight.status;
+    *resp.headers_mut() = preflight.headers;
+    resp
 }
 
-/// The rule's RequestRedirect answers at once; otherwise a backendRef is picked by weight, and
-/// its own RequestRedirect, if it has one, answers instead of the backend.
+/// What a routed request comes to, on either request path.
+pub(super) enum Decision<'s> {
+    /// pier answers itself (a CORS preflight, a redirect).
+    Respond(Response<ProxyBody>),
+    /// To this backendRef; the CORS headers for its response when a CORS filter applies.
+    Forward(&'s WeightedBackend, Option<CorsResponse<'s>>),
+}
+
+/// A rule with a RequestRedirect needs no backendRef; otherwise one is picked by weight first,
+/// because its own filters replace the rule's. Then, in order: a CORS preflight is answered
+/// (by the backendRef's CORS filter, else the rule's), a RequestRedirect answers (the rule's,
+/// else the backendRef's, with the CORS headers), and anything else is forwarded. A rule
+/// without a usable backendRef still answers preflights: they never reach a backend.
+///
+/// `input.headers` must hold the request's headers when [`Rule::has_cors`].
 pub(super) fn decide<'s>(
     routed: &Routed<'s>,
     input: &RouteInput<'_>,
 ) -> Result<Decision<'s>, ProxyError> {
     let rule: &'s Rule = &routed.entry.rule;
-    if let Some(redirect) = &rule.filters.redirect {
-        return redirect_response(redirect, routed, input).map(Decision::Respond);
+    let picked = match &rule.filters.redirect {
+        Some(_) => Ok(None),
+        None => pick_weighted(&rule.backends).map(Some),
+    };
+    let weighted = picked.as_ref().ok().copied().flatten();
+    let cors = weighted
+        .and_then(|w| w.filters.cors.as_ref())
+        .or(rule.filters.cors.as_ref())
+        .map(|policy| policy.check(input.method, input.headers));
+    let cors = match cors {
+        Some(CorsCheck::Preflight(preflight)) => {
+            return Ok(Decision::Respond(preflight_response(preflight)));
+        }
+        Some(CorsCheck::Actual(cors)) => Some(cors),
+        None => None,
+    };
+    let redirect = rule
+        .filters
+        .redirect
+        .as_ref()
+        .or_else(|| weighted.and_then(|w| w.filters.redirect.as_ref()));
+    if let Some(redirect) = redirect {
+        let mut resp = redirect_response(redirect, routed, input)?;
+        if let Some(cors) = &cors {
+            cors.apply(resp.headers_mut());
+        }
+        return Ok(Decision::Respond(resp));
     }
-    let weighted = pick_weighted(&rule.backends)?;
-    match &weighted.filters.redirect {
-        Some(redirect) => redirect_response(redirect, routed, input).map(Decision::Respond),
-        None => Ok(Decision::Forward(weighted)),
-    }
+    let weighted = picked?.ok_or(ProxyError::NoBackends)?;
+    Ok(Decision::Forward(weighted, cors))
 }
 
 async fn forward<'s>(
@@ -282,7 +318,7 @@ async fn forward<'s>(
     snapshot: &Arc<Snapshot>,
     conn: &ConnInfo,
     routed: &Routed<'s>,
-    weighted: &'s WeightedBackend,
+    (weighted, cors): (&'s WeightedBackend, Option<CorsResponse<'s>>),
     req: Request<Incoming>,
     seen: &mut Seen<'s>,
 ) -> Result<Response<ProxyBody>, ProxyError> {
@@ -349,7 +385,13 @@ async fn forward<'s>(
     {
         tunnel::spawn(down, hyper::upgrade::on(&mut resp), conn.drain.clone());
     }
-    Ok(finish_response(resp, rule, weighted, in_flight))
+    Ok(finish_response(
+        resp,
+        rule,
+        weighted,
+        cors.as_ref(),
+        in_flight,
+    ))
 }
 
 /// One attempt against one endpoint, within `timeouts.backendRequest`. `in_flight` comes back
@@ -515,21 +557,24 @@ fn finish_response(
     resp: Response<UpstreamBody>,
     rule: &Rule,
     weighted: &WeightedBackend,
+    cors: Option<&CorsResponse<'_>>,
     in_flight: InFlight,
 ) -> Response<ProxyBody> {
     let (mut parts, body) = resp.into_parts();
     let upgrade = parts.status == StatusCode::SWITCHING_PROTOCOLS;
-    response_head(&mut parts.headers, rule, weighted, upgrade);
+    response_head(&mut parts.headers, rule, weighted, cors, upgrade);
     // The downstream connection decides its own version.
     parts.version = Version::default();
     Response::from_parts(parts, body::boxed(body.with_in_flight(in_flight)))
 }
 
-/// Hop hygiene and the response filters (rule, then backendRef) on a response head.
+/// Hop hygiene, the CORS headers, and the response header modifiers (rule, then backendRef:
+/// after CORS, so a modifier has the last word) on a response head.
 pub(super) fn response_head(
     headers: &mut http::HeaderMap,
     rule: &Rule,
     weighted: &WeightedBackend,
+    cors: Option<&CorsResponse<'_>>,
     upgrade: bool,
 ) {
     let keep = Keep {
@@ -537,6 +582,9 @@ pub(super) fn response_head(
         te_trailers: false,
     };
     headers::strip_hop_by_hop(headers, keep);
+    if let Some(cors) = cors {
+        cors.apply(headers);
+    }
     for m in response_modifiers(rule, weighted) {
         m.apply(headers);
     }

@@ -38,6 +38,8 @@ pub use gateway_api::grpcroutes::{
     GrpcRouteRulesMatchesHeadersType, GrpcRouteRulesMatchesMethod, GrpcRouteRulesMatchesMethodType,
     GrpcRouteSpec,
 };
+/// The CORS filter (GEP-1767, standard since v1.5); the backendRef-level one converts to it.
+pub use gateway_api::httproutes::HttpRouteRulesFiltersCors;
 pub use gateway_api::httproutes::{
     HttpRoute, HttpRouteParentRefs, HttpRouteRules, HttpRouteRulesBackendRefs,
     HttpRouteRulesBackendRefsFilters, HttpRouteRulesFilters,

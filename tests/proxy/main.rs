@@ -5,6 +5,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod cors;
 mod errors;
 mod fast_path;
 mod filters;

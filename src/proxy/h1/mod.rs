@@ -7,7 +7,7 @@
 //!
 //! ```text
 //! conn ─> serve ─ read head ─> plan (parse, route, pick backend, write upstream head)
-//!            │                   ├─ Respond: pier's own answer (404, redirect, 503, ...)
+//!            │                   ├─ Respond: pier's own answer (404, redirect, CORS preflight, 503, ...)
 //!            │                   ├─ Forward ─> upstream.raw ─> write ─> response head ─> relay
 //!            │                   └─ Fallback ─────────────┐
 //!            └─ Served::Fallback(Replay { read bytes, io }) ┴─> hyper for the rest of the
@@ -51,6 +51,7 @@ use super::metrics::Transport;
 use super::service::{self, Decision, LogHead, RouteInput, Routed, Seen};
 use super::upstream::{InFlight, Raw, RawConn, Stream, Target};
 use super::validate;
+use crate::model::filter::CorsResponse;
 use crate::model::host::normalize_host;
 use crate::model::{AppProtocol, Backend, BackendTarget, Rule, Snapshot, WeightedBackend};
 use chunked::Chunked;
@@ -133,6 +134,8 @@ struct Common<'s> {
 struct Forward<'s> {
     rule: &'s Rule,
     weighted: &'s WeightedBackend,
+    /// The CORS headers for the response, when a CORS filter applies.
+    cors: Option<CorsResponse<'s>>,
     backend: &'s Backend,
     idempotent: bool,
     head_request: bool,
@@ -653,8 +656,24 @@ fn plan<'s>(
     common.seen.reached.listener = Some(&routed.listener.id);
     common.seen.reached.route = Some(&routed.entry.rule.route);
     let rule: &'s Rule = &routed.entry.rule;
-    let weighted = match service::decide(&routed, &input) {
-        Ok(Decision::Forward(w)) => w,
+    // A CORS filter reads the request's headers, which routing alone may not have needed.
+    let map = if map.is_empty() && rule.has_cors() {
+        match head::header_map(req.headers) {
+            Some(map) => map,
+            None => return Plan::Fallback,
+        }
+    } else {
+        map
+    };
+    let input = RouteInput {
+        method: &req.method,
+        host: req.host,
+        path: &path,
+        query: req.query,
+        headers: &map,
+    };
+    let (weighted, cors) = match service::decide(&routed, &input) {
+        Ok(Decision::Forward(w, cors)) => (w, cors),
         Ok(Decision::Respond(resp)) => return Plan::Respond(common, Ok(resp)),
         Err(e) => return Plan::Respond(common, Err(e)),
     };
@@ -686,6 +705,7 @@ fn plan<'s>(
     let fwd = Forward {
         rule,
         weighted,
+        cors,
         backend,
         idempotent,
         head_request: common.head_request,
@@ -876,7 +896,7 @@ fn downstream_head(
     let down_close = fwd.client_close || flags.draining.load(Ordering::Relaxed);
     wbuf.clear();
     let mut modifiers = service::response_modifiers(fwd.rule, fwd.weighted).peekable();
-    if modifiers.peek().is_none() {
+    if modifiers.peek().is_none() && fwd.cors.is_none() {
         let date = (!head.has_date).then(http_date);
         let tail = Tail {
             framing: head.framing,
@@ -888,7 +908,7 @@ fn downstream_head(
         let Some(mut map) = head::header_map(head.headers) else {
             return Err(head::BadResponse("invalid header line"));
         };
-        service::response_head(&mut map, fwd.rule, fwd.weighted, false);
+        service::response_head(&mut map, fwd.rule, fwd.weighted, fwd.cors.as_ref(), false);
         let date = (!map.contains_key(DATE)).then(http_date);
         let tail = Tail {
             framing: head.framing,

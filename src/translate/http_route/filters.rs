@@ -3,15 +3,19 @@
 
 use std::sync::Arc;
 
-use http::{HeaderName, HeaderValue, StatusCode};
+use http::{HeaderName, HeaderValue, Method, StatusCode};
 
 use super::{BackendRefError, BackendRefSpec};
+use crate::model::filter::{
+    AllowOrigins, Allowed, DEFAULT_MAX_AGE, Expose, InvalidOrigin, OriginPattern,
+};
 use crate::model::host::InvalidHostname;
 use crate::model::{
-    Backend, Filters, HeaderModifier, HostnameMatch, Mirror, PathModifier, Redirect, UrlRewrite,
+    Backend, Cors, Filters, HeaderModifier, HostnameMatch, Mirror, PathModifier, Redirect,
+    UrlRewrite,
 };
 use crate::translate::api::{
-    HttpRouteRulesFilters, HttpRouteRulesFiltersRequestHeaderModifier,
+    HttpRouteRulesFilters, HttpRouteRulesFiltersCors, HttpRouteRulesFiltersRequestHeaderModifier,
     HttpRouteRulesFiltersRequestMirror, HttpRouteRulesFiltersRequestMirrorBackendRef,
     HttpRouteRulesFiltersRequestMirrorFraction, HttpRouteRulesFiltersRequestRedirect,
     HttpRouteRulesFiltersRequestRedirectPath, HttpRouteRulesFiltersRequestRedirectPathType,
@@ -56,6 +60,24 @@ pub enum InvalidFilter {
     PercentAndFraction,
     #[error("cannot be read as an HTTPRoute filter")]
     Convert(#[source] serde_json::Error),
+    #[error("CORS allowOrigins[{0}] {1:?}")]
+    CorsOrigin(usize, String, #[source] InvalidOrigin),
+    #[error("CORS {0} cannot contain '*' alongside other values")]
+    CorsWildcardAlongside(&'static str),
+    #[error(
+        "CORS allowMethods[{0}] {1:?} is not one of GET, HEAD, POST, PUT, DELETE, CONNECT, \
+         OPTIONS, TRACE, PATCH or *"
+    )]
+    CorsMethod(usize, String),
+    #[error("CORS {0}[{1}] {2:?} is not a header name")]
+    CorsHeaderName(
+        &'static str,
+        usize,
+        String,
+        #[source] http::header::InvalidHeaderName,
+    ),
+    #[error("CORS maxAge must be at least 1 (seconds), got {0}")]
+    CorsMaxAge(i32),
 }
 
 /// What a filter list needs from its rule and route.
@@ -89,7 +111,7 @@ pub fn filters(
 
 fn filter(
     HttpRouteRulesFilters {
-        cors: _,
+        cors: cors_filter,
         extension_ref: _,
         request_header_modifier,
         request_mirror,
@@ -150,7 +172,12 @@ fn filter(
                 out.mirrors.push(m);
             }
         }
-        T::ExtensionRef | T::Cors => return Err(InvalidFilter::Unsupported(name)),
+        T::Cors => {
+            once(name, &out.cors)?;
+            let c = cors_filter.as_ref().ok_or_else(|| missing("cors"))?;
+            out.cors = Some(cors(c)?);
+        }
+        T::ExtensionRef => return Err(InvalidFilter::Unsupported(name)),
     }
     Ok(())
 }
@@ -396,4 +423,108 @@ fn mirror(
             Ok(None)
         }
     }
+}
+
+/// CORS: every value checked as the CRD would (its patterns and CEL rules are not applied to
+/// manifests read from files), then parsed into response header values.
+fn cors(
+    HttpRouteRulesFiltersCors {
+        allow_credentials,
+        allow_headers,
+        allow_methods,
+        allow_origins,
+        expose_headers,
+        max_age,
+    }: &HttpRouteRulesFiltersCors,
+) -> Result<Cors, InvalidFilter> {
+    let origins = allow_origins.as_deref().unwrap_or_default();
+    let allow_origins = if wildcard_only(origins, "allowOrigins")? {
+        AllowOrigins::Any
+    } else {
+        AllowOrigins::List(
+            origins
+                .iter()
+                .enumerate()
+                .map(|(i, o)| {
+                    OriginPattern::parse(o).map_err(|e| InvalidFilter::CorsOrigin(i, o.clone(), e))
+                })
+                .collect::<Result<_, _>>()?,
+        )
+    };
+    let methods = allow_methods.as_deref().unwrap_or_default();
+    let allow_methods = if wildcard_only(methods, "allowMethods")? {
+        Allowed::Any
+    } else {
+        let parsed = methods
+            .iter()
+            .enumerate()
+            .map(|(i, m)| cors_method(m).ok_or_else(|| InvalidFilter::CorsMethod(i, m.clone())))
+            .collect::<Result<Vec<_>, _>>()?;
+        Allowed::methods(&parsed)
+    };
+    let headers = allow_headers.as_deref().unwrap_or_default();
+    let allow_headers = if wildcard_only(headers, "allowHeaders")? {
+        Allowed::Any
+    } else {
+        Allowed::headers(&cors_header_names(
+            "allowHeaders",
+            headers.iter().enumerate(),
+        )?)
+    };
+    let expose = expose_headers.as_deref().unwrap_or_default();
+    let wildcard = expose.iter().any(|h| h == "*");
+    let named = expose.iter().enumerate().filter(|(_, h)| *h != "*");
+    let expose_headers = Expose::new(cors_header_names("exposeHeaders", named)?, wildcard);
+    let max_age = match max_age {
+        None => DEFAULT_MAX_AGE,
+        Some(n) => u32::try_from(*n)
+            .ok()
+            .filter(|n| *n >= 1)
+            .ok_or(InvalidFilter::CorsMaxAge(*n))?,
+    };
+    Ok(Cors {
+        allow_origins,
+        allow_methods,
+        allow_headers,
+        expose_headers,
+        allow_credentials: allow_credentials.unwrap_or(false),
+        max_age: HeaderValue::from(max_age),
+    })
+}
+
+/// Whether `list` is exactly `["*"]`; `*` among other values is invalid (the CRD's CEL rule).
+fn wildcard_only(list: &[String], field: &'static str) -> Result<bool, InvalidFilter> {
+    match list {
+        [only] if only == "*" => Ok(true),
+        _ if list.iter().any(|v| v == "*") => Err(InvalidFilter::CorsWildcardAlongside(field)),
+        _ => Ok(false),
+    }
+}
+
+/// The API's HTTPMethod enum (method names are case-sensitive).
+fn cors_method(m: &str) -> Option<Method> {
+    Some(match m {
+        "GET" => Method::GET,
+        "HEAD" => Method::HEAD,
+        "POST" => Method::POST,
+        "PUT" => Method::PUT,
+        "DELETE" => Method::DELETE,
+        "CONNECT" => Method::CONNECT,
+        "OPTIONS" => Method::OPTIONS,
+        "TRACE" => Method::TRACE,
+        "PATCH" => Method::PATCH,
+        _ => return None,
+    })
+}
+
+fn cors_header_names<'a>(
+    field: &'static str,
+    names: impl Iterator<Item = (usize, &'a String)>,
+) -> Result<Vec<HeaderName>, InvalidFilter> {
+    names
+        .map(|(i, n)| {
+            HeaderName::from_bytes(n.as_bytes())
+                .map_err(|e| InvalidFilter::CorsHeaderName(field, i, n.clone(), e))
+        })
+        .collect()
 }

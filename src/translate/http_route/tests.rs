@@ -430,7 +430,9 @@ fn replace_prefix_match_needs_a_path_prefix_match() {
 #[test]
 fn unsupported_and_duplicate_filters_invalidate_the_rule() {
     for filters in [
-        "[{type: CORS, cors: {allowOrigins: [\"*\"]}}]",
+        "[{type: ExtensionRef, extensionRef: {group: g, kind: k, name: n}}]",
+        "[{type: CORS, cors: {}}, {type: CORS, cors: {}}]",
+        "[{type: CORS}]",
         "[{type: RequestHeaderModifier, requestHeaderModifier: {}}, {type: RequestHeaderModifier, requestHeaderModifier: {}}]",
         "[{type: RequestRedirect, requestRedirect: {scheme: https}}, {type: URLRewrite, urlRewrite: {hostname: a.example.com}}]",
         "[{type: RequestRedirect}]",
@@ -443,6 +445,91 @@ fn unsupported_and_duplicate_filters_invalidate_the_rule() {
         let t = rule_with("[{path: {value: /}}]", filters);
         assert!(rule_error(&t).is_some(), "{filters} should be invalid");
     }
+}
+
+#[test]
+fn cors_is_parsed_with_the_api_defaults() {
+    let t = rule_with(
+        "[{path: {value: /}}]",
+        "[{type: CORS, cors: {allowOrigins: [\"https://www.foo.com\", \"https://*.Bar.com:8443\"], \
+          allowMethods: [GET, OPTIONS], allowHeaders: [X-Header-1], exposeHeaders: [\"*\", x-h3]}}]",
+    );
+    assert_eq!(rule_error(&t), None);
+    let r = only_rule(&t);
+    let cors = r.filters.cors.as_ref().unwrap();
+    assert_eq!(
+        serde_json::to_value(cors).unwrap(),
+        serde_json::json!({
+            "allowOrigins": ["https://www.foo.com:443", "https://*.bar.com:8443"],
+            "allowMethods": "GET, OPTIONS",
+            "allowHeaders": "x-header-1",
+            "exposeHeaders": "*, x-h3",
+            "allowCredentials": false,
+            "maxAge": "5",
+        })
+    );
+
+    let t = rule_with(
+        "[{path: {value: /}}]",
+        "[{type: CORS, cors: {allowOrigins: [\"*\"], allowMethods: [\"*\"], allowHeaders: [\"*\"], \
+          allowCredentials: true, maxAge: 3600}}]",
+    );
+    let r = only_rule(&t);
+    let cors = r.filters.cors.as_ref().unwrap();
+    assert_eq!(cors.allow_origins, crate::model::filter::AllowOrigins::Any);
+    assert_eq!(cors.allow_methods, crate::model::filter::Allowed::Any);
+    assert_eq!(cors.allow_headers, crate::model::filter::Allowed::Any);
+    assert!(cors.allow_credentials);
+    assert_eq!(cors.max_age, "3600");
+}
+
+#[test]
+fn invalid_cors_values_invalidate_the_rule_and_say_which() {
+    for (cors, says) in [
+        (
+            "{allowOrigins: [\"*\", \"https://a.com\"]}",
+            "allowOrigins cannot contain '*'",
+        ),
+        (
+            "{allowOrigins: [www.foo.com]}",
+            "allowOrigins[0] \"www.foo.com\"",
+        ),
+        (
+            "{allowOrigins: [\"https://a.com\", \"https://a.*.com\"]}",
+            "allowOrigins[1]",
+        ),
+        ("{allowOrigins: [\"https://a.com:70000\"]}", "1 to 65535"),
+        ("{allowMethods: [get]}", "allowMethods[0] \"get\""),
+        (
+            "{allowMethods: [GET, \"*\"]}",
+            "allowMethods cannot contain '*'",
+        ),
+        (
+            "{allowHeaders: [\"*\", x-a]}",
+            "allowHeaders cannot contain '*'",
+        ),
+        ("{allowHeaders: [\":method\"]}", "allowHeaders[0]"),
+        ("{exposeHeaders: [x-a, \"a b\"]}", "exposeHeaders[1]"),
+        ("{maxAge: 0}", "maxAge must be at least 1"),
+    ] {
+        let t = rule_with(
+            "[{path: {value: /}}]",
+            &format!("[{{type: CORS, cors: {cors}}}]"),
+        );
+        let msg = rule_error(&t).unwrap_or_else(|| panic!("{cors} should be invalid"));
+        assert!(msg.contains(says), "{cors}: {msg}");
+    }
+}
+
+#[test]
+fn a_backend_ref_cors_filter_goes_to_the_weighted_backend() {
+    let t = run_with_base(&backend_refs(
+        "[{name: svc, port: 80, filters: [{type: CORS, cors: {allowOrigins: [\"https://a.example.com\"]}}]}]",
+    ));
+    let r = only_rule(&t);
+    assert!(r.filters.cors.is_none());
+    assert!(r.backends.backends[0].filters.cors.is_some());
+    assert!(r.has_cors());
 }
 
 #[test]
