@@ -19,6 +19,28 @@ pub use gateway_api::constants::{
     GatewayClassConditionReason, GatewayClassConditionType, GatewayConditionReason,
     GatewayConditionType, ListenerConditionReason, ListenerConditionType,
 };
+pub use gateway_api::experimental::grpcroutes::{
+    GrpcRoute, GrpcRouteRules, GrpcRouteRulesMatches, GrpcRouteRulesMatchesHeaders,
+    GrpcRouteRulesMatchesHeadersType, GrpcRouteRulesMatchesMethod, GrpcRouteRulesMatchesMethodType,
+    GrpcRouteSpec,
+};
+/// The CORS filter (GEP-1767, standard since v1.5); the backendRef-level one converts to it.
+pub use gateway_api::experimental::httproutes::HttpRouteRulesFiltersCors;
+pub use gateway_api::experimental::httproutes::{
+    HttpRoute, HttpRouteParentRefs, HttpRouteRules, HttpRouteRulesBackendRefs,
+    HttpRouteRulesBackendRefsFilters, HttpRouteRulesFilters,
+    HttpRouteRulesFiltersRequestHeaderModifier, HttpRouteRulesFiltersRequestMirror,
+    HttpRouteRulesFiltersRequestMirrorBackendRef, HttpRouteRulesFiltersRequestMirrorFraction,
+    HttpRouteRulesFiltersRequestRedirect, HttpRouteRulesFiltersRequestRedirectPath,
+    HttpRouteRulesFiltersRequestRedirectPathType, HttpRouteRulesFiltersRequestRedirectScheme,
+    HttpRouteRulesFiltersResponseHeaderModifier, HttpRouteRulesFiltersType,
+    HttpRouteRulesFiltersUrlRewrite, HttpRouteRulesFiltersUrlRewritePath,
+    HttpRouteRulesFiltersUrlRewritePathType, HttpRouteRulesMatches, HttpRouteRulesMatchesHeaders,
+    HttpRouteRulesMatchesHeadersType, HttpRouteRulesMatchesMethod, HttpRouteRulesMatchesPath,
+    HttpRouteRulesMatchesPathType, HttpRouteRulesMatchesQueryParams,
+    HttpRouteRulesMatchesQueryParamsType, HttpRouteRulesTimeouts, HttpRouteSpec,
+    HttpRouteUseDefaultGateways as UseDefaultGateways,
+};
 pub use gateway_api::gatewayclasses::{GatewayClass, GatewayClassSpec};
 /// The upstream Gateway type, for its group/version/kind (the cluster source watches Gateways
 /// as pier's own [`Gateway`], which keeps `spec.mesh`).
@@ -32,27 +54,6 @@ pub use gateway_api::gateways::{
     GatewayListenersTlsCertificateRefs, GatewayListenersTlsMode, GatewaySpec,
     GatewayStatus as GatewayApiStatus, GatewayTls, GatewayTlsBackend,
     GatewayTlsBackendClientCertificateRef,
-};
-pub use gateway_api::grpcroutes::{
-    GrpcRoute, GrpcRouteRules, GrpcRouteRulesMatches, GrpcRouteRulesMatchesHeaders,
-    GrpcRouteRulesMatchesHeadersType, GrpcRouteRulesMatchesMethod, GrpcRouteRulesMatchesMethodType,
-    GrpcRouteSpec,
-};
-/// The CORS filter (GEP-1767, standard since v1.5); the backendRef-level one converts to it.
-pub use gateway_api::httproutes::HttpRouteRulesFiltersCors;
-pub use gateway_api::httproutes::{
-    HttpRoute, HttpRouteParentRefs, HttpRouteRules, HttpRouteRulesBackendRefs,
-    HttpRouteRulesBackendRefsFilters, HttpRouteRulesFilters,
-    HttpRouteRulesFiltersRequestHeaderModifier, HttpRouteRulesFiltersRequestMirror,
-    HttpRouteRulesFiltersRequestMirrorBackendRef, HttpRouteRulesFiltersRequestMirrorFraction,
-    HttpRouteRulesFiltersRequestRedirect, HttpRouteRulesFiltersRequestRedirectPath,
-    HttpRouteRulesFiltersRequestRedirectPathType, HttpRouteRulesFiltersRequestRedirectScheme,
-    HttpRouteRulesFiltersResponseHeaderModifier, HttpRouteRulesFiltersType,
-    HttpRouteRulesFiltersUrlRewrite, HttpRouteRulesFiltersUrlRewritePath,
-    HttpRouteRulesFiltersUrlRewritePathType, HttpRouteRulesMatches, HttpRouteRulesMatchesHeaders,
-    HttpRouteRulesMatchesHeadersType, HttpRouteRulesMatchesMethod, HttpRouteRulesMatchesPath,
-    HttpRouteRulesMatchesPathType, HttpRouteRulesMatchesQueryParams,
-    HttpRouteRulesMatchesQueryParamsType, HttpRouteRulesTimeouts, HttpRouteSpec,
 };
 pub use gateway_api::referencegrants::{
     ReferenceGrant, ReferenceGrantFrom, ReferenceGrantSpec, ReferenceGrantTo,

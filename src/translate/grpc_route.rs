@@ -46,6 +46,7 @@ pub fn as_http_route(route: &GrpcRoute) -> AsHttpRoute {
         hostnames,
         parent_refs,
         rules,
+        use_default_gateways,
     } = &route.spec;
     let mut matches = vec![];
     let rules = rules.as_ref().map(|rules| {
@@ -81,6 +82,9 @@ pub fn as_http_route(route: &GrpcRoute) -> AsHttpRoute {
                 hostnames: hostnames.clone(),
                 parent_refs,
                 rules,
+                use_default_gateways: use_default_gateways
+                    .as_ref()
+                    .and_then(|u| same_shape(u).ok()),
             },
             status: None,
         },
@@ -95,6 +99,7 @@ fn rule_as_http(rule: &GrpcRouteRules) -> (HttpRouteRules, Vec<Result<GrpcRank, 
         filters,
         matches,
         name,
+        session_persistence,
     } = rule;
     let mut ranks = vec![];
     let matches = matches.as_ref().map(|ms| {
@@ -129,6 +134,11 @@ fn rule_as_http(rule: &GrpcRouteRules) -> (HttpRouteRules, Vec<Result<GrpcRank, 
         filters,
         matches,
         name: name.clone(),
+        retry: None,
+        // Reported as unsupported by the HTTPRoute translation, as for HTTPRoutes.
+        session_persistence: session_persistence
+            .as_ref()
+            .map(|s| same_shape(s).unwrap_or_default()),
         timeouts: None,
     };
     (rule, ranks)

@@ -26,7 +26,7 @@ use std::time::Duration;
 use super::api::{
     ApiDuration, CORE_GROUP, GATEWAY_GROUP, HttpRoute, HttpRouteParentRefs, HttpRouteRules,
     HttpRouteRulesBackendRefs, HttpRouteRulesFilters, HttpRouteRulesTimeouts, HttpRouteSpec,
-    backend_filter_as_rule_filter,
+    UseDefaultGateways, backend_filter_as_rule_filter,
 };
 use super::gateway::{GatewayState, RouteKind};
 use super::mesh::TlsCtx;
@@ -174,6 +174,8 @@ pub enum InvalidRule {
     BackendTimeoutTooLong,
     #[error("name {0:?} is already the name of an earlier rule")]
     DuplicateName(String),
+    #[error("{0} is not supported yet")]
+    Unsupported(&'static str),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -209,6 +211,7 @@ pub fn translate_route(
         hostnames,
         parent_refs,
         rules,
+        use_default_gateways,
     } = &route.spec;
     let parents = in_scope_parents(
         ctx,
@@ -240,6 +243,12 @@ pub fn translate_route(
     // Route-wide reasons not to attach anywhere.
     let hosts = route_hostnames(hostnames.as_deref().unwrap_or_default());
     let route_problem = match &hosts {
+        // GEP-3793 (experimental): attaching to "default" Gateways is not something pier
+        // does; a route asking for it is told so rather than half-served.
+        _ if matches!(use_default_gateways, Some(UseDefaultGateways::All)) => Some(
+            "spec.useDefaultGateways: All is not supported (pier attaches through parentRefs only)"
+                .to_string(),
+        ),
         Err(e) => Some(format!("invalid hostname: {}", error_chain(e))),
         Ok(_) if rules.invalid.len() == rules.compiled.len() => Some(format!(
             "every rule is invalid: {}",
@@ -757,9 +766,19 @@ fn compile_rule(
         filters,
         matches,
         name,
+        retry,
+        session_persistence,
         timeouts,
     } = spec;
     let mut errors = vec![];
+    // Experimental fields pier does not implement yet: the rule is reported invalid (and
+    // answers 500) rather than served without them as if they were not there.
+    if retry.is_some() {
+        errors.push(InvalidRule::Unsupported("retry"));
+    }
+    if session_persistence.is_some() {
+        errors.push(InvalidRule::Unsupported("sessionPersistence"));
+    }
     // Names must be unique within a route (the experimental CRD checks it; nothing checks a
     // manifest). The later rule is the invalid one.
     if let Some(name) = name

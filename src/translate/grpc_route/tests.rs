@@ -235,3 +235,18 @@ fn cross_namespace_backends_need_a_grant_for_grpc_routes() {
     let t = run_with_base(&format!("{other}---\n{}---\n{route}", grant("GRPCRoute")));
     assert!(route_cond(grpc_status(&t, "g"), C::ResolvedRefs).0);
 }
+
+#[test]
+fn session_persistence_on_a_grpc_rule_is_reported_not_ignored() {
+    let t = run_with_base(&grpc_route(
+        "g",
+        "2026-01-01T00:00:00Z",
+        "  parentRefs: [{name: gw}]\n  rules:\n\
+         \x20 - sessionPersistence: {type: Header, sessionName: s}\n\
+         \x20   backendRefs: [{name: svc, port: 80}]\n",
+    ));
+    let (ok, reason, msg) = route_cond(grpc_status(&t, "g"), C::Accepted);
+    assert!(!ok);
+    assert_eq!(reason, "UnsupportedValue");
+    assert!(msg.contains("sessionPersistence"), "{msg}");
+}

@@ -113,6 +113,7 @@ fn filter(
     HttpRouteRulesFilters {
         cors: cors_filter,
         extension_ref: _,
+        external_auth: _,
         request_header_modifier,
         request_mirror,
         request_redirect,
@@ -177,7 +178,7 @@ fn filter(
             let c = cors_filter.as_ref().ok_or_else(|| missing("cors"))?;
             out.cors = Some(cors(c)?);
         }
-        T::ExtensionRef => return Err(InvalidFilter::Unsupported(name)),
+        T::ExtensionRef | T::ExternalAuth => return Err(InvalidFilter::Unsupported(name)),
     }
     Ok(())
 }
@@ -192,6 +193,7 @@ fn type_name(t: &HttpRouteRulesFiltersType) -> &'static str {
         T::UrlRewrite => "URLRewrite",
         T::ExtensionRef => "ExtensionRef",
         T::Cors => "CORS",
+        T::ExternalAuth => "ExternalAuth",
     }
 }
 

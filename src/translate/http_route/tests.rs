@@ -756,3 +756,48 @@ fn rule_names_are_kept_and_a_repeated_name_makes_the_later_rule_invalid() {
     let b = entries.iter().find(|e| e.rule.index == 1).unwrap();
     assert!(b.rule.backends.backends.is_empty());
 }
+
+#[test]
+fn experimental_fields_pier_does_not_implement_are_reported_not_ignored() {
+    // retry and sessionPersistence (experimental channel) make their rule invalid; the other
+    // rule keeps working and the route says which fields and why.
+    let t = run_with_base(&route_yaml(
+        "r",
+        "  parentRefs: [{name: gw}]\n  rules:\n\
+         \x20 - matches: [{path: {type: PathPrefix, value: /retry}}]\n\
+         \x20   retry: {attempts: 3, codes: [503]}\n\
+         \x20   backendRefs: [{name: svc, port: 80}]\n\
+         \x20 - matches: [{path: {type: PathPrefix, value: /sticky}}]\n\
+         \x20   sessionPersistence: {type: Cookie, sessionName: s}\n\
+         \x20   backendRefs: [{name: svc, port: 80}]\n\
+         \x20 - backendRefs: [{name: svc, port: 80}]\n",
+    ));
+    let s = route(&t, "default", "r");
+    let (ok, reason, msg) = route_cond(s, C::PartiallyInvalid);
+    assert!(ok);
+    assert_eq!(reason, "UnsupportedValue");
+    assert!(
+        msg.contains("rules[0]: retry is not supported")
+            && msg.contains("rules[1]: sessionPersistence is not supported"),
+        "{msg}"
+    );
+    // Every rule set to use them: nothing left to serve, so the route is not accepted.
+    let t = run_with_base(&route_yaml(
+        "all",
+        "  parentRefs: [{name: gw}]\n  rules:\n\
+         \x20 - retry: {attempts: 2}\n    backendRefs: [{name: svc, port: 80}]\n",
+    ));
+    let (ok, reason, _) = route_cond(route(&t, "default", "all"), C::Accepted);
+    assert!(!ok);
+    assert_eq!(reason, "UnsupportedValue");
+    // useDefaultGateways: All is a route-wide request pier cannot honour.
+    let t = run_with_base(&route_yaml(
+        "dflt",
+        "  parentRefs: [{name: gw}]\n  useDefaultGateways: All\n\
+         \x20 rules: [{backendRefs: [{name: svc, port: 80}]}]\n",
+    ));
+    let (ok, reason, msg) = route_cond(route(&t, "default", "dflt"), C::Accepted);
+    assert!(!ok);
+    assert_eq!(reason, "UnsupportedValue");
+    assert!(msg.contains("useDefaultGateways"), "{msg}");
+}
