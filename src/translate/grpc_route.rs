@@ -209,7 +209,7 @@ fn method_as_path(
                 return Err(format!("service {s:?} is not a valid gRPC service name"));
             }
             if let Some(m) = method
-                && !valid_method(m)
+                && !valid_ident(m)
             {
                 return Err(format!("method {m:?} is not a valid gRPC method name"));
             }
@@ -256,11 +256,8 @@ fn valid_service(s: &str) -> bool {
     s.split('.').all(valid_ident)
 }
 
-/// `^[A-Za-z_][A-Za-z_0-9]*$`, as the API validates an Exact method.
-fn valid_method(m: &str) -> bool {
-    valid_ident(m)
-}
-
+/// `^[A-Za-z_][A-Za-z_0-9]*$`: an Exact method as the API validates it, and each dotted part
+/// of a service.
 fn valid_ident(s: &str) -> bool {
     let mut chars = s.chars();
     chars

@@ -657,20 +657,17 @@ fn plan<'s>(
     common.seen.reached.route = Some(&routed.entry.rule.route);
     let rule: &'s Rule = &routed.entry.rule;
     // A CORS filter reads the request's headers, which routing alone may not have needed.
-    let map = if map.is_empty() && rule.has_cors() {
+    let cors_map = if map.is_empty() && rule.has_cors() {
         match head::header_map(req.headers) {
-            Some(map) => map,
+            Some(map) => Some(map),
             None => return Plan::Fallback,
         }
     } else {
-        map
+        None
     };
     let input = RouteInput {
-        method: &req.method,
-        host: req.host,
-        path: &path,
-        query: req.query,
-        headers: &map,
+        headers: cors_map.as_ref().unwrap_or(&map),
+        ..input
     };
     let (weighted, cors) = match service::decide(&routed, &input) {
         Ok(Decision::Forward(w, cors)) => (w, cors),
