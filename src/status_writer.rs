@@ -159,6 +159,7 @@ pub enum PatchKind {
     Gateway,
     HttpRoute,
     GrpcRoute,
+    TlsRoute,
     BackendTlsPolicy,
 }
 
@@ -196,6 +197,7 @@ enum JobKey {
     Gateway(ObjectRef),
     HttpRoute(ObjectRef),
     GrpcRoute(ObjectRef),
+    TlsRoute(ObjectRef),
     BackendTlsPolicy(ObjectRef),
 }
 
@@ -282,6 +284,7 @@ impl EncodeLabelValue for PatchKind {
             Self::Gateway => "Gateway",
             Self::HttpRoute => "HTTPRoute",
             Self::GrpcRoute => "GRPCRoute",
+            Self::TlsRoute => "TLSRoute",
             Self::BackendTlsPolicy => "BackendTLSPolicy",
         })
     }
@@ -382,6 +385,7 @@ impl JobKey {
             Self::Gateway(_) => PatchKind::Gateway,
             Self::HttpRoute(_) => PatchKind::HttpRoute,
             Self::GrpcRoute(_) => PatchKind::GrpcRoute,
+            Self::TlsRoute(_) => PatchKind::TlsRoute,
             Self::BackendTlsPolicy(_) => PatchKind::BackendTlsPolicy,
         }
     }
@@ -393,6 +397,7 @@ impl JobKey {
             Self::Gateway(r)
             | Self::HttpRoute(r)
             | Self::GrpcRoute(r)
+            | Self::TlsRoute(r)
             | Self::BackendTlsPolicy(r) => (Some(&r.namespace), &r.name),
         }
     }
@@ -403,6 +408,7 @@ impl JobKey {
             PatchKind::Gateway => ("Gateway", "gateways"),
             PatchKind::HttpRoute => ("HTTPRoute", "httproutes"),
             PatchKind::GrpcRoute => ("GRPCRoute", "grpcroutes"),
+            PatchKind::TlsRoute => ("TLSRoute", "tlsroutes"),
             PatchKind::BackendTlsPolicy => ("BackendTLSPolicy", "backendtlspolicies"),
         };
         ApiResource {
@@ -457,6 +463,7 @@ impl Planner {
                 JobKey::Gateway(r) => desired.gateways.contains_key(r),
                 JobKey::HttpRoute(r) => desired.http_routes.contains_key(r),
                 JobKey::GrpcRoute(r) => desired.grpc_routes.contains_key(r),
+                JobKey::TlsRoute(r) => desired.tls_routes.contains_key(r),
                 JobKey::BackendTlsPolicy(r) => desired.backend_tls_policies.contains_key(r),
             });
         }
@@ -501,6 +508,10 @@ impl Planner {
         routes.plan(memo, &mut jobs, grpc, JobKey::GrpcRoute, |o| {
             to_json(&o.status)
         });
+        let tls = (&desired.tls_routes, &stores.tls_routes);
+        routes.plan(memo, &mut jobs, tls, JobKey::TlsRoute, |o| {
+            to_json(&o.status)
+        });
         for (r, want) in &desired.backend_tls_policies {
             let Some(guard) = object(&stores.backend_tls_policies, Some(&r.namespace), &r.name)
             else {
@@ -518,7 +529,8 @@ impl Planner {
     }
 }
 
-/// Plans the jobs of one route kind (HTTPRoute and GRPCRoute statuses have one shape).
+/// Plans the jobs of one route kind (HTTPRoute, GRPCRoute and TLSRoute statuses have one
+/// shape).
 struct RouteJobs<'a> {
     tracker: &'a Mutex<Tracker>,
     ctx: render::Ctx<'a>,
@@ -779,7 +791,10 @@ impl Worker {
         // version it was merged from.
         if matches!(
             kind,
-            PatchKind::HttpRoute | PatchKind::GrpcRoute | PatchKind::BackendTlsPolicy
+            PatchKind::HttpRoute
+                | PatchKind::GrpcRoute
+                | PatchKind::TlsRoute
+                | PatchKind::BackendTlsPolicy
         ) && let Some(rv) = &job.resource_version
         {
             metadata["resourceVersion"] = json!(rv);

@@ -23,13 +23,16 @@ pub enum Protocol {
     Http,
     #[serde(rename = "HTTPS")]
     Https,
+    /// TLS streams routed by SNI (TLSRoute): passed through, or terminated and relayed.
+    #[serde(rename = "TLS")]
+    Tls,
 }
 
 impl Protocol {
     pub fn scheme(self) -> &'static str {
         match self {
             Self::Http => "http",
-            Self::Https => "https",
+            Self::Https | Self::Tls => "https",
         }
     }
 }
@@ -45,7 +48,7 @@ pub struct Port {
     pub protocol: Protocol,
     /// Most specific hostname first.
     pub listeners: Vec<Listener>,
-    /// Server certificates by SNI, for HTTPS ports.
+    /// Server certificates by SNI, for HTTPS ports and TLS ports with terminating listeners.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub certs: Option<CertTable>,
 }
@@ -67,6 +70,10 @@ pub struct Listener {
     pub id: ListenerId,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hostname: Option<HostnameMatch>,
+    /// TLS listeners with `tls.mode: Passthrough`: the client's TLS goes to the backend as
+    /// it is (routes by SNI, never terminated here).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub passthrough: bool,
     pub routes: RouteTable,
 }
 
@@ -187,6 +194,7 @@ mod tests {
                 name: name.into(),
             },
             hostname: host.map(|h| HostnameMatch::parse(h).unwrap()),
+            passthrough: false,
             routes: RouteTable::default(),
         }
     }

@@ -40,6 +40,7 @@ pub struct ProxyMetrics {
     upstream_opened: Family<UpstreamConnLabels, Counter>,
     upstream_open: Family<UpstreamProtocolLabels, Gauge>,
     upstream_idle: Gauge,
+    streams: Family<StreamLabels, Counter>,
     /// Tells the [`HandleCache`] whose handles it holds.
     id: u64,
 }
@@ -97,6 +98,8 @@ pub enum Transport {
 pub enum UpstreamProtocol {
     Http1,
     Http2,
+    /// A byte stream (TLSRoute).
+    Opaque,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -164,6 +167,40 @@ pub struct ErrorLabels {
 pub struct ConnectErrorLabels {
     pub backend: String,
     pub reason: ConnectReason,
+}
+
+/// One TLS stream (TLSRoute) and how it ended. `listener` is empty when no listener took it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct StreamLabels {
+    pub gateway: String,
+    pub listener: String,
+    pub mode: StreamMode,
+    pub result: StreamResult,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StreamMode {
+    Passthrough,
+    Terminate,
+    /// Not known: the ClientHello was not read, or no listener took it.
+    Unknown,
+}
+
+/// How a TLS stream ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StreamResult {
+    /// Relayed until either side closed (or it idled out, or the drain ended).
+    Relayed,
+    /// No ClientHello within the handshake timeout, or not a TLS ClientHello.
+    BadHello,
+    /// No listener or route for the SNI.
+    NoRoute,
+    /// The route has no usable backend or endpoint, or its TLS is unavailable (fail closed).
+    NoBackend,
+    /// The client's handshake with pier failed (Terminate).
+    HandshakeFailed,
+    /// Connecting to the endpoint (TCP, or TLS to it) failed.
+    ConnectFailed,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -246,6 +283,12 @@ impl ProxyMetrics {
             "upstream_idle_connections",
             "Idle HTTP/1.1 connections waiting in the upstream pool",
             m.upstream_idle.clone(),
+        );
+        reg.register(
+            "tls_streams",
+            "TLS connections on TLS listeners (TLSRoute), by gateway, listener, mode \
+             (passthrough, terminate) and result",
+            m.streams.clone(),
         );
         m
     }
@@ -364,6 +407,21 @@ impl ProxyMetrics {
     pub fn upstream_idle(&self) -> Gauge {
         self.upstream_idle.clone()
     }
+
+    pub fn stream(&self, listener: Option<&ListenerId>, mode: StreamMode, result: StreamResult) {
+        let (gateway, listener) = match listener {
+            Some(l) => (l.gateway.to_string(), l.name.clone()),
+            None => (String::new(), String::new()),
+        };
+        self.streams
+            .get_or_create(&StreamLabels {
+                gateway,
+                listener,
+                mode,
+                result,
+            })
+            .inc();
+    }
 }
 
 impl Default for ProxyMetrics {
@@ -381,6 +439,7 @@ impl Default for ProxyMetrics {
             upstream_opened: Family::default(),
             upstream_open: Family::default(),
             upstream_idle: Gauge::default(),
+            streams: Family::default(),
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         }
     }
@@ -466,12 +525,38 @@ impl EncodeLabelValue for Transport {
     }
 }
 
+impl EncodeLabelValue for StreamMode {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        use std::fmt::Write;
+        encoder.write_str(match self {
+            Self::Passthrough => "passthrough",
+            Self::Terminate => "terminate",
+            Self::Unknown => "",
+        })
+    }
+}
+
+impl EncodeLabelValue for StreamResult {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        use std::fmt::Write;
+        encoder.write_str(match self {
+            Self::Relayed => "relayed",
+            Self::BadHello => "bad_hello",
+            Self::NoRoute => "no_route",
+            Self::NoBackend => "no_backend",
+            Self::HandshakeFailed => "handshake_failed",
+            Self::ConnectFailed => "connect_failed",
+        })
+    }
+}
+
 impl EncodeLabelValue for UpstreamProtocol {
     fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
         use std::fmt::Write;
         encoder.write_str(match self {
             Self::Http1 => "http1",
             Self::Http2 => "http2",
+            Self::Opaque => "opaque",
         })
     }
 }

@@ -24,6 +24,7 @@ mod listener;
 pub mod metrics;
 mod mirror;
 mod service;
+mod stream;
 mod tunnel;
 mod upstream;
 mod validate;
@@ -38,7 +39,6 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
-use tokio_rustls::TlsAcceptor;
 
 pub use body::{BodyFault, BodyPace};
 pub use error::{ConnectReason, ErrorKind, ErrorSide, ProxyError, TlsFailure};
@@ -47,7 +47,7 @@ pub use mirror::MAX_MIRRORED_BODY;
 pub use upstream::RETIRE_BOUND as UPSTREAM_RETIRE_BOUND;
 
 use crate::model::{Port, PortKey, Snapshot};
-use crate::tls::server::{Ticketer, server_config};
+use crate::tls::server::{Carries, Ticketer, server_config};
 use drain::Drain;
 use upstream::{Clock, Upstream};
 
@@ -99,6 +99,9 @@ pub struct Limits {
     pub merge_slashes: bool,
     /// Open client connections per port; at the cap pier stops accepting until one closes.
     pub max_connections: usize,
+    /// A TLS stream (TLSRoute) that carries no byte either way for this long is closed (as
+    /// HAProxy's `timeout tunnel`, 1 h by default).
+    pub stream_idle_timeout: Duration,
 }
 
 impl Default for Limits {
@@ -112,6 +115,7 @@ impl Default for Limits {
             }),
             merge_slashes: false,
             max_connections: 10_000,
+            stream_idle_timeout: Duration::from_secs(3600),
         }
     }
 }
@@ -298,16 +302,21 @@ impl Proxy {
         let ip = key.address.unwrap_or(self.shared.config.listen_host);
         let listener = TcpListener::bind(SocketAddr::new(ip, key.port)).await?;
         let ticketer = self.lock_ports().ticketer.clone();
-        let tls = server_config(self.shared.snapshot.clone(), key, ticketer.as_ref())
-            .map_err(std::io::Error::other)?;
+        let config = |carries| {
+            server_config(
+                self.shared.snapshot.clone(),
+                key,
+                ticketer.as_ref(),
+                carries,
+            )
+            .map_err(std::io::Error::other)
+        };
+        let tls = Arc::new(conn::PortTls {
+            https: config(Carries::Http)?.into(),
+            stream: config(Carries::Stream)?,
+        });
         let drain = Arc::new(Drain::new());
-        let accept = listener::spawn_accept(
-            self.shared.clone(),
-            listener,
-            key,
-            TlsAcceptor::from(tls),
-            &drain,
-        );
+        let accept = listener::spawn_accept(self.shared.clone(), listener, key, tls, &drain);
         tracing::info!(port = key.port, address = %ip, "listening");
         Ok(BoundPort { drain, accept })
     }

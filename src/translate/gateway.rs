@@ -59,6 +59,8 @@ pub struct ListenerState {
     pub port: u16,
     pub protocol: Option<Protocol>,
     pub hostname: Option<HostnameMatch>,
+    /// Protocol TLS with `tls.mode: Passthrough` (no certificates; routes by SNI).
+    pub passthrough: bool,
     pub allowed: AllowedRoutes,
     pub supported_kinds: Vec<RouteGroupKind>,
     /// Usable certificates and their Secrets, in `certificateRefs` order.
@@ -215,6 +217,7 @@ fn listener(
         port: 0,
         protocol: None,
         hostname: None,
+        passthrough: false,
         allowed: AllowedRoutes {
             namespaces: NamespacePolicy::Same,
             kinds: vec![],
@@ -232,10 +235,11 @@ fn listener(
     let protocol = match protocol.as_str() {
         "HTTP" => Protocol::Http,
         "HTTPS" => Protocol::Https,
+        "TLS" => Protocol::Tls,
         other => {
             state.not_accepted = Some((
                 ListenerConditionReason::UnsupportedProtocol,
-                format!("protocol {other:?} is not supported (pier serves HTTP and HTTPS)"),
+                format!("protocol {other:?} is not supported (pier serves HTTP, HTTPS and TLS)"),
             ));
             return state;
         }
@@ -263,34 +267,40 @@ fn listener(
             }
         }
     }
-    if protocol == Protocol::Https {
+    if protocol != Protocol::Http {
         let id = ListenerId {
             gateway: gateway.clone(),
             name: name.clone(),
         };
-        tls_of(&mut state, resources, certs, &id, tls.as_ref());
+        tls_of(&mut state, resources, certs, &id, protocol, tls.as_ref());
         if state.not_accepted.is_some() {
             return state;
         }
     }
-    allowed_routes_of(&mut state, allowed_routes.as_ref());
+    allowed_routes_of(&mut state, protocol, allowed_routes.as_ref());
     state
 }
 
-fn allowed_routes_of(state: &mut ListenerState, ar: Option<&GatewayListenersAllowedRoutes>) {
+fn allowed_routes_of(
+    state: &mut ListenerState,
+    protocol: Protocol,
+    ar: Option<&GatewayListenersAllowedRoutes>,
+) {
     let (kinds, namespaces) = match ar {
         Some(GatewayListenersAllowedRoutes { kinds, namespaces }) => {
             (kinds.as_deref(), namespaces.as_ref())
         }
         None => (None, None),
     };
+    let supported = RouteKind::for_protocol(protocol);
     match kinds {
-        None | Some([]) => state.allowed.kinds = RouteKind::HTTP_LISTENER.to_vec(),
+        None | Some([]) => state.allowed.kinds = supported.to_vec(),
         Some(kinds) => {
             for GatewayListenersAllowedRoutesKinds { group, kind } in kinds {
                 let group = group.as_deref().unwrap_or(GATEWAY_GROUP);
-                let known = RouteKind::HTTP_LISTENER
-                    .into_iter()
+                let known = supported
+                    .iter()
+                    .copied()
                     .find(|k| group == GATEWAY_GROUP && kind == k.name());
                 match known {
                     Some(k) if !state.allowed.kinds.contains(&k) => state.allowed.kinds.push(k),
@@ -320,27 +330,43 @@ fn allowed_routes_of(state: &mut ListenerState, ar: Option<&GatewayListenersAllo
     };
 }
 
+/// The `tls` stanza of an HTTPS or TLS listener: certificates to terminate with, or (TLS
+/// only) Passthrough.
 fn tls_of(
     state: &mut ListenerState,
     resources: &Resources,
     certs: &mut Certs<'_>,
     id: &ListenerId,
+    protocol: Protocol,
     tls: Option<&GatewayListenersTls>,
 ) {
+    let proto = protocol_name(protocol);
     let Some(GatewayListenersTls {
         certificate_refs,
         mode,
         options: _,
     }) = tls
     else {
-        state.tls_problem = Some("HTTPS listener has no tls configuration".into());
+        state.tls_problem = Some(format!("{proto} listener has no tls configuration"));
         return;
     };
     if mode == &Some(GatewayListenersTlsMode::Passthrough) {
-        state.not_accepted = Some((
-            ListenerConditionReason::UnsupportedProtocol,
-            "tls.mode Passthrough is not supported for HTTPS (pier terminates TLS)".into(),
-        ));
+        if protocol != Protocol::Tls {
+            state.not_accepted = Some((
+                ListenerConditionReason::UnsupportedProtocol,
+                "tls.mode Passthrough is not supported for HTTPS (pier terminates HTTPS; \
+                 use protocol TLS with a TLSRoute to pass TLS through)"
+                    .into(),
+            ));
+            return;
+        }
+        // The API forbids certificateRefs here; any given are not used.
+        if certificate_refs.as_ref().is_some_and(|c| !c.is_empty()) {
+            state
+                .notes
+                .push("certificateRefs are ignored: Passthrough does not terminate TLS".into());
+        }
+        state.passthrough = true;
         return;
     }
     for (i, r) in certificate_refs.iter().flatten().enumerate() {
@@ -381,9 +407,9 @@ fn tls_of(
         // The implementers guide asks for reason InvalidTLSConfig; the generated enum lacks it,
         // so Programmed=False uses Invalid with this message.
         state.tls_problem = Some(if certificate_refs.as_ref().is_none_or(Vec::is_empty) {
-            "HTTPS listener has no certificateRefs".into()
+            format!("{proto} listener has no certificateRefs")
         } else {
-            "HTTPS listener has no usable certificate".into()
+            format!("{proto} listener has no usable certificate")
         });
     }
 }
@@ -508,6 +534,7 @@ fn protocol_name(p: Protocol) -> &'static str {
     match p {
         Protocol::Http => "HTTP",
         Protocol::Https => "HTTPS",
+        Protocol::Tls => "TLS",
     }
 }
 

@@ -263,7 +263,10 @@ pub fn translate_route(
     for (parent, gw) in &parents {
         let accepted = match &route_problem {
             Some(p) => Err((RouteConditionReason::UnsupportedValue, p.clone())),
-            None => attach(ctx, kind, &key.namespace, &hosts, parent, *gw),
+            None => {
+                let meshed = tls_of(*gw).meshed;
+                attach(ctx, kind, meshed, &key.namespace, &hosts, parent, *gw)
+            }
         };
         let accepted = accepted.map(|found| {
             for a in found {
@@ -553,10 +556,13 @@ fn echo(p: &HttpRouteParentRefs) -> ParentRef {
     }
 }
 
-/// The listeners of Gateway `gw` that a parentRef selects and that take the route.
+/// The listeners of Gateway `gw` that a parentRef selects and that take the route. `meshed`:
+/// the route is meshed under that Gateway (a meshed TLSRoute never attaches to a Passthrough
+/// listener: pier's identity cannot travel inside the client's TLS).
 fn attach(
     ctx: &RouteCtx<'_, '_>,
     kind: RouteKind,
+    meshed: bool,
     route_ns: &str,
     route_hosts: &[HostnameMatch],
     p: &HttpRouteParentRefs,
@@ -591,12 +597,17 @@ fn attach(
     let mut hostname_mismatch = false;
     let mut namespace_denied = false;
     let mut kind_conflict = None;
+    let mut meshed_passthrough = None;
     for (i, l) in selected {
         if !l.accepts_routes() {
             continue;
         }
         any_valid = true;
         if !l.allowed.allows_kind(kind) {
+            continue;
+        }
+        if meshed && l.passthrough {
+            meshed_passthrough = Some(l.name.clone());
             continue;
         }
         if !l
@@ -632,6 +643,17 @@ fn attach(
         (
             RouteConditionReason::NoMatchingParent,
             format!("no selected listener of Gateway {} is valid", gateway.key),
+        )
+    } else if let Some(listener) = meshed_passthrough {
+        (
+            RouteConditionReason::NotAllowedByListeners,
+            format!(
+                "the route is meshed, and listener {listener:?} of Gateway {} passes TLS \
+                 through: pier cannot present its mesh identity inside the client's TLS and \
+                 never sends meshed traffic without it (attach to a listener with tls.mode \
+                 Terminate, where pier originates mesh mTLS)",
+                gateway.key
+            ),
         )
     } else if let Some((listener, other)) = kind_conflict {
         (
@@ -1006,9 +1028,13 @@ fn resolve_backend(
         .ok()
         .filter(|p| *p != 0)
         .ok_or(BackendRefError::PortRange(svc, port))?;
-    // gRPC is HTTP/2 end to end.
-    let http2 = route_kind == RouteKind::Grpc;
-    Ok(backends.service_port(ns, r.name, port, tls, http2)?)
+    // gRPC is HTTP/2 end to end; a TLSRoute carries bytes.
+    let traffic = match route_kind {
+        RouteKind::Http => refs::Traffic::Http,
+        RouteKind::Grpc => refs::Traffic::Http2,
+        RouteKind::Tls => refs::Traffic::Opaque,
+    };
+    Ok(backends.service_port(ns, r.name, port, tls, traffic)?)
 }
 
 fn rule_timeouts(

@@ -13,7 +13,7 @@ use serde::de::DeserializeOwned;
 use super::api::{
     BackendTlsPolicy, ByteString, CERTIFICATES_GROUP, ClusterTrustBundle, ConfigMap, EndpointSlice,
     GATEWAY_GROUP, Gateway, GatewayClass, GatewaySpec, GrpcRoute, HttpRoute, MeshSpec, Namespace,
-    ObjectMeta, PierGatewaySpec, ReferenceGrant, Secret, Service,
+    ObjectMeta, PierGatewaySpec, ReferenceGrant, Secret, Service, TlsRoute,
 };
 use super::resources::{ObjectKey, Resources};
 
@@ -136,6 +136,7 @@ enum Kind {
     Gateway,
     HttpRoute,
     GrpcRoute,
+    TlsRoute,
     ReferenceGrant,
     Namespace,
     Service,
@@ -281,6 +282,10 @@ fn parse_document(
                 .grpc_routes
                 .insert(doc.key(k, &mut o.metadata)?, o);
         }
+        Kind::TlsRoute => {
+            let mut o: TlsRoute = doc.parse(k)?;
+            resources.tls_routes.insert(doc.key(k, &mut o.metadata)?, o);
+        }
         Kind::ReferenceGrant => {
             let mut o: ReferenceGrant = doc.parse(k)?;
             resources
@@ -344,6 +349,7 @@ impl Kind {
             (GATEWAY_GROUP, "Gateway") => Self::Gateway,
             (GATEWAY_GROUP, "HTTPRoute") => Self::HttpRoute,
             (GATEWAY_GROUP, "GRPCRoute") => Self::GrpcRoute,
+            (GATEWAY_GROUP, "TLSRoute") => Self::TlsRoute,
             (GATEWAY_GROUP, "ReferenceGrant") => Self::ReferenceGrant,
             ("", "Namespace") => Self::Namespace,
             ("", "Service") => Self::Service,
@@ -380,6 +386,8 @@ impl Kind {
             }
             // GRPCRoute v1alpha2 has the same spec.
             Self::GrpcRoute => &["v1", "v1alpha2"],
+            // TLSRoute v1alpha2 and v1alpha3 have the fields of v1 that pier reads.
+            Self::TlsRoute => &["v1", "v1alpha3", "v1alpha2"],
             Self::Namespace | Self::Service | Self::Secret | Self::ConfigMap => &["v1"],
             Self::EndpointSlice => &["v1"],
             // v1alpha1 has the same spec (signerName, trustBundle).

@@ -5,7 +5,8 @@
 //! ```text
 //! Resources ─> gateway::gateway_classes ─> gateway::gateways (listeners, certs, conflicts,
 //!                                                │            mesh::gateway_tls per Gateway)
-//!          HTTPRoutes + GRPCRoutes (oldest first; GRPCRoutes in HTTPRoute form, grpc_route)
+//!          HTTPRoutes + GRPCRoutes + TLSRoutes (oldest first; the others in HTTPRoute form,
+//!                                                grpc_route, tls_route)
 //!                        ─> http_route::translate_route ─> attachments + rules
 //!                                                │   (rules compiled per Gateway: backend TLS
 //!                                                │    from backend_tls, meshed or not)
@@ -34,6 +35,7 @@ pub mod resources;
 pub mod status;
 #[cfg(test)]
 pub(crate) mod test_support;
+mod tls_route;
 
 use std::collections::BTreeMap;
 
@@ -163,6 +165,11 @@ pub fn translate_with(
         .iter()
         .map(|((ns, name), r)| (ObjectRef::new(ns, name), grpc_route::as_http_route(r)))
         .collect();
+    let tls: Vec<(ObjectRef, api::HttpRoute)> = resources
+        .tls_routes
+        .iter()
+        .map(|((ns, name), r)| (ObjectRef::new(ns, name), tls_route::as_http_route(r)))
+        .collect();
     let mut routes: Vec<_> = resources
         .http_routes
         .iter()
@@ -172,6 +179,14 @@ pub fn translate_with(
                 kind: RouteKind::Grpc,
                 route: &g.route,
                 grpc_matches: &g.matches,
+            };
+            (key.clone(), spec)
+        }))
+        .chain(tls.iter().map(|(key, route)| {
+            let spec = RouteSpec {
+                kind: RouteKind::Tls,
+                route,
+                grpc_matches: &[],
             };
             (key.clone(), spec)
         }))
@@ -216,6 +231,7 @@ pub fn translate_with(
         match kind {
             RouteKind::Http => status.http_routes.insert(key, outcome.status),
             RouteKind::Grpc => status.grpc_routes.insert(key, outcome.status),
+            RouteKind::Tls => status.tls_routes.insert(key, outcome.status),
         };
     }
 
@@ -272,8 +288,9 @@ fn tls_summary(gateway: &ObjectRef, tls: &mesh::GatewayTls) -> GatewayTlsSummary
     }
 }
 
-/// Programmed listeners grouped by port (sorted), most specific hostname first; HTTPS ports
-/// get every listener's certificates, under the listener hostname and the certificate's names.
+/// Programmed listeners grouped by port (sorted), most specific hostname first; HTTPS and TLS
+/// ports get every terminating listener's certificates, under the listener hostname and the
+/// certificate's names.
 fn snapshot(
     gateways: &[GatewayState],
     mut tables: BTreeMap<(usize, usize), RouteTableBuilder>,
@@ -293,7 +310,7 @@ fn snapshot(
                 port: l.port,
                 protocol,
                 listeners: vec![],
-                certs: (protocol == Protocol::Https).then(CertTable::default),
+                certs: (protocol != Protocol::Http).then(CertTable::default),
             });
             if let Some(certs) = &mut port.certs {
                 for (_, c) in &l.certs {
@@ -312,6 +329,7 @@ fn snapshot(
                     name: l.name.clone(),
                 },
                 hostname: l.hostname.clone(),
+                passthrough: l.passthrough,
                 routes: tables
                     .remove(&(gi, li))
                     .map_or_else(RouteTable::default, RouteTableBuilder::build),

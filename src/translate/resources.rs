@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use super::api::{
     BackendTlsPolicy, ClusterTrustBundle, ConfigMap, EndpointSlice, Gateway, GatewayClass,
-    GrpcRoute, HttpRoute, Namespace, ReferenceGrant, Secret, Service,
+    GrpcRoute, HttpRoute, Namespace, ReferenceGrant, Secret, Service, TlsRoute,
 };
 
 /// `(namespace, name)`.
@@ -18,6 +18,7 @@ pub struct Resources {
     pub gateways: BTreeMap<ObjectKey, Gateway>,
     pub http_routes: BTreeMap<ObjectKey, HttpRoute>,
     pub grpc_routes: BTreeMap<ObjectKey, GrpcRoute>,
+    pub tls_routes: BTreeMap<ObjectKey, TlsRoute>,
     pub reference_grants: BTreeMap<ObjectKey, ReferenceGrant>,
     /// Cluster-scoped: by name.
     pub namespaces: BTreeMap<String, Namespace>,

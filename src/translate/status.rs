@@ -149,6 +149,8 @@ pub struct Statuses {
     pub http_routes: BTreeMap<ObjectRef, HttpRouteStatus>,
     /// The same for GRPCRoutes (the same status shape).
     pub grpc_routes: BTreeMap<ObjectRef, HttpRouteStatus>,
+    /// The same for TLSRoutes (the same status shape).
+    pub tls_routes: BTreeMap<ObjectRef, HttpRouteStatus>,
     /// Only policies applied to a backend of an in-scope Gateway's routes.
     pub backend_tls_policies: BTreeMap<ObjectRef, BackendTlsPolicyStatus>,
 }
@@ -250,6 +252,8 @@ pub enum StatusKind {
     HttpRoute,
     #[serde(rename = "GRPCRoute")]
     GrpcRoute,
+    #[serde(rename = "TLSRoute")]
+    TlsRoute,
     #[serde(rename = "BackendTLSPolicy")]
     BackendTlsPolicy,
 }
@@ -402,7 +406,7 @@ impl RouteGroupKind {
 
 impl Statuses {
     /// Every status as an API object: GatewayClasses, then Gateways, then HTTPRoutes, then
-    /// GRPCRoutes, then BackendTLSPolicies, each sorted by (namespace, name).
+    /// GRPCRoutes, then TLSRoutes, then BackendTLSPolicies, each sorted by (namespace, name).
     pub fn objects(&self) -> Vec<StatusObject<'_>> {
         let classes = self.gateway_classes.iter().map(|(name, s)| StatusObject {
             api_version: GATEWAY_API_VERSION,
@@ -428,14 +432,18 @@ impl Statuses {
         });
         let http = self.http_routes.iter().map(|r| (StatusKind::HttpRoute, r));
         let grpc = self.grpc_routes.iter().map(|r| (StatusKind::GrpcRoute, r));
-        let routes = http.chain(grpc).map(|(kind, (key, s))| StatusObject {
-            api_version: GATEWAY_API_VERSION,
-            kind,
-            metadata: StatusMeta::namespaced(key, s.generation),
-            status: ObjectStatus::HttpRoute {
-                parents: &s.parents,
-            },
-        });
+        let tls = self.tls_routes.iter().map(|r| (StatusKind::TlsRoute, r));
+        let routes = http
+            .chain(grpc)
+            .chain(tls)
+            .map(|(kind, (key, s))| StatusObject {
+                api_version: GATEWAY_API_VERSION,
+                kind,
+                metadata: StatusMeta::namespaced(key, s.generation),
+                status: ObjectStatus::HttpRoute {
+                    parents: &s.parents,
+                },
+            });
         let policies = self
             .backend_tls_policies
             .iter()

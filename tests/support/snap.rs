@@ -165,6 +165,7 @@ impl ListenerBuilder {
         Listener {
             id: self.id,
             hostname: self.hostname,
+            passthrough: false,
             routes: self.table.build(),
         }
     }

@@ -19,24 +19,36 @@ pub struct AllowedRoutes {
     pub kinds: Vec<RouteKind>,
 }
 
-/// The route kinds pier serves on HTTP and HTTPS listeners. A GRPCRoute is translated as an
-/// HTTPRoute (`translate::grpc_route`); the kind decides attachment, ReferenceGrants and the
-/// status the route gets.
+/// The route kinds pier serves. GRPCRoutes and TLSRoutes are translated as HTTPRoutes
+/// (`translate::grpc_route`, `translate::tls_route`); the kind decides attachment, ReferenceGrants,
+/// the backends' protocol and the status the route gets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum RouteKind {
     Http,
     Grpc,
+    Tls,
 }
 
 impl RouteKind {
     /// Every kind an HTTP or HTTPS listener supports, in the order `supportedKinds` lists them.
     pub const HTTP_LISTENER: [Self; 2] = [Self::Http, Self::Grpc];
+    /// What a TLS listener supports.
+    pub const TLS_LISTENER: [Self; 1] = [Self::Tls];
+
+    /// The kinds a listener of `protocol` supports.
+    pub fn for_protocol(protocol: crate::model::Protocol) -> &'static [Self] {
+        match protocol {
+            crate::model::Protocol::Tls => &Self::TLS_LISTENER,
+            _ => &Self::HTTP_LISTENER,
+        }
+    }
 
     /// The API kind.
     pub fn name(self) -> &'static str {
         match self {
             Self::Http => "HTTPRoute",
             Self::Grpc => "GRPCRoute",
+            Self::Tls => "TLSRoute",
         }
     }
 }
