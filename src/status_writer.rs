@@ -111,6 +111,9 @@ pub const SUPPORTED_FEATURES: &[&str] = &[
     "HTTPRouteSchemeRedirect",
     "OffClusterGateway",
     "ReferenceGrant",
+    "TLSRoute",
+    "TLSRouteModeMixed",
+    "TLSRouteModeTerminate",
 ];
 
 /// The clock `lastTransitionTime` comes from (tests pass a fixed one).
