@@ -15,8 +15,8 @@ use std::collections::BTreeMap;
 
 use gateway_api::{
     backendtlspolicies::BackendTlsPolicy, gatewayclasses::GatewayClass, gateways::Gateway,
-    grpcroutes::GrpcRoute, httproutes::HttpRoute, referencegrants::ReferenceGrant,
-    tlsroutes::TlsRoute,
+    grpcroutes::GrpcRoute, httproutes::HttpRoute, listenersets::ListenerSet,
+    referencegrants::ReferenceGrant, tlsroutes::TlsRoute,
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinition, JSONSchemaProps,
@@ -35,12 +35,13 @@ const CHANNEL_ANNOTATION: &str = "gateway.networking.k8s.io/channel";
 const API_APPROVED_ANNOTATION: &str = "api-approved.kubernetes.io";
 const API_APPROVED: &str = "https://github.com/kubernetes-sigs/gateway-api/pull/3328";
 
-/// GatewayClass, Gateway, HTTPRoute, GRPCRoute, TLSRoute, ReferenceGrant and BackendTLSPolicy,
-/// in that order.
+/// GatewayClass, Gateway, ListenerSet, HTTPRoute, GRPCRoute, TLSRoute, ReferenceGrant and
+/// BackendTLSPolicy, in that order.
 pub fn all() -> Vec<CustomResourceDefinition> {
     [
         GatewayClass::crd(),
         Gateway::crd(),
+        ListenerSet::crd(),
         HttpRoute::crd(),
         GrpcRoute::crd(),
         TlsRoute::crd(),
@@ -161,7 +162,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn all_are_the_seven_kinds_pier_reads() {
+    fn all_are_the_eight_kinds_pier_reads() {
         let names: Vec<_> = all()
             .into_iter()
             .map(|c| c.metadata.name.unwrap())
@@ -171,6 +172,7 @@ mod tests {
             [
                 "gatewayclasses.gateway.networking.k8s.io",
                 "gateways.gateway.networking.k8s.io",
+                "listenersets.gateway.networking.k8s.io",
                 "httproutes.gateway.networking.k8s.io",
                 "grpcroutes.gateway.networking.k8s.io",
                 "tlsroutes.gateway.networking.k8s.io",

@@ -109,6 +109,7 @@ pub const SUPPORTED_FEATURES: &[&str] = &[
     "HTTPRouteRequestTimeout",
     "HTTPRouteResponseHeaderModification",
     "HTTPRouteSchemeRedirect",
+    "ListenerSet",
     "OffClusterGateway",
     "ReferenceGrant",
     "TLSRoute",
@@ -163,6 +164,7 @@ pub enum PatchKind {
     HttpRoute,
     GrpcRoute,
     TlsRoute,
+    ListenerSet,
     BackendTlsPolicy,
 }
 
@@ -201,6 +203,7 @@ enum JobKey {
     HttpRoute(ObjectRef),
     GrpcRoute(ObjectRef),
     TlsRoute(ObjectRef),
+    ListenerSet(ObjectRef),
     BackendTlsPolicy(ObjectRef),
 }
 
@@ -288,6 +291,7 @@ impl EncodeLabelValue for PatchKind {
             Self::HttpRoute => "HTTPRoute",
             Self::GrpcRoute => "GRPCRoute",
             Self::TlsRoute => "TLSRoute",
+            Self::ListenerSet => "ListenerSet",
             Self::BackendTlsPolicy => "BackendTLSPolicy",
         })
     }
@@ -389,6 +393,7 @@ impl JobKey {
             Self::HttpRoute(_) => PatchKind::HttpRoute,
             Self::GrpcRoute(_) => PatchKind::GrpcRoute,
             Self::TlsRoute(_) => PatchKind::TlsRoute,
+            Self::ListenerSet(_) => PatchKind::ListenerSet,
             Self::BackendTlsPolicy(_) => PatchKind::BackendTlsPolicy,
         }
     }
@@ -401,6 +406,7 @@ impl JobKey {
             | Self::HttpRoute(r)
             | Self::GrpcRoute(r)
             | Self::TlsRoute(r)
+            | Self::ListenerSet(r)
             | Self::BackendTlsPolicy(r) => (Some(&r.namespace), &r.name),
         }
     }
@@ -412,6 +418,7 @@ impl JobKey {
             PatchKind::HttpRoute => ("HTTPRoute", "httproutes"),
             PatchKind::GrpcRoute => ("GRPCRoute", "grpcroutes"),
             PatchKind::TlsRoute => ("TLSRoute", "tlsroutes"),
+            PatchKind::ListenerSet => ("ListenerSet", "listenersets"),
             PatchKind::BackendTlsPolicy => ("BackendTLSPolicy", "backendtlspolicies"),
         };
         ApiResource {
@@ -467,6 +474,7 @@ impl Planner {
                 JobKey::HttpRoute(r) => desired.http_routes.contains_key(r),
                 JobKey::GrpcRoute(r) => desired.grpc_routes.contains_key(r),
                 JobKey::TlsRoute(r) => desired.tls_routes.contains_key(r),
+                JobKey::ListenerSet(r) => desired.listener_sets.contains_key(r),
                 JobKey::BackendTlsPolicy(r) => desired.backend_tls_policies.contains_key(r),
             });
         }
@@ -498,6 +506,18 @@ impl Planner {
             let key = JobKey::Gateway(r.clone());
             if let Some(job) = memo.consider(key, &o.metadata, tracker, || {
                 render::gateway(want, &to_json(&o.status), ctx)
+            }) {
+                jobs.push(job);
+            }
+        }
+        for (r, want) in &desired.listener_sets {
+            let Some(guard) = object(&stores.listener_sets, Some(&r.namespace), &r.name) else {
+                continue;
+            };
+            let Ok(o) = &guard.0 else { continue };
+            let key = JobKey::ListenerSet(r.clone());
+            if let Some(job) = memo.consider(key, &o.metadata, tracker, || {
+                render::listener_set(want, &to_json(&o.status), ctx)
             }) {
                 jobs.push(job);
             }

@@ -56,12 +56,27 @@ pub struct Port {
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub struct ListenerId {
     pub gateway: ObjectRef,
+    /// The ListenerSet the listener comes from (`None`: the Gateway's own spec). Names are
+    /// unique per Gateway or ListenerSet, not across them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub set: Option<ObjectRef>,
     pub name: String,
+}
+
+impl ListenerId {
+    /// The name within its Gateway: `name`, or `set-namespace/set-name/name` for a
+    /// ListenerSet's listener (the `listener` metric label).
+    pub fn label(&self) -> String {
+        match &self.set {
+            None => self.name.clone(),
+            Some(s) => format!("{s}/{}", self.name),
+        }
+    }
 }
 
 impl fmt::Display for ListenerId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.gateway, self.name)
+        write!(f, "{}/{}", self.gateway, self.label())
     }
 }
 
@@ -191,6 +206,7 @@ mod tests {
         Listener {
             id: ListenerId {
                 gateway: ObjectRef::new("ns", "gw"),
+                set: None,
                 name: name.into(),
             },
             hostname: host.map(|h| HostnameMatch::parse(h).unwrap()),

@@ -410,7 +410,7 @@ impl ProxyMetrics {
 
     pub fn stream(&self, listener: Option<&ListenerId>, mode: StreamMode, result: StreamResult) {
         let (gateway, listener) = match listener {
-            Some(l) => (l.gateway.to_string(), l.name.clone()),
+            Some(l) => (l.gateway.to_string(), l.label()),
             None => (String::new(), String::new()),
         };
         self.streams
@@ -461,7 +461,7 @@ impl RouteLabels {
     pub fn new(listener: Option<&ListenerId>, route: Option<&ObjectRef>) -> Self {
         Self {
             gateway: listener.map(|l| l.gateway.to_string()).unwrap_or_default(),
-            listener: listener.map(|l| l.name.clone()).unwrap_or_default(),
+            listener: listener.map(ListenerId::label).unwrap_or_default(),
             route: route.map(ToString::to_string).unwrap_or_default(),
         }
     }
@@ -622,6 +622,7 @@ mod tests {
         let m = ProxyMetrics::register(&mut reg);
         let listener = ListenerId {
             gateway: ObjectRef::new("ns", "gw"),
+            set: None,
             name: "http".into(),
         };
         let route = ObjectRef::new("ns", "r");

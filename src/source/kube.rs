@@ -101,7 +101,7 @@ use self::watch::{Changes, Ctx};
 pub use self::watch::{Reconnect, Watched};
 use crate::translate::api::{
     BackendTlsPolicy, ClusterTrustBundle, ConfigMap, EndpointSlice, GatewayClass, GrpcRoute,
-    HttpRoute, Namespace, ReferenceGrant, Secret, Service, TlsRoute,
+    HttpRoute, ListenerSet, Namespace, ReferenceGrant, Secret, Service, TlsRoute,
 };
 use crate::translate::{ObjectKey, Resources};
 
@@ -142,6 +142,7 @@ pub enum WatchKind {
     HttpRoute,
     GrpcRoute,
     TlsRoute,
+    ListenerSet,
     ReferenceGrant,
     Namespace,
     Service,
@@ -160,6 +161,7 @@ pub struct Stores {
     pub http_routes: Store<DeserializeGuard<HttpRoute>>,
     pub grpc_routes: Store<DeserializeGuard<GrpcRoute>>,
     pub tls_routes: Store<DeserializeGuard<TlsRoute>>,
+    pub listener_sets: Store<DeserializeGuard<ListenerSet>>,
     /// Filled when the API server serves ReferenceGrant `v1`...
     pub reference_grants: Store<DeserializeGuard<ReferenceGrant>>,
     /// ... else this one, from `v1beta1` (Gateway API before v1.5).
@@ -265,12 +267,13 @@ impl Default for WatchScope {
 // === impl WatchKind ===
 
 impl WatchKind {
-    pub const ALL: [Self; 13] = [
+    pub const ALL: [Self; 14] = [
         Self::GatewayClass,
         Self::Gateway,
         Self::HttpRoute,
         Self::GrpcRoute,
         Self::TlsRoute,
+        Self::ListenerSet,
         Self::ReferenceGrant,
         Self::Namespace,
         Self::Service,
@@ -290,17 +293,22 @@ impl WatchKind {
                 | Self::HttpRoute
                 | Self::GrpcRoute
                 | Self::TlsRoute
+                | Self::ListenerSet
                 | Self::ReferenceGrant
         )
     }
 
     /// A kind whose absence from the API server (404) is no reason to stay unready: its
-    /// objects are an addition (BackendTLSPolicy's, GRPCRoute's and TLSRoute's CRDs are
-    /// often not installed; ClusterTrustBundle's beta API is off by default).
+    /// objects are an addition (the CRDs of BackendTLSPolicy, GRPCRoute, TLSRoute and
+    /// ListenerSet are often not installed; ClusterTrustBundle's beta API is off by default).
     pub fn is_optional(self) -> bool {
         matches!(
             self,
-            Self::BackendTlsPolicy | Self::GrpcRoute | Self::TlsRoute | Self::ClusterTrustBundle
+            Self::BackendTlsPolicy
+                | Self::GrpcRoute
+                | Self::TlsRoute
+                | Self::ListenerSet
+                | Self::ClusterTrustBundle
         )
     }
 }
@@ -396,6 +404,7 @@ impl KubeSource {
             http_routes: tasks.watch(&ctx, W::HttpRoute, Spec, watcher(Api::all(c()), all())),
             grpc_routes: tasks.watch(&ctx, W::GrpcRoute, Spec, watcher(Api::all(c()), all())),
             tls_routes: tasks.watch(&ctx, W::TlsRoute, Spec, watcher(Api::all(c()), all())),
+            listener_sets: tasks.watch(&ctx, W::ListenerSet, Spec, watcher(Api::all(c()), all())),
             reference_grants,
             reference_grants_v1beta1,
             namespaces: tasks.watch(
@@ -464,6 +473,7 @@ impl Default for Stores {
             http_routes: empty(),
             grpc_routes: empty(),
             tls_routes: empty(),
+            listener_sets: empty(),
             reference_grants: empty(),
             reference_grants_v1beta1: empty(),
             namespaces: empty(),
@@ -489,6 +499,7 @@ impl Stores {
             http_routes: namespaced(&self.http_routes, Clone::clone),
             grpc_routes: namespaced(&self.grpc_routes, Clone::clone),
             tls_routes: namespaced(&self.tls_routes, Clone::clone),
+            listener_sets: namespaced(&self.listener_sets, Clone::clone),
             reference_grants,
             namespaces: self
                 .namespaces

@@ -57,6 +57,8 @@ pub use gateway_api::gateways::{
     GatewayStatus as GatewayApiStatus, GatewayTls, GatewayTlsBackend,
     GatewayTlsBackendClientCertificateRef,
 };
+pub use gateway_api::gateways::{GatewayAllowedListeners, GatewayAllowedListenersNamespacesFrom};
+pub use gateway_api::listenersets::{ListenerSet, ListenerSetSpec};
 pub use gateway_api::referencegrants::{
     ReferenceGrant, ReferenceGrantFrom, ReferenceGrantSpec, ReferenceGrantTo,
 };

@@ -29,24 +29,29 @@ use super::resources::Resources;
 use super::status::{
     ClassCondition, ClassConditionReason, ClassConditionType, GatewayClassStatus,
     GatewayCondReason, GatewayCondType, GatewayCondition, GatewayStatus, ListenerCondition,
-    ListenerStatus, RouteGroupKind,
+    ListenerSetStatus, ListenerStatus, RouteGroupKind,
 };
 use super::{Settings, group_kind};
 use crate::model::{HostnameMatch, ListenerId, ObjectRef, Protocol};
 
 mod allowed_routes;
+mod listener_set;
 
 pub use allowed_routes::{
     AllowedRoutes, LabelSelector, NamespacePolicy, RouteKind, namespace_policy,
 };
+pub use listener_set::SetState;
 
 /// An in-scope Gateway, as route attachment and the snapshot need it.
 #[derive(Debug)]
 pub struct GatewayState {
     pub key: ObjectRef,
     pub generation: Option<i64>,
-    /// In `spec.listeners` order.
+    /// In `spec.listeners` order, then the listeners of attached ListenerSets (oldest set
+    /// first, then by namespace/name), each set's in its `spec.listeners` order.
     pub listeners: Vec<ListenerState>,
+    /// ListenerSets whose parentRef names this Gateway, attached or not.
+    pub sets: Vec<SetState>,
     /// Mesh and client certificate: what its routes' backends need for TLS.
     pub tls: GatewayTls,
     /// `spec.addresses` against the addresses pier advertises.
@@ -56,6 +61,12 @@ pub struct GatewayState {
 #[derive(Debug)]
 pub struct ListenerState {
     pub name: String,
+    /// The ListenerSet it comes from (an index into [`GatewayState::sets`]); `None`: the
+    /// Gateway's own.
+    pub set: Option<usize>,
+    /// The namespace of the Gateway or ListenerSet that defines it (`allowedRoutes` `Same`,
+    /// certificateRefs).
+    pub namespace: String,
     pub port: u16,
     pub protocol: Option<Protocol>,
     pub hostname: Option<HostnameMatch>,
@@ -179,14 +190,44 @@ pub fn gateways(
                 .base
                 .listeners
                 .iter()
-                .map(|l| listener(resources, &mut certs, &key, l))
+                .map(|l| {
+                    let owner = Owner {
+                        kind: "Gateway",
+                        namespace: &key.namespace,
+                        id: ListenerId {
+                            gateway: key.clone(),
+                            set: None,
+                            name: l.name.clone(),
+                        },
+                    };
+                    listener(resources, &mut certs, owner, l)
+                })
                 .collect(),
+            sets: vec![],
             generation: gw.metadata.generation,
             key,
         })
         .collect();
+    let specs: Vec<_> = states
+        .iter()
+        .map(|s| {
+            let gw = &resources.gateways[&(s.key.namespace.clone(), s.key.name.clone())];
+            gw.spec.base.allowed_listeners.as_ref()
+        })
+        .collect();
+    for (state, allowed) in states.iter_mut().zip(specs) {
+        listener_set::attach(resources, &mut certs, state, allowed);
+    }
     detect_conflicts(&mut states);
     states
+}
+
+/// Who defines a listener: its Gateway or a ListenerSet.
+struct Owner<'a> {
+    /// `Gateway` or `ListenerSet`, for ReferenceGrants `from`.
+    kind: &'static str,
+    namespace: &'a str,
+    id: ListenerId,
 }
 
 /// The addresses the Gateway's status reports (pier wrote them).
@@ -201,7 +242,7 @@ fn status_addresses(gw: &Gateway) -> Vec<String> {
 fn listener(
     resources: &Resources,
     certs: &mut Certs<'_>,
-    gateway: &ObjectRef,
+    owner: Owner<'_>,
     l: &GatewayListeners,
 ) -> ListenerState {
     let GatewayListeners {
@@ -214,6 +255,8 @@ fn listener(
     } = l;
     let mut state = ListenerState {
         name: name.clone(),
+        set: None,
+        namespace: owner.namespace.to_string(),
         port: 0,
         protocol: None,
         hostname: None,
@@ -268,11 +311,7 @@ fn listener(
         }
     }
     if protocol != Protocol::Http {
-        let id = ListenerId {
-            gateway: gateway.clone(),
-            name: name.clone(),
-        };
-        tls_of(&mut state, resources, certs, &id, protocol, tls.as_ref());
+        tls_of(&mut state, resources, certs, &owner, protocol, tls.as_ref());
         if state.not_accepted.is_some() {
             return state;
         }
@@ -336,10 +375,11 @@ fn tls_of(
     state: &mut ListenerState,
     resources: &Resources,
     certs: &mut Certs<'_>,
-    id: &ListenerId,
+    owner: &Owner<'_>,
     protocol: Protocol,
     tls: Option<&GatewayListenersTls>,
 ) {
+    let id = &owner.id;
     let proto = protocol_name(protocol);
     let Some(GatewayListenersTls {
         certificate_refs,
@@ -370,7 +410,7 @@ fn tls_of(
         return;
     }
     for (i, r) in certificate_refs.iter().flatten().enumerate() {
-        let (secret, loaded) = match certificate(resources, certs, &id.gateway.namespace, r) {
+        let (secret, loaded) = match certificate(resources, certs, owner, r) {
             Ok(loaded) => loaded,
             Err((reason, msg)) => {
                 state
@@ -422,7 +462,7 @@ type LoadedCert = (ObjectRef, Result<ServerCert, refs::CertError>);
 fn certificate(
     resources: &Resources,
     certs: &mut Certs<'_>,
-    gateway_ns: &str,
+    owner: &Owner<'_>,
     GatewayListenersTlsCertificateRefs {
         group,
         kind,
@@ -440,13 +480,14 @@ fn certificate(
             ),
         ));
     }
-    let ns = namespace.as_deref().unwrap_or(gateway_ns);
+    let owner_ns = owner.namespace;
+    let ns = namespace.as_deref().unwrap_or(owner_ns);
     let secret = ObjectRef::new(ns, name);
-    if ns != gateway_ns {
+    if ns != owner_ns {
         let from = RefFrom {
             group: GATEWAY_GROUP,
-            kind: "Gateway",
-            namespace: gateway_ns,
+            kind: owner.kind,
+            namespace: owner_ns,
         };
         let to = RefTo {
             group: CORE_GROUP,
@@ -487,7 +528,7 @@ fn detect_conflicts(gateways: &mut [GatewayState]) {
             let Some(protocol) = l.protocol.filter(|_| l.not_accepted.is_none()) else {
                 continue;
             };
-            let id = format!("{}/{}", gw.key, l.name);
+            let id = listener_id(&gw.key, &gw.sets, l).to_string();
             let Some(seen) = ports.get_mut(&(address, l.port)) else {
                 ports.insert(
                     (address, l.port),
@@ -538,6 +579,15 @@ fn protocol_name(p: Protocol) -> &'static str {
     }
 }
 
+/// The snapshot identity of a listener of the Gateway `gateway` whose sets are `sets`.
+fn listener_id(gateway: &ObjectRef, sets: &[SetState], l: &ListenerState) -> ListenerId {
+    ListenerId {
+        gateway: gateway.clone(),
+        set: l.set.map(|i| sets[i].key.clone()),
+        name: l.name.clone(),
+    }
+}
+
 // === impl ListenerState ===
 
 impl ListenerState {
@@ -551,7 +601,7 @@ impl ListenerState {
         self.accepts_routes() && self.tls_problem.is_none()
     }
 
-    fn status(&self, generation: Option<i64>) -> ListenerStatus {
+    pub(super) fn status(&self, generation: Option<i64>) -> ListenerStatus {
         let cond = |t, s, r, m: String| ListenerCondition::new(t, s, r, m, generation);
         let accepted = match (&self.not_accepted, &self.conflict) {
             (Some((reason, msg)), _) => cond(
@@ -674,13 +724,13 @@ impl GatewayState {
     /// listener is in the snapshot.
     pub fn status(&self) -> GatewayStatus {
         let g = self.generation;
-        let invalid: Vec<&str> = self
-            .listeners
+        let own: Vec<&ListenerState> = self.listeners.iter().filter(|l| l.set.is_none()).collect();
+        let invalid: Vec<&str> = own
             .iter()
             .filter(|l| !l.accepts_routes())
             .map(|l| l.name.as_str())
             .collect();
-        let any_valid = invalid.len() < self.listeners.len();
+        let any_valid = invalid.len() < own.len();
         let gw_cond = |t, status, r, m: String| {
             GatewayCondition::new(
                 GatewayCondType::Gateway(t),
@@ -716,7 +766,7 @@ impl GatewayState {
                 GatewayConditionType::Accepted,
                 any_valid,
                 GatewayConditionReason::ListenersNotValid,
-                if self.listeners.is_empty() {
+                if own.is_empty() {
                     "Gateway has no listeners".to_string()
                 } else {
                     format!("invalid listeners: {}", invalid.join(", "))
@@ -765,8 +815,34 @@ impl GatewayState {
             generation: g,
             addresses: self.addresses.status.clone(),
             conditions,
-            listeners: self.listeners.iter().map(|l| l.status(g)).collect(),
+            listeners: own.iter().map(|l| l.status(g)).collect(),
+            attached_listener_sets: self.sets.iter().filter(|s| s.attached()).count() as u32,
         }
+    }
+
+    /// The snapshot identity of one of its listeners.
+    pub fn listener_id(&self, l: &ListenerState) -> ListenerId {
+        listener_id(&self.key, &self.sets, l)
+    }
+
+    /// Statuses of the ListenerSets that name this Gateway as their parent.
+    pub fn set_statuses(&self) -> impl Iterator<Item = (ObjectRef, ListenerSetStatus)> + '_ {
+        let gateway_accepted = self.status_accepted();
+        self.sets.iter().enumerate().map(move |(i, set)| {
+            let listeners: Vec<&ListenerState> =
+                self.listeners.iter().filter(|l| l.set == Some(i)).collect();
+            (set.key.clone(), set.status(&listeners, gateway_accepted))
+        })
+    }
+
+    /// Whether the Gateway itself is Accepted (a ListenerSet's parent must be).
+    fn status_accepted(&self) -> bool {
+        self.addresses.unsupported.is_none()
+            && self.tls.invalid_parameters().is_none()
+            && self
+                .listeners
+                .iter()
+                .any(|l| l.set.is_none() && l.accepts_routes())
     }
 }
 

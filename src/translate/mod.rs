@@ -47,9 +47,7 @@ pub use status::{StatusObject, Statuses};
 use self::gateway::{GatewayState, RouteKind};
 use self::http_route::{RouteCtx, RouteOutcome, RouteSpec};
 use crate::model::route::RouteTableBuilder;
-use crate::model::{
-    Carried, CertTable, Listener, ListenerId, ObjectRef, Port, Protocol, RouteTable, Snapshot,
-};
+use crate::model::{Carried, CertTable, Listener, ObjectRef, Port, Protocol, RouteTable, Snapshot};
 
 /// What translation needs besides the objects.
 #[derive(Clone, Debug)]
@@ -239,6 +237,7 @@ pub fn translate_with(
     let snapshot = snapshot(&gateways, tables);
     for gw in &gateways {
         status.gateways.insert(gw.key.clone(), gw.status());
+        status.listener_sets.extend(gw.set_statuses());
     }
     let tls = gateways
         .iter()
@@ -249,11 +248,7 @@ pub fn translate_with(
     for gw in &gateways {
         for l in &gw.listeners {
             for (secret, cert) in &l.certs {
-                let id = ListenerId {
-                    gateway: gw.key.clone(),
-                    name: l.name.clone(),
-                };
-                listener_certs.insert(id, secret.clone(), cert.clone());
+                listener_certs.insert(gw.listener_id(l), secret.clone(), cert.clone());
             }
             kept_certs.extend(l.kept.iter().cloned());
         }
@@ -324,10 +319,7 @@ fn snapshot(
                 }
             }
             port.listeners.push(Listener {
-                id: ListenerId {
-                    gateway: gw.key.clone(),
-                    name: l.name.clone(),
-                },
+                id: gw.listener_id(l),
                 hostname: l.hostname.clone(),
                 passthrough: l.passthrough,
                 routes: tables

@@ -263,6 +263,7 @@ pub fn api_resource(api_version: &str, kind: &str) -> ApiResource {
         "HTTPRoute" => "httproutes",
         "GRPCRoute" => "grpcroutes",
         "TLSRoute" => "tlsroutes",
+        "ListenerSet" => "listenersets",
         "ReferenceGrant" => "referencegrants",
         "Namespace" => "namespaces",
         "Service" => "services",

@@ -141,6 +141,7 @@ pub fn listener(name: &str, hostname: Option<&str>) -> ListenerBuilder {
     ListenerBuilder {
         id: ListenerId {
             gateway: object("gw"),
+            set: None,
             name: name.to_string(),
         },
         hostname: hostname.map(|h| HostnameMatch::parse(h).unwrap()),

@@ -154,22 +154,35 @@ impl AllowedRoutes {
         self.kinds.contains(&kind)
     }
 
-    /// Whether a route in `route_ns` may attach to a listener of a Gateway in `gateway_ns`.
-    /// A Namespace object that is missing counts as having no labels.
+    /// Whether a route in `route_ns` may attach to a listener whose Gateway (or ListenerSet)
+    /// is in `owner_ns`.
     pub fn allows_namespace(
         &self,
-        gateway_ns: &str,
+        owner_ns: &str,
         route_ns: &str,
         namespaces: &BTreeMap<String, Namespace>,
     ) -> bool {
-        match &self.namespaces {
-            NamespacePolicy::Same => gateway_ns == route_ns,
-            NamespacePolicy::All => true,
-            NamespacePolicy::Nothing => false,
-            NamespacePolicy::Selector(s) => {
+        self.namespaces.allows(owner_ns, route_ns, namespaces)
+    }
+}
+
+impl NamespacePolicy {
+    /// Whether an object in `ns` is allowed by this policy of an object in `owner_ns`. A
+    /// Namespace object that is missing counts as having no labels.
+    pub fn allows(
+        &self,
+        owner_ns: &str,
+        ns: &str,
+        namespaces: &BTreeMap<String, Namespace>,
+    ) -> bool {
+        match self {
+            Self::Same => owner_ns == ns,
+            Self::All => true,
+            Self::Nothing => false,
+            Self::Selector(s) => {
                 let empty = BTreeMap::new();
                 let labels = namespaces
-                    .get(route_ns)
+                    .get(ns)
                     .and_then(|n| n.metadata.labels.as_ref())
                     .unwrap_or(&empty);
                 s.matches(labels)
