@@ -90,6 +90,8 @@ pub struct ListenerState {
     pub notes: Vec<String>,
     /// Routes attached (Accepted) to this listener; filled in by route translation.
     pub attached_routes: u32,
+    /// The protocol asked for when pier does not serve it (TCP, UDP, ...).
+    pub unsupported_protocol: Option<String>,
 }
 
 // === GatewayClass ===
@@ -274,6 +276,7 @@ fn listener(
         tls_problem: None,
         notes: vec![],
         attached_routes: 0,
+        unsupported_protocol: None,
     };
     let protocol = match protocol.as_str() {
         "HTTP" => Protocol::Http,
@@ -284,6 +287,10 @@ fn listener(
                 ListenerConditionReason::UnsupportedProtocol,
                 format!("protocol {other:?} is not supported (pier serves HTTP, HTTPS and TLS)"),
             ));
+            // Kept for conflict detection: on a port that serves another protocol, the
+            // listener is a ProtocolConflict first.
+            state.unsupported_protocol = Some(other.to_string());
+            state.port = u16::try_from(*port).unwrap_or(0);
             return state;
         }
     };
@@ -525,10 +532,24 @@ fn detect_conflicts(gateways: &mut [GatewayState]) {
         }
         let address = gw.addresses.bind;
         for l in &mut gw.listeners {
+            let id = listener_id(&gw.key, &gw.sets, l).to_string();
+            if let (Some(other), Some(seen)) = (
+                l.unsupported_protocol.as_deref().filter(|_| l.port != 0),
+                ports.get(&(address, l.port)),
+            ) {
+                let msg = format!(
+                    "port {} already serves {} for listener {} ({other} is not supported either)",
+                    l.port,
+                    protocol_name(seen.protocol),
+                    seen.first
+                );
+                l.not_accepted = Some((ListenerConditionReason::ProtocolConflict, msg.clone()));
+                l.conflict = Some((ListenerConditionReason::ProtocolConflict, msg));
+                continue;
+            }
             let Some(protocol) = l.protocol.filter(|_| l.not_accepted.is_none()) else {
                 continue;
             };
-            let id = listener_id(&gw.key, &gw.sets, l).to_string();
             let Some(seen) = ports.get_mut(&(address, l.port)) else {
                 ports.insert(
                     (address, l.port),
@@ -639,10 +660,16 @@ impl ListenerState {
                 .map(|(_, m)| m.clone())
                 .or_else(|| self.tls_problem.clone())
                 .unwrap_or_default();
+            // A conflicted listener says which conflict (as the ListenerSet conformance tests
+            // expect); anything else is Invalid.
+            let reason = self
+                .conflict
+                .as_ref()
+                .map_or(ListenerConditionReason::Invalid, |(r, _)| copy_reason(r));
             cond(
                 ListenerConditionType::Programmed,
                 false,
-                ListenerConditionReason::Invalid,
+                reason,
                 format!("Listener is not programmed: {why}"),
             )
         };
@@ -816,7 +843,16 @@ impl GatewayState {
             addresses: self.addresses.status.clone(),
             conditions,
             listeners: own.iter().map(|l| l.status(g)).collect(),
-            attached_listener_sets: self.sets.iter().filter(|s| s.attached()).count() as u32,
+            // Counted once Accepted: allowed, and at least one of its listeners programmed.
+            attached_listener_sets: (0..self.sets.len())
+                .filter(|&i| {
+                    self.sets[i].attached()
+                        && self
+                            .listeners
+                            .iter()
+                            .any(|l| l.set == Some(i) && l.programmed())
+                })
+                .count() as u32,
         }
     }
 

@@ -74,9 +74,11 @@ impl SetState {
                 ),
             )
         } else {
+            // A listener that cannot be programmed (a conflict, no usable certificate) is not
+            // valid here: the set is Accepted while one listener is.
             let invalid: Vec<&str> = listeners
                 .iter()
-                .filter(|l| !l.accepts_routes())
+                .filter(|l| !l.programmed())
                 .map(|l| l.name.as_str())
                 .collect();
             let any_valid = invalid.len() < listeners.len();
@@ -95,7 +97,7 @@ impl SetState {
                     format!("invalid listeners: {}", invalid.join(", ")),
                 )
             };
-            let programmed = if listeners.iter().any(|l| l.programmed()) {
+            let programmed = if any_valid {
                 cond(
                     SetConditionType::Programmed,
                     true,
@@ -106,7 +108,7 @@ impl SetState {
                 cond(
                     SetConditionType::Programmed,
                     false,
-                    SetConditionReason::Invalid,
+                    SetConditionReason::ListenersNotValid,
                     "no listener is programmed".into(),
                 )
             };
