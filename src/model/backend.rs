@@ -357,7 +357,7 @@ impl Endpoint {
     }
 }
 
-mod opt_duration {
+pub(super) mod opt_duration {
     use std::time::Duration;
 
     pub fn serialize<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {

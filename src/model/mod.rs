@@ -14,6 +14,7 @@ pub mod filter;
 pub mod host;
 pub mod matcher;
 pub mod route;
+pub mod session;
 pub mod snapshot;
 pub mod tls;
 
@@ -32,6 +33,7 @@ pub use matcher::{
     GrpcRank, HeaderMatch, MatchRank, PathMatch, QueryMatch, RequestMatch, ValueMatch,
 };
 pub use route::{Entry, RouteTable, Rule};
+pub use session::{Carrier, Session, SessionPolicy};
 pub use snapshot::{Listener, ListenerId, Port, PortKey, Protocol, Snapshot};
 pub use tls::CertTable;
 

@@ -1,0 +1,274 @@
+#!/usr/bin/env bash
+# pier's GRPCRoute and TLSRoute data paths against nginx and HAProxy, 1-core proxies on
+# 127.0.0.1, the same method as scripts/bench-peers.sh (proxy pinned to PROXY_CPU, load and
+# origin on LOAD_CPU, interleaved rounds, the median per scenario, ratios within one run).
+#
+#   scripts/bench-streams.sh                  # every scenario, REPS rounds
+#   scripts/bench-streams.sh grpc-pier        # only these scenarios
+#
+# Scenarios:
+#   grpc-direct   h2load -> gRPC origin (`pier echo`, any method answered with grpc-status 0)
+#   grpc-pier     h2load -> pier (GRPCRoute, h2c upstream) -> origin
+#   grpc-nginx    h2load -> nginx (`grpc_pass`) -> origin
+#     unary calls: POST /bench.Echo/Hello, a 64-byte framed message, C connections x M streams
+#   tls-direct    wrk (HTTPS) -> nginx TLS origin (1 MiB file, keep-alive): the hop's limit
+#   tls-pier      wrk -> pier TLS listener (Passthrough, TLSRoute) -> TLS origin
+#   tls-haproxy   wrk -> HAProxy `mode tcp` (ClientHello inspected, as pier does) -> TLS origin
+#     throughput of the client's own TLS through the relay, MB/s
+#   tlsconn-*     the same three with `Connection: close` and a 13-byte body: new TLS
+#                 connections per second through the relay (handshake with the origin)
+#
+# Knobs (env): DURATION=8 (s) REPS=5 CONNS=32 STREAMS=10 PROXY_CPU=0 LOAD_CPU=1
+#   PIER_BIN=target/release/pier RUN_DIR=target/bench-streams PORT_BASE=19500
+# Needs: h2load (nghttp2-client) wrk nginx haproxy openssl curl taskset (installed with apt-get
+# when missing) and a release build of pier. The table goes to stdout and RUN_DIR/results.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+DURATION="${DURATION:-8}"
+REPS="${REPS:-5}"
+CONNS="${CONNS:-32}"
+STREAMS="${STREAMS:-10}"
+PROXY_CPU="${PROXY_CPU:-0}"
+LOAD_CPU="${LOAD_CPU:-1}"
+PIER_BIN="${PIER_BIN:-$ROOT/target/release/pier}"
+RUN="${RUN_DIR:-$ROOT/target/bench-streams}"
+PORT_BASE="${PORT_BASE:-19500}"
+P_GRPC_ORIGIN=$((PORT_BASE + 1)); P_TLS_ORIGIN=$((PORT_BASE + 2))
+P_PIER_GRPC=$((PORT_BASE + 11)); P_PIER_TLS=$((PORT_BASE + 12)); P_ADMIN=$((PORT_BASE + 19))
+P_NGINX_GRPC=$((PORT_BASE + 21)); P_HAPROXY_TLS=$((PORT_BASE + 32))
+ALL="grpc-direct grpc-pier grpc-nginx tls-direct tls-pier tls-haproxy tlsconn-direct tlsconn-pier tlsconn-haproxy"
+SCENARIOS="${*:-$ALL}"
+
+log() { echo "[$(date +%H:%M:%S)] $*" >&2; }
+
+need=()
+for t in h2load wrk nginx haproxy openssl curl taskset; do
+  command -v "$t" >/dev/null 2>&1 || [ -x "/usr/sbin/$t" ] || need+=("$t")
+done
+if ((${#need[@]})); then
+  pkgs=()
+  for t in "${need[@]}"; do
+    case "$t" in h2load) pkgs+=(nghttp2-client) ;; taskset) pkgs+=(util-linux) ;; *) pkgs+=("$t") ;; esac
+  done
+  log "installing ${pkgs[*]} (apt-get)"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${pkgs[@]}" >&2
+fi
+export PATH="$PATH:/usr/sbin"
+[ -x "$PIER_BIN" ] || { echo "no pier binary at $PIER_BIN: cargo build --release first" >&2; exit 1; }
+
+OUT="$RUN/results/$(date +%Y%m%d-%H%M%S)"
+RAW="$OUT/raw.tsv"
+mkdir -p "$OUT" "$RUN/tls-origin/tmp" "$RUN/nginx/tmp" "$RUN/pier" "$RUN/www"
+
+PIDS=()
+stop_pid() {
+  local i
+  kill -TERM "$1" 2>/dev/null || true
+  for i in $(seq 1 50); do kill -0 "$1" 2>/dev/null || break; sleep 0.1; done
+  kill -KILL "$1" 2>/dev/null || true
+  wait "$1" 2>/dev/null || true
+}
+cleanup() { local p; for p in "${PIDS[@]:-}"; do [ -n "$p" ] && stop_pid "$p"; done; return 0; }
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+start_bg() { # cpu logfile cmd...
+  local cpu="$1" lf="$2"; shift 2
+  taskset -c "$cpu" "$@" >"$lf" 2>&1 &
+  LAST_PID=$!; PIDS+=("$LAST_PID")
+}
+wait_port() { local i; for i in $(seq 1 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done; echo "nothing on port $1" >&2; return 1; }
+family() { echo "$1"; pgrep -P "$1" 2>/dev/null || true; } # pid and its children (nginx workers)
+ticks() { local p t=0 v; for p in "$@"; do v=$(awk '{sub(/.*\) /, ""); print $12 + $13}' "/proc/$p/stat" 2>/dev/null || echo 0); t=$((t + ${v:-0})); done; echo "$t"; }
+
+# ---------- certificates, payloads, configs ----------
+C="$RUN/certs"; mkdir -p "$C"
+if [ ! -f "$C/origin.crt" ]; then
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 3650 -subj "/CN=bench" \
+    -addext "subjectAltName=IP:127.0.0.1,DNS:localhost" -keyout "$C/origin.key" -out "$C/origin.crt" 2>/dev/null
+fi
+head -c 1048576 /dev/urandom >"$RUN/www/1m"
+printf 'hello, world\n' >"$RUN/www/small"
+# One gRPC message: flag 0, length 64 (big-endian), 64 bytes.
+{ printf '\x00\x00\x00\x00\x40'; head -c 64 /dev/zero | tr '\0' 'x'; } >"$RUN/grpc.bin"
+
+temps="client_body_temp_path tmp/body; proxy_temp_path tmp/proxy; fastcgi_temp_path tmp/fastcgi; uwsgi_temp_path tmp/uwsgi; scgi_temp_path tmp/scgi;"
+cat >"$RUN/tls-origin/nginx.conf" <<EOF
+worker_processes 1; daemon off; pid nginx.pid; error_log stderr warn;
+events { worker_connections 8192; }
+http {
+  access_log off; default_type application/octet-stream; keepalive_requests 10000000; $temps
+  server {
+    listen 127.0.0.1:$P_TLS_ORIGIN ssl backlog=4096;
+    ssl_certificate $C/origin.crt; ssl_certificate_key $C/origin.key; ssl_session_cache off; ssl_session_tickets off;
+    root $RUN/www;
+  }
+}
+EOF
+cat >"$RUN/nginx/nginx.conf" <<EOF
+worker_processes 1; daemon off; pid nginx.pid; error_log stderr warn;
+events { worker_connections 8192; }
+http {
+  access_log off; keepalive_requests 10000000; http2_max_concurrent_streams 1000; $temps
+  upstream grpc_origin { server 127.0.0.1:$P_GRPC_ORIGIN; keepalive 64; }
+  server { listen 127.0.0.1:$P_NGINX_GRPC http2 backlog=4096; location / { grpc_pass grpc://grpc_origin; } }
+}
+EOF
+cat >"$RUN/haproxy.cfg" <<EOF
+global
+  nbthread 1
+  maxconn 8000
+defaults
+  mode tcp
+  timeout connect 5s
+  timeout client 60s
+  timeout server 60s
+frontend tls
+  bind 127.0.0.1:$P_HAPROXY_TLS
+  tcp-request inspect-delay 5s
+  tcp-request content accept if { req_ssl_hello_type 1 }
+  default_backend origin
+backend origin
+  server origin 127.0.0.1:$P_TLS_ORIGIN
+EOF
+cat >"$RUN/pier/bench.yaml" <<EOF
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {name: pier}
+spec: {controllerName: pier.dev/gateway-controller}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: bench, namespace: demo}
+spec:
+  gatewayClassName: pier
+  listeners:
+    - {name: grpc, protocol: HTTP, port: $P_PIER_GRPC}
+    - {name: tls, protocol: TLS, port: $P_PIER_TLS, tls: {mode: Passthrough}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: GRPCRoute
+metadata: {name: grpc, namespace: demo}
+spec:
+  parentRefs: [{name: bench, sectionName: grpc}]
+  rules: [{backendRefs: [{name: grpc-origin, port: 80}]}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: TLSRoute
+metadata: {name: tls, namespace: demo}
+spec:
+  parentRefs: [{name: bench, sectionName: tls}]
+  hostnames: []
+  rules: [{backendRefs: [{name: tls-origin, port: 443}]}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: grpc-origin, namespace: demo}
+spec: {ports: [{name: grpc, port: 80}]}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: grpc-origin-1, namespace: demo, labels: {kubernetes.io/service-name: grpc-origin}}
+addressType: IPv4
+ports: [{name: grpc, port: $P_GRPC_ORIGIN, protocol: TCP}]
+endpoints: [{addresses: ["127.0.0.1"], conditions: {ready: true}}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: tls-origin, namespace: demo}
+spec: {ports: [{name: tls, port: 443}]}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: tls-origin-1, namespace: demo, labels: {kubernetes.io/service-name: tls-origin}}
+addressType: IPv4
+ports: [{name: tls, port: $P_TLS_ORIGIN, protocol: TCP}]
+endpoints: [{addresses: ["127.0.0.1"], conditions: {ready: true}}]
+EOF
+
+# ---------- origins (on LOAD_CPU, for the whole run) ----------
+start_bg "$LOAD_CPU" "$RUN/grpc-origin.log" "$PIER_BIN" echo --listen "127.0.0.1:$P_GRPC_ORIGIN" --name origin
+wait_port "$P_GRPC_ORIGIN"
+start_bg "$LOAD_CPU" "$RUN/tls-origin/stderr.log" nginx -p "$RUN/tls-origin/" -c "$RUN/tls-origin/nginx.conf" -e stderr
+wait_port "$P_TLS_ORIGIN"
+
+PROXY_PID=""; PROXY_KIND=""
+proxy_up() { # none|pier|nginx|haproxy
+  [ "$PROXY_KIND" = "$1" ] && return 0
+  [ -n "$PROXY_PID" ] && stop_pid "$PROXY_PID"; PROXY_PID=""; PROXY_KIND="$1"
+  case "$1" in
+    none) return 0 ;;
+    pier) start_bg "$PROXY_CPU" "$RUN/pier.log" env PIER_WORKER_THREADS=1 RUST_LOG=warn "$PIER_BIN" run \
+            --manifests "$RUN/pier" --listen-host 127.0.0.1 --admin "127.0.0.1:$P_ADMIN"
+          PROXY_PID=$LAST_PID; wait_port "$P_PIER_GRPC"; wait_port "$P_PIER_TLS" ;;
+    nginx) start_bg "$PROXY_CPU" "$RUN/nginx/stderr.log" nginx -p "$RUN/nginx/" -c "$RUN/nginx/nginx.conf" -e stderr
+           PROXY_PID=$LAST_PID; wait_port "$P_NGINX_GRPC" ;;
+    haproxy) start_bg "$PROXY_CPU" "$RUN/haproxy.log" haproxy -f "$RUN/haproxy.cfg" -db
+             PROXY_PID=$LAST_PID; wait_port "$P_HAPROXY_TLS" ;;
+  esac
+}
+kind_of() { case "$1" in *-direct) echo none ;; *-pier) echo pier ;; *-nginx) echo nginx ;; *-haproxy) echo haproxy ;; esac; }
+port_of() {
+  case "$1" in
+    grpc-direct) echo "$P_GRPC_ORIGIN" ;; grpc-pier) echo "$P_PIER_GRPC" ;; grpc-nginx) echo "$P_NGINX_GRPC" ;;
+    *-direct) echo "$P_TLS_ORIGIN" ;; *-pier) echo "$P_PIER_TLS" ;; *-haproxy) echo "$P_HAPROXY_TLS" ;;
+  esac
+}
+
+# One run: prints "value errors" (calls/s or MB/s or conn/s, failed requests).
+run_one() { # scenario
+  local sc="$1" port; port=$(port_of "$sc")
+  case "$sc" in
+    grpc-*)
+      taskset -c "$LOAD_CPU" h2load -D "$DURATION" -c "$CONNS" -m "$STREAMS" -t 1 \
+        -d "$RUN/grpc.bin" -H 'content-type: application/grpc' -H 'te: trailers' \
+        "http://127.0.0.1:$port/bench.Echo/Hello" >"$OUT/$sc.last" 2>&1 || true
+      awk '/^finished in/ { for (i = 1; i <= NF; i++) if ($i ~ /req\/s/) { v = $(i - 1) } }
+           /^requests:/ { e = $10 + $12 } END { printf "%s %s\n", v + 0, e + 0 }' "$OUT/$sc.last" ;;
+    tls-*)
+      taskset -c "$LOAD_CPU" wrk -t 1 -c "$CONNS" -d "${DURATION}s" "https://127.0.0.1:$port/1m" >"$OUT/$sc.last" 2>&1 || true
+      awk '/^Transfer\/sec/ { v = $2; if (v ~ /GB/) m = 1024; else if (v ~ /MB/) m = 1; else m = 1 / 1024; sub(/[A-Za-z]+$/, "", v); t = v * m }
+           /Non-2xx|Socket errors/ { e += $NF } END { printf "%.1f %s\n", t, e + 0 }' "$OUT/$sc.last" ;;
+    tlsconn-*)
+      taskset -c "$LOAD_CPU" wrk -t 1 -c "$CONNS" -d "${DURATION}s" -H 'Connection: close' "https://127.0.0.1:$port/small" >"$OUT/$sc.last" 2>&1 || true
+      awk '/^Requests\/sec/ { v = $2 } /Non-2xx/ { e += $NF } END { printf "%s %s\n", v + 0, e + 0 }' "$OUT/$sc.last" ;;
+  esac
+}
+
+printf 'round\tscenario\tvalue\terrors\tproxy_cpu_ms_per_1k\n' >"$RAW"
+hz=$(getconf CLK_TCK)
+for r in $(seq 1 "$REPS"); do
+  order="$SCENARIOS"
+  [ $((r % 2)) -eq 0 ] && order=$(echo "$SCENARIOS" | tr ' ' '\n' | tac | tr '\n' ' ')
+  for sc in $order; do
+    proxy_up "$(kind_of "$sc")"
+    sleep 1
+    pids=""; [ -n "$PROXY_PID" ] && pids=$(family "$PROXY_PID" | tr '\n' ' ')
+    t0=$( [ -n "$pids" ] && ticks $pids || echo 0 )
+    read -r value errors < <(run_one "$sc")
+    t1=$( [ -n "$pids" ] && ticks $pids || echo 0 )
+    cpu=$(awk -v a="$t0" -v b="$t1" -v hz="$hz" -v d="$DURATION" 'BEGIN { printf "%.0f", 1000 * (b - a) / hz / d }')
+    log "round $r $sc: $value (errors $errors, proxy CPU ${cpu} ms/s)"
+    printf '%s\t%s\t%s\t%s\t%s\n' "$r" "$sc" "$value" "$errors" "$cpu" >>"$RAW"
+  done
+done
+proxy_up none
+
+# ---------- the table: median per scenario, ratios to pier ----------
+{
+  echo "scenario | median | unit | errors | proxy CPU (ms per s) | pier / this"
+  echo "---|---|---|---|---|---"
+  awk -F'\t' 'NR > 1 { v[$2] = v[$2] " " $3; e[$2] += $4; c[$2] = c[$2] " " $5 }
+    function median(s,   a, n, i, j, t) { n = split(s, a, " "); for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }; return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
+    END {
+      for (s in v) m[s] = median(v[s])
+      for (s in v) {
+        split(s, p, "-"); pier = m[p[1] "-pier"]
+        unit = (p[1] == "grpc") ? "calls/s" : (p[1] == "tls") ? "MB/s" : "conn/s"
+        ratio = (pier > 0 && m[s] > 0) ? sprintf("%.2f", pier / m[s]) : "-"
+        printf "%s | %s | %s | %d | %s | %s\n", s, m[s], unit, e[s], median(c[s]), ratio
+      }
+    }' "$RAW" | sort
+} | tee "$OUT/table.md"
+log "raw: $RAW"
