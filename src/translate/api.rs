@@ -38,8 +38,8 @@ pub use gateway_api::experimental::httproutes::{
     HttpRouteRulesFiltersUrlRewritePathType, HttpRouteRulesMatches, HttpRouteRulesMatchesHeaders,
     HttpRouteRulesMatchesHeadersType, HttpRouteRulesMatchesMethod, HttpRouteRulesMatchesPath,
     HttpRouteRulesMatchesPathType, HttpRouteRulesMatchesQueryParams,
-    HttpRouteRulesMatchesQueryParamsType, HttpRouteRulesTimeouts, HttpRouteSpec,
-    HttpRouteUseDefaultGateways as UseDefaultGateways,
+    HttpRouteRulesMatchesQueryParamsType, HttpRouteRulesRetry, HttpRouteRulesTimeouts,
+    HttpRouteSpec, HttpRouteUseDefaultGateways as UseDefaultGateways,
 };
 pub use gateway_api::gatewayclasses::{GatewayClass, GatewayClassSpec};
 /// The upstream Gateway type, for its group/version/kind (the cluster source watches Gateways
