@@ -46,7 +46,7 @@ use rand::Rng;
 pub use budget::{RetryBudgetConfig, RetryBudgets};
 
 use super::Shared;
-use super::body::{self, BodyFault, ClientBody, FaultCell};
+use super::body::{self, BodyFault, ClientBody, FaultCell, ProxyBody};
 use super::error::ProxyError;
 use super::mirror::{self, CloneHead};
 use super::service::{self, Seen};
@@ -110,37 +110,20 @@ pub(super) async fn forward<'s>(
     let budget = shared.retry_budgets.of(&backend.id, shared.clock.now_ms());
     budget.deposit(shared.clock.now_ms());
     let mut retries = 0;
-    let mut last: Option<SocketAddr> = None;
     loop {
         let body = match &bytes {
             Some(b) => body::full(b.clone()),
             None => body::empty(),
         };
+        // Mirrors see the request once, with the first attempt.
         let body = if retries == 0 {
-            let rule = req.rule;
-            let mirrors = rule
-                .filters
-                .mirrors
-                .iter()
-                .chain(&req.weighted.filters.mirrors);
+            let mirrors = req.rule.filters.mirrors.iter();
+            let mirrors = mirrors.chain(&req.weighted.filters.mirrors);
             mirror::dispatch(shared, mirrors, req.parts, req.path, body)
         } else {
             body
         };
-        let endpoint = pick_endpoint(shared, backend, last)?;
-        seen.upstream = Some(endpoint.addr);
-        last = Some(endpoint.addr);
-        let up = upstream::request(req.parts.clone_head(), body, req.path.clone());
-        let target = Target {
-            backend,
-            addr: endpoint.addr,
-            upgrade: false,
-        };
-        let in_flight = InFlight::new(
-            endpoint.stats.clone(),
-            shared.metrics.in_flight_of(snapshot, &backend.id),
-        );
-        let result = service::exchange(shared, req.rule, target, endpoint, up, in_flight).await;
+        let result = attempt(shared, snapshot, &req, body, seen).await;
         let Some(reason) = retry_reason(req.policy, &result) else {
             return result;
         };
@@ -161,6 +144,31 @@ pub(super) async fn forward<'s>(
             tokio::time::sleep(req.policy.backoff).await;
         }
     }
+}
+
+/// One attempt, to an endpoint picked afresh (not the last attempt's, `seen.upstream`, when
+/// there is another); `seen.upstream` becomes its endpoint.
+async fn attempt<'s>(
+    shared: &Shared,
+    snapshot: &Arc<Snapshot>,
+    req: &Retried<'s, '_>,
+    body: ProxyBody,
+    seen: &mut Seen<'s>,
+) -> Result<(Response<UpstreamBody>, InFlight), ProxyError> {
+    let backend = req.backend;
+    let endpoint = pick_endpoint(shared, backend, seen.upstream)?;
+    seen.upstream = Some(endpoint.addr);
+    let up = upstream::request(req.parts.clone_head(), body, req.path.clone());
+    let target = Target {
+        backend,
+        addr: endpoint.addr,
+        upgrade: false,
+    };
+    let in_flight = InFlight::new(
+        endpoint.stats.clone(),
+        shared.metrics.in_flight_of(snapshot, &backend.id),
+    );
+    service::exchange(shared, req.rule, target, endpoint, up, in_flight).await
 }
 
 /// Why `result` is worth another attempt, if it is.

@@ -3,7 +3,9 @@
 //!
 //! A retry is allowed when, over the sliding window (10 one-second slots by default), the
 //! backend's retries stay under [`RetryBudgetConfig::percent`] (20 %) of the requests its
-//! retrying rules sent it, or when fewer than [`RetryBudgetConfig::min_per_second`] (10)
+//! retrying rules sent it (those that could be retried: the first attempts that
+//! `proxy::retry` sends; requests of rules without retries take the HTTP/1.1 fast path,
+//! which must not take a lock per request), or when fewer than [`RetryBudgetConfig::min_per_second`] (10)
 //! retries went to it in the current second, so a backend with little traffic can still have
 //! its few failures retried. The same idea as linkerd2's and Finagle's budgets (20 % of
 //! requests over 10 s, at least 10 retries a second), and Envoy's `retry_budget` (20 % of
