@@ -445,7 +445,7 @@ run_suite() {
   (cd "$RUN" && KUBECONFIG=$KUBECONFIG_ADMIN timeout --kill-after=30s "${PIER_CONFORMANCE_TIMEOUT:-60m}" \
     ip netns exec "$NS" setpriv --pdeathsig KILL "$SUITE" -test.run '^TestConformance$' -test.v \
     -test.timeout "${PIER_CONFORMANCE_TIMEOUT:-60m}" \
-    -gateway-class "$GATEWAY_CLASS" -conformance-profiles "${PIER_CONFORMANCE_PROFILES:-GATEWAY-HTTP,GATEWAY-GRPC}" \
+    -gateway-class "$GATEWAY_CLASS" -conformance-profiles "${PIER_CONFORMANCE_PROFILES:-GATEWAY-HTTP,GATEWAY-GRPC,GATEWAY-TLS}" \
     -organization pier -project pier -url https://github.com/pier-gateway/pier -version "v$version" \
     -contact https://github.com/pier-gateway/pier/issues -report-output "$report" \
     -skip-tests "$SKIP_TESTS" ${PIER_CONFORMANCE_ARGS:-} 2>&1 | tee "$RUN/suite.log" >&2) || rc=$?

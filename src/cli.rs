@@ -179,6 +179,10 @@ pub struct LimitArgs {
     /// wait in the kernel's accept queue) until one closes.
     #[arg(long, value_name = "N", default_value_t = 10_000)]
     pub max_connections: usize,
+    /// Close a TLS stream (TLSRoute) that has carried no byte either way for this many
+    /// seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 3600)]
+    pub stream_idle_timeout: u64,
 }
 
 impl LimitArgs {
@@ -197,6 +201,7 @@ impl LimitArgs {
             }),
             merge_slashes: self.merge_slashes,
             max_connections: self.max_connections,
+            stream_idle_timeout: Duration::from_secs(self.stream_idle_timeout.max(1)),
         }
     }
 }

@@ -15,7 +15,8 @@ use std::collections::BTreeMap;
 
 use gateway_api::{
     backendtlspolicies::BackendTlsPolicy, gatewayclasses::GatewayClass, gateways::Gateway,
-    grpcroutes::GrpcRoute, httproutes::HttpRoute, referencegrants::ReferenceGrant,
+    grpcroutes::GrpcRoute, httproutes::HttpRoute, listenersets::ListenerSet,
+    referencegrants::ReferenceGrant, tlsroutes::TlsRoute,
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinition, JSONSchemaProps,
@@ -34,14 +35,16 @@ const CHANNEL_ANNOTATION: &str = "gateway.networking.k8s.io/channel";
 const API_APPROVED_ANNOTATION: &str = "api-approved.kubernetes.io";
 const API_APPROVED: &str = "https://github.com/kubernetes-sigs/gateway-api/pull/3328";
 
-/// GatewayClass, Gateway, HTTPRoute, GRPCRoute, ReferenceGrant and BackendTLSPolicy, in that
-/// order.
+/// GatewayClass, Gateway, ListenerSet, HTTPRoute, GRPCRoute, TLSRoute, ReferenceGrant and
+/// BackendTLSPolicy, in that order.
 pub fn all() -> Vec<CustomResourceDefinition> {
     [
         GatewayClass::crd(),
         Gateway::crd(),
+        ListenerSet::crd(),
         HttpRoute::crd(),
         GrpcRoute::crd(),
+        TlsRoute::crd(),
         ReferenceGrant::crd(),
         BackendTlsPolicy::crd(),
     ]
@@ -159,7 +162,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn all_are_the_six_kinds_pier_reads() {
+    fn all_are_the_eight_kinds_pier_reads() {
         let names: Vec<_> = all()
             .into_iter()
             .map(|c| c.metadata.name.unwrap())
@@ -169,8 +172,10 @@ mod tests {
             [
                 "gatewayclasses.gateway.networking.k8s.io",
                 "gateways.gateway.networking.k8s.io",
+                "listenersets.gateway.networking.k8s.io",
                 "httproutes.gateway.networking.k8s.io",
                 "grpcroutes.gateway.networking.k8s.io",
+                "tlsroutes.gateway.networking.k8s.io",
                 "referencegrants.gateway.networking.k8s.io",
                 "backendtlspolicies.gateway.networking.k8s.io",
             ]

@@ -110,8 +110,12 @@ pub const SUPPORTED_FEATURES: &[&str] = &[
     "HTTPRouteResponseHeaderModification",
     "HTTPRouteRetry",
     "HTTPRouteSchemeRedirect",
+    "ListenerSet",
     "OffClusterGateway",
     "ReferenceGrant",
+    "TLSRoute",
+    "TLSRouteModeMixed",
+    "TLSRouteModeTerminate",
 ];
 
 /// The clock `lastTransitionTime` comes from (tests pass a fixed one).
@@ -160,6 +164,8 @@ pub enum PatchKind {
     Gateway,
     HttpRoute,
     GrpcRoute,
+    TlsRoute,
+    ListenerSet,
     BackendTlsPolicy,
 }
 
@@ -197,6 +203,8 @@ enum JobKey {
     Gateway(ObjectRef),
     HttpRoute(ObjectRef),
     GrpcRoute(ObjectRef),
+    TlsRoute(ObjectRef),
+    ListenerSet(ObjectRef),
     BackendTlsPolicy(ObjectRef),
 }
 
@@ -283,6 +291,8 @@ impl EncodeLabelValue for PatchKind {
             Self::Gateway => "Gateway",
             Self::HttpRoute => "HTTPRoute",
             Self::GrpcRoute => "GRPCRoute",
+            Self::TlsRoute => "TLSRoute",
+            Self::ListenerSet => "ListenerSet",
             Self::BackendTlsPolicy => "BackendTLSPolicy",
         })
     }
@@ -383,6 +393,8 @@ impl JobKey {
             Self::Gateway(_) => PatchKind::Gateway,
             Self::HttpRoute(_) => PatchKind::HttpRoute,
             Self::GrpcRoute(_) => PatchKind::GrpcRoute,
+            Self::TlsRoute(_) => PatchKind::TlsRoute,
+            Self::ListenerSet(_) => PatchKind::ListenerSet,
             Self::BackendTlsPolicy(_) => PatchKind::BackendTlsPolicy,
         }
     }
@@ -394,6 +406,8 @@ impl JobKey {
             Self::Gateway(r)
             | Self::HttpRoute(r)
             | Self::GrpcRoute(r)
+            | Self::TlsRoute(r)
+            | Self::ListenerSet(r)
             | Self::BackendTlsPolicy(r) => (Some(&r.namespace), &r.name),
         }
     }
@@ -404,6 +418,8 @@ impl JobKey {
             PatchKind::Gateway => ("Gateway", "gateways"),
             PatchKind::HttpRoute => ("HTTPRoute", "httproutes"),
             PatchKind::GrpcRoute => ("GRPCRoute", "grpcroutes"),
+            PatchKind::TlsRoute => ("TLSRoute", "tlsroutes"),
+            PatchKind::ListenerSet => ("ListenerSet", "listenersets"),
             PatchKind::BackendTlsPolicy => ("BackendTLSPolicy", "backendtlspolicies"),
         };
         ApiResource {
@@ -458,6 +474,8 @@ impl Planner {
                 JobKey::Gateway(r) => desired.gateways.contains_key(r),
                 JobKey::HttpRoute(r) => desired.http_routes.contains_key(r),
                 JobKey::GrpcRoute(r) => desired.grpc_routes.contains_key(r),
+                JobKey::TlsRoute(r) => desired.tls_routes.contains_key(r),
+                JobKey::ListenerSet(r) => desired.listener_sets.contains_key(r),
                 JobKey::BackendTlsPolicy(r) => desired.backend_tls_policies.contains_key(r),
             });
         }
@@ -493,6 +511,18 @@ impl Planner {
                 jobs.push(job);
             }
         }
+        for (r, want) in &desired.listener_sets {
+            let Some(guard) = object(&stores.listener_sets, Some(&r.namespace), &r.name) else {
+                continue;
+            };
+            let Ok(o) = &guard.0 else { continue };
+            let key = JobKey::ListenerSet(r.clone());
+            if let Some(job) = memo.consider(key, &o.metadata, tracker, || {
+                render::listener_set(want, &to_json(&o.status), ctx)
+            }) {
+                jobs.push(job);
+            }
+        }
         let routes = RouteJobs { tracker, ctx };
         let http = (&desired.http_routes, &stores.http_routes);
         routes.plan(memo, &mut jobs, http, JobKey::HttpRoute, |o| {
@@ -500,6 +530,10 @@ impl Planner {
         });
         let grpc = (&desired.grpc_routes, &stores.grpc_routes);
         routes.plan(memo, &mut jobs, grpc, JobKey::GrpcRoute, |o| {
+            to_json(&o.status)
+        });
+        let tls = (&desired.tls_routes, &stores.tls_routes);
+        routes.plan(memo, &mut jobs, tls, JobKey::TlsRoute, |o| {
             to_json(&o.status)
         });
         for (r, want) in &desired.backend_tls_policies {
@@ -519,7 +553,8 @@ impl Planner {
     }
 }
 
-/// Plans the jobs of one route kind (HTTPRoute and GRPCRoute statuses have one shape).
+/// Plans the jobs of one route kind (HTTPRoute, GRPCRoute and TLSRoute statuses have one
+/// shape).
 struct RouteJobs<'a> {
     tracker: &'a Mutex<Tracker>,
     ctx: render::Ctx<'a>,
@@ -780,7 +815,10 @@ impl Worker {
         // version it was merged from.
         if matches!(
             kind,
-            PatchKind::HttpRoute | PatchKind::GrpcRoute | PatchKind::BackendTlsPolicy
+            PatchKind::HttpRoute
+                | PatchKind::GrpcRoute
+                | PatchKind::TlsRoute
+                | PatchKind::BackendTlsPolicy
         ) && let Some(rv) = &job.resource_version
         {
             metadata["resourceVersion"] = json!(rv);

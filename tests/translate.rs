@@ -39,6 +39,8 @@ struct ListenerSummary<'a> {
     listener: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     hostname: Option<String>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    passthrough: bool,
     routes: Vec<EntrySummary<'a>>,
 }
 
@@ -96,6 +98,7 @@ fn port(p: &Port) -> PortSummary<'_> {
             .map(|l| ListenerSummary {
                 listener: l.id.to_string(),
                 hostname: l.hostname.as_ref().map(ToString::to_string),
+                passthrough: l.passthrough,
                 routes: l
                     .routes
                     .buckets()

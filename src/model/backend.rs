@@ -47,6 +47,9 @@ pub enum AppProtocol {
     /// `kubernetes.io/ws`: HTTP/1.1 with WebSocket upgrades (any HTTP/1.1 Upgrade is passed
     /// through on `Http1` too).
     WebSocket,
+    /// Bytes, not HTTP: the backend of a TLSRoute. Upstream TLS (mesh, terminated listeners)
+    /// offers no HTTP ALPN.
+    Opaque,
 }
 
 #[derive(Debug, Serialize)]

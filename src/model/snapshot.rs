@@ -23,13 +23,16 @@ pub enum Protocol {
     Http,
     #[serde(rename = "HTTPS")]
     Https,
+    /// TLS streams routed by SNI (TLSRoute): passed through, or terminated and relayed.
+    #[serde(rename = "TLS")]
+    Tls,
 }
 
 impl Protocol {
     pub fn scheme(self) -> &'static str {
         match self {
             Self::Http => "http",
-            Self::Https => "https",
+            Self::Https | Self::Tls => "https",
         }
     }
 }
@@ -45,7 +48,7 @@ pub struct Port {
     pub protocol: Protocol,
     /// Most specific hostname first.
     pub listeners: Vec<Listener>,
-    /// Server certificates by SNI, for HTTPS ports.
+    /// Server certificates by SNI, for HTTPS ports and TLS ports with terminating listeners.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub certs: Option<CertTable>,
 }
@@ -53,12 +56,27 @@ pub struct Port {
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub struct ListenerId {
     pub gateway: ObjectRef,
+    /// The ListenerSet the listener comes from (`None`: the Gateway's own spec). Names are
+    /// unique per Gateway or ListenerSet, not across them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub set: Option<ObjectRef>,
     pub name: String,
+}
+
+impl ListenerId {
+    /// The name within its Gateway: `name`, or `set-namespace/set-name/name` for a
+    /// ListenerSet's listener (the `listener` metric label).
+    pub fn label(&self) -> String {
+        match &self.set {
+            None => self.name.clone(),
+            Some(s) => format!("{s}/{}", self.name),
+        }
+    }
 }
 
 impl fmt::Display for ListenerId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.gateway, self.name)
+        write!(f, "{}/{}", self.gateway, self.label())
     }
 }
 
@@ -67,6 +85,10 @@ pub struct Listener {
     pub id: ListenerId,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hostname: Option<HostnameMatch>,
+    /// TLS listeners with `tls.mode: Passthrough`: the client's TLS goes to the backend as
+    /// it is (routes by SNI, never terminated here).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub passthrough: bool,
     pub routes: RouteTable,
 }
 
@@ -184,9 +206,11 @@ mod tests {
         Listener {
             id: ListenerId {
                 gateway: ObjectRef::new("ns", "gw"),
+                set: None,
                 name: name.into(),
             },
             hostname: host.map(|h| HostnameMatch::parse(h).unwrap()),
+            passthrough: false,
             routes: RouteTable::default(),
         }
     }

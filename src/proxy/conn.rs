@@ -2,7 +2,7 @@
 //! HTTP/1.1 fast path (`h1`), which hands the connection to hyper-util's auto server (with
 //! what it has read) as soon as a request needs it: HTTP/2 by preface (h2c prior knowledge),
 //! upgrades, streamed request bodies and the rest. ALPN `h2` on TLS ports goes to hyper at
-//! once. Graceful shutdown on drain either way.
+//! once. Graceful shutdown on drain either way. TLS ports (TLSRoute) go to `stream`.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -23,16 +23,24 @@ use tokio_rustls::TlsAcceptor;
 
 use super::conn_info::ConnInfo;
 use super::drain::DrainToken;
-use super::{Shared, h1, service};
+use super::{Shared, h1, service, stream};
 use crate::model::host::normalize_host;
 use crate::model::{PortKey, Protocol};
+
+/// A bound port's TLS server configs (their certificates come from the current snapshot).
+pub struct PortTls {
+    /// HTTPS: ALPN `h2`, `http/1.1`.
+    pub https: TlsAcceptor,
+    /// TLS ports that terminate (TLSRoute): no ALPN.
+    pub stream: Arc<rustls::ServerConfig>,
+}
 
 pub async fn serve(
     shared: Arc<Shared>,
     tcp: TcpStream,
     peer: SocketAddr,
     key: PortKey,
-    tls: TlsAcceptor,
+    tls: Arc<PortTls>,
     drain: DrainToken,
 ) {
     let port = key.port;
@@ -54,7 +62,16 @@ pub async fn serve(
         Some(Protocol::Http) => serve_h1(&shared, tcp, info, drain).await,
         // Boxed, like hyper's fallback below: the TLS states (handshake, rustls connection)
         // would otherwise size every plain connection's future too.
-        Some(Protocol::Https) => Box::pin(serve_tls(&shared, tcp, tls, info, drain)).await,
+        Some(Protocol::Https) => {
+            let acceptor = tls.https.clone();
+            drop(tls);
+            Box::pin(serve_tls(&shared, tcp, acceptor, info, drain)).await
+        }
+        Some(Protocol::Tls) => {
+            let config = tls.stream.clone();
+            drop(tls);
+            Box::pin(stream::serve(&shared, tcp, info, config, drain)).await
+        }
     }
 }
 

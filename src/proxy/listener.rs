@@ -7,7 +7,6 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
-use tokio_rustls::TlsAcceptor;
 
 use super::Shared;
 use super::conn;
@@ -19,7 +18,7 @@ pub fn spawn_accept(
     shared: Arc<Shared>,
     listener: TcpListener,
     key: PortKey,
-    tls: TlsAcceptor,
+    tls: Arc<conn::PortTls>,
     drain: &Drain,
 ) -> JoinHandle<()> {
     let port = key.port;

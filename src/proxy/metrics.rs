@@ -44,6 +44,7 @@ pub struct ProxyMetrics {
     upstream_idle: Gauge,
     retries: Family<RetryLabels, Counter>,
     retries_refused: Family<BackendLabels, Counter>,
+    streams: Family<StreamLabels, Counter>,
     /// Tells the [`HandleCache`] whose handles it holds.
     id: u64,
 }
@@ -101,6 +102,8 @@ pub enum Transport {
 pub enum UpstreamProtocol {
     Http1,
     Http2,
+    /// A byte stream (TLSRoute).
+    Opaque,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -168,6 +171,40 @@ pub struct ErrorLabels {
 pub struct ConnectErrorLabels {
     pub backend: String,
     pub reason: ConnectReason,
+}
+
+/// One TLS stream (TLSRoute) and how it ended. `listener` is empty when no listener took it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct StreamLabels {
+    pub gateway: String,
+    pub listener: String,
+    pub mode: StreamMode,
+    pub result: StreamResult,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StreamMode {
+    Passthrough,
+    Terminate,
+    /// Not known: the ClientHello was not read, or no listener took it.
+    Unknown,
+}
+
+/// How a TLS stream ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StreamResult {
+    /// Relayed until either side closed (or it idled out, or the drain ended).
+    Relayed,
+    /// No ClientHello within the handshake timeout, or not a TLS ClientHello.
+    BadHello,
+    /// No listener or route for the SNI.
+    NoRoute,
+    /// The route has no usable backend or endpoint, or its TLS is unavailable (fail closed).
+    NoBackend,
+    /// The client's handshake with pier failed (Terminate).
+    HandshakeFailed,
+    /// Connecting to the endpoint (TCP, or TLS to it) failed.
+    ConnectFailed,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -268,6 +305,12 @@ impl ProxyMetrics {
             "Retries not sent because the backend's retry budget was spent (the last attempt's \
              answer was returned)",
             m.retries_refused.clone(),
+        );
+        reg.register(
+            "tls_streams",
+            "TLS connections on TLS listeners (TLSRoute), by gateway, listener, mode \
+             (passthrough, terminate) and result",
+            m.streams.clone(),
         );
         m
     }
@@ -403,6 +446,21 @@ impl ProxyMetrics {
             })
             .inc();
     }
+
+    pub fn stream(&self, listener: Option<&ListenerId>, mode: StreamMode, result: StreamResult) {
+        let (gateway, listener) = match listener {
+            Some(l) => (l.gateway.to_string(), l.label()),
+            None => (String::new(), String::new()),
+        };
+        self.streams
+            .get_or_create(&StreamLabels {
+                gateway,
+                listener,
+                mode,
+                result,
+            })
+            .inc();
+    }
 }
 
 impl Default for ProxyMetrics {
@@ -422,6 +480,7 @@ impl Default for ProxyMetrics {
             upstream_idle: Gauge::default(),
             retries: Family::default(),
             retries_refused: Family::default(),
+            streams: Family::default(),
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         }
     }
@@ -443,7 +502,7 @@ impl RouteLabels {
     pub fn new(listener: Option<&ListenerId>, route: Option<&ObjectRef>) -> Self {
         Self {
             gateway: listener.map(|l| l.gateway.to_string()).unwrap_or_default(),
-            listener: listener.map(|l| l.name.clone()).unwrap_or_default(),
+            listener: listener.map(ListenerId::label).unwrap_or_default(),
             route: route.map(ToString::to_string).unwrap_or_default(),
         }
     }
@@ -507,12 +566,38 @@ impl EncodeLabelValue for Transport {
     }
 }
 
+impl EncodeLabelValue for StreamMode {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        use std::fmt::Write;
+        encoder.write_str(match self {
+            Self::Passthrough => "passthrough",
+            Self::Terminate => "terminate",
+            Self::Unknown => "",
+        })
+    }
+}
+
+impl EncodeLabelValue for StreamResult {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        use std::fmt::Write;
+        encoder.write_str(match self {
+            Self::Relayed => "relayed",
+            Self::BadHello => "bad_hello",
+            Self::NoRoute => "no_route",
+            Self::NoBackend => "no_backend",
+            Self::HandshakeFailed => "handshake_failed",
+            Self::ConnectFailed => "connect_failed",
+        })
+    }
+}
+
 impl EncodeLabelValue for UpstreamProtocol {
     fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
         use std::fmt::Write;
         encoder.write_str(match self {
             Self::Http1 => "http1",
             Self::Http2 => "http2",
+            Self::Opaque => "opaque",
         })
     }
 }
@@ -578,6 +663,7 @@ mod tests {
         let m = ProxyMetrics::register(&mut reg);
         let listener = ListenerId {
             gateway: ObjectRef::new("ns", "gw"),
+            set: None,
             name: "http".into(),
         };
         let route = ObjectRef::new("ns", "r");

@@ -26,6 +26,7 @@ pub mod metrics;
 mod mirror;
 mod retry;
 mod service;
+mod stream;
 mod tunnel;
 mod upstream;
 mod validate;
@@ -40,7 +41,6 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
-use tokio_rustls::TlsAcceptor;
 
 pub use body::{BodyFault, BodyPace};
 pub use error::{ConnectReason, ErrorKind, ErrorSide, ProxyError, TlsFailure};
@@ -50,7 +50,7 @@ pub use retry::{MAX_RETRY_BODY, RetryBudgetConfig, RetryReason};
 pub use upstream::RETIRE_BOUND as UPSTREAM_RETIRE_BOUND;
 
 use crate::model::{Port, PortKey, Snapshot};
-use crate::tls::server::{Ticketer, server_config};
+use crate::tls::server::{Carries, Ticketer, server_config};
 use drain::Drain;
 use retry::RetryBudgets;
 use upstream::{Clock, Upstream};
@@ -105,6 +105,9 @@ pub struct Limits {
     pub merge_slashes: bool,
     /// Open client connections per port; at the cap pier stops accepting until one closes.
     pub max_connections: usize,
+    /// A TLS stream (TLSRoute) that carries no byte either way for this long is closed (as
+    /// HAProxy's `timeout tunnel`, 1 h by default).
+    pub stream_idle_timeout: Duration,
 }
 
 impl Default for Limits {
@@ -118,6 +121,7 @@ impl Default for Limits {
             }),
             merge_slashes: false,
             max_connections: 10_000,
+            stream_idle_timeout: Duration::from_secs(3600),
         }
     }
 }
@@ -308,16 +312,21 @@ impl Proxy {
         let ip = key.address.unwrap_or(self.shared.config.listen_host);
         let listener = TcpListener::bind(SocketAddr::new(ip, key.port)).await?;
         let ticketer = self.lock_ports().ticketer.clone();
-        let tls = server_config(self.shared.snapshot.clone(), key, ticketer.as_ref())
-            .map_err(std::io::Error::other)?;
+        let config = |carries| {
+            server_config(
+                self.shared.snapshot.clone(),
+                key,
+                ticketer.as_ref(),
+                carries,
+            )
+            .map_err(std::io::Error::other)
+        };
+        let tls = Arc::new(conn::PortTls {
+            https: config(Carries::Http)?.into(),
+            stream: config(Carries::Stream)?,
+        });
         let drain = Arc::new(Drain::new());
-        let accept = listener::spawn_accept(
-            self.shared.clone(),
-            listener,
-            key,
-            TlsAcceptor::from(tls),
-            &drain,
-        );
+        let accept = listener::spawn_accept(self.shared.clone(), listener, key, tls, &drain);
         tracing::info!(port = key.port, address = %ip, "listening");
         Ok(BoundPort { drain, accept })
     }

@@ -101,7 +101,7 @@ use self::watch::{Changes, Ctx};
 pub use self::watch::{Reconnect, Watched};
 use crate::translate::api::{
     BackendTlsPolicy, ClusterTrustBundle, ConfigMap, EndpointSlice, GatewayClass, GrpcRoute,
-    HttpRoute, Namespace, ReferenceGrant, Secret, Service,
+    HttpRoute, ListenerSet, Namespace, ReferenceGrant, Secret, Service, TlsRoute,
 };
 use crate::translate::{ObjectKey, Resources};
 
@@ -141,6 +141,8 @@ pub enum WatchKind {
     Gateway,
     HttpRoute,
     GrpcRoute,
+    TlsRoute,
+    ListenerSet,
     ReferenceGrant,
     Namespace,
     Service,
@@ -158,6 +160,8 @@ pub struct Stores {
     pub gateways: Store<DeserializeGuard<gateway::GatewayObject>>,
     pub http_routes: Store<DeserializeGuard<HttpRoute>>,
     pub grpc_routes: Store<DeserializeGuard<GrpcRoute>>,
+    pub tls_routes: Store<DeserializeGuard<TlsRoute>>,
+    pub listener_sets: Store<DeserializeGuard<ListenerSet>>,
     /// Filled when the API server serves ReferenceGrant `v1`...
     pub reference_grants: Store<DeserializeGuard<ReferenceGrant>>,
     /// ... else this one, from `v1beta1` (Gateway API before v1.5).
@@ -263,11 +267,13 @@ impl Default for WatchScope {
 // === impl WatchKind ===
 
 impl WatchKind {
-    pub const ALL: [Self; 12] = [
+    pub const ALL: [Self; 14] = [
         Self::GatewayClass,
         Self::Gateway,
         Self::HttpRoute,
         Self::GrpcRoute,
+        Self::TlsRoute,
+        Self::ListenerSet,
         Self::ReferenceGrant,
         Self::Namespace,
         Self::Service,
@@ -286,17 +292,23 @@ impl WatchKind {
                 | Self::Gateway
                 | Self::HttpRoute
                 | Self::GrpcRoute
+                | Self::TlsRoute
+                | Self::ListenerSet
                 | Self::ReferenceGrant
         )
     }
 
     /// A kind whose absence from the API server (404) is no reason to stay unready: its
-    /// objects are an addition (BackendTLSPolicy's and GRPCRoute's CRDs are often not
-    /// installed; ClusterTrustBundle's beta API is off by default).
+    /// objects are an addition (the CRDs of BackendTLSPolicy, GRPCRoute, TLSRoute and
+    /// ListenerSet are often not installed; ClusterTrustBundle's beta API is off by default).
     pub fn is_optional(self) -> bool {
         matches!(
             self,
-            Self::BackendTlsPolicy | Self::GrpcRoute | Self::ClusterTrustBundle
+            Self::BackendTlsPolicy
+                | Self::GrpcRoute
+                | Self::TlsRoute
+                | Self::ListenerSet
+                | Self::ClusterTrustBundle
         )
     }
 }
@@ -306,6 +318,7 @@ impl std::fmt::Display for WatchKind {
         match self {
             Self::HttpRoute => f.write_str("HTTPRoute"),
             Self::GrpcRoute => f.write_str("GRPCRoute"),
+            Self::TlsRoute => f.write_str("TLSRoute"),
             Self::BackendTlsPolicy => f.write_str("BackendTLSPolicy"),
             other => std::fmt::Debug::fmt(other, f),
         }
@@ -390,6 +403,8 @@ impl KubeSource {
             gateways: tasks.watch(&ctx, W::Gateway, Spec, watcher(Api::all(c()), all())),
             http_routes: tasks.watch(&ctx, W::HttpRoute, Spec, watcher(Api::all(c()), all())),
             grpc_routes: tasks.watch(&ctx, W::GrpcRoute, Spec, watcher(Api::all(c()), all())),
+            tls_routes: tasks.watch(&ctx, W::TlsRoute, Spec, watcher(Api::all(c()), all())),
+            listener_sets: tasks.watch(&ctx, W::ListenerSet, Spec, watcher(Api::all(c()), all())),
             reference_grants,
             reference_grants_v1beta1,
             namespaces: tasks.watch(
@@ -457,6 +472,8 @@ impl Default for Stores {
             gateways: empty(),
             http_routes: empty(),
             grpc_routes: empty(),
+            tls_routes: empty(),
+            listener_sets: empty(),
             reference_grants: empty(),
             reference_grants_v1beta1: empty(),
             namespaces: empty(),
@@ -481,6 +498,8 @@ impl Stores {
             gateways: namespaced(&self.gateways, |g| g.0.clone()),
             http_routes: namespaced(&self.http_routes, Clone::clone),
             grpc_routes: namespaced(&self.grpc_routes, Clone::clone),
+            tls_routes: namespaced(&self.tls_routes, Clone::clone),
+            listener_sets: namespaced(&self.listener_sets, Clone::clone),
             reference_grants,
             namespaces: self
                 .namespaces

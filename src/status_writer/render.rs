@@ -20,7 +20,7 @@ use super::version::BundleVersion;
 use crate::model::ObjectRef;
 use crate::translate::api::GATEWAY_GROUP;
 use crate::translate::status::{
-    BackendTlsPolicyStatus, GatewayClassStatus, GatewayStatus, HttpRouteStatus,
+    BackendTlsPolicyStatus, GatewayClassStatus, GatewayStatus, HttpRouteStatus, ListenerSetStatus,
 };
 
 /// Everything besides the two statuses.
@@ -72,6 +72,12 @@ pub fn gateway(desired: &GatewayStatus, observed: &Value, ctx: Ctx<'_>) -> Optio
         "listeners": to_json(&desired.listeners),
     });
     let mut fields = vec!["conditions", "listeners"];
+    // Only once ListenerSets are in play (a Gateway CRD older than v1.5 would prune it, and
+    // the writer would patch forever); kept up to date, down to 0, once written.
+    if desired.attached_listener_sets > 0 || !observed["attachedListenerSets"].is_null() {
+        want["attachedListenerSets"] = json!(desired.attached_listener_sets);
+        fields.push("attachedListenerSets");
+    }
     if !desired.addresses.is_empty() {
         want["addresses"] = to_json(&desired.addresses);
         fields.push("addresses");
@@ -80,17 +86,36 @@ pub fn gateway(desired: &GatewayStatus, observed: &Value, ctx: Ctx<'_>) -> Optio
     if same(&want, &have) {
         return None;
     }
-    stamp(&mut want["conditions"], &observed["conditions"], ctx.now);
+    stamp_with_listeners(&mut want, observed, ctx.now);
+    Some(want)
+}
+
+/// `status` for a ListenerSet: conditions and listeners, as for a Gateway.
+pub fn listener_set(desired: &ListenerSetStatus, observed: &Value, ctx: Ctx<'_>) -> Option<Value> {
+    let mut want = json!({
+        "conditions": to_json(&desired.conditions),
+        "listeners": to_json(&desired.listeners),
+    });
+    let have = pick(observed, &["conditions", "listeners"]);
+    if same(&want, &have) {
+        return None;
+    }
+    stamp_with_listeners(&mut want, observed, ctx.now);
+    Some(want)
+}
+
+/// `lastTransitionTime` for the conditions of the object and of each of its listeners.
+fn stamp_with_listeners(want: &mut Value, observed: &Value, now: &Value) {
+    stamp(&mut want["conditions"], &observed["conditions"], now);
     let observed_listeners = observed["listeners"].as_array();
     if let Some(listeners) = want["listeners"].as_array_mut() {
         for l in listeners {
             let before = observed_listeners
                 .and_then(|ls| ls.iter().find(|o| o["name"] == l["name"]))
                 .map_or(&Value::Null, |o| &o["conditions"]);
-            stamp(&mut l["conditions"], before, ctx.now);
+            stamp(&mut l["conditions"], before, now);
         }
     }
-    Some(want)
 }
 
 /// A status list shared by controllers: HTTPRoute `status.parents` (keyed by `parentRef`) and

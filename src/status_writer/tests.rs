@@ -164,6 +164,7 @@ fn a_status_read_back_is_not_written_again() {
             Some(1),
         )],
         listeners: vec![],
+        attached_listener_sets: 0,
     };
     let written = render::gateway(&gw, &Value::Null, ctx(&now, &v)).unwrap();
     let mut stored = written.clone();
@@ -438,6 +439,7 @@ fn gateway_addresses_are_written_when_pier_advertises_some() {
         }],
         conditions: vec![],
         listeners: vec![],
+        attached_listener_sets: 0,
     };
     let written = render::gateway(&gw, &Value::Null, ctx(&now, &v)).unwrap();
     assert_eq!(
@@ -450,4 +452,25 @@ fn gateway_addresses_are_written_when_pier_advertises_some() {
     let mut stored = written.clone();
     stored["addresses"] = json!([{ "type": "IPAddress", "value": "10.0.0.1" }]);
     assert!(render::gateway(&gw, &stored, ctx(&now, &v)).is_some());
+}
+
+#[test]
+fn attached_listener_sets_is_written_once_sets_attach_and_kept_down_to_zero() {
+    let now = json!(NOW);
+    let v = BundleVersion::Unknown;
+    let mut gw = GatewayStatus {
+        generation: Some(1),
+        ..GatewayStatus::default()
+    };
+    // No sets ever: the field is not written (an older Gateway CRD would prune it).
+    let written = render::gateway(&gw, &Value::Null, ctx(&now, &v)).unwrap();
+    assert!(written.get("attachedListenerSets").is_none(), "{written}");
+    gw.attached_listener_sets = 2;
+    let written = render::gateway(&gw, &Value::Null, ctx(&now, &v)).unwrap();
+    assert_eq!(written["attachedListenerSets"], 2);
+    assert_eq!(render::gateway(&gw, &written, ctx(&now, &v)), None);
+    // The sets went away: 0 replaces the stale count.
+    gw.attached_listener_sets = 0;
+    let again = render::gateway(&gw, &written, ctx(&now, &v)).unwrap();
+    assert_eq!(again["attachedListenerSets"], 0);
 }

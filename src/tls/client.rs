@@ -421,6 +421,7 @@ pub fn alpn_for(protocol: AppProtocol, extra: &[Vec<u8>]) -> Vec<Vec<u8>> {
         AppProtocol::Http1 => &[b"h2", b"http/1.1"],
         AppProtocol::H2c => &[b"h2"],
         AppProtocol::WebSocket => &[b"http/1.1"],
+        AppProtocol::Opaque => &[],
     };
     let mut out: Vec<Vec<u8>> = base.iter().map(|p| p.to_vec()).collect();
     for p in extra {

@@ -1,4 +1,4 @@
-//! Server-side TLS for HTTPS ports: one `ServerConfig` per bound port whose certificate
+//! Server-side TLS for HTTPS and TLS ports: `ServerConfig`s per bound port whose certificate
 //! resolver reads the *current* snapshot's [`CertTable`](crate::model::CertTable) for that
 //! port. A certificate change is a snapshot swap; the config itself is never rebuilt.
 //!
@@ -72,20 +72,33 @@ impl std::fmt::Debug for Ticketer {
     }
 }
 
-/// The config for one HTTPS port: ring, TLS 1.2 and 1.3, ALPN `h2` then `http/1.1`, no client
-/// auth, certificates from the snapshot. Built with an explicit provider so it does not depend
-/// on a process-wide default being installed.
+/// What a port's TLS carries, which decides the ALPN protocols it offers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Carries {
+    /// HTTPS: ALPN `h2` then `http/1.1`.
+    Http,
+    /// TLS streams (terminated TLSRoutes): no ALPN, the bytes are the backend's protocol.
+    Stream,
+}
+
+/// The config for one port: ring, TLS 1.2 and 1.3, ALPN by what it carries, no client auth,
+/// certificates from the snapshot. Built with an explicit provider so it does not depend on a
+/// process-wide default being installed.
 pub fn server_config(
     snapshot: Arc<ArcSwap<Snapshot>>,
     port: PortKey,
     ticketer: Option<&Ticketer>,
+    carries: Carries,
 ) -> Result<Arc<ServerConfig>, ServerConfigError> {
     let provider: Arc<CryptoProvider> = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()?
         .with_no_client_auth()
         .with_cert_resolver(Arc::new(SnapshotCertResolver::new(snapshot, port)));
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    config.alpn_protocols = match carries {
+        Carries::Http => vec![b"h2".to_vec(), b"http/1.1".to_vec()],
+        Carries::Stream => vec![],
+    };
     if let Some(t) = ticketer {
         config.ticketer = t.0.clone();
     }

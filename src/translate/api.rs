@@ -41,6 +41,8 @@ pub use gateway_api::experimental::httproutes::{
     HttpRouteRulesMatchesQueryParamsType, HttpRouteRulesRetry, HttpRouteRulesTimeouts,
     HttpRouteSpec, HttpRouteUseDefaultGateways as UseDefaultGateways,
 };
+/// TLSRoute (standard since v1.5; the experimental type adds `useDefaultGateways`).
+pub use gateway_api::experimental::tlsroutes::{TlsRoute, TlsRouteRules, TlsRouteSpec};
 pub use gateway_api::gatewayclasses::{GatewayClass, GatewayClassSpec};
 /// The upstream Gateway type, for its group/version/kind (the cluster source watches Gateways
 /// as pier's own [`Gateway`], which keeps `spec.mesh`).
@@ -55,6 +57,8 @@ pub use gateway_api::gateways::{
     GatewayStatus as GatewayApiStatus, GatewayTls, GatewayTlsBackend,
     GatewayTlsBackendClientCertificateRef,
 };
+pub use gateway_api::gateways::{GatewayAllowedListeners, GatewayAllowedListenersNamespacesFrom};
+pub use gateway_api::listenersets::{ListenerSet, ListenerSetSpec};
 pub use gateway_api::referencegrants::{
     ReferenceGrant, ReferenceGrantFrom, ReferenceGrantSpec, ReferenceGrantTo,
 };

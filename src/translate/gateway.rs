@@ -29,24 +29,29 @@ use super::resources::Resources;
 use super::status::{
     ClassCondition, ClassConditionReason, ClassConditionType, GatewayClassStatus,
     GatewayCondReason, GatewayCondType, GatewayCondition, GatewayStatus, ListenerCondition,
-    ListenerStatus, RouteGroupKind,
+    ListenerSetStatus, ListenerStatus, RouteGroupKind,
 };
 use super::{Settings, group_kind};
 use crate::model::{HostnameMatch, ListenerId, ObjectRef, Protocol};
 
 mod allowed_routes;
+mod listener_set;
 
 pub use allowed_routes::{
     AllowedRoutes, LabelSelector, NamespacePolicy, RouteKind, namespace_policy,
 };
+pub use listener_set::SetState;
 
 /// An in-scope Gateway, as route attachment and the snapshot need it.
 #[derive(Debug)]
 pub struct GatewayState {
     pub key: ObjectRef,
     pub generation: Option<i64>,
-    /// In `spec.listeners` order.
+    /// In `spec.listeners` order, then the listeners of attached ListenerSets (oldest set
+    /// first, then by namespace/name), each set's in its `spec.listeners` order.
     pub listeners: Vec<ListenerState>,
+    /// ListenerSets whose parentRef names this Gateway, attached or not.
+    pub sets: Vec<SetState>,
     /// Mesh and client certificate: what its routes' backends need for TLS.
     pub tls: GatewayTls,
     /// `spec.addresses` against the addresses pier advertises.
@@ -56,9 +61,17 @@ pub struct GatewayState {
 #[derive(Debug)]
 pub struct ListenerState {
     pub name: String,
+    /// The ListenerSet it comes from (an index into [`GatewayState::sets`]); `None`: the
+    /// Gateway's own.
+    pub set: Option<usize>,
+    /// The namespace of the Gateway or ListenerSet that defines it (`allowedRoutes` `Same`,
+    /// certificateRefs).
+    pub namespace: String,
     pub port: u16,
     pub protocol: Option<Protocol>,
     pub hostname: Option<HostnameMatch>,
+    /// Protocol TLS with `tls.mode: Passthrough` (no certificates; routes by SNI).
+    pub passthrough: bool,
     pub allowed: AllowedRoutes,
     pub supported_kinds: Vec<RouteGroupKind>,
     /// Usable certificates and their Secrets, in `certificateRefs` order.
@@ -77,6 +90,8 @@ pub struct ListenerState {
     pub notes: Vec<String>,
     /// Routes attached (Accepted) to this listener; filled in by route translation.
     pub attached_routes: u32,
+    /// The protocol asked for when pier does not serve it (TCP, UDP, ...).
+    pub unsupported_protocol: Option<String>,
 }
 
 // === GatewayClass ===
@@ -177,14 +192,44 @@ pub fn gateways(
                 .base
                 .listeners
                 .iter()
-                .map(|l| listener(resources, &mut certs, &key, l))
+                .map(|l| {
+                    let owner = Owner {
+                        kind: "Gateway",
+                        namespace: &key.namespace,
+                        id: ListenerId {
+                            gateway: key.clone(),
+                            set: None,
+                            name: l.name.clone(),
+                        },
+                    };
+                    listener(resources, &mut certs, owner, l)
+                })
                 .collect(),
+            sets: vec![],
             generation: gw.metadata.generation,
             key,
         })
         .collect();
+    let specs: Vec<_> = states
+        .iter()
+        .map(|s| {
+            let gw = &resources.gateways[&(s.key.namespace.clone(), s.key.name.clone())];
+            gw.spec.base.allowed_listeners.as_ref()
+        })
+        .collect();
+    for (state, allowed) in states.iter_mut().zip(specs) {
+        listener_set::attach(resources, &mut certs, state, allowed);
+    }
     detect_conflicts(&mut states);
     states
+}
+
+/// Who defines a listener: its Gateway or a ListenerSet.
+struct Owner<'a> {
+    /// `Gateway` or `ListenerSet`, for ReferenceGrants `from`.
+    kind: &'static str,
+    namespace: &'a str,
+    id: ListenerId,
 }
 
 /// The addresses the Gateway's status reports (pier wrote them).
@@ -199,7 +244,7 @@ fn status_addresses(gw: &Gateway) -> Vec<String> {
 fn listener(
     resources: &Resources,
     certs: &mut Certs<'_>,
-    gateway: &ObjectRef,
+    owner: Owner<'_>,
     l: &GatewayListeners,
 ) -> ListenerState {
     let GatewayListeners {
@@ -212,9 +257,12 @@ fn listener(
     } = l;
     let mut state = ListenerState {
         name: name.clone(),
+        set: None,
+        namespace: owner.namespace.to_string(),
         port: 0,
         protocol: None,
         hostname: None,
+        passthrough: false,
         allowed: AllowedRoutes {
             namespaces: NamespacePolicy::Same,
             kinds: vec![],
@@ -228,15 +276,21 @@ fn listener(
         tls_problem: None,
         notes: vec![],
         attached_routes: 0,
+        unsupported_protocol: None,
     };
     let protocol = match protocol.as_str() {
         "HTTP" => Protocol::Http,
         "HTTPS" => Protocol::Https,
+        "TLS" => Protocol::Tls,
         other => {
             state.not_accepted = Some((
                 ListenerConditionReason::UnsupportedProtocol,
-                format!("protocol {other:?} is not supported (pier serves HTTP and HTTPS)"),
+                format!("protocol {other:?} is not supported (pier serves HTTP, HTTPS and TLS)"),
             ));
+            // Kept for conflict detection: on a port that serves another protocol, the
+            // listener is a ProtocolConflict first.
+            state.unsupported_protocol = Some(other.to_string());
+            state.port = u16::try_from(*port).unwrap_or(0);
             return state;
         }
     };
@@ -263,34 +317,36 @@ fn listener(
             }
         }
     }
-    if protocol == Protocol::Https {
-        let id = ListenerId {
-            gateway: gateway.clone(),
-            name: name.clone(),
-        };
-        tls_of(&mut state, resources, certs, &id, tls.as_ref());
+    if protocol != Protocol::Http {
+        tls_of(&mut state, resources, certs, &owner, protocol, tls.as_ref());
         if state.not_accepted.is_some() {
             return state;
         }
     }
-    allowed_routes_of(&mut state, allowed_routes.as_ref());
+    allowed_routes_of(&mut state, protocol, allowed_routes.as_ref());
     state
 }
 
-fn allowed_routes_of(state: &mut ListenerState, ar: Option<&GatewayListenersAllowedRoutes>) {
+fn allowed_routes_of(
+    state: &mut ListenerState,
+    protocol: Protocol,
+    ar: Option<&GatewayListenersAllowedRoutes>,
+) {
     let (kinds, namespaces) = match ar {
         Some(GatewayListenersAllowedRoutes { kinds, namespaces }) => {
             (kinds.as_deref(), namespaces.as_ref())
         }
         None => (None, None),
     };
+    let supported = RouteKind::for_protocol(protocol);
     match kinds {
-        None | Some([]) => state.allowed.kinds = RouteKind::HTTP_LISTENER.to_vec(),
+        None | Some([]) => state.allowed.kinds = supported.to_vec(),
         Some(kinds) => {
             for GatewayListenersAllowedRoutesKinds { group, kind } in kinds {
                 let group = group.as_deref().unwrap_or(GATEWAY_GROUP);
-                let known = RouteKind::HTTP_LISTENER
-                    .into_iter()
+                let known = supported
+                    .iter()
+                    .copied()
                     .find(|k| group == GATEWAY_GROUP && kind == k.name());
                 match known {
                     Some(k) if !state.allowed.kinds.contains(&k) => state.allowed.kinds.push(k),
@@ -320,31 +376,48 @@ fn allowed_routes_of(state: &mut ListenerState, ar: Option<&GatewayListenersAllo
     };
 }
 
+/// The `tls` stanza of an HTTPS or TLS listener: certificates to terminate with, or (TLS
+/// only) Passthrough.
 fn tls_of(
     state: &mut ListenerState,
     resources: &Resources,
     certs: &mut Certs<'_>,
-    id: &ListenerId,
+    owner: &Owner<'_>,
+    protocol: Protocol,
     tls: Option<&GatewayListenersTls>,
 ) {
+    let id = &owner.id;
+    let proto = protocol_name(protocol);
     let Some(GatewayListenersTls {
         certificate_refs,
         mode,
         options: _,
     }) = tls
     else {
-        state.tls_problem = Some("HTTPS listener has no tls configuration".into());
+        state.tls_problem = Some(format!("{proto} listener has no tls configuration"));
         return;
     };
     if mode == &Some(GatewayListenersTlsMode::Passthrough) {
-        state.not_accepted = Some((
-            ListenerConditionReason::UnsupportedProtocol,
-            "tls.mode Passthrough is not supported for HTTPS (pier terminates TLS)".into(),
-        ));
+        if protocol != Protocol::Tls {
+            state.not_accepted = Some((
+                ListenerConditionReason::UnsupportedProtocol,
+                "tls.mode Passthrough is not supported for HTTPS (pier terminates HTTPS; \
+                 use protocol TLS with a TLSRoute to pass TLS through)"
+                    .into(),
+            ));
+            return;
+        }
+        // The API forbids certificateRefs here; any given are not used.
+        if certificate_refs.as_ref().is_some_and(|c| !c.is_empty()) {
+            state
+                .notes
+                .push("certificateRefs are ignored: Passthrough does not terminate TLS".into());
+        }
+        state.passthrough = true;
         return;
     }
     for (i, r) in certificate_refs.iter().flatten().enumerate() {
-        let (secret, loaded) = match certificate(resources, certs, &id.gateway.namespace, r) {
+        let (secret, loaded) = match certificate(resources, certs, owner, r) {
             Ok(loaded) => loaded,
             Err((reason, msg)) => {
                 state
@@ -381,9 +454,9 @@ fn tls_of(
         // The implementers guide asks for reason InvalidTLSConfig; the generated enum lacks it,
         // so Programmed=False uses Invalid with this message.
         state.tls_problem = Some(if certificate_refs.as_ref().is_none_or(Vec::is_empty) {
-            "HTTPS listener has no certificateRefs".into()
+            format!("{proto} listener has no certificateRefs")
         } else {
-            "HTTPS listener has no usable certificate".into()
+            format!("{proto} listener has no usable certificate")
         });
     }
 }
@@ -396,7 +469,7 @@ type LoadedCert = (ObjectRef, Result<ServerCert, refs::CertError>);
 fn certificate(
     resources: &Resources,
     certs: &mut Certs<'_>,
-    gateway_ns: &str,
+    owner: &Owner<'_>,
     GatewayListenersTlsCertificateRefs {
         group,
         kind,
@@ -414,13 +487,14 @@ fn certificate(
             ),
         ));
     }
-    let ns = namespace.as_deref().unwrap_or(gateway_ns);
+    let owner_ns = owner.namespace;
+    let ns = namespace.as_deref().unwrap_or(owner_ns);
     let secret = ObjectRef::new(ns, name);
-    if ns != gateway_ns {
+    if ns != owner_ns {
         let from = RefFrom {
             group: GATEWAY_GROUP,
-            kind: "Gateway",
-            namespace: gateway_ns,
+            kind: owner.kind,
+            namespace: owner_ns,
         };
         let to = RefTo {
             group: CORE_GROUP,
@@ -458,10 +532,24 @@ fn detect_conflicts(gateways: &mut [GatewayState]) {
         }
         let address = gw.addresses.bind;
         for l in &mut gw.listeners {
+            let id = listener_id(&gw.key, &gw.sets, l).to_string();
+            if let (Some(other), Some(seen)) = (
+                l.unsupported_protocol.as_deref().filter(|_| l.port != 0),
+                ports.get(&(address, l.port)),
+            ) {
+                let msg = format!(
+                    "port {} already serves {} for listener {} ({other} is not supported either)",
+                    l.port,
+                    protocol_name(seen.protocol),
+                    seen.first
+                );
+                l.not_accepted = Some((ListenerConditionReason::ProtocolConflict, msg.clone()));
+                l.conflict = Some((ListenerConditionReason::ProtocolConflict, msg));
+                continue;
+            }
             let Some(protocol) = l.protocol.filter(|_| l.not_accepted.is_none()) else {
                 continue;
             };
-            let id = format!("{}/{}", gw.key, l.name);
             let Some(seen) = ports.get_mut(&(address, l.port)) else {
                 ports.insert(
                     (address, l.port),
@@ -508,6 +596,16 @@ fn protocol_name(p: Protocol) -> &'static str {
     match p {
         Protocol::Http => "HTTP",
         Protocol::Https => "HTTPS",
+        Protocol::Tls => "TLS",
+    }
+}
+
+/// The snapshot identity of a listener of the Gateway `gateway` whose sets are `sets`.
+fn listener_id(gateway: &ObjectRef, sets: &[SetState], l: &ListenerState) -> ListenerId {
+    ListenerId {
+        gateway: gateway.clone(),
+        set: l.set.map(|i| sets[i].key.clone()),
+        name: l.name.clone(),
     }
 }
 
@@ -524,7 +622,7 @@ impl ListenerState {
         self.accepts_routes() && self.tls_problem.is_none()
     }
 
-    fn status(&self, generation: Option<i64>) -> ListenerStatus {
+    pub(super) fn status(&self, generation: Option<i64>) -> ListenerStatus {
         let cond = |t, s, r, m: String| ListenerCondition::new(t, s, r, m, generation);
         let accepted = match (&self.not_accepted, &self.conflict) {
             (Some((reason, msg)), _) => cond(
@@ -562,10 +660,16 @@ impl ListenerState {
                 .map(|(_, m)| m.clone())
                 .or_else(|| self.tls_problem.clone())
                 .unwrap_or_default();
+            // A conflicted listener says which conflict (as the ListenerSet conformance tests
+            // expect); anything else is Invalid.
+            let reason = self
+                .conflict
+                .as_ref()
+                .map_or(ListenerConditionReason::Invalid, |(r, _)| copy_reason(r));
             cond(
                 ListenerConditionType::Programmed,
                 false,
-                ListenerConditionReason::Invalid,
+                reason,
                 format!("Listener is not programmed: {why}"),
             )
         };
@@ -647,13 +751,13 @@ impl GatewayState {
     /// listener is in the snapshot.
     pub fn status(&self) -> GatewayStatus {
         let g = self.generation;
-        let invalid: Vec<&str> = self
-            .listeners
+        let own: Vec<&ListenerState> = self.listeners.iter().filter(|l| l.set.is_none()).collect();
+        let invalid: Vec<&str> = own
             .iter()
             .filter(|l| !l.accepts_routes())
             .map(|l| l.name.as_str())
             .collect();
-        let any_valid = invalid.len() < self.listeners.len();
+        let any_valid = invalid.len() < own.len();
         let gw_cond = |t, status, r, m: String| {
             GatewayCondition::new(
                 GatewayCondType::Gateway(t),
@@ -689,7 +793,7 @@ impl GatewayState {
                 GatewayConditionType::Accepted,
                 any_valid,
                 GatewayConditionReason::ListenersNotValid,
-                if self.listeners.is_empty() {
+                if own.is_empty() {
                     "Gateway has no listeners".to_string()
                 } else {
                     format!("invalid listeners: {}", invalid.join(", "))
@@ -738,8 +842,43 @@ impl GatewayState {
             generation: g,
             addresses: self.addresses.status.clone(),
             conditions,
-            listeners: self.listeners.iter().map(|l| l.status(g)).collect(),
+            listeners: own.iter().map(|l| l.status(g)).collect(),
+            // Counted once Accepted: allowed, and at least one of its listeners programmed.
+            attached_listener_sets: (0..self.sets.len())
+                .filter(|&i| {
+                    self.sets[i].attached()
+                        && self
+                            .listeners
+                            .iter()
+                            .any(|l| l.set == Some(i) && l.programmed())
+                })
+                .count() as u32,
         }
+    }
+
+    /// The snapshot identity of one of its listeners.
+    pub fn listener_id(&self, l: &ListenerState) -> ListenerId {
+        listener_id(&self.key, &self.sets, l)
+    }
+
+    /// Statuses of the ListenerSets that name this Gateway as their parent.
+    pub fn set_statuses(&self) -> impl Iterator<Item = (ObjectRef, ListenerSetStatus)> + '_ {
+        let gateway_accepted = self.status_accepted();
+        self.sets.iter().enumerate().map(move |(i, set)| {
+            let listeners: Vec<&ListenerState> =
+                self.listeners.iter().filter(|l| l.set == Some(i)).collect();
+            (set.key.clone(), set.status(&listeners, gateway_accepted))
+        })
+    }
+
+    /// Whether the Gateway itself is Accepted (a ListenerSet's parent must be).
+    fn status_accepted(&self) -> bool {
+        self.addresses.unsupported.is_none()
+            && self.tls.invalid_parameters().is_none()
+            && self
+                .listeners
+                .iter()
+                .any(|l| l.set.is_none() && l.accepts_routes())
     }
 }
 

@@ -233,7 +233,7 @@ pub fn translate_route(
         &key.namespace,
         parent_refs.as_deref().unwrap_or_default(),
     );
-    let first = parents.first()?.1;
+    let first = parents.first()?.1.gateway;
     let generation = route.metadata.generation;
     let specs = rules.as_deref().unwrap_or_default();
     let no_labels = BTreeMap::new();
@@ -275,10 +275,13 @@ pub fn translate_route(
 
     let mut attachments: Vec<Attachment> = vec![];
     let mut accepted_by_parent = vec![];
-    for (parent, gw) in &parents {
+    for (parent, target) in &parents {
         let accepted = match &route_problem {
             Some(p) => Err((RouteConditionReason::UnsupportedValue, p.clone())),
-            None => attach(ctx, kind, &key.namespace, &hosts, parent, *gw),
+            None => {
+                let meshed = tls_of(target.gateway).meshed;
+                attach(ctx, kind, meshed, &key.namespace, &hosts, parent, *target)
+            }
         };
         let accepted = accepted.map(|found| {
             for a in found {
@@ -316,7 +319,8 @@ pub fn translate_route(
     }
 
     let mut statuses = vec![];
-    for ((parent, gw), accepted) in parents.iter().zip(accepted_by_parent) {
+    for ((parent, target), accepted) in parents.iter().zip(accepted_by_parent) {
+        let gw = &target.gateway;
         let is_accepted = accepted.is_ok();
         let mut conditions = parent_conditions(accepted, &rules, generation);
         let group = groups.iter().find(|g| g.gateway == *gw);
@@ -524,26 +528,47 @@ fn parent_conditions(
     conditions
 }
 
-/// parentRefs that name an in-scope Gateway, without repeats. Refs to other kinds or to
-/// Gateways pier does not serve are ignored entirely (another controller may own them).
+/// What a parentRef names: an in-scope Gateway, or one of its ListenerSets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Parent {
+    gateway: usize,
+    /// An index into the Gateway's `sets`.
+    set: Option<usize>,
+}
+
+/// parentRefs that name an in-scope Gateway or a ListenerSet whose parent is one, without
+/// repeats. Refs to other kinds or to Gateways pier does not serve are ignored entirely
+/// (another controller may own them).
 fn in_scope_parents<'p>(
     ctx: &RouteCtx<'_, '_>,
     route_ns: &str,
     refs: &'p [HttpRouteParentRefs],
-) -> Vec<(&'p HttpRouteParentRefs, usize)> {
-    let mut out: Vec<(&HttpRouteParentRefs, usize)> = vec![];
+) -> Vec<(&'p HttpRouteParentRefs, Parent)> {
+    let mut out: Vec<(&HttpRouteParentRefs, Parent)> = vec![];
     for p in refs {
         let group = p.group.as_deref().unwrap_or(GATEWAY_GROUP);
         let kind = p.kind.as_deref().unwrap_or("Gateway");
-        if group != GATEWAY_GROUP || kind != "Gateway" {
-            continue;
-        }
         let ns = p.namespace.as_deref().unwrap_or(route_ns);
-        let Some(&gw) = ctx.gateway_index.get(&ObjectRef::new(ns, &p.name)) else {
-            continue;
+        let key = ObjectRef::new(ns, &p.name);
+        let target = match (group, kind) {
+            (GATEWAY_GROUP, "Gateway") => ctx
+                .gateway_index
+                .get(&key)
+                .map(|&gateway| Parent { gateway, set: None }),
+            (GATEWAY_GROUP, "ListenerSet") => {
+                ctx.gateways.iter().enumerate().find_map(|(gateway, g)| {
+                    let set = g.sets.iter().position(|s| s.key == key)?;
+                    Some(Parent {
+                        gateway,
+                        set: Some(set),
+                    })
+                })
+            }
+            _ => None,
         };
+        let Some(target) = target else { continue };
         if !out.iter().any(|(q, _)| *q == p) {
-            out.push((p, gw));
+            out.push((p, target));
         }
     }
     out
@@ -568,22 +593,41 @@ fn echo(p: &HttpRouteParentRefs) -> ParentRef {
     }
 }
 
-/// The listeners of Gateway `gw` that a parentRef selects and that take the route.
+/// The listeners of Gateway `gw` that a parentRef selects and that take the route. `meshed`:
+/// the route is meshed under that Gateway (a meshed TLSRoute never attaches to a Passthrough
+/// listener: pier's identity cannot travel inside the client's TLS).
 fn attach(
     ctx: &RouteCtx<'_, '_>,
     kind: RouteKind,
+    meshed: bool,
     route_ns: &str,
     route_hosts: &[HostnameMatch],
     p: &HttpRouteParentRefs,
-    gw: usize,
+    target: Parent,
 ) -> Result<Vec<Attachment>, (RouteConditionReason, String)> {
+    let gw = target.gateway;
     let gateway = &ctx.gateways[gw];
+    let parent = match target.set {
+        None => format!("Gateway {}", gateway.key),
+        Some(i) => {
+            let set = &gateway.sets[i];
+            if let Some(why) = &set.not_allowed {
+                return Err((
+                    RouteConditionReason::NoMatchingParent,
+                    format!("ListenerSet {} is not attached: {why}", set.key),
+                ));
+            }
+            format!("ListenerSet {}", set.key)
+        }
+    };
+    // A parentRef to the Gateway selects its own listeners; one to a ListenerSet, the set's.
     let selected: Vec<_> = gateway
         .listeners
         .iter()
         .enumerate()
         .filter(|(_, l)| {
-            p.section_name.as_ref().is_none_or(|s| *s == l.name)
+            l.set == target.set
+                && p.section_name.as_ref().is_none_or(|s| *s == l.name)
                 && p.port.is_none_or(|port| port == i32::from(l.port))
         })
         .collect();
@@ -591,8 +635,7 @@ fn attach(
         return Err((
             RouteConditionReason::NoMatchingParent,
             format!(
-                "Gateway {} has no listener{}{}",
-                gateway.key,
+                "{parent} has no listener{}{}",
                 p.section_name
                     .as_ref()
                     .map_or(String::new(), |s| format!(" named {s:?}")),
@@ -606,6 +649,7 @@ fn attach(
     let mut hostname_mismatch = false;
     let mut namespace_denied = false;
     let mut kind_conflict = None;
+    let mut meshed_passthrough = None;
     for (i, l) in selected {
         if !l.accepts_routes() {
             continue;
@@ -614,9 +658,13 @@ fn attach(
         if !l.allowed.allows_kind(kind) {
             continue;
         }
+        if meshed && l.passthrough {
+            meshed_passthrough = Some(l.name.clone());
+            continue;
+        }
         if !l
             .allowed
-            .allows_namespace(&gateway.key.namespace, route_ns, &ctx.resources.namespaces)
+            .allows_namespace(&l.namespace, route_ns, &ctx.resources.namespaces)
         {
             namespace_denied = true;
             continue;
@@ -646,15 +694,26 @@ fn attach(
     Err(if !any_valid {
         (
             RouteConditionReason::NoMatchingParent,
-            format!("no selected listener of Gateway {} is valid", gateway.key),
+            format!("no selected listener of {parent} is valid"),
+        )
+    } else if let Some(listener) = meshed_passthrough {
+        (
+            RouteConditionReason::NotAllowedByListeners,
+            format!(
+                "the route is meshed, and listener {listener:?} of {} passes TLS \
+                 through: pier cannot present its mesh identity inside the client's TLS and \
+                 never sends meshed traffic without it (attach to a listener with tls.mode \
+                 Terminate, where pier originates mesh mTLS)",
+                parent
+            ),
         )
     } else if let Some((listener, other)) = kind_conflict {
         (
             RouteConditionReason::NotAllowedByListeners,
             format!(
-                "listener {listener:?} of Gateway {} already serves an older {} for a hostname \
+                "listener {listener:?} of {} already serves an older {} for a hostname \
                  of this {} (an HTTPRoute and a GRPCRoute may not share a hostname)",
-                gateway.key,
+                parent,
                 other.name(),
                 kind.name()
             ),
@@ -663,16 +722,16 @@ fn attach(
         (
             RouteConditionReason::NoMatchingListenerHostname,
             format!(
-                "no hostname of the route matches a listener hostname of Gateway {}",
-                gateway.key
+                "no hostname of the route matches a listener hostname of {}",
+                parent
             ),
         )
     } else if namespace_denied {
         (
             RouteConditionReason::NotAllowedByListeners,
             format!(
-                "the listeners of Gateway {} do not allow {}s from namespace {route_ns}",
-                gateway.key,
+                "the listeners of {} do not allow {}s from namespace {route_ns}",
+                parent,
                 kind.name()
             ),
         )
@@ -680,8 +739,8 @@ fn attach(
         (
             RouteConditionReason::NotAllowedByListeners,
             format!(
-                "the listeners of Gateway {} do not allow the kind {}",
-                gateway.key,
+                "the listeners of {} do not allow the kind {}",
+                parent,
                 kind.name()
             ),
         )
@@ -1027,9 +1086,13 @@ fn resolve_backend(
         .ok()
         .filter(|p| *p != 0)
         .ok_or(BackendRefError::PortRange(svc, port))?;
-    // gRPC is HTTP/2 end to end.
-    let http2 = route_kind == RouteKind::Grpc;
-    Ok(backends.service_port(ns, r.name, port, tls, http2)?)
+    // gRPC is HTTP/2 end to end; a TLSRoute carries bytes.
+    let traffic = match route_kind {
+        RouteKind::Http => refs::Traffic::Http,
+        RouteKind::Grpc => refs::Traffic::Http2,
+        RouteKind::Tls => refs::Traffic::Opaque,
+    };
+    Ok(backends.service_port(ns, r.name, port, tls, traffic)?)
 }
 
 fn rule_timeouts(

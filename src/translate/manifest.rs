@@ -12,8 +12,8 @@ use serde::de::DeserializeOwned;
 
 use super::api::{
     BackendTlsPolicy, ByteString, CERTIFICATES_GROUP, ClusterTrustBundle, ConfigMap, EndpointSlice,
-    GATEWAY_GROUP, Gateway, GatewayClass, GatewaySpec, GrpcRoute, HttpRoute, MeshSpec, Namespace,
-    ObjectMeta, PierGatewaySpec, ReferenceGrant, Secret, Service,
+    GATEWAY_GROUP, Gateway, GatewayClass, GatewaySpec, GrpcRoute, HttpRoute, ListenerSet, MeshSpec,
+    Namespace, ObjectMeta, PierGatewaySpec, ReferenceGrant, Secret, Service, TlsRoute,
 };
 use super::resources::{ObjectKey, Resources};
 
@@ -136,6 +136,8 @@ enum Kind {
     Gateway,
     HttpRoute,
     GrpcRoute,
+    TlsRoute,
+    ListenerSet,
     ReferenceGrant,
     Namespace,
     Service,
@@ -281,6 +283,16 @@ fn parse_document(
                 .grpc_routes
                 .insert(doc.key(k, &mut o.metadata)?, o);
         }
+        Kind::ListenerSet => {
+            let mut o: ListenerSet = doc.parse(k)?;
+            resources
+                .listener_sets
+                .insert(doc.key(k, &mut o.metadata)?, o);
+        }
+        Kind::TlsRoute => {
+            let mut o: TlsRoute = doc.parse(k)?;
+            resources.tls_routes.insert(doc.key(k, &mut o.metadata)?, o);
+        }
         Kind::ReferenceGrant => {
             let mut o: ReferenceGrant = doc.parse(k)?;
             resources
@@ -344,6 +356,8 @@ impl Kind {
             (GATEWAY_GROUP, "Gateway") => Self::Gateway,
             (GATEWAY_GROUP, "HTTPRoute") => Self::HttpRoute,
             (GATEWAY_GROUP, "GRPCRoute") => Self::GrpcRoute,
+            (GATEWAY_GROUP, "TLSRoute") => Self::TlsRoute,
+            (GATEWAY_GROUP, "ListenerSet") => Self::ListenerSet,
             (GATEWAY_GROUP, "ReferenceGrant") => Self::ReferenceGrant,
             ("", "Namespace") => Self::Namespace,
             ("", "Service") => Self::Service,
@@ -380,6 +394,9 @@ impl Kind {
             }
             // GRPCRoute v1alpha2 has the same spec.
             Self::GrpcRoute => &["v1", "v1alpha2"],
+            // TLSRoute v1alpha2 and v1alpha3 have the fields of v1 that pier reads.
+            Self::TlsRoute => &["v1", "v1alpha3", "v1alpha2"],
+            Self::ListenerSet => &["v1"],
             Self::Namespace | Self::Service | Self::Secret | Self::ConfigMap => &["v1"],
             Self::EndpointSlice => &["v1"],
             // v1alpha1 has the same spec (signerName, trustBundle).

@@ -5,7 +5,8 @@
 //! ```text
 //! Resources ─> gateway::gateway_classes ─> gateway::gateways (listeners, certs, conflicts,
 //!                                                │            mesh::gateway_tls per Gateway)
-//!          HTTPRoutes + GRPCRoutes (oldest first; GRPCRoutes in HTTPRoute form, grpc_route)
+//!          HTTPRoutes + GRPCRoutes + TLSRoutes (oldest first; the others in HTTPRoute form,
+//!                                                grpc_route, tls_route)
 //!                        ─> http_route::translate_route ─> attachments + rules
 //!                                                │   (rules compiled per Gateway: backend TLS
 //!                                                │    from backend_tls, meshed or not)
@@ -34,6 +35,7 @@ pub mod resources;
 pub mod status;
 #[cfg(test)]
 pub(crate) mod test_support;
+mod tls_route;
 
 use std::collections::BTreeMap;
 
@@ -45,9 +47,7 @@ pub use status::{StatusObject, Statuses};
 use self::gateway::{GatewayState, RouteKind};
 use self::http_route::{RouteCtx, RouteOutcome, RouteSpec};
 use crate::model::route::RouteTableBuilder;
-use crate::model::{
-    Carried, CertTable, Listener, ListenerId, ObjectRef, Port, Protocol, RouteTable, Snapshot,
-};
+use crate::model::{Carried, CertTable, Listener, ObjectRef, Port, Protocol, RouteTable, Snapshot};
 
 /// What translation needs besides the objects.
 #[derive(Clone, Debug)]
@@ -163,6 +163,11 @@ pub fn translate_with(
         .iter()
         .map(|((ns, name), r)| (ObjectRef::new(ns, name), grpc_route::as_http_route(r)))
         .collect();
+    let tls: Vec<(ObjectRef, api::HttpRoute)> = resources
+        .tls_routes
+        .iter()
+        .map(|((ns, name), r)| (ObjectRef::new(ns, name), tls_route::as_http_route(r)))
+        .collect();
     let mut routes: Vec<_> = resources
         .http_routes
         .iter()
@@ -172,6 +177,14 @@ pub fn translate_with(
                 kind: RouteKind::Grpc,
                 route: &g.route,
                 grpc_matches: &g.matches,
+            };
+            (key.clone(), spec)
+        }))
+        .chain(tls.iter().map(|(key, route)| {
+            let spec = RouteSpec {
+                kind: RouteKind::Tls,
+                route,
+                grpc_matches: &[],
             };
             (key.clone(), spec)
         }))
@@ -216,6 +229,7 @@ pub fn translate_with(
         match kind {
             RouteKind::Http => status.http_routes.insert(key, outcome.status),
             RouteKind::Grpc => status.grpc_routes.insert(key, outcome.status),
+            RouteKind::Tls => status.tls_routes.insert(key, outcome.status),
         };
     }
 
@@ -223,6 +237,7 @@ pub fn translate_with(
     let snapshot = snapshot(&gateways, tables);
     for gw in &gateways {
         status.gateways.insert(gw.key.clone(), gw.status());
+        status.listener_sets.extend(gw.set_statuses());
     }
     let tls = gateways
         .iter()
@@ -233,11 +248,7 @@ pub fn translate_with(
     for gw in &gateways {
         for l in &gw.listeners {
             for (secret, cert) in &l.certs {
-                let id = ListenerId {
-                    gateway: gw.key.clone(),
-                    name: l.name.clone(),
-                };
-                listener_certs.insert(id, secret.clone(), cert.clone());
+                listener_certs.insert(gw.listener_id(l), secret.clone(), cert.clone());
             }
             kept_certs.extend(l.kept.iter().cloned());
         }
@@ -272,8 +283,9 @@ fn tls_summary(gateway: &ObjectRef, tls: &mesh::GatewayTls) -> GatewayTlsSummary
     }
 }
 
-/// Programmed listeners grouped by port (sorted), most specific hostname first; HTTPS ports
-/// get every listener's certificates, under the listener hostname and the certificate's names.
+/// Programmed listeners grouped by port (sorted), most specific hostname first; HTTPS and TLS
+/// ports get every terminating listener's certificates, under the listener hostname and the
+/// certificate's names.
 fn snapshot(
     gateways: &[GatewayState],
     mut tables: BTreeMap<(usize, usize), RouteTableBuilder>,
@@ -293,7 +305,7 @@ fn snapshot(
                 port: l.port,
                 protocol,
                 listeners: vec![],
-                certs: (protocol == Protocol::Https).then(CertTable::default),
+                certs: (protocol != Protocol::Http).then(CertTable::default),
             });
             if let Some(certs) = &mut port.certs {
                 for (_, c) in &l.certs {
@@ -307,11 +319,9 @@ fn snapshot(
                 }
             }
             port.listeners.push(Listener {
-                id: ListenerId {
-                    gateway: gw.key.clone(),
-                    name: l.name.clone(),
-                },
+                id: gw.listener_id(l),
                 hostname: l.hostname.clone(),
+                passthrough: l.passthrough,
                 routes: tables
                     .remove(&(gi, li))
                     .map_or_else(RouteTable::default, RouteTableBuilder::build),

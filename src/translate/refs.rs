@@ -88,6 +88,17 @@ impl CertError {
     }
 }
 
+/// What a route sends to a backend, which decides its protocol.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Traffic {
+    /// HTTP as the Service port's `appProtocol` says (HTTP/1.1 without one).
+    Http,
+    /// HTTP/2 (gRPC): a port without `appProtocol` is h2c, or h2 by ALPN over TLS.
+    Http2,
+    /// Bytes (TLSRoute): [`AppProtocol::Opaque`] whatever the port says.
+    Opaque,
+}
+
 /// Resolves Service ports to backends, one `Arc<Backend>` per (Service, port, TLS decision),
 /// shared by every rule and mirror that names it. The same Service port reached from a meshed
 /// and a plain route is two backends (with the same endpoints and load state).
@@ -174,16 +185,15 @@ impl<'a> Backends<'a> {
         }
     }
 
-    /// The backend for `port` of Service `namespace/name`, reached in `tls`. `http2`: the
-    /// route needs HTTP/2 to the backend (gRPC), so a port without `appProtocol` is h2c (or
-    /// h2 by ALPN over TLS) instead of HTTP/1.1.
+    /// The backend for `port` of Service `namespace/name`, reached in `tls`, carrying
+    /// `traffic` (which may override the port's `appProtocol`).
     pub fn service_port(
         &mut self,
         namespace: &str,
         name: &str,
         port: u16,
         tls: TlsCtx<'_>,
-        http2: bool,
+        traffic: Traffic,
     ) -> Result<Arc<Backend>, BackendError> {
         let service = ObjectRef::new(namespace, name);
         let id = BackendId {
@@ -198,9 +208,10 @@ impl<'a> Backends<'a> {
         let svc_port = service_ports(svc)
             .find(|p| i32::from(port) == p.port)
             .ok_or(BackendError::PortNotFound(service, port))?;
-        let protocol = match app_protocol(svc_port.app_protocol.as_deref()) {
-            AppProtocol::Http1 if http2 => AppProtocol::H2c,
-            p => p,
+        let protocol = match (traffic, app_protocol(svc_port.app_protocol.as_deref())) {
+            (Traffic::Opaque, _) => AppProtocol::Opaque,
+            (Traffic::Http2, AppProtocol::Http1) => AppProtocol::H2c,
+            (_, p) => p,
         };
         let (tls_key, tls) = self
             .tls

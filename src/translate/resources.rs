@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use super::api::{
     BackendTlsPolicy, ClusterTrustBundle, ConfigMap, EndpointSlice, Gateway, GatewayClass,
-    GrpcRoute, HttpRoute, Namespace, ReferenceGrant, Secret, Service,
+    GrpcRoute, HttpRoute, ListenerSet, Namespace, ReferenceGrant, Secret, Service, TlsRoute,
 };
 
 /// `(namespace, name)`.
@@ -16,8 +16,10 @@ pub struct Resources {
     /// Cluster-scoped: by name.
     pub gateway_classes: BTreeMap<String, GatewayClass>,
     pub gateways: BTreeMap<ObjectKey, Gateway>,
+    pub listener_sets: BTreeMap<ObjectKey, ListenerSet>,
     pub http_routes: BTreeMap<ObjectKey, HttpRoute>,
     pub grpc_routes: BTreeMap<ObjectKey, GrpcRoute>,
+    pub tls_routes: BTreeMap<ObjectKey, TlsRoute>,
     pub reference_grants: BTreeMap<ObjectKey, ReferenceGrant>,
     /// Cluster-scoped: by name.
     pub namespaces: BTreeMap<String, Namespace>,

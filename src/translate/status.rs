@@ -40,6 +40,26 @@ pub type GatewayCondition = Condition<GatewayCondType, GatewayCondReason>;
 pub type ListenerCondition = Condition<ListenerConditionType, ListenerConditionReason>;
 pub type RouteCondition = Condition<RouteConditionType, RouteConditionReason>;
 pub type PolicyCondition = Condition<PolicyConditionType, PolicyConditionReason>;
+pub type SetCondition = Condition<SetConditionType, SetConditionReason>;
+
+/// ListenerSet condition types (GEP-1713).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SetConditionType {
+    Accepted,
+    Programmed,
+}
+
+/// ListenerSet condition reasons (`ListenerSetConditionReason` in the Go API).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SetConditionReason {
+    Accepted,
+    Programmed,
+    /// The parent Gateway's `allowedListeners` does not take it.
+    NotAllowed,
+    ParentNotAccepted,
+    ListenersNotValid,
+    Invalid,
+}
 
 /// BackendTLSPolicy condition types (GEP-713 policy status).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -149,6 +169,10 @@ pub struct Statuses {
     pub http_routes: BTreeMap<ObjectRef, HttpRouteStatus>,
     /// The same for GRPCRoutes (the same status shape).
     pub grpc_routes: BTreeMap<ObjectRef, HttpRouteStatus>,
+    /// The same for TLSRoutes (the same status shape).
+    pub tls_routes: BTreeMap<ObjectRef, HttpRouteStatus>,
+    /// ListenerSets whose parent is an in-scope Gateway, attached or not.
+    pub listener_sets: BTreeMap<ObjectRef, ListenerSetStatus>,
     /// Only policies applied to a backend of an in-scope Gateway's routes.
     pub backend_tls_policies: BTreeMap<ObjectRef, BackendTlsPolicyStatus>,
 }
@@ -181,6 +205,16 @@ pub struct GatewayStatus {
     pub addresses: Vec<super::addresses::StatusAddress>,
     pub conditions: Vec<GatewayCondition>,
     /// In `spec.listeners` order.
+    pub listeners: Vec<ListenerStatus>,
+    /// ListenerSets attached (`status.attachedListenerSets`).
+    pub attached_listener_sets: u32,
+}
+
+#[derive(Debug, Default, PartialEq)]
+pub struct ListenerSetStatus {
+    pub generation: Option<i64>,
+    pub conditions: Vec<SetCondition>,
+    /// In `spec.listeners` order; empty when the set is not attached.
     pub listeners: Vec<ListenerStatus>,
 }
 
@@ -250,6 +284,9 @@ pub enum StatusKind {
     HttpRoute,
     #[serde(rename = "GRPCRoute")]
     GrpcRoute,
+    #[serde(rename = "TLSRoute")]
+    TlsRoute,
+    ListenerSet,
     #[serde(rename = "BackendTLSPolicy")]
     BackendTlsPolicy,
 }
@@ -274,6 +311,12 @@ pub enum ObjectStatus<'a> {
         addresses: &'a [super::addresses::StatusAddress],
         conditions: &'a [GatewayCondition],
         listeners: &'a [ListenerStatus],
+        #[serde(rename = "attachedListenerSets", skip_serializing_if = "is_zero")]
+        attached_listener_sets: u32,
+    },
+    ListenerSet {
+        conditions: &'a [SetCondition],
+        listeners: &'a [ListenerStatus],
     },
     HttpRoute {
         parents: &'a [RouteParentStatus],
@@ -281,6 +324,10 @@ pub enum ObjectStatus<'a> {
     BackendTlsPolicy {
         ancestors: &'a [PolicyAncestorStatus],
     },
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 // === impl Condition ===
@@ -349,6 +396,18 @@ impl fmt::Display for RouteConditionType {
     }
 }
 
+impl fmt::Display for SetConditionType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
+impl fmt::Display for SetConditionReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
 impl fmt::Display for PolicyConditionType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Debug::fmt(self, f)
@@ -401,8 +460,8 @@ impl RouteGroupKind {
 // === impl Statuses ===
 
 impl Statuses {
-    /// Every status as an API object: GatewayClasses, then Gateways, then HTTPRoutes, then
-    /// GRPCRoutes, then BackendTLSPolicies, each sorted by (namespace, name).
+    /// Every status as an API object: GatewayClasses, then Gateways, then ListenerSets, then HTTPRoutes, then
+    /// GRPCRoutes, then TLSRoutes, then BackendTLSPolicies, each sorted by (namespace, name).
     pub fn objects(&self) -> Vec<StatusObject<'_>> {
         let classes = self.gateway_classes.iter().map(|(name, s)| StatusObject {
             api_version: GATEWAY_API_VERSION,
@@ -424,18 +483,32 @@ impl Statuses {
                 addresses: &s.addresses,
                 conditions: &s.conditions,
                 listeners: &s.listeners,
+                attached_listener_sets: s.attached_listener_sets,
+            },
+        });
+        let sets = self.listener_sets.iter().map(|(key, s)| StatusObject {
+            api_version: GATEWAY_API_VERSION,
+            kind: StatusKind::ListenerSet,
+            metadata: StatusMeta::namespaced(key, s.generation),
+            status: ObjectStatus::ListenerSet {
+                conditions: &s.conditions,
+                listeners: &s.listeners,
             },
         });
         let http = self.http_routes.iter().map(|r| (StatusKind::HttpRoute, r));
         let grpc = self.grpc_routes.iter().map(|r| (StatusKind::GrpcRoute, r));
-        let routes = http.chain(grpc).map(|(kind, (key, s))| StatusObject {
-            api_version: GATEWAY_API_VERSION,
-            kind,
-            metadata: StatusMeta::namespaced(key, s.generation),
-            status: ObjectStatus::HttpRoute {
-                parents: &s.parents,
-            },
-        });
+        let tls = self.tls_routes.iter().map(|r| (StatusKind::TlsRoute, r));
+        let routes = http
+            .chain(grpc)
+            .chain(tls)
+            .map(|(kind, (key, s))| StatusObject {
+                api_version: GATEWAY_API_VERSION,
+                kind,
+                metadata: StatusMeta::namespaced(key, s.generation),
+                status: ObjectStatus::HttpRoute {
+                    parents: &s.parents,
+                },
+            });
         let policies = self
             .backend_tls_policies
             .iter()
@@ -449,6 +522,7 @@ impl Statuses {
             });
         classes
             .chain(gateways)
+            .chain(sets)
             .chain(routes)
             .chain(policies)
             .collect()

@@ -262,6 +262,8 @@ pub fn api_resource(api_version: &str, kind: &str) -> ApiResource {
         "Gateway" => "gateways",
         "HTTPRoute" => "httproutes",
         "GRPCRoute" => "grpcroutes",
+        "TLSRoute" => "tlsroutes",
+        "ListenerSet" => "listenersets",
         "ReferenceGrant" => "referencegrants",
         "Namespace" => "namespaces",
         "Service" => "services",

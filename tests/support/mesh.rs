@@ -78,6 +78,17 @@ impl Ca {
         self.issue(None, spiffe, false, |_| {})
     }
 
+    /// A server certificate for DNS names (no subject), as a public CA issues.
+    pub fn server(&self, names: &[&str]) -> Cert {
+        let sans = names
+            .iter()
+            .map(|n| SanType::DnsName((*n).try_into().unwrap()))
+            .collect();
+        self.issue(None, "spiffe://unused", false, |p| {
+            p.subject_alt_names = sans
+        })
+    }
+
     /// A workload certificate that expired in 2021.
     pub fn workload_expired(&self, spiffe: &str) -> Cert {
         self.issue(None, spiffe, false, |p| {
@@ -735,7 +746,7 @@ pub fn conditions(
         })
         .unwrap_or_else(|| panic!("no {kind} {ns}/{name} in {status:#}"));
     let conds = match kind {
-        "HTTPRoute" => &obj["status"]["parents"][0]["conditions"],
+        "HTTPRoute" | "GRPCRoute" | "TLSRoute" => &obj["status"]["parents"][0]["conditions"],
         _ => &obj["status"]["conditions"],
     };
     conds

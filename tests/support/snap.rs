@@ -150,6 +150,7 @@ pub fn listener(name: &str, hostname: Option<&str>) -> ListenerBuilder {
     ListenerBuilder {
         id: ListenerId {
             gateway: object("gw"),
+            set: None,
             name: name.to_string(),
         },
         hostname: hostname.map(|h| HostnameMatch::parse(h).unwrap()),
@@ -174,6 +175,7 @@ impl ListenerBuilder {
         Listener {
             id: self.id,
             hostname: self.hostname,
+            passthrough: false,
             routes: self.table.build(),
         }
     }

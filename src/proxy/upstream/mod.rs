@@ -46,8 +46,11 @@ pub use raw::{Raw, RawConn, Stream};
 
 use super::body::ProxyBody;
 use super::error::ProxyError;
+use super::metrics::{ConnectionGuard, Transport, UpstreamProtocol};
 use super::{ProxyConfig, ProxyMetrics};
-use crate::model::{AppProtocol, Backend, BackendTls, EndpointStats, Snapshot, UpstreamTls};
+use crate::model::{
+    AppProtocol, Backend, BackendId, BackendTls, EndpointStats, Snapshot, UpstreamTls,
+};
 use connect::{Conn, Connector, Dial, Failed};
 use pool::{Entry, H1Sender, H2Sender, Mode, Pool, ShortKey};
 
@@ -182,6 +185,27 @@ impl Upstream {
                 Err(ProxyError::TlsUnavailable(*reason))
             }
         }
+    }
+
+    /// A connection for one byte stream (TLSRoute): TCP, then TLS when `tls` is given (mesh
+    /// mTLS, or BackendTLSPolicy, behind a terminating listener). Never pooled; the guard counts
+    /// it as an open upstream connection until dropped.
+    pub async fn open_stream(
+        &self,
+        backend: &BackendId,
+        addr: SocketAddr,
+        tls: Option<&UpstreamTls>,
+    ) -> Result<(Stream, ConnectionGuard), ProxyError> {
+        let dial = Dial {
+            backend,
+            addr,
+            protocol: AppProtocol::Opaque,
+            tls,
+        };
+        let (io, _) = self.inner.connector.connect_stream(&dial).await?;
+        let transport = tls.map_or(Transport::Plain, |t| Transport::of_mode(t.mode));
+        let open = (self.inner.metrics).upstream_opened(UpstreamProtocol::Opaque, transport);
+        Ok((io, open))
     }
 
     /// Sends `req` (origin-form URI, `Host` as the client sent it or as rewritten) and waits

@@ -256,7 +256,10 @@ impl Entry {
         settings: Arc<Settings>,
     ) -> Self {
         let mode = match (key.trust_key, key.protocol) {
-            (_, AppProtocol::WebSocket) | (None, AppProtocol::Http1) => Mode::Http1,
+            // Opaque backends (TLSRoute) are never pooled: their streams are dialled directly.
+            (_, AppProtocol::WebSocket | AppProtocol::Opaque) | (None, AppProtocol::Http1) => {
+                Mode::Http1
+            }
             (None, AppProtocol::H2c) => Mode::Http2,
             (Some(_), AppProtocol::Http1 | AppProtocol::H2c) => Mode::Unknown,
         };

@@ -19,24 +19,36 @@ pub struct AllowedRoutes {
     pub kinds: Vec<RouteKind>,
 }
 
-/// The route kinds pier serves on HTTP and HTTPS listeners. A GRPCRoute is translated as an
-/// HTTPRoute (`translate::grpc_route`); the kind decides attachment, ReferenceGrants and the
-/// status the route gets.
+/// The route kinds pier serves. GRPCRoutes and TLSRoutes are translated as HTTPRoutes
+/// (`translate::grpc_route`, `translate::tls_route`); the kind decides attachment, ReferenceGrants,
+/// the backends' protocol and the status the route gets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum RouteKind {
     Http,
     Grpc,
+    Tls,
 }
 
 impl RouteKind {
     /// Every kind an HTTP or HTTPS listener supports, in the order `supportedKinds` lists them.
     pub const HTTP_LISTENER: [Self; 2] = [Self::Http, Self::Grpc];
+    /// What a TLS listener supports.
+    pub const TLS_LISTENER: [Self; 1] = [Self::Tls];
+
+    /// The kinds a listener of `protocol` supports.
+    pub fn for_protocol(protocol: crate::model::Protocol) -> &'static [Self] {
+        match protocol {
+            crate::model::Protocol::Tls => &Self::TLS_LISTENER,
+            _ => &Self::HTTP_LISTENER,
+        }
+    }
 
     /// The API kind.
     pub fn name(self) -> &'static str {
         match self {
             Self::Http => "HTTPRoute",
             Self::Grpc => "GRPCRoute",
+            Self::Tls => "TLSRoute",
         }
     }
 }
@@ -142,22 +154,35 @@ impl AllowedRoutes {
         self.kinds.contains(&kind)
     }
 
-    /// Whether a route in `route_ns` may attach to a listener of a Gateway in `gateway_ns`.
-    /// A Namespace object that is missing counts as having no labels.
+    /// Whether a route in `route_ns` may attach to a listener whose Gateway (or ListenerSet)
+    /// is in `owner_ns`.
     pub fn allows_namespace(
         &self,
-        gateway_ns: &str,
+        owner_ns: &str,
         route_ns: &str,
         namespaces: &BTreeMap<String, Namespace>,
     ) -> bool {
-        match &self.namespaces {
-            NamespacePolicy::Same => gateway_ns == route_ns,
-            NamespacePolicy::All => true,
-            NamespacePolicy::Nothing => false,
-            NamespacePolicy::Selector(s) => {
+        self.namespaces.allows(owner_ns, route_ns, namespaces)
+    }
+}
+
+impl NamespacePolicy {
+    /// Whether an object in `ns` is allowed by this policy of an object in `owner_ns`. A
+    /// Namespace object that is missing counts as having no labels.
+    pub fn allows(
+        &self,
+        owner_ns: &str,
+        ns: &str,
+        namespaces: &BTreeMap<String, Namespace>,
+    ) -> bool {
+        match self {
+            Self::Same => owner_ns == ns,
+            Self::All => true,
+            Self::Nothing => false,
+            Self::Selector(s) => {
                 let empty = BTreeMap::new();
                 let labels = namespaces
-                    .get(route_ns)
+                    .get(ns)
                     .and_then(|n| n.metadata.labels.as_ref())
                     .unwrap_or(&empty);
                 s.matches(labels)

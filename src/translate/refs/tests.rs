@@ -132,7 +132,7 @@ fn addrs(b: &Backend) -> Vec<String> {
 fn endpoint_without_ready_condition_counts_as_ready() {
     let r = resources(SERVICE);
     let b = Backends::new(&r, &SETTINGS, &EndpointPool::default())
-        .service_port("ns", "web", 80, TlsCtx::default(), false)
+        .service_port("ns", "web", 80, TlsCtx::default(), Traffic::Http)
         .unwrap();
     assert!(addrs(&b).contains(&"10.0.0.2:8080".to_string()));
 }
@@ -141,7 +141,7 @@ fn endpoint_without_ready_condition_counts_as_ready() {
 fn not_ready_endpoint_is_left_out() {
     let r = resources(SERVICE);
     let b = Backends::new(&r, &SETTINGS, &EndpointPool::default())
-        .service_port("ns", "web", 80, TlsCtx::default(), false)
+        .service_port("ns", "web", 80, TlsCtx::default(), Traffic::Http)
         .unwrap();
     assert!(!addrs(&b).iter().any(|a| a.starts_with("10.0.0.9")));
 }
@@ -150,7 +150,7 @@ fn not_ready_endpoint_is_left_out() {
 fn endpoints_are_sorted_and_deduplicated_across_slices_fqdn_ignored() {
     let r = resources(SERVICE);
     let b = Backends::new(&r, &SETTINGS, &EndpointPool::default())
-        .service_port("ns", "web", 80, TlsCtx::default(), false)
+        .service_port("ns", "web", 80, TlsCtx::default(), Traffic::Http)
         .unwrap();
     assert_eq!(
         addrs(&b),
@@ -162,7 +162,7 @@ fn endpoints_are_sorted_and_deduplicated_across_slices_fqdn_ignored() {
 fn slice_port_is_chosen_by_the_service_port_name() {
     let r = resources(SERVICE);
     let b = Backends::new(&r, &SETTINGS, &EndpointPool::default())
-        .service_port("ns", "web", 9000, TlsCtx::default(), false)
+        .service_port("ns", "web", 9000, TlsCtx::default(), Traffic::Http)
         .unwrap();
     // web-2 has no `admin` port: only web-1's endpoints serve it.
     assert_eq!(addrs(&b), vec!["10.0.0.1:9090", "10.0.0.2:9090"]);
@@ -187,7 +187,7 @@ endpoints: [{addresses: ["fd00::1"]}]
 "#,
     );
     let b = Backends::new(&r, &SETTINGS, &EndpointPool::default())
-        .service_port("ns", "one", 80, TlsCtx::default(), false)
+        .service_port("ns", "one", 80, TlsCtx::default(), Traffic::Http)
         .unwrap();
     assert_eq!(addrs(&b), vec!["[fd00::1]:8080"]);
 }
@@ -198,10 +198,10 @@ fn one_backend_per_service_port_is_shared() {
     let pool = EndpointPool::default();
     let mut backends = Backends::new(&r, &SETTINGS, &pool);
     let a = backends
-        .service_port("ns", "web", 80, TlsCtx::default(), false)
+        .service_port("ns", "web", 80, TlsCtx::default(), Traffic::Http)
         .unwrap();
     let b = backends
-        .service_port("ns", "web", 80, TlsCtx::default(), false)
+        .service_port("ns", "web", 80, TlsCtx::default(), Traffic::Http)
         .unwrap();
     assert!(Arc::ptr_eq(&a, &b));
     assert_eq!(a.protocol, AppProtocol::H2c);
@@ -214,13 +214,13 @@ fn missing_service_or_port_is_an_error() {
     let mut backends = Backends::new(&r, &SETTINGS, &pool);
     assert_eq!(
         backends
-            .service_port("ns", "nope", 80, TlsCtx::default(), false)
+            .service_port("ns", "nope", 80, TlsCtx::default(), Traffic::Http)
             .unwrap_err(),
         BackendError::ServiceNotFound(ObjectRef::new("ns", "nope"))
     );
     assert_eq!(
         backends
-            .service_port("ns", "web", 81, TlsCtx::default(), false)
+            .service_port("ns", "web", 81, TlsCtx::default(), Traffic::Http)
             .unwrap_err(),
         BackendError::PortNotFound(ObjectRef::new("ns", "web"), 81)
     );
@@ -299,7 +299,7 @@ fn certificate_errors_never_include_key_material() {
 fn endpoint_load_state_carries_over_from_the_previous_snapshot() {
     let r = resources(SERVICE);
     let first = Backends::new(&r, &SETTINGS, &EndpointPool::default())
-        .service_port("ns", "web", 80, TlsCtx::default(), false)
+        .service_port("ns", "web", 80, TlsCtx::default(), Traffic::Http)
         .unwrap();
     first.endpoints[0]
         .stats
@@ -308,7 +308,7 @@ fn endpoint_load_state_carries_over_from_the_previous_snapshot() {
     let mut pool = EndpointPool::default();
     first.endpoints.iter().for_each(|e| pool.insert(e));
     let second = Backends::new(&r, &SETTINGS, &pool)
-        .service_port("ns", "web", 80, TlsCtx::default(), false)
+        .service_port("ns", "web", 80, TlsCtx::default(), Traffic::Http)
         .unwrap();
     assert_eq!(second.endpoints[0].load(), 7);
     assert!(Arc::ptr_eq(

@@ -1,0 +1,458 @@
+//! TLS ports (listener protocol TLS, TLSRoute). The ClientHello is read, not answered, to
+//! learn the SNI; the most specific listener for it, then its route table, decide where the
+//! connection goes:
+//!
+//! ```text
+//! ClientHello (recorded) ─ SNI ─> listener ─> route ─> weighted backendRef ─> endpoint (P2C)
+//!   Passthrough: TCP to the endpoint, the recorded bytes first, then both ways as they come
+//!   Terminate:   pier's certificate for the SNI (no ALPN), then plaintext to the endpoint, or
+//!                mesh mTLS / BackendTLSPolicy TLS when the backend has it (never plaintext
+//!                instead: an unavailable TLS config closes the connection)
+//! ```
+//!
+//! No SNI matches only listeners and routes without hostnames. Nothing to route to closes the
+//! connection (there is no way to answer inside someone else's TLS). Bytes are relayed both ways
+//! with half-close passed on (one side's EOF shuts the other's write side) until both are done,
+//! the stream idles for `Limits::stream_idle_timeout`, or a drain's grace period ends (streams
+//! have no requests to finish, so draining does not cut them early).
+
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use http::{HeaderMap, Method, StatusCode};
+use rand::Rng;
+use rustls::ServerConfig;
+use rustls::server::{Accepted, Acceptor};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+use tokio_rustls::StartHandshake;
+
+use super::Shared;
+use super::conn_info::ConnInfo;
+use super::drain::DrainToken;
+use super::error::ProxyError;
+use super::metrics::{StreamMode, StreamResult};
+use super::service;
+use super::upstream::InFlight;
+use crate::model::host::normalize_host;
+use crate::model::matcher::RequestParts;
+use crate::model::{Backend, BackendTarget, BackendTls, Endpoint, Listener, Snapshot, TlsMode};
+
+/// Most bytes read while waiting for a complete ClientHello (rustls bounds the message itself;
+/// this bounds what a client can make pier buffer for a passthrough replay).
+const MAX_HELLO: usize = 64 * 1024;
+
+/// Why a connection produced no usable ClientHello.
+#[derive(Debug, thiserror::Error)]
+enum HelloError {
+    #[error("reading the ClientHello failed")]
+    Io(#[from] io::Error),
+    #[error("the client closed before a complete ClientHello")]
+    Closed,
+    #[error("not a TLS ClientHello")]
+    Tls(#[source] rustls::Error),
+    #[error("the ClientHello is larger than {MAX_HELLO} bytes")]
+    TooLarge,
+}
+
+/// Where one stream goes: references into the snapshot the connection loaded.
+struct Plan<'s> {
+    listener: &'s Listener,
+    backend: &'s Backend,
+    endpoint: &'s Endpoint,
+}
+
+pub async fn serve(
+    shared: &Arc<Shared>,
+    mut tcp: TcpStream,
+    info: Arc<ConnInfo>,
+    config: Arc<ServerConfig>,
+    mut drain: DrainToken,
+) {
+    let peer = info.peer;
+    let deadline = Instant::now() + shared.config.tls_handshake_timeout;
+    let hello = tokio::select! {
+        r = tokio::time::timeout_at(deadline, read_hello(&mut tcp)) => r,
+        _ = drain.closed() => return,
+    };
+    let (accepted, recorded) = match hello {
+        Ok(Ok(hello)) => hello,
+        Ok(Err(error)) => {
+            tracing::debug!(%peer, port = info.port, error = %crate::translate::error_chain(&error), "no ClientHello");
+            return stream_done(shared, None, StreamMode::Unknown, StreamResult::BadHello);
+        }
+        Err(_) => {
+            tracing::debug!(%peer, port = info.port, "no ClientHello within the handshake timeout");
+            return stream_done(shared, None, StreamMode::Unknown, StreamResult::BadHello);
+        }
+    };
+    let sni = accepted
+        .client_hello()
+        .server_name()
+        .map(|n| normalize_host(n).into_owned());
+    let snapshot = shared.snapshot.load_full();
+    let plan = match plan(shared, &snapshot, &info, sni.as_deref().unwrap_or("")) {
+        Ok(plan) => plan,
+        Err((listener, result)) => {
+            tracing::debug!(%peer, port = info.port, sni = sni.as_deref().unwrap_or(""), ?result, "TLS stream not routed");
+            let mode = listener.map_or(StreamMode::Unknown, mode_of);
+            return stream_done(shared, listener.map(|l| &l.id), mode, result);
+        }
+    };
+    let listener = plan.listener;
+    let mode = mode_of(listener);
+    let result = if listener.passthrough {
+        passthrough(shared, &snapshot, &plan, tcp, &recorded, drain).await
+    } else {
+        drop(recorded);
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        terminate(
+            shared,
+            &snapshot,
+            &plan,
+            (accepted, tcp),
+            config,
+            remaining,
+            drain,
+        )
+        .await
+    };
+    stream_done(shared, Some(&listener.id), mode, result);
+}
+
+fn mode_of(listener: &Listener) -> StreamMode {
+    if listener.passthrough {
+        StreamMode::Passthrough
+    } else {
+        StreamMode::Terminate
+    }
+}
+
+fn stream_done(
+    shared: &Shared,
+    listener: Option<&crate::model::ListenerId>,
+    mode: StreamMode,
+    result: StreamResult,
+) {
+    shared.metrics.stream(listener, mode, result);
+}
+
+/// Reads until rustls has a complete ClientHello, keeping every byte read (a passthrough
+/// replays them to the backend).
+async fn read_hello<I>(io: &mut I) -> Result<(Accepted, Vec<u8>), HelloError>
+where
+    I: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut acceptor = Acceptor::default();
+    let mut seen: Vec<u8> = Vec::with_capacity(2048);
+    loop {
+        let start = seen.len();
+        seen.reserve(4096);
+        let n = io.read_buf(&mut seen).await?;
+        if n == 0 {
+            return Err(HelloError::Closed);
+        }
+        let mut chunk = &seen[start..];
+        while !chunk.is_empty() {
+            if acceptor.read_tls(&mut chunk)? == 0 {
+                break;
+            }
+        }
+        match acceptor.accept() {
+            Ok(Some(accepted)) => return Ok((accepted, seen)),
+            Ok(None) if chunk.is_empty() && seen.len() <= MAX_HELLO => {}
+            Ok(None) => return Err(HelloError::TooLarge),
+            Err((error, mut alert)) => {
+                // Tell a TLS client why (a protocol alert), best effort.
+                let mut out = Vec::new();
+                if alert.write_all(&mut out).is_ok() {
+                    let _ = io.write_all(&out).await;
+                }
+                return Err(HelloError::Tls(error));
+            }
+        }
+    }
+}
+
+/// Listener, route, backendRef and endpoint for `sni` on the connection's port.
+fn plan<'s>(
+    shared: &Shared,
+    snapshot: &'s Snapshot,
+    info: &ConnInfo,
+    sni: &str,
+) -> Result<Plan<'s>, (Option<&'s Listener>, StreamResult)> {
+    let listener = snapshot
+        .port_at(info.key())
+        .and_then(|p| p.listener(sni))
+        .ok_or((None, StreamResult::NoRoute))?;
+    let headers = HeaderMap::new();
+    let parts = RequestParts {
+        method: &Method::GET,
+        path: "/",
+        query: None,
+        headers: &headers,
+    };
+    let entry = listener
+        .routes
+        .find(sni, &parts)
+        .ok_or((Some(listener), StreamResult::NoRoute))?;
+    let no_backend = (Some(listener), StreamResult::NoBackend);
+    let weighted = service::pick_weighted(&entry.rule.backends).map_err(|_| no_backend)?;
+    let BackendTarget::Service(backend) = &weighted.target else {
+        return Err(no_backend);
+    };
+    let fail_closed = match &backend.tls {
+        BackendTls::Unavailable(why) => Some(*why),
+        // Translation never attaches a meshed route to a Passthrough listener; should a mesh
+        // config get here anyway, it is not bypassed.
+        BackendTls::Tls(t) if listener.passthrough && t.mode == TlsMode::Mesh => {
+            Some(crate::model::TlsUnavailable::InvalidMeshConfig)
+        }
+        _ => None,
+    };
+    if let Some(why) = fail_closed {
+        shared.metrics.tls_unavailable(&backend.id, why);
+        return Err(no_backend);
+    }
+    let now = shared.clock.now_ms();
+    let endpoint = {
+        let mut rng = rand::rng();
+        backend.pick(now, rng.random(), rng.random())
+    }
+    .ok_or(no_backend)?;
+    Ok(Plan {
+        listener,
+        backend,
+        endpoint,
+    })
+}
+
+/// The client's TLS, untouched, to the endpoint over TCP.
+async fn passthrough(
+    shared: &Shared,
+    snapshot: &Arc<Snapshot>,
+    plan: &Plan<'_>,
+    tcp: TcpStream,
+    recorded: &[u8],
+    drain: DrainToken,
+) -> StreamResult {
+    let Plan {
+        backend, endpoint, ..
+    } = plan;
+    let in_flight = InFlight::new(
+        endpoint.stats.clone(),
+        shared.metrics.in_flight_of(snapshot, &backend.id),
+    );
+    let (mut up, _open) = match connect(shared, backend, endpoint, None).await {
+        Ok(c) => c,
+        Err(result) => return result,
+    };
+    if let Err(error) = up.write_all(recorded).await {
+        tracing::debug!(backend = %backend.id, %error, "writing the ClientHello upstream failed");
+        return StreamResult::ConnectFailed;
+    }
+    relay(shared, tcp, up, drain).await;
+    drop(in_flight);
+    StreamResult::Relayed
+}
+
+/// pier's TLS with the client, then the bytes to the endpoint (in TLS when the backend has it).
+async fn terminate(
+    shared: &Shared,
+    snapshot: &Arc<Snapshot>,
+    plan: &Plan<'_>,
+    (accepted, tcp): (Accepted, TcpStream),
+    config: Arc<ServerConfig>,
+    handshake_time: Duration,
+    drain: DrainToken,
+) -> StreamResult {
+    let Plan {
+        backend, endpoint, ..
+    } = plan;
+    let handshake = StartHandshake::from_parts(accepted, tcp).into_stream(config);
+    let client = match tokio::time::timeout(handshake_time, handshake).await {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(error)) => {
+            tracing::debug!(%error, "TLS handshake with the client failed");
+            return StreamResult::HandshakeFailed;
+        }
+        Err(_) => {
+            tracing::debug!("TLS handshake with the client timed out");
+            return StreamResult::HandshakeFailed;
+        }
+    };
+    let tls = match &backend.tls {
+        BackendTls::Tls(t) => Some(&**t),
+        _ => None,
+    };
+    let in_flight = InFlight::new(
+        endpoint.stats.clone(),
+        shared.metrics.in_flight_of(snapshot, &backend.id),
+    );
+    let (up, _open) = match connect(shared, backend, endpoint, tls).await {
+        Ok(c) => c,
+        Err(result) => return result,
+    };
+    relay(shared, client, up, drain).await;
+    drop(in_flight);
+    StreamResult::Relayed
+}
+
+async fn connect(
+    shared: &Shared,
+    backend: &Backend,
+    endpoint: &Endpoint,
+    tls: Option<&crate::model::UpstreamTls>,
+) -> Result<(super::upstream::Stream, super::metrics::ConnectionGuard), StreamResult> {
+    let result = shared
+        .upstream
+        .open_stream(&backend.id, endpoint.addr, tls)
+        .await;
+    let status: Result<StatusCode, &ProxyError> = match &result {
+        Ok(_) => Ok(StatusCode::OK),
+        Err(e) => Err(e),
+    };
+    service::outcome(shared, backend, endpoint, status);
+    result.map_err(|error| {
+        tracing::debug!(backend = %backend.id, endpoint = %endpoint.addr, error = %crate::translate::error_chain(&error), "TLS stream: connecting upstream failed");
+        StreamResult::ConnectFailed
+    })
+}
+
+/// Copies both ways, passing each side's EOF on as a write shutdown to the other, until both
+/// directions are done, the stream idles out (`Limits::stream_idle_timeout`; once one direction
+/// is done, [`HALF_CLOSED_IDLE`] at most), or the drain's grace period ends.
+async fn relay<A, B>(shared: &Shared, down: A, up: B, mut drain: DrainToken)
+where
+    A: AsyncRead + AsyncWrite + Unpin,
+    B: AsyncRead + AsyncWrite + Unpin,
+{
+    let activity = Arc::new(Activity {
+        clock: Instant::now(),
+        last: AtomicU64::new(0),
+    });
+    let (mut down_r, mut down_w) = tokio::io::split(Active {
+        io: down,
+        activity: activity.clone(),
+    });
+    let (mut up_r, mut up_w) = tokio::io::split(Active {
+        io: up,
+        activity: activity.clone(),
+    });
+    let to_up = async {
+        let r = tokio::io::copy(&mut down_r, &mut up_w).await;
+        let _ = up_w.shutdown().await;
+        r
+    };
+    let to_down = async {
+        let r = tokio::io::copy(&mut up_r, &mut down_w).await;
+        let _ = down_w.shutdown().await;
+        r
+    };
+    tokio::pin!(to_up, to_down);
+    let idle = shared.config.limits.stream_idle_timeout;
+    let first = tokio::select! {
+        r = &mut to_up => Direction::Up(r),
+        r = &mut to_down => Direction::Down(r),
+        _ = activity.idle_for(idle) => return tracing::debug!("closing an idle TLS stream"),
+        _ = drain.closed() => return,
+    };
+    // The end of one direction counts as activity: the other gets its own quiet period.
+    activity.stamp();
+    let rest = async {
+        match first {
+            Direction::Up(r) => (r, to_down.await),
+            Direction::Down(r) => (to_up.await, r),
+        }
+    };
+    tokio::select! {
+        (up, down) = rest => match (up, down) {
+            (Ok(sent), Ok(received)) => tracing::debug!(sent, received, "TLS stream closed"),
+            (Err(error), _) | (_, Err(error)) => tracing::debug!(%error, "TLS stream ended with an error"),
+        },
+        _ = activity.idle_for(idle.min(HALF_CLOSED_IDLE)) => {
+            tracing::debug!("closing a half-closed TLS stream")
+        }
+        _ = drain.closed() => {}
+    }
+}
+
+/// How long a stream with one direction done may stay quiet before it is closed (HAProxy's
+/// `timeout client-fin`/`server-fin`): a peer that half-closes and never finishes does not
+/// hold a connection for the whole idle timeout.
+const HALF_CLOSED_IDLE: Duration = Duration::from_secs(30);
+
+enum Direction {
+    Up(io::Result<u64>),
+    Down(io::Result<u64>),
+}
+
+/// When a stream last carried a byte.
+struct Activity {
+    clock: Instant,
+    /// Milliseconds after `clock`.
+    last: AtomicU64,
+}
+
+impl Activity {
+    fn stamp(&self) {
+        let now = self.clock.elapsed().as_millis() as u64;
+        self.last.store(now, Ordering::Relaxed);
+    }
+
+    /// Completes once nothing was read for `limit`.
+    async fn idle_for(&self, limit: Duration) {
+        loop {
+            let since = Duration::from_millis(self.last.load(Ordering::Relaxed));
+            let quiet = self.clock.elapsed().saturating_sub(since);
+            match limit.checked_sub(quiet) {
+                Some(left) if !left.is_zero() => tokio::time::sleep(left).await,
+                _ => return,
+            }
+        }
+    }
+}
+
+/// Stamps the time of the last byte read through it.
+struct Active<T> {
+    io: T,
+    activity: Arc<Activity>,
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Active<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.io).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.activity.stamp();
+        }
+        r
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Active<T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}

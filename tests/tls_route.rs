@@ -1,0 +1,385 @@
+//! TLSRoute end to end: pier in-process from a manifest directory, real TLS on every hop
+//! (rustls clients and servers, certificates made at test time with rcgen).
+//!
+//! Gateway `gw/edge` has two TLS listeners on one port (mixed termination): `pass`
+//! (`*.pass.example`, Passthrough) and `term` (`*.term.example`, Terminate with a certificate
+//! from the gateway CA). Namespace `shop` is meshed (label `mesh: enabled`).
+//!
+//! Backends are line servers: on connect they write `welcome <name> tls=<bool> sni=<sni>`,
+//! then echo each line as `<name>: <line>`, and on EOF write `bye <name>` and close, so a test
+//! sees server-speaks-first protocols, both directions and a half-close passed through.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustls::RootCertStore;
+use rustls::pki_types::ServerName;
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+use tokio_rustls::{TlsAcceptor, TlsConnector};
+
+use support::mesh::*;
+use support::web::eventually;
+use support::{bounded, free_port};
+
+/// A backend that speaks a line protocol, over TLS (with `cert`) or plaintext.
+struct LineServer {
+    addr: SocketAddr,
+    task: JoinHandle<()>,
+}
+
+impl LineServer {
+    async fn spawn(name: &'static str, cert: Option<&Cert>) -> Self {
+        let acceptor = cert.map(|c| {
+            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            let config = rustls::ServerConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_no_client_auth()
+                .with_single_cert(c.chain.clone(), c.key.clone_key())
+                .unwrap();
+            TlsAcceptor::from(Arc::new(config))
+        });
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((tcp, _)) = listener.accept().await else {
+                    return;
+                };
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    match acceptor {
+                        None => serve_lines(name, tcp, false, None).await,
+                        Some(a) => {
+                            let Ok(tls) = a.accept(tcp).await else { return };
+                            let sni = tls.get_ref().1.server_name().map(str::to_string);
+                            serve_lines(name, tls, true, sni).await
+                        }
+                    }
+                });
+            }
+        });
+        Self { addr, task }
+    }
+}
+
+impl Drop for LineServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn serve_lines<S>(name: &str, io: S, tls: bool, sni: Option<String>)
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let (r, mut w) = tokio::io::split(io);
+    let sni = sni.as_deref().unwrap_or("-");
+    let welcome = format!("welcome {name} tls={tls} sni={sni}\n");
+    if w.write_all(welcome.as_bytes()).await.is_err() {
+        return;
+    }
+    let mut lines = BufReader::new(r).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        if w.write_all(format!("{name}: {line}\n").as_bytes())
+            .await
+            .is_err()
+        {
+            return;
+        }
+    }
+    let _ = w.write_all(format!("bye {name}\n").as_bytes()).await;
+    let _ = w.shutdown().await;
+}
+
+/// A TLS client trusting `ca`, with SNI `sni`, to pier's TLS port.
+async fn connect(
+    addr: SocketAddr,
+    sni: &str,
+    ca: &Ca,
+) -> std::io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
+    let mut roots = RootCertStore::empty();
+    roots.add(ca.der.clone()).unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let tcp = TcpStream::connect(addr).await?;
+    let name = ServerName::try_from(sni.to_string()).unwrap();
+    TlsConnector::from(Arc::new(config))
+        .connect(name, tcp)
+        .await
+}
+
+/// Reads the welcome, echoes one line, half-closes, reads the goodbye and EOF: the lines seen.
+async fn converse<S: AsyncRead + AsyncWrite + Unpin>(io: S) -> Vec<String> {
+    let (r, mut w) = tokio::io::split(io);
+    let mut lines = BufReader::new(r).lines();
+    let mut seen = vec![lines.next_line().await.unwrap().expect("a welcome line")];
+    w.write_all(b"ping\n").await.unwrap();
+    seen.push(lines.next_line().await.unwrap().expect("an echo"));
+    // Half-close: the backend sees EOF, says goodbye, and closes; pier passes each on.
+    w.shutdown().await.unwrap();
+    while let Some(line) = lines.next_line().await.unwrap() {
+        seen.push(line);
+    }
+    seen
+}
+
+fn gateway(port: u16, spec_extra: &str) -> String {
+    format!(
+        "apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: edge, namespace: gw}}
+spec:
+  gatewayClassName: pier
+  listeners:
+    - name: pass
+      protocol: TLS
+      port: {port}
+      hostname: \"*.pass.example\"
+      tls: {{mode: Passthrough}}
+      allowedRoutes: {{namespaces: {{from: All}}}}
+    - name: term
+      protocol: TLS
+      port: {port}
+      hostname: \"*.term.example\"
+      tls: {{mode: Terminate, certificateRefs: [{{name: term-cert}}]}}
+      allowedRoutes: {{namespaces: {{from: All}}}}
+{spec_extra}"
+    )
+}
+
+/// TLSRoute `ns/name` for `host` to Service `ns/svc:443` through listener `section`.
+fn tls_route(ns: &str, name: &str, section: &str, host: &str, svc: &str) -> String {
+    format!(
+        "apiVersion: gateway.networking.k8s.io/v1
+kind: TLSRoute
+metadata: {{name: {name}, namespace: {ns}}}
+spec:
+  parentRefs: [{{name: edge, namespace: gw, sectionName: {section}}}]
+  hostnames: [{host}]
+  rules:
+    - backendRefs: [{{name: {svc}, port: 443}}]
+"
+    )
+}
+
+/// Everything but routes and backends: class, namespaces, Gateway (meshed `shop`), the
+/// terminating listener's certificate, pier's client certificate and the mesh bundle.
+fn base(port: u16, pki: &MeshPki, gateway_ca: &Ca) -> Vec<(&'static str, String)> {
+    let term = gateway_ca.server(&["*.term.example"]);
+    vec![
+        ("00-class.yaml", GATEWAY_CLASS.to_string()),
+        (
+            "01-namespaces.yaml",
+            [
+                namespace("gw", ""),
+                namespace("public", ""),
+                namespace("shop", "mesh: enabled"),
+            ]
+            .join("---\n"),
+        ),
+        (
+            "10-gateway.yaml",
+            gateway(
+                port,
+                &mesh_spec("    selector: {matchLabels: {mesh: enabled}}\n"),
+            ),
+        ),
+        ("11-cert.yaml", tls_secret("gw", "term-cert", &term)),
+        ("40-client.yaml", pier_client_secret(pki)),
+        ("41-bundle.yaml", bundle(&[&pki.mesh_ca])),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn passthrough_routes_by_sni_and_relays_the_clients_own_tls() {
+    let pki = MeshPki::new();
+    let backend_ca = Ca::new("backend CA");
+    let a = LineServer::spawn("a", Some(&backend_ca.server(&["a.pass.example"]))).await;
+    let b = LineServer::spawn("b", Some(&backend_ca.server(&["b.pass.example"]))).await;
+    let port = free_port();
+    let mut files = base(port, &pki, &Ca::new("gateway CA"));
+    files.push((
+        "20-backends.yaml",
+        [
+            service("public", "a", a.addr),
+            service("public", "b", b.addr),
+            service("shop", "a", a.addr),
+        ]
+        .join("---\n"),
+    ));
+    files.push((
+        "30-routes.yaml",
+        [
+            tls_route("public", "a", "pass", "a.pass.example", "a"),
+            tls_route("public", "b", "pass", "b.pass.example", "b"),
+            // Meshed: may not attach to a Passthrough listener.
+            tls_route("shop", "meshed", "pass", "meshed.pass.example", "a"),
+        ]
+        .join("---\n"),
+    ));
+    let pier = Pier::start(port, &files).await;
+    let addr = pier.addr();
+
+    // The client's handshake is with the backend itself: its certificate (from the backend CA,
+    // which pier does not hold) verifies, and it saw the client's SNI.
+    let tls = bounded(connect(addr, "a.pass.example", &backend_ca)).await;
+    let lines = bounded(converse(
+        tls.expect("handshake with backend a through pier"),
+    ))
+    .await;
+    assert_eq!(
+        lines,
+        ["welcome a tls=true sni=a.pass.example", "a: ping", "bye a"]
+    );
+    let tls = bounded(connect(addr, "b.pass.example", &backend_ca)).await;
+    let lines = bounded(converse(
+        tls.expect("handshake with backend b through pier"),
+    ))
+    .await;
+    assert_eq!(lines[0], "welcome b tls=true sni=b.pass.example");
+
+    // No route for the name (the meshed route is refused): closed, nothing relayed.
+    for sni in [
+        "meshed.pass.example",
+        "nothing.pass.example",
+        "other.example",
+    ] {
+        let r = bounded(connect(addr, sni, &backend_ca)).await;
+        assert!(r.is_err(), "{sni}: expected the connection to be closed");
+    }
+    // Not TLS at all: closed.
+    let mut tcp = TcpStream::connect(addr).await.unwrap();
+    tcp.write_all(b"GET / HTTP/1.1\r\nHost: a.pass.example\r\n\r\n")
+        .await
+        .unwrap();
+    let mut rest = vec![];
+    let n = bounded(tokio::io::AsyncReadExt::read_to_end(&mut tcp, &mut rest))
+        .await
+        .unwrap_or(0);
+    assert!(
+        !String::from_utf8_lossy(&rest[..n]).contains("welcome"),
+        "plaintext reached a backend"
+    );
+
+    let status = pier.status().await;
+    let meshed = conditions(&status, "TLSRoute", "shop", "meshed");
+    let (s, reason, message) = &meshed["Accepted"];
+    assert_eq!(
+        (s.as_str(), reason.as_str()),
+        ("False", "NotAllowedByListeners")
+    );
+    assert!(message.contains("meshed"), "{message}");
+    let plain = conditions(&status, "TLSRoute", "public", "a");
+    assert_eq!(plain["Accepted"].0, "True");
+
+    pier.assert_metric(
+        "pier_proxy_tls_streams_total{gateway=\"gw/edge\",listener=\"pass\",mode=\"passthrough\",result=\"relayed\"} 2",
+    )
+    .await;
+    pier.assert_metric(
+        "pier_proxy_tls_streams_total{gateway=\"gw/edge\",listener=\"pass\",mode=\"passthrough\",result=\"no_route\"} 2",
+    )
+    .await;
+    pier.assert_metric(
+        "pier_proxy_tls_streams_total{gateway=\"\",listener=\"\",mode=\"\",result=\"no_route\"} 1",
+    )
+    .await;
+    pier.assert_metric("result=\"bad_hello\"} 1").await;
+    pier.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn terminate_relays_plaintext_or_originates_mesh_mtls_and_fails_closed() {
+    let pki = MeshPki::new();
+    let gateway_ca = Ca::new("gateway CA");
+    let plain = LineServer::spawn("plain", None).await;
+    let workload = Workload::spawn(&pki.workload, &pki.client_ca).await;
+    let port = free_port();
+    let mut files = base(port, &pki, &gateway_ca);
+    files.push((
+        "20-backends.yaml",
+        [
+            service("public", "plain", plain.addr),
+            service("shop", "web", workload.addr),
+        ]
+        .join("---\n"),
+    ));
+    files.push((
+        "30-routes.yaml",
+        [
+            tls_route("public", "plain", "term", "plain.term.example", "plain"),
+            tls_route("shop", "web", "term", "web.term.example", "web"),
+        ]
+        .join("---\n"),
+    ));
+    let pier = Pier::start(port, &files).await;
+    let addr = pier.addr();
+
+    // pier's certificate (gateway CA), plaintext to a server-speaks-first backend.
+    let tls = bounded(connect(addr, "plain.term.example", &gateway_ca)).await;
+    let tls = tls.expect("handshake with pier");
+    assert_eq!(
+        tls.get_ref().1.alpn_protocol(),
+        None,
+        "no ALPN on TLS streams"
+    );
+    let lines = bounded(converse(tls)).await;
+    assert_eq!(
+        lines,
+        ["welcome plain tls=false sni=-", "plain: ping", "bye plain"]
+    );
+
+    // Meshed: pier originates mesh mTLS with its client certificate; the bytes are the
+    // client's (here an HTTP/1.1 request the workload answers).
+    let mut tls = bounded(connect(addr, "web.term.example", &gateway_ca))
+        .await
+        .expect("handshake with pier");
+    tls.write_all(b"GET /through HTTP/1.1\r\nHost: web.term.example\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = vec![];
+    bounded(tokio::io::AsyncReadExt::read_to_end(&mut tls, &mut answer))
+        .await
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer).to_string();
+    let body = answer.split("\r\n\r\n").nth(1).unwrap_or_default();
+    let seen: Seen = serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {answer}"));
+    assert!(seen.tls);
+    assert_eq!(seen.sni.as_deref(), Some("web.shop.svc.cluster.local"));
+    assert_eq!(seen.client_uris, [PIER_ID]);
+    assert_eq!(seen.alpn, None, "no HTTP ALPN offered on a TLS stream");
+    assert_eq!(seen.path, "/through");
+    drop(tls);
+
+    // Fail closed: without pier's client certificate the meshed stream is closed at the
+    // ClientHello (before pier's handshake), and the workload never sees a connection.
+    let before = pier.generation().await;
+    let attempts = workload.accepted().len();
+    std::fs::remove_file(pier.path().join("40-client.yaml")).unwrap();
+    pier.wait_generation_above(before).await;
+    let r = bounded(connect(addr, "web.term.example", &gateway_ca)).await;
+    assert!(r.is_err(), "expected the stream to be closed");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        workload.accepted().len(),
+        attempts,
+        "nothing may reach the workload"
+    );
+    eventually(Duration::from_secs(2), || async {
+        pier.metrics().await.contains(
+            "pier_proxy_tls_streams_total{gateway=\"gw/edge\",listener=\"term\",mode=\"terminate\",result=\"no_backend\"} 1",
+        )
+    })
+    .await;
+    pier.shutdown().await;
+}
