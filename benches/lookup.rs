@@ -25,6 +25,7 @@ fn rule(i: usize) -> Arc<Rule> {
         filters: Filters::default(),
         backends: BackendSet::default(),
         timeouts: Timeouts::default(),
+        retry: None,
     })
 }
 

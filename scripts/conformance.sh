@@ -6,7 +6,9 @@
 # each in its own network namespace. See docs/conformance.md.
 #
 #   scripts/conformance.sh [run]    build what is missing, run the suite, tear everything down;
-#                                   writes conformance/report-v$GATEWAY_API_VERSION.yaml
+#                                   writes docs/conformance/report-v$GATEWAY_API_VERSION.yaml
+#                                   (report-v$GATEWAY_API_VERSION-experimental.yaml for the
+#                                   experimental channel)
 #   scripts/conformance.sh build    only build (control plane, echo-basic, the suite, the node
 #                                   agent, pier)
 #   scripts/conformance.sh selftest the harness's own test: the node agent's `go test`, against
@@ -21,6 +23,13 @@
 # Environment: PIER_CONFORMANCE_ARGS adds flags to the suite (e.g. "-run-test HTTPRouteSimpleSameNamespace"),
 # PIER_CONFORMANCE_TIMEOUT bounds the suite (default 60m), PIER_CONFORMANCE_KEEP=1 keeps the
 # run directory (logs) after a successful run (it is always kept after a failure).
+# PIER_CONFORMANCE_CHANNEL=experimental installs the experimental-channel CRDs instead of the
+# standard ones (the standard CRDs prune experimental fields such as HTTPRoute `retry`, so the
+# tests of those features run only on this channel), e.g. just the retry test:
+#   PIER_CONFORMANCE_CHANNEL=experimental PIER_CONFORMANCE_ARGS="-run-test HTTPRouteRetry \
+#     -supported-features Gateway,HTTPRoute,HTTPRouteRetry" scripts/conformance.sh
+# (-run-test turns off reading the supported features from the GatewayClass: name them.)
+# PIER_CONFORMANCE_REPORT writes the report there instead (CI's partial runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$(pwd)
@@ -35,7 +44,16 @@ CACHE=$(realpath -m "$CACHE")
 BIN_DIR=$CACHE/v$GATEWAY_API_VERSION
 ECHO_BASIC=$BIN_DIR/echo-basic
 SUITE=$BIN_DIR/conformance.test
-CRD_DIR=$BIN_DIR/crd-standard
+# The CRD channel: standard (default) or experimental, each in a cache directory of its own.
+CHANNEL=${PIER_CONFORMANCE_CHANNEL:-standard}
+case "$CHANNEL" in
+standard | experimental) ;;
+*)
+  echo "conformance: error: PIER_CONFORMANCE_CHANNEL must be standard or experimental, not $CHANNEL" >&2
+  exit 2
+  ;;
+esac
+CRD_DIR=$BIN_DIR/crd-$CHANNEL
 AGENT=$CACHE/node-agent
 # PIER_CONFORMANCE_BIN: run this pier binary instead of building target/release/pier.
 PIER=${PIER_CONFORMANCE_BIN:-$REPO/target/release/pier}
@@ -136,7 +154,8 @@ EOF
   dir=$(cd "$src" && go list -m -f '{{.Dir}}' sigs.k8s.io/gateway-api) || die "no sigs.k8s.io/gateway-api module"
   rm -rf "$CRD_DIR"
   mkdir -p "$CRD_DIR"
-  cp "$dir"/config/crd/standard/*.yaml "$CRD_DIR/"
+  # The channel's manifests (not its kustomization.yaml, which is not an object to apply).
+  cp "$dir"/config/crd/"$CHANNEL"/gateway.networking.*.yaml "$CRD_DIR/"
   chmod -R u+w "$CRD_DIR"
   touch "$CRD_DIR/.complete"
 }
@@ -374,7 +393,7 @@ install_crds() {
   t0=$(date +%s)
   kc apply --server-side -f "$CRD_DIR" >&2
   kc wait --for condition=Established --timeout=60s crd --all >&2
-  log "Gateway API v$GATEWAY_API_VERSION standard CRDs installed in $(elapsed "$t0")"
+  log "Gateway API v$GATEWAY_API_VERSION $CHANNEL CRDs installed in $(elapsed "$t0")"
   kc apply --server-side -f - >&2 <<EOF
 apiVersion: gateway.networking.k8s.io/v1
 kind: GatewayClass
@@ -406,12 +425,18 @@ start_pier() {
 
 # Tests the harness cannot run yet, with why (docs/conformance.md lists them):
 # the three mirror tests read the mirror backends' Pod logs (`kubectl logs`), which needs a
-# kubelet log endpoint the node agent does not serve yet.
-SKIP_TESTS=${PIER_CONFORMANCE_SKIP:-HTTPRouteRequestMirror,HTTPRouteRequestMultipleMirrors,HTTPRouteRequestPercentageMirror}
+# kubelet log endpoint the node agent does not serve yet. On the standard channel also the
+# tests of the experimental features pier claims (HTTPRouteRetry): the standard CRDs prune
+# the fields they set, so they run with PIER_CONFORMANCE_CHANNEL=experimental.
+DEFAULT_SKIP=HTTPRouteRequestMirror,HTTPRouteRequestMultipleMirrors,HTTPRouteRequestPercentageMirror
+[ "$CHANNEL" = experimental ] || DEFAULT_SKIP=$DEFAULT_SKIP,HTTPRouteRetry
+SKIP_TESTS=${PIER_CONFORMANCE_SKIP:-$DEFAULT_SKIP}
 
 run_suite() {
   mkdir -p "$REPO/docs/conformance"
   local report=$REPO/docs/conformance/report-v$GATEWAY_API_VERSION.yaml t0 rc=0
+  [ "$CHANNEL" = standard ] || report=${report%.yaml}-$CHANNEL.yaml
+  report=${PIER_CONFORMANCE_REPORT:-$report}
   local version
   version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
   t0=$(date +%s)
@@ -464,7 +489,7 @@ up)
   while alive pier && alive node-agent; do sleep 5; done
   ;;
 *)
-  sed -n '2,23p' "$0" >&2
+  sed -n '2,32p' "$0" >&2
   exit 2
   ;;
 esac

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use pier::model::{
     AppProtocol, BackendTarget, BackendTls, CertTable, Filters, Port, Protocol, RequestMatch,
-    Snapshot, Timeouts, TlsMode, WeightedBackend,
+    RetryPolicy, Snapshot, Timeouts, TlsMode, WeightedBackend,
 };
 use pier::translate::{Resources, Settings, StatusObject, parse_manifests, translate};
 use serde::Serialize;
@@ -56,6 +56,8 @@ struct EntrySummary<'a> {
     backends: Vec<BackendSummary<'a>>,
     #[serde(skip_serializing_if = "is_default_timeouts")]
     timeouts: &'a Timeouts,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    retry: Option<&'a RetryPolicy>,
 }
 
 #[derive(Serialize)]
@@ -111,6 +113,7 @@ fn port(p: &Port) -> PortSummary<'_> {
                             filters: &e.rule.filters,
                             backends: e.rule.backends.backends.iter().map(backend).collect(),
                             timeouts: &e.rule.timeouts,
+                            retry: e.rule.retry.as_ref(),
                         })
                     })
                     .collect(),

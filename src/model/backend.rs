@@ -298,6 +298,34 @@ impl Backend {
         }
     }
 
+    /// [`Backend::pick`], but not the endpoint at `avoid` when there is another (a retry
+    /// after `avoid` failed): then the first endpoint from a random start (`r2`) that is
+    /// available and not `avoid`, else the first that is not `avoid`.
+    pub fn pick_avoiding(
+        &self,
+        now_ms: u64,
+        r1: u32,
+        r2: u32,
+        avoid: SocketAddr,
+    ) -> Option<&Endpoint> {
+        let first = self.pick(now_ms, r1, r2)?;
+        let eps = &self.endpoints;
+        if first.addr != avoid || eps.len() < 2 {
+            return Some(first);
+        }
+        let start = r2 as usize % eps.len();
+        let others = || {
+            eps[start..]
+                .iter()
+                .chain(&eps[..start])
+                .filter(|e| e.addr != avoid)
+        };
+        others()
+            .find(|e| e.available(now_ms))
+            .or_else(|| others().next())
+            .or(Some(first))
+    }
+
     #[cfg(test)]
     pub fn test(name: &str) -> Self {
         Self {
@@ -437,6 +465,27 @@ mod tests {
             e.eject(0);
         }
         assert!(b.pick(1, 0, 0).is_some());
+    }
+
+    #[test]
+    fn a_retry_avoids_the_endpoint_that_failed_when_there_is_another() {
+        let b = backend(3);
+        let failed = b.endpoints[1].addr;
+        for r1 in 0..12 {
+            for r2 in 0..12 {
+                let e = b.pick_avoiding(0, r1, r2, failed).unwrap();
+                assert_ne!(e.addr, failed);
+            }
+        }
+        // An ejected other is passed over for an available one.
+        b.endpoints[0].eject(0);
+        for r in 0..12 {
+            assert_eq!(b.pick_avoiding(1, r, r, failed).unwrap().addr.port(), 1002);
+        }
+        // With one endpoint there is nothing else.
+        let one = backend(1);
+        let only = one.endpoints[0].addr;
+        assert_eq!(one.pick_avoiding(0, 0, 0, only).unwrap().addr, only);
     }
 
     #[test]

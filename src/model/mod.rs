@@ -13,6 +13,7 @@ pub mod backend;
 pub mod filter;
 pub mod host;
 pub mod matcher;
+pub mod retry;
 pub mod route;
 pub mod session;
 pub mod snapshot;
@@ -32,6 +33,7 @@ pub use host::{HostRank, HostnameMatch};
 pub use matcher::{
     GrpcRank, HeaderMatch, MatchRank, PathMatch, QueryMatch, RequestMatch, ValueMatch,
 };
+pub use retry::RetryPolicy;
 pub use route::{Entry, RouteTable, Rule};
 pub use session::{Carrier, Session, SessionPolicy};
 pub use snapshot::{Listener, ListenerId, Port, PortKey, Protocol, Snapshot};

@@ -24,6 +24,7 @@ use super::backend::{BackendSet, Timeouts};
 use super::filter::Filters;
 use super::host::HostnameMatch;
 use super::matcher::{MatchRank, PathMatch, RequestMatch, RequestParts};
+use super::retry::RetryPolicy;
 
 /// One HTTPRoute rule as the data plane runs it.
 #[derive(Debug, Serialize)]
@@ -37,6 +38,9 @@ pub struct Rule {
     pub filters: Filters,
     pub backends: BackendSet,
     pub timeouts: Timeouts,
+    /// GEP-1731 retries; `None`: every request gets one attempt.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry: Option<RetryPolicy>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -47,6 +51,11 @@ pub struct Entry {
 }
 
 impl Rule {
+    /// The retry policy, when it allows a retry (`attempts: 0` retries nothing).
+    pub fn retries(&self) -> Option<&RetryPolicy> {
+        self.retry.as_ref().filter(|p| p.attempts > 0)
+    }
+
     /// Whether the rule or one of its backendRefs has a CORS filter: then the request's
     /// headers are needed (Origin, Access-Control-Request-*) whatever the rule matches on.
     pub fn has_cors(&self) -> bool {

@@ -3,7 +3,8 @@
 //!
 //! Labels are bounded: they come from snapshot identities (gateway, listener, route, backend),
 //! ports, and small enums (status class, error kind and side, connect reason, TLS transport and
-//! handshake failure reason). Never paths, Host values, endpoint addresses or error messages.
+//! handshake failure reason, retry reason). Never paths, Host values, endpoint addresses or
+//! error messages.
 //!
 //! Per-request metrics go through a per-thread [`HandleCache`]: the label strings of a
 //! (listener, route, backend, status class, transport) are built and hashed once per snapshot
@@ -23,6 +24,7 @@ use std::sync::{Arc, Weak};
 
 use super::error::{ConnectReason, ErrorKind, ErrorSide, TlsFailure};
 use super::fxhash::FxBuild;
+use super::retry::RetryReason;
 use crate::model::{
     BackendId, BackendTls, ListenerId, ObjectRef, Snapshot, TlsMode, TlsUnavailable,
 };
@@ -40,6 +42,8 @@ pub struct ProxyMetrics {
     upstream_opened: Family<UpstreamConnLabels, Counter>,
     upstream_open: Family<UpstreamProtocolLabels, Gauge>,
     upstream_idle: Gauge,
+    retries: Family<RetryLabels, Counter>,
+    retries_refused: Family<BackendLabels, Counter>,
     streams: Family<StreamLabels, Counter>,
     /// Tells the [`HandleCache`] whose handles it holds.
     id: u64,
@@ -213,6 +217,12 @@ pub struct BackendLabels {
     pub backend: String,
 }
 
+#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct RetryLabels {
+    pub backend: String,
+    pub reason: RetryReason,
+}
+
 /// `1xx` .. `5xx`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct StatusClass(u8);
@@ -283,6 +293,18 @@ impl ProxyMetrics {
             "upstream_idle_connections",
             "Idle HTTP/1.1 connections waiting in the upstream pool",
             m.upstream_idle.clone(),
+        );
+        reg.register(
+            "upstream_retries",
+            "Retries sent to a backend (HTTPRoute retry), by backend and why the attempt before \
+             failed (status: a listed response code, connect, reset, timeout)",
+            m.retries.clone(),
+        );
+        reg.register(
+            "upstream_retries_refused",
+            "Retries not sent because the backend's retry budget was spent (the last attempt's \
+             answer was returned)",
+            m.retries_refused.clone(),
         );
         reg.register(
             "tls_streams",
@@ -408,6 +430,23 @@ impl ProxyMetrics {
         self.upstream_idle.clone()
     }
 
+    pub fn retry(&self, backend: &BackendId, reason: RetryReason) {
+        self.retries
+            .get_or_create(&RetryLabels {
+                backend: backend.to_string(),
+                reason,
+            })
+            .inc();
+    }
+
+    pub fn retry_refused(&self, backend: &BackendId) {
+        self.retries_refused
+            .get_or_create(&BackendLabels {
+                backend: backend.to_string(),
+            })
+            .inc();
+    }
+
     pub fn stream(&self, listener: Option<&ListenerId>, mode: StreamMode, result: StreamResult) {
         let (gateway, listener) = match listener {
             Some(l) => (l.gateway.to_string(), l.label()),
@@ -439,6 +478,8 @@ impl Default for ProxyMetrics {
             upstream_opened: Family::default(),
             upstream_open: Family::default(),
             upstream_idle: Gauge::default(),
+            retries: Family::default(),
+            retries_refused: Family::default(),
             streams: Family::default(),
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         }
@@ -643,6 +684,10 @@ mod tests {
         m.tls_unavailable(&backend, TlsUnavailable::NoTrustBundle);
         m.error(ErrorKind::NoRoute, ErrorSide::Downstream);
         m.connect_error(&backend, ConnectReason::Refused);
+        m.retry(&backend, RetryReason::Status);
+        m.retry(&backend, RetryReason::Reset);
+        m.retry(&backend, RetryReason::Reset);
+        m.retry_refused(&backend);
         let conn = m.connection(80);
         let mut out = String::new();
         encode(&mut out, &reg).unwrap();
@@ -661,6 +706,13 @@ mod tests {
             r#"pier_proxy_upstream_connect_errors_total{backend="ns/svc:8080",reason="Refused"} 1"#
         ));
         assert!(out.contains(r#"pier_proxy_downstream_connections{port="80"} 1"#));
+        for line in [
+            r#"pier_proxy_upstream_retries_total{backend="ns/svc:8080",reason="status"} 1"#,
+            r#"pier_proxy_upstream_retries_total{backend="ns/svc:8080",reason="reset"} 2"#,
+            r#"pier_proxy_upstream_retries_refused_total{backend="ns/svc:8080"} 1"#,
+        ] {
+            assert!(out.contains(line), "{line} missing in {out}");
+        }
         drop(conn);
         let mut out = String::new();
         encode(&mut out, &reg).unwrap();

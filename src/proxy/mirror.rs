@@ -133,7 +133,7 @@ impl MirrorTask {
 }
 
 /// `http::request::Parts` is not `Clone` (extensions); mirrors need only the head.
-trait CloneHead {
+pub(super) trait CloneHead {
     fn clone_head(&self) -> Self;
 }
 

@@ -7,6 +7,7 @@
 //!          ArcSwap<Snapshot> ── load_full() once per request ────────────────┘
 //!                                                                             v
 //!                                 mirror (spawned) <── upstream (pool + TLS connector)
+//!                                 retry (attempts, per-backend budget) ──┘
 //! ```
 //!
 //! Reads only `model`; never touches kube, files or translation. The only shared mutable
@@ -23,6 +24,7 @@ mod headers;
 mod listener;
 pub mod metrics;
 mod mirror;
+mod retry;
 mod service;
 mod stream;
 mod tunnel;
@@ -44,11 +46,13 @@ pub use body::{BodyFault, BodyPace};
 pub use error::{ConnectReason, ErrorKind, ErrorSide, ProxyError, TlsFailure};
 pub use metrics::ProxyMetrics;
 pub use mirror::MAX_MIRRORED_BODY;
+pub use retry::{MAX_RETRY_BODY, RetryBudgetConfig, RetryReason};
 pub use upstream::RETIRE_BOUND as UPSTREAM_RETIRE_BOUND;
 
 use crate::model::{Port, PortKey, Snapshot};
 use crate::tls::server::{Carries, Ticketer, server_config};
 use drain::Drain;
+use retry::RetryBudgets;
 use upstream::{Clock, Upstream};
 
 /// HTTP/2 streams a client may have open at once on one connection.
@@ -78,6 +82,8 @@ pub struct ProxyConfig {
     pub mirror_timeout: Duration,
     /// Limits on what a client may make pier hold.
     pub limits: Limits,
+    /// How many retries (HTTPRoute `retry`) a backend may receive.
+    pub retry_budget: RetryBudgetConfig,
 }
 
 /// Limits on idle connections, slow request bodies and request paths. Defaults are no
@@ -137,6 +143,8 @@ pub(crate) struct Shared {
     pub upstream: Upstream,
     pub clock: Clock,
     pub server: auto::Builder<TokioExecutor>,
+    /// Per-backend retry budgets; outside the snapshot, so reloads keep them.
+    pub retry_budgets: RetryBudgets,
 }
 
 #[derive(Default)]
@@ -168,6 +176,7 @@ impl Default for ProxyConfig {
             drain_timeout: Duration::from_secs(30),
             mirror_timeout: Duration::from_secs(10),
             limits: Limits::default(),
+            retry_budget: RetryBudgetConfig::default(),
         }
     }
 }
@@ -203,6 +212,7 @@ impl Proxy {
             .ok();
         let upstream = Upstream::new(&config, metrics.clone(), snapshot.clone());
         let shared = Shared {
+            retry_budgets: RetryBudgets::new(config.retry_budget),
             snapshot,
             upstream,
             config,

@@ -8,6 +8,8 @@
 //!                                               ─> mirrors ─> pick endpoint (503 none)
 //!                                               ─> upstream (502/503/504) ─> CORS headers,
 //!                                                  response filters
+//!                                               (a rule with `retry`: the attempts loop in
+//!                                               `retry`, between filters and CORS headers)
 //! ```
 //!
 //! The snapshot is loaded once per request (`load_full`, so the request can hold it across
@@ -33,6 +35,7 @@ use super::conn_info::ConnInfo;
 use super::error::{ConnectReason, ProxyError, is_grpc};
 use super::headers::{self, Keep};
 use super::metrics::{Reached, Transport};
+use super::retry::{self, Retried};
 use super::upstream::{self, InFlight, Target, UpstreamBody};
 use super::validate::{self, Invalid};
 use super::{Shared, mirror, tunnel};
@@ -338,6 +341,28 @@ async fn forward<'s>(
         None
     };
     let path = prepare_head(conn, routed, weighted, backend, &mut parts, upgrade)?;
+    if let Some(policy) = rule.retries()
+        && !upgrade
+        && retry::replayable(&body)
+    {
+        let req = Retried {
+            rule,
+            policy,
+            weighted,
+            backend,
+            parts: &parts,
+            path: &path,
+        };
+        // Boxed: the retry loop's state is only paid for by requests that may retry.
+        let (resp, in_flight) = Box::pin(retry::forward(shared, snapshot, req, body, seen)).await?;
+        return Ok(finish_response(
+            resp,
+            rule,
+            weighted,
+            cors.as_ref(),
+            in_flight,
+        ));
+    }
     // A body that fails is the client's fault (400, 408), not the backend's: `fault` says so.
     let fault = (!upgrade && !body.is_end_stream()).then(Arc::<FaultCell>::default);
     let body = match &fault {
@@ -357,12 +382,7 @@ async fn forward<'s>(
         let mirrors = rule.filters.mirrors.iter().chain(&weighted.filters.mirrors);
         mirror::dispatch(shared, mirrors, &parts, &path, body)
     };
-    let now = shared.clock.now_ms();
-    let endpoint = {
-        let mut rng = rand::rng();
-        backend.pick(now, rng.random(), rng.random())
-    }
-    .ok_or(ProxyError::NoEndpoints)?;
+    let endpoint = pick_endpoint(shared, backend)?;
     seen.upstream = Some(endpoint.addr);
     let up = upstream::request(parts, body, path);
     let target = Target {
@@ -394,9 +414,21 @@ async fn forward<'s>(
     ))
 }
 
+/// One endpoint of `backend` by power of two choices (`NoEndpoints`: 503).
+pub(super) fn pick_endpoint<'b>(
+    shared: &Shared,
+    backend: &'b Backend,
+) -> Result<&'b Endpoint, ProxyError> {
+    let now = shared.clock.now_ms();
+    let mut rng = rand::rng();
+    backend
+        .pick(now, rng.random(), rng.random())
+        .ok_or(ProxyError::NoEndpoints)
+}
+
 /// One attempt against one endpoint, within `timeouts.backendRequest`. `in_flight` comes back
 /// with the response, to keep the request counted until the response body is done.
-async fn exchange(
+pub(super) async fn exchange(
     shared: &Shared,
     rule: &Rule,
     target: Target<'_>,

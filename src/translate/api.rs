@@ -38,8 +38,8 @@ pub use gateway_api::experimental::httproutes::{
     HttpRouteRulesFiltersUrlRewritePathType, HttpRouteRulesMatches, HttpRouteRulesMatchesHeaders,
     HttpRouteRulesMatchesHeadersType, HttpRouteRulesMatchesMethod, HttpRouteRulesMatchesPath,
     HttpRouteRulesMatchesPathType, HttpRouteRulesMatchesQueryParams,
-    HttpRouteRulesMatchesQueryParamsType, HttpRouteRulesTimeouts, HttpRouteSpec,
-    HttpRouteUseDefaultGateways as UseDefaultGateways,
+    HttpRouteRulesMatchesQueryParamsType, HttpRouteRulesRetry, HttpRouteRulesTimeouts,
+    HttpRouteSpec, HttpRouteUseDefaultGateways as UseDefaultGateways,
 };
 /// TLSRoute (standard since v1.5; the experimental type adds `useDefaultGateways`).
 pub use gateway_api::experimental::tlsroutes::{TlsRoute, TlsRouteRules, TlsRouteSpec};

@@ -1,15 +1,15 @@
 //! HTTPRoutes: attachment (parentRefs, allowedRoutes, hostname intersection), rules (matches,
-//! filters, backendRefs, timeouts) and the route's `parents[]` status.
+//! filters, backendRefs, timeouts, retry) and the route's `parents[]` status.
 //!
 //! ```text
 //! parentRefs ─> in-scope Gateway ─> listeners (sectionName/port) ─> allowed? hostnames? ─> Attachment
 //! rules ─> CompiledRule { Arc<Rule>, matches }   (added to every attached listener's table)
 //! ```
 //!
-//! Invalid rules. A rule with an invalid match, filter or timeout is not dropped silently and
-//! does not take the whole route down: its valid matches stay in the table and answer 500
-//! (no backends, no filters), so its traffic neither reaches a less specific rule nor hits a
-//! half-applied configuration. Matches that cannot be parsed at all cannot be routed and are
+//! Invalid rules. A rule with an invalid match, filter, timeout or retry is not dropped
+//! silently and does not take the whole route down: its valid matches stay in the table and
+//! answer 500 (no backends, no filters), so its traffic neither reaches a less specific rule
+//! nor hits a half-applied configuration. Matches that cannot be parsed at all cannot be routed and are
 //! left out. The route stays Accepted; the Accepted message and a `PartiallyInvalid`
 //! (UnsupportedValue) condition say which rules and why. When *every* rule is invalid the
 //! route is fully invalid: Accepted=False (UnsupportedValue) and nothing is attached, as the
@@ -25,8 +25,8 @@ use std::time::Duration;
 
 use super::api::{
     ApiDuration, CORE_GROUP, GATEWAY_GROUP, HttpRoute, HttpRouteParentRefs, HttpRouteRules,
-    HttpRouteRulesBackendRefs, HttpRouteRulesFilters, HttpRouteRulesTimeouts, HttpRouteSpec,
-    UseDefaultGateways, backend_filter_as_rule_filter,
+    HttpRouteRulesBackendRefs, HttpRouteRulesFilters, HttpRouteRulesRetry, HttpRouteRulesTimeouts,
+    HttpRouteSpec, UseDefaultGateways, backend_filter_as_rule_filter,
 };
 use super::gateway::{GatewayState, RouteKind};
 use super::mesh::TlsCtx;
@@ -38,9 +38,11 @@ use super::status::{
 };
 use super::{Settings, error_chain, group_kind};
 use crate::model::host::InvalidHostname;
+use crate::model::retry::{DEFAULT_RETRY_ATTEMPTS, DEFAULT_RETRY_BACKOFF};
 use crate::model::{
     Backend, BackendId, BackendSet, BackendTarget, BackendTls, Filters, GrpcRank, HostnameMatch,
-    ObjectRef, PathMatch, RequestMatch, Rule, Timeouts, TlsMode, TlsUnavailable, WeightedBackend,
+    ObjectRef, PathMatch, RequestMatch, RetryPolicy, Rule, Timeouts, TlsMode, TlsUnavailable,
+    WeightedBackend,
 };
 
 /// The hostnames each listener (Gateway index, listener index) has given to routes so far, by
@@ -172,10 +174,23 @@ pub enum InvalidRule {
     Timeout(&'static str, String),
     #[error("timeouts: backendRequest must not be longer than request")]
     BackendTimeoutTooLong,
+    #[error("retry")]
+    Retry(#[source] InvalidRetry),
     #[error("name {0:?} is already the name of an earlier rule")]
     DuplicateName(String),
     #[error("{0} is not supported yet")]
     Unsupported(&'static str),
+}
+
+/// Why a rule's `retry` cannot be used.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum InvalidRetry {
+    #[error("codes[{0}]: {1} is not a status code in 400-599")]
+    Code(usize, i64),
+    #[error("attempts: {0} is negative")]
+    Attempts(i64),
+    #[error("backoff: {0:?} is not a Gateway API duration (like 10s, 500ms, 1h30m)")]
+    Backoff(String),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -832,9 +847,6 @@ fn compile_rule(
     let mut errors = vec![];
     // Experimental fields pier does not implement yet: the rule is reported invalid (and
     // answers 500) rather than served without them as if they were not there.
-    if retry.is_some() {
-        errors.push(InvalidRule::Unsupported("retry"));
-    }
     if session_persistence.is_some() {
         errors.push(InvalidRule::Unsupported("sessionPersistence"));
     }
@@ -909,6 +921,14 @@ fn compile_rule(
             errors.push(e);
             Timeouts::default()
         });
+    let retry = retry
+        .as_ref()
+        .map(rule_retry)
+        .transpose()
+        .unwrap_or_else(|e| {
+            errors.push(InvalidRule::Retry(e));
+            None
+        });
 
     let valid = errors.is_empty();
     // Invalid: no filters, no backends, so it answers 500 (see the module docs).
@@ -927,6 +947,7 @@ fn compile_rule(
             BackendSet::default()
         },
         timeouts: if valid { timeouts } else { Timeouts::default() },
+        retry: if valid { retry } else { None },
     };
     (
         CompiledRule {
@@ -1093,15 +1114,47 @@ fn rule_timeouts(
     })
 }
 
-/// A GEP-2257 duration; `0s` means no timeout.
+/// A timeout: a GEP-2257 duration; `0s` means no timeout.
 fn duration(field: &'static str, s: Option<&str>) -> Result<Option<Duration>, InvalidRule> {
     let Some(s) = s else { return Ok(None) };
-    let d: ApiDuration = s
-        .parse()
-        .map_err(|_| InvalidRule::Timeout(field, s.to_string()))?;
-    let ms =
-        u64::try_from(d.as_millis()).map_err(|_| InvalidRule::Timeout(field, s.to_string()))?;
-    Ok((ms != 0).then(|| Duration::from_millis(ms)))
+    let d = api_duration(s).ok_or_else(|| InvalidRule::Timeout(field, s.to_string()))?;
+    Ok((!d.is_zero()).then_some(d))
+}
+
+/// A GEP-2257 duration (`1h30m`, `500ms`), to the millisecond.
+fn api_duration(s: &str) -> Option<Duration> {
+    let d: ApiDuration = s.parse().ok()?;
+    let ms = u64::try_from(d.as_millis()).ok()?;
+    Some(Duration::from_millis(ms))
+}
+
+/// GEP-1731. Codes outside 400-599 (the CRD's bounds), negative attempts and a backoff that
+/// is not a GEP-2257 duration make the rule invalid. Unset attempts and backoff take pier's
+/// defaults; `attempts: 0` (which the CRD's minimum of 1 rejects, but a manifest may say)
+/// means no retries; `backoff: 0s` retries at once.
+fn rule_retry(
+    HttpRouteRulesRetry {
+        attempts,
+        backoff,
+        codes,
+    }: &HttpRouteRulesRetry,
+) -> Result<RetryPolicy, InvalidRetry> {
+    let mut parsed = vec![];
+    for (i, &code) in codes.iter().flatten().enumerate() {
+        let ok = u16::try_from(code).ok().filter(|c| (400..=599).contains(c));
+        parsed.push(ok.ok_or(InvalidRetry::Code(i, code))?);
+    }
+    let attempts = match attempts {
+        None => DEFAULT_RETRY_ATTEMPTS,
+        Some(n) if *n < 0 => return Err(InvalidRetry::Attempts(*n)),
+        // Beyond u32 is as good as unbounded: the retry budget and timeouts end it.
+        Some(n) => u32::try_from(*n).unwrap_or(u32::MAX),
+    };
+    let backoff = match backoff {
+        None => DEFAULT_RETRY_BACKOFF,
+        Some(s) => api_duration(s).ok_or_else(|| InvalidRetry::Backoff(s.clone()))?,
+    };
+    Ok(RetryPolicy::new(parsed, attempts, backoff))
 }
 
 // === impl RefProblem, BackendRefError ===

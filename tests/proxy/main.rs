@@ -13,6 +13,7 @@ mod hostile;
 mod lifecycle;
 mod observability;
 mod protocols;
+mod retry;
 mod routing;
 mod tls;
 mod upstream;

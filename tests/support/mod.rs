@@ -5,6 +5,7 @@
 pub mod apiserver;
 pub mod client;
 pub mod cluster;
+pub mod flaky;
 pub mod grpc;
 pub mod mesh;
 pub mod nginx;

@@ -14,7 +14,7 @@ use pier::model::route::RouteTableBuilder;
 use pier::model::{
     AppProtocol, Backend, BackendId, BackendSet, BackendTarget, BackendTls, CertTable, Endpoint,
     Filters, HostnameMatch, Listener, ListenerId, ObjectRef, PathMatch, Port, Protocol,
-    RequestMatch, RouteTable, Rule, Snapshot, Timeouts, WeightedBackend,
+    RequestMatch, RetryPolicy, RouteTable, Rule, Snapshot, Timeouts, WeightedBackend,
 };
 
 pub fn object(name: &str) -> ObjectRef {
@@ -63,6 +63,7 @@ pub struct RuleBuilder {
     filters: Filters,
     backends: Vec<WeightedBackend>,
     timeouts: Timeouts,
+    retry: Option<RetryPolicy>,
 }
 
 pub fn rule(route: &str) -> RuleBuilder {
@@ -71,6 +72,7 @@ pub fn rule(route: &str) -> RuleBuilder {
         filters: Filters::default(),
         backends: vec![],
         timeouts: Timeouts::default(),
+        retry: None,
     }
 }
 
@@ -118,6 +120,12 @@ impl RuleBuilder {
         self
     }
 
+    /// Retries `codes` (and connection failures) up to `attempts` times, `backoff` apart.
+    pub fn retry(mut self, codes: &[u16], attempts: u32, backoff: Duration) -> Self {
+        self.retry = Some(RetryPolicy::new(codes.to_vec(), attempts, backoff));
+        self
+    }
+
     pub fn build(self) -> Arc<Rule> {
         Arc::new(Rule {
             route: self.route,
@@ -126,6 +134,7 @@ impl RuleBuilder {
             filters: self.filters,
             backends: BackendSet::new(self.backends),
             timeouts: self.timeouts,
+            retry: self.retry,
         })
     }
 }

@@ -13,6 +13,7 @@ fn rule(route: &str, index: usize) -> Arc<Rule> {
         filters: Filters::default(),
         backends: BackendSet::default(),
         timeouts: Timeouts::default(),
+        retry: None,
     })
 }
 

@@ -14,7 +14,8 @@
 //!                                                              connection (h2c, upgrades,
 //!                                                              Expect, chunked or large
 //!                                                              request bodies, mirrors,
-//!                                                              HTTP/2 upstreams, HTTP/1.0)
+//!                                                              retries, HTTP/2 upstreams,
+//!                                                              HTTP/1.0)
 //! ```
 //!
 //! Request bodies are small (at most [`head::MAX_BODY`]) and buffered whole before they are
@@ -674,8 +675,12 @@ fn plan<'s>(
         Ok(Decision::Respond(resp)) => return Plan::Respond(common, Ok(resp)),
         Err(e) => return Plan::Respond(common, Err(e)),
     };
-    // Mirrors copy the body through hyper's body types.
-    if !rule.filters.mirrors.is_empty() || !weighted.filters.mirrors.is_empty() {
+    // Mirrors copy the body through hyper's body types; retries (`service` → `retry`) send
+    // the request again, which the fast path's single exchange does not.
+    if !rule.filters.mirrors.is_empty()
+        || !weighted.filters.mirrors.is_empty()
+        || rule.retries().is_some()
+    {
         return Plan::Fallback;
     }
     let BackendTarget::Service(backend) = &weighted.target else {

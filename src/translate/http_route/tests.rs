@@ -704,6 +704,102 @@ fn timeouts_parse_and_zero_means_none() {
     assert!(duration("request", Some("1.5s")).is_err());
 }
 
+/// The first rule of a route whose rules are one with `retry: {retry}` and a plain one (so
+/// the route attaches whatever becomes of the first), and the route's Accepted message.
+fn retry_rule(retry: &str) -> (Arc<Rule>, String) {
+    let t = run_with_base(&route_yaml(
+        "r",
+        &format!(
+            "  parentRefs: [{{name: gw}}]\n  rules:\n\
+             \x20 - matches: [{{path: {{value: /retry}}}}]\n    retry: {retry}\n\
+             \x20   backendRefs: [{{name: svc, port: 80}}]\n\
+             \x20 - matches: [{{path: {{value: /plain}}}}]\n\
+             \x20   backendRefs: [{{name: svc, port: 80}}]\n"
+        ),
+    ));
+    let msg = route_cond(route(&t, "default", "r"), C::Accepted).2;
+    let rule = t.snapshot.ports[0].listeners[0]
+        .routes
+        .entries()
+        .find(|e| e.rule.index == 0)
+        .unwrap()
+        .rule
+        .clone();
+    (rule, msg)
+}
+
+#[test]
+fn retry_is_parsed_with_sorted_codes_attempts_and_backoff() {
+    let (rule, msg) = retry_rule("{codes: [503, 500, 503], attempts: 3, backoff: 1s500ms}");
+    assert_eq!(
+        rule.retry,
+        Some(RetryPolicy::new(
+            vec![500, 503],
+            3,
+            Duration::from_millis(1500)
+        )),
+        "{msg}"
+    );
+    assert!(!rule.backends.backends.is_empty(), "the rule is served");
+    // 4xx codes are allowed (the spec calls them inadvisable, not invalid).
+    let (rule, _) = retry_rule("{codes: [400, 599]}");
+    assert_eq!(rule.retry.as_ref().unwrap().codes, [400, 599]);
+}
+
+#[test]
+fn retry_defaults_one_attempt_and_25ms_and_zero_means_none_or_at_once() {
+    let (rule, _) = retry_rule("{}");
+    assert_eq!(
+        rule.retry,
+        Some(RetryPolicy::new(
+            vec![],
+            DEFAULT_RETRY_ATTEMPTS,
+            DEFAULT_RETRY_BACKOFF
+        ))
+    );
+    assert_eq!(DEFAULT_RETRY_ATTEMPTS, 1);
+    assert_eq!(DEFAULT_RETRY_BACKOFF, Duration::from_millis(25));
+    let (rule, _) = retry_rule("{attempts: 0, backoff: 0s, codes: [500]}");
+    let retry = rule.retry.as_ref().unwrap();
+    assert_eq!((retry.attempts, retry.backoff), (0, Duration::ZERO));
+    // Absurdly many attempts saturate: the budget and timeouts bound them.
+    let (rule, _) = retry_rule("{attempts: 99999999999}");
+    assert_eq!(rule.retry.as_ref().unwrap().attempts, u32::MAX);
+}
+
+#[test]
+fn invalid_retry_values_invalidate_the_rule_and_say_which() {
+    for (retry, why) in [
+        (
+            "{codes: [500, 302]}",
+            "retry: codes[1]: 302 is not a status code in 400-599",
+        ),
+        (
+            "{codes: [600]}",
+            "retry: codes[0]: 600 is not a status code in 400-599",
+        ),
+        (
+            "{codes: [-500]}",
+            "retry: codes[0]: -500 is not a status code in 400-599",
+        ),
+        ("{attempts: -1}", "retry: attempts: -1 is negative"),
+        (
+            "{backoff: 100 ms}",
+            "retry: backoff: \"100 ms\" is not a Gateway API duration",
+        ),
+        (
+            "{backoff: 1.5s}",
+            "retry: backoff: \"1.5s\" is not a Gateway API duration",
+        ),
+    ] {
+        let (rule, msg) = retry_rule(retry);
+        assert!(msg.contains(&format!("rules[0]: {why}")), "{retry}: {msg}");
+        // Invalid: answers 500 (no backends), and carries no policy.
+        assert!(rule.backends.backends.is_empty(), "{retry}");
+        assert_eq!(rule.retry, None, "{retry}");
+    }
+}
+
 #[test]
 fn backend_request_longer_than_request_is_invalid() {
     let t = run_with_base(&route_yaml(
@@ -759,14 +855,11 @@ fn rule_names_are_kept_and_a_repeated_name_makes_the_later_rule_invalid() {
 
 #[test]
 fn experimental_fields_pier_does_not_implement_are_reported_not_ignored() {
-    // retry and sessionPersistence (experimental channel) make their rule invalid; the other
-    // rule keeps working and the route says which fields and why.
+    // sessionPersistence (experimental channel) makes its rule invalid; the other rules keep
+    // working and the route says which field and why.
     let t = run_with_base(&route_yaml(
         "r",
         "  parentRefs: [{name: gw}]\n  rules:\n\
-         \x20 - matches: [{path: {type: PathPrefix, value: /retry}}]\n\
-         \x20   retry: {attempts: 3, codes: [503]}\n\
-         \x20   backendRefs: [{name: svc, port: 80}]\n\
          \x20 - matches: [{path: {type: PathPrefix, value: /sticky}}]\n\
          \x20   sessionPersistence: {type: Cookie, sessionName: s}\n\
          \x20   backendRefs: [{name: svc, port: 80}]\n\
@@ -777,15 +870,14 @@ fn experimental_fields_pier_does_not_implement_are_reported_not_ignored() {
     assert!(ok);
     assert_eq!(reason, "UnsupportedValue");
     assert!(
-        msg.contains("rules[0]: retry is not supported")
-            && msg.contains("rules[1]: sessionPersistence is not supported"),
+        msg.contains("rules[0]: sessionPersistence is not supported"),
         "{msg}"
     );
-    // Every rule set to use them: nothing left to serve, so the route is not accepted.
+    // Every rule set to use it: nothing left to serve, so the route is not accepted.
     let t = run_with_base(&route_yaml(
         "all",
         "  parentRefs: [{name: gw}]\n  rules:\n\
-         \x20 - retry: {attempts: 2}\n    backendRefs: [{name: svc, port: 80}]\n",
+         \x20 - sessionPersistence: {type: Cookie, sessionName: s}\n    backendRefs: [{name: svc, port: 80}]\n",
     ));
     let (ok, reason, _) = route_cond(route(&t, "default", "all"), C::Accepted);
     assert!(!ok);
