@@ -26,6 +26,7 @@ fn rule(i: usize) -> Arc<Rule> {
         backends: BackendSet::default(),
         timeouts: Timeouts::default(),
         retry: None,
+        session: None,
     })
 }
 

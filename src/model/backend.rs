@@ -298,6 +298,14 @@ impl Backend {
         }
     }
 
+    /// The endpoint at `addr`, when the backend has it and it is not ejected at `now_ms` (a
+    /// session's endpoint).
+    pub fn available_at(&self, addr: SocketAddr, now_ms: u64) -> Option<&Endpoint> {
+        self.endpoints
+            .iter()
+            .find(|e| e.addr == addr && e.available(now_ms))
+    }
+
     /// [`Backend::pick`], but not the endpoint at `avoid` when there is another (a retry
     /// after `avoid` failed): then the first endpoint from a random start (`r2`) that is
     /// available and not `avoid`, else the first that is not `avoid`.

@@ -25,6 +25,7 @@ use super::filter::Filters;
 use super::host::HostnameMatch;
 use super::matcher::{MatchRank, PathMatch, RequestMatch, RequestParts};
 use super::retry::RetryPolicy;
+use super::session::SessionPolicy;
 
 /// One HTTPRoute rule as the data plane runs it.
 #[derive(Debug, Serialize)]
@@ -41,6 +42,9 @@ pub struct Rule {
     /// GEP-1731 retries; `None`: every request gets one attempt.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retry: Option<RetryPolicy>,
+    /// GEP-1619 session persistence: requests with a live session go to its endpoint.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session: Option<SessionPolicy>,
 }
 
 #[derive(Clone, Debug, Serialize)]

@@ -17,8 +17,8 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use http::header::{COOKIE, HeaderName, HeaderValue, SET_COOKIE};
 use http::HeaderMap;
+use http::header::{COOKIE, HeaderName, HeaderValue, SET_COOKIE};
 use serde::Serialize;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -26,16 +26,24 @@ pub struct SessionPolicy {
     pub carrier: Carrier,
     /// Cookie or header name.
     pub name: String,
-    #[serde(skip_serializing_if = "Option::is_none", with = "super::backend::opt_duration")]
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        with = "super::backend::opt_duration"
+    )]
     pub absolute: Option<Duration>,
-    #[serde(skip_serializing_if = "Option::is_none", with = "super::backend::opt_duration")]
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        with = "super::backend::opt_duration"
+    )]
     pub idle: Option<Duration>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub enum Carrier {
     /// `permanent`: the cookie carries `Max-Age` (the absolute timeout).
-    Cookie { permanent: bool },
+    Cookie {
+        permanent: bool,
+    },
     Header,
 }
 
@@ -70,7 +78,9 @@ impl SessionPolicy {
         let within = |start: u64, limit: Option<Duration>| {
             limit.is_none_or(|d| now.saturating_sub(start) < d.as_secs().max(1))
         };
-        s.created <= now.saturating_add(60) && within(s.created, self.absolute) && within(s.last, self.idle)
+        s.created <= now.saturating_add(60)
+            && within(s.created, self.absolute)
+            && within(s.last, self.idle)
     }
 
     /// The response header that hands out (or refreshes) `session`: `None` when the client's
@@ -114,7 +124,11 @@ impl SessionPolicy {
     ) -> Session {
         match carried {
             Some(s) if s.endpoint == endpoint => Session {
-                last: if self.idle.is_some() { now.max(s.last) } else { s.last },
+                last: if self.idle.is_some() {
+                    now.max(s.last)
+                } else {
+                    s.last
+                },
                 ..s
             },
             _ => Session {
@@ -151,7 +165,10 @@ impl Session {
             .collect::<Option<_>>()?;
         let (ip, port): (IpAddr, &[u8]) = match bytes.len() {
             6 => (<[u8; 4]>::try_from(&bytes[..4]).ok()?.into(), &bytes[4..]),
-            18 => (<[u8; 16]>::try_from(&bytes[..16]).ok()?.into(), &bytes[16..]),
+            18 => (
+                <[u8; 16]>::try_from(&bytes[..16]).ok()?.into(),
+                &bytes[16..],
+            ),
             _ => return None,
         };
         let port = u16::from_be_bytes([port[0], port[1]]);
@@ -194,7 +211,15 @@ mod tests {
             assert_eq!(Session::decode(&s.encode()), Some(s));
         }
         assert_eq!(session("10.1.2.3:8080", 1, 2).encode(), "0a0102031f90~1~2");
-        for bad in ["", "zz~1~2", "0a010203~1~2", "0a0102031f90~2~1", "0a0102031f90~1", "0a0102031f90~1~2~3", "0a0102031f9~1~2"] {
+        for bad in [
+            "",
+            "zz~1~2",
+            "0a010203~1~2",
+            "0a0102031f90~2~1",
+            "0a0102031f90~1",
+            "0a0102031f90~1~2~3",
+            "0a0102031f9~1~2",
+        ] {
             assert_eq!(Session::decode(bad), None, "{bad:?}");
         }
     }
@@ -204,17 +229,26 @@ mod tests {
         let p = cookie("sid", false);
         let token = session("10.0.0.1:80", 1000, 1030).encode();
         let mut h = HeaderMap::new();
-        h.insert(COOKIE, HeaderValue::from_str(&format!("a=b; sid={token}; c=d")).unwrap());
+        h.insert(
+            COOKIE,
+            HeaderValue::from_str(&format!("a=b; sid={token}; c=d")).unwrap(),
+        );
         assert_eq!(p.find(&h, 1050), Some(session("10.0.0.1:80", 1000, 1030)));
         // Idle for 60 s: over.
         assert_eq!(p.find(&h, 1090), None);
         // A cookie named like a prefix of it is not it.
         let mut other = HeaderMap::new();
-        other.insert(COOKIE, HeaderValue::from_str(&format!("sidx={token}")).unwrap());
+        other.insert(
+            COOKIE,
+            HeaderValue::from_str(&format!("sidx={token}")).unwrap(),
+        );
         assert_eq!(p.find(&other, 1050), None);
         // The absolute timeout holds however often it is used.
         let busy = session("10.0.0.1:80", 1000, 4590).encode();
-        h.insert(COOKIE, HeaderValue::from_str(&format!("sid={busy}")).unwrap());
+        h.insert(
+            COOKIE,
+            HeaderValue::from_str(&format!("sid={busy}")).unwrap(),
+        );
         assert!(p.find(&h, 4595).is_some());
         assert!(p.find(&h, 4601).is_none());
     }

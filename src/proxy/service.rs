@@ -42,6 +42,7 @@ use super::{Shared, mirror, tunnel};
 use crate::model::filter::{CorsCheck, CorsResponse, Preflight, RedirectInput};
 use crate::model::host::normalize_host;
 use crate::model::matcher::RequestParts;
+use crate::model::session::{Session, SessionPolicy};
 use crate::model::{
     AppProtocol, Backend, BackendSet, BackendTarget, BackendTls, Endpoint, Entry, Listener, Port,
     Redirect, Rule, Snapshot, UrlRewrite, WeightedBackend,
@@ -284,9 +285,17 @@ pub(super) fn decide<'s>(
     input: &RouteInput<'_>,
 ) -> Result<Decision<'s>, ProxyError> {
     let rule: &'s Rule = &routed.entry.rule;
-    let picked = match &rule.filters.redirect {
-        Some(_) => Ok(None),
-        None => pick_weighted(&rule.backends).map(Some),
+    // A live session stays with the backendRef of its endpoint (the endpoint itself is
+    // checked when it is picked). The fast path hands session rules to hyper: only the hyper
+    // path's `input.headers` hold the request's cookies.
+    let sticky = rule
+        .session
+        .as_ref()
+        .and_then(|p| sticky_backend(rule, p.find(input.headers, unix_now())?));
+    let picked = match (&rule.filters.redirect, sticky) {
+        (Some(_), _) => Ok(None),
+        (None, Some(w)) => Ok(Some(w)),
+        (None, None) => pick_weighted(&rule.backends).map(Some),
     };
     let weighted = picked.as_ref().ok().copied().flatten();
     let cors = weighted
@@ -341,6 +350,16 @@ async fn forward<'s>(
         None
     };
     let path = prepare_head(conn, routed, weighted, backend, &mut parts, upgrade)?;
+    let https = routed.port.protocol != crate::model::Protocol::Http;
+    let session = rule.session.as_ref().map(|p| {
+        let now = unix_now();
+        SessionReq {
+            policy: p,
+            now,
+            carried: p.find(&parts.headers, now),
+            https,
+        }
+    });
     if let Some(policy) = rule.retries()
         && !upgrade
         && retry::replayable(&body)
@@ -355,13 +374,13 @@ async fn forward<'s>(
         };
         // Boxed: the retry loop's state is only paid for by requests that may retry.
         let (resp, in_flight) = Box::pin(retry::forward(shared, snapshot, req, body, seen)).await?;
-        return Ok(finish_response(
-            resp,
-            rule,
-            weighted,
-            cors.as_ref(),
-            in_flight,
-        ));
+        let mut resp = finish_response(resp, rule, weighted, cors.as_ref(), in_flight);
+        // Retries pick their endpoints themselves (a session does not pin them yet); the one
+        // that answered carries the session on.
+        if let (Some(s), Some(addr)) = (&session, seen.upstream) {
+            s.answer(&mut resp, addr);
+        }
+        return Ok(resp);
     }
     // A body that fails is the client's fault (400, 408), not the backend's: `fault` says so.
     let fault = (!upgrade && !body.is_end_stream()).then(Arc::<FaultCell>::default);
@@ -382,7 +401,14 @@ async fn forward<'s>(
         let mirrors = rule.filters.mirrors.iter().chain(&weighted.filters.mirrors);
         mirror::dispatch(shared, mirrors, &parts, &path, body)
     };
-    let endpoint = pick_endpoint(shared, backend)?;
+    let pinned = session
+        .as_ref()
+        .and_then(|s| s.carried)
+        .and_then(|c| backend.available_at(c.endpoint, shared.clock.now_ms()));
+    let endpoint = match pinned {
+        Some(e) => e,
+        None => pick_endpoint(shared, backend)?,
+    };
     seen.upstream = Some(endpoint.addr);
     let up = upstream::request(parts, body, path);
     let target = Target {
@@ -405,13 +431,50 @@ async fn forward<'s>(
     {
         tunnel::spawn(down, hyper::upgrade::on(&mut resp), conn.drain.clone());
     }
-    Ok(finish_response(
-        resp,
-        rule,
-        weighted,
-        cors.as_ref(),
-        in_flight,
-    ))
+    let mut resp = finish_response(resp, rule, weighted, cors.as_ref(), in_flight);
+    if let Some(s) = &session {
+        s.answer(&mut resp, endpoint.addr);
+    }
+    Ok(resp)
+}
+
+/// A request under a session persistence policy.
+struct SessionReq<'s> {
+    policy: &'s SessionPolicy,
+    /// Unix seconds.
+    now: u64,
+    /// The live session the request carries, if any.
+    carried: Option<Session>,
+    https: bool,
+}
+
+impl SessionReq<'_> {
+    /// Hands out (or refreshes) the session for the endpoint that answered.
+    fn answer<B>(&self, resp: &mut Response<B>, endpoint: SocketAddr) {
+        let session = self
+            .policy
+            .continue_or_start(self.carried, endpoint, self.now);
+        if let Some((name, value)) = self.policy.issue(session, self.carried, self.https) {
+            resp.headers_mut().append(name, value);
+        }
+    }
+}
+
+/// The backendRef of `rule` whose backend has the session's endpoint.
+fn sticky_backend(rule: &Rule, session: Session) -> Option<&WeightedBackend> {
+    rule.backends.backends.iter().find(|w| {
+        w.weight > 0
+            && matches!(&w.target, BackendTarget::Service(b)
+                if b.endpoints.iter().any(|e| e.addr == session.endpoint))
+    })
+}
+
+/// Wall-clock Unix seconds (session tokens carry them; everything else uses the monotonic
+/// clock).
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// One endpoint of `backend` by power of two choices (`NoEndpoints`: 503).

@@ -38,8 +38,9 @@ pub use gateway_api::experimental::httproutes::{
     HttpRouteRulesFiltersUrlRewritePathType, HttpRouteRulesMatches, HttpRouteRulesMatchesHeaders,
     HttpRouteRulesMatchesHeadersType, HttpRouteRulesMatchesMethod, HttpRouteRulesMatchesPath,
     HttpRouteRulesMatchesPathType, HttpRouteRulesMatchesQueryParams,
-    HttpRouteRulesMatchesQueryParamsType, HttpRouteRulesRetry, HttpRouteRulesTimeouts,
-    HttpRouteSpec, HttpRouteUseDefaultGateways as UseDefaultGateways,
+    HttpRouteRulesMatchesQueryParamsType, HttpRouteRulesRetry, HttpRouteRulesSessionPersistence,
+    HttpRouteRulesSessionPersistenceCookieConfigLifetimeType, HttpRouteRulesSessionPersistenceType,
+    HttpRouteRulesTimeouts, HttpRouteSpec, HttpRouteUseDefaultGateways as UseDefaultGateways,
 };
 /// TLSRoute (standard since v1.5; the experimental type adds `useDefaultGateways`).
 pub use gateway_api::experimental::tlsroutes::{TlsRoute, TlsRouteRules, TlsRouteSpec};

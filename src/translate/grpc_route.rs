@@ -135,7 +135,7 @@ fn rule_as_http(rule: &GrpcRouteRules) -> (HttpRouteRules, Vec<Result<GrpcRank, 
         matches,
         name: name.clone(),
         retry: None,
-        // Reported as unsupported by the HTTPRoute translation, as for HTTPRoutes.
+        // The same field as HTTPRoute's: sticky calls to one endpoint.
         session_persistence: session_persistence
             .as_ref()
             .map(|s| same_shape(s).unwrap_or_default()),

@@ -25,8 +25,10 @@ use std::time::Duration;
 
 use super::api::{
     ApiDuration, CORE_GROUP, GATEWAY_GROUP, HttpRoute, HttpRouteParentRefs, HttpRouteRules,
-    HttpRouteRulesBackendRefs, HttpRouteRulesFilters, HttpRouteRulesRetry, HttpRouteRulesTimeouts,
-    HttpRouteSpec, UseDefaultGateways, backend_filter_as_rule_filter,
+    HttpRouteRulesBackendRefs, HttpRouteRulesFilters, HttpRouteRulesRetry,
+    HttpRouteRulesSessionPersistence, HttpRouteRulesSessionPersistenceCookieConfigLifetimeType,
+    HttpRouteRulesSessionPersistenceType, HttpRouteRulesTimeouts, HttpRouteSpec,
+    UseDefaultGateways, backend_filter_as_rule_filter,
 };
 use super::gateway::{GatewayState, RouteKind};
 use super::mesh::TlsCtx;
@@ -39,6 +41,7 @@ use super::status::{
 use super::{Settings, error_chain, group_kind};
 use crate::model::host::InvalidHostname;
 use crate::model::retry::{DEFAULT_RETRY_ATTEMPTS, DEFAULT_RETRY_BACKOFF};
+use crate::model::session::{Carrier, SessionPolicy};
 use crate::model::{
     Backend, BackendId, BackendSet, BackendTarget, BackendTls, Filters, GrpcRank, HostnameMatch,
     ObjectRef, PathMatch, RequestMatch, RetryPolicy, Rule, Timeouts, TlsMode, TlsUnavailable,
@@ -176,10 +179,10 @@ pub enum InvalidRule {
     BackendTimeoutTooLong,
     #[error("retry")]
     Retry(#[source] InvalidRetry),
+    #[error("sessionPersistence")]
+    Session(#[source] InvalidSession),
     #[error("name {0:?} is already the name of an earlier rule")]
     DuplicateName(String),
-    #[error("{0} is not supported yet")]
-    Unsupported(&'static str),
 }
 
 /// Why a rule's `retry` cannot be used.
@@ -191,6 +194,17 @@ pub enum InvalidRetry {
     Attempts(i64),
     #[error("backoff: {0:?} is not a Gateway API duration (like 10s, 500ms, 1h30m)")]
     Backoff(String),
+}
+
+/// Why a rule's `sessionPersistence` cannot be used.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum InvalidSession {
+    #[error("{0}: {1:?} is not a Gateway API duration (like 10s, 500ms, 1h30m)")]
+    Timeout(&'static str, String),
+    #[error("sessionName {0:?} is not a valid {1} name")]
+    Name(String, &'static str),
+    #[error("cookieConfig.lifetimeType Permanent needs absoluteTimeout (the cookie's Max-Age)")]
+    PermanentWithoutTimeout,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -845,11 +859,6 @@ fn compile_rule(
         timeouts,
     } = spec;
     let mut errors = vec![];
-    // Experimental fields pier does not implement yet: the rule is reported invalid (and
-    // answers 500) rather than served without them as if they were not there.
-    if session_persistence.is_some() {
-        errors.push(InvalidRule::Unsupported("sessionPersistence"));
-    }
     // Names must be unique within a route (the experimental CRD checks it; nothing checks a
     // manifest). The later rule is the invalid one.
     if let Some(name) = name
@@ -930,6 +939,15 @@ fn compile_rule(
             None
         });
 
+    let session = session_persistence
+        .as_ref()
+        .map(|s| rule_session(s, key, index))
+        .transpose()
+        .unwrap_or_else(|e| {
+            errors.push(InvalidRule::Session(e));
+            None
+        });
+
     let valid = errors.is_empty();
     // Invalid: no filters, no backends, so it answers 500 (see the module docs).
     let rule = Rule {
@@ -948,6 +966,7 @@ fn compile_rule(
         },
         timeouts: if valid { timeouts } else { Timeouts::default() },
         retry: if valid { retry } else { None },
+        session: if valid { session } else { None },
     };
     (
         CompiledRule {
@@ -1155,6 +1174,80 @@ fn rule_retry(
         Some(s) => api_duration(s).ok_or_else(|| InvalidRetry::Backoff(s.clone()))?,
     };
     Ok(RetryPolicy::new(parsed, attempts, backoff))
+}
+
+/// GEP-1619. Type defaults to Cookie, lifetime to Session. Without `sessionName` the name is
+/// `pier-session-` and 8 hex digits of a hash of the route and rule, so two rules on one host
+/// do not take each other's sessions.
+fn rule_session(
+    HttpRouteRulesSessionPersistence {
+        absolute_timeout,
+        cookie_config,
+        idle_timeout,
+        session_name,
+        r#type,
+    }: &HttpRouteRulesSessionPersistence,
+    route: &ObjectRef,
+    index: usize,
+) -> Result<SessionPolicy, InvalidSession> {
+    let timeout = |field, v: &Option<String>| match v {
+        None => Ok(None),
+        Some(s) => api_duration(s)
+            .filter(|d| !d.is_zero())
+            .map(Some)
+            .ok_or_else(|| InvalidSession::Timeout(field, s.clone())),
+    };
+    let absolute = timeout("absoluteTimeout", absolute_timeout)?;
+    let idle = timeout("idleTimeout", idle_timeout)?;
+    let carrier = match r#type {
+        Some(HttpRouteRulesSessionPersistenceType::Header) => Carrier::Header,
+        None | Some(HttpRouteRulesSessionPersistenceType::Cookie) => {
+            let permanent = matches!(
+                cookie_config
+                    .as_ref()
+                    .and_then(|c| c.lifetime_type.as_ref()),
+                Some(HttpRouteRulesSessionPersistenceCookieConfigLifetimeType::Permanent)
+            );
+            if permanent && absolute.is_none() {
+                return Err(InvalidSession::PermanentWithoutTimeout);
+            }
+            Carrier::Cookie { permanent }
+        }
+    };
+    let name = match session_name {
+        Some(n) => n.clone(),
+        None => {
+            let digest =
+                ring::digest::digest(&ring::digest::SHA256, format!("{route}/{index}").as_bytes());
+            let hex: String = digest.as_ref()[..4]
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect();
+            format!("pier-session-{hex}")
+        }
+    };
+    // A token (RFC 9110 §5.6.2) is what both a cookie name and a header name must be.
+    let token = !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+    if !token {
+        let what = match carrier {
+            Carrier::Header => "header",
+            Carrier::Cookie { .. } => "cookie",
+        };
+        return Err(InvalidSession::Name(name, what));
+    }
+    Ok(SessionPolicy {
+        carrier,
+        name: match carrier {
+            // Header names are case-insensitive; http's `HeaderName` is lower case.
+            Carrier::Header => name.to_ascii_lowercase(),
+            Carrier::Cookie { .. } => name,
+        },
+        absolute,
+        idle,
+    })
 }
 
 // === impl RefProblem, BackendRefError ===

@@ -135,6 +135,7 @@ impl RuleBuilder {
             backends: BackendSet::new(self.backends),
             timeouts: self.timeouts,
             retry: self.retry,
+            session: None,
         })
     }
 }

@@ -14,6 +14,7 @@ fn rule(route: &str, index: usize) -> Arc<Rule> {
         backends: BackendSet::default(),
         timeouts: Timeouts::default(),
         retry: None,
+        session: None,
     })
 }
 

@@ -676,10 +676,12 @@ fn plan<'s>(
         Err(e) => return Plan::Respond(common, Err(e)),
     };
     // Mirrors copy the body through hyper's body types; retries (`service` → `retry`) send
-    // the request again, which the fast path's single exchange does not.
+    // the request again, which the fast path's single exchange does not; session persistence
+    // reads the request's cookies and adds its own to the response.
     if !rule.filters.mirrors.is_empty()
         || !weighted.filters.mirrors.is_empty()
         || rule.retries().is_some()
+        || rule.session.is_some()
     {
         return Plan::Fallback;
     }

@@ -237,7 +237,7 @@ fn cross_namespace_backends_need_a_grant_for_grpc_routes() {
 }
 
 #[test]
-fn session_persistence_on_a_grpc_rule_is_reported_not_ignored() {
+fn session_persistence_on_a_grpc_rule_is_translated_as_for_httproutes() {
     let t = run_with_base(&grpc_route(
         "g",
         "2026-01-01T00:00:00Z",
@@ -245,8 +245,13 @@ fn session_persistence_on_a_grpc_rule_is_reported_not_ignored() {
          \x20 - sessionPersistence: {type: Header, sessionName: s}\n\
          \x20   backendRefs: [{name: svc, port: 80}]\n",
     ));
-    let (ok, reason, msg) = route_cond(grpc_status(&t, "g"), C::Accepted);
-    assert!(!ok);
-    assert_eq!(reason, "UnsupportedValue");
-    assert!(msg.contains("sessionPersistence"), "{msg}");
+    assert!(route_cond(grpc_status(&t, "g"), C::Accepted).0);
+    let rule = &t.snapshot.ports[0].listeners[0]
+        .routes
+        .entries()
+        .next()
+        .unwrap()
+        .rule;
+    let session = rule.session.as_ref().expect("a session policy");
+    assert_eq!(session.name, "s");
 }

@@ -854,34 +854,68 @@ fn rule_names_are_kept_and_a_repeated_name_makes_the_later_rule_invalid() {
 }
 
 #[test]
-fn experimental_fields_pier_does_not_implement_are_reported_not_ignored() {
-    // sessionPersistence (experimental channel) makes its rule invalid; the other rules keep
-    // working and the route says which field and why.
-    let t = run_with_base(&route_yaml(
-        "r",
-        "  parentRefs: [{name: gw}]\n  rules:\n\
-         \x20 - matches: [{path: {type: PathPrefix, value: /sticky}}]\n\
-         \x20   sessionPersistence: {type: Cookie, sessionName: s}\n\
-         \x20   backendRefs: [{name: svc, port: 80}]\n\
-         \x20 - backendRefs: [{name: svc, port: 80}]\n",
-    ));
-    let s = route(&t, "default", "r");
-    let (ok, reason, msg) = route_cond(s, C::PartiallyInvalid);
-    assert!(ok);
-    assert_eq!(reason, "UnsupportedValue");
-    assert!(
-        msg.contains("rules[0]: sessionPersistence is not supported"),
-        "{msg}"
+fn session_persistence_is_translated_and_bad_values_make_the_rule_invalid() {
+    use crate::model::session::{Carrier, SessionPolicy};
+    let rule_of = |sp: &str| {
+        let t = run_with_base(&route_yaml(
+            "r",
+            &format!(
+                "  parentRefs: [{{name: gw}}]\n  rules:\n\
+                 \x20 - sessionPersistence: {sp}\n\
+                 \x20   backendRefs: [{{name: svc, port: 80}}]\n"
+            ),
+        ));
+        let accepted = route_cond(route(&t, "default", "r"), C::Accepted);
+        let session = t.snapshot.ports[0].listeners[0]
+            .routes
+            .entries()
+            .next()
+            .and_then(|e| e.rule.session.clone());
+        (session, accepted)
+    };
+    let (session, accepted) = rule_of(
+        "{sessionName: Sid, absoluteTimeout: 1h, idleTimeout: 10m, \
+         cookieConfig: {lifetimeType: Permanent}}",
     );
-    // Every rule set to use it: nothing left to serve, so the route is not accepted.
-    let t = run_with_base(&route_yaml(
-        "all",
-        "  parentRefs: [{name: gw}]\n  rules:\n\
-         \x20 - sessionPersistence: {type: Cookie, sessionName: s}\n    backendRefs: [{name: svc, port: 80}]\n",
-    ));
-    let (ok, reason, _) = route_cond(route(&t, "default", "all"), C::Accepted);
-    assert!(!ok);
-    assert_eq!(reason, "UnsupportedValue");
+    assert!(accepted.0, "{accepted:?}");
+    assert_eq!(
+        session,
+        Some(SessionPolicy {
+            carrier: Carrier::Cookie { permanent: true },
+            name: "Sid".into(),
+            absolute: Some(Duration::from_secs(3600)),
+            idle: Some(Duration::from_secs(600)),
+        })
+    );
+    // Header type, lower-cased; no timeouts.
+    let (session, _) = rule_of("{type: Header, sessionName: X-Session}");
+    let session = session.unwrap();
+    assert_eq!(
+        (session.carrier, session.name.as_str()),
+        (Carrier::Header, "x-session")
+    );
+    // No name: one per route and rule.
+    let (session, _) = rule_of("{}");
+    let name = session.unwrap().name;
+    assert!(
+        name.starts_with("pier-session-") && name.len() == 21,
+        "{name}"
+    );
+    for bad in [
+        "{idleTimeout: soon}",
+        "{sessionName: \"a b\"}",
+        "{cookieConfig: {lifetimeType: Permanent}}",
+    ] {
+        let (session, (ok, reason, msg)) = rule_of(bad);
+        assert!(session.is_none(), "{bad}");
+        assert!(!ok, "{bad}");
+        assert_eq!(reason, "UnsupportedValue");
+        assert!(msg.contains("sessionPersistence"), "{bad}: {msg}");
+    }
+}
+
+#[test]
+fn experimental_fields_pier_does_not_implement_are_reported_not_ignored() {
     // useDefaultGateways: All is a route-wide request pier cannot honour.
     let t = run_with_base(&route_yaml(
         "dflt",
