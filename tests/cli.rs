@@ -30,6 +30,60 @@ fn check_prints_status_yaml_for_the_examples() {
 }
 
 #[test]
+fn the_tls_and_listener_set_example_is_all_accepted() {
+    let out = pier()
+        .args(["check", "--manifests", "config/examples/tls"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let status: Vec<serde_json::Value> =
+        serde_saphyr::from_str::<serde_json::Value>(&String::from_utf8_lossy(&out.stdout))
+            .ok()
+            .and_then(|v| v.as_array().cloned())
+            .unwrap_or_default();
+    let kinds: Vec<&str> = status.iter().filter_map(|o| o["kind"].as_str()).collect();
+    for kind in ["Gateway", "ListenerSet", "TLSRoute", "HTTPRoute"] {
+        assert!(kinds.contains(&kind), "{kind} missing: {kinds:?}");
+    }
+    // Every condition pier reports is True but Conflicted (nothing refused or unresolved).
+    let mut checked = 0;
+    for o in &status {
+        let s = &o["status"];
+        let lists = [&s["conditions"]]
+            .into_iter()
+            .chain(
+                s["listeners"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|l| &l["conditions"]),
+            )
+            .chain(
+                s["parents"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|p| &p["conditions"]),
+            );
+        for c in lists.filter_map(|c| c.as_array()).flatten() {
+            checked += 1;
+            if c["type"] != "Conflicted" {
+                assert_eq!(
+                    c["status"], "True",
+                    "{} {}: {c}",
+                    o["kind"], o["metadata"]["name"]
+                );
+            }
+        }
+    }
+    assert!(checked >= 20, "{checked} conditions");
+}
+
+#[test]
 fn check_reports_unresolved_references_as_status_not_failure() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(

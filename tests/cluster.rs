@@ -529,6 +529,63 @@ async fn reference_grants_from_v1beta1_when_v1_is_not_served() {
     pier.shutdown().await;
 }
 
+/// With the experimental-channel HTTPRoute CRD (the standard one prunes them), `retry` and
+/// `sessionPersistence` reach pier from the API server: the route is Accepted without
+/// PartiallyInvalid (status read back from the API server), and a session cookie pins requests.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn experimental_route_fields_work_through_the_api_server() {
+    use kube::CustomResourceExt;
+    let c = Cluster::start_without_crds().await;
+    let crds: Vec<_> = pier::crds::all()
+        .into_iter()
+        .map(|crd| {
+            if crd.spec.names.kind != "HTTPRoute" {
+                return crd;
+            }
+            let mut experimental = gateway_api::experimental::httproutes::HttpRoute::crd();
+            experimental.metadata.annotations = crd.metadata.annotations.clone();
+            experimental
+        })
+        .collect();
+    c.cp.apply_crds(&crds).await;
+    let w = world(&c).await;
+    let mut route = http_route(
+        APP,
+        "web",
+        "gw",
+        &[
+            ("/v", backend_ref("v1", None)),
+            ("/s", backend_ref("v2", None)),
+        ],
+    );
+    route["spec"]["rules"][0]["retry"] = json!({ "codes": [503], "attempts": 2 });
+    route["spec"]["rules"][1]["sessionPersistence"] = json!({ "sessionName": "sid" });
+    c.apply(route).await;
+    let pier = start_pier(c.pier_options(LOOPBACK, "replica-a")).await;
+    let status = route_status_when(&c, "accepted", |s| {
+        route_condition(s, "Accepted").is_some_and(|(st, _, _)| st == "True")
+    })
+    .await;
+    assert!(
+        route_condition(&status, "PartiallyInvalid").is_none(),
+        "{status:#}"
+    );
+    w.until("/s", 200, "v2", Duration::from_secs(5)).await;
+    let r = get(&w.url(LOOPBACK, "/s"), &[]).await;
+    let cookie = r.headers["set-cookie"].to_str().unwrap().to_string();
+    assert!(cookie.starts_with("sid="), "{cookie}");
+    // /config shows both policies as pier runs them.
+    let config = get(&format!("http://{}/config", pier.admin_addr), &[])
+        .await
+        .json();
+    let text = config.to_string();
+    assert!(
+        text.contains("\"retry\"") && text.contains("\"session\""),
+        "{text}"
+    );
+    pier.shutdown().await;
+}
+
 /// `config/rbac/make-kubeconfig.sh` makes a kubeconfig pier can run with (needs kubectl, which
 /// `scripts/test` installs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
