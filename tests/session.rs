@@ -8,6 +8,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::Request;
 use http_body_util::Full;
+use pier::echo::EchoServer;
 
 use support::client::{Resp, send};
 use support::mesh::{GATEWAY_CLASS, Pier, namespace};
@@ -73,6 +74,25 @@ spec:
     .to_string()
 }
 
+/// pier with both echo servers behind `app/web` and both routes.
+async fn start(a: &EchoServer, b: &EchoServer) -> Pier {
+    let port = free_port();
+    let files = vec![
+        ("00-class.yaml", GATEWAY_CLASS.to_string()),
+        (
+            "01-namespaces.yaml",
+            [namespace("gw", ""), namespace("app", "")].join("---\n"),
+        ),
+        ("10-gateway.yaml", gateway(port)),
+        (
+            "20-backends.yaml",
+            backends(&[("a", a.addr.port()), ("b", b.addr.port())]),
+        ),
+        ("30-routes.yaml", routes()),
+    ];
+    Pier::start(port, &files).await
+}
+
 async fn request(pier: &Pier, host: &str, header: Option<(&str, &str)>) -> Resp {
     let mut req = Request::get("/").header("host", host);
     if let Some((k, v)) = header {
@@ -94,21 +114,7 @@ fn set_cookie(r: &Resp) -> Option<(String, String)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cookie_sessions_stick_survive_churn_of_others_and_time_out() {
     let (a, b) = (echo("a").await, echo("b").await);
-    let port = free_port();
-    let files = vec![
-        ("00-class.yaml", GATEWAY_CLASS.to_string()),
-        (
-            "01-namespaces.yaml",
-            [namespace("gw", ""), namespace("app", "")].join("---\n"),
-        ),
-        ("10-gateway.yaml", gateway(port)),
-        (
-            "20-backends.yaml",
-            backends(&[("a", a.addr.port()), ("b", b.addr.port())]),
-        ),
-        ("30-routes.yaml", routes()),
-    ];
-    let pier = Pier::start(port, &files).await;
+    let pier = start(&a, &b).await;
 
     // Without a session: a new one, and no pinning (both endpoints answer over a few tries).
     let first = request(&pier, "cookie.example", None).await;
@@ -173,21 +179,7 @@ async fn cookie_sessions_stick_survive_churn_of_others_and_time_out() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn header_sessions_come_back_in_the_header() {
     let (a, b) = (echo("a").await, echo("b").await);
-    let port = free_port();
-    let files = vec![
-        ("00-class.yaml", GATEWAY_CLASS.to_string()),
-        (
-            "01-namespaces.yaml",
-            [namespace("gw", ""), namespace("app", "")].join("---\n"),
-        ),
-        ("10-gateway.yaml", gateway(port)),
-        (
-            "20-backends.yaml",
-            backends(&[("a", a.addr.port()), ("b", b.addr.port())]),
-        ),
-        ("30-routes.yaml", routes()),
-    ];
-    let pier = Pier::start(port, &files).await;
+    let pier = start(&a, &b).await;
     let first = request(&pier, "header.example", None).await;
     let token = first.headers["x-session"].to_str().unwrap().to_string();
     assert!(first.headers.get("set-cookie").is_none());

@@ -200,6 +200,20 @@ fn base(port: u16, pki: &MeshPki, gateway_ca: &Ca) -> Vec<(&'static str, String)
     ]
 }
 
+/// pier on [`base`] plus these backends and routes.
+async fn start(
+    port: u16,
+    pki: &MeshPki,
+    gateway_ca: &Ca,
+    backends: &[String],
+    routes: &[String],
+) -> Pier {
+    let mut files = base(port, pki, gateway_ca);
+    files.push(("20-backends.yaml", backends.join("---\n")));
+    files.push(("30-routes.yaml", routes.join("---\n")));
+    Pier::start(port, &files).await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn passthrough_routes_by_sni_and_relays_the_clients_own_tls() {
     let pki = MeshPki::new();
@@ -207,27 +221,18 @@ async fn passthrough_routes_by_sni_and_relays_the_clients_own_tls() {
     let a = LineServer::spawn("a", Some(&backend_ca.server(&["a.pass.example"]))).await;
     let b = LineServer::spawn("b", Some(&backend_ca.server(&["b.pass.example"]))).await;
     let port = free_port();
-    let mut files = base(port, &pki, &Ca::new("gateway CA"));
-    files.push((
-        "20-backends.yaml",
-        [
-            service("public", "a", a.addr),
-            service("public", "b", b.addr),
-            service("shop", "a", a.addr),
-        ]
-        .join("---\n"),
-    ));
-    files.push((
-        "30-routes.yaml",
-        [
-            tls_route("public", "a", "pass", "a.pass.example", "a"),
-            tls_route("public", "b", "pass", "b.pass.example", "b"),
-            // Meshed: may not attach to a Passthrough listener.
-            tls_route("shop", "meshed", "pass", "meshed.pass.example", "a"),
-        ]
-        .join("---\n"),
-    ));
-    let pier = Pier::start(port, &files).await;
+    let backends = [
+        service("public", "a", a.addr),
+        service("public", "b", b.addr),
+        service("shop", "a", a.addr),
+    ];
+    let routes = [
+        tls_route("public", "a", "pass", "a.pass.example", "a"),
+        tls_route("public", "b", "pass", "b.pass.example", "b"),
+        // Meshed: may not attach to a Passthrough listener.
+        tls_route("shop", "meshed", "pass", "meshed.pass.example", "a"),
+    ];
+    let pier = start(port, &pki, &Ca::new("gateway CA"), &backends, &routes).await;
     let addr = pier.addr();
 
     // The client's handshake is with the backend itself: its certificate (from the backend CA,
@@ -305,24 +310,15 @@ async fn terminate_relays_plaintext_or_originates_mesh_mtls_and_fails_closed() {
     let plain = LineServer::spawn("plain", None).await;
     let workload = Workload::spawn(&pki.workload, &pki.client_ca).await;
     let port = free_port();
-    let mut files = base(port, &pki, &gateway_ca);
-    files.push((
-        "20-backends.yaml",
-        [
-            service("public", "plain", plain.addr),
-            service("shop", "web", workload.addr),
-        ]
-        .join("---\n"),
-    ));
-    files.push((
-        "30-routes.yaml",
-        [
-            tls_route("public", "plain", "term", "plain.term.example", "plain"),
-            tls_route("shop", "web", "term", "web.term.example", "web"),
-        ]
-        .join("---\n"),
-    ));
-    let pier = Pier::start(port, &files).await;
+    let backends = [
+        service("public", "plain", plain.addr),
+        service("shop", "web", workload.addr),
+    ];
+    let routes = [
+        tls_route("public", "plain", "term", "plain.term.example", "plain"),
+        tls_route("shop", "web", "term", "web.term.example", "web"),
+    ];
+    let pier = start(port, &pki, &gateway_ca, &backends, &routes).await;
     let addr = pier.addr();
 
     // pier's certificate (gateway CA), plaintext to a server-speaks-first backend.

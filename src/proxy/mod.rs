@@ -147,6 +147,20 @@ pub(crate) struct Shared {
     pub retry_budgets: RetryBudgets,
 }
 
+impl Shared {
+    /// Counts a request (or stream) against `endpoint` of `backend` (for P2C and the
+    /// in-flight gauge) until dropped.
+    pub fn in_flight(
+        &self,
+        snapshot: &Arc<Snapshot>,
+        backend: &crate::model::Backend,
+        endpoint: &crate::model::Endpoint,
+    ) -> upstream::InFlight {
+        let gauge = self.metrics.in_flight_of(snapshot, &backend.id);
+        upstream::InFlight::new(endpoint.stats.clone(), gauge)
+    }
+}
+
 #[derive(Default)]
 struct Ports {
     bound: BTreeMap<PortKey, BoundPort>,

@@ -164,10 +164,7 @@ async fn attempt<'s>(
         addr: endpoint.addr,
         upgrade: false,
     };
-    let in_flight = InFlight::new(
-        endpoint.stats.clone(),
-        shared.metrics.in_flight_of(snapshot, &backend.id),
-    );
+    let in_flight = shared.in_flight(snapshot, backend, endpoint);
     service::exchange(shared, req.rule, target, endpoint, up, in_flight).await
 }
 

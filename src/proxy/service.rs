@@ -416,10 +416,7 @@ async fn forward<'s>(
         addr: endpoint.addr,
         upgrade,
     };
-    let in_flight = InFlight::new(
-        endpoint.stats.clone(),
-        shared.metrics.in_flight_of(snapshot, &backend.id),
-    );
+    let in_flight = shared.in_flight(snapshot, backend, endpoint);
     let (mut resp, in_flight) = exchange(shared, rule, target, endpoint, up, in_flight)
         .await
         .map_err(|e| match fault.as_ref().and_then(|f| f.get()) {

@@ -38,7 +38,6 @@ use super::drain::DrainToken;
 use super::error::ProxyError;
 use super::metrics::{StreamMode, StreamResult};
 use super::service;
-use super::upstream::InFlight;
 use crate::model::host::normalize_host;
 use crate::model::matcher::RequestParts;
 use crate::model::{Backend, BackendTarget, BackendTls, Endpoint, Listener, Snapshot, TlsMode};
@@ -244,10 +243,7 @@ async fn passthrough(
     let Plan {
         backend, endpoint, ..
     } = plan;
-    let in_flight = InFlight::new(
-        endpoint.stats.clone(),
-        shared.metrics.in_flight_of(snapshot, &backend.id),
-    );
+    let in_flight = shared.in_flight(snapshot, backend, endpoint);
     let (mut up, _open) = match connect(shared, backend, endpoint, None).await {
         Ok(c) => c,
         Err(result) => return result,
@@ -290,10 +286,7 @@ async fn terminate(
         BackendTls::Tls(t) => Some(&**t),
         _ => None,
     };
-    let in_flight = InFlight::new(
-        endpoint.stats.clone(),
-        shared.metrics.in_flight_of(snapshot, &backend.id),
-    );
+    let in_flight = shared.in_flight(snapshot, backend, endpoint);
     let (up, _open) = match connect(shared, backend, endpoint, tls).await {
         Ok(c) => c,
         Err(result) => return result,

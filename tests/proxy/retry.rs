@@ -57,6 +57,10 @@ fn metric(h: &Harness, line: &str) -> bool {
     h.metrics_text().lines().any(|l| l == line)
 }
 
+fn assert_metric(h: &Harness, line: &str) {
+    assert!(metric(h, line), "{line} missing in\n{}", h.metrics_text());
+}
+
 #[tokio::test]
 async fn a_listed_status_is_retried_until_the_backend_succeeds() {
     let b = flaky::failing(2, Answer::Status(500)).await;
@@ -65,13 +69,9 @@ async fn a_listed_status_is_retried_until_the_backend_succeeds() {
     assert_eq!(resp.status, 200);
     assert_eq!(resp.text(), "ok 3");
     assert_eq!(b.count(), 3, "two failures, then the success");
-    assert!(
-        metric(
-            &h,
-            r#"pier_proxy_upstream_retries_total{backend="default/b:80",reason="status"} 2"#
-        ),
-        "{}",
-        h.metrics_text()
+    assert_metric(
+        &h,
+        r#"pier_proxy_upstream_retries_total{backend="default/b:80",reason="status"} 2"#,
     );
     // The request counts once, with the answer the client got.
     assert!(
@@ -137,13 +137,9 @@ async fn a_reset_before_the_response_is_retried_without_listed_codes() {
     let resp = bounded(send(addr, get("x", "/"))).await;
     assert_eq!(resp.status, 200);
     assert_eq!(b.count(), 2);
-    assert!(
-        metric(
-            &h,
-            r#"pier_proxy_upstream_retries_total{backend="default/b:80",reason="reset"} 1"#
-        ),
-        "{}",
-        h.metrics_text()
+    assert_metric(
+        &h,
+        r#"pier_proxy_upstream_retries_total{backend="default/b:80",reason="reset"} 1"#,
     );
     bounded(h.proxy.shutdown(BOUND)).await;
 }
@@ -165,13 +161,9 @@ async fn a_refused_connection_is_retried_on_another_endpoint() {
     // With only dead endpoints every attempt fails: the last error is the answer.
     let (h, addr) = serve(retrying(&backend("d", &[refused_addr()]), &[], 2)).await;
     assert_eq!(bounded(send(addr, get("x", "/"))).await.status, 502);
-    assert!(
-        metric(
-            &h,
-            r#"pier_proxy_upstream_retries_total{backend="default/d:80",reason="connect"} 2"#
-        ),
-        "{}",
-        h.metrics_text()
+    assert_metric(
+        &h,
+        r#"pier_proxy_upstream_retries_total{backend="default/d:80",reason="connect"} 2"#,
     );
     bounded(h.proxy.shutdown(BOUND)).await;
 }
@@ -211,13 +203,9 @@ async fn a_backend_request_timeout_is_retried() {
     let (h, addr) = serve(r).await;
     assert_eq!(bounded(send(addr, get("x", "/"))).await.status, 200);
     assert_eq!(b.count(), 2);
-    assert!(
-        metric(
-            &h,
-            r#"pier_proxy_upstream_retries_total{backend="default/b:80",reason="timeout"} 1"#
-        ),
-        "{}",
-        h.metrics_text()
+    assert_metric(
+        &h,
+        r#"pier_proxy_upstream_retries_total{backend="default/b:80",reason="timeout"} 1"#,
     );
     bounded(h.proxy.shutdown(BOUND)).await;
 }
@@ -411,13 +399,9 @@ async fn a_spent_budget_refuses_the_retry_and_returns_the_last_response() {
     assert_eq!(resp.status, 500);
     let attempts = b.count();
     assert!((4..=7).contains(&attempts), "{attempts} attempts");
-    assert!(
-        metric(
-            &h,
-            r#"pier_proxy_upstream_retries_refused_total{backend="default/b:80"} 1"#
-        ),
-        "{}",
-        h.metrics_text()
+    assert_metric(
+        &h,
+        r#"pier_proxy_upstream_retries_refused_total{backend="default/b:80"} 1"#,
     );
     bounded(h.proxy.shutdown(BOUND)).await;
 }

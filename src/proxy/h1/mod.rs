@@ -50,7 +50,7 @@ use super::drain::DrainToken;
 use super::error::ProxyError;
 use super::metrics::Transport;
 use super::service::{self, Decision, LogHead, RouteInput, Routed, Seen};
-use super::upstream::{InFlight, Raw, RawConn, Stream, Target};
+use super::upstream::{Raw, RawConn, Stream, Target};
 use super::validate;
 use crate::model::filter::CorsResponse;
 use crate::model::host::normalize_host;
@@ -352,10 +352,7 @@ where
             addr: endpoint.addr,
             upgrade: false,
         };
-        let in_flight = InFlight::new(
-            endpoint.stats.clone(),
-            shared.metrics.in_flight_of(snapshot, &backend.id),
-        );
+        let in_flight = shared.in_flight(snapshot, backend, endpoint);
         let exchange = exchange(
             shared,
             &mut self.ubuf,
