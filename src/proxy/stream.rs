@@ -329,21 +329,25 @@ where
         clock: Instant::now(),
         last: AtomicU64::new(0),
     });
-    let (mut down_r, mut down_w) = tokio::io::split(Active {
+    let (down_r, mut down_w) = tokio::io::split(Active {
         io: down,
         activity: activity.clone(),
     });
-    let (mut up_r, mut up_w) = tokio::io::split(Active {
+    let (up_r, mut up_w) = tokio::io::split(Active {
         io: up,
         activity: activity.clone(),
     });
+    // One read takes up to a whole TLS record (16 KiB), where `tokio::io::copy`'s 8 KiB
+    // buffer takes it in two (BENCHMARKS.md, TLS passthrough).
+    let mut down_r = tokio::io::BufReader::with_capacity(RELAY_BUFFER, down_r);
+    let mut up_r = tokio::io::BufReader::with_capacity(RELAY_BUFFER, up_r);
     let to_up = async {
-        let r = tokio::io::copy(&mut down_r, &mut up_w).await;
+        let r = tokio::io::copy_buf(&mut down_r, &mut up_w).await;
         let _ = up_w.shutdown().await;
         r
     };
     let to_down = async {
-        let r = tokio::io::copy(&mut up_r, &mut down_w).await;
+        let r = tokio::io::copy_buf(&mut up_r, &mut down_w).await;
         let _ = down_w.shutdown().await;
         r
     };
@@ -374,6 +378,9 @@ where
         _ = drain.closed() => {}
     }
 }
+
+/// Bytes read at once in each direction of a stream (memory per stream: twice this).
+const RELAY_BUFFER: usize = 16 * 1024;
 
 /// How long a stream with one direction done may stay quiet before it is closed (HAProxy's
 /// `timeout client-fin`/`server-fin`): a peer that half-closes and never finishes does not
