@@ -6,6 +6,7 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -16,7 +17,7 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use prometheus_client::registry::Registry;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::watch;
 
 use crate::publish::Shared;
@@ -88,21 +89,71 @@ pub async fn serve(
             },
             _ = async { let _ = shutdown.wait_for(|s| *s).await; } => return,
         };
-        let state = state.clone();
-        tokio::spawn(async move {
-            let svc = service_fn(move |req| {
-                let state = state.clone();
-                async move { Ok::<_, Infallible>(handle(&state, &req)) }
-            });
-            let conn = http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(std::time::Duration::from_secs(5))
-                .serve_connection(TokioIo::new(stream), svc);
-            if let Err(e) = conn.await {
-                tracing::debug!(error = %e, "admin connection error");
-            }
-        });
+        serve_connection(stream, state.clone());
     }
+}
+
+/// [`serve`] on a Unix socket (`--admin-socket`); removes the socket file when it stops.
+pub async fn serve_unix(
+    listener: UnixListener,
+    path: PathBuf,
+    state: Arc<AdminState>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    loop {
+        let (stream, _) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!(error = %e, "admin accept failed");
+                    continue;
+                }
+            },
+            _ = async { let _ = shutdown.wait_for(|s| *s).await; } => break,
+        };
+        serve_connection(stream, state.clone());
+    }
+    let _ = std::fs::remove_file(&path);
+}
+
+/// Binds the admin Unix socket at `path`, readable and writable by its owner and group only
+/// (0660): who may talk to it is the file's permissions. A socket file left by an earlier run is
+/// replaced; any other file at `path` is an error (it is never deleted).
+pub fn bind_unix(path: &Path) -> std::io::Result<UnixListener> {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_socket() => std::fs::remove_file(path)?,
+        Ok(_) => {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                format!("{} exists and is not a socket", path.display()),
+            ));
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    let listener = UnixListener::bind(path)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))?;
+    Ok(listener)
+}
+
+fn serve_connection<S>(stream: S, state: Arc<AdminState>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    tokio::spawn(async move {
+        let svc = service_fn(move |req| {
+            let state = state.clone();
+            async move { Ok::<_, Infallible>(handle(&state, &req)) }
+        });
+        let conn = http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(std::time::Duration::from_secs(5))
+            .serve_connection(TokioIo::new(stream), svc);
+        if let Err(e) = conn.await {
+            tracing::debug!(error = %e, "admin connection error");
+        }
+    });
 }
 
 pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {

@@ -143,6 +143,10 @@ pub struct RunArgs {
     /// everything but /healthz and /readyz.
     #[arg(long, value_name = "FILE")]
     pub admin_token_file: Option<PathBuf>,
+    /// Also serve the admin API on this Unix socket (mode 0660: its owner and group may use
+    /// it), for operators who must reach it from beyond loopback without a TCP port.
+    #[arg(long, value_name = "PATH")]
+    pub admin_socket: Option<PathBuf>,
     #[command(flatten)]
     pub common: CommonArgs,
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]

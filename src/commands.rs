@@ -69,6 +69,7 @@ async fn run_cmd(a: RunArgs) -> anyhow::Result<()> {
         source,
         listen_host: a.listen_host,
         admin: a.admin,
+        admin_socket: a.admin_socket.clone(),
         translate: {
             let mut t = a.common.translate_settings();
             if t.advertise.is_empty() && !a.listen_host.is_unspecified() {

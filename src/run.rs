@@ -36,6 +36,8 @@ pub struct RunOptions {
     pub source: Source,
     pub listen_host: IpAddr,
     pub admin: SocketAddr,
+    /// `--admin-socket`: the admin server also on this Unix socket (mode 0660).
+    pub admin_socket: Option<PathBuf>,
     pub translate: translate::Settings,
     pub access_log: bool,
     /// Idle connections, slow request bodies, path normalisation.
@@ -123,6 +125,7 @@ pub struct Running {
     shutdown: watch::Sender<bool>,
     task: JoinHandle<()>,
     admin_task: JoinHandle<()>,
+    admin_socket_task: Option<JoinHandle<()>>,
 }
 
 /// What feeds the run loop (one per run).
@@ -148,6 +151,7 @@ impl RunOptions {
             source,
             listen_host: IpAddr::from([0, 0, 0, 0]),
             admin: SocketAddr::from(([127, 0, 0, 1], 9901)),
+            admin_socket: None,
             translate: translate::Settings::default(),
             access_log: false,
             limits: crate::proxy::Limits::default(),
@@ -180,6 +184,9 @@ impl Running {
         let _ = self.shutdown.send(true);
         let _ = self.task.await;
         let _ = self.admin_task.await;
+        if let Some(t) = self.admin_socket_task {
+            let _ = t.await;
+        }
     }
 
     /// Whether `/readyz` says ready.
@@ -211,6 +218,20 @@ pub async fn start(opts: RunOptions) -> anyhow::Result<Running> {
         registry,
         token: opts.admin_token.clone(),
     });
+    let admin_socket_task = match &opts.admin_socket {
+        Some(path) => {
+            let listener = crate::admin::bind_unix(path)
+                .with_context(|| format!("cannot bind the admin server to {}", path.display()))?;
+            tracing::info!(socket = %path.display(), "admin server listening");
+            Some(tokio::spawn(crate::admin::serve_unix(
+                listener,
+                path.clone(),
+                admin_state.clone(),
+                shutdown_rx.clone(),
+            )))
+        }
+        None => None,
+    };
     let admin_task = tokio::spawn(crate::admin::serve(
         admin_listener,
         admin_state,
@@ -319,6 +340,7 @@ pub async fn start(opts: RunOptions) -> anyhow::Result<Running> {
         shutdown,
         task,
         admin_task,
+        admin_socket_task,
     })
 }
 

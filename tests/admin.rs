@@ -82,6 +82,63 @@ async fn an_admin_token_guards_everything_but_the_probes() {
     pier.shutdown().await;
 }
 
+/// `GET path` over the Unix socket at `sock`, with `extra` header lines: the status code.
+async fn get_unix(sock: &std::path::Path, path: &str, extra: &str) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::UnixStream::connect(sock).await.unwrap();
+    let req = format!("GET {path} HTTP/1.1\r\nHost: pier\r\n{extra}Connection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut out = vec![];
+    bounded(s.read_to_end(&mut out)).await.unwrap();
+    let text = String::from_utf8_lossy(&out);
+    text.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+#[tokio::test]
+async fn the_admin_api_on_a_unix_socket_is_owner_and_group_only_and_keeps_the_token() {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    init();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("gateway.yaml"), gateway(free_port())).unwrap();
+    let sock = dir.path().join("admin.sock");
+    // A socket left by an earlier run is replaced; a regular file is never deleted.
+    let stale = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    drop(stale);
+    let token_file = dir.path().join(".token");
+    std::fs::write(&token_file, "t0ken\n").unwrap();
+    let pier = run::start(RunOptions {
+        admin_socket: Some(sock.clone()),
+        admin_token: Some(pier::admin::AdminToken::read(&token_file).unwrap()),
+        ..options(dir.path())
+    })
+    .await
+    .unwrap();
+    let meta = std::fs::symlink_metadata(&sock).unwrap();
+    assert!(meta.file_type().is_socket());
+    assert_eq!(meta.permissions().mode() & 0o777, 0o660);
+    assert_eq!(get_unix(&sock, "/readyz", "").await, 200);
+    assert_eq!(get_unix(&sock, "/config", "").await, 401);
+    let auth = "Authorization: Bearer t0ken\r\n";
+    assert_eq!(get_unix(&sock, "/config", auth).await, 200);
+    // The TCP admin address still answers.
+    let url = format!("http://{}/readyz", pier.admin_addr);
+    assert_eq!(get(&url, &[]).await.status, 200);
+    pier.shutdown().await;
+    assert!(!sock.exists(), "the socket file is removed at shutdown");
+
+    // Something else at the path: pier refuses to start, and leaves it alone.
+    std::fs::write(&sock, "not a socket").unwrap();
+    let err = run::start(RunOptions {
+        admin_socket: Some(sock.clone()),
+        ..options(dir.path())
+    })
+    .await
+    .err()
+    .expect("a regular file is not replaced");
+    assert!(format!("{err:#}").contains("not a socket"), "{err:#}");
+    assert_eq!(std::fs::read_to_string(&sock).unwrap(), "not a socket");
+}
+
 /// A `kubernetes.io/tls` Secret `default/<name>` from PEM text.
 fn tls_secret(name: &str, cert_pem: &str, key_pem: &str) -> String {
     let indent = |s: &str| s.lines().map(|l| format!("    {l}\n")).collect::<String>();
