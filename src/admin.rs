@@ -73,15 +73,45 @@ impl std::fmt::Debug for AdminToken {
 }
 
 /// Serves until `shutdown` turns true.
-pub async fn serve(
-    listener: TcpListener,
+pub async fn serve(listener: TcpListener, state: Arc<AdminState>, shutdown: watch::Receiver<bool>) {
+    accept_loop(
+        || async { listener.accept().await.map(|(s, _)| s) },
+        state,
+        shutdown,
+    )
+    .await;
+}
+
+/// [`serve`] on a Unix socket (`--admin-socket`); removes the socket file when it stops.
+pub async fn serve_unix(
+    listener: UnixListener,
+    path: PathBuf,
+    state: Arc<AdminState>,
+    shutdown: watch::Receiver<bool>,
+) {
+    accept_loop(
+        || async { listener.accept().await.map(|(s, _)| s) },
+        state,
+        shutdown,
+    )
+    .await;
+    let _ = std::fs::remove_file(&path);
+}
+
+/// Accepts connections with `accept` and serves each, until `shutdown` turns true.
+async fn accept_loop<A, F, S>(
+    mut accept: A,
     state: Arc<AdminState>,
     mut shutdown: watch::Receiver<bool>,
-) {
+) where
+    A: FnMut() -> F,
+    F: std::future::Future<Output = std::io::Result<S>>,
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     loop {
-        let (stream, _) = tokio::select! {
-            r = listener.accept() => match r {
-                Ok(c) => c,
+        let stream = tokio::select! {
+            r = accept() => match r {
+                Ok(s) => s,
                 Err(e) => {
                     tracing::warn!(error = %e, "admin accept failed");
                     continue;
@@ -91,29 +121,6 @@ pub async fn serve(
         };
         serve_connection(stream, state.clone());
     }
-}
-
-/// [`serve`] on a Unix socket (`--admin-socket`); removes the socket file when it stops.
-pub async fn serve_unix(
-    listener: UnixListener,
-    path: PathBuf,
-    state: Arc<AdminState>,
-    mut shutdown: watch::Receiver<bool>,
-) {
-    loop {
-        let (stream, _) = tokio::select! {
-            r = listener.accept() => match r {
-                Ok(c) => c,
-                Err(e) => {
-                    tracing::warn!(error = %e, "admin accept failed");
-                    continue;
-                }
-            },
-            _ = async { let _ = shutdown.wait_for(|s| *s).await; } => break,
-        };
-        serve_connection(stream, state.clone());
-    }
-    let _ = std::fs::remove_file(&path);
 }
 
 /// Binds the admin Unix socket at `path`, readable and writable by its owner and group only
