@@ -84,6 +84,9 @@ pub(super) struct Retried<'s, 'r> {
     /// The prepared head (filters applied) and the path to send.
     pub parts: &'r Parts,
     pub path: &'r PathAndQuery,
+    /// The endpoint of the request's session (session persistence): the first attempt goes
+    /// there while it is available.
+    pub pinned: Option<SocketAddr>,
 }
 
 /// Whether a request body can be buffered for retries: none, or a declared length within
@@ -156,7 +159,16 @@ async fn attempt<'s>(
     seen: &mut Seen<'s>,
 ) -> Result<(Response<UpstreamBody>, InFlight), ProxyError> {
     let backend = req.backend;
-    let endpoint = pick_endpoint(shared, backend, seen.upstream)?;
+    let pinned = match seen.upstream {
+        None => req
+            .pinned
+            .and_then(|a| backend.available_at(a, shared.clock.now_ms())),
+        Some(_) => None,
+    };
+    let endpoint = match pinned {
+        Some(e) => e,
+        None => pick_endpoint(shared, backend, seen.upstream)?,
+    };
     seen.upstream = Some(endpoint.addr);
     let up = upstream::request(req.parts.clone_head(), body, req.path.clone());
     let target = Target {

@@ -371,12 +371,13 @@ async fn forward<'s>(
             backend,
             parts: &parts,
             path: &path,
+            pinned: session.as_ref().and_then(|s| s.carried).map(|c| c.endpoint),
         };
         // Boxed: the retry loop's state is only paid for by requests that may retry.
         let (resp, in_flight) = Box::pin(retry::forward(shared, snapshot, req, body, seen)).await?;
         let mut resp = finish_response(resp, rule, weighted, cors.as_ref(), in_flight);
-        // Retries pick their endpoints themselves (a session does not pin them yet); the one
-        // that answered carries the session on.
+        // The first attempt goes to the session's endpoint; the one that answered (after any
+        // retries) carries the session on.
         if let (Some(s), Some(addr)) = (&session, seen.upstream) {
             s.answer(&mut resp, addr);
         }

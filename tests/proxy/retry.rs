@@ -435,3 +435,39 @@ async fn the_default_budget_keeps_a_failing_backend_from_being_hammered() {
     assert!(refused.parse::<u64>().unwrap() > 0);
     bounded(h.proxy.shutdown(BOUND)).await;
 }
+
+#[tokio::test]
+async fn a_session_pins_the_first_attempt_and_follows_the_endpoint_that_answered() {
+    use pier::model::{Carrier, Session, SessionPolicy};
+    let a = flaky::always(Answer::Ok).await;
+    let b = flaky::always(Answer::Ok).await;
+    let policy = SessionPolicy {
+        carrier: Carrier::Header,
+        name: "x-session".into(),
+        absolute: None,
+        idle: None,
+    };
+    let r = rule("ns/r")
+        .to(&backend("b", &[a.addr, b.addr]))
+        .retry(&[500], 1, Duration::ZERO)
+        .session(policy)
+        .build();
+    let (h, addr) = serve(r).await;
+    let token = Session {
+        endpoint: b.addr,
+        created: 1,
+        last: 1,
+    }
+    .encode();
+    // A far-past creation time with no timeouts is still a live session.
+    for _ in 0..10 {
+        let req = Request::get("/")
+            .header(http::header::HOST, "x")
+            .header("x-session", &token)
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        assert_eq!(bounded(send(addr, req)).await.status, 200);
+    }
+    assert_eq!((a.count(), b.count()), (0, 10));
+    bounded(h.proxy.shutdown(BOUND)).await;
+}

@@ -64,6 +64,7 @@ pub struct RuleBuilder {
     backends: Vec<WeightedBackend>,
     timeouts: Timeouts,
     retry: Option<RetryPolicy>,
+    session: Option<pier::model::SessionPolicy>,
 }
 
 pub fn rule(route: &str) -> RuleBuilder {
@@ -73,6 +74,7 @@ pub fn rule(route: &str) -> RuleBuilder {
         backends: vec![],
         timeouts: Timeouts::default(),
         retry: None,
+        session: None,
     }
 }
 
@@ -120,6 +122,11 @@ impl RuleBuilder {
         self
     }
 
+    pub fn session(mut self, policy: pier::model::SessionPolicy) -> Self {
+        self.session = Some(policy);
+        self
+    }
+
     /// Retries `codes` (and connection failures) up to `attempts` times, `backoff` apart.
     pub fn retry(mut self, codes: &[u16], attempts: u32, backoff: Duration) -> Self {
         self.retry = Some(RetryPolicy::new(codes.to_vec(), attempts, backoff));
@@ -135,7 +142,7 @@ impl RuleBuilder {
             backends: BackendSet::new(self.backends),
             timeouts: self.timeouts,
             retry: self.retry,
-            session: None,
+            session: self.session,
         })
     }
 }
