@@ -24,7 +24,6 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::{HeaderMap, Method, StatusCode};
-use rand::Rng;
 use rustls::ServerConfig;
 use rustls::server::{Accepted, Acceptor};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
@@ -83,11 +82,15 @@ pub async fn serve(
         Ok(Ok(hello)) => hello,
         Ok(Err(error)) => {
             tracing::debug!(%peer, port = info.port, error = %crate::translate::error_chain(&error), "no ClientHello");
-            return stream_done(shared, None, StreamMode::Unknown, StreamResult::BadHello);
+            return shared
+                .metrics
+                .stream(None, StreamMode::Unknown, StreamResult::BadHello);
         }
         Err(_) => {
             tracing::debug!(%peer, port = info.port, "no ClientHello within the handshake timeout");
-            return stream_done(shared, None, StreamMode::Unknown, StreamResult::BadHello);
+            return shared
+                .metrics
+                .stream(None, StreamMode::Unknown, StreamResult::BadHello);
         }
     };
     let sni = accepted
@@ -100,7 +103,7 @@ pub async fn serve(
         Err((listener, result)) => {
             tracing::debug!(%peer, port = info.port, sni = sni.as_deref().unwrap_or(""), ?result, "TLS stream not routed");
             let mode = listener.map_or(StreamMode::Unknown, mode_of);
-            return stream_done(shared, listener.map(|l| &l.id), mode, result);
+            return shared.metrics.stream(listener.map(|l| &l.id), mode, result);
         }
     };
     let listener = plan.listener;
@@ -121,7 +124,7 @@ pub async fn serve(
         )
         .await
     };
-    stream_done(shared, Some(&listener.id), mode, result);
+    shared.metrics.stream(Some(&listener.id), mode, result);
 }
 
 fn mode_of(listener: &Listener) -> StreamMode {
@@ -130,15 +133,6 @@ fn mode_of(listener: &Listener) -> StreamMode {
     } else {
         StreamMode::Terminate
     }
-}
-
-fn stream_done(
-    shared: &Shared,
-    listener: Option<&crate::model::ListenerId>,
-    mode: StreamMode,
-    result: StreamResult,
-) {
-    shared.metrics.stream(listener, mode, result);
 }
 
 /// Reads until rustls has a complete ClientHello, keeping every byte read (a passthrough
@@ -218,12 +212,7 @@ fn plan<'s>(
         shared.metrics.tls_unavailable(&backend.id, why);
         return Err(no_backend);
     }
-    let now = shared.clock.now_ms();
-    let endpoint = {
-        let mut rng = rand::rng();
-        backend.pick(now, rng.random(), rng.random())
-    }
-    .ok_or(no_backend)?;
+    let endpoint = service::pick_endpoint(shared, backend).map_err(|_| no_backend)?;
     Ok(Plan {
         listener,
         backend,

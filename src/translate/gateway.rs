@@ -861,24 +861,20 @@ impl GatewayState {
         listener_id(&self.key, &self.sets, l)
     }
 
-    /// Statuses of the ListenerSets that name this Gateway as their parent.
-    pub fn set_statuses(&self) -> impl Iterator<Item = (ObjectRef, ListenerSetStatus)> + '_ {
-        let gateway_accepted = self.status_accepted();
+    /// Statuses of the ListenerSets that name this Gateway as their parent; `status` is the
+    /// Gateway's own ([`GatewayState::status`]): its Accepted condition decides theirs.
+    pub fn set_statuses<'a>(
+        &'a self,
+        status: &GatewayStatus,
+    ) -> impl Iterator<Item = (ObjectRef, ListenerSetStatus)> + 'a {
+        let gateway_accepted = status.conditions.iter().any(|c| {
+            c.status && c.type_ == GatewayCondType::Gateway(GatewayConditionType::Accepted)
+        });
         self.sets.iter().enumerate().map(move |(i, set)| {
             let listeners: Vec<&ListenerState> =
                 self.listeners.iter().filter(|l| l.set == Some(i)).collect();
             (set.key.clone(), set.status(&listeners, gateway_accepted))
         })
-    }
-
-    /// Whether the Gateway itself is Accepted (a ListenerSet's parent must be).
-    fn status_accepted(&self) -> bool {
-        self.addresses.unsupported.is_none()
-            && self.tls.invalid_parameters().is_none()
-            && self
-                .listeners
-                .iter()
-                .any(|l| l.set.is_none() && l.accepts_routes())
     }
 }
 

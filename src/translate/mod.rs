@@ -236,8 +236,9 @@ pub fn translate_with(
     status.backend_tls_policies = backends.tls.statuses(&settings.controller_name);
     let snapshot = snapshot(&gateways, tables);
     for gw in &gateways {
-        status.gateways.insert(gw.key.clone(), gw.status());
-        status.listener_sets.extend(gw.set_statuses());
+        let gw_status = gw.status();
+        status.listener_sets.extend(gw.set_statuses(&gw_status));
+        status.gateways.insert(gw.key.clone(), gw_status);
     }
     let tls = gateways
         .iter()
