@@ -139,7 +139,24 @@ pub fn mesh_schema() -> JSONSchemaProps {
                 "x-kubernetes-preserve-unknown-fields": true
             },
             "labelSelector": selector("GEP-3951"),
-            "selector": selector("GEP-3792")
+            "selector": selector("GEP-3792"),
+            "identity": {
+                "description": "pier's extension: the workload identity each meshed endpoint \
+                    must present, made from its Pod's ServiceAccount. scheme SPIFFE expects \
+                    spiffe://<trustDomain>/ns/<namespace>/sa/<serviceAccount> (Istio, SPIRE); \
+                    Linkerd expects <serviceAccount>.<namespace>.serviceaccount.identity.linkerd.<trustDomain> \
+                    (also sent as SNI); None checks the chain only (the default when absent).",
+                "type": "object",
+                "required": ["scheme"],
+                "properties": {
+                    "scheme": { "type": "string", "enum": ["SPIFFE", "Linkerd", "None"] },
+                    "trustDomain": {
+                        "description": "The mesh's trust domain; defaults to pier's --cluster-domain.",
+                        "type": "string",
+                        "maxLength": 253
+                    }
+                }
+            }
         }
     });
     serde_json::from_value(schema).expect("the mesh schema is a valid JSONSchemaProps")

@@ -127,7 +127,7 @@ fn backend(b: &WeightedBackend) -> BackendSummary<'_> {
         BackendTarget::Service(s) => (
             s.id.to_string(),
             s.protocol,
-            s.endpoints.iter().map(|e| e.addr.to_string()).collect(),
+            s.endpoints.iter().map(endpoint_summary).collect(),
             tls_summary(&s.tls),
         ),
         BackendTarget::Invalid => (
@@ -159,7 +159,33 @@ fn tls_summary(t: &BackendTls) -> String {
             u.server_name.to_str(),
             u.trust_key
         ),
+        BackendTls::PerEndpoint(ids) => {
+            let unresolved: Vec<String> = ids
+                .unresolved
+                .iter()
+                .map(|(a, why)| format!("{a}: {why}"))
+                .collect();
+            format!(
+                "per-endpoint({}, unresolved=[{}])",
+                ids.scheme,
+                unresolved.join("; ")
+            )
+        }
         BackendTls::Unavailable(why) => format!("unavailable({})", why.as_str()),
+    }
+}
+
+/// The address, and with per-endpoint identity what the endpoint must present and the SNI.
+fn endpoint_summary(e: &pier::model::Endpoint) -> String {
+    match &e.tls {
+        None => e.addr.to_string(),
+        Some(t) => format!(
+            "{} identity={} sni={} trust_key={:016x}",
+            e.addr,
+            t.identity.as_deref().unwrap_or("-"),
+            t.server_name.to_str(),
+            t.trust_key
+        ),
     }
 }
 

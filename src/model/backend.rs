@@ -70,9 +70,51 @@ pub enum BackendTls {
     Plain,
     /// Mesh mTLS or BackendTLSPolicy TLS, with a ready-built rustls config.
     Tls(Arc<UpstreamTls>),
+    /// Mesh mTLS where each endpoint has its own expected workload identity (the mesh
+    /// stanza's `identity`): every endpoint carries its config ([`Endpoint::tls`]); one without
+    /// fails closed. Endpoints whose identity could not be resolved are not in the backend.
+    PerEndpoint(Arc<EndpointIdentities>),
     /// TLS is required (a meshed route, a BackendTLSPolicy) but no usable configuration
     /// exists: requests get a 503 and nothing is sent.
     Unavailable(TlsUnavailable),
+}
+
+/// A backend whose endpoints are checked against their own workload identity.
+#[derive(Clone, Debug, Serialize)]
+pub struct EndpointIdentities {
+    /// The naming scheme (`SPIFFE`, `Linkerd`), for status and dumps.
+    pub scheme: &'static str,
+    /// Endpoints left out because pier cannot tell which identity they must present (sorted
+    /// by address).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unresolved: Vec<(SocketAddr, UnresolvedIdentity)>,
+}
+
+/// Why an endpoint of a per-endpoint-identity backend has no expected identity. It is left out
+/// of load balancing: pier sends it nothing (fail closed).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub enum UnresolvedIdentity {
+    /// The EndpointSlice endpoint has no `targetRef` to a Pod.
+    NoPodRef,
+    /// The `targetRef` names a Pod pier does not know (`namespace/name`).
+    PodNotFound(String),
+    /// The identity made from the Pod's ServiceAccount is not a valid name (`namespace/name`).
+    InvalidIdentity(String),
+}
+
+impl std::fmt::Display for UnresolvedIdentity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::NoPodRef => f.write_str("its EndpointSlice entry has no Pod targetRef"),
+            Self::PodNotFound(p) => write!(f, "Pod {p} is unknown"),
+            Self::InvalidIdentity(p) => {
+                write!(
+                    f,
+                    "the identity of Pod {p}'s ServiceAccount is not a valid name"
+                )
+            }
+        }
+    }
 }
 
 impl BackendTls {
@@ -95,6 +137,9 @@ pub enum TlsUnavailable {
     /// `infrastructure.parametersRef`): which routes are meshed is unknown, so every route of
     /// the Gateway fails closed.
     InvalidMeshConfig,
+    /// Per-endpoint identity is on and the chosen endpoint has no expected identity (it is not
+    /// in the snapshot's backend, e.g. a session's endpoint that left).
+    NoEndpointIdentity,
 }
 
 impl TlsUnavailable {
@@ -105,6 +150,18 @@ impl TlsUnavailable {
             Self::NoClientCertificate => "NoClientCertificate",
             Self::InvalidPolicy => "InvalidPolicy",
             Self::InvalidMeshConfig => "InvalidMeshConfig",
+            Self::NoEndpointIdentity => "NoEndpointIdentity",
+        }
+    }
+
+    /// snake_case, for metric labels and the access log.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::NoTrustBundle => "no_trust_bundle",
+            Self::NoClientCertificate => "no_client_certificate",
+            Self::InvalidPolicy => "invalid_policy",
+            Self::InvalidMeshConfig => "invalid_mesh_config",
+            Self::NoEndpointIdentity => "no_endpoint_identity",
         }
     }
 }
@@ -132,6 +189,10 @@ pub struct UpstreamTls {
     /// configs. Pool connections by (endpoint address, `server_name`, `trust_key`), so
     /// connections made under different trust or SNI never mix.
     pub trust_key: u64,
+    /// The workload identity the peer must present (per-endpoint identity), for status and
+    /// dumps; the config enforces it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub identity: Option<String>,
 }
 
 impl std::fmt::Debug for UpstreamTls {
@@ -140,6 +201,7 @@ impl std::fmt::Debug for UpstreamTls {
             .field("mode", &self.mode)
             .field("server_name", &self.server_name)
             .field("trust_key", &self.trust_key)
+            .field("identity", &self.identity)
             .finish_non_exhaustive()
     }
 }
@@ -156,6 +218,10 @@ pub struct Endpoint {
     pub addr: SocketAddr,
     #[serde(skip)]
     pub stats: Arc<EndpointStats>,
+    /// The endpoint's own TLS config ([`BackendTls::PerEndpoint`]): the workload identity it
+    /// must present, and the SNI the mesh expects for it. `None` otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<Arc<UpstreamTls>>,
 }
 
 /// Live load state of one endpoint address. Shared across snapshots: publishing carries it
@@ -229,6 +295,7 @@ impl EndpointPool {
         Endpoint {
             addr,
             stats: self.0.get(&addr).cloned().unwrap_or_default(),
+            tls: None,
         }
     }
 
@@ -273,6 +340,23 @@ impl BackendSet {
 // === impl Backend ===
 
 impl Backend {
+    /// The TLS config for a connection to `endpoint` of this backend: `None` for plaintext,
+    /// or why there is none when TLS is required (fail closed: never plaintext).
+    pub fn tls_for<'a>(
+        &'a self,
+        endpoint: &'a Endpoint,
+    ) -> Result<Option<&'a UpstreamTls>, TlsUnavailable> {
+        match &self.tls {
+            BackendTls::Plain => Ok(None),
+            BackendTls::Tls(u) => Ok(Some(u)),
+            BackendTls::PerEndpoint(_) => match &endpoint.tls {
+                Some(u) => Ok(Some(u)),
+                None => Err(TlsUnavailable::NoEndpointIdentity),
+            },
+            BackendTls::Unavailable(why) => Err(*why),
+        }
+    }
+
     /// Power of two choices over the endpoints that are not ejected at `now_ms`.
     /// `r1`, `r2` are independent uniform random numbers.
     pub fn pick(&self, now_ms: u64, r1: u32, r2: u32) -> Option<&Endpoint> {
@@ -355,6 +439,7 @@ impl Endpoint {
         Self {
             addr,
             stats: Arc::default(),
+            tls: None,
         }
     }
 

@@ -25,8 +25,8 @@ use serde::Serialize;
 
 pub use backend::{
     AppProtocol, Backend, BackendId, BackendSet, BackendTarget, BackendTls, CONSECUTIVE_FAILURES,
-    Carried, EJECTION, Endpoint, EndpointPool, EndpointStats, Timeouts, TlsMode, TlsUnavailable,
-    UpstreamTls, WeightedBackend,
+    Carried, EJECTION, Endpoint, EndpointIdentities, EndpointPool, EndpointStats, Timeouts,
+    TlsMode, TlsUnavailable, UnresolvedIdentity, UpstreamTls, WeightedBackend,
 };
 pub use filter::{Cors, Filters, HeaderModifier, Mirror, PathModifier, Redirect, UrlRewrite};
 pub use host::{HostRank, HostnameMatch};

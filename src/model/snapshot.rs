@@ -101,7 +101,12 @@ impl Snapshot {
         let mut carried = super::backend::Carried::default();
         self.for_each_backend(|b| {
             b.endpoints.iter().for_each(|e| carried.endpoints.insert(e));
-            if let BackendTls::Tls(t) = &b.tls {
+            let own = b.endpoints.iter().filter_map(|e| e.tls.as_deref());
+            let shared = match &b.tls {
+                BackendTls::Tls(t) => Some(&**t),
+                _ => None,
+            };
+            for t in shared.into_iter().chain(own) {
                 carried
                     .tls_configs
                     .entry(t.trust_key)

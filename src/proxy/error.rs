@@ -94,6 +94,9 @@ pub enum TlsFailure {
     Expired,
     /// The certificate does not name the expected identity.
     SanMismatch,
+    /// A valid mesh certificate, but for another workload identity than the endpoint's
+    /// (per-endpoint identity).
+    IdentityMismatch,
     /// The peer did not answer in TLS (plaintext, garbage, or closed during the handshake).
     NotTls,
     /// The handshake did not finish within the connect timeout (a silent peer).
@@ -162,6 +165,15 @@ impl ProxyError {
             Self::Invalid(_) => ErrorKind::BadRequest,
             Self::ClientBody(BodyFault::Malformed) => ErrorKind::BadRequestBody,
             Self::ClientBody(BodyFault::TooSlow) => ErrorKind::RequestBodyTimeout,
+        }
+    }
+
+    /// The TLS reason of a TLS failure (a metric label value), for the access log.
+    pub fn tls_reason(&self) -> Option<&'static str> {
+        match self {
+            Self::TlsHandshake { reason, .. } => Some(reason.as_str()),
+            Self::TlsUnavailable(why) => Some(why.label()),
+            _ => None,
         }
     }
 
@@ -323,6 +335,7 @@ impl TlsFailure {
             Self::UnknownCa => "unknown_ca",
             Self::Expired => "expired",
             Self::SanMismatch => "san_mismatch",
+            Self::IdentityMismatch => "identity_mismatch",
             Self::NotTls => "not_tls",
             Self::Timeout => "timeout",
             Self::Other => "other",

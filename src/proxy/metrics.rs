@@ -537,11 +537,13 @@ impl Transport {
         match tls {
             BackendTls::Plain => Self::Plain,
             BackendTls::Tls(u) => Self::of_mode(u.mode),
+            BackendTls::PerEndpoint(_) => Self::Mesh,
             BackendTls::Unavailable(TlsUnavailable::InvalidPolicy) => Self::Policy,
             BackendTls::Unavailable(
                 TlsUnavailable::NoTrustBundle
                 | TlsUnavailable::NoClientCertificate
-                | TlsUnavailable::InvalidMeshConfig,
+                | TlsUnavailable::InvalidMeshConfig
+                | TlsUnavailable::NoEndpointIdentity,
             ) => Self::Mesh,
         }
     }
@@ -622,12 +624,7 @@ impl EncodeLabelValue for HandshakeReason {
 impl EncodeLabelValue for UnavailableReason {
     fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
         use std::fmt::Write;
-        encoder.write_str(match self.0 {
-            TlsUnavailable::NoTrustBundle => "no_trust_bundle",
-            TlsUnavailable::NoClientCertificate => "no_client_certificate",
-            TlsUnavailable::InvalidPolicy => "invalid_policy",
-            TlsUnavailable::InvalidMeshConfig => "invalid_mesh_config",
-        })
+        encoder.write_str(self.0.label())
     }
 }
 

@@ -115,7 +115,7 @@ impl MirrorTask {
         let _in_flight = InFlight::new(endpoint.stats.clone(), self.metrics.in_flight(&backend.id));
         let target = Target {
             backend,
-            addr: endpoint.addr,
+            endpoint,
             upgrade: false,
         };
         let exchange = async {

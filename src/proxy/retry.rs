@@ -173,7 +173,7 @@ async fn attempt<'s>(
     let up = upstream::request(req.parts.clone_head(), body, req.path.clone());
     let target = Target {
         backend,
-        addr: endpoint.addr,
+        endpoint,
         upgrade: false,
     };
     let in_flight = shared.in_flight(snapshot, backend, endpoint);

@@ -54,6 +54,25 @@ pub(super) struct Seen<'s> {
     /// Listener, route, backend and transport: the metric labels.
     pub reached: Reached<'s>,
     pub upstream: Option<SocketAddr>,
+    /// Why pier answered the request itself, for the access log.
+    pub failure: Option<Failure>,
+}
+
+/// A request pier failed: the error kind, and the TLS reason where there is one
+/// (`identity_mismatch`, `unknown_ca`, `no_endpoint_identity`, ...).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Failure {
+    pub kind: super::error::ErrorKind,
+    pub detail: Option<&'static str>,
+}
+
+impl Failure {
+    pub fn of(e: &ProxyError) -> Self {
+        Self {
+            kind: e.kind(),
+            detail: e.tls_reason(),
+        }
+    }
 }
 
 /// The routing decision for one request.
@@ -88,6 +107,7 @@ pub async fn handle(
         Ok(resp) => resp,
         Err(error) => {
             shared.metrics.error(error.kind(), error.side());
+            seen.failure = Some(Failure::of(&error));
             tracing::debug!(%error, port = conn.port, "request failed");
             error.response(grpc)
         }
@@ -414,7 +434,7 @@ async fn forward<'s>(
     let up = upstream::request(parts, body, path);
     let target = Target {
         backend,
-        addr: endpoint.addr,
+        endpoint,
         upgrade,
     };
     let in_flight = shared.in_flight(snapshot, backend, endpoint);
@@ -739,6 +759,8 @@ impl LogHead {
             backend = seen.reached.backend.map(tracing::field::display),
             upstream = seen.upstream.map(tracing::field::display),
             duration_ms = elapsed.as_secs_f64() * 1000.0,
+            error = seen.failure.map(|f| tracing::field::debug(f.kind)),
+            tls_failure = seen.failure.and_then(|f| f.detail),
         );
     }
 }

@@ -39,7 +39,7 @@ use super::metrics::{StreamMode, StreamResult};
 use super::service;
 use crate::model::host::normalize_host;
 use crate::model::matcher::RequestParts;
-use crate::model::{Backend, BackendTarget, BackendTls, Endpoint, Listener, Snapshot, TlsMode};
+use crate::model::{Backend, BackendTarget, Endpoint, Listener, Snapshot, TlsMode, UpstreamTls};
 
 /// Most bytes read while waiting for a complete ClientHello (rustls bounds the message itself;
 /// this bounds what a client can make pier buffer for a passthrough replay).
@@ -63,6 +63,9 @@ struct Plan<'s> {
     listener: &'s Listener,
     backend: &'s Backend,
     endpoint: &'s Endpoint,
+    /// The endpoint's upstream TLS (terminated listeners); `None` for plaintext. Passthrough
+    /// never adds TLS.
+    tls: Option<&'s UpstreamTls>,
 }
 
 pub async fn serve(
@@ -199,24 +202,27 @@ fn plan<'s>(
     let BackendTarget::Service(backend) = &weighted.target else {
         return Err(no_backend);
     };
-    let fail_closed = match &backend.tls {
-        BackendTls::Unavailable(why) => Some(*why),
+    let endpoint = service::pick_endpoint(shared, backend).map_err(|_| no_backend)?;
+    let tls = match backend.tls_for(endpoint) {
         // Translation never attaches a meshed route to a Passthrough listener; should a mesh
         // config get here anyway, it is not bypassed.
-        BackendTls::Tls(t) if listener.passthrough && t.mode == TlsMode::Mesh => {
-            Some(crate::model::TlsUnavailable::InvalidMeshConfig)
+        Ok(Some(t)) if listener.passthrough && t.mode == TlsMode::Mesh => {
+            Err(crate::model::TlsUnavailable::InvalidMeshConfig)
         }
-        _ => None,
+        other => other,
     };
-    if let Some(why) = fail_closed {
-        shared.metrics.tls_unavailable(&backend.id, why);
-        return Err(no_backend);
-    }
-    let endpoint = service::pick_endpoint(shared, backend).map_err(|_| no_backend)?;
+    let tls = match tls {
+        Ok(tls) => tls,
+        Err(why) => {
+            shared.metrics.tls_unavailable(&backend.id, why);
+            return Err(no_backend);
+        }
+    };
     Ok(Plan {
         listener,
         backend,
         endpoint,
+        tls,
     })
 }
 
@@ -257,7 +263,10 @@ async fn terminate(
     drain: DrainToken,
 ) -> StreamResult {
     let Plan {
-        backend, endpoint, ..
+        backend,
+        endpoint,
+        tls,
+        ..
     } = plan;
     let handshake = StartHandshake::from_parts(accepted, tcp).into_stream(config);
     let client = match tokio::time::timeout(handshake_time, handshake).await {
@@ -271,12 +280,8 @@ async fn terminate(
             return StreamResult::HandshakeFailed;
         }
     };
-    let tls = match &backend.tls {
-        BackendTls::Tls(t) => Some(&**t),
-        _ => None,
-    };
     let in_flight = shared.in_flight(snapshot, backend, endpoint);
-    let (up, _open) = match connect(shared, backend, endpoint, tls).await {
+    let (up, _open) = match connect(shared, backend, endpoint, *tls).await {
         Ok(c) => c,
         Err(result) => return result,
     };

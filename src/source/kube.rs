@@ -65,6 +65,12 @@
 //!   namespaces. Clusters with many or large ConfigMaps should label the ones pier needs and
 //!   set the selector.
 //! - BackendTLSPolicy (`v1`), ClusterTrustBundle (`v1beta1`): all, cluster-wide; optional.
+//! - Pod: all, cluster-wide, decoded into a slim type ([`PodObject`]: namespace, name,
+//!   ServiceAccount; nothing else is allocated) for per-endpoint mesh identity (an
+//!   EndpointSlice endpoint's `targetRef` Pod -> its ServiceAccount). Updates are ignored (the
+//!   ServiceAccount is immutable; Pods change status constantly), only adds and deletes
+//!   re-translate. Without RBAC for Pods (403) pier still becomes ready; endpoints that need
+//!   an identity then get no traffic.
 //!
 //! **Adding a kind**: a field in
 //! [`Stores`], one `tasks.watch(..)` line in [`KubeSource::start`], one line in
@@ -74,6 +80,7 @@
 //! [`ReferenceGrantV1Beta1`] does.
 
 mod gateway;
+mod pod;
 mod reference_grant;
 mod watch;
 
@@ -96,6 +103,7 @@ use prometheus_client::registry::Registry;
 use tokio::sync::{mpsc, watch as channel};
 use tokio::task::JoinHandle;
 
+pub use self::pod::PodObject;
 pub use self::reference_grant::ReferenceGrantV1Beta1;
 use self::watch::{Changes, Ctx};
 pub use self::watch::{Reconnect, Watched};
@@ -151,6 +159,7 @@ pub enum WatchKind {
     ConfigMap,
     BackendTlsPolicy,
     ClusterTrustBundle,
+    Pod,
 }
 
 /// The reflector stores, one per kind. Cheap to clone (shared handles).
@@ -173,6 +182,8 @@ pub struct Stores {
     pub config_maps: Store<DeserializeGuard<ConfigMap>>,
     pub backend_tls_policies: Store<DeserializeGuard<BackendTlsPolicy>>,
     pub cluster_trust_bundles: Store<DeserializeGuard<ClusterTrustBundle>>,
+    /// Slim: namespace, name, ServiceAccount ([`PodObject`]).
+    pub pods: Store<DeserializeGuard<PodObject>>,
 }
 
 /// A running set of watches.
@@ -267,7 +278,7 @@ impl Default for WatchScope {
 // === impl WatchKind ===
 
 impl WatchKind {
-    pub const ALL: [Self; 14] = [
+    pub const ALL: [Self; 15] = [
         Self::GatewayClass,
         Self::Gateway,
         Self::HttpRoute,
@@ -282,6 +293,7 @@ impl WatchKind {
         Self::ConfigMap,
         Self::BackendTlsPolicy,
         Self::ClusterTrustBundle,
+        Self::Pod,
     ];
 
     /// Served only when the Gateway API CRDs are installed.
@@ -310,6 +322,16 @@ impl WatchKind {
                 | Self::ListenerSet
                 | Self::ClusterTrustBundle
         )
+    }
+}
+
+impl WatchKind {
+    /// A kind pier can serve without (fail closed where it is needed): a 403 releases its
+    /// readiness latch as an empty list, and the watch keeps retrying. Pods only matter for
+    /// per-endpoint mesh identity; a cluster whose RBAC predates it keeps working, and such
+    /// endpoints get no traffic ("Pod ... is unknown" in the Route's status).
+    pub fn is_optional_without_rbac(self) -> bool {
+        matches!(self, Self::Pod)
     }
 }
 
@@ -434,6 +456,12 @@ impl KubeSource {
                 Any,
                 watcher(Api::all(c()), all()),
             ),
+            pods: tasks.watch(
+                &ctx,
+                W::Pod,
+                self::watch::Changes::Immutable,
+                watcher(Api::all(c()), all()),
+            ),
         };
         let (tx, changes) = mpsc::channel(1);
         tasks
@@ -483,6 +511,7 @@ impl Default for Stores {
             config_maps: empty(),
             backend_tls_policies: empty(),
             cluster_trust_bundles: empty(),
+            pods: empty(),
         }
     }
 }
@@ -520,6 +549,7 @@ impl Stores {
             config_maps: namespaced(&self.config_maps, Clone::clone),
             cluster_trust_bundles: cluster(&self.cluster_trust_bundles),
             backend_tls_policies: namespaced(&self.backend_tls_policies, Clone::clone),
+            pods: namespaced(&self.pods, PodObject::identity),
         }
     }
 }

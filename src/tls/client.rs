@@ -25,6 +25,7 @@
 //! | `InvalidCertificate(Expired \| ExpiredContext)`                | `Expired`            |
 //! | `InvalidCertificate(NotValidYet \| NotValidYetContext)`        | `NotYetValid`        |
 //! | `InvalidCertificate(NotValidForName[Context] \| ApplicationVerificationFailure)` | `SanMismatch` |
+//! | `InvalidCertificate(Other(`[`IdentityMismatch`]`))` (per-endpoint identity)    | `IdentityMismatch` |
 //! | any other `InvalidCertificate(_)`, `NoCertificatesPresented`   | `BadCertificate`     |
 //! | `AlertReceived(_)` (the backend refused us, e.g. our client cert) | `PeerRejected`    |
 //! | `NoApplicationProtocol`                                        | `AlpnMismatch`       |
@@ -124,6 +125,22 @@ pub enum PeerCheck {
     Sans(Vec<SanRequirement>),
     /// Chain only: mesh mTLS without SAN requirements (the trust bundle is the identity).
     ChainOnly,
+    /// Mesh mTLS with per-endpoint identity: the certificate must carry exactly this
+    /// workload identity (a SPIFFE URI, or a Linkerd DNS-shaped name). A mismatch fails as
+    /// [`IdentityMismatch`], so the connector reports `identity_mismatch`, not a SAN mismatch.
+    Identity(SanRequirement),
+}
+
+/// A workload presented a valid certificate of the mesh, but for another identity than the
+/// endpoint's (a reused pod IP, a stale EndpointSlice, a misrouted address).
+#[derive(Debug, thiserror::Error)]
+#[error("the workload's certificate is not for the identity expected at this endpoint")]
+pub struct IdentityMismatch;
+
+/// Whether a rustls error is an [`IdentityMismatch`].
+pub fn is_identity_mismatch(e: &Error) -> bool {
+    matches!(e, Error::InvalidCertificate(CertificateError::Other(o))
+        if o.0.downcast_ref::<IdentityMismatch>().is_some())
 }
 
 /// Everything that goes into one `ClientConfig`.
@@ -155,6 +172,8 @@ pub enum HandshakeFailure {
     NotYetValid,
     /// The certificate is valid but not for the required name or SANs.
     SanMismatch,
+    /// A mesh certificate for another workload identity than the endpoint's.
+    IdentityMismatch,
     /// Anything else wrong with the backend's certificate (encoding, signature, key usage).
     BadCertificate,
     /// The backend sent an alert: it refused the handshake, e.g. pier's client certificate.
@@ -381,6 +400,10 @@ impl ConfigSpec<'_> {
                     h.bytes(s.to_string().as_bytes());
                 }
             }
+            PeerCheck::Identity(id) => {
+                h.bytes(b"identity");
+                h.bytes(id.to_string().as_bytes());
+            }
         }
         h.bytes(b"alpn");
         for p in self.alpn {
@@ -494,6 +517,14 @@ impl ServerCertVerifier for PeerVerifier {
             // config alone decides what is accepted.
             PeerCheck::Name(name) => verify_server_name(&cert, name)?,
             PeerCheck::Sans(sans) => check_sans(end_entity, &cert, sans)?,
+            PeerCheck::Identity(id) => check_sans(end_entity, &cert, std::slice::from_ref(id))
+                .map_err(|e| match e {
+                    Error::InvalidCertificate(CertificateError::NotValidForName) => {
+                        CertificateError::Other(rustls::OtherError(Arc::new(IdentityMismatch)))
+                            .into()
+                    }
+                    other => other,
+                })?,
         }
         Ok(ServerCertVerified::assertion())
     }
@@ -589,6 +620,9 @@ impl ResolvesClientCert for FixedClientCert {
 /// Why a handshake failed, for metrics (see the module docs for the mapping).
 pub fn classify(e: &Error) -> HandshakeFailure {
     use CertificateError as C;
+    if is_identity_mismatch(e) {
+        return HandshakeFailure::IdentityMismatch;
+    }
     match e {
         Error::InvalidCertificate(c) => match c {
             C::UnknownIssuer => HandshakeFailure::UnknownCa,
@@ -619,6 +653,7 @@ impl HandshakeFailure {
             Self::Expired => "expired",
             Self::NotYetValid => "not_yet_valid",
             Self::SanMismatch => "san_mismatch",
+            Self::IdentityMismatch => "identity_mismatch",
             Self::BadCertificate => "bad_certificate",
             Self::PeerRejected => "peer_rejected",
             Self::AlpnMismatch => "alpn_mismatch",

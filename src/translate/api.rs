@@ -127,6 +127,23 @@ pub struct MeshSpec {
     /// GEP-3792's name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selector: Option<LabelSelector>,
+    /// pier's extension (in neither GEP): the workload identity each meshed endpoint must
+    /// present, derived from its Pod's ServiceAccount. Absent: the chain alone is checked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<MeshIdentitySpec>,
+}
+
+/// `mesh.identity`: how a ServiceAccount names its workload identity in this mesh.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MeshIdentitySpec {
+    /// `SPIFFE` (`spiffe://<trustDomain>/ns/<ns>/sa/<sa>`: Istio, SPIRE), `Linkerd`
+    /// (`<sa>.<ns>.serviceaccount.identity.linkerd.<trustDomain>`, also sent as SNI), or
+    /// `None` (chain only).
+    pub scheme: String,
+    /// The mesh's trust domain; defaults to pier's `--cluster-domain` (`cluster.local`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trust_domain: Option<String>,
 }
 
 /// A reference to CA certificates. `kind` defaults to ConfigMap (GEP-3951), `namespace` to the
@@ -182,6 +199,28 @@ fn one_or_many<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<TrustBundle
 
 /// An object's creation time, ordered. Routes without one sort first (treated as oldest).
 pub type Timestamp = k8s_openapi::jiff::Timestamp;
+
+/// What translation keeps of a Pod: the ServiceAccount it runs as (per-endpoint mesh
+/// identity). Sources keep nothing else of Pods.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PodIdentity {
+    pub service_account: String,
+}
+
+impl PodIdentity {
+    /// A Pod's ServiceAccount: `spec.serviceAccountName`, else the deprecated
+    /// `spec.serviceAccount`, else `default` (what the API server's ServiceAccount admission
+    /// sets when a Pod names none).
+    pub fn of(service_account_name: Option<&str>, service_account: Option<&str>) -> Self {
+        let sa = service_account_name
+            .or(service_account)
+            .filter(|s| !s.is_empty())
+            .unwrap_or("default");
+        Self {
+            service_account: sa.to_string(),
+        }
+    }
+}
 
 pub fn creation_time(meta: &ObjectMeta) -> Option<Timestamp> {
     meta.creation_timestamp.as_ref().map(|t| t.0)

@@ -30,7 +30,9 @@ use super::api::{
     BackendTlsPolicyValidationCaCertificateRefs, BackendTlsPolicyValidationSubjectAltNames,
     BackendTlsPolicyValidationSubjectAltNamesType, GATEWAY_GROUP, Timestamp, creation_time,
 };
-use super::mesh::{CA_CRT_KEY, ClientState, TlsCtx, config_map_value};
+use super::mesh::{
+    CA_CRT_KEY, ClientState, ExpectedIdentity, IdentityScheme, TlsCtx, config_map_value,
+};
 use super::refs;
 use super::resources::Resources;
 use super::status::{
@@ -53,6 +55,26 @@ pub enum TlsKey {
     Unavailable(TlsUnavailable),
     /// Mode, trust key, SNI.
     Tls(TlsMode, u64, String),
+    /// Per-endpoint identity: the chain-only trust key, the scheme, the Service's SNI.
+    PerEndpoint(u64, String, String),
+}
+
+/// What [`BackendTlsResolver::decide`] concluded.
+pub enum Decision {
+    /// The same for every endpoint.
+    Backend(BackendTls),
+    /// Mesh mTLS with a config per endpoint identity ([`BackendTlsResolver::endpoint_tls`]).
+    PerEndpoint(IdentityPlan),
+}
+
+/// Everything about a per-endpoint-identity backend's TLS except the identity.
+pub struct IdentityPlan {
+    pub scheme: IdentityScheme,
+    trust: Arc<TrustBundle>,
+    client: Arc<ClientIdentity>,
+    /// The Service's mesh SNI, sent unless the scheme names its own.
+    service_sni: ServerName<'static>,
+    alpn: Vec<Vec<u8>>,
 }
 
 /// Decides backend TLS, building each distinct `ClientConfig` once per translation.
@@ -64,6 +86,8 @@ pub struct BackendTlsResolver<'a> {
     parsed: BTreeMap<ObjectRef, Arc<ParsedPolicy>>,
     well_known: Option<Arc<TrustBundle>>,
     configs: ClientConfigs,
+    /// Endpoint configs by (plan key, identity, SNI): endpoints of one ServiceAccount share one.
+    endpoint_tls: HashMap<(u64, String, String), Arc<UpstreamTls>>,
     /// The Gateways under which each policy was applied (for policy status).
     pub used: BTreeMap<ObjectRef, BTreeSet<ObjectRef>>,
 }
@@ -141,6 +165,7 @@ impl<'a> BackendTlsResolver<'a> {
             parsed: BTreeMap::new(),
             well_known: None,
             configs: ClientConfigs::default(),
+            endpoint_tls: HashMap::new(),
             used: BTreeMap::new(),
         }
     }
@@ -159,7 +184,7 @@ impl<'a> BackendTlsResolver<'a> {
         port_name: Option<&str>,
         protocol: AppProtocol,
         ctx: TlsCtx<'_>,
-    ) -> (TlsKey, BackendTls) {
+    ) -> (TlsKey, Decision) {
         let policy = self.policy_for(&id.service, port_name);
         if let (Some(p), Some((gw, _))) = (&policy, ctx.gateway) {
             self.used
@@ -171,7 +196,7 @@ impl<'a> BackendTlsResolver<'a> {
             return self.mesh(id, policy.as_deref(), protocol, ctx);
         }
         let Some(p) = policy else {
-            return (TlsKey::Plain, BackendTls::Plain);
+            return (TlsKey::Plain, Decision::Backend(BackendTls::Plain));
         };
         let (Ok((host, sans)), Ok(roots)) = (&p.names, &p.roots) else {
             return unavailable(TlsUnavailable::InvalidPolicy);
@@ -204,7 +229,7 @@ impl<'a> BackendTlsResolver<'a> {
         policy: Option<&ParsedPolicy>,
         protocol: AppProtocol,
         ctx: TlsCtx<'_>,
-    ) -> (TlsKey, BackendTls) {
+    ) -> (TlsKey, Decision) {
         let Some(mesh) = ctx.gateway.and_then(|(_, g)| g.mesh.as_ref()) else {
             return unavailable(TlsUnavailable::InvalidMeshConfig);
         };
@@ -216,6 +241,33 @@ impl<'a> BackendTlsResolver<'a> {
             return unavailable(TlsUnavailable::NoClientCertificate);
         };
         let client = client.clone();
+        let alpn = alpn_for(protocol, &mesh.alpn_extra);
+        // Per-endpoint identity, unless a BackendTLSPolicy names the Service's SANs itself.
+        if let (Some(scheme), None) = (&mesh.identity, policy) {
+            let Some(service_sni) = mesh_sni(id, self.cluster_domain) else {
+                return unavailable(TlsUnavailable::InvalidMeshConfig);
+            };
+            let base = ConfigSpec {
+                roots: &trust,
+                client: Some(&client),
+                check: &PeerCheck::ChainOnly,
+                alpn: &alpn,
+            }
+            .trust_key();
+            let key = TlsKey::PerEndpoint(
+                base,
+                format!("{scheme:?}"),
+                service_sni.to_str().into_owned(),
+            );
+            let plan = IdentityPlan {
+                scheme: scheme.clone(),
+                trust,
+                client,
+                service_sni,
+                alpn,
+            };
+            return (key, Decision::PerEndpoint(plan));
+        }
         let (sni, check) = match policy {
             None => match mesh_sni(id, self.cluster_domain) {
                 Some(sni) => (sni, PeerCheck::ChainOnly),
@@ -227,14 +279,43 @@ impl<'a> BackendTlsResolver<'a> {
                 Err(_) => return unavailable(TlsUnavailable::InvalidPolicy),
             },
         };
-        self.tls(
-            TlsMode::Mesh,
-            &trust,
-            Some(&client),
-            check,
-            sni,
-            &alpn_for(protocol, &mesh.alpn_extra),
-        )
+        self.tls(TlsMode::Mesh, &trust, Some(&client), check, sni, &alpn)
+    }
+
+    /// The TLS config of one endpoint of a per-endpoint-identity backend: `plan`'s trust,
+    /// client certificate and ALPN, checking `expected` (and sending its SNI where the scheme
+    /// has one). Shared by every endpoint with the same identity.
+    pub fn endpoint_tls(
+        &mut self,
+        plan: &IdentityPlan,
+        expected: &ExpectedIdentity,
+    ) -> Arc<UpstreamTls> {
+        let sni = expected.sni.as_ref().unwrap_or(&plan.service_sni);
+        let check = PeerCheck::Identity(expected.san.clone());
+        let spec = ConfigSpec {
+            roots: &plan.trust,
+            client: Some(&plan.client),
+            check: &check,
+            alpn: &plan.alpn,
+        };
+        let key = (
+            spec.trust_key(),
+            expected.san.to_string(),
+            sni.to_str().into_owned(),
+        );
+        if let Some(t) = self.endpoint_tls.get(&key) {
+            return t.clone();
+        }
+        let (config, trust_key) = self.configs.get(&spec);
+        let tls = Arc::new(UpstreamTls {
+            mode: TlsMode::Mesh,
+            config,
+            server_name: sni.clone(),
+            trust_key,
+            identity: Some(expected.san.to_string()),
+        });
+        self.endpoint_tls.insert(key, tls.clone());
+        tls
     }
 
     fn tls(
@@ -245,7 +326,7 @@ impl<'a> BackendTlsResolver<'a> {
         check: PeerCheck,
         server_name: ServerName<'static>,
         alpn: &[Vec<u8>],
-    ) -> (TlsKey, BackendTls) {
+    ) -> (TlsKey, Decision) {
         let (config, trust_key) = self.configs.get(&ConfigSpec {
             roots,
             client,
@@ -258,8 +339,9 @@ impl<'a> BackendTlsResolver<'a> {
             config,
             server_name,
             trust_key,
+            identity: None,
         };
-        (key, BackendTls::Tls(Arc::new(tls)))
+        (key, Decision::Backend(BackendTls::Tls(Arc::new(tls))))
     }
 
     /// The policy that applies to a port of a Service, parsed once.
@@ -364,8 +446,11 @@ impl<'a> BackendTlsResolver<'a> {
     }
 }
 
-fn unavailable(why: TlsUnavailable) -> (TlsKey, BackendTls) {
-    (TlsKey::Unavailable(why), BackendTls::Unavailable(why))
+fn unavailable(why: TlsUnavailable) -> (TlsKey, Decision) {
+    (
+        TlsKey::Unavailable(why),
+        Decision::Backend(BackendTls::Unavailable(why)),
+    )
 }
 
 /// `<service>.<namespace>.svc.<cluster domain>`.

@@ -30,9 +30,10 @@ use super::api::{
     HttpRouteRulesSessionPersistenceType, HttpRouteRulesTimeouts, HttpRouteSpec,
     UseDefaultGateways, backend_filter_as_rule_filter,
 };
+use super::backends::{self, BackendError, Backends};
 use super::gateway::{GatewayState, RouteKind};
 use super::mesh::TlsCtx;
-use super::refs::{self, BackendError, Backends, RefFrom, RefTo};
+use super::refs::{self, RefFrom, RefTo};
 use super::resources::Resources;
 use super::status::{
     HttpRouteStatus, ParentRef, RouteCondition, RouteConditionReason, RouteConditionType,
@@ -435,6 +436,26 @@ fn backend_tls_condition(
             format!("{prefix}; these backends answer 503: {}", list.join("; ")),
         );
     }
+    // Per-endpoint identity: endpoints pier cannot name an identity for get nothing.
+    let unresolved: Vec<String> = tls
+        .iter()
+        .filter_map(|b| match &b.tls {
+            BackendTls::PerEndpoint(ids) if !ids.unresolved.is_empty() => {
+                Some(unresolved_text(b, ids))
+            }
+            _ => None,
+        })
+        .collect();
+    if !unresolved.is_empty() {
+        return cond(
+            false,
+            RouteConditionReason::NoEndpointIdentity,
+            format!(
+                "{prefix}; endpoints without a known workload identity get no traffic: {}",
+                unresolved.join("; ")
+            ),
+        );
+    }
     let list: Vec<String> = tls
         .iter()
         .filter_map(|b| match &b.tls {
@@ -447,6 +468,12 @@ fn backend_tls_condition(
                 },
                 t.server_name.to_str()
             )),
+            BackendTls::PerEndpoint(ids) => Some(format!(
+                "{} mesh mTLS, {} identity checked per endpoint ({} endpoints)",
+                b.id,
+                ids.scheme,
+                b.endpoints.len()
+            )),
             _ => None,
         })
         .collect();
@@ -458,12 +485,33 @@ fn backend_tls_condition(
     cond(true, RouteConditionReason::Ready, message)
 }
 
+/// At most [`UNRESOLVED_SHOWN`] endpoints by name, then a count.
+fn unresolved_text(b: &Backend, ids: &crate::model::EndpointIdentities) -> String {
+    let shown: Vec<String> = ids
+        .unresolved
+        .iter()
+        .take(UNRESOLVED_SHOWN)
+        .map(|(addr, why)| format!("{addr} ({why})"))
+        .collect();
+    let more = ids.unresolved.len().saturating_sub(UNRESOLVED_SHOWN);
+    let more = if more > 0 {
+        format!(" and {more} more")
+    } else {
+        String::new()
+    };
+    format!("{}: {}{more}", b.id, shown.join(", "))
+}
+
+/// How many unresolved endpoints a status message names.
+const UNRESOLVED_SHOWN: usize = 5;
+
 fn unavailable_reason(why: TlsUnavailable) -> RouteConditionReason {
     match why {
         TlsUnavailable::NoTrustBundle => RouteConditionReason::NoTrustBundle,
         TlsUnavailable::NoClientCertificate => RouteConditionReason::NoClientCertificate,
         TlsUnavailable::InvalidPolicy => RouteConditionReason::InvalidPolicy,
         TlsUnavailable::InvalidMeshConfig => RouteConditionReason::InvalidMeshConfig,
+        TlsUnavailable::NoEndpointIdentity => RouteConditionReason::NoEndpointIdentity,
     }
 }
 
@@ -479,6 +527,7 @@ fn unavailable_text(why: TlsUnavailable) -> &'static str {
         TlsUnavailable::InvalidMeshConfig => {
             "the Gateway's mesh configuration cannot be read (see its status)"
         }
+        TlsUnavailable::NoEndpointIdentity => "no endpoint has a known workload identity",
     }
 }
 
@@ -1107,9 +1156,9 @@ fn resolve_backend(
         .ok_or(BackendRefError::PortRange(svc, port))?;
     // gRPC is HTTP/2 end to end; a TLSRoute carries bytes.
     let traffic = match route_kind {
-        RouteKind::Http => refs::Traffic::Http,
-        RouteKind::Grpc => refs::Traffic::Http2,
-        RouteKind::Tls => refs::Traffic::Opaque,
+        RouteKind::Http => backends::Traffic::Http,
+        RouteKind::Grpc => backends::Traffic::Http2,
+        RouteKind::Tls => backends::Traffic::Opaque,
     };
     Ok(backends.service_port(ns, r.name, port, tls, traffic)?)
 }

@@ -146,6 +146,26 @@ enum Kind {
     EndpointSlice,
     ClusterTrustBundle,
     BackendTlsPolicy,
+    Pod,
+}
+
+/// A Pod as manifests give it: pier reads its ServiceAccount (per-endpoint mesh identity) and
+/// nothing else, so a Pod written with only that field is enough.
+#[derive(serde::Deserialize)]
+struct PodDoc {
+    #[serde(default)]
+    metadata: super::api::ObjectMeta,
+    #[serde(default)]
+    spec: Option<PodDocSpec>,
+}
+
+#[derive(Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PodDocSpec {
+    #[serde(default)]
+    service_account_name: Option<String>,
+    #[serde(default)]
+    service_account: Option<String>,
 }
 
 /// One `---`-separated document.
@@ -331,6 +351,17 @@ fn parse_document(
                 .backend_tls_policies
                 .insert(doc.key(k, &mut o.metadata)?, o);
         }
+        Kind::Pod => {
+            let mut o: PodDoc = doc.parse(k)?;
+            let spec = o.spec.take().unwrap_or_default();
+            let identity = super::api::PodIdentity::of(
+                spec.service_account_name.as_deref(),
+                spec.service_account.as_deref(),
+            );
+            resources
+                .pods
+                .insert(doc.key(k, &mut o.metadata)?, identity);
+        }
     }
     Ok(None)
 }
@@ -363,6 +394,7 @@ impl Kind {
             ("", "Service") => Self::Service,
             ("", "Secret") => Self::Secret,
             ("", "ConfigMap") => Self::ConfigMap,
+            ("", "Pod") => Self::Pod,
             ("discovery.k8s.io", "EndpointSlice") => Self::EndpointSlice,
             (CERTIFICATES_GROUP, "ClusterTrustBundle") => Self::ClusterTrustBundle,
             (GATEWAY_GROUP, "BackendTLSPolicy") => Self::BackendTlsPolicy,
@@ -397,7 +429,7 @@ impl Kind {
             // TLSRoute v1alpha2 and v1alpha3 have the fields of v1 that pier reads.
             Self::TlsRoute => &["v1", "v1alpha3", "v1alpha2"],
             Self::ListenerSet => &["v1"],
-            Self::Namespace | Self::Service | Self::Secret | Self::ConfigMap => &["v1"],
+            Self::Namespace | Self::Service | Self::Secret | Self::ConfigMap | Self::Pod => &["v1"],
             Self::EndpointSlice => &["v1"],
             // v1alpha1 has the same spec (signerName, trustBundle).
             Self::ClusterTrustBundle => &["v1beta1", "v1alpha1"],

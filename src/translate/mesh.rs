@@ -36,8 +36,10 @@ use crate::model::{ObjectRef, TlsUnavailable};
 use crate::tls::client::{ClientIdentity, TrustBundle, parse_pem_certs};
 
 mod export;
+mod identity;
 
 pub use export::{ExportError, export_trust};
+pub use identity::{ExpectedIdentity, IdentityScheme};
 
 /// Gateway annotation: extra ALPN protocols offered on mesh connections, comma-separated
 /// (e.g. `ocg.gateway.networking.k8s.io/v1`), after `h2` and `http/1.1`.
@@ -76,6 +78,9 @@ pub struct MeshState {
     pub trust: Result<Arc<TrustBundle>, TlsUnavailable>,
     /// From [`MESH_ALPN_ANNOTATION`].
     pub alpn_extra: Vec<Vec<u8>>,
+    /// `mesh.identity`: each endpoint must present its own workload identity. `None`: the
+    /// chain to the trust bundle is enough.
+    pub identity: Option<IdentityScheme>,
 }
 
 #[derive(Debug)]
@@ -124,7 +129,7 @@ enum Why {
 /// What `infrastructure.parametersRef` contributes.
 enum Params {
     None,
-    Mesh(MeshSpec, ObjectRef),
+    Mesh(Box<MeshSpec>, ObjectRef),
     /// Why it cannot be used (InvalidParameters).
     Invalid(String),
 }
@@ -146,7 +151,7 @@ pub fn gateway_tls(
         &gw.spec.base,
         &mut report,
     );
-    let mesh = mesh_state(resources, &key.namespace, gw, &mut report);
+    let mesh = mesh_state(resources, settings, &key.namespace, gw, &mut report);
     let mesh_needs_client = mesh.as_ref().is_some_and(|m| m.trust.is_ok());
     if mesh_needs_client && matches!(client, ClientState::None) {
         report.problems.push((
@@ -291,6 +296,7 @@ fn secret_granted(resources: &Resources, gw_ns: &str, ns: &str, name: &str) -> b
 
 fn mesh_state(
     resources: &Resources,
+    settings: &Settings,
     gw_ns: &str,
     gw: &Gateway,
     report: &mut TlsReport,
@@ -309,7 +315,7 @@ fn mesh_state(
             (Cow::Borrowed(spec), "spec.mesh".to_string())
         }
         (None, Params::Mesh(spec, cm)) => (
-            Cow::Owned(spec),
+            Cow::Owned(*spec),
             format!("ConfigMap {cm} (infrastructure.parametersRef)"),
         ),
         (None, Params::Invalid(msg)) => {
@@ -326,6 +332,7 @@ fn mesh_state(
                 selector: MeshSelector::Invalid,
                 trust: Err(TlsUnavailable::InvalidMeshConfig),
                 alpn_extra: vec![],
+                identity: None,
             });
         }
         (None, Params::None) => return None,
@@ -343,14 +350,36 @@ fn mesh_state(
         report,
     );
     let alpn_extra = mesh_alpn(gw.metadata.annotations.as_ref(), report);
-    let trust = match selector {
-        MeshSelector::Invalid => Err(TlsUnavailable::InvalidMeshConfig),
+    let identity = match spec
+        .identity
+        .as_ref()
+        .map(|i| IdentityScheme::parse(i, &settings.cluster_domain))
+    {
+        None | Some(Ok(None)) => Ok(None),
+        Some(Ok(Some(scheme))) => {
+            report.notes.push(format!(
+                "each meshed endpoint must present its Pod's ServiceAccount identity ({})",
+                scheme.name()
+            ));
+            Ok(Some(scheme))
+        }
+        Some(Err(msg)) => {
+            report.problems.push((
+                Why::InvalidMeshConfig,
+                format!("{msg}; every meshed route of this Gateway answers 503"),
+            ));
+            Err(())
+        }
+    };
+    let trust = match (&selector, &identity) {
+        (MeshSelector::Invalid, _) | (_, Err(())) => Err(TlsUnavailable::InvalidMeshConfig),
         _ => trust,
     };
     Some(MeshState {
         selector,
         trust,
         alpn_extra,
+        identity: identity.unwrap_or(None),
     })
 }
 
@@ -389,7 +418,7 @@ fn parameters_mesh(
         return Params::None;
     };
     match serde_saphyr::from_str::<MeshSpec>(text) {
-        Ok(spec) => Params::Mesh(spec, cm),
+        Ok(spec) => Params::Mesh(Box::new(spec), cm),
         Err(e) => Params::Invalid(format!(
             "infrastructure.parametersRef: key {PARAMETERS_MESH_KEY:?} of ConfigMap {cm} is \
              not a valid mesh stanza: {}",

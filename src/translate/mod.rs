@@ -25,6 +25,7 @@
 pub mod addresses;
 pub mod api;
 mod backend_tls;
+mod backends;
 mod gateway;
 mod grpc_route;
 mod http_route;
@@ -192,7 +193,7 @@ pub fn translate_with(
         .collect();
     routes.sort_by(|a, b| (&a.0, &a.1, a.2.kind).cmp(&(&b.0, &b.1, b.2.kind)));
 
-    let mut backends = refs::Backends::new(resources, settings, &carried.endpoints);
+    let mut backends = backends::Backends::new(resources, settings, &carried.endpoints);
     backends.tls.carry(&carried.tls_configs);
     let outcomes: Vec<(usize, ObjectRef, RouteKind, RouteOutcome)> = {
         let mut ctx = RouteCtx {

@@ -1,26 +1,18 @@
-//! References to other objects: ReferenceGrant checks, Service + EndpointSlices -> backends,
-//! Secret -> server certificates. Everything that follows a name to another object lives here,
-//! so the rules for "exists", "is allowed" and "is usable" are written once.
+//! References to other objects: ReferenceGrant checks and Secret -> server certificates. The
+//! rules for "exists", "is allowed" and "is usable" are written once, here; Service ports ->
+//! backends is `backends.rs`, which builds on them.
 
 use std::collections::BTreeMap;
-use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use rustls::sign::CertifiedKey;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
-use super::Settings;
-use super::api::{CORE_GROUP, EndpointSlice, Secret, Service, ServicePort};
-use super::backend_tls::{BackendTlsResolver, TlsKey};
-use super::mesh::TlsCtx;
+use super::api::{CORE_GROUP, Secret};
 use super::resources::Resources;
-use crate::model::{
-    AppProtocol, Backend, BackendId, Endpoint, EndpointPool, ListenerId, ObjectRef,
-};
+use crate::model::{ListenerId, ObjectRef};
 
-/// The label an EndpointSlice carries to name its Service.
-pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 /// The Secret type a listener certificate must have.
 pub const TLS_SECRET_TYPE: &str = "kubernetes.io/tls";
 
@@ -39,14 +31,6 @@ pub struct RefTo<'a> {
     pub kind: &'a str,
     pub namespace: &'a str,
     pub name: &'a str,
-}
-
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum BackendError {
-    #[error("Service {0} not found")]
-    ServiceNotFound(ObjectRef),
-    #[error("Service {0} has no port {1}")]
-    PortNotFound(ObjectRef, u16),
 }
 
 /// A usable server certificate and the names it should be offered for.
@@ -86,32 +70,6 @@ impl CertError {
     pub fn is_invalid_secret(&self) -> bool {
         !matches!(self, Self::NotFound(_))
     }
-}
-
-/// What a route sends to a backend, which decides its protocol.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Traffic {
-    /// HTTP as the Service port's `appProtocol` says (HTTP/1.1 without one).
-    Http,
-    /// HTTP/2 (gRPC): a port without `appProtocol` is h2c, or h2 by ALPN over TLS.
-    Http2,
-    /// Bytes (TLSRoute): [`AppProtocol::Opaque`] whatever the port says.
-    Opaque,
-}
-
-/// Resolves Service ports to backends, one `Arc<Backend>` per (Service, port, TLS decision),
-/// shared by every rule and mirror that names it. The same Service port reached from a meshed
-/// and a plain route is two backends (with the same endpoints and load state).
-pub struct Backends<'a> {
-    resources: &'a Resources,
-    /// Endpoint load state carried over from the previous snapshot.
-    pool: &'a EndpointPool,
-    /// EndpointSlices by (namespace, Service name).
-    slices: BTreeMap<(&'a str, &'a str), Vec<&'a EndpointSlice>>,
-    /// Endpoints per Service port, so backends that differ only in TLS share load state.
-    endpoints: BTreeMap<BackendId, Vec<Endpoint>>,
-    cache: BTreeMap<(BackendId, AppProtocol, TlsKey), Arc<Backend>>,
-    pub tls: BackendTlsResolver<'a>,
 }
 
 /// Loads listener certificates, once per Secret: listeners that share a Secret share the
@@ -158,144 +116,6 @@ pub fn reference_granted(resources: &Resources, from: RefFrom<'_>, to: RefTo<'_>
                     && t.name.as_deref().is_none_or(|n| n == to.name)
             })
         })
-}
-
-// === impl Backends ===
-
-impl<'a> Backends<'a> {
-    pub fn new(resources: &'a Resources, settings: &'a Settings, pool: &'a EndpointPool) -> Self {
-        let mut slices: BTreeMap<(&str, &str), Vec<&EndpointSlice>> = BTreeMap::new();
-        for ((ns, _), slice) in &resources.endpoint_slices {
-            let service = slice
-                .metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(SERVICE_NAME_LABEL));
-            if let Some(service) = service {
-                slices.entry((ns, service)).or_default().push(slice);
-            }
-        }
-        Self {
-            resources,
-            pool,
-            slices,
-            endpoints: BTreeMap::new(),
-            cache: BTreeMap::new(),
-            tls: BackendTlsResolver::new(resources, settings),
-        }
-    }
-
-    /// The backend for `port` of Service `namespace/name`, reached in `tls`, carrying
-    /// `traffic` (which may override the port's `appProtocol`).
-    pub fn service_port(
-        &mut self,
-        namespace: &str,
-        name: &str,
-        port: u16,
-        tls: TlsCtx<'_>,
-        traffic: Traffic,
-    ) -> Result<Arc<Backend>, BackendError> {
-        let service = ObjectRef::new(namespace, name);
-        let id = BackendId {
-            service: service.clone(),
-            port,
-        };
-        let svc = self
-            .resources
-            .services
-            .get(&(namespace.to_string(), name.to_string()))
-            .ok_or_else(|| BackendError::ServiceNotFound(service.clone()))?;
-        let svc_port = service_ports(svc)
-            .find(|p| i32::from(port) == p.port)
-            .ok_or(BackendError::PortNotFound(service, port))?;
-        let protocol = match (traffic, app_protocol(svc_port.app_protocol.as_deref())) {
-            (Traffic::Opaque, _) => AppProtocol::Opaque,
-            (Traffic::Http2, AppProtocol::Http1) => AppProtocol::H2c,
-            (_, p) => p,
-        };
-        let (tls_key, tls) = self
-            .tls
-            .decide(&id, svc_port.name.as_deref(), protocol, tls);
-        let key = (id, protocol, tls_key);
-        if let Some(b) = self.cache.get(&key) {
-            return Ok(b.clone());
-        }
-        let endpoints = match self.endpoints.get(&key.0) {
-            Some(e) => e.clone(),
-            None => {
-                let e = self.slice_endpoints(namespace, name, svc_port);
-                self.endpoints.insert(key.0.clone(), e.clone());
-                e
-            }
-        };
-        let backend = Arc::new(Backend {
-            id: key.0.clone(),
-            protocol,
-            endpoints,
-            tls,
-        });
-        self.cache.insert(key, backend.clone());
-        Ok(backend)
-    }
-
-    /// Every ready address of every slice of the Service, on the slice port named like the
-    /// Service port. Sorted and deduplicated (slices may overlap while they are being
-    /// rewritten).
-    fn slice_endpoints(
-        &self,
-        namespace: &str,
-        name: &str,
-        svc_port: &ServicePort,
-    ) -> Vec<Endpoint> {
-        let want = svc_port.name.as_deref().unwrap_or_default();
-        let mut addrs: Vec<SocketAddr> = Vec::new();
-        for slice in self.slices.get(&(namespace, name)).into_iter().flatten() {
-            if !matches!(slice.address_type.as_str(), "IPv4" | "IPv6") {
-                continue;
-            }
-            let port = slice
-                .ports
-                .iter()
-                .flatten()
-                .find(|p| p.name.as_deref().unwrap_or_default() == want)
-                .and_then(|p| p.port)
-                .and_then(|p| u16::try_from(p).ok());
-            let Some(port) = port else { continue };
-            for ep in slice.endpoints.iter().flatten() {
-                // Ready "should be interpreted as true" when absent (EndpointConditions).
-                if ep.conditions.as_ref().and_then(|c| c.ready) == Some(false) {
-                    continue;
-                }
-                addrs.extend(
-                    ep.addresses
-                        .iter()
-                        .filter_map(|a| a.parse::<IpAddr>().ok())
-                        .map(|ip| SocketAddr::new(ip, port)),
-                );
-            }
-        }
-        addrs.sort();
-        addrs.dedup();
-        addrs.into_iter().map(|a| self.pool.endpoint(a)).collect()
-    }
-}
-
-fn service_ports(svc: &Service) -> impl Iterator<Item = &ServicePort> {
-    svc.spec
-        .as_ref()
-        .and_then(|s| s.ports.as_ref())
-        .into_iter()
-        .flatten()
-}
-
-/// Service port `appProtocol` (Gateway API GEP-1911): h2c and WebSocket are understood;
-/// anything else is sent as HTTP/1.1.
-pub fn app_protocol(p: Option<&str>) -> AppProtocol {
-    match p {
-        Some("kubernetes.io/h2c") => AppProtocol::H2c,
-        Some("kubernetes.io/ws" | "kubernetes.io/wss") => AppProtocol::WebSocket,
-        _ => AppProtocol::Http1,
-    }
 }
 
 /// Whether a backendRef/certificateRef group names the core API group. The API spells it "";

@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 
 use super::api::{
     BackendTlsPolicy, ClusterTrustBundle, ConfigMap, EndpointSlice, Gateway, GatewayClass,
-    GrpcRoute, HttpRoute, ListenerSet, Namespace, ReferenceGrant, Secret, Service, TlsRoute,
+    GrpcRoute, HttpRoute, ListenerSet, Namespace, PodIdentity, ReferenceGrant, Secret, Service,
+    TlsRoute,
 };
 
 /// `(namespace, name)`.
@@ -25,6 +26,8 @@ pub struct Resources {
     pub namespaces: BTreeMap<String, Namespace>,
     pub services: BTreeMap<ObjectKey, Service>,
     pub endpoint_slices: BTreeMap<ObjectKey, EndpointSlice>,
+    /// Pods, as far as per-endpoint mesh identity needs them (their ServiceAccount).
+    pub pods: BTreeMap<ObjectKey, PodIdentity>,
     pub secrets: BTreeMap<ObjectKey, Secret>,
     pub config_maps: BTreeMap<ObjectKey, ConfigMap>,
     /// Cluster-scoped: by name (mesh trust bundles).

@@ -157,6 +157,9 @@ pub enum RouteConditionReason {
     NoClientCertificate,
     InvalidPolicy,
     InvalidMeshConfig,
+    /// Per-endpoint identity is on and some endpoints have no resolvable identity (no Pod,
+    /// unknown Pod): they get no traffic.
+    NoEndpointIdentity,
 }
 
 #[derive(Debug, Default, PartialEq)]

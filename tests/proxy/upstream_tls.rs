@@ -53,6 +53,7 @@ impl Mesh {
             config: mtls_client(roots, &self.client, alpn),
             server_name: ServerName::try_from(NAME).unwrap(),
             trust_key,
+            identity: None,
         }))
     }
 

@@ -294,8 +294,10 @@ where
         started: Instant,
     ) -> Next {
         let shared = self.shared;
+        let mut common = common;
         let resp = resp.unwrap_or_else(|error| {
             shared.metrics.error(error.kind(), error.side());
+            common.seen.failure = Some(super::service::Failure::of(&error));
             tracing::debug!(%error, port = self.info.port, "request failed");
             error.to_response()
         });
@@ -349,7 +351,7 @@ where
         common.seen.upstream = Some(endpoint.addr);
         let target = Target {
             backend,
-            addr: endpoint.addr,
+            endpoint,
             upgrade: false,
         };
         let in_flight = shared.in_flight(snapshot, backend, endpoint);

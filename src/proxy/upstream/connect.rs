@@ -229,6 +229,9 @@ fn tls_failure(e: &io::Error) -> TlsFailure {
 /// replace it; keep it the only place that looks inside `rustls::Error`.)
 fn classify(e: &rustls::Error) -> TlsFailure {
     use rustls::Error as E;
+    if crate::tls::client::is_identity_mismatch(e) {
+        return TlsFailure::IdentityMismatch;
+    }
     match e {
         E::InvalidCertificate(c) => match c {
             CertificateError::UnknownIssuer | CertificateError::BadSignature => {
@@ -319,6 +322,12 @@ mod tests {
             TlsFailure::SanMismatch
         );
         assert_eq!(cert(CertificateError::Revoked), TlsFailure::Other);
+        let mismatch =
+            rustls::OtherError(std::sync::Arc::new(crate::tls::client::IdentityMismatch));
+        assert_eq!(
+            cert(CertificateError::Other(mismatch)),
+            TlsFailure::IdentityMismatch
+        );
         assert_eq!(
             classify(&E::InvalidMessage(
                 rustls::InvalidMessage::InvalidContentType

@@ -49,7 +49,7 @@ use super::error::ProxyError;
 use super::metrics::{ConnectionGuard, Transport, UpstreamProtocol};
 use super::{ProxyConfig, ProxyMetrics};
 use crate::model::{
-    AppProtocol, Backend, BackendId, BackendTls, EndpointStats, Snapshot, UpstreamTls,
+    AppProtocol, Backend, BackendId, Endpoint, EndpointStats, Snapshot, UpstreamTls,
 };
 use connect::{Conn, Connector, Dial, Failed};
 use pool::{Entry, H1Sender, H2Sender, Mode, Pool, ShortKey};
@@ -80,7 +80,9 @@ struct Inner {
 #[derive(Clone, Copy, Debug)]
 pub struct Target<'a> {
     pub backend: &'a Backend,
-    pub addr: SocketAddr,
+    /// One of `backend`'s endpoints (its address, and its own TLS config when the backend
+    /// checks identities per endpoint).
+    pub endpoint: &'a Endpoint,
     /// An HTTP/1.1 Upgrade: needs an HTTP/1.1 connection of its own (never pooled after 101).
     pub upgrade: bool,
 }
@@ -174,17 +176,17 @@ impl Upstream {
         self.inner.wake.notify_one();
     }
 
-    /// The backend's TLS settings; `BackendTls::Unavailable` fails closed (counted, nothing
-    /// opened, never plaintext).
-    fn tls_for<'b>(&self, backend: &'b Backend) -> Result<Option<&'b UpstreamTls>, ProxyError> {
-        match &backend.tls {
-            BackendTls::Plain => Ok(None),
-            BackendTls::Tls(u) => Ok(Some(&**u)),
-            BackendTls::Unavailable(reason) => {
-                self.inner.metrics.tls_unavailable(&backend.id, *reason);
-                Err(ProxyError::TlsUnavailable(*reason))
-            }
-        }
+    /// The TLS settings for `endpoint` of `backend` ([`Backend::tls_for`]); when TLS is
+    /// required but unusable it fails closed (counted, nothing opened, never plaintext).
+    pub fn tls_for<'b>(
+        &self,
+        backend: &'b Backend,
+        endpoint: &'b Endpoint,
+    ) -> Result<Option<&'b UpstreamTls>, ProxyError> {
+        backend.tls_for(endpoint).map_err(|reason| {
+            self.inner.metrics.tls_unavailable(&backend.id, reason);
+            ProxyError::TlsUnavailable(reason)
+        })
     }
 
     /// A connection for one byte stream (TLSRoute): TCP, then TLS when `tls` is given (mesh
@@ -216,14 +218,15 @@ impl Upstream {
         req: Request<ProxyBody>,
     ) -> Result<Response<UpstreamBody>, ProxyError> {
         let backend = target.backend;
-        let tls = self.tls_for(backend)?;
+        let addr = target.endpoint.addr;
+        let tls = self.tls_for(backend, target.endpoint)?;
         let protocol = if target.upgrade {
             AppProtocol::WebSocket
         } else {
             backend.protocol
         };
         let key = ShortKey {
-            addr: target.addr,
+            addr,
             trust_key: tls.map(|u| u.trust_key),
             protocol,
         };
@@ -234,7 +237,7 @@ impl Upstream {
             } else {
                 Scheme::HTTP
             },
-            addr: target.addr,
+            addr,
         };
         let req = match self.send_pooled(&entry, &shape, req).await {
             Pooled::Done(result) => return result,
@@ -242,7 +245,7 @@ impl Upstream {
         };
         let dial = Dial {
             backend: &backend.id,
-            addr: target.addr,
+            addr,
             protocol,
             tls,
         };

@@ -59,9 +59,10 @@ impl Upstream {
     /// [`Upstream::send`]: `BackendTls::Unavailable` opens nothing.
     pub async fn raw(&self, target: Target<'_>) -> Result<Raw, ProxyError> {
         let backend = target.backend;
-        let tls = self.tls_for(backend)?;
+        let addr = target.endpoint.addr;
+        let tls = self.tls_for(backend, target.endpoint)?;
         let key = ShortKey {
-            addr: target.addr,
+            addr,
             trust_key: tls.map(|u| u.trust_key),
             protocol: backend.protocol,
         };
@@ -82,7 +83,7 @@ impl Upstream {
         }
         let dial = Dial {
             backend: &backend.id,
-            addr: target.addr,
+            addr,
             protocol: backend.protocol,
             tls,
         };

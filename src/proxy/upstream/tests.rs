@@ -4,7 +4,7 @@ use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 
 use super::*;
-use crate::model::{BackendId, EndpointStats, ObjectRef};
+use crate::model::{BackendId, BackendTls, EndpointStats, ObjectRef};
 use crate::proxy::body;
 
 fn backend(protocol: AppProtocol) -> Backend {
@@ -57,9 +57,10 @@ async fn refused_connection_is_a_refused_connect_error() {
     };
     let up = upstream(&ProxyConfig::default());
     let b = backend(AppProtocol::Http1);
+    let ep = Endpoint::new(addr);
     let target = Target {
         backend: &b,
-        addr,
+        endpoint: &ep,
         upgrade: false,
     };
     let err = up.send(target, get("x", "/")).await.unwrap_err();
@@ -73,9 +74,10 @@ async fn a_fully_read_http1_response_returns_its_connection_for_reuse() {
         .unwrap();
     let up = upstream(&ProxyConfig::default());
     let b = backend(AppProtocol::Http1);
+    let ep = Endpoint::new(echo.addr);
     let target = Target {
         backend: &b,
-        addr: echo.addr,
+        endpoint: &ep,
         upgrade: false,
     };
     for _ in 0..3 {
@@ -100,9 +102,10 @@ async fn an_unread_response_body_never_returns_its_connection() {
         .unwrap();
     let up = upstream(&ProxyConfig::default());
     let b = backend(AppProtocol::Http1);
+    let ep = Endpoint::new(echo.addr);
     let target = Target {
         backend: &b,
-        addr: echo.addr,
+        endpoint: &ep,
         upgrade: false,
     };
     let resp = up.send(target, get("a.example", "/")).await.unwrap();
@@ -124,9 +127,10 @@ async fn idle_connections_are_capped_per_key() {
     };
     let up = upstream(&config);
     let b = backend(AppProtocol::Http1);
+    let ep = Endpoint::new(echo.addr);
     let target = Target {
         backend: &b,
-        addr: echo.addr,
+        endpoint: &ep,
         upgrade: false,
     };
     // Three responses open at once need three connections; only two stay idle.

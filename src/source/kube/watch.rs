@@ -37,6 +37,9 @@ pub enum Changes {
     /// Updates that move `metadata.generation`, labels, annotations or the deletion
     /// timestamp: kinds with a status subresource, whose status pier does not translate.
     Spec,
+    /// None: what pier reads of the kind never changes in an update (a Pod's ServiceAccount is
+    /// immutable), so only adds and deletes matter. Pods change status constantly.
+    Immutable,
 }
 
 /// What an event asks for.
@@ -112,6 +115,7 @@ impl Changes {
         };
         match self {
             Self::Any => Notify::Config,
+            Self::Immutable => Notify::Nothing,
             Self::Spec => {
                 let (o, n) = (old.meta(), new.meta());
                 if o.generation != n.generation
@@ -283,8 +287,14 @@ pub async fn reflect<K, S>(
             Ok(event) => event,
             Err(e) => {
                 errors.report(&e, &ctx);
-                if !listed && kind.is_optional() && classify(&e) == WatchError::NotFound {
-                    // Not served: listed as empty, so readiness does not wait for it.
+                let skippable = match classify(&e) {
+                    WatchError::NotFound => kind.is_optional(),
+                    WatchError::Forbidden => kind.is_optional_without_rbac(),
+                    _ => false,
+                };
+                if !listed && skippable {
+                    // Not served (or not granted): listed as empty, so readiness does not wait
+                    // for it.
                     listed = true;
                     release(kind, &ctx);
                 }

@@ -102,6 +102,7 @@ fn kind(t: &BackendTls) -> String {
             TlsMode::Mesh => "mesh".into(),
             TlsMode::Policy => "policy".into(),
         },
+        BackendTls::PerEndpoint(ids) => format!("identity:{}", ids.scheme),
         BackendTls::Unavailable(why) => why.as_str().into(),
     }
 }

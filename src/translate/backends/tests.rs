@@ -1,0 +1,185 @@
+//! Service + EndpointSlices -> backends and endpoints; per-endpoint identity.
+
+use std::sync::LazyLock;
+
+use super::*;
+use crate::translate::test_support::resources;
+
+static SETTINGS: LazyLock<Settings> = LazyLock::new(Settings::default);
+
+const SERVICE: &str = r#"
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: ns}
+spec:
+  ports:
+  - {name: http, port: 80, appProtocol: kubernetes.io/h2c}
+  - {name: admin, port: 9000}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: web-1, namespace: ns, labels: {kubernetes.io/service-name: web}}
+addressType: IPv4
+ports: [{name: http, port: 8080}, {name: admin, port: 9090}]
+endpoints:
+- addresses: [10.0.0.2]
+- addresses: [10.0.0.1]
+  conditions: {ready: true}
+- addresses: [10.0.0.9]
+  conditions: {ready: false}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: web-2, namespace: ns, labels: {kubernetes.io/service-name: web}}
+addressType: IPv4
+ports: [{name: http, port: 8080}]
+endpoints:
+- addresses: [10.0.0.2, 10.0.0.3]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: web-fqdn, namespace: ns, labels: {kubernetes.io/service-name: web}}
+addressType: FQDN
+ports: [{name: http, port: 8080}]
+endpoints:
+- addresses: [web.example.com]
+"#;
+
+fn addrs(b: &Backend) -> Vec<String> {
+    b.endpoints.iter().map(|e| e.addr.to_string()).collect()
+}
+
+#[test]
+fn endpoint_without_ready_condition_counts_as_ready() {
+    let r = resources(SERVICE);
+    let b = Backends::new(&r, &SETTINGS, &EndpointPool::default())
+        .service_port("ns", "web", 80, TlsCtx::default(), Traffic::Http)
+        .unwrap();
+    assert!(addrs(&b).contains(&"10.0.0.2:8080".to_string()));
+}
+
+#[test]
+fn not_ready_endpoint_is_left_out() {
+    let r = resources(SERVICE);
+    let b = Backends::new(&r, &SETTINGS, &EndpointPool::default())
+        .service_port("ns", "web", 80, TlsCtx::default(), Traffic::Http)
+        .unwrap();
+    assert!(!addrs(&b).iter().any(|a| a.starts_with("10.0.0.9")));
+}
+
+#[test]
+fn endpoints_are_sorted_and_deduplicated_across_slices_fqdn_ignored() {
+    let r = resources(SERVICE);
+    let b = Backends::new(&r, &SETTINGS, &EndpointPool::default())
+        .service_port("ns", "web", 80, TlsCtx::default(), Traffic::Http)
+        .unwrap();
+    assert_eq!(
+        addrs(&b),
+        vec!["10.0.0.1:8080", "10.0.0.2:8080", "10.0.0.3:8080"]
+    );
+}
+
+#[test]
+fn slice_port_is_chosen_by_the_service_port_name() {
+    let r = resources(SERVICE);
+    let b = Backends::new(&r, &SETTINGS, &EndpointPool::default())
+        .service_port("ns", "web", 9000, TlsCtx::default(), Traffic::Http)
+        .unwrap();
+    // web-2 has no `admin` port: only web-1's endpoints serve it.
+    assert_eq!(addrs(&b), vec!["10.0.0.1:9090", "10.0.0.2:9090"]);
+    assert_eq!(b.protocol, AppProtocol::Http1);
+}
+
+#[test]
+fn unnamed_service_port_matches_an_unnamed_slice_port() {
+    let r = resources(
+        r#"
+apiVersion: v1
+kind: Service
+metadata: {name: one, namespace: ns}
+spec: {ports: [{port: 80}]}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: one-1, namespace: ns, labels: {kubernetes.io/service-name: one}}
+addressType: IPv6
+ports: [{name: "", port: 8080}]
+endpoints: [{addresses: ["fd00::1"]}]
+"#,
+    );
+    let b = Backends::new(&r, &SETTINGS, &EndpointPool::default())
+        .service_port("ns", "one", 80, TlsCtx::default(), Traffic::Http)
+        .unwrap();
+    assert_eq!(addrs(&b), vec!["[fd00::1]:8080"]);
+}
+
+#[test]
+fn one_backend_per_service_port_is_shared() {
+    let r = resources(SERVICE);
+    let pool = EndpointPool::default();
+    let mut backends = Backends::new(&r, &SETTINGS, &pool);
+    let a = backends
+        .service_port("ns", "web", 80, TlsCtx::default(), Traffic::Http)
+        .unwrap();
+    let b = backends
+        .service_port("ns", "web", 80, TlsCtx::default(), Traffic::Http)
+        .unwrap();
+    assert!(Arc::ptr_eq(&a, &b));
+    assert_eq!(a.protocol, AppProtocol::H2c);
+}
+
+#[test]
+fn missing_service_or_port_is_an_error() {
+    let r = resources(SERVICE);
+    let pool = EndpointPool::default();
+    let mut backends = Backends::new(&r, &SETTINGS, &pool);
+    assert_eq!(
+        backends
+            .service_port("ns", "nope", 80, TlsCtx::default(), Traffic::Http)
+            .unwrap_err(),
+        BackendError::ServiceNotFound(ObjectRef::new("ns", "nope"))
+    );
+    assert_eq!(
+        backends
+            .service_port("ns", "web", 81, TlsCtx::default(), Traffic::Http)
+            .unwrap_err(),
+        BackendError::PortNotFound(ObjectRef::new("ns", "web"), 81)
+    );
+}
+
+#[test]
+fn app_protocol_follows_kubernetes_io_names() {
+    assert_eq!(app_protocol(Some("kubernetes.io/h2c")), AppProtocol::H2c);
+    assert_eq!(
+        app_protocol(Some("kubernetes.io/ws")),
+        AppProtocol::WebSocket
+    );
+    assert_eq!(
+        app_protocol(Some("kubernetes.io/wss")),
+        AppProtocol::WebSocket
+    );
+    assert_eq!(app_protocol(Some("http")), AppProtocol::Http1);
+    assert_eq!(app_protocol(None), AppProtocol::Http1);
+}
+
+#[test]
+fn endpoint_load_state_carries_over_from_the_previous_snapshot() {
+    let r = resources(SERVICE);
+    let first = Backends::new(&r, &SETTINGS, &EndpointPool::default())
+        .service_port("ns", "web", 80, TlsCtx::default(), Traffic::Http)
+        .unwrap();
+    first.endpoints[0]
+        .stats
+        .in_flight
+        .store(7, std::sync::atomic::Ordering::Relaxed);
+    let mut pool = EndpointPool::default();
+    first.endpoints.iter().for_each(|e| pool.insert(e));
+    let second = Backends::new(&r, &SETTINGS, &pool)
+        .service_port("ns", "web", 80, TlsCtx::default(), Traffic::Http)
+        .unwrap();
+    assert_eq!(second.endpoints[0].load(), 7);
+    assert!(Arc::ptr_eq(
+        &first.endpoints[0].stats,
+        &second.endpoints[0].stats
+    ));
+}

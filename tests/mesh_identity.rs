@@ -1,0 +1,287 @@
+//! Per-endpoint workload identity (`mesh.identity`, issue 20) end to end: pier in-process from
+//! a manifest directory, Pods in the manifests name each endpoint's ServiceAccount, real TLS
+//! workloads present the right identity, another mesh workload's identity, or a Linkerd-shaped
+//! one. Certificates come from the same mesh CA, so only the identity check tells them apart.
+
+mod support;
+
+use std::net::SocketAddr;
+
+use support::client::Resp;
+use support::mesh::*;
+use support::{bounded, free_port};
+
+const WEB: &str = "web.example";
+
+/// Gateway `gw/edge` meshing every route, checking identities with `identity` (YAML flow map).
+fn identity_spec(identity: &str) -> String {
+    format!("{}    identity: {identity}\n", mesh_spec(""))
+}
+
+/// Service `ns/name` port 443 with one EndpointSlice per endpoint; each endpoint names a Pod
+/// (`targetRef`) unless `None`.
+fn service_with_pods(ns: &str, name: &str, endpoints: &[(SocketAddr, Option<&str>)]) -> String {
+    let mut out = format!(
+        "apiVersion: v1
+kind: Service
+metadata: {{name: {name}, namespace: {ns}}}
+spec:
+  ports: [{{name: web, port: 443}}]
+"
+    );
+    for (i, (addr, pod)) in endpoints.iter().enumerate() {
+        let target = pod
+            .map(|p| format!("    targetRef: {{kind: Pod, name: {p}, namespace: {ns}}}\n"))
+            .unwrap_or_default();
+        out.push_str(&format!(
+            "---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: {name}-{i}
+  namespace: {ns}
+  labels: {{kubernetes.io/service-name: {name}}}
+addressType: IPv4
+ports: [{{name: web, port: {port}}}]
+endpoints:
+  - addresses: [\"{ip}\"]
+    conditions: {{ready: true}}
+{target}",
+            port = addr.port(),
+            ip = addr.ip()
+        ));
+    }
+    out
+}
+
+fn pod(ns: &str, name: &str, service_account: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: {ns}}}\n\
+         spec: {{serviceAccountName: {service_account}, containers: [{{name: app, image: app}}]}}\n"
+    )
+}
+
+struct World {
+    pier: Pier,
+    files: Vec<(&'static str, String)>,
+}
+
+/// pier with Gateway `spec_extra`, pier's client Secret and the mesh bundle, `backends`
+/// (Services, EndpointSlices, Pods) and the routes `<svc>.example` -> `app/<svc>:443`.
+async fn start(pki: &MeshPki, spec_extra: &str, backends: Vec<String>, services: &[&str]) -> World {
+    let port = free_port();
+    let routes: Vec<String> = services.iter().map(|s| route("app", s, "", s)).collect();
+    let files = vec![
+        ("00-class.yaml", GATEWAY_CLASS.to_string()),
+        ("10-gateway.yaml", gateway(port, spec_extra)),
+        ("20-backends.yaml", backends.join("---\n")),
+        ("30-routes.yaml", routes.join("---\n")),
+        ("40-client.yaml", pier_client_secret(pki)),
+        ("41-bundle.yaml", bundle(&[&pki.mesh_ca])),
+    ];
+    let pier = Pier::start(port, &files).await;
+    World { pier, files }
+}
+
+fn seen(r: &Resp) -> Seen {
+    assert_eq!(r.status, 200, "{}", r.text());
+    serde_json::from_slice(&r.body).unwrap_or_else(|e| panic!("not a workload answer ({e}): {r:?}"))
+}
+
+fn backend_tls_condition(status: &serde_json::Value, route: &str) -> (String, String, String) {
+    conditions(status, "HTTPRoute", "app", route)["pier.dev/BackendTLS"].clone()
+}
+
+#[tokio::test]
+async fn spiffe_identity_a_workload_with_another_identity_gets_no_request() {
+    let pki = MeshPki::new();
+    // Both certificates chain to the mesh CA: chain-only checking would accept either.
+    let web = Workload::spawn(&pki.mesh_ca.workload(WORKLOAD_ID), &pki.client_ca).await;
+    let impostor = Workload::spawn(
+        &pki.mesh_ca
+            .workload("spiffe://cluster.local/ns/app/sa/billing"),
+        &pki.client_ca,
+    )
+    .await;
+    let backends = vec![
+        service_with_pods("app", "web", &[(web.addr, Some("web-1"))]),
+        // The impostor answers at an address the EndpointSlice gives to a `web` Pod (a reused
+        // pod IP, a stale slice).
+        service_with_pods("app", "stale", &[(impostor.addr, Some("web-2"))]),
+        pod("app", "web-1", "web"),
+        pod("app", "web-2", "web"),
+    ];
+    let w = start(
+        &pki,
+        &identity_spec("{scheme: SPIFFE}"),
+        backends,
+        &["web", "stale"],
+    )
+    .await;
+    let pier = &w.pier;
+
+    let s = seen(&pier.get(WEB).await);
+    assert!(s.tls);
+    assert_eq!(s.sni.as_deref(), Some("web.app.svc.cluster.local"));
+    assert_eq!(s.client_uris, [PIER_ID]);
+
+    for _ in 0..2 {
+        let r = pier.get("stale.example").await;
+        assert_eq!(r.status, 502, "{}", r.text());
+    }
+    bounded(impostor.wait_for_accepted(1)).await;
+    assert!(
+        impostor.accepted().iter().all(|a| a.tls && !a.ok),
+        "{:?}",
+        impostor.accepted()
+    );
+    assert_eq!(impostor.count(), 0, "no request reaches the wrong identity");
+    pier.assert_metric(
+        r#"pier_proxy_upstream_tls_handshakes_total{backend="app/stale:443",result="error",reason="identity_mismatch"}"#,
+    )
+    .await;
+
+    let status = pier.status().await;
+    let (ok, reason, msg) = backend_tls_condition(&status, "web");
+    assert_eq!((ok.as_str(), reason.as_str()), ("True", "Ready"), "{msg}");
+    assert!(
+        msg.contains("SPIFFE identity checked per endpoint"),
+        "{msg}"
+    );
+    w.pier.shutdown().await;
+}
+
+#[tokio::test]
+async fn without_identity_checking_the_same_workloads_are_accepted_by_chain() {
+    // The control for the test above: today's default (chain only) sends the request.
+    let pki = MeshPki::new();
+    let impostor = Workload::spawn(
+        &pki.mesh_ca
+            .workload("spiffe://cluster.local/ns/app/sa/billing"),
+        &pki.client_ca,
+    )
+    .await;
+    let backends = vec![
+        service_with_pods("app", "stale", &[(impostor.addr, Some("web-2"))]),
+        pod("app", "web-2", "web"),
+    ];
+    let w = start(&pki, &identity_spec("{scheme: None}"), backends, &["stale"]).await;
+    assert!(seen(&w.pier.get("stale.example").await).tls);
+    assert_eq!(impostor.count(), 1);
+    w.pier.shutdown().await;
+}
+
+#[tokio::test]
+async fn linkerd_identity_is_checked_as_a_dns_name_and_sent_as_sni() {
+    let pki = MeshPki::new();
+    let id = "web.app.serviceaccount.identity.linkerd.cluster.local";
+    let web = Workload::spawn(&pki.mesh_ca.server(&[id]), &pki.client_ca).await;
+    let other = Workload::spawn(
+        &pki.mesh_ca
+            .server(&["billing.app.serviceaccount.identity.linkerd.cluster.local"]),
+        &pki.client_ca,
+    )
+    .await;
+    let backends = vec![
+        service_with_pods("app", "web", &[(web.addr, Some("web-1"))]),
+        service_with_pods("app", "stale", &[(other.addr, Some("web-2"))]),
+        pod("app", "web-1", "web"),
+        pod("app", "web-2", "web"),
+    ];
+    let w = start(
+        &pki,
+        &identity_spec("{scheme: Linkerd}"),
+        backends,
+        &["web", "stale"],
+    )
+    .await;
+    let s = seen(&w.pier.get(WEB).await);
+    assert_eq!(
+        s.sni.as_deref(),
+        Some(id),
+        "Linkerd expects the identity as SNI"
+    );
+    let r = w.pier.get("stale.example").await;
+    assert_eq!(r.status, 502, "{}", r.text());
+    assert_eq!(other.count(), 0);
+    w.pier
+        .assert_metric(r#"result="error",reason="identity_mismatch"} 1"#)
+        .await;
+    w.pier.shutdown().await;
+}
+
+#[tokio::test]
+async fn endpoints_without_a_known_pod_fail_closed_with_status_until_the_pod_appears() {
+    let pki = MeshPki::new();
+    let web = Workload::spawn(&pki.mesh_ca.workload(WORKLOAD_ID), &pki.client_ca).await;
+    let anonymous = Workload::spawn(&pki.mesh_ca.workload(WORKLOAD_ID), &pki.client_ca).await;
+    // web-1 has no Pod in the manifests yet; the second endpoint names no Pod at all.
+    let backends = vec![service_with_pods(
+        "app",
+        "web",
+        &[(web.addr, Some("web-1")), (anonymous.addr, None)],
+    )];
+    let mut w = start(
+        &pki,
+        &identity_spec("{scheme: SPIFFE, trustDomain: cluster.local}"),
+        backends,
+        &["web"],
+    )
+    .await;
+    let r = w.pier.get(WEB).await;
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(web.accepted().len() + anonymous.accepted().len(), 0);
+    let (ok, reason, msg) = backend_tls_condition(&w.pier.status().await, "web");
+    assert_eq!(
+        (ok.as_str(), reason.as_str()),
+        ("False", "NoEndpointIdentity"),
+        "{msg}"
+    );
+    assert!(msg.contains("Pod app/web-1 is unknown"), "{msg}");
+    assert!(msg.contains("no Pod targetRef"), "{msg}");
+
+    // The Pod appears: its endpoint is served; the one without a Pod still gets nothing.
+    let generation = w.pier.generation().await;
+    w.files[2]
+        .1
+        .push_str(&format!("---\n{}", pod("app", "web-1", "web")));
+    w.pier.write("20-backends.yaml", &w.files[2].1);
+    w.pier.wait_generation_above(generation).await;
+    for _ in 0..4 {
+        assert!(seen(&w.pier.get(WEB).await).tls);
+    }
+    assert_eq!(anonymous.accepted().len(), 0);
+    let (ok, reason, msg) = backend_tls_condition(&w.pier.status().await, "web");
+    assert_eq!(
+        (ok.as_str(), reason.as_str()),
+        ("False", "NoEndpointIdentity")
+    );
+    assert!(!msg.contains("web-1"), "{msg}");
+    w.pier.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_invalid_identity_stanza_fails_every_meshed_route_closed() {
+    let pki = MeshPki::new();
+    let web = Workload::spawn(&pki.mesh_ca.workload(WORKLOAD_ID), &pki.client_ca).await;
+    let backends = vec![
+        service_with_pods("app", "web", &[(web.addr, Some("web-1"))]),
+        pod("app", "web-1", "web"),
+    ];
+    let w = start(
+        &pki,
+        &identity_spec("{scheme: SPIFFE, trustDomain: Not A Domain}"),
+        backends,
+        &["web"],
+    )
+    .await;
+    let r = w.pier.get(WEB).await;
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(web.accepted().len(), 0);
+    let status = w.pier.status().await;
+    let gw = conditions(&status, "Gateway", "gw", "edge");
+    let (ok, _, msg) = &gw["pier.dev/BackendTLS"];
+    assert_eq!(ok, "False", "{msg}");
+    assert!(msg.contains("identity.trustDomain"), "{msg}");
+    w.pier.shutdown().await;
+}
