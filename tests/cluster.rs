@@ -805,3 +805,111 @@ async fn meshed_routes_follow_the_cluster() {
     );
     pier.shutdown().await;
 }
+
+/// Per-endpoint identity (`mesh.identity`) from the cluster: the EndpointSlice names Pod
+/// `app/web-0`, pier reads its ServiceAccount through a Pod watch under its RBAC. Without the
+/// Pod the endpoint gets nothing (503, status NoEndpointIdentity written through the API);
+/// with it, mTLS; a workload presenting another identity of the same mesh CA gets 502
+/// `identity_mismatch` and no request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_endpoint_identity_follows_pods_in_the_cluster() {
+    let c = Cluster::start().await;
+    c.cp.install_crds(repo("config/crds/mesh")).await;
+    init();
+    let pki = mesh::MeshPki::new();
+    let web = mesh::Workload::spawn_on(host_ip(), &pki.workload, &pki.client_ca, false).await;
+    let port = listener_port();
+    c.apply_yaml(&mesh::namespace("gw", "")).await;
+    c.apply_yaml(&mesh::namespace("app", "")).await;
+    c.apply_yaml(mesh::GATEWAY_CLASS).await;
+    c.apply_yaml(&mesh::pier_client_secret(&pki)).await;
+    c.apply_yaml(&mesh::bundle(&[&pki.mesh_ca])).await;
+    let spec = format!("{}    identity: {{scheme: SPIFFE}}\n", mesh::mesh_spec(""));
+    c.apply_yaml(&mesh::gateway(port, &spec)).await;
+    c.apply_yaml(&format!(
+        "apiVersion: v1
+kind: Service
+metadata: {{name: web, namespace: app}}
+spec:
+  ports: [{{name: web, port: 443}}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: web-1
+  namespace: app
+  labels: {{kubernetes.io/service-name: web}}
+addressType: IPv4
+ports: [{{name: web, port: {port}}}]
+endpoints:
+  - addresses: [\"{ip}\"]
+    conditions: {{ready: true}}
+    targetRef: {{kind: Pod, name: web-0, namespace: app}}
+",
+        port = web.addr.port(),
+        ip = web.addr.ip()
+    ))
+    .await;
+    c.apply_yaml(&mesh::route("app", "web", "", "web")).await;
+    let pier = start_pier(c.pier_options(LOOPBACK, "replica-a")).await;
+
+    until_status(port, 503).await;
+    let deadline = Instant::now() + STATUS_BOUND;
+    loop {
+        let s = c.status("HTTPRoute", Some("app"), "web").await;
+        let reason = our_parent(&s)
+            .and_then(|p| condition(&p["conditions"], "pier.dev/BackendTLS"))
+            .map(|c| (c["reason"].clone(), c["message"].clone()));
+        if let Some((reason, message)) = &reason
+            && reason == "NoEndpointIdentity"
+        {
+            assert!(
+                message
+                    .as_str()
+                    .unwrap()
+                    .contains("Pod app/web-0 is unknown"),
+                "{message}"
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "no NoEndpointIdentity: {s:#}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(web.accepted().len(), 0);
+
+    // The Pod (ServiceAccount `web`) appears: its identity is the workload's.
+    c.apply_yaml(
+        "apiVersion: v1
+kind: Pod
+metadata: {name: web-0, namespace: app}
+spec:
+  serviceAccountName: web
+  containers: [{name: web, image: web}]
+",
+    )
+    .await;
+    let (took, s) = until_seen(port, "served once the Pod is known", |s| s.tls).await;
+    assert!(is_pier(&s, &pki), "{s:?}");
+    assert_eq!(s.sni.as_deref(), Some("web.app.svc.cluster.local"));
+    eprintln!("Pod created: served after {took:?}");
+
+    // Another workload of the same mesh answers at that address: refused, never sent.
+    let served = web.count();
+    web.switch(
+        &pki.mesh_ca
+            .workload("spiffe://cluster.local/ns/app/sa/billing"),
+        true,
+    );
+    until_status(port, 502).await;
+    assert_eq!(web.count(), served, "no request to the wrong identity");
+    let m = metrics(&pier).await;
+    assert!(
+        sample(
+            &m,
+            "pier_proxy_upstream_tls_handshakes_total{backend=\"app/web:443\",result=\"error\",reason=\"identity_mismatch\"}"
+        ) >= 1.0,
+        "{m}"
+    );
+    assert_eq!(sample(&m, "pier_kube_objects{kind=\"Pod\"}"), 1.0, "{m}");
+    pier.shutdown().await;
+}

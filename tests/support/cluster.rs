@@ -270,6 +270,7 @@ pub fn api_resource(api_version: &str, kind: &str) -> ApiResource {
         "EndpointSlice" => "endpointslices",
         "Secret" => "secrets",
         "ConfigMap" => "configmaps",
+        "Pod" => "pods",
         "ServiceAccount" => "serviceaccounts",
         "ClusterRole" => "clusterroles",
         "ClusterRoleBinding" => "clusterrolebindings",
