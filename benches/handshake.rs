@@ -7,9 +7,10 @@
 //! verified pier's certificate (TLS 1.3 finishes client authentication after the client's
 //! Finished) and the client has read the session tickets before the next connection.
 //!
-//! Decision it informs: how much keeping the rustls session cache warm saves per new upstream
+//! Decisions it informs: how much keeping the rustls session cache warm saves per new upstream
 //! connection (translation builds a new `ClientConfig`, and so a new, empty session cache, on
-//! every reload).
+//! every reload); and what per-endpoint identity (`PeerCheck::Identity`: the workload's SPIFFE
+//! URI SAN read with x509-parser after the chain check) adds to a full handshake.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -17,7 +18,7 @@ use std::sync::Arc;
 use criterion::{Criterion, criterion_group, criterion_main};
 use pier::model::AppProtocol;
 use pier::tls::client::{
-    ClientIdentity, ConfigSpec, PeerCheck, TrustBundle, alpn_for, build_config,
+    ClientIdentity, ConfigSpec, PeerCheck, SanRequirement, TrustBundle, alpn_for, build_config,
 };
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, IsCa, Issuer, KeyPair,
@@ -30,6 +31,9 @@ use rustls::{HandshakeKind, RootCertStore};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::{TlsAcceptor, TlsConnector};
+
+/// The workload's identity (its certificate's only SAN).
+const WORKLOAD_ID: &str = "spiffe://cluster.local/ns/app/sa/web";
 
 struct Ca {
     pem: String,
@@ -64,7 +68,7 @@ fn leaf(ca: &Ca, spiffe: &str) -> (CertificateDer<'static>, String, KeyPair) {
 
 /// A loopback mTLS server: per connection, handshake, read one byte, echo it, close.
 async fn server(mesh: &Ca, client_ca: &Ca) -> SocketAddr {
-    let (cert, _, key) = leaf(mesh, "spiffe://cluster.local/ns/app/sa/web");
+    let (cert, _, key) = leaf(mesh, WORKLOAD_ID);
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut roots = RootCertStore::empty();
     roots.add(client_ca.der.clone()).expect("client CA");
@@ -145,11 +149,24 @@ fn bench_handshake(c: &mut Criterion) {
     });
     let mut fresh = (*resuming).clone();
     fresh.resumption = Resumption::disabled();
+    // Per-endpoint identity: the same, checking the workload's SPIFFE ID.
+    let mut identity_fresh = (*build_config(&ConfigSpec {
+        roots: &bundle,
+        client: Some(&identity),
+        check: &PeerCheck::Identity(SanRequirement::Uri(WORKLOAD_ID.into())),
+        alpn: &alpn,
+    }))
+    .clone();
+    identity_fresh.resumption = Resumption::disabled();
     let name = ServerName::try_from("web.app.svc.cluster.local").expect("name");
     let addr = rt.block_on(server(&mesh, &client_ca));
 
     let mut g = c.benchmark_group("upstream_mtls_handshake");
-    for (id, config) in [("resumption", resuming), ("no_resumption", Arc::new(fresh))] {
+    for (id, config) in [
+        ("resumption", resuming),
+        ("no_resumption", Arc::new(fresh)),
+        ("no_resumption_identity_checked", Arc::new(identity_fresh)),
+    ] {
         let connector = TlsConnector::from(config);
         // Warm: the resuming config holds a ticket before measuring.
         rt.block_on(connect_once(addr, &connector, &name));

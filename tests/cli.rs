@@ -29,6 +29,41 @@ fn check_prints_status_yaml_for_the_examples() {
     assert!(stdout.contains("Accepted"), "{stdout}");
 }
 
+/// `config/examples/mesh-identity` with its certificates made by its own script: every route's
+/// backends checked per endpoint, SPIFFE on one Gateway and Linkerd on the other.
+#[test]
+fn the_mesh_identity_example_checks_identities_per_endpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    for f in ["00-gateway.yaml", "10-backends.yaml", "20-routes.yaml"] {
+        std::fs::copy(
+            format!("config/examples/mesh-identity/{f}"),
+            dir.path().join(f),
+        )
+        .unwrap();
+    }
+    let made = Command::new("config/examples/mesh-identity/gen-certs.sh")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{made:?}");
+    let out = pier()
+        .args(["check", "--manifests"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    for (route, scheme) in [
+        ("web", "SPIFFE"),
+        ("stale", "SPIFFE"),
+        ("web-l5d", "Linkerd"),
+    ] {
+        let want = format!("shop/{route}:443 mesh mTLS, {scheme} identity checked per endpoint");
+        assert!(stdout.contains(&want), "{want} not in {stdout}");
+    }
+    assert!(!stdout.contains("NoEndpointIdentity"), "{stdout}");
+}
+
 #[test]
 fn the_tls_and_listener_set_example_is_all_accepted() {
     let out = pier()
