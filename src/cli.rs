@@ -149,6 +149,12 @@ pub struct RunArgs {
     pub admin_socket: Option<PathBuf>,
     #[command(flatten)]
     pub common: CommonArgs,
+    /// pier's client certificate (its X.509-SVID) and the bundles of `pier.dev/SPIFFEWorkloadAPI`
+    /// trust bundle references from the SPIFFE Workload API at this socket (a path,
+    /// `unix:///path`), streamed and rotated without a restart [default: `SPIFFE_ENDPOINT_SOCKET`
+    /// unless `--client-cert` is given]. A Gateway's `clientCertificateRef` still wins.
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["client_cert", "client_key"])]
+    pub spiffe_socket: Option<String>,
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
     /// Log one line per request (target `pier::access`).
@@ -335,6 +341,7 @@ impl CommonArgs {
             gateway: self.gateway.clone(),
             cluster_domain: self.cluster_domain.clone(),
             client_identity: None,
+            workload_api: None,
             advertise: self.advertise_address.clone(),
             address_pool: self
                 .gateway_address_pool

@@ -85,6 +85,11 @@ async fn run_cmd(a: RunArgs) -> anyhow::Result<()> {
             .map(crate::admin::AdminToken::read)
             .transpose()?,
         client_cert: a.common.client_cert.files(),
+        spiffe_endpoint: spiffe_endpoint(
+            a.spiffe_socket.as_deref(),
+            a.common.client_cert.files().is_some(),
+            |k| std::env::var(k).ok(),
+        )?,
         manifest_limits: a.manifest_limits.limits(),
     })
     .await?;
@@ -93,6 +98,28 @@ async fn run_cmd(a: RunArgs) -> anyhow::Result<()> {
     tracing::info!("shutting down; draining in-flight requests");
     running.shutdown().await;
     Ok(())
+}
+
+/// The SPIFFE Workload API endpoint: `--spiffe-socket`, else `SPIFFE_ENDPOINT_SOCKET` (the
+/// SPIFFE convention) unless pier was given `--client-cert`: an explicit identity wins over an
+/// ambient variable (the CLI refuses the two flags together).
+pub fn spiffe_endpoint(
+    flag: Option<&str>,
+    client_cert: bool,
+    env: impl Fn(&str) -> Option<String>,
+) -> anyhow::Result<Option<String>> {
+    const ENV: &str = "SPIFFE_ENDPOINT_SOCKET";
+    let (arg, from) = match flag {
+        Some(f) => (f.to_string(), "--spiffe-socket"),
+        None if client_cert => return Ok(None),
+        None => match env(ENV).filter(|v| !v.trim().is_empty()) {
+            Some(v) => (v, ENV),
+            None => return Ok(None),
+        },
+    };
+    crate::source::spiffe::parse_endpoint(arg.trim())
+        .map(Some)
+        .context(from)
 }
 
 fn cluster_options(connect: Connect, c: &ClusterArgs, common: &CommonArgs) -> ClusterOptions {
@@ -222,4 +249,32 @@ pub async fn shutdown_signal() {
     }
     #[cfg(not(unix))]
     let _ = ctrl_c.await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spiffe_socket_flag_then_env_unless_client_cert() {
+        let env = |k: &str| (k == "SPIFFE_ENDPOINT_SOCKET").then(|| "unix:///env.sock".to_string());
+        let none = |_: &str| None;
+        let flag = Some("/flag.sock");
+        assert_eq!(
+            spiffe_endpoint(flag, false, env).unwrap().as_deref(),
+            Some("unix:///flag.sock")
+        );
+        assert_eq!(
+            spiffe_endpoint(None, false, env).unwrap().as_deref(),
+            Some("unix:///env.sock")
+        );
+        // An explicit --client-cert wins over the ambient variable.
+        assert_eq!(spiffe_endpoint(None, true, env).unwrap(), None);
+        assert_eq!(spiffe_endpoint(None, false, none).unwrap(), None);
+        let err = spiffe_endpoint(Some("unix://host/x"), false, none).unwrap_err();
+        assert!(
+            format!("{err:#}").starts_with("--spiffe-socket: "),
+            "{err:#}"
+        );
+    }
 }

@@ -8,6 +8,19 @@
 //!
 //! Configuration flows one way. `model` and `translate` are pure: no I/O, no kube client,
 //! tokio or hyper.
+//!
+//! pier's own client certificate for backend (mesh) mTLS, by precedence:
+//!
+//! 1. a Gateway's `spec.tls.backend.clientCertificateRef` (GEP-3155), for that Gateway;
+//! 2. else the process-wide identity, one of (the CLI refuses both):
+//!    - `--client-cert`/`--client-key` files, watched and reloaded (`run::CertWatch`);
+//!    - `--spiffe-socket` (or `SPIFFE_ENDPOINT_SOCKET` when `--client-cert` is not given): the
+//!      default X.509-SVID from the SPIFFE Workload API, streamed and rotated
+//!      ([`source::spiffe`], [`translate::spiffe`]), which also serves mesh `trustBundle`
+//!      references of kind `pier.dev/SPIFFEWorkloadAPI`.
+//!
+//! The Gateway's `pier.dev/BackendTLS` condition says which one is in use (for an SVID: its
+//! SPIFFE ID), or why none is usable; without one, meshed routes fail closed (503).
 #![forbid(unsafe_code)]
 
 pub mod admin;

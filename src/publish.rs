@@ -37,7 +37,7 @@ pub struct Publisher {
     metrics: ControlMetrics,
     generation: u64,
     /// The objects of the last publish, re-translated when only settings change (a rotated
-    /// `--client-cert`).
+    /// `--client-cert`, a new SVID from the SPIFFE Workload API).
     last: Option<Arc<Resources>>,
     /// The listener certificates of the last publish: a Secret that goes bad keeps serving
     /// its last good certificate (reported in the listener status and logged).
@@ -67,6 +67,18 @@ impl Publisher {
         identity: Option<translate::ClientIdentityPem>,
     ) -> Option<u64> {
         self.settings.client_identity = identity;
+        let last = self.last.clone()?;
+        Some(self.publish_arc(last).await)
+    }
+
+    /// Replaces what the SPIFFE Workload API said (`--spiffe-socket`: a new SVID or bundle, or
+    /// why there is none) and re-publishes the last objects with it. Returns the new
+    /// generation, or `None` before the first publish.
+    pub async fn set_workload_api(
+        &mut self,
+        api: Option<translate::spiffe::WorkloadApi>,
+    ) -> Option<u64> {
+        self.settings.workload_api = api;
         let last = self.last.clone()?;
         Some(self.publish_arc(last).await)
     }

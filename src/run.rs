@@ -6,6 +6,7 @@
 //! Source::Manifests ─ files::load/watch ─┐
 //! Source::Cluster ── source::kube ───────┴─> `()` per change ─> Resources ─> Publisher ─> Proxy
 //!                                                                               └─> Shared.statuses ─> StatusWriter (cluster)
+//! --client-cert files (CertWatch) | SPIFFE Workload API (source::spiffe) ─> Publisher settings
 //! ```
 
 use std::net::{IpAddr, SocketAddr};
@@ -23,7 +24,9 @@ use crate::proxy::{Proxy, ProxyConfig, ProxyMetrics};
 use crate::publish::{Publisher, Shared};
 use crate::source::files;
 use crate::source::kube::{self as kube_source, KubeMetrics, KubeSource, Stores, WatchScope};
+use crate::source::spiffe::{self as spiffe_source, WorkloadApiSource};
 use crate::status_writer::{self, StatusMetrics, StatusOptions, StatusWriter};
+use crate::translate::spiffe::WorkloadApiState;
 use crate::translate::{self, Resources};
 
 /// How long in-flight requests get to finish on shutdown.
@@ -46,6 +49,10 @@ pub struct RunOptions {
     pub admin_token: Option<crate::admin::AdminToken>,
     /// `--client-cert`/`--client-key`: read at start, watched, reloaded.
     pub client_cert: Option<ClientCertFiles>,
+    /// `--spiffe-socket` (or `SPIFFE_ENDPOINT_SOCKET`): pier's client certificate and bundles
+    /// from the SPIFFE Workload API at this endpoint (a `unix:`/`tcp:` URI,
+    /// [`crate::source::spiffe::parse_endpoint`]), streamed. Exclusive with `client_cert`.
+    pub spiffe_endpoint: Option<String>,
     /// Bounds on each load of `Source::Manifests`.
     pub manifest_limits: files::Limits,
 }
@@ -157,6 +164,7 @@ impl RunOptions {
             limits: crate::proxy::Limits::default(),
             admin_token: None,
             client_cert: None,
+            spiffe_endpoint: None,
             manifest_limits: files::Limits::default(),
         }
     }
@@ -265,6 +273,24 @@ pub async fn start(opts: RunOptions) -> anyhow::Result<Running> {
             Err(e) => return fail(e),
         }
     }
+    let mut spiffe = None;
+    if let Some(endpoint) = &opts.spiffe_endpoint {
+        if opts.client_cert.is_some() {
+            return fail(anyhow::anyhow!(
+                "--spiffe-socket and --client-cert both name pier's client certificate: give one"
+            ));
+        }
+        tracing::info!(endpoint = %endpoint, "client certificate and bundles from the SPIFFE Workload API");
+        let mut source = WorkloadApiSource::start(endpoint.clone());
+        // A normal start publishes with the SVID; a Workload API that is not there yet only
+        // delays the start by the grace, then meshed routes fail closed until it answers.
+        let first = source.first(spiffe_source::START_GRACE).await;
+        if let WorkloadApiState::Waiting(why) = &first.state {
+            tracing::warn!(endpoint = %endpoint, error = %why, "starting without an X.509-SVID; meshed routes answer 503 until the SPIFFE Workload API sends one");
+        }
+        settings.workload_api = Some(first);
+        spiffe = Some(source);
+    }
     let mut publisher = Publisher::new(shared.clone(), settings, control.clone());
 
     let (feed, changes, leader) = match opts.source {
@@ -331,7 +357,7 @@ pub async fn start(opts: RunOptions) -> anyhow::Result<Running> {
         control,
         shutdown_rx,
         (published, bound),
-        cert_watch,
+        Identity { cert_watch, spiffe },
     ));
     Ok(Running {
         admin_addr,
@@ -354,7 +380,10 @@ async fn run_loop(
     control: ControlMetrics,
     mut shutdown: watch::Receiver<bool>,
     (mut published, mut bound): (bool, bool),
-    mut cert_watch: Option<CertWatch>,
+    Identity {
+        mut cert_watch,
+        mut spiffe,
+    }: Identity,
 ) {
     let mut rebind = tokio::time::interval(REBIND_EVERY);
     loop {
@@ -383,6 +412,18 @@ async fn run_loop(
                     }
                     Ok(Err(e)) => tracing::error!(error = format!("{e:#}"), "client certificate reload failed; keeping the last good one"),
                     Err(e) => tracing::error!(error = %e, "client certificate loader panicked"),
+                }
+            }
+            api = async { match &mut spiffe { Some(s) => s.changed().await, None => std::future::pending().await } } => {
+                let svid = match &api.state {
+                    WorkloadApiState::Ready(ctx) => Some(ctx.spiffe_id.clone()),
+                    WorkloadApiState::Waiting(_) => None,
+                };
+                if let Some(generation) = publisher.set_workload_api(Some(api)).await {
+                    match svid {
+                        Some(id) => tracing::info!(generation, spiffe_id = %id, "published the SPIFFE Workload API's X.509-SVID and bundles"),
+                        None => tracing::debug!(generation, "published the SPIFFE Workload API's state"),
+                    }
                 }
             }
             _ = rebind.tick(), if published && !bound => bound = bind(&proxy, &shared).await,
@@ -466,6 +507,13 @@ fn log_loaded(loaded: &files::Loaded) {
     for (path, kind) in &loaded.skipped {
         tracing::info!(file = %path.display(), kind = %kind, "skipping a kind pier does not read");
     }
+}
+
+/// Where pier's own client identity comes from, besides Gateways' `clientCertificateRef`s:
+/// `--client-cert` files (watched) or the SPIFFE Workload API (streamed); at most one.
+struct Identity {
+    cert_watch: Option<CertWatch>,
+    spiffe: Option<WorkloadApiSource>,
 }
 
 /// Watches the directories of `--client-cert`/`--client-key`.

@@ -50,6 +50,7 @@ async fn client_certificate_is_loaded_watched_and_a_bad_rotation_keeps_the_last_
             cert: tls.path().join("tls.crt"),
             key: tls.path().join("tls.key"),
         }),
+        spiffe_endpoint: None,
         manifest_limits: Default::default(),
     })
     .await
@@ -101,6 +102,7 @@ async fn startup_fails_on_an_unusable_client_certificate() {
             cert: dir.path().join("bad.crt"),
             key: dir.path().join("bad.key"),
         }),
+        spiffe_endpoint: None,
         manifest_limits: Default::default(),
     })
     .await

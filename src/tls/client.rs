@@ -269,13 +269,19 @@ pub fn parse_pem_certs(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, Bundl
     let certs = CertificateDer::pem_slice_iter(pem)
         .collect::<Result<Vec<_>, _>>()
         .map_err(BundleError::Pem)?;
+    check_anchors(&certs)?;
+    Ok(certs)
+}
+
+/// Fails when there is no certificate or one cannot be a trust anchor.
+pub fn check_anchors(certs: &[CertificateDer<'_>]) -> Result<(), BundleError> {
     if certs.is_empty() {
         return Err(BundleError::Empty);
     }
     for (i, c) in certs.iter().enumerate() {
         webpki::anchor_from_trusted_cert(c).map_err(|_| BundleError::BadCertificate(i))?;
     }
-    Ok(certs)
+    Ok(())
 }
 
 // === impl ClientIdentity ===
@@ -286,9 +292,17 @@ impl ClientIdentity {
         let chain = CertificateDer::pem_slice_iter(cert_pem)
             .collect::<Result<Vec<_>, _>>()
             .map_err(IdentityError::CertificatePem)?;
+        let der = PrivateKeyDer::from_pem_slice(key_pem).map_err(IdentityError::KeyPem)?;
+        Self::from_der(chain, der)
+    }
+
+    /// A chain (leaf first) and its private key, DER (the SPIFFE Workload API's X.509-SVID).
+    pub fn from_der(
+        chain: Vec<CertificateDer<'static>>,
+        der: PrivateKeyDer<'_>,
+    ) -> Result<Self, IdentityError> {
         let leaf = chain.first().ok_or(IdentityError::NoCertificate)?;
         ParsedCertificate::try_from(leaf).map_err(|_| IdentityError::BadCertificate)?;
-        let der = PrivateKeyDer::from_pem_slice(key_pem).map_err(IdentityError::KeyPem)?;
         let signing = rustls::crypto::ring::sign::any_supported_type(&der)
             .map_err(IdentityError::KeyUnsupported)?;
         let mut h = Digest::new(b"pier/client-identity/v1");

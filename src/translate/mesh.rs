@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! Gateway ─┬─ spec.mesh | parametersRef ConfigMap "mesh" ─> MeshState { selector, trust, ALPN }
-//!          ├─ clientCertificateRef | Settings.client_identity ─> ClientState
+//!          ├─ clientCertificateRef | Settings.client_identity | .workload_api ─> ClientState
 //!          └─> GatewayTls ──(Route labels, Namespace labels)──> TlsCtx { meshed } ─> backend_tls
 //!                   └─> Gateway conditions: ResolvedRefs, pier.dev/BackendTLS, Accepted
 //! ```
@@ -31,7 +31,7 @@ use super::gateway::LabelSelector;
 use super::refs::{self, RefFrom, RefTo, TLS_SECRET_TYPE};
 use super::resources::Resources;
 use super::status::{GatewayCondReason, GatewayCondType, GatewayCondition};
-use super::{Settings, error_chain, group_kind};
+use super::{Settings, error_chain, group_kind, spiffe};
 use crate::model::{ObjectRef, TlsUnavailable};
 use crate::tls::client::{ClientIdentity, TrustBundle, parse_pem_certs};
 
@@ -190,8 +190,12 @@ fn client_state(
         report.applies = true;
         return match client_certificate(resources, gw_ns, r) {
             Ok((identity, secret)) => {
+                let over = match settings.workload_api {
+                    Some(_) => "; it takes precedence over the SPIFFE Workload API's X.509-SVID",
+                    None => "",
+                };
                 report.notes.push(format!(
-                    "client certificate from Secret {secret} (tls.backend.clientCertificateRef)"
+                    "client certificate from Secret {secret} (tls.backend.clientCertificateRef{over})"
                 ));
                 ClientState::Ready(Arc::new(identity))
             }
@@ -204,7 +208,10 @@ fn client_state(
         };
     }
     let Some(pem) = &settings.client_identity else {
-        return ClientState::None;
+        return match &settings.workload_api {
+            Some(api) => workload_api_client(api, report),
+            None => ClientState::None,
+        };
     };
     report.applies = true;
     match ClientIdentity::from_pem(&pem.cert_pem, &pem.key_pem) {
@@ -223,6 +230,21 @@ fn client_state(
                     error_chain(&e)
                 ),
             ));
+            ClientState::Invalid
+        }
+    }
+}
+
+/// `--spiffe-socket`: the Workload API's default X.509-SVID, or why there is none yet.
+fn workload_api_client(api: &spiffe::WorkloadApi, report: &mut TlsReport) -> ClientState {
+    report.applies = true;
+    match api.client_identity() {
+        Ok((identity, note)) => {
+            report.notes.push(note);
+            ClientState::Ready(Arc::new(identity))
+        }
+        Err(msg) => {
+            report.problems.push((Why::NoClientCertificate, msg));
             ClientState::Invalid
         }
     }
@@ -345,6 +367,7 @@ fn mesh_state(
     let selector = mesh_selector(&spec, report);
     let trust = trust_bundle(
         resources,
+        settings,
         gw_ns,
         spec.trust_bundle.as_deref().unwrap_or_default(),
         report,
@@ -469,6 +492,7 @@ fn mesh_selector(spec: &MeshSpec, report: &mut TlsReport) -> MeshSelector {
 /// still count (a CA rotation with one broken bundle keeps the other working).
 fn trust_bundle(
     resources: &Resources,
+    settings: &Settings,
     gw_ns: &str,
     refs: &[TrustBundleRef],
     report: &mut TlsReport,
@@ -476,7 +500,7 @@ fn trust_bundle(
     let mut certs = vec![];
     let mut sources = vec![];
     for (i, r) in refs.iter().enumerate() {
-        match bundle_ref(resources, gw_ns, r) {
+        match bundle_ref(resources, settings, gw_ns, r) {
             Ok((c, source)) => {
                 certs.extend(c);
                 sources.push(source);
@@ -512,6 +536,7 @@ fn trust_bundle(
 /// One trust bundle reference: its certificates and a description for messages.
 fn bundle_ref(
     resources: &Resources,
+    settings: &Settings,
     gw_ns: &str,
     TrustBundleRef {
         group,
@@ -576,11 +601,21 @@ fn bundle_ref(
                 format!("ClusterTrustBundle {name}"),
             )
         }
+        // The bundle streamed by the SPIFFE Workload API (`--spiffe-socket`) for the trust
+        // domain `name` (DER, checked there).
+        spiffe::WORKLOAD_API_KIND if group.as_deref() == Some(spiffe::PIER_GROUP) => {
+            return match &settings.workload_api {
+                Some(api) => api.bundle(name).map_err(bad),
+                None => Err(bad(spiffe::not_configured(name))),
+            };
+        }
         _ => {
             return Err(bad(format!(
-                "{} is not supported (core/ConfigMap, core/Secret or \
-                 certificates.k8s.io/ClusterTrustBundle)",
-                group_kind(group.as_deref().unwrap_or_default(), kind)
+                "{} is not supported (core/ConfigMap, core/Secret, \
+                 certificates.k8s.io/ClusterTrustBundle or {}/{})",
+                group_kind(group.as_deref().unwrap_or_default(), kind),
+                spiffe::PIER_GROUP,
+                spiffe::WORKLOAD_API_KIND
             )));
         }
     };

@@ -33,6 +33,7 @@ pub mod manifest;
 pub mod mesh;
 mod refs;
 pub mod resources;
+pub mod spiffe;
 pub mod status;
 #[cfg(test)]
 pub(crate) mod test_support;
@@ -62,6 +63,12 @@ pub struct Settings {
     /// pier's client certificate for backend TLS (`--client-cert`/`--client-key`, read and
     /// watched by the binary). A Gateway's `spec.tls.backend.clientCertificateRef` wins.
     pub client_identity: Option<ClientIdentityPem>,
+    /// `--spiffe-socket`: the SPIFFE Workload API's latest X.509-SVID and bundles (streamed by
+    /// the binary), or why there are none yet. The SVID is the client certificate when
+    /// `client_identity` is `None` (the CLI allows only one of them); a Gateway's
+    /// `clientCertificateRef` still wins. Also the source of `trustBundle` references of kind
+    /// `pier.dev/SPIFFEWorkloadAPI`.
+    pub workload_api: Option<spiffe::WorkloadApi>,
     /// Addresses pier is reached at (`--advertise-address`, else a concrete
     /// `--listen-host`): Gateway `status.addresses`, and what `spec.addresses` may ask for.
     pub advertise: Vec<std::net::IpAddr>,
@@ -96,6 +103,7 @@ impl Default for Settings {
             gateway: None,
             cluster_domain: DEFAULT_CLUSTER_DOMAIN.to_string(),
             client_identity: None,
+            workload_api: None,
             advertise: Vec::new(),
             address_pool: Vec::new(),
         }

@@ -474,7 +474,7 @@ impl Drop for ControlPlane {
 }
 
 /// A child process with its output in a log file. Killed on drop.
-struct Proc {
+pub struct Proc {
     name: &'static str,
     child: Child,
     log: PathBuf,
@@ -483,7 +483,7 @@ struct Proc {
 // === impl Proc ===
 
 impl Proc {
-    fn spawn(name: &'static str, bin: &Path, args: &[String], log: PathBuf) -> Self {
+    pub fn spawn(name: &'static str, bin: &Path, args: &[String], log: PathBuf) -> Self {
         let out = OpenOptions::new()
             .create(true)
             .append(true)
@@ -511,7 +511,7 @@ impl Proc {
     }
 
     /// Panics with the log tail if the process has exited.
-    fn assert_running(&mut self) {
+    pub fn assert_running(&mut self) {
         if let Some(status) = self.child.try_wait().expect("try_wait") {
             panic!(
                 "{} exited ({status}); log tail:\n{}",
@@ -521,13 +521,13 @@ impl Proc {
         }
     }
 
-    fn kill(&mut self) {
+    pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
 
     /// The last ~40 lines of the log.
-    fn tail(&self) -> String {
+    pub fn tail(&self) -> String {
         let Ok(mut f) = File::open(&self.log) else {
             return String::new();
         };

@@ -208,6 +208,9 @@ pub struct Seen {
     pub client_subject: Option<String>,
     pub client_uris: Vec<String>,
     pub client_cert_sha256: Option<String>,
+    /// The client certificate's serial number (hex, `:`-separated, as x509-parser prints it).
+    #[serde(default)]
+    pub client_serial: Option<String>,
     /// Which of the workload's certificates served the connection (0 = the first; each
     /// [`Workload::switch`] adds one).
     pub epoch: u64,
@@ -269,8 +272,27 @@ impl Workload {
         client_ca: &Ca,
         plaintext_too: bool,
     ) -> Self {
+        Self::spawn_trusting(
+            ip,
+            cert,
+            std::slice::from_ref(&client_ca.der),
+            plaintext_too,
+        )
+        .await
+    }
+
+    /// A workload requiring client certificates that chain to any of `client_roots` (e.g. a
+    /// SPIRE trust bundle).
+    pub async fn spawn_trusting(
+        ip: std::net::IpAddr,
+        cert: &Cert,
+        client_roots: &[CertificateDer<'static>],
+        plaintext_too: bool,
+    ) -> Self {
         let mut roots = RootCertStore::empty();
-        roots.add(client_ca.der.clone()).unwrap();
+        for r in client_roots {
+            roots.add(r.clone()).unwrap();
+        }
         let client_roots = Arc::new(roots);
         let config = server_config(cert, &client_roots);
         let state = Arc::new(WorkloadState {
@@ -402,6 +424,7 @@ async fn serve_conn(tcp: TcpStream, state: Arc<WorkloadState>) {
         client_subject,
         client_uris,
         client_cert_sha256: client.as_ref().map(|c| sha256_hex(c)),
+        client_serial: client.as_ref().map(serial),
         epoch,
         proto: String::new(),
         host: String::new(),
@@ -419,6 +442,7 @@ impl Seen {
             client_subject: None,
             client_uris: vec![],
             client_cert_sha256: None,
+            client_serial: None,
             epoch,
             proto: String::new(),
             host: String::new(),
@@ -468,6 +492,12 @@ async fn serve_http<I>(
     // GOAWAY; then the connection closes.
     conn.as_mut().graceful_shutdown();
     let _ = tokio::time::timeout(Duration::from_secs(5), conn).await;
+}
+
+/// A certificate's serial number, hex.
+pub fn serial(der: &CertificateDer<'_>) -> String {
+    let (_, x509) = x509_parser::parse_x509_certificate(der).unwrap();
+    x509.raw_serial_as_string()
 }
 
 /// The subject and URI SANs of a certificate.

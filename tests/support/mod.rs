@@ -12,6 +12,7 @@ pub mod nginx;
 pub mod pki;
 pub mod raw;
 pub mod snap;
+pub mod spire;
 pub mod tls_origin;
 pub mod web;
 
