@@ -87,6 +87,7 @@ fn backend(t: &Translation) -> String {
         BackendTls::Tls(_) => "mesh".into(),
         BackendTls::Unavailable(why) => why.as_str().into(),
         BackendTls::Plain => "plain".into(),
+        BackendTls::PerEndpoint(_) => "per-endpoint".into(),
     }
 }
 
