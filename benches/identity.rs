@@ -1,5 +1,6 @@
 //! Per-endpoint mesh identity at 20 000 endpoints (2 000 meshed Services of 10 endpoints, each
-//! endpoint its own Pod; 200 ServiceAccounts): what it costs the control plane.
+//! endpoint its own Pod; 200 ServiceAccounts, see [`account`]): what it costs the control
+//! plane.
 //!
 //! - `identity/translate/{chain_only,spiffe}`: a whole translation (every reload re-translates
 //!   everything) without and with `mesh.identity`.
@@ -26,6 +27,18 @@ use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair, SanType};
 const SERVICES: usize = 2_000;
 const PER_SERVICE: usize = 10;
 const ACCOUNTS: usize = 200;
+
+/// The ServiceAccount of endpoint `e` of Service `s`. Realistic (the default): a Service's Pods
+/// are one Deployment's and share its ServiceAccount, so 200 accounts over 2 000 Services.
+/// With `PIER_BENCH_IDENTITY_MIXED=1` every endpoint of a Service has another account (10 per
+/// Service): the worst case, one TLS config per endpoint.
+fn account(s: usize, e: usize) -> usize {
+    if std::env::var_os("PIER_BENCH_IDENTITY_MIXED").is_some() {
+        (s * PER_SERVICE + e) % ACCOUNTS
+    } else {
+        s % ACCOUNTS
+    }
+}
 
 fn gateway(identity: bool, ca_pem: &str, client_pem: &str, key_pem: &str) -> String {
     let identity = if identity {
@@ -167,7 +180,7 @@ fn resources(identity: bool) -> Resources {
             res.pods.insert(
                 (ns.clone(), format!("web-{i}")),
                 PodIdentity {
-                    service_account: format!("sa-{}", i % ACCOUNTS),
+                    service_account: format!("sa-{}", account(s, e)),
                 },
             );
         }

@@ -70,6 +70,8 @@ pub enum Decision {
 /// Everything about a per-endpoint-identity backend's TLS except the identity.
 pub struct IdentityPlan {
     pub scheme: IdentityScheme,
+    /// (chain-only trust key, Service SNI): what the endpoint configs of this plan share.
+    key: (u64, String),
     trust: Arc<TrustBundle>,
     client: Arc<ClientIdentity>,
     /// The Service's mesh SNI, sent unless the scheme names its own.
@@ -87,7 +89,7 @@ pub struct BackendTlsResolver<'a> {
     well_known: Option<Arc<TrustBundle>>,
     configs: ClientConfigs,
     /// Endpoint configs by (plan key, identity, SNI): endpoints of one ServiceAccount share one.
-    endpoint_tls: HashMap<(u64, String, String), Arc<UpstreamTls>>,
+    endpoint_tls: HashMap<(u64, String), HashMap<SanRequirement, Arc<UpstreamTls>>>,
     /// The Gateways under which each policy was applied (for policy status).
     pub used: BTreeMap<ObjectRef, BTreeSet<ObjectRef>>,
 }
@@ -260,6 +262,7 @@ impl<'a> BackendTlsResolver<'a> {
                 service_sni.to_str().into_owned(),
             );
             let plan = IdentityPlan {
+                key: (base, service_sni.to_str().into_owned()),
                 scheme: scheme.clone(),
                 trust,
                 client,
@@ -290,6 +293,15 @@ impl<'a> BackendTlsResolver<'a> {
         plan: &IdentityPlan,
         expected: &ExpectedIdentity,
     ) -> Arc<UpstreamTls> {
+        // The hot path at scale (one lookup per endpoint, no allocation): endpoints of one
+        // ServiceAccount share a config.
+        if let Some(t) = self
+            .endpoint_tls
+            .get(&plan.key)
+            .and_then(|m| m.get(&expected.san))
+        {
+            return t.clone();
+        }
         let sni = expected.sni.as_ref().unwrap_or(&plan.service_sni);
         let check = PeerCheck::Identity(expected.san.clone());
         let spec = ConfigSpec {
@@ -298,14 +310,6 @@ impl<'a> BackendTlsResolver<'a> {
             check: &check,
             alpn: &plan.alpn,
         };
-        let key = (
-            spec.trust_key(),
-            expected.san.to_string(),
-            sni.to_str().into_owned(),
-        );
-        if let Some(t) = self.endpoint_tls.get(&key) {
-            return t.clone();
-        }
         let (config, trust_key) = self.configs.get(&spec);
         let tls = Arc::new(UpstreamTls {
             mode: TlsMode::Mesh,
@@ -314,7 +318,10 @@ impl<'a> BackendTlsResolver<'a> {
             trust_key,
             identity: Some(expected.san.to_string()),
         });
-        self.endpoint_tls.insert(key, tls.clone());
+        self.endpoint_tls
+            .entry(plan.key.clone())
+            .or_default()
+            .insert(expected.san.clone(), tls.clone());
         tls
     }
 

@@ -226,12 +226,18 @@ impl<'a> Backends<'a> {
             .collect();
         let mut kept = Vec::with_capacity(endpoints.len());
         let mut unresolved = Vec::new();
+        // Reused for every lookup: no allocation per endpoint.
+        let mut key = (String::new(), String::new());
         for mut e in endpoints {
             let pod = pods.get(&e.addr).copied().flatten();
             let expected = match pod {
                 None => Err(UnresolvedIdentity::NoPodRef),
                 Some((ns, pod)) => {
-                    match self.resources.pods.get(&(ns.to_string(), pod.to_string())) {
+                    key.0.clear();
+                    key.0.push_str(ns);
+                    key.1.clear();
+                    key.1.push_str(pod);
+                    match self.resources.pods.get(&key) {
                         None => Err(UnresolvedIdentity::PodNotFound(format!("{ns}/{pod}"))),
                         Some(p) => plan.scheme.expected(ns, &p.service_account).ok_or_else(|| {
                             UnresolvedIdentity::InvalidIdentity(format!("{ns}/{pod}"))
