@@ -106,6 +106,13 @@ fn env_number(name: &str) -> Result<Option<u64>, String> {
     }
 }
 
+/// Colour in text logs only on a terminal, and never with `NO_COLOR` set (no-color.org):
+/// journald, files and pipes get plain text.
+fn log_colour() -> bool {
+    use std::io::IsTerminal;
+    std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
 fn init_logging(format: LogFormat) {
     use pier::log_limit::RateLimited;
     use tracing_subscriber::EnvFilter;
@@ -124,7 +131,9 @@ fn init_logging(format: LogFormat) {
             .init(),
         LogFormat::Text => registry
             .with(RateLimited::new(
-                tracing_subscriber::fmt::layer().with_writer(std::io::stderr),
+                tracing_subscriber::fmt::layer()
+                    .with_ansi(log_colour())
+                    .with_writer(std::io::stderr),
             ))
             .init(),
     }

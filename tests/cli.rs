@@ -262,6 +262,41 @@ async fn run_serves_and_exits_cleanly_on_sigterm() {
     assert!(terminate(&mut child).success());
 }
 
+/// Text logs to a file (as under journald or a redirect) carry no ANSI colour codes.
+#[tokio::test]
+async fn text_logs_off_a_terminal_have_no_colour_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    std::fs::write(dir.path().join("gw.yaml"), gateway(port)).unwrap();
+    let log_path = dir.path().join("stderr.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let mut child = Child(
+        pier()
+            .args([
+                "run",
+                "--listen-host",
+                "127.0.0.1",
+                "--admin",
+                "127.0.0.1:0",
+            ])
+            .arg("--manifests")
+            .arg(dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(log))
+            .spawn()
+            .unwrap(),
+    );
+    let read = || std::fs::read_to_string(&log_path).unwrap_or_default();
+    eventually(Duration::from_secs(10), || async {
+        read().contains("ready")
+    })
+    .await;
+    assert!(terminate(&mut child).success());
+    let text = read();
+    assert!(text.contains(" INFO "), "{text}");
+    assert!(!text.contains('\x1b'), "ANSI escapes in {text:?}");
+}
+
 /// CPU time (user + system) the process has used so far, in clock ticks.
 fn cpu_ticks(pid: u32) -> u64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
