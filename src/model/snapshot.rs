@@ -46,6 +46,10 @@ pub struct Port {
     pub address: Option<std::net::IpAddr>,
     pub port: u16,
     pub protocol: Protocol,
+    /// Every connection starts with a PROXY protocol header (v1 or v2), read before TLS or
+    /// HTTP: set when any listener on the port asks for it (`pier.dev/proxy-protocol`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub proxy_protocol: bool,
     /// Most specific hostname first.
     pub listeners: Vec<Listener>,
     /// Server certificates by SNI, for HTTPS ports and TLS ports with terminating listeners.
@@ -226,6 +230,7 @@ mod tests {
             address: None,
             port: 80,
             protocol: Protocol::Http,
+            proxy_protocol: false,
             listeners: vec![
                 listener("any", None),
                 listener("wild", Some("*.example.com")),
@@ -245,6 +250,7 @@ mod tests {
             address: None,
             port: 80,
             protocol: Protocol::Http,
+            proxy_protocol: false,
             listeners: vec![listener("exact", Some("foo.example.com"))],
             certs: None,
         };

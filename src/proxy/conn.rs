@@ -23,7 +23,7 @@ use tokio_rustls::TlsAcceptor;
 
 use super::conn_info::ConnInfo;
 use super::drain::DrainToken;
-use super::{Shared, h1, service, stream};
+use super::{Shared, h1, proxy_protocol, service, stream};
 use crate::model::host::normalize_host;
 use crate::model::{PortKey, Protocol};
 
@@ -37,7 +37,7 @@ pub struct PortTls {
 
 pub async fn serve(
     shared: Arc<Shared>,
-    tcp: TcpStream,
+    mut tcp: TcpStream,
     peer: SocketAddr,
     key: PortKey,
     tls: Arc<PortTls>,
@@ -48,11 +48,25 @@ pub async fn serve(
     let _ = tcp.set_nodelay(true);
     // The protocol is read per connection, so a port that changes between HTTP and HTTPS
     // needs no rebinding.
-    let protocol = shared.snapshot.load().port_at(key).map(|p| p.protocol);
+    let (protocol, proxy_protocol) = match shared.snapshot.load().port_at(key) {
+        Some(p) => (Some(p.protocol), p.proxy_protocol),
+        None => (None, false),
+    };
+    let (peer, via) = if proxy_protocol {
+        // Boxed: the header buffer is a few kilobytes, on opt-in ports only.
+        match Box::pin(proxy_header(&shared, &mut tcp, peer, port, &drain)).await {
+            Some(client) if client != peer => (client, Some(peer)),
+            Some(_) => (peer, None),
+            None => return,
+        }
+    } else {
+        (peer, None)
+    };
     let info = Arc::new(ConnInfo {
         port,
         address: key.address,
         peer,
+        via,
         sni: None,
         forwarded_for: super::headers::forwarded_for(peer.ip()),
         drain: drain.clone(),
@@ -73,6 +87,47 @@ pub async fn serve(
             Box::pin(stream::serve(&shared, tcp, info, config, drain)).await
         }
     }
+}
+
+/// Reads the PROXY protocol header: the client it names (the socket's peer for `LOCAL` and
+/// `UNKNOWN`), or `None` when the connection is to be closed (no header, a malformed one, too
+/// slow, or the drain).
+async fn proxy_header(
+    shared: &Shared,
+    tcp: &mut TcpStream,
+    peer: SocketAddr,
+    port: u16,
+    drain: &DrainToken,
+) -> Option<SocketAddr> {
+    use super::metrics::ProxyProtocolResult as R;
+    let mut drain = drain.clone();
+    let read = tokio::select! {
+        r = tokio::time::timeout(proxy_protocol::HEADER_TIMEOUT, proxy_protocol::read(tcp)) => r,
+        _ = drain.closed() => return None,
+    };
+    let (result, client) = match read {
+        Ok(Ok(h)) => (
+            if h.source.is_some() { R::Proxied } else { R::Local },
+            Some(h.source.unwrap_or(peer)),
+        ),
+        Ok(Err(error)) => {
+            tracing::debug!(%peer, port, %error, "PROXY protocol header rejected");
+            let result = match error {
+                proxy_protocol::Error::Missing => R::Missing,
+                proxy_protocol::Error::Truncated => R::Truncated,
+                proxy_protocol::Error::Malformed(_) | proxy_protocol::Error::TooLarge => {
+                    R::Malformed
+                }
+            };
+            (result, None)
+        }
+        Err(_) => {
+            tracing::debug!(%peer, port, "no PROXY protocol header within the timeout");
+            (R::Timeout, None)
+        }
+    };
+    shared.metrics.proxy_protocol(port, result);
+    client
 }
 
 async fn serve_tls(

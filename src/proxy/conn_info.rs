@@ -11,7 +11,12 @@ pub struct ConnInfo {
     pub port: u16,
     /// The Gateway address the port is bound on (`None`: the listen host).
     pub address: Option<std::net::IpAddr>,
+    /// The client: the socket's peer, or on a PROXY protocol port the source address the
+    /// header carried (what `X-Forwarded-For` and the access log show).
     pub peer: SocketAddr,
+    /// The socket's own peer when a PROXY protocol header named another client (the load
+    /// balancer in front of pier).
+    pub via: Option<SocketAddr>,
     /// The TLS server name the client sent (normalised), on HTTPS connections: a request
     /// whose Host selects another listener than this did is misdirected (421).
     pub sni: Option<Box<str>>,

@@ -45,6 +45,7 @@ pub struct ProxyMetrics {
     retries: Family<RetryLabels, Counter>,
     retries_refused: Family<BackendLabels, Counter>,
     streams: Family<StreamLabels, Counter>,
+    proxy_protocol: Family<ProxyProtocolLabels, Counter>,
     /// Tells the [`HandleCache`] whose handles it holds.
     id: u64,
 }
@@ -208,6 +209,43 @@ pub enum StreamResult {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct ProxyProtocolLabels {
+    pub port: u16,
+    pub result: ProxyProtocolResult,
+}
+
+/// What the PROXY protocol header of a connection on a port that requires one was.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ProxyProtocolResult {
+    /// A header with the client's address (v1 TCP4/TCP6, v2 PROXY over AF_INET/AF_INET6).
+    Proxied,
+    /// v2 LOCAL, v1 UNKNOWN or an address family pier does not use: the socket's peer stands.
+    Local,
+    /// The connection did not start with a PROXY protocol signature.
+    Missing,
+    /// A signature, then something the spec does not allow, or a header over the size limit.
+    Malformed,
+    /// The connection closed inside the header.
+    Truncated,
+    /// No complete header within the timeout.
+    Timeout,
+}
+
+impl EncodeLabelValue for ProxyProtocolResult {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        use std::fmt::Write;
+        encoder.write_str(match self {
+            Self::Proxied => "proxied",
+            Self::Local => "local",
+            Self::Missing => "missing",
+            Self::Malformed => "malformed",
+            Self::Truncated => "truncated",
+            Self::Timeout => "timeout",
+        })
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
 pub struct PortLabels {
     pub port: u16,
 }
@@ -311,6 +349,13 @@ impl ProxyMetrics {
             "TLS connections on TLS listeners (TLSRoute), by gateway, listener, mode \
              (passthrough, terminate) and result",
             m.streams.clone(),
+        );
+        reg.register(
+            "proxy_protocol",
+            "PROXY protocol headers read on ports that require them, by port and result \
+             (proxied, local; or missing, malformed, truncated, timeout: the connection was \
+             closed)",
+            m.proxy_protocol.clone(),
         );
         m
     }
@@ -447,6 +492,12 @@ impl ProxyMetrics {
             .inc();
     }
 
+    pub fn proxy_protocol(&self, port: u16, result: ProxyProtocolResult) {
+        self.proxy_protocol
+            .get_or_create(&ProxyProtocolLabels { port, result })
+            .inc();
+    }
+
     pub fn stream(&self, listener: Option<&ListenerId>, mode: StreamMode, result: StreamResult) {
         let (gateway, listener) = match listener {
             Some(l) => (l.gateway.to_string(), l.label()),
@@ -481,6 +532,7 @@ impl Default for ProxyMetrics {
             retries: Family::default(),
             retries_refused: Family::default(),
             streams: Family::default(),
+            proxy_protocol: Family::default(),
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         }
     }

@@ -23,6 +23,7 @@ mod h1;
 mod headers;
 mod listener;
 pub mod metrics;
+mod proxy_protocol;
 mod mirror;
 mod retry;
 mod service;

@@ -120,7 +120,7 @@ pub async fn handle(
         elapsed.as_secs_f64(),
     );
     if let Some(head) = log_head {
-        head.log(conn.peer, &seen, resp.status(), elapsed);
+        head.log(conn.peer, conn.via, &seen, resp.status(), elapsed);
     }
     resp
 }
@@ -743,6 +743,7 @@ impl LogHead {
     pub fn log(
         &self,
         client: SocketAddr,
+        via: Option<SocketAddr>,
         seen: &Seen<'_>,
         status: StatusCode,
         elapsed: std::time::Duration,
@@ -750,6 +751,7 @@ impl LogHead {
         tracing::info!(
             target: "pier::access",
             %client,
+            via = via.map(tracing::field::display),
             method = %self.method,
             host = %self.host,
             path = %self.path,

@@ -90,6 +90,9 @@ pub struct ListenerState {
     pub notes: Vec<String>,
     /// Routes attached (Accepted) to this listener; filled in by route translation.
     pub attached_routes: u32,
+    /// Connections start with a PROXY protocol header (the Gateway's
+    /// [`PROXY_PROTOCOL_ANNOTATION`]).
+    pub proxy_protocol: bool,
     /// The protocol asked for when pier does not serve it (TCP, UDP, ...).
     pub unsupported_protocol: Option<String>,
 }
@@ -220,8 +223,76 @@ pub fn gateways(
     for (state, allowed) in states.iter_mut().zip(specs) {
         listener_set::attach(resources, &mut certs, state, allowed);
     }
+    for state in &mut states {
+        let gw = &resources.gateways[&(state.key.namespace.clone(), state.key.name.clone())];
+        let value = gw
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(PROXY_PROTOCOL_ANNOTATION));
+        if let Some(value) = value {
+            proxy_protocol(state, value);
+        }
+    }
     detect_conflicts(&mut states);
+    proxy_protocol_ports(&mut states);
     states
+}
+
+/// Gateway annotation: connections to its listeners start with a PROXY protocol header (v1 or
+/// v2, whichever arrives). `"true"` (or `"*"`): every listener, the attached ListenerSets'
+/// too; otherwise a comma-separated list of listener names (a ListenerSet's listener as
+/// `namespace/set/name`). Names that match no listener are ignored.
+pub const PROXY_PROTOCOL_ANNOTATION: &str = "pier.dev/proxy-protocol";
+
+fn proxy_protocol(state: &mut GatewayState, value: &str) {
+    let value = value.trim();
+    let all = value.eq_ignore_ascii_case("true") || value == "*";
+    let names: BTreeSet<&str> = value
+        .split(',')
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .collect();
+    for i in 0..state.listeners.len() {
+        let label = state.listener_id(&state.listeners[i]).label();
+        let l = &mut state.listeners[i];
+        if all || names.contains(label.as_str()) {
+            l.proxy_protocol = true;
+            l.notes
+                .push("connections must start with a PROXY protocol header (v1 or v2)".into());
+        }
+    }
+}
+
+/// A port is one socket: it requires the PROXY protocol header when any listener on it asks
+/// for it. The listeners on it that did not ask say so in their Accepted message.
+fn proxy_protocol_ports(gateways: &mut [GatewayState]) {
+    let mut ports: BTreeMap<(Option<std::net::IpAddr>, u16), String> = BTreeMap::new();
+    for gw in gateways.iter() {
+        if gw.addresses.unbound {
+            continue;
+        }
+        for l in gw.listeners.iter().filter(|l| l.proxy_protocol && l.programmed()) {
+            ports
+                .entry((gw.addresses.bind, l.port))
+                .or_insert_with(|| gw.listener_id(l).to_string());
+        }
+    }
+    for gw in gateways.iter_mut() {
+        if gw.addresses.unbound {
+            continue;
+        }
+        let bind = gw.addresses.bind;
+        for l in gw.listeners.iter_mut().filter(|l| !l.proxy_protocol) {
+            if let Some(by) = ports.get(&(bind, l.port)) {
+                l.notes.push(format!(
+                    "port {} requires a PROXY protocol header: listener {by} asks for it \
+                     ({PROXY_PROTOCOL_ANNOTATION})",
+                    l.port
+                ));
+            }
+        }
+    }
 }
 
 /// Who defines a listener: its Gateway or a ListenerSet.
@@ -276,6 +347,7 @@ fn listener(
         tls_problem: None,
         notes: vec![],
         attached_routes: 0,
+        proxy_protocol: false,
         unsupported_protocol: None,
     };
     let protocol = match protocol.as_str() {

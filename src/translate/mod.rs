@@ -314,9 +314,11 @@ fn snapshot(
                 address,
                 port: l.port,
                 protocol,
+                proxy_protocol: false,
                 listeners: vec![],
                 certs: (protocol != Protocol::Http).then(CertTable::default),
             });
+            port.proxy_protocol |= l.proxy_protocol;
             if let Some(certs) = &mut port.certs {
                 for (_, c) in &l.certs {
                     let names: Vec<String> = l

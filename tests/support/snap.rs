@@ -194,6 +194,7 @@ pub fn port(port: u16, listeners: Vec<Listener>) -> Port {
         address: None,
         port,
         protocol: Protocol::Http,
+        proxy_protocol: false,
         listeners,
         certs: None,
     };
@@ -206,6 +207,7 @@ pub fn https_port(port: u16, listeners: Vec<Listener>, certs: CertTable) -> Port
         address: None,
         port,
         protocol: Protocol::Https,
+        proxy_protocol: false,
         listeners,
         certs: Some(certs),
     };

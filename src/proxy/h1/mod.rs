@@ -584,7 +584,7 @@ where
             .metrics
             .request_done(snapshot, seen.reached, status, elapsed.as_secs_f64());
         if let Some(log) = &common.log {
-            log.log(self.info.peer, seen, status, elapsed);
+            log.log(self.info.peer, self.info.via, seen, status, elapsed);
         }
     }
 }
