@@ -107,7 +107,11 @@ async fn proxy_header(
     };
     let (result, client) = match read {
         Ok(Ok(h)) => (
-            if h.source.is_some() { R::Proxied } else { R::Local },
+            if h.source.is_some() {
+                R::Proxied
+            } else {
+                R::Local
+            },
             Some(h.source.unwrap_or(peer)),
         ),
         Ok(Err(error)) => {

@@ -238,7 +238,10 @@ mod tests {
         assert_eq!(header.source, Some("[2001:db8::7]:40000".parse().unwrap()));
         assert_eq!(len, h.len());
 
-        for h in [&b"PROXY UNKNOWN\r\n"[..], b"PROXY UNKNOWN ffff::1 ::1 1 2\r\n"] {
+        for h in [
+            &b"PROXY UNKNOWN\r\n"[..],
+            b"PROXY UNKNOWN ffff::1 ::1 1 2\r\n",
+        ] {
             let (header, len) = parse(h).unwrap().unwrap();
             assert_eq!(header.source, None);
             assert_eq!(len, h.len());
@@ -305,7 +308,11 @@ mod tests {
 
     #[test]
     fn v2_local_and_unspec_keep_the_socket_peer() {
-        for h in [v2(0, 0x00, &[]), v2(0, 0x11, &inet4_body()), v2(1, 0x00, &[])] {
+        for h in [
+            v2(0, 0x00, &[]),
+            v2(0, 0x11, &inet4_body()),
+            v2(1, 0x00, &[]),
+        ] {
             let (header, len) = parse(&h).unwrap().unwrap();
             assert_eq!(header.source, None);
             assert_eq!(len, h.len());
@@ -323,11 +330,26 @@ mod tests {
         // Version 1 in the binary form, an unknown command, a short address block.
         let mut bad_version = h.clone();
         bad_version[12] = 0x11;
-        assert!(matches!(parse(&bad_version[..13]), Err(Error::Malformed(_))));
-        assert!(matches!(parse(&v2(2, 0x11, &inet4_body())), Err(Error::Malformed(_))));
-        assert!(matches!(parse(&v2(1, 0x11, &[0; 8])), Err(Error::Malformed(_))));
-        assert!(matches!(parse(&v2(1, 0x21, &[0; 12])), Err(Error::Malformed(_))));
-        assert!(matches!(parse(&v2(1, 0x41, &[0; 12])), Err(Error::Malformed(_))));
+        assert!(matches!(
+            parse(&bad_version[..13]),
+            Err(Error::Malformed(_))
+        ));
+        assert!(matches!(
+            parse(&v2(2, 0x11, &inet4_body())),
+            Err(Error::Malformed(_))
+        ));
+        assert!(matches!(
+            parse(&v2(1, 0x11, &[0; 8])),
+            Err(Error::Malformed(_))
+        ));
+        assert!(matches!(
+            parse(&v2(1, 0x21, &[0; 12])),
+            Err(Error::Malformed(_))
+        ));
+        assert!(matches!(
+            parse(&v2(1, 0x41, &[0; 12])),
+            Err(Error::Malformed(_))
+        ));
     }
 
     #[test]

@@ -272,7 +272,11 @@ fn proxy_protocol_ports(gateways: &mut [GatewayState]) {
         if gw.addresses.unbound {
             continue;
         }
-        for l in gw.listeners.iter().filter(|l| l.proxy_protocol && l.programmed()) {
+        for l in gw
+            .listeners
+            .iter()
+            .filter(|l| l.proxy_protocol && l.programmed())
+        {
             ports
                 .entry((gw.addresses.bind, l.port))
                 .or_insert_with(|| gw.listener_id(l).to_string());

@@ -7,6 +7,7 @@ pub mod client;
 pub mod cluster;
 pub mod flaky;
 pub mod grpc;
+pub mod haproxy;
 pub mod mesh;
 pub mod nginx;
 pub mod pki;
