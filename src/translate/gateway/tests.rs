@@ -531,3 +531,45 @@ fn gateways_with_their_own_addresses_do_not_conflict() {
         assert_eq!(status.addresses.len(), 1, "{name}");
     }
 }
+
+#[test]
+fn proxy_protocol_annotation_marks_named_listeners_and_their_ports() {
+    let annotated = format!(
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\n\
+         metadata:\n  name: edge\n  namespace: default\n  creationTimestamp: \"2020-01-01T00:00:00Z\"\n\
+         \x20 annotations: {{pier.dev/proxy-protocol: \"a, nosuch\"}}\n\
+         spec:\n  gatewayClassName: pier\n  listeners:\n\
+         \x20 - {{name: a, protocol: HTTP, port: 80, hostname: a.example.com}}\n\
+         \x20 - {{name: b, protocol: HTTP, port: 81}}\n"
+    );
+    // `other` shares port 80 on pier's listen host without asking.
+    let other = gw(
+        "other",
+        "  - {name: c, protocol: HTTP, port: 80, hostname: c.example.com}\n",
+    );
+    let t = run(&format!("{CLASS}---\n{annotated}---\n{other}"));
+    assert!(t.snapshot.port(80).unwrap().proxy_protocol);
+    assert!(!t.snapshot.port(81).unwrap().proxy_protocol);
+    let edge = gateway(&t, "default", "edge");
+    let (_, _, msg) = listener_cond(listener(edge, "a"), "Accepted");
+    assert!(msg.contains("PROXY protocol header"), "{msg}");
+    let (_, _, msg) = listener_cond(listener(edge, "b"), "Accepted");
+    assert!(!msg.contains("PROXY"), "{msg}");
+    let (ok, _, msg) = listener_cond(listener(gateway(&t, "default", "other"), "c"), "Accepted");
+    assert!(ok);
+    assert!(
+        msg.contains("port 80 requires a PROXY protocol header: listener default/edge/a"),
+        "{msg}"
+    );
+
+    // "true": every listener.
+    let t = run(&format!(
+        "{CLASS}---\n{}",
+        annotated.replace("a, nosuch", "true")
+    ));
+    assert!(t.snapshot.port(80).unwrap().proxy_protocol);
+    assert!(t.snapshot.port(81).unwrap().proxy_protocol);
+    // Without the annotation: nothing.
+    let t = run(&format!("{CLASS}---\n{other}"));
+    assert!(!t.snapshot.port(80).unwrap().proxy_protocol);
+}
