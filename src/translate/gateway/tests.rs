@@ -534,13 +534,13 @@ fn gateways_with_their_own_addresses_do_not_conflict() {
 
 #[test]
 fn proxy_protocol_annotation_marks_named_listeners_and_their_ports() {
-    let annotated = format!(
+    let annotated = String::from(
         "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\n\
          metadata:\n  name: edge\n  namespace: default\n  creationTimestamp: \"2020-01-01T00:00:00Z\"\n\
-         \x20 annotations: {{pier.dev/proxy-protocol: \"a, nosuch\"}}\n\
+         \x20 annotations: {pier.dev/proxy-protocol: \"a, nosuch\"}\n\
          spec:\n  gatewayClassName: pier\n  listeners:\n\
-         \x20 - {{name: a, protocol: HTTP, port: 80, hostname: a.example.com}}\n\
-         \x20 - {{name: b, protocol: HTTP, port: 81}}\n"
+         \x20 - {name: a, protocol: HTTP, port: 80, hostname: a.example.com}\n\
+         \x20 - {name: b, protocol: HTTP, port: 81}\n",
     );
     // `other` shares port 80 on pier's listen host without asking.
     let other = gw(
