@@ -164,10 +164,69 @@ async fn haproxy_send_proxy_v1_and_v2_carry_the_client_address_over_http_and_htt
     assert_eq!(count(http_port, "missing"), 1, "{metrics}");
     assert_eq!(count(https_port, "missing"), 1, "{metrics}");
     assert_eq!(count(http_port, "malformed"), 1, "{metrics}");
+    // HAProxy's health checks (`check` on the send-proxy-v2 servers) come as v2 LOCAL: served,
+    // with the socket's peer as the client.
+    eventually(std::time::Duration::from_secs(5), || async {
+        let metrics = get(&format!("http://{}/metrics", pier.admin_addr), &[])
+            .await
+            .text();
+        metrics.contains(&format!(
+            "pier_proxy_proxy_protocol_total{{port=\"{http_port}\",result=\"local\"}}"
+        ))
+    })
+    .await;
     let status = get(&format!("http://{}/status", pier.admin_addr), &[])
         .await
         .text();
     assert!(status.contains("PROXY protocol header"), "{status}");
     drop(haproxy);
+    pier.shutdown().await;
+}
+
+/// A header that never ends is cut off after the 5 s timeout, before any HTTP.
+#[tokio::test]
+async fn a_header_that_never_completes_is_closed_after_the_timeout() {
+    init();
+    let echo = pier::echo::spawn(local(0), "a").await.unwrap();
+    let port = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway(port).replace(
+        "metadata: {name: gw, namespace: default}",
+        "metadata:\n  name: gw\n  namespace: default\n  annotations: {pier.dev/proxy-protocol: http}",
+    );
+    std::fs::write(
+        dir.path().join("all.yaml"),
+        format!(
+            "{gw}---\n{}---\n{}",
+            service("a", echo.addr),
+            route("r", "/", "a")
+        ),
+    )
+    .unwrap();
+    let pier = run::start(RunOptions {
+        listen_host: [127, 0, 0, 1].into(),
+        admin: SocketAddr::from(([127, 0, 0, 1], 0)),
+        ..RunOptions::new(run::Source::Manifests(dir.path().to_path_buf()))
+    })
+    .await
+    .unwrap();
+    let mut slow = TcpStream::connect(local(port)).await.unwrap();
+    slow.write_all(b"PROXY TCP4 192.0.2.7 ").await.unwrap();
+    let started = std::time::Instant::now();
+    assert!(closed_without_answer(slow).await);
+    let waited = started.elapsed();
+    assert!(
+        waited >= std::time::Duration::from_secs(4) && waited < std::time::Duration::from_secs(8),
+        "{waited:?}"
+    );
+    let metrics = get(&format!("http://{}/metrics", pier.admin_addr), &[])
+        .await
+        .text();
+    assert!(
+        metrics.contains(&format!(
+            "pier_proxy_proxy_protocol_total{{port=\"{port}\",result=\"timeout\"}} 1"
+        )),
+        "{metrics}"
+    );
     pier.shutdown().await;
 }

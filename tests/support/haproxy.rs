@@ -56,7 +56,8 @@ defaults
             let addr = SocketAddr::from(([127, 0, 0, 1], port));
             let send = match send {
                 Send::V1 => "send-proxy",
-                Send::V2 => "send-proxy-v2",
+                // Health checks too: HAProxy sends them behind a v2 LOCAL header.
+                Send::V2 => "send-proxy-v2 check inter 200ms",
             };
             conf.push_str(&format!(
                 "frontend f{i}
