@@ -79,7 +79,12 @@ impl Binaries {
                 let home = std::env::var_os("HOME").expect("HOME is set");
                 Path::new(&home).join(".cache/pier/control-plane")
             });
-        let version = std::env::var("PIER_KUBE_VERSION").unwrap_or_else(|_| pinned_version());
+        let version = std::env::var("PIER_KUBE_VERSION").unwrap_or_else(|_| {
+            super::pinned_version(
+                include_str!("../../scripts/control-plane.sh"),
+                "KUBE_VERSION",
+            )
+        });
         let dir = cache.join(format!("v{version}"));
         let pick = |var: &str, name: &str| {
             std::env::var_os(var)
@@ -101,18 +106,6 @@ impl Binaries {
         }
         bins
     }
-}
-
-/// The `KUBE_VERSION=${PIER_KUBE_VERSION:-X.Y.Z}` pin in `scripts/control-plane.sh`, so the
-/// version lives in one place.
-fn pinned_version() -> String {
-    const SCRIPT: &str = include_str!("../../scripts/control-plane.sh");
-    SCRIPT
-        .lines()
-        .find_map(|l| l.strip_prefix("KUBE_VERSION=${PIER_KUBE_VERSION:-"))
-        .and_then(|rest| rest.strip_suffix('}'))
-        .expect("scripts/control-plane.sh pins KUBE_VERSION=${PIER_KUBE_VERSION:-X.Y.Z}")
-        .to_string()
 }
 
 // === impl ControlPlane ===

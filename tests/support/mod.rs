@@ -41,6 +41,19 @@ pub fn init() {
 }
 
 /// A port that is free right now (bound to 127.0.0.1:0 and released).
+/// The version a build script pins on its `VAR=${PIER_VAR:-X.Y.Z}` line (`script` is the
+/// script's text, `var` e.g. `KUBE_VERSION`), so the version lives in one place.
+#[allow(dead_code)]
+pub fn pinned_version(script: &str, var: &str) -> String {
+    let prefix = format!("{var}=${{PIER_{var}:-");
+    script
+        .lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .and_then(|rest| rest.strip_suffix('}'))
+        .unwrap_or_else(|| panic!("the script pins {var}=${{PIER_{var}:-X.Y.Z}}"))
+        .to_string()
+}
+
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()

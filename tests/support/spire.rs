@@ -61,7 +61,9 @@ impl Binaries {
                 let home = std::env::var_os("HOME").expect("HOME is set");
                 Path::new(&home).join(".cache/pier/spire")
             });
-        let version = std::env::var("PIER_SPIRE_VERSION").unwrap_or_else(|_| pinned_version());
+        let version = std::env::var("PIER_SPIRE_VERSION").unwrap_or_else(|_| {
+            super::pinned_version(include_str!("../../scripts/spire.sh"), "SPIRE_VERSION")
+        });
         let dir = cache.join(format!("v{version}"));
         let pick = |var: &str, name: &str| {
             std::env::var_os(var)
@@ -83,17 +85,6 @@ impl Binaries {
         }
         bins
     }
-}
-
-/// The `SPIRE_VERSION=${PIER_SPIRE_VERSION:-X.Y.Z}` pin in `scripts/spire.sh`.
-fn pinned_version() -> String {
-    const SCRIPT: &str = include_str!("../../scripts/spire.sh");
-    SCRIPT
-        .lines()
-        .find_map(|l| l.strip_prefix("SPIRE_VERSION=${PIER_SPIRE_VERSION:-"))
-        .and_then(|rest| rest.strip_suffix('}'))
-        .expect("scripts/spire.sh pins SPIRE_VERSION=${PIER_SPIRE_VERSION:-X.Y.Z}")
-        .to_string()
 }
 
 // === impl Spire ===
