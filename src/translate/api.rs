@@ -207,16 +207,29 @@ pub struct PodIdentity {
     pub service_account: String,
 }
 
-impl PodIdentity {
-    /// A Pod's ServiceAccount: `spec.serviceAccountName`, else the deprecated
-    /// `spec.serviceAccount`, else `default` (what the API server's ServiceAccount admission
-    /// sets when a Pod names none).
-    pub fn of(service_account_name: Option<&str>, service_account: Option<&str>) -> Self {
-        let sa = service_account_name
-            .or(service_account)
+/// The part of a Pod's `spec` that names its ServiceAccount: what both sources (manifests and
+/// the cluster's Pod watch) decode, skipping the rest of the spec unread.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodSpecIdentity {
+    #[serde(default)]
+    pub service_account_name: Option<String>,
+    /// Deprecated alias of `serviceAccountName`.
+    #[serde(default)]
+    pub service_account: Option<String>,
+}
+
+impl PodSpecIdentity {
+    /// `serviceAccountName`, else `serviceAccount`, else `default` (what the API server's
+    /// ServiceAccount admission sets when a Pod names none).
+    pub fn identity(&self) -> PodIdentity {
+        let sa = self
+            .service_account_name
+            .as_deref()
+            .or(self.service_account.as_deref())
             .filter(|s| !s.is_empty())
             .unwrap_or("default");
-        Self {
+        PodIdentity {
             service_account: sa.to_string(),
         }
     }

@@ -156,16 +156,7 @@ struct PodDoc {
     #[serde(default)]
     metadata: super::api::ObjectMeta,
     #[serde(default)]
-    spec: Option<PodDocSpec>,
-}
-
-#[derive(Default, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct PodDocSpec {
-    #[serde(default)]
-    service_account_name: Option<String>,
-    #[serde(default)]
-    service_account: Option<String>,
+    spec: Option<super::api::PodSpecIdentity>,
 }
 
 /// One `---`-separated document.
@@ -353,11 +344,7 @@ fn parse_document(
         }
         Kind::Pod => {
             let mut o: PodDoc = doc.parse(k)?;
-            let spec = o.spec.take().unwrap_or_default();
-            let identity = super::api::PodIdentity::of(
-                spec.service_account_name.as_deref(),
-                spec.service_account.as_deref(),
-            );
+            let identity = o.spec.take().unwrap_or_default().identity();
             resources
                 .pods
                 .insert(doc.key(k, &mut o.metadata)?, identity);

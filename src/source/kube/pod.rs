@@ -10,23 +10,14 @@ use kube::Resource;
 use kube::core::{NamespaceResourceScope, ObjectMeta};
 use serde::{Deserialize, Deserializer};
 
-use crate::translate::api::PodIdentity;
+use crate::translate::api::{PodIdentity, PodSpecIdentity};
 
 #[derive(Clone, Debug, Deserialize)]
 pub struct PodObject {
     #[serde(deserialize_with = "slim_meta")]
     pub metadata: ObjectMeta,
     #[serde(default)]
-    spec: Option<SlimSpec>,
-}
-
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct SlimSpec {
-    #[serde(default)]
-    service_account_name: Option<String>,
-    #[serde(default)]
-    service_account: Option<String>,
+    spec: Option<PodSpecIdentity>,
 }
 
 /// The metadata fields the store and translation use; everything else is skipped unread.
@@ -56,11 +47,7 @@ fn slim_meta<'de, D: Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
 
 impl PodObject {
     pub fn identity(&self) -> PodIdentity {
-        let spec = self.spec.clone().unwrap_or_default();
-        PodIdentity::of(
-            spec.service_account_name.as_deref(),
-            spec.service_account.as_deref(),
-        )
+        self.spec.clone().unwrap_or_default().identity()
     }
 }
 

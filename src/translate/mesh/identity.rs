@@ -64,8 +64,10 @@ impl IdentityScheme {
                     })
             }
             Self::Linkerd { .. } => {
-                ServerName::try_from(format!("x.{td}")).is_ok_and(|n| n.to_str().contains('.'))
-                    && !td.is_empty()
+                matches!(
+                    ServerName::try_from(td.to_string()),
+                    Ok(ServerName::DnsName(_))
+                )
             }
         };
         if !valid {
