@@ -119,7 +119,7 @@ async fn accept_loop<A, F, S>(
             },
             _ = async { let _ = shutdown.wait_for(|s| *s).await; } => return,
         };
-        serve_connection(stream, state.clone());
+        serve_connection(stream, state.clone(), shutdown.clone());
     }
 }
 
@@ -144,7 +144,9 @@ pub fn bind_unix(path: &Path) -> std::io::Result<UnixListener> {
     Ok(listener)
 }
 
-fn serve_connection<S>(stream: S, state: Arc<AdminState>)
+/// Serves one connection; at shutdown a keep-alive connection is closed once its request in
+/// progress is answered (a scraper's connection does not outlive pier's shutdown).
+fn serve_connection<S>(stream: S, state: Arc<AdminState>, mut shutdown: watch::Receiver<bool>)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
@@ -157,7 +159,15 @@ where
             .timer(TokioTimer::new())
             .header_read_timeout(std::time::Duration::from_secs(5))
             .serve_connection(TokioIo::new(stream), svc);
-        if let Err(e) = conn.await {
+        tokio::pin!(conn);
+        let result = tokio::select! {
+            r = conn.as_mut() => r,
+            _ = async { let _ = shutdown.wait_for(|s| *s).await; } => {
+                conn.as_mut().graceful_shutdown();
+                conn.await
+            }
+        };
+        if let Err(e) = result {
             tracing::debug!(error = %e, "admin connection error");
         }
     });

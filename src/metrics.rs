@@ -62,6 +62,16 @@ impl ControlMetrics {
             "Listeners in the active snapshot",
             m.listeners.clone(),
         );
+        // Every result starts at 0, so the first failed reload is an increase that
+        // `increase()` sees (a series that first appears at 1 has none).
+        for result in [
+            ReloadResult::Ok,
+            ReloadResult::ReadError,
+            ReloadResult::ParseError,
+            ReloadResult::LimitExceeded,
+        ] {
+            let _ = m.reloads.get_or_create(&ReloadLabels { result });
+        }
         let mesh = reg.sub_registry_with_prefix("mesh");
         mesh.register(
             "trust_bundle_certificates",

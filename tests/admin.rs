@@ -7,6 +7,7 @@ mod support;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 
 use pier::run::{self, RunOptions};
 use support::web::*;
@@ -212,4 +213,350 @@ async fn private_keys_never_appear_in_config_status_or_logs() {
         assert!(!text.contains("PRIVATE KEY"), "a key in {what}");
     }
     pier.shutdown().await;
+}
+
+// === Prometheus: config/prometheus and config/grafana against a running pier ===
+
+/// A real Prometheus (Debian's) scraping one target every second, evaluating `rules` every
+/// second; killed on drop.
+struct Prometheus {
+    child: std::process::Child,
+    url: String,
+    dir: tempfile::TempDir,
+}
+
+impl Prometheus {
+    fn start(target: SocketAddr, rules: &str) -> Self {
+        let bin = ["/usr/bin/prometheus", "/usr/local/bin/prometheus"]
+            .into_iter()
+            .find(|p| std::path::Path::new(p).exists())
+            .expect(
+                "Debian's prometheus is needed (`apt-get install prometheus`; scripts/test does)",
+            );
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("rules.yaml"), rules).unwrap();
+        std::fs::write(
+            dir.path().join("prometheus.yml"),
+            format!(
+                "global: {{scrape_interval: 1s, evaluation_interval: 1s}}\n\
+                 rule_files: [rules.yaml]\n\
+                 scrape_configs:\n  - job_name: pier\n    static_configs: [{{targets: ['{target}']}}]\n"
+            ),
+        )
+        .unwrap();
+        let port = free_port();
+        let log = std::fs::File::create(dir.path().join("prometheus.log")).unwrap();
+        let child = std::process::Command::new(bin)
+            .arg(format!(
+                "--config.file={}",
+                dir.path().join("prometheus.yml").display()
+            ))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.path().join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .arg("--log.level=warn")
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        Self {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+            dir,
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("prometheus.log")).unwrap_or_default()
+    }
+
+    async fn api(&self, path_and_query: &str) -> serde_json::Value {
+        let r = get(&format!("{}{path_and_query}", self.url), &[]).await;
+        assert_eq!(r.status, 200, "{path_and_query}: {}", r.text());
+        r.json()
+    }
+
+    /// An instant query's result vector (fails on a PromQL error).
+    async fn query(&self, q: &str) -> Vec<serde_json::Value> {
+        let enc: String = form_urlencoded::byte_serialize(q.as_bytes()).collect();
+        let v = self.api(&format!("/api/v1/query?query={enc}")).await;
+        assert_eq!(v["status"], "success", "{q}: {v}");
+        v["data"]["result"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// Alerts firing now: (name, labels).
+    async fn firing(&self) -> Vec<(String, serde_json::Value)> {
+        let v = self.api("/api/v1/alerts").await;
+        v["data"]["alerts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|a| a["state"] == "firing")
+            .map(|a| {
+                (
+                    a["labels"]["alertname"].as_str().unwrap().to_string(),
+                    a["labels"].clone(),
+                )
+            })
+            .collect()
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Every `pier_*` metric name in `text`.
+fn metric_names(text: &str) -> std::collections::BTreeSet<String> {
+    let re = regex::Regex::new(r"\bpier_[a-z_]+").unwrap();
+    re.find_iter(text).map(|m| m.as_str().to_string()).collect()
+}
+
+/// All of pier's sources, to find where a metric is registered.
+fn sources() -> String {
+    fn walk(dir: &std::path::Path, out: &mut String) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                walk(&p, out);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                out.push_str(&std::fs::read_to_string(&p).unwrap());
+            }
+        }
+    }
+    let mut out = String::new();
+    walk(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+        &mut out,
+    );
+    out
+}
+
+/// The alert rules and the dashboard, evaluated by a real Prometheus that scrapes a running
+/// pier: requests that fail in three ways (a refused endpoint, a meshed endpoint that does not
+/// speak TLS) and a bad manifest make their alerts fire, with the labels an operator sees;
+/// every dashboard query is valid PromQL and returns data where pier has exported its metrics;
+/// every metric name in either file is one pier registers; and when pier stops, PierDown.
+/// (`for:` durations are set to 0 here; `promtool test rules` checks them on synthetic series.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prometheus_scrapes_pier_and_the_alerts_fire() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use support::mesh as m;
+
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config");
+    let rules_text = std::fs::read_to_string(root.join("prometheus/pier.rules.yaml")).unwrap();
+    let dashboard_text = std::fs::read_to_string(root.join("grafana/pier-dashboard.json")).unwrap();
+    let dashboard: serde_json::Value = serde_json::from_str(&dashboard_text).unwrap();
+
+    // pier: a healthy route, a route to an endpoint that refuses, and a meshed route to a
+    // workload that speaks plain HTTP (pier's handshake fails: not_tls, nothing sent).
+    let pki = m::MeshPki::new();
+    let ok = echo("ok").await;
+    let plain = echo("plain").await;
+    let port = free_port();
+    let files = vec![
+        ("00-class.yaml", m::GATEWAY_CLASS.to_string()),
+        (
+            "10-gateway.yaml",
+            m::gateway(
+                port,
+                &m::mesh_spec("    selector: {matchLabels: {mesh: enabled}}\n"),
+            ),
+        ),
+        (
+            "01-namespaces.yaml",
+            [
+                m::namespace("app", ""),
+                m::namespace("meshed", "mesh: enabled"),
+            ]
+            .join("---\n"),
+        ),
+        (
+            "20-backends.yaml",
+            [
+                m::service("app", "ok", ok.addr),
+                m::service("app", "gone", refused_addr()),
+                m::service("meshed", "plain", plain.addr),
+            ]
+            .join("---\n"),
+        ),
+        (
+            "30-routes.yaml",
+            [
+                m::route("app", "ok", "", "ok"),
+                m::route("app", "gone", "", "gone"),
+                m::route("meshed", "plain", "", "plain"),
+            ]
+            .join("---\n"),
+        ),
+        ("40-client.yaml", m::pier_client_secret(&pki)),
+        ("41-bundle.yaml", m::bundle(&[&pki.mesh_ca])),
+    ];
+    let pier = m::Pier::start(port, &files).await;
+    assert_eq!(pier.get("ok.example").await.status, 200);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let traffic = tokio::spawn({
+        let stop = stop.clone();
+        async move {
+            let url = format!("http://127.0.0.1:{port}/");
+            while !stop.load(Ordering::Relaxed) {
+                for host in ["ok.example", "gone.example", "plain.example"] {
+                    let _ = try_get(&url, &[("host", host)]).await;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    });
+    let rules: String = rules_text
+        .lines()
+        .map(|l| match l.trim_start().strip_prefix("for:") {
+            Some(_) => format!("{}for: 0s\n", &l[..l.len() - l.trim_start().len()]),
+            None => format!("{l}\n"),
+        })
+        .collect();
+    let prom = Prometheus::start(pier.running.admin_addr, &rules);
+    // Once Prometheus has scraped pier, a manifest that does not parse: refused, the last good
+    // configuration stays, and the alert sees the failure counter increase from 0.
+    eventually(Duration::from_secs(30), || async {
+        match try_get(&format!("{}/api/v1/query?query=up", prom.url), &[]).await {
+            Some(r) if r.status == 200 => r.json()["data"]["result"][0]["value"][1] == "1",
+            _ => false,
+        }
+    })
+    .await;
+    pier.write("50-broken.yaml", "kind: [\n");
+
+    let expected = [
+        ("PierHighErrorRatio", "gateway", "gw/edge"),
+        ("PierUpstreamTLSHandshakeFailures", "reason", "not_tls"),
+        ("PierUpstreamConnectErrors", "reason", "Refused"),
+        ("PierConfigReloadFailing", "result", "ParseError"),
+    ];
+    let mut firing = vec![];
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while std::time::Instant::now() < deadline {
+        if let Some(r) = try_get(&format!("{}/api/v1/alerts", prom.url), &[]).await
+            && r.status == 200
+        {
+            firing = prom.firing().await;
+            if expected
+                .iter()
+                .all(|(name, _, _)| firing.iter().any(|(n, _)| n == name))
+            {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    for (name, key, value) in expected {
+        assert!(
+            firing.iter().any(|(n, l)| n == name && l[key] == value),
+            "{name} with {key}={value} not firing: {firing:?}\n{}",
+            prom.log()
+        );
+    }
+    let tls = firing
+        .iter()
+        .find(|(n, _)| n == "PierUpstreamTLSHandshakeFailures")
+        .unwrap();
+    assert_eq!(tls.1["backend"], "meshed/plain:443", "{tls:?}");
+    for quiet in ["PierDown", "PierNotReady", "PierClientCertificateExpired"] {
+        assert!(
+            !firing.iter().any(|(n, _)| n == quiet),
+            "{quiet} fires while pier serves: {firing:?}"
+        );
+    }
+    for record in [
+        "pier:requests:rate5m",
+        "pier:requests_5xx:ratio_rate5m",
+        "pier:request_duration_seconds:p99_5m",
+        "pier:upstream_tls_handshake_failures:rate5m",
+    ] {
+        assert!(!prom.query(record).await.is_empty(), "{record} has no data");
+    }
+
+    // The dashboard: every query is valid; a query over metrics pier exports returns data.
+    let live: std::collections::BTreeSet<String> = prom.api("/api/v1/label/__name__/values").await
+        ["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    let mut queries = 0;
+    let mut with_data = 0;
+    for panel in dashboard["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().into_iter().flatten() {
+            let expr = target["expr"].as_str().unwrap();
+            let q = expr
+                .replace("$__rate_interval", "1m")
+                .replace("$instance", ".*")
+                .replace("$gateway", ".*");
+            let result = prom.query(&q).await;
+            queries += 1;
+            let names = metric_names(expr);
+            let exported = names.iter().all(|n| live.contains(n));
+            if exported {
+                assert!(
+                    !result.is_empty(),
+                    "{:?}: no data for {expr}",
+                    panel["title"]
+                );
+                with_data += 1;
+            }
+        }
+    }
+    assert!(
+        queries >= 25 && with_data >= 12,
+        "{queries} queries, {with_data} with data"
+    );
+
+    // Every metric name in the rules and the dashboard is one pier registers (exported here,
+    // or registered in src/ under its short name: cluster-mode and TLSRoute metrics).
+    let src = sources();
+    for name in metric_names(&rules_text).union(&metric_names(&dashboard_text)) {
+        let base = ["_total", "_bucket", "_count", "_sum"]
+            .iter()
+            .find_map(|s| name.strip_suffix(s))
+            .unwrap_or(name);
+        let short = [
+            "pier_proxy_",
+            "pier_config_",
+            "pier_kube_",
+            "pier_status_",
+            "pier_mesh_",
+        ]
+        .iter()
+        .find_map(|p| base.strip_prefix(p));
+        let registered = short.is_some_and(|s| src.contains(&format!("\"{s}\"")));
+        assert!(
+            live.contains(name.as_str()) || registered,
+            "{name} is neither exported nor registered by pier"
+        );
+    }
+
+    // pier stops: PierDown.
+    stop.store(true, Ordering::Relaxed);
+    traffic.await.unwrap();
+    pier.shutdown().await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let firing = prom.firing().await;
+        if firing.iter().any(|(n, _)| n == "PierDown") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "PierDown not firing after pier stopped: {firing:?}\n{:?}\n{}",
+            prom.query("up").await,
+            prom.log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
