@@ -19,6 +19,9 @@ enum State {
     DataLf,
     /// Start of a trailer line, or the CR of the final empty line.
     TrailerStart,
+    /// The field name of a trailer line, up to its colon.
+    TrailerName,
+    /// The field value of a trailer line, up to CR.
     Trailer,
     TrailerLf,
     EndLf,
@@ -103,16 +106,24 @@ impl Chunked {
             (State::DataCr, b'\r') => State::DataLf,
             (State::DataLf, b'\n') => State::Size,
             (State::TrailerStart, b'\r') => State::EndLf,
-            (State::TrailerStart, b'\n') => return Err(ChunkError),
+            // A trailer line is a field line (RFC 9112 §7.1.2): a token, a colon, a value of
+            // visible characters, spaces and tabs. Anything else ends the message as invalid,
+            // as hyper (and so the client) would read it.
+            (State::TrailerStart | State::TrailerName, b) if is_tchar(b) => State::TrailerName,
+            (State::TrailerName, b':') => State::Trailer,
             (State::Trailer, b'\r') => State::TrailerLf,
-            (State::Trailer, b'\n') => return Err(ChunkError),
-            (State::TrailerStart | State::Trailer, _) => State::Trailer,
+            (State::Trailer, b'\t' | b' '..=b'~' | 0x80..=0xff) => State::Trailer,
             (State::TrailerLf, b'\n') => State::TrailerStart,
             (State::EndLf, b'\n') => State::Done,
             _ => return Err(ChunkError),
         };
         Ok(())
     }
+}
+
+/// A `tchar` of RFC 9110 §5.6.2 (field names).
+fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
 #[cfg(test)]
@@ -176,6 +187,12 @@ mod tests {
             b"0\r\n\n",
             b"5 5\r\nhello\r\n",
             b"0\r\nx: a\n\r\n",
+            // Trailer lines that are not field lines (found by the differential test with
+            // hyper, which refuses them).
+            b"0\r\nffff\r\n\r\n",
+            b"0\r\n: v\r\n\r\n",
+            b"0\r\nx y: v\r\n\r\n",
+            b"0\r\nx: a\0b\r\n\r\n",
         ] {
             assert_eq!(
                 whole(bad),

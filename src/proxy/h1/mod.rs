@@ -23,6 +23,8 @@
 //! until EOF) through one buffer per connection.
 
 mod chunked;
+#[cfg(test)]
+mod differential;
 mod head;
 mod replay;
 
