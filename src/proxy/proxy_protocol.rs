@@ -386,4 +386,113 @@ mod tests {
         assert_eq!(&rest, b"hello");
         drop(client.await.unwrap());
     }
+
+    // === generated headers (robustness) ===
+
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, TestRunner};
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+    /// A valid header (v1 or v2, IPv4 or IPv6, v2 with TLVs) for `src`, and the source it names.
+    fn encode(v2_format: bool, src: SocketAddr, dst_port: u16, tlvs: &[u8]) -> Vec<u8> {
+        if !v2_format {
+            let (family, dst) = match src.ip() {
+                IpAddr::V4(_) => ("TCP4", "127.0.0.1"),
+                IpAddr::V6(_) => ("TCP6", "::1"),
+            };
+            return format!(
+                "PROXY {family} {} {dst} {} {dst_port}\r\n",
+                src.ip(),
+                src.port()
+            )
+            .into_bytes();
+        }
+        let mut body = vec![];
+        let family = match src.ip() {
+            IpAddr::V4(ip) => {
+                body.extend_from_slice(&ip.octets());
+                body.extend_from_slice(&[127, 0, 0, 1]);
+                0x11
+            }
+            IpAddr::V6(ip) => {
+                body.extend_from_slice(&ip.octets());
+                body.extend_from_slice(&Ipv6Addr::LOCALHOST.octets());
+                0x21
+            }
+        };
+        body.extend_from_slice(&src.port().to_be_bytes());
+        body.extend_from_slice(&dst_port.to_be_bytes());
+        body.extend_from_slice(tlvs);
+        v2(1, family, &body)
+    }
+
+    fn source() -> impl Strategy<Value = SocketAddr> {
+        prop_oneof![
+            (any::<u32>(), any::<u16>())
+                .prop_map(|(ip, port)| SocketAddr::new(Ipv4Addr::from(ip).into(), port)),
+            (any::<u128>(), any::<u16>())
+                .prop_map(|(ip, port)| SocketAddr::new(Ipv6Addr::from(ip).into(), port)),
+        ]
+    }
+
+    fn cases() -> u32 {
+        std::env::var("PROPTEST_CASES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(10_000)
+    }
+
+    /// Valid headers parse to the address they carry and their exact length, and every prefix
+    /// of one asks for more; mutated or random bytes never panic, and a header is never longer
+    /// than the input or the protocol's maximum.
+    #[test]
+    fn generated_headers_parse_and_mutations_never_panic() {
+        let strategy = (
+            any::<bool>(),
+            source(),
+            any::<u16>(),
+            prop::collection::vec(any::<u8>(), 0..40),
+            prop::collection::vec((any::<usize>(), any::<u8>()), 0..3),
+            any::<usize>(),
+            prop::collection::vec(any::<u8>(), 0..64),
+        );
+        let mut runner = TestRunner::new(Config {
+            cases: cases(),
+            failure_persistence: None,
+            ..Config::default()
+        });
+        runner
+            .run(
+                &strategy,
+                |(v2_format, src, dst_port, tlvs, flips, cut, noise)| {
+                    let header = encode(v2_format, src, dst_port, &tlvs);
+                    let mut input = header.clone();
+                    input.extend_from_slice(b"GET / HTTP/1.1\r\n");
+                    let (h, n) = parse(&input).unwrap().unwrap();
+                    prop_assert_eq!(h.source, Some(src));
+                    prop_assert_eq!(n, header.len());
+                    prop_assert_eq!(parse(&header[..cut % header.len()]), Ok(None));
+                    // Mutations and noise: any answer but a panic, within bounds.
+                    for input in [
+                        {
+                            let mut m = input.clone();
+                            for (i, b) in &flips {
+                                let i = i % m.len();
+                                m[i] = *b;
+                            }
+                            m
+                        },
+                        input[..cut % input.len()].to_vec(),
+                        noise.clone(),
+                        [&header[..header.len().min(16)], &noise[..]].concat(),
+                    ] {
+                        if let Ok(Some((_, n))) = parse(&input) {
+                            prop_assert!(n <= input.len() && n <= V2_MAX.max(V1_MAX));
+                        }
+                    }
+                    Ok(())
+                },
+            )
+            .unwrap();
+    }
 }

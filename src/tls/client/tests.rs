@@ -520,3 +520,79 @@ async fn handshake_against_rogue_workload_fails_as_unknown_ca() {
     assert_eq!(classify_io(&err), Some(HandshakeFailure::UnknownCa));
     assert!(server.await.unwrap().is_err());
 }
+
+// === robustness: mutated PEM ===
+
+/// Mutated PEM bundles and identities (a trust bundle of two CAs, a workload chain and its
+/// key; bytes replaced, removed, base64 lines dropped or repeated, truncated) are parsed or
+/// refused with an error, never a panic; an unchanged input still parses.
+#[test]
+fn mutated_pem_is_parsed_or_refused_never_a_panic() {
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, TestRunner};
+    let ca = Ca::new("mesh CA");
+    let other = Ca::new("other CA");
+    let leaf = ca.workload();
+    let bundle = format!("{}{}", ca.pem, other.pem);
+    assert_eq!(parse_pem_certs(bundle.as_bytes()).unwrap().len(), 2);
+    assert!(ClientIdentity::from_pem(leaf.pem.as_bytes(), leaf.key_pem.as_bytes()).is_ok());
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2_000);
+    let strategy = (
+        prop::collection::vec((0u8..4, any::<usize>(), any::<u8>()), 1..5),
+        prop::option::of(any::<usize>()),
+        any::<bool>(),
+    );
+    let mutate = |text: &str, edits: &[(u8, usize, u8)], cut: Option<usize>| {
+        let mut lines: Vec<Vec<u8>> = text.lines().map(|l| l.as_bytes().to_vec()).collect();
+        for &(op, i, b) in edits {
+            let n = lines.len();
+            let l = i % n;
+            match op {
+                0 if !lines[l].is_empty() => {
+                    let j = (i / n) % lines[l].len();
+                    lines[l][j] = b;
+                }
+                1 => {
+                    lines.remove(l);
+                    if lines.is_empty() {
+                        lines.push(vec![]);
+                    }
+                }
+                2 => {
+                    let copy = lines[l].clone();
+                    lines.insert(l, copy);
+                }
+                _ => {
+                    let keep = (i / n) % (lines[l].len() + 1);
+                    lines[l].truncate(keep);
+                }
+            }
+        }
+        let mut out = lines.join(&b'\n');
+        if let Some(c) = cut {
+            out.truncate(c % (out.len() + 1));
+        }
+        out
+    };
+    let mut runner = TestRunner::new(Config {
+        cases,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    runner
+        .run(&strategy, |(edits, cut, key_too)| {
+            let _ = parse_pem_certs(&mutate(&bundle, &edits, cut));
+            let cert = mutate(&leaf.pem, &edits, cut);
+            let key = if key_too {
+                mutate(&leaf.key_pem, &edits, cut)
+            } else {
+                leaf.key_pem.clone().into_bytes()
+            };
+            let _ = ClientIdentity::from_pem(&cert, &key);
+            Ok(())
+        })
+        .unwrap();
+}

@@ -219,3 +219,151 @@ fn a_type_error_in_a_gateway_names_the_field_path() {
     assert!(e.contains("invalid Gateway default/g: "), "{e}");
     assert!(e.contains("spec.listeners[0].port: "), "{e}");
 }
+
+// === robustness: mutated manifests and alias bombs ===
+
+/// Every YAML file of the examples, as seeds for mutation.
+fn seeds() -> Vec<String> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/examples");
+    let mut out = vec![];
+    for dir in std::fs::read_dir(&root).unwrap() {
+        let dir = dir.unwrap().path();
+        if !dir.is_dir() {
+            continue;
+        }
+        for f in std::fs::read_dir(&dir).unwrap() {
+            let f = f.unwrap().path();
+            if f.extension().is_some_and(|e| e == "yaml") {
+                out.push(std::fs::read_to_string(&f).unwrap());
+            }
+        }
+    }
+    assert!(out.len() >= 10, "example manifests found: {}", out.len());
+    out
+}
+
+/// One edit of a seed: a byte replaced, a byte removed, or a YAML token inserted.
+#[derive(Debug, Clone)]
+enum Edit {
+    Replace(usize, u8),
+    Remove(usize),
+    Insert(usize, &'static str),
+}
+
+/// Mutated example manifests (bytes flipped, removed or inserted, YAML tokens spliced in,
+/// truncated) are read or refused with an error, never a panic. `PROPTEST_CASES` sets the
+/// number of cases (CI: the default below).
+#[test]
+fn mutated_manifests_are_read_or_refused_never_a_panic() {
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, TestRunner};
+    let seeds = seeds();
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000);
+    let token = prop::sample::select(vec![
+        "{",
+        "}",
+        "[",
+        "]",
+        ":",
+        ": ",
+        "- ",
+        "---\n",
+        "\n",
+        "\t",
+        "'",
+        "\"",
+        "&a ",
+        "*a",
+        "!!binary ",
+        "<<: *a\n",
+        "? ",
+        "|\n",
+        ">-\n",
+        "%YAML 1.2\n",
+        "\u{feff}",
+        "\0",
+        "\\u0000",
+        "~",
+        "null",
+        "0x1f",
+        "1e999",
+        "-.inf",
+        "9999999999999999999999",
+        "\u{e9}",
+        "  ",
+        "#",
+    ]);
+    let edit = prop_oneof![
+        (any::<usize>(), any::<u8>()).prop_map(|(i, b)| Edit::Replace(i, b)),
+        any::<usize>().prop_map(Edit::Remove),
+        (any::<usize>(), token).prop_map(|(i, t)| Edit::Insert(i, t)),
+    ];
+    let strategy = (
+        0..seeds.len(),
+        prop::collection::vec(edit, 1..6),
+        prop::option::of(any::<usize>()),
+    );
+    let mut runner = TestRunner::new(Config {
+        cases,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let refused = std::cell::Cell::new(0u32);
+    runner
+        .run(&strategy, |(seed, edits, cut)| {
+            let mut bytes = seeds[seed].clone().into_bytes();
+            for e in edits {
+                match e {
+                    Edit::Replace(i, b) if !bytes.is_empty() => {
+                        let i = i % bytes.len();
+                        bytes[i] = b;
+                    }
+                    Edit::Remove(i) if !bytes.is_empty() => {
+                        bytes.remove(i % bytes.len());
+                    }
+                    Edit::Insert(i, t) => {
+                        let i = i % (bytes.len() + 1);
+                        bytes.splice(i..i, t.bytes());
+                    }
+                    _ => {}
+                }
+            }
+            if let Some(c) = cut {
+                bytes.truncate(c % (bytes.len() + 1));
+            }
+            // The files source reads UTF-8 text: other bytes never reach the parser.
+            let text = String::from_utf8_lossy(&bytes);
+            let _ = count_documents(&text);
+            if let (_, Err(e)) = parse(&text) {
+                prop_assert!(!e.to_string().is_empty());
+                refused.set(refused.get() + 1);
+            }
+            Ok(())
+        })
+        .unwrap();
+    // Some mutations must break the manifests, or the test proves little.
+    let refused = refused.get();
+    assert!(refused * 10 >= cases, "{refused} of {cases} refused");
+}
+
+/// A "billion laughs" document (nested aliases that expand exponentially) is refused, quickly
+/// and without the expansion's memory: the YAML parser's alias budget stops it.
+#[test]
+fn an_alias_bomb_is_refused() {
+    let mut text =
+        String::from("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: bomb, namespace: a}\n");
+    text.push_str("x0: &x0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]\n");
+    for i in 1..12 {
+        let p = i - 1;
+        text.push_str(&format!(
+            "x{i}: &x{i} [*x{p}, *x{p}, *x{p}, *x{p}, *x{p}, *x{p}, *x{p}, *x{p}, *x{p}, *x{p}]\n"
+        ));
+    }
+    text.push_str("data: {a: b}\n");
+    let (_, out) = parse(&text);
+    let err = out.expect_err("10^12 expanded nodes must not be accepted");
+    assert!(!err.to_string().is_empty());
+}
