@@ -173,8 +173,10 @@ where
     });
 }
 
-pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    TcpListener::bind(addr).await
+/// The admin listener; with `reuse_port` (`--reuse-port`) a new pier can bind it during a
+/// zero-downtime restart (either process may then answer until the old one exits).
+pub async fn bind(addr: SocketAddr, reuse_port: bool) -> std::io::Result<TcpListener> {
+    crate::proxy::listen(addr, reuse_port)
 }
 
 fn handle(state: &AdminState, req: &Request<Incoming>) -> Response<Full<Bytes>> {

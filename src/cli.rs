@@ -160,6 +160,12 @@ pub struct RunArgs {
     /// Log one line per request (target `pier::access`).
     #[arg(long)]
     pub access_log: bool,
+    /// Bind listener ports (and the admin port) with `SO_REUSEPORT`, so a new pier can bind
+    /// them while this one runs: start the new one, wait until it is ready, then SIGTERM this
+    /// one (zero-downtime restart; README). Off by default: two instances would share traffic
+    /// silently instead of the second failing to bind.
+    #[arg(long)]
+    pub reuse_port: bool,
     #[command(flatten)]
     pub limits: LimitArgs,
     #[command(flatten)]

@@ -78,6 +78,7 @@ async fn run_cmd(a: RunArgs) -> anyhow::Result<()> {
             t
         },
         access_log: a.access_log,
+        reuse_port: a.reuse_port,
         limits: a.limits.limits(),
         admin_token: a
             .admin_token_file

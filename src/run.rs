@@ -43,6 +43,8 @@ pub struct RunOptions {
     pub admin_socket: Option<PathBuf>,
     pub translate: translate::Settings,
     pub access_log: bool,
+    /// Bind listener and admin ports with `SO_REUSEPORT` (zero-downtime restarts).
+    pub reuse_port: bool,
     /// Idle connections, slow request bodies, path normalisation.
     pub limits: crate::proxy::Limits,
     /// `--admin-token-file`: a bearer token the admin server requires (but for the probes).
@@ -161,6 +163,7 @@ impl RunOptions {
             admin_socket: None,
             translate: translate::Settings::default(),
             access_log: false,
+            reuse_port: false,
             limits: crate::proxy::Limits::default(),
             admin_token: None,
             client_cert: None,
@@ -216,7 +219,7 @@ pub async fn start(opts: RunOptions) -> anyhow::Result<Running> {
     let status_metrics = StatusMetrics::register(&mut registry);
     let shared = Arc::new(Shared::default());
 
-    let admin_listener = crate::admin::bind(opts.admin)
+    let admin_listener = crate::admin::bind(opts.admin, opts.reuse_port)
         .await
         .with_context(|| format!("cannot bind the admin server to {}", opts.admin))?;
     let admin_addr = admin_listener.local_addr()?;
@@ -255,6 +258,7 @@ pub async fn start(opts: RunOptions) -> anyhow::Result<Running> {
         ProxyConfig {
             listen_host: opts.listen_host,
             access_log: opts.access_log,
+            reuse_port: opts.reuse_port,
             limits: opts.limits.clone(),
             ..ProxyConfig::default()
         },

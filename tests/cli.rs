@@ -473,3 +473,185 @@ fn runtime_environment_variables_are_checked_before_anything_starts() {
         assert!(out.status.success(), "PIER_IDLE_SPIN_US={value:?}: {out:?}");
     }
 }
+
+// === zero-downtime restart ===
+
+/// `pier run --reuse-port` on the manifests in `dir`, its admin on `admin`; once ready.
+async fn start_reuse_port(dir: &std::path::Path, admin: u16) -> Child {
+    let child = Child(
+        pier()
+            .args([
+                "run",
+                "--reuse-port",
+                "--listen-host",
+                "127.0.0.1",
+                "--admin",
+                &format!("127.0.0.1:{admin}"),
+                "--manifests",
+            ])
+            .arg(dir)
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    eventually(Duration::from_secs(20), || async move {
+        try_get(&format!("http://127.0.0.1:{admin}/readyz"), &[])
+            .await
+            .is_some_and(|r| r.status == 200)
+    })
+    .await;
+    child
+}
+
+/// An HTTP/1.1 client sending requests back to back until `stop`, on a keep-alive connection
+/// (reconnecting after a `Connection: close` answer), or with `close_each` on a new
+/// connection per request. Every failed request (no connection, a connection closed before
+/// the answer, a status other than 200) is recorded.
+async fn http_client(
+    port: u16,
+    close_each: bool,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    ok: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    failures: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+) {
+    use hyper::client::conn::http1;
+    use std::sync::atomic::Ordering;
+    let fail = |what: String| failures.lock().unwrap().push(what);
+    let mut sender: Option<http1::SendRequest<http_body_util::Empty<bytes::Bytes>>> = None;
+    while !stop.load(Ordering::Relaxed) {
+        if sender.is_none() {
+            let tcp = match tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
+                Ok(t) => t,
+                Err(e) => {
+                    fail(format!("connect: {e}"));
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+            };
+            let (s, conn) = http1::handshake(hyper_util::rt::TokioIo::new(tcp))
+                .await
+                .unwrap();
+            tokio::spawn(conn);
+            sender = Some(s);
+        }
+        let s = sender.as_mut().unwrap();
+        let mut req = http::Request::get("/").header("host", "restart.example");
+        if close_each {
+            req = req.header("connection", "close");
+        }
+        let req = req.body(http_body_util::Empty::new()).unwrap();
+        match s.send_request(req).await {
+            Ok(resp) => {
+                let close = resp
+                    .headers()
+                    .get("connection")
+                    .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"close"));
+                let status = resp.status();
+                let body = http_body_util::BodyExt::collect(resp.into_body()).await;
+                if status != 200 || body.is_err() {
+                    fail(format!("status {status}, body {:?}", body.err()));
+                } else {
+                    ok.fetch_add(1, Ordering::Relaxed);
+                }
+                if close || status != 200 {
+                    sender = None;
+                }
+            }
+            Err(e) => {
+                fail(format!("request: {e}"));
+                sender = None;
+            }
+        }
+    }
+}
+
+/// Twenty restarts under load (keep-alive clients, and clients with a new connection per
+/// request) lose no request: each time a new `pier run --reuse-port` binds
+/// the same port beside the running one and becomes ready, then the old one gets SIGTERM and
+/// drains (its idle keep-alive connections get `Connection: close` on their next request).
+/// Connections per request need the sysctl `net.ipv4.tcp_migrate_req=1` (queued connections
+/// of a closing listener move to the new one), which the test sets in its own network
+/// namespace (scripts/test runs the tests in one as root); without it, only keep-alive
+/// clients run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_restarts_under_load_lose_no_request() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::{Arc, Mutex};
+    const MIGRATE: &str = "/proc/sys/net/ipv4/tcp_migrate_req";
+    if std::env::var_os("PIER_TEST_NETNS").is_some() {
+        std::fs::write(MIGRATE, "1").expect("set tcp_migrate_req in the test's network namespace");
+    }
+    // Without the sysctl (not root: the host's namespace) a connection waiting in the old
+    // listener's accept queue when it closes is reset, so only keep-alive clients run then.
+    let migrate = std::fs::read_to_string(MIGRATE).unwrap().trim() == "1";
+    if !migrate {
+        eprintln!(
+            "net.ipv4.tcp_migrate_req is 0 here: keep-alive clients only (run as root through \
+             scripts/test for clients with a connection per request too)"
+        );
+    }
+    let echo = pier::echo::spawn("127.0.0.1:0".parse().unwrap(), "a")
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    std::fs::write(
+        dir.path().join("all.yaml"),
+        format!(
+            "{}---\n{}---\n{}",
+            gateway(port),
+            service("a", echo.addr),
+            route("r", "/", "a")
+        ),
+    )
+    .unwrap();
+    let mut old = start_reuse_port(dir.path(), free_port()).await;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let ok = Arc::new(AtomicU64::new(0));
+    let failures = Arc::new(Mutex::new(Vec::new()));
+    // 12 keep-alive clients and 4 that open a connection per request.
+    let clients: Vec<_> = (0..16)
+        .map(|i| {
+            tokio::spawn(http_client(
+                port,
+                migrate && i % 4 == 0,
+                stop.clone(),
+                ok.clone(),
+                failures.clone(),
+            ))
+        })
+        .collect();
+    for restart in 0..20 {
+        let before = ok.load(Ordering::Relaxed);
+        let new = start_reuse_port(dir.path(), free_port()).await;
+        let status = terminate(&mut old);
+        assert!(
+            status.success(),
+            "restart {restart}: the old pier exited {status}"
+        );
+        old = new;
+        // The new one serves on its own before the next restart.
+        eventually(Duration::from_secs(10), || {
+            let ok = ok.clone();
+            async move { ok.load(Ordering::Relaxed) > before + 100 }
+        })
+        .await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    for c in clients {
+        c.await.unwrap();
+    }
+    let served = ok.load(Ordering::Relaxed);
+    let failures = failures.lock().unwrap();
+    eprintln!("20 restarts: {served} requests, {} failed", failures.len());
+    assert!(
+        failures.is_empty(),
+        "{} of {} requests failed across 20 restarts: {:?}",
+        failures.len(),
+        served + failures.len() as u64,
+        &failures[..failures.len().min(10)]
+    );
+    assert!(served > 2000, "{served} requests");
+    drop(old);
+}

@@ -44,6 +44,7 @@ async fn client_certificate_is_loaded_watched_and_a_bad_rotation_keeps_the_last_
         admin_socket: None,
         translate: Default::default(),
         access_log: false,
+        reuse_port: false,
         limits: Default::default(),
         admin_token: None,
         client_cert: Some(ClientCertFiles {
@@ -96,6 +97,7 @@ async fn startup_fails_on_an_unusable_client_certificate() {
         admin_socket: None,
         translate: Default::default(),
         access_log: false,
+        reuse_port: false,
         limits: Default::default(),
         admin_token: None,
         client_cert: Some(ClientCertFiles {

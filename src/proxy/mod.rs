@@ -69,6 +69,8 @@ pub struct ProxyConfig {
     pub connect_timeout: Duration,
     /// One `pier::access` log line per request.
     pub access_log: bool,
+    /// Bind ports with `SO_REUSEPORT`, so a new process can take over (zero-downtime restart).
+    pub reuse_port: bool,
     /// HTTP/1 request heads must arrive within this.
     pub header_read_timeout: Duration,
     /// The whole TLS handshake, ClientHello included.
@@ -184,6 +186,7 @@ impl Default for ProxyConfig {
             listen_host: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
             connect_timeout: Duration::from_secs(2),
             access_log: false,
+            reuse_port: false,
             header_read_timeout: Duration::from_secs(30),
             tls_handshake_timeout: Duration::from_secs(10),
             pool_idle_timeout: Duration::from_secs(90),
@@ -325,7 +328,7 @@ impl Proxy {
 
     async fn bind(&self, key: PortKey) -> std::io::Result<BoundPort> {
         let ip = key.address.unwrap_or(self.shared.config.listen_host);
-        let listener = TcpListener::bind(SocketAddr::new(ip, key.port)).await?;
+        let listener = listen(SocketAddr::new(ip, key.port), self.shared.config.reuse_port)?;
         let ticketer = self.lock_ports().ticketer.clone();
         let config = |carries| {
             server_config(
@@ -361,6 +364,25 @@ impl Proxy {
         // Never held across an await; a panic while holding it leaves consistent data.
         self.ports.lock().unwrap_or_else(PoisonError::into_inner)
     }
+}
+
+/// A listening socket on `addr`, as `TcpListener::bind` makes it (`SO_REUSEADDR`, a backlog
+/// of 1024), with `SO_REUSEPORT` when `reuse_port`: then another process may bind the same
+/// address while this one listens, and the kernel spreads new connections over both; with the
+/// sysctl `net.ipv4.tcp_migrate_req=1` (Linux 5.14+), connections waiting in the accept queue
+/// of a socket that closes move to the other instead of being reset.
+pub fn listen(addr: SocketAddr, reuse_port: bool) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    if reuse_port {
+        socket.set_reuseport(true)?;
+    }
+    socket.bind(addr)?;
+    socket.listen(1024)
 }
 
 impl std::fmt::Debug for Proxy {

@@ -79,6 +79,10 @@ const READ_AHEAD: usize = head::MAX_HEAD + head::MAX_BODY;
 const HANGUP_GRACE: std::time::Duration = std::time::Duration::from_millis(250);
 /// Bound on the TLS close_notify / FIN when the fast path closes a connection.
 const SHUTDOWN_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+/// When pier drains (shutdown, a port removed), how long an idle keep-alive connection may
+/// still bring one request (answered with `Connection: close`) before it is closed: a client
+/// that sent a request just as the drain began gets its answer instead of a reset.
+const DRAIN_IDLE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// How a connection left the fast path.
 pub enum Served<I> {
@@ -186,14 +190,14 @@ where
             Some(next) => next,
             None => {
                 flags.draining.store(true, Ordering::Relaxed);
-                if flags.idle.load(Ordering::Relaxed) {
-                    Next::Close
-                } else {
-                    // Finish the request in progress (its response says `Connection: close`).
-                    tokio::select! {
-                        next = run => next,
-                        _ = drain.closed() => Next::Close,
-                    }
+                // Finish the request in progress, or give an idle keep-alive connection a
+                // moment for the request its client may be sending right now (closing it at
+                // once would fail that request): either response says `Connection: close`.
+                let idle = flags.idle.load(Ordering::Relaxed);
+                tokio::select! {
+                    next = run => next,
+                    _ = tokio::time::sleep(DRAIN_IDLE_WAIT), if idle => Next::Close,
+                    _ = drain.closed() => Next::Close,
                 }
             }
         }
@@ -252,9 +256,6 @@ where
                 }
                 let idle = self.rbuf.is_empty();
                 self.flags.idle.store(idle, Ordering::Relaxed);
-                if idle && self.flags.draining.load(Ordering::Relaxed) {
-                    return Next::Close;
-                }
                 room_to_read(&mut self.rbuf);
                 let read = tokio::select! {
                     biased;
