@@ -25,8 +25,9 @@ use crate::publish::Shared;
 pub struct AdminState {
     pub shared: Arc<Shared>,
     pub registry: Registry,
-    /// Required as a bearer token on everything but the probes, when set.
-    pub token: Option<AdminToken>,
+    /// Required as a bearer token on everything but the probes, when set; replaced when its
+    /// file changes ([`watch_token`]).
+    pub token: arc_swap::ArcSwapOption<AdminToken>,
 }
 
 /// The admin bearer token. `Debug` never shows it.
@@ -64,6 +65,57 @@ impl AdminToken {
                 .fold(0u8, |acc, (a, b)| acc | (a ^ b))
                 == 0
     }
+}
+
+/// Re-reads the token file whenever it changes (written in place or replaced by rename, as
+/// a Secret volume or `install` does) until `shutdown`: new requests need the new token at
+/// once. A file that cannot be read or is empty keeps the previous token (a WARN says so).
+pub fn watch_token(
+    path: std::path::PathBuf,
+    state: Arc<AdminState>,
+    mut shutdown: watch::Receiver<bool>,
+) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    use anyhow::Context as _;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => std::path::PathBuf::from("."),
+    };
+    let name = path.file_name().map(ToOwned::to_owned);
+    let (guard, mut changes) = crate::source::files::watch(&dir, move |p| {
+        p.file_name().is_some_and(|n| Some(n) == name.as_deref())
+    })
+    .with_context(|| {
+        format!(
+            "cannot watch the admin token file's directory {}",
+            dir.display()
+        )
+    })?;
+    Ok(tokio::spawn(async move {
+        let _guard = guard;
+        loop {
+            tokio::select! {
+                change = changes.recv() => if change.is_none() { return },
+                _ = shutdown.wait_for(|s| *s) => return,
+            }
+            let read = {
+                let path = path.clone();
+                tokio::task::spawn_blocking(move || AdminToken::read(&path)).await
+            };
+            match read {
+                Ok(Ok(token)) => {
+                    if state.token.load().as_deref() != Some(&token) {
+                        state.token.store(Some(Arc::new(token)));
+                        tracing::info!(file = %path.display(), "admin token reloaded");
+                    }
+                }
+                Ok(Err(e)) => tracing::warn!(
+                    error = format!("{e:#}"),
+                    "cannot reload the admin token; the previous token stays"
+                ),
+                Err(e) => tracing::warn!(error = %e, "admin token reload failed"),
+            }
+        }
+    }))
 }
 
 impl std::fmt::Debug for AdminToken {
@@ -184,7 +236,7 @@ fn handle(state: &AdminState, req: &Request<Incoming>) -> Response<Full<Bytes>> 
         return text(StatusCode::METHOD_NOT_ALLOWED, "only GET\n");
     }
     let probe = matches!(req.uri().path(), "/healthz" | "/readyz");
-    if let Some(token) = &state.token
+    if let Some(token) = &*state.token.load()
         && !probe
         && !token.admits(req)
     {

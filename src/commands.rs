@@ -80,11 +80,7 @@ async fn run_cmd(a: RunArgs) -> anyhow::Result<()> {
         access_log: a.access_log,
         reuse_port: a.reuse_port,
         limits: a.limits.limits(),
-        admin_token: a
-            .admin_token_file
-            .as_deref()
-            .map(crate::admin::AdminToken::read)
-            .transpose()?,
+        admin_token_file: a.admin_token_file.clone(),
         client_cert: a.common.client_cert.files(),
         spiffe_endpoint: spiffe_endpoint(
             a.spiffe_socket.as_deref(),

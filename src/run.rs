@@ -48,7 +48,9 @@ pub struct RunOptions {
     /// Idle connections, slow request bodies, path normalisation.
     pub limits: crate::proxy::Limits,
     /// `--admin-token-file`: a bearer token the admin server requires (but for the probes).
-    pub admin_token: Option<crate::admin::AdminToken>,
+    /// A file holding the bearer token the admin server requires (but on the probes); read
+    /// at start (an error stops the start) and again whenever it changes.
+    pub admin_token_file: Option<PathBuf>,
     /// `--client-cert`/`--client-key`: read at start, watched, reloaded.
     pub client_cert: Option<ClientCertFiles>,
     /// `--spiffe-socket` (or `SPIFFE_ENDPOINT_SOCKET`): pier's client certificate and bundles
@@ -135,6 +137,7 @@ pub struct Running {
     task: JoinHandle<()>,
     admin_task: JoinHandle<()>,
     admin_socket_task: Option<JoinHandle<()>>,
+    token_task: Option<JoinHandle<()>>,
 }
 
 /// What feeds the run loop (one per run).
@@ -165,7 +168,7 @@ impl RunOptions {
             access_log: false,
             reuse_port: false,
             limits: crate::proxy::Limits::default(),
-            admin_token: None,
+            admin_token_file: None,
             client_cert: None,
             spiffe_endpoint: None,
             manifest_limits: files::Limits::default(),
@@ -195,6 +198,9 @@ impl Running {
         let _ = self.shutdown.send(true);
         let _ = self.task.await;
         let _ = self.admin_task.await;
+        if let Some(t) = self.token_task {
+            let _ = t.await;
+        }
         if let Some(t) = self.admin_socket_task {
             let _ = t.await;
         }
@@ -224,11 +230,23 @@ pub async fn start(opts: RunOptions) -> anyhow::Result<Running> {
         .with_context(|| format!("cannot bind the admin server to {}", opts.admin))?;
     let admin_addr = admin_listener.local_addr()?;
     let (shutdown, shutdown_rx) = watch::channel(false);
+    let token = match &opts.admin_token_file {
+        Some(path) => Some(Arc::new(crate::admin::AdminToken::read(path)?)),
+        None => None,
+    };
     let admin_state = Arc::new(crate::admin::AdminState {
         shared: shared.clone(),
         registry,
-        token: opts.admin_token.clone(),
+        token: arc_swap::ArcSwapOption::new(token),
     });
+    let token_task = match &opts.admin_token_file {
+        Some(path) => Some(crate::admin::watch_token(
+            path.clone(),
+            admin_state.clone(),
+            shutdown_rx.clone(),
+        )?),
+        None => None,
+    };
     let admin_socket_task = match &opts.admin_socket {
         Some(path) => {
             let listener = crate::admin::bind_unix(path)
@@ -371,6 +389,7 @@ pub async fn start(opts: RunOptions) -> anyhow::Result<Running> {
         task,
         admin_task,
         admin_socket_task,
+        token_task,
     })
 }
 

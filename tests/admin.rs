@@ -60,7 +60,7 @@ async fn an_admin_token_guards_everything_but_the_probes() {
     let token = pier::admin::AdminToken::read(&token_file).unwrap();
     assert_eq!(format!("{token:?}"), "AdminToken(<redacted>)");
     let pier = run::start(RunOptions {
-        admin_token: Some(token),
+        admin_token_file: Some(token_file.clone()),
         ..options(dir.path())
     })
     .await
@@ -76,10 +76,42 @@ async fn an_admin_token_guards_everything_but_the_probes() {
     for probe in ["/healthz", "/readyz"] {
         assert_eq!(get(&url(probe), &[]).await.status, 200, "{probe}");
     }
-    assert!(
-        !String::from_utf8_lossy(&logs().lock().unwrap()).contains("s3cr3t-t0ken"),
-        "the token was logged"
-    );
+
+    // A rotated token (replaced by rename, as a Secret volume does) applies at once; the old
+    // one stops working.
+    let status = |token: &'static str| {
+        let url = url("/config");
+        async move {
+            get(&url, &[("authorization", &format!("Bearer {token}"))])
+                .await
+                .status
+        }
+    };
+    write_atomic(&token_file, "n3w-t0ken\n");
+    eventually(Duration::from_secs(5), || async {
+        status("n3w-t0ken").await == 200
+    })
+    .await;
+    assert_eq!(status("s3cr3t-t0ken").await, 401);
+    // An empty or missing file keeps the last good token.
+    std::fs::write(&token_file, "\n").unwrap();
+    std::fs::remove_file(&token_file).unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(status("n3w-t0ken").await, 200);
+    // Written in place.
+    std::fs::write(&token_file, "th1rd-t0ken\n").unwrap();
+    eventually(Duration::from_secs(5), || async {
+        status("th1rd-t0ken").await == 200
+    })
+    .await;
+    assert_eq!(status("n3w-t0ken").await, 401);
+
+    let logged = String::from_utf8_lossy(&logs().lock().unwrap()).into_owned();
+    for token in ["s3cr3t-t0ken", "n3w-t0ken", "th1rd-t0ken"] {
+        assert!(!logged.contains(token), "the token was logged");
+    }
+    assert!(logged.contains("admin token reloaded"), "{logged}");
+    assert!(logged.contains("the previous token stays"), "{logged}");
     pier.shutdown().await;
 }
 
@@ -109,7 +141,7 @@ async fn the_admin_api_on_a_unix_socket_is_owner_and_group_only_and_keeps_the_to
     std::fs::write(&token_file, "t0ken\n").unwrap();
     let pier = run::start(RunOptions {
         admin_socket: Some(sock.clone()),
-        admin_token: Some(pier::admin::AdminToken::read(&token_file).unwrap()),
+        admin_token_file: Some(token_file.clone()),
         ..options(dir.path())
     })
     .await

@@ -46,7 +46,7 @@ async fn client_certificate_is_loaded_watched_and_a_bad_rotation_keeps_the_last_
         access_log: false,
         reuse_port: false,
         limits: Default::default(),
-        admin_token: None,
+        admin_token_file: None,
         client_cert: Some(ClientCertFiles {
             cert: tls.path().join("tls.crt"),
             key: tls.path().join("tls.key"),
@@ -99,7 +99,7 @@ async fn startup_fails_on_an_unusable_client_certificate() {
         access_log: false,
         reuse_port: false,
         limits: Default::default(),
-        admin_token: None,
+        admin_token_file: None,
         client_cert: Some(ClientCertFiles {
             cert: dir.path().join("bad.crt"),
             key: dir.path().join("bad.key"),
