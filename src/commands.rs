@@ -91,7 +91,17 @@ async fn run_cmd(a: RunArgs) -> anyhow::Result<()> {
     })
     .await?;
     tracing::info!(admin = %running.admin_addr, "admin server listening");
-    shutdown_signal().await;
+    // SIGHUP (`systemctl reload`): re-read the files now; the default action would end pier.
+    let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        .context("cannot handle SIGHUP")?;
+    let shutdown = shutdown_signal();
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => break,
+            _ = hup.recv() => running.reload(),
+        }
+    }
     tracing::info!("shutting down; draining in-flight requests");
     running.shutdown().await;
     Ok(())

@@ -138,6 +138,7 @@ pub struct Running {
     admin_task: JoinHandle<()>,
     admin_socket_task: Option<JoinHandle<()>>,
     token_task: Option<JoinHandle<()>>,
+    reload: mpsc::Sender<()>,
 }
 
 /// What feeds the run loop (one per run).
@@ -204,6 +205,13 @@ impl Running {
         if let Some(t) = self.admin_socket_task {
             let _ = t.await;
         }
+    }
+
+    /// Re-reads the configuration (the manifests, or the cluster's current state) and the
+    /// `--client-cert` files now, as after a change (SIGHUP, `systemctl reload`). Reloads
+    /// already asked for and not yet done are not repeated.
+    pub fn reload(&self) {
+        let _ = self.reload.try_send(());
     }
 
     /// Whether `/readyz` says ready.
@@ -370,9 +378,11 @@ pub async fn start(opts: RunOptions) -> anyhow::Result<Running> {
     let published = matches!(feed, Feed::Files { .. });
     let bound = published && bind(&proxy, &shared).await;
 
+    let (reload, reload_rx) = mpsc::channel(1);
     let task = tokio::spawn(run_loop(
         feed,
         changes,
+        reload_rx,
         publisher,
         proxy,
         shared.clone(),
@@ -390,13 +400,55 @@ pub async fn start(opts: RunOptions) -> anyhow::Result<Running> {
         admin_task,
         admin_socket_task,
         token_task,
+        reload,
     })
+}
+
+/// Reads the feed after a change (or a SIGHUP) and publishes it: `Some(whether every port
+/// is bound)` once published, `None` when the change could not be read (the last good
+/// configuration stays; logged and counted by the feed).
+async fn apply_change(
+    feed: &Feed,
+    control: &ControlMetrics,
+    publisher: &mut Publisher,
+    proxy: &Proxy,
+    shared: &Shared,
+) -> Option<bool> {
+    let started = tokio::time::Instant::now();
+    let resources = feed.load(control).await?;
+    let loaded = started.elapsed();
+    let generation = publisher.publish(resources).await;
+    control.reload(ReloadResult::Ok);
+    tracing::info!(
+        generation,
+        load_ms = loaded.as_millis() as u64,
+        translate_ms = (started.elapsed() - loaded).as_millis() as u64,
+        "configuration published"
+    );
+    Some(bind(proxy, shared).await)
+}
+
+/// Re-reads `--client-cert`/`--client-key`; a bad pair keeps the last good one.
+async fn reload_client_cert(files: ClientCertFiles, publisher: &mut Publisher) {
+    match tokio::task::spawn_blocking(move || files.load()).await {
+        Ok(Ok(identity)) => {
+            if let Some(generation) = publisher.set_client_identity(Some(identity)).await {
+                tracing::info!(generation, "client certificate reloaded");
+            }
+        }
+        Ok(Err(e)) => tracing::error!(
+            error = format!("{e:#}"),
+            "client certificate reload failed; keeping the last good one"
+        ),
+        Err(e) => tracing::error!(error = %e, "client certificate loader panicked"),
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
 async fn run_loop(
     feed: Feed,
     mut changes: mpsc::Receiver<()>,
+    mut reload: mpsc::Receiver<()>,
     mut publisher: Publisher,
     proxy: Proxy,
     shared: Arc<Shared>,
@@ -412,30 +464,21 @@ async fn run_loop(
     loop {
         tokio::select! {
             Some(()) = changes.recv() => {
-                let started = tokio::time::Instant::now();
-                let Some(resources) = feed.load(&control).await else { continue };
-                let loaded = started.elapsed();
-                let generation = publisher.publish(resources).await;
-                control.reload(ReloadResult::Ok);
-                tracing::info!(
-                    generation,
-                    load_ms = loaded.as_millis() as u64,
-                    translate_ms = (started.elapsed() - loaded).as_millis() as u64,
-                    "configuration published"
-                );
-                published = true;
-                bound = bind(&proxy, &shared).await;
+                if let Some(b) = apply_change(&feed, &control, &mut publisher, &proxy, &shared).await {
+                    (published, bound) = (true, b);
+                }
+            }
+            Some(()) = reload.recv() => {
+                tracing::info!("SIGHUP: re-reading the configuration and the client certificate files");
+                if let Some(w) = &cert_watch {
+                    reload_client_cert(w.files.clone(), &mut publisher).await;
+                }
+                if let Some(b) = apply_change(&feed, &control, &mut publisher, &proxy, &shared).await {
+                    (published, bound) = (true, b);
+                }
             }
             Some(files) = async { match &mut cert_watch { Some(w) => w.changed().await, None => std::future::pending().await } } => {
-                match tokio::task::spawn_blocking(move || files.load()).await {
-                    Ok(Ok(identity)) => {
-                        if let Some(generation) = publisher.set_client_identity(Some(identity)).await {
-                            tracing::info!(generation, "client certificate reloaded");
-                        }
-                    }
-                    Ok(Err(e)) => tracing::error!(error = format!("{e:#}"), "client certificate reload failed; keeping the last good one"),
-                    Err(e) => tracing::error!(error = %e, "client certificate loader panicked"),
-                }
+                reload_client_cert(files, &mut publisher).await;
             }
             api = async { match &mut spiffe { Some(s) => s.changed().await, None => std::future::pending().await } } => {
                 let svid = match &api.state {

@@ -476,13 +476,13 @@ fn runtime_environment_variables_are_checked_before_anything_starts() {
 
 // === zero-downtime restart ===
 
-/// `pier run --reuse-port` on the manifests in `dir`, its admin on `admin`; once ready.
-async fn start_reuse_port(dir: &std::path::Path, admin: u16) -> Child {
+/// `pier run` with `flags` on the manifests in `dir`, its admin on `admin`; once ready.
+async fn start_pier(dir: &std::path::Path, admin: u16, flags: &[&str]) -> Child {
     let child = Child(
         pier()
+            .arg("run")
+            .args(flags)
             .args([
-                "run",
-                "--reuse-port",
                 "--listen-host",
                 "127.0.0.1",
                 "--admin",
@@ -605,7 +605,7 @@ async fn twenty_restarts_under_load_lose_no_request() {
         ),
     )
     .unwrap();
-    let mut old = start_reuse_port(dir.path(), free_port()).await;
+    let mut old = start_pier(dir.path(), free_port(), &["--reuse-port"]).await;
 
     let stop = Arc::new(AtomicBool::new(false));
     let ok = Arc::new(AtomicU64::new(0));
@@ -624,7 +624,7 @@ async fn twenty_restarts_under_load_lose_no_request() {
         .collect();
     for restart in 0..20 {
         let before = ok.load(Ordering::Relaxed);
-        let new = start_reuse_port(dir.path(), free_port()).await;
+        let new = start_pier(dir.path(), free_port(), &["--reuse-port"]).await;
         let status = terminate(&mut old);
         assert!(
             status.success(),
@@ -654,4 +654,50 @@ async fn twenty_restarts_under_load_lose_no_request() {
     );
     assert!(served > 2000, "{served} requests");
     drop(old);
+}
+
+/// SIGHUP (`systemctl reload`) re-reads the manifests at once and does not end pier.
+#[tokio::test]
+async fn sighup_rereads_the_configuration_and_pier_keeps_serving() {
+    let echo = pier::echo::spawn("127.0.0.1:0".parse().unwrap(), "a")
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    std::fs::write(
+        dir.path().join("all.yaml"),
+        format!(
+            "{}---\n{}---\n{}",
+            gateway(port),
+            service("a", echo.addr),
+            route("r", "/", "a")
+        ),
+    )
+    .unwrap();
+    let admin = free_port();
+    let mut child = start_pier(dir.path(), admin, &[]).await;
+    let generation = || async move {
+        get(&format!("http://127.0.0.1:{admin}/config"), &[])
+            .await
+            .json()["generation"]
+            .as_u64()
+            .unwrap()
+    };
+    let before = generation().await;
+    for _ in 0..3 {
+        let _ = Command::new("kill")
+            .args(["-HUP", &child.0.id().to_string()])
+            .status();
+    }
+    eventually(Duration::from_secs(10), || async move {
+        generation().await > before
+    })
+    .await;
+    assert!(
+        child.0.try_wait().unwrap().is_none(),
+        "pier ended on SIGHUP"
+    );
+    let r = get(&format!("http://127.0.0.1:{port}/"), &[]).await;
+    assert_eq!(r.status, 200);
+    assert!(terminate(&mut child).success());
 }
