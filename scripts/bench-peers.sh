@@ -14,7 +14,7 @@
 #   close-*     wrk sends `Connection: close`: a new client TCP connection per request (accept
 #               and TCP handshake cost); upstream connections stay pooled
 #
-# Method (as in the shared peer reference, /work/shared/bench-peers): the proxy is pinned to
+# Method (as in the team's reference method for peer benchmarks): the proxy is pinned to
 # PROXY_CPU (pier with PIER_WORKER_THREADS=1; nginx and HAProxy with 1 worker), wrk and the
 # origin share ORIGIN_CPU/WRK_CPU. The runs are interleaved: REPS rounds, each running every
 # scenario once (even rounds in reverse order) (an unrecorded warm-up at c=256 for WARMUP, then one run per concurrency), so

@@ -17,8 +17,8 @@
 #                                   (Ctrl-C tears down): for running single tests by hand
 #   scripts/conformance.sh cluster  the same without pier
 #
-# Needs root (network namespaces), Go >= 1.26 and cargo; installs iproute2, openssl, curl,
-# kubectl and util-linux with apt-get when missing. Builds go to
+# Needs root (network namespaces), Go >= 1.26 and cargo; installs iproute2, openssl, curl and
+# util-linux with apt-get when missing (kubectl is built with the control plane). Builds go to
 # ${PIER_CONFORMANCE_CACHE:-$HOME/.cache/pier/conformance}, outside the repository.
 # Environment: PIER_CONFORMANCE_ARGS adds flags to the suite (e.g. "-run-test HTTPRouteSimpleSameNamespace"),
 # PIER_CONFORMANCE_TIMEOUT bounds the suite (default 60m), PIER_CONFORMANCE_KEEP=1 keeps the
@@ -83,7 +83,6 @@ ensure_tools() {
   command -v ip >/dev/null || need+=(iproute2)
   command -v openssl >/dev/null || need+=(openssl)
   command -v curl >/dev/null || need+=(curl)
-  command -v kubectl >/dev/null || need+=(kubectl)
   command -v setpriv >/dev/null && command -v flock >/dev/null || need+=(util-linux)
   command -v timeout >/dev/null || need+=(coreutils)
   if ((${#need[@]})); then
@@ -310,7 +309,7 @@ current-context: conformance
 EOF
 }
 
-kc() { in_ns kubectl --kubeconfig "$KUBECONFIG_ADMIN" "$@"; }
+kc() { in_ns "$PIER_KUBECTL" --kubeconfig "$KUBECONFIG_ADMIN" "$@"; }
 
 # Polled by wait_for.
 apiserver_ready() {

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Builds a real kube-apiserver, kube-controller-manager and etcd for pier's cluster-mode tests and
-# the conformance harness (scripts/conformance.sh), from the Go module proxy.
+# Builds a real kube-apiserver, kube-controller-manager, kubectl and etcd for pier's cluster-mode
+# tests and the conformance harness (scripts/conformance.sh), from the Go module proxy. kubectl
+# comes from the same k8s.io/kubernetes module: Debian has no kubectl package (its
+# kubernetes-client is too old for `kubectl create token`).
 #
 #   scripts/control-plane.sh build   build into the cache unless already there; print the paths
 #   scripts/control-plane.sh env     print the paths, failing if they have not been built
 #
 # Both print `export PIER_KUBE_APISERVER=...` / `export PIER_KUBE_CONTROLLER_MANAGER=...` /
-# `export PIER_ETCD=...` on stdout (logs go to stderr), so callers can
+# `export PIER_KUBECTL=...` / `export PIER_ETCD=...` on stdout (logs go to stderr), so callers can
 # `eval "$(scripts/control-plane.sh build)"`.
 #
 # Binaries land in ${PIER_CONTROL_PLANE_CACHE:-$HOME/.cache/pier/control-plane}/v$KUBE_VERSION/,
@@ -27,6 +29,7 @@ CACHE=$(realpath -m "$CACHE") # absolute: the build runs from the wrapper module
 BIN_DIR=$CACHE/v$KUBE_VERSION
 APISERVER=$BIN_DIR/kube-apiserver
 CONTROLLER_MANAGER=$BIN_DIR/kube-controller-manager
+KUBECTL=$BIN_DIR/kubectl
 ETCD=$BIN_DIR/etcd
 
 log() { printf 'control-plane: %s\n' "$*" >&2; }
@@ -35,6 +38,7 @@ die() { log "error: $*"; exit 1; }
 print_env() {
   printf 'export PIER_KUBE_APISERVER=%q\n' "$APISERVER"
   printf 'export PIER_KUBE_CONTROLLER_MANAGER=%q\n' "$CONTROLLER_MANAGER"
+  printf 'export PIER_KUBECTL=%q\n' "$KUBECTL"
   printf 'export PIER_ETCD=%q\n' "$ETCD"
 }
 
@@ -44,6 +48,10 @@ print_env() {
 kube_ok() { [ -x "$1" ] && "$1" --version 2>/dev/null | grep -x "Kubernetes v$KUBE_VERSION" >/dev/null; }
 apiserver_ok() { kube_ok "$APISERVER"; }
 controller_manager_ok() { kube_ok "$CONTROLLER_MANAGER"; }
+kubectl_ok() {
+  [ -x "$KUBECTL" ] && "$KUBECTL" version --client 2>/dev/null | grep -x "Client Version: v$KUBE_VERSION" >/dev/null
+}
+kube_all_ok() { apiserver_ok && controller_manager_ok && kubectl_ok; }
 etcd_ok() { [ -x "$ETCD" ] && "$ETCD" --version 2>/dev/null | grep -x "etcd Version: $ETCD_VERSION" >/dev/null; }
 
 go_env() {
@@ -72,9 +80,9 @@ staging_modules() {
   awk '$2 == "=>" && $3 ~ /^\.\/staging\/src\// { print $1 }' "$gomod"
 }
 
-# One wrapper module for both kube binaries: they share the module graph and the build cache,
-# so the second build only compiles what the first did not.
-KUBE_CMDS=(kube-apiserver kube-controller-manager)
+# One wrapper module for the kube binaries: they share the module graph and the build cache,
+# so each build after the first only compiles what the others did not.
+KUBE_CMDS=(kube-apiserver kube-controller-manager kubectl)
 
 build_kube() {
   local src=$CACHE/src/kube-v$KUBE_VERSION t0
@@ -133,7 +141,10 @@ build_kube() {
     ldflags+=" -X $p.gitTreeState=clean -X $p.buildDate=$date"
   done
   for c in "${KUBE_CMDS[@]}"; do
-    kube_ok "$BIN_DIR/$c" && continue
+    case $c in
+    kubectl) kubectl_ok && continue ;;
+    *) kube_ok "$BIN_DIR/$c" && continue ;;
+    esac
     t0=$(date +%s)
     log "building $c v$KUBE_VERSION (takes several minutes)"
     (cd "$src" && "${GO[@]}" build -trimpath -ldflags "$ldflags" -o "$BIN_DIR/$c.tmp" \
@@ -182,16 +193,17 @@ build() {
   # Serialise concurrent builds (two worktrees running their tests at once).
   exec 9>"$CACHE/.lock"
   flock 9
-  if apiserver_ok && controller_manager_ok && etcd_ok; then
+  if kube_all_ok && etcd_ok; then
     log "up to date: $BIN_DIR"
   else
     go_env
     local t0
     t0=$(date +%s)
-    if ! apiserver_ok || ! controller_manager_ok; then build_kube; fi
+    kube_all_ok || build_kube
     etcd_ok || build_etcd
     apiserver_ok || die "$APISERVER does not report Kubernetes v$KUBE_VERSION"
     controller_manager_ok || die "$CONTROLLER_MANAGER does not report Kubernetes v$KUBE_VERSION"
+    kubectl_ok || die "$KUBECTL does not report Client Version: v$KUBE_VERSION"
     etcd_ok || die "$ETCD does not report etcd Version: $ETCD_VERSION"
     log "done in $(elapsed "$t0"): $BIN_DIR"
     if [ "${PIER_CONTROL_PLANE_KEEP_GO_CACHE:-0}" != 1 ]; then
@@ -205,7 +217,7 @@ build() {
 case "${1:-}" in
 build) build ;;
 env)
-  if ! apiserver_ok || ! controller_manager_ok || ! etcd_ok; then
+  if ! kube_all_ok || ! etcd_ok; then
     die "no control plane in $BIN_DIR: run scripts/control-plane.sh build"
   fi
   print_env

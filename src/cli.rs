@@ -12,12 +12,27 @@ use crate::model::ObjectRef;
 #[command(
     name = "pier",
     version,
-    about = "An out-of-cluster Gateway API gateway that speaks mesh mTLS to pods"
+    about = "An out-of-cluster Gateway API gateway that speaks mesh mTLS to pods",
+    after_help = ENVIRONMENT
 )]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
 }
+
+/// The environment variables pier reads, shown after `--help`.
+const ENVIRONMENT: &str = "Environment:
+  RUST_LOG                log filter (tracing EnvFilter syntax) [default: info], e.g.
+                          RUST_LOG=pier=debug or RUST_LOG=info,pier::access=off
+  PIER_WORKER_THREADS     runtime worker threads [default: one per core]; 1 runs a
+                          single-threaded runtime
+  PIER_IDLE_SPIN_US       microseconds a worker spins before it sleeps for I/O, 0-10000
+                          [default: 20; 0 turns it off]
+  NO_COLOR                any non-empty value: no colour in text logs (logs are coloured
+                          only on a terminal)
+  SPIFFE_ENDPOINT_SOCKET  the SPIFFE Workload API for `run` when neither --spiffe-socket nor
+                          --client-cert is given
+  KUBECONFIG              for `run --kubeconfig` without a value";
 
 // Parsed once per process: the size of the largest variant does not matter.
 #[allow(clippy::large_enum_variant)]
@@ -49,10 +64,14 @@ pub enum MeshCommand {
 
 #[derive(Debug, clap::Args)]
 pub struct ExportTrustArgs {
+    /// pier's client certificate chain (PEM, leaf first) whose CA the mesh must trust.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["manifests", "gateway"])]
     pub client_cert: Option<PathBuf>,
+    /// A directory of manifests holding the Gateway of `--gateway` and its client certificate
+    /// Secret.
     #[arg(long, value_name = "DIR", requires = "gateway")]
     pub manifests: Option<PathBuf>,
+    /// The Gateway whose `spec.tls.backend.clientCertificateRef` names pier's certificate.
     #[arg(long, value_name = "NS/NAME", value_parser = parse_object_ref, requires = "manifests")]
     pub gateway: Option<ObjectRef>,
     /// Namespace of the emitted ConfigMap and Mesh.
@@ -118,7 +137,10 @@ impl ClientCertArgs {
 }
 
 #[derive(Debug, clap::Args)]
-#[command(group(ArgGroup::new("source").required(true).args(["manifests", "kubeconfig"])))]
+#[command(
+    group(ArgGroup::new("source").required(true).args(["manifests", "kubeconfig"])),
+    after_help = ENVIRONMENT
+)]
 pub struct RunArgs {
     /// Standalone: a directory of manifests (every *.yaml / *.yml below it), watched for
     /// changes.
@@ -155,6 +177,7 @@ pub struct RunArgs {
     /// unless `--client-cert` is given]. A Gateway's `clientCertificateRef` still wins.
     #[arg(long, value_name = "PATH", conflicts_with_all = ["client_cert", "client_key"])]
     pub spiffe_socket: Option<String>,
+    /// Log lines as plain text or as one JSON object per line (to stderr).
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
     /// Log one line per request (target `pier::access`).
@@ -279,6 +302,7 @@ pub struct ClusterArgs {
 
 #[derive(Debug, clap::Args)]
 pub struct CheckArgs {
+    /// The directory of manifests (every *.yaml / *.yml below it).
     #[arg(long, value_name = "DIR")]
     pub manifests: PathBuf,
     #[command(flatten)]
@@ -296,6 +320,7 @@ pub struct DemoArgs {
 
 #[derive(Debug, clap::Args)]
 pub struct EchoArgs {
+    /// Address to listen on, e.g. 127.0.0.1:18081.
     #[arg(long, value_name = "ADDR")]
     pub listen: SocketAddr,
     /// Reported in every response as `backend`.

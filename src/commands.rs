@@ -17,11 +17,7 @@ pub const DEFAULT_LEASE_NAMESPACE: &str = "pier-system";
 pub async fn dispatch(cmd: Command) -> anyhow::Result<()> {
     match cmd {
         Command::Run(a) => run_cmd(a).await,
-        Command::Check(a) => {
-            let out = check(&a)?;
-            print!("{out}");
-            Ok(())
-        }
+        Command::Check(a) => print_stdout(&check(&a)?),
         Command::Demo(a) => crate::demo::run(a.listen_host).await,
         Command::Echo(a) => {
             let server = crate::echo::spawn(a.listen, &a.name)
@@ -31,14 +27,21 @@ pub async fn dispatch(cmd: Command) -> anyhow::Result<()> {
             shutdown_signal().await;
             Ok(())
         }
-        Command::Mesh(MeshCommand::ExportTrust(a)) => {
-            print!("{}", export_trust(&a)?);
-            Ok(())
+        Command::Mesh(MeshCommand::ExportTrust(a)) => print_stdout(&export_trust(&a)?),
+        Command::Crds(a) => print_stdout(&crds_yaml(a.mesh)?),
+    }
+}
+
+/// Writes `text` to stdout. A reader that stops early (`pier crds | head`) closes the pipe:
+/// that ends the output, as for any Unix filter, and is not an error (`print!` would panic).
+fn print_stdout(text: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(anyhow::Error::new(e).context("cannot write to stdout"))
         }
-        Command::Crds(a) => {
-            print!("{}", crds_yaml(a.mesh)?);
-            Ok(())
-        }
+        _ => Ok(()),
     }
 }
 
@@ -179,6 +182,12 @@ pub fn check(a: &CheckArgs) -> anyhow::Result<String> {
     let loaded = crate::source::files::load(&a.manifests, &a.manifest_limits.limits())?;
     for (path, kind) in &loaded.skipped {
         eprintln!("skipped {kind} in {}", path.display());
+    }
+    for d in &loaded.duplicates {
+        eprintln!(
+            "warning: {} {} is defined twice: using {}, ignoring {} (files are read in path order)",
+            d.kind, d.name, d.winner, d.replaced
+        );
     }
     let mut settings = a.common.translate_settings();
     if let Some(files) = a.common.client_cert.files() {

@@ -525,7 +525,7 @@ impl Feed {
                             }
                             _ => ReloadResult::ReadError,
                         });
-                        tracing::error!(file = %e.path().display(), error = %e, "reload failed; keeping the last good configuration");
+                        tracing::error!(file = %e.path().display(), error = %e.chain(), "reload failed; keeping the last good configuration");
                         None
                     }
                     Err(e) => {
@@ -572,6 +572,15 @@ async fn bind(proxy: &Proxy, shared: &Shared) -> bool {
 fn log_loaded(loaded: &files::Loaded) {
     for (path, kind) in &loaded.skipped {
         tracing::info!(file = %path.display(), kind = %kind, "skipping a kind pier does not read");
+    }
+    for d in &loaded.duplicates {
+        tracing::warn!(
+            kind = %d.kind,
+            name = %d.name,
+            used = %d.winner,
+            ignored = %d.replaced,
+            "the same object is defined twice; using the later one (files are read in path order)"
+        );
     }
 }
 

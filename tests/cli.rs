@@ -408,6 +408,55 @@ fn crds_prints_the_crds_pier_reads() {
     }
 }
 
+/// `pier crds | head`: the reader closes the pipe early; pier stops writing and exits 0, as a
+/// Unix filter does, instead of panicking (exit 101).
+#[test]
+fn crds_into_a_pipe_closed_early_exits_cleanly() {
+    use std::io::Read;
+    let mut child = pier()
+        .arg("crds")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    // The CRDs are several hundred KiB, far more than a pipe holds: pier is still writing.
+    let mut first = [0u8; 64];
+    stdout.read_exact(&mut first).unwrap();
+    drop(stdout);
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{:?}: {stderr}", out.status);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+/// Every flag of every subcommand has a help text, and `--help` lists the environment
+/// variables pier reads.
+#[test]
+fn help_documents_every_flag_and_the_environment() {
+    use clap::CommandFactory;
+    let mut missing = vec![];
+    fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+        for arg in cmd.get_arguments() {
+            if arg.get_help().is_none() && arg.get_long().is_some() {
+                missing.push(format!("{path} --{}", arg.get_long().unwrap()));
+            }
+        }
+        for sub in cmd.get_subcommands() {
+            walk(sub, &format!("{path} {}", sub.get_name()), missing);
+        }
+    }
+    walk(&pier::cli::Cli::command(), "pier", &mut missing);
+    assert!(missing.is_empty(), "flags without help: {missing:?}");
+    for args in [&["--help"][..], &["run", "--help"]] {
+        let out = pier().args(args).output().unwrap();
+        let help = String::from_utf8_lossy(&out.stdout);
+        for var in ["RUST_LOG", "PIER_WORKER_THREADS", "PIER_IDLE_SPIN_US"] {
+            assert!(help.contains(var), "{var} not in `pier {args:?}`: {help}");
+        }
+    }
+}
+
 #[test]
 fn run_takes_exactly_one_source() {
     let out = pier().args(["run"]).output().unwrap();

@@ -586,28 +586,32 @@ async fn experimental_route_fields_work_through_the_api_server() {
     pier.shutdown().await;
 }
 
-/// `config/rbac/make-kubeconfig.sh` makes a kubeconfig pier can run with (needs kubectl, which
-/// `scripts/test` installs).
+/// `config/rbac/make-kubeconfig.sh` makes a kubeconfig pier can run with. Its kubectl is the
+/// one `scripts/control-plane.sh` builds; kubectl's discovery cache goes to the test's directory,
+/// never to the user's `~/.kube`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn make_kubeconfig_script_gives_a_working_identity() {
-    let kubectl = std::process::Command::new("kubectl")
-        .arg("version")
-        .arg("--client")
-        .output();
-    assert!(
-        kubectl.is_ok_and(|o| o.status.success()),
-        "kubectl is needed (scripts/test installs it with apt-get)"
-    );
+    let kubectl = support::apiserver::Binaries::kubectl();
     let c = Cluster::start().await;
     let w = world(&c).await;
     let out = c.cp.dir().join("script.kubeconfig");
+    let cache = c.cp.dir().join("kube-cache");
+    let path = std::env::join_paths(
+        std::iter::once(kubectl.parent().unwrap().to_path_buf()).chain(std::env::split_paths(
+            &std::env::var_os("PATH").unwrap_or_default(),
+        )),
+    )
+    .unwrap();
     let status = std::process::Command::new(repo("config/rbac/make-kubeconfig.sh"))
         .arg("-o")
         .arg(&out)
         .env("KUBECONFIG", c.cp.kubeconfig_admin())
+        .env("PATH", path)
+        .env("KUBECACHEDIR", &cache)
         .status()
         .unwrap();
     assert!(status.success());
+    assert!(cache.is_dir(), "kubectl did not use KUBECACHEDIR");
     let mut opts = c.pier_options(LOOPBACK, "script");
     let pier::run::Source::Cluster(cluster) = &mut opts.source else {
         unreachable!()

@@ -34,7 +34,9 @@ pub const OPEN_WRITE_LIMIT: Duration = Duration::from_secs(3);
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
-    #[error("cannot read {path}: {source}")]
+    /// The I/O error is the source and not in the message, so `{:#}` prints it once; logs
+    /// use [`LoadError::chain`].
+    #[error("cannot read {path}")]
     Read {
         path: PathBuf,
         #[source]
@@ -99,6 +101,18 @@ impl Default for Limits {
 }
 
 impl LoadError {
+    /// The message with its sources, `: `-separated, for a log line.
+    pub fn chain(&self) -> String {
+        let mut out = self.to_string();
+        let mut next = std::error::Error::source(self);
+        while let Some(e) = next {
+            out.push_str(": ");
+            out.push_str(&e.to_string());
+            next = e.source();
+        }
+        out
+    }
+
     /// The file the error is about, for logs and the reload-error metric.
     pub fn path(&self) -> &Path {
         match self {
@@ -119,6 +133,31 @@ pub struct Loaded {
     pub files: usize,
     /// `(file, apiVersion/kind)` of documents pier does not read.
     pub skipped: Vec<(PathBuf, String)>,
+    /// Objects defined more than once (files are read in path order; the last one wins).
+    pub duplicates: Vec<Duplicate>,
+}
+
+/// An object (kind, namespace and name) found in two places: `winner` replaced `replaced`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Duplicate {
+    pub kind: String,
+    /// `namespace/name`, or `name` for cluster-scoped kinds.
+    pub name: String,
+    pub replaced: Place,
+    pub winner: Place,
+}
+
+/// A file and the line of a document in it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Place {
+    pub path: PathBuf,
+    pub line: usize,
+}
+
+impl std::fmt::Display for Place {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.path.display(), self.line)
+    }
 }
 
 /// Reads every manifest below `dir`, within `limits`. Blocking: call from `spawn_blocking`
@@ -172,15 +211,32 @@ pub fn load(dir: &Path, limits: &Limits) -> Result<Loaded, LoadError> {
         }
         texts.push((path, text));
     }
+    // Where each object was last read, to name both places of a duplicate.
+    let mut seen: HashMap<(String, String), Place> = HashMap::new();
     for (path, text) in texts {
-        let skipped = manifest::parse_manifests(&text, &mut out.resources).map_err(|error| {
-            LoadError::Parse {
-                path: path.clone(),
-                error,
-            }
-        })?;
+        let parsed =
+            manifest::parse_manifests_placed(&text, &mut out.resources).map_err(|error| {
+                LoadError::Parse {
+                    path: path.clone(),
+                    error,
+                }
+            })?;
         out.skipped
-            .extend(skipped.into_iter().map(|k| (path.clone(), k.to_string())));
+            .extend(parsed.skipped.iter().map(|k| (path.clone(), k.to_string())));
+        for o in parsed.objects {
+            let winner = Place {
+                path: path.clone(),
+                line: o.line,
+            };
+            if let Some(replaced) = seen.insert((o.kind.clone(), o.name.clone()), winner.clone()) {
+                out.duplicates.push(Duplicate {
+                    kind: o.kind,
+                    name: o.name,
+                    replaced,
+                    winner,
+                });
+            }
+        }
     }
     Ok(out)
 }

@@ -5,7 +5,8 @@
 //! `kind` are read first through a tiny [`TypeMeta`], then the document is deserialized
 //! straight into the typed API struct (never into an untyped value). Kinds pier does not read
 //! are returned as [`SkippedKind`]s, not errors. Namespaced objects without a namespace land in
-//! `default`, as kubectl would put them. A later object with the same key replaces an earlier.
+//! `default`, as kubectl would put them. A later object with the same key replaces an earlier
+//! (the file source warns, naming both places: [`parse_manifests_placed`]).
 
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -35,14 +36,56 @@ impl std::fmt::Display for SkippedKind {
     }
 }
 
+/// What [`parse_manifests_placed`] read from one text.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Manifests {
+    pub skipped: Vec<SkippedKind>,
+    /// Every object read, in document order.
+    pub objects: Vec<Placed>,
+}
+
+/// An object read, and where.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Placed {
+    /// As written (`HTTPRoute`).
+    pub kind: String,
+    /// `namespace/name`, or `name` for cluster-scoped kinds.
+    pub name: String,
+    /// 1-based document number in the text.
+    pub document: usize,
+    /// 1-based line where the document starts.
+    pub line: usize,
+}
+
+/// One document's outcome.
+enum Parsed {
+    Skipped(SkippedKind),
+    Object(Placed),
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ManifestError {
-    #[error("document {document} (line {line}): not a Kubernetes object")]
+    /// The document is not YAML. Like [`ManifestError::Object`], the YAML error's text is in
+    /// the message and it is not chained as a source.
+    #[error(
+        "document {document} (line {line}): invalid YAML: {}",
+        plain_message(error)
+    )]
+    Syntax {
+        document: usize,
+        line: usize,
+        error: Box<serde_saphyr::Error>,
+    },
+    /// YAML, but not a mapping with `apiVersion` and `kind` strings (a list, a scalar).
+    #[error(
+        "document {document} (line {line}): not a Kubernetes object (a mapping with apiVersion \
+         and kind): {}",
+        plain_message(error)
+    )]
     TypeMeta {
         document: usize,
         line: usize,
-        #[source]
-        source: Box<serde_saphyr::Error>,
+        error: Box<serde_saphyr::Error>,
     },
     #[error("document {document} (line {line}): no kind")]
     MissingKind { document: usize, line: usize },
@@ -174,13 +217,23 @@ pub fn parse_manifests(
     text: &str,
     resources: &mut Resources,
 ) -> Result<Vec<SkippedKind>, ManifestError> {
-    let mut skipped = vec![];
+    parse_manifests_placed(text, resources).map(|m| m.skipped)
+}
+
+/// [`parse_manifests`], also saying where each object read was, so that a caller reading
+/// several files can say which file's copy of an object won.
+pub fn parse_manifests_placed(
+    text: &str,
+    resources: &mut Resources,
+) -> Result<Manifests, ManifestError> {
+    let mut out = Manifests::default();
     for doc in documents(text) {
-        if let Some(s) = parse_document(&doc, resources)? {
-            skipped.push(s);
+        match parse_document(&doc, resources)? {
+            Parsed::Skipped(s) => out.skipped.push(s),
+            Parsed::Object(p) => out.objects.push(p),
         }
     }
-    Ok(skipped)
+    Ok(out)
 }
 
 /// How many objects [`parse_manifests`] would read from `text` (documents that are not blank
@@ -204,30 +257,39 @@ fn documents(text: &str) -> Vec<Doc<'_>> {
         offset += line.len();
     }
     spans.push((start, text.len(), start_line));
+    // Numbered after dropping the empty ones: "document 1" is the first object in the file,
+    // whatever `---` lines and comments come before it.
     spans
         .into_iter()
+        .map(|(from, to, line)| (&text[from..to], line))
+        .filter(|(t, _)| {
+            !t.lines()
+                .all(|l| l.trim().is_empty() || l.trim_start().starts_with('#'))
+        })
         .enumerate()
-        .map(|(i, (from, to, line))| Doc {
+        .map(|(i, (text, line))| Doc {
             number: i + 1,
             line,
-            text: &text[from..to],
-        })
-        .filter(|d| {
-            !d.text
-                .lines()
-                .all(|l| l.trim().is_empty() || l.trim_start().starts_with('#'))
+            text,
         })
         .collect()
 }
 
-fn parse_document(
-    doc: &Doc<'_>,
-    resources: &mut Resources,
-) -> Result<Option<SkippedKind>, ManifestError> {
-    let tm: TypeMeta = serde_saphyr::from_str(doc.text).map_err(|e| ManifestError::TypeMeta {
-        document: doc.number,
-        line: doc.line_of(&e),
-        source: Box::new(e),
+fn parse_document(doc: &Doc<'_>, resources: &mut Resources) -> Result<Parsed, ManifestError> {
+    let tm: TypeMeta = serde_saphyr::from_str(doc.text).map_err(|e| {
+        // Only on failure: is it the YAML itself, or its shape?
+        match serde_saphyr::from_str::<serde::de::IgnoredAny>(doc.text) {
+            Err(syntax) => ManifestError::Syntax {
+                document: doc.number,
+                line: doc.line_of(&syntax),
+                error: Box::new(syntax),
+            },
+            Ok(_) => ManifestError::TypeMeta {
+                document: doc.number,
+                line: doc.line_of(&e),
+                error: Box::new(e),
+            },
+        }
     })?;
     if tm.kind.is_empty() {
         return Err(ManifestError::MissingKind {
@@ -240,7 +302,7 @@ fn parse_document(
         .rsplit_once('/')
         .unwrap_or(("", tm.api_version.as_str()));
     let Some(kind) = Kind::of(group, &tm.kind) else {
-        return Ok(Some(SkippedKind {
+        return Ok(Parsed::Skipped(SkippedKind {
             document: doc.number,
             line: doc.line,
             api_version: tm.api_version.clone(),
@@ -256,16 +318,18 @@ fn parse_document(
         });
     }
     let k = tm.kind.as_str();
-    match kind {
+    let name = match kind {
         Kind::GatewayClass => {
             let mut o: GatewayClass = doc.parse(k)?;
             let name = doc.name(k, &mut o.metadata)?;
-            resources.gateway_classes.insert(name, o);
+            resources.gateway_classes.insert(name.clone(), o);
+            name
         }
         Kind::Namespace => {
             let mut o: Namespace = doc.parse(k)?;
             let name = doc.name(k, &mut o.metadata)?;
-            resources.namespaces.insert(name, o);
+            resources.namespaces.insert(name.clone(), o);
+            name
         }
         Kind::Gateway => {
             // Two typed passes rather than `Gateway`'s `#[serde(flatten)]`: flatten buffers the
@@ -280,77 +344,96 @@ fn parse_document(
                 },
                 status: None,
             };
-            resources.gateways.insert(doc.key(k, &mut o.metadata)?, o);
+            let key = doc.key(k, &mut o.metadata)?;
+            resources.gateways.insert(key.clone(), o);
+            shown(&key)
         }
         Kind::HttpRoute => {
             let mut o: HttpRoute = doc.parse(k)?;
-            resources
-                .http_routes
-                .insert(doc.key(k, &mut o.metadata)?, o);
+            let key = doc.key(k, &mut o.metadata)?;
+            resources.http_routes.insert(key.clone(), o);
+            shown(&key)
         }
         Kind::GrpcRoute => {
             let mut o: GrpcRoute = doc.parse(k)?;
-            resources
-                .grpc_routes
-                .insert(doc.key(k, &mut o.metadata)?, o);
+            let key = doc.key(k, &mut o.metadata)?;
+            resources.grpc_routes.insert(key.clone(), o);
+            shown(&key)
         }
         Kind::ListenerSet => {
             let mut o: ListenerSet = doc.parse(k)?;
-            resources
-                .listener_sets
-                .insert(doc.key(k, &mut o.metadata)?, o);
+            let key = doc.key(k, &mut o.metadata)?;
+            resources.listener_sets.insert(key.clone(), o);
+            shown(&key)
         }
         Kind::TlsRoute => {
             let mut o: TlsRoute = doc.parse(k)?;
-            resources.tls_routes.insert(doc.key(k, &mut o.metadata)?, o);
+            let key = doc.key(k, &mut o.metadata)?;
+            resources.tls_routes.insert(key.clone(), o);
+            shown(&key)
         }
         Kind::ReferenceGrant => {
             let mut o: ReferenceGrant = doc.parse(k)?;
-            resources
-                .reference_grants
-                .insert(doc.key(k, &mut o.metadata)?, o);
+            let key = doc.key(k, &mut o.metadata)?;
+            resources.reference_grants.insert(key.clone(), o);
+            shown(&key)
         }
         Kind::Service => {
             let mut o: Service = doc.parse(k)?;
-            resources.services.insert(doc.key(k, &mut o.metadata)?, o);
+            let key = doc.key(k, &mut o.metadata)?;
+            resources.services.insert(key.clone(), o);
+            shown(&key)
         }
         Kind::EndpointSlice => {
             let mut o: EndpointSlice = doc.parse(k)?;
-            resources
-                .endpoint_slices
-                .insert(doc.key(k, &mut o.metadata)?, o);
+            let key = doc.key(k, &mut o.metadata)?;
+            resources.endpoint_slices.insert(key.clone(), o);
+            shown(&key)
         }
         Kind::Secret => {
             let mut o: Secret = doc.parse(k)?;
             merge_string_data(&mut o);
-            resources.secrets.insert(doc.key(k, &mut o.metadata)?, o);
+            let key = doc.key(k, &mut o.metadata)?;
+            resources.secrets.insert(key.clone(), o);
+            shown(&key)
         }
         Kind::ConfigMap => {
             let mut o: ConfigMap = doc.parse(k)?;
-            resources
-                .config_maps
-                .insert(doc.key(k, &mut o.metadata)?, o);
+            let key = doc.key(k, &mut o.metadata)?;
+            resources.config_maps.insert(key.clone(), o);
+            shown(&key)
         }
         Kind::ClusterTrustBundle => {
             let mut o: ClusterTrustBundle = doc.parse(k)?;
             let name = doc.name(k, &mut o.metadata)?;
-            resources.cluster_trust_bundles.insert(name, o);
+            resources.cluster_trust_bundles.insert(name.clone(), o);
+            name
         }
         Kind::BackendTlsPolicy => {
             let mut o: BackendTlsPolicy = doc.parse(k)?;
-            resources
-                .backend_tls_policies
-                .insert(doc.key(k, &mut o.metadata)?, o);
+            let key = doc.key(k, &mut o.metadata)?;
+            resources.backend_tls_policies.insert(key.clone(), o);
+            shown(&key)
         }
         Kind::Pod => {
             let mut o: PodDoc = doc.parse(k)?;
             let identity = o.spec.take().unwrap_or_default().identity();
-            resources
-                .pods
-                .insert(doc.key(k, &mut o.metadata)?, identity);
+            let key = doc.key(k, &mut o.metadata)?;
+            resources.pods.insert(key.clone(), identity);
+            shown(&key)
         }
-    }
-    Ok(None)
+    };
+    Ok(Parsed::Object(Placed {
+        kind: tm.kind,
+        name,
+        document: doc.number,
+        line: doc.line,
+    }))
+}
+
+/// `namespace/name`, as messages show an object.
+fn shown((ns, name): &ObjectKey) -> String {
+    format!("{ns}/{name}")
 }
 
 /// `stringData` is write-only sugar for `data`; the API server merges it (stringData wins),

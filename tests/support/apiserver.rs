@@ -73,19 +73,8 @@ impl Binaries {
     /// `PIER_KUBE_APISERVER` / `PIER_ETCD`, else `scripts/control-plane.sh`'s cache directory.
     /// Panics, saying how to build them, if either is missing.
     pub fn find() -> Self {
-        let cache = std::env::var_os("PIER_CONTROL_PLANE_CACHE")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| {
-                let home = std::env::var_os("HOME").expect("HOME is set");
-                Path::new(&home).join(".cache/pier/control-plane")
-            });
-        let version = std::env::var("PIER_KUBE_VERSION").unwrap_or_else(|_| {
-            super::pinned_version(
-                include_str!("../../scripts/control-plane.sh"),
-                "KUBE_VERSION",
-            )
-        });
-        let dir = cache.join(format!("v{version}"));
+        let version = Self::version();
+        let dir = Self::cache_dir();
         let pick = |var: &str, name: &str| {
             std::env::var_os(var)
                 .map(PathBuf::from)
@@ -105,6 +94,43 @@ impl Binaries {
             );
         }
         bins
+    }
+
+    /// kubectl: `PIER_KUBECTL`, else the one `scripts/control-plane.sh build` puts next to
+    /// kube-apiserver (built from the same `k8s.io/kubernetes` module; Debian has no kubectl
+    /// package). Panics, saying how to build it, if it is missing.
+    pub fn kubectl() -> PathBuf {
+        let path = match std::env::var_os("PIER_KUBECTL") {
+            Some(p) => PathBuf::from(p),
+            None => Self::cache_dir().join("kubectl"),
+        };
+        assert!(
+            path.is_file(),
+            "{} not found: run `scripts/control-plane.sh build` (builds kubectl with the control \
+             plane), or set PIER_KUBECTL",
+            path.display()
+        );
+        path
+    }
+
+    /// `scripts/control-plane.sh`'s directory for the pinned Kubernetes version.
+    fn cache_dir() -> PathBuf {
+        let cache = std::env::var_os("PIER_CONTROL_PLANE_CACHE")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| {
+                let home = std::env::var_os("HOME").expect("HOME is set");
+                Path::new(&home).join(".cache/pier/control-plane")
+            });
+        cache.join(format!("v{}", Self::version()))
+    }
+
+    fn version() -> String {
+        std::env::var("PIER_KUBE_VERSION").unwrap_or_else(|_| {
+            super::pinned_version(
+                include_str!("../../scripts/control-plane.sh"),
+                "KUBE_VERSION",
+            )
+        })
     }
 }
 

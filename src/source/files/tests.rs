@@ -159,3 +159,54 @@ fn objects_over_the_limit_are_counted_before_any_is_parsed() {
     let e = load(dir.path(), &limits).unwrap_err();
     assert!(matches!(e, LoadError::Parse { .. }), "{e}");
 }
+
+/// The same object in two files: the later file (in path order) wins, and the load says so,
+/// naming both places; two different objects of one name but different kinds are no duplicate.
+#[test]
+fn an_object_defined_in_two_files_is_reported_with_the_winner() {
+    let dir = tempfile::tempdir().unwrap();
+    let ns = |name: &str| format!("apiVersion: v1\nkind: Namespace\nmetadata: {{name: {name}}}\n");
+    let svc = "apiVersion: v1\nkind: Service\nmetadata: {name: a, namespace: a}\n";
+    std::fs::write(dir.path().join("a.yaml"), format!("{}---\n{svc}", ns("a"))).unwrap();
+    std::fs::write(
+        dir.path().join("b.yaml"),
+        format!("{}---\n{}", ns("other"), ns("a")),
+    )
+    .unwrap();
+    let loaded = load(dir.path(), &Limits::default()).unwrap();
+    let [d] = loaded.duplicates.as_slice() else {
+        panic!("{:?}", loaded.duplicates)
+    };
+    assert_eq!((d.kind.as_str(), d.name.as_str()), ("Namespace", "a"));
+    assert_eq!(
+        d.replaced.to_string(),
+        format!("{}:1", dir.path().join("a.yaml").display())
+    );
+    assert_eq!(
+        d.winner.to_string(),
+        format!("{}:5", dir.path().join("b.yaml").display())
+    );
+    assert_eq!(loaded.resources.namespaces.len(), 2);
+    assert_eq!(loaded.resources.services.len(), 1);
+}
+
+/// A directory that is not there: the OS reason is the error's source, not repeated in its
+/// message, so a chain (`{:#}`, [`LoadError::chain`]) says it once.
+#[test]
+fn a_missing_directory_says_the_os_reason_once() {
+    let e = load(
+        std::path::Path::new("/nonexistent/pier"),
+        &Limits::default(),
+    )
+    .unwrap_err();
+    let chain = e.chain();
+    assert_eq!(
+        chain.matches("No such file or directory").count(),
+        1,
+        "{chain}"
+    );
+    assert!(
+        chain.starts_with("cannot read /nonexistent/pier: "),
+        "{chain}"
+    );
+}

@@ -132,7 +132,36 @@ fn missing_kind_or_name_is_an_error() {
 #[test]
 fn non_mapping_document_is_not_a_kubernetes_object() {
     let (_, out) = parse("- just\n- a list\n");
-    assert!(matches!(out, Err(ManifestError::TypeMeta { .. })));
+    let e = out.unwrap_err();
+    assert!(matches!(e, ManifestError::TypeMeta { .. }), "{e:?}");
+    assert!(
+        e.to_string()
+            .starts_with("document 1 (line 1): not a Kubernetes object"),
+        "{e}"
+    );
+}
+
+/// Broken YAML is called that, with the parser's reason, at the line in the file (not in the
+/// document), and says it once: the reason is not chained as a source too.
+#[test]
+fn yaml_syntax_error_is_invalid_yaml_with_its_reason_and_file_line() {
+    let (_, out) = parse(
+        "---\n# first\napiVersion: v1\nkind: Namespace\nmetadata: {name: a}\n---\n\
+         apiVersion: v1\nkind: Namespace\nmetadata:\n  name: [b\n",
+    );
+    let e = out.unwrap_err();
+    assert!(matches!(e, ManifestError::Syntax { .. }), "{e:?}");
+    let text = e.to_string();
+    assert!(
+        text.starts_with("document 2 (line 10): invalid YAML: "),
+        "{text}"
+    );
+    assert!(
+        text.len() > "document 2 (line 10): invalid YAML: ".len(),
+        "{text}"
+    );
+    assert!(!text.contains("line 4"), "a document-relative line: {text}");
+    assert!(std::error::Error::source(&e).is_none());
 }
 
 #[test]
