@@ -253,7 +253,8 @@ fn handle(state: &AdminState, req: &Request<Incoming>) -> Response<Full<Bytes>> 
             if state.shared.is_ready() {
                 text(StatusCode::OK, "ready\n")
             } else {
-                text(StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
+                let why = format!("not ready: {}\n", state.shared.unready_reason());
+                text(StatusCode::SERVICE_UNAVAILABLE, why)
             }
         }
         "/metrics" => {
@@ -281,11 +282,11 @@ fn handle(state: &AdminState, req: &Request<Incoming>) -> Response<Full<Bytes>> 
     }
 }
 
-fn text(status: StatusCode, body: &'static str) -> Response<Full<Bytes>> {
+fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
     Response::builder()
         .status(status)
         .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
-        .body(Full::new(Bytes::from_static(body.as_bytes())))
+        .body(Full::new(body.into()))
         .expect("static response parts are valid")
 }
 

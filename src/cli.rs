@@ -312,10 +312,22 @@ pub struct CheckArgs {
 }
 
 #[derive(Debug, clap::Args)]
+#[command(after_help = ENVIRONMENT)]
 pub struct DemoArgs {
-    /// Address the demo listener binds to.
+    /// Address the demo listeners bind to.
     #[arg(long, value_name = "IP", default_value = "127.0.0.1")]
     pub listen_host: IpAddr,
+    /// The quickstart Gateway's HTTP port; the demo also serves the three ports after it
+    /// (meshed HTTP, gRPC, meshed gRPC). 0 picks four free ports (printed).
+    #[arg(long, value_name = "PORT", default_value_t = 8080)]
+    pub port: u16,
+    /// The first of the four echo backends' ports on 127.0.0.1 (the next three are the
+    /// others). 0 picks free ports.
+    #[arg(long, value_name = "PORT", default_value_t = 18081)]
+    pub backend_port: u16,
+    /// Admin server address (/readyz /metrics /status /config).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9901")]
+    pub admin: SocketAddr,
 }
 
 #[derive(Debug, clap::Args)]

@@ -18,7 +18,7 @@ pub async fn dispatch(cmd: Command) -> anyhow::Result<()> {
     match cmd {
         Command::Run(a) => run_cmd(a).await,
         Command::Check(a) => print_stdout(&check(&a)?),
-        Command::Demo(a) => crate::demo::run(a.listen_host).await,
+        Command::Demo(a) => crate::demo::run(a).await,
         Command::Echo(a) => {
             let server = crate::echo::spawn(a.listen, &a.name)
                 .await
@@ -34,7 +34,7 @@ pub async fn dispatch(cmd: Command) -> anyhow::Result<()> {
 
 /// Writes `text` to stdout. A reader that stops early (`pier crds | head`) closes the pipe:
 /// that ends the output, as for any Unix filter, and is not an error (`print!` would panic).
-fn print_stdout(text: &str) -> anyhow::Result<()> {
+pub(crate) fn print_stdout(text: &str) -> anyhow::Result<()> {
     use std::io::Write;
     let mut out = std::io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {

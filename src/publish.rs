@@ -4,6 +4,7 @@
 //! request, so a request that started on generation N finishes on N while new requests see
 //! N+1. Statuses are published next to it for `/status` and the status writer.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -23,11 +24,30 @@ pub struct Shared {
     pub statuses: watch::Sender<Arc<Statuses>>,
     /// Set once the first configuration is published and every listener is bound; never unset.
     pub ready: AtomicBool,
+    /// Until ready: why not (what is awaited, or which port cannot be bound), for `/readyz`.
+    unready: ArcSwap<String>,
 }
 
 impl Shared {
     pub fn is_ready(&self) -> bool {
         self.ready.load(Ordering::Acquire)
+    }
+
+    /// Why `/readyz` says 503 (meaningless once ready).
+    pub fn unready_reason(&self) -> String {
+        let why = self.unready.load();
+        if why.is_empty() {
+            "starting".to_string()
+        } else {
+            why.to_string()
+        }
+    }
+
+    /// Records why pier is not ready yet; ignored once it is.
+    pub fn set_unready_reason(&self, why: String) {
+        if !self.is_ready() {
+            self.unready.store(Arc::new(why));
+        }
     }
 }
 
@@ -42,6 +62,9 @@ pub struct Publisher {
     /// The listener certificates of the last publish: a Secret that goes bad keeps serving
     /// its last good certificate (reported in the listener status and logged).
     last_good_certs: Arc<ListenerCerts>,
+    /// What the last publish left unserved (listeners and their reasons, or why there is no
+    /// listener at all), so each is logged once when it starts, not on every publish.
+    unserved: BTreeSet<String>,
 }
 
 impl Publisher {
@@ -57,6 +80,7 @@ impl Publisher {
             generation: 0,
             last: None,
             last_good_certs: Arc::default(),
+            unserved: BTreeSet::new(),
         }
     }
 
@@ -93,15 +117,64 @@ impl Publisher {
         let settings = self.settings.clone();
         let previous = self.shared.snapshot.load_full();
         let last_good = self.last_good_certs.clone();
-        let translation = tokio::task::spawn_blocking(move || {
+        let (translation, nothing) = tokio::task::spawn_blocking(move || {
             // A walk over every backend of the previous snapshot: off the async workers too.
             let carried = previous.carried();
             drop(previous);
-            translate::translate_with(&resources, &settings, &carried, &last_good)
+            let t = translate::translate_with(&resources, &settings, &carried, &last_good);
+            let nothing = t
+                .snapshot
+                .ports
+                .is_empty()
+                .then(|| translate::scope::why_nothing_served(&resources, &settings));
+            (t, nothing)
         })
         .await
         .expect("translation does not panic");
+        self.log_unserved(nothing, &translation.status);
         self.store(translation)
+    }
+
+    /// Warns about what this translation leaves unserved (every listener, with the reason, or
+    /// only some listeners, e.g. an HTTPS one whose Secret is missing), once per new reason:
+    /// otherwise it is only in the status, and a first run looks healthy while serving nothing.
+    fn log_unserved(&mut self, nothing: Option<String>, status: &Statuses) {
+        let mut now = BTreeSet::new();
+        if let Some(why) = nothing {
+            if !self.unserved.contains(&why) {
+                tracing::warn!(reason = %why, "serving no listener");
+            }
+            now.insert(why);
+        }
+        for (gateway, g) in &status.gateways {
+            for l in &g.listeners {
+                use translate::api::ListenerConditionType as T;
+                let programmed = l.conditions.iter().find(|c| c.type_ == T::Programmed);
+                if programmed.is_none_or(|c| c.status) {
+                    continue;
+                }
+                // Every condition that is not as it should be (Conflicted is bad when true):
+                // Programmed alone says only "not programmed", ResolvedRefs names the Secret.
+                let why: Vec<&str> = l
+                    .conditions
+                    .iter()
+                    .filter(|c| c.status == (c.type_ == T::Conflicted))
+                    .map(|c| c.message.as_str())
+                    .collect();
+                let why = why.join("; ");
+                let line = format!("{gateway} {}: {why}", l.name);
+                if !self.unserved.contains(&line) {
+                    tracing::warn!(
+                        gateway = %gateway,
+                        listener = %l.name,
+                        reason = %why,
+                        "listener not served"
+                    );
+                }
+                now.insert(line);
+            }
+        }
+        self.unserved = now;
     }
 
     fn store(&mut self, translation: Translation) -> u64 {

@@ -274,6 +274,7 @@ pub async fn start(opts: RunOptions) -> anyhow::Result<Running> {
         admin_state,
         shutdown_rx.clone(),
     ));
+    shared.set_unready_reason("loading the first configuration".to_string());
     let fail = |e: anyhow::Error| {
         let _ = shutdown.send(true);
         Err(e)
@@ -359,6 +360,7 @@ pub async fn start(opts: RunOptions) -> anyhow::Result<Running> {
                 Err(e) => return fail(e),
             };
             let (source, changes) = KubeSource::start(&client, &cluster.scope, kube_metrics);
+            tokio::spawn(explain_listing(source.pending_changes(), shared.clone()));
             let writer = cluster.status.map(|status| {
                 let inputs = status_writer::Inputs {
                     stores: source.stores.clone(),
@@ -563,10 +565,49 @@ async fn bind(proxy: &Proxy, shared: &Shared) -> bool {
     for (port, e) in &failed {
         tracing::error!(port = %port, error = %e, "cannot bind listener port; retrying");
     }
+    if !failed.is_empty() {
+        let ports: Vec<String> = failed
+            .iter()
+            .map(|(p, e)| match p.address {
+                None => format!("port {} ({e})", p.port),
+                Some(_) => format!("{p} ({e})"),
+            })
+            .collect();
+        shared.set_unready_reason(format!(
+            "cannot listen on {}; retrying every {} s",
+            ports.join(", "),
+            REBIND_EVERY.as_secs()
+        ));
+    }
     if failed.is_empty() && !shared.ready.swap(true, Ordering::AcqRel) {
         tracing::info!(ports = ?proxy.bound_ports(), "ready");
     }
     failed.is_empty()
+}
+
+/// Until every kind has listed once, `/readyz` says which kinds it still waits for.
+async fn explain_listing(
+    mut pending: watch::Receiver<std::collections::BTreeSet<kube_source::WatchKind>>,
+    shared: Arc<Shared>,
+) {
+    loop {
+        let kinds: Vec<String> = pending
+            .borrow_and_update()
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        if kinds.is_empty() {
+            shared.set_unready_reason("translating the first configuration".to_string());
+            return;
+        }
+        shared.set_unready_reason(format!(
+            "waiting for the Kubernetes API server to list {} (the log says why, if it fails)",
+            kinds.join(", ")
+        ));
+        if pending.changed().await.is_err() {
+            return;
+        }
+    }
 }
 
 fn log_loaded(loaded: &files::Loaded) {

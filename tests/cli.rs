@@ -297,6 +297,125 @@ async fn text_logs_off_a_terminal_have_no_colour_codes() {
     assert!(!text.contains('\x1b'), "ANSI escapes in {text:?}");
 }
 
+/// `pier run --manifests dir` with `args`, its text log going to a file; returns the process,
+/// its admin address, and a reader of the log so far.
+fn run_logged(dir: &std::path::Path, args: &[&str]) -> (Child, String, impl Fn() -> String) {
+    let admin = format!("127.0.0.1:{}", free_port());
+    let log_path = dir.join("stderr.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let child = Child(
+        pier()
+            .args(["run", "--listen-host", "127.0.0.1", "--admin", &admin])
+            .args(args)
+            .arg("--manifests")
+            .arg(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(log))
+            .spawn()
+            .unwrap(),
+    );
+    let read = move || std::fs::read_to_string(&log_path).unwrap_or_default();
+    (child, admin, read)
+}
+
+/// Ready with nothing to serve stays ready (200: pier does what its configuration says, and
+/// readiness never turns false again), but a WARN says why nothing is served: no Gateway, or
+/// no GatewayClass with pier's controllerName (naming the ones there are).
+#[tokio::test]
+async fn serving_nothing_is_warned_with_the_reason() {
+    let empty = tempfile::tempdir().unwrap();
+    let quickstart = tempfile::tempdir().unwrap();
+    for f in std::fs::read_dir("config/examples/quickstart").unwrap() {
+        let f = f.unwrap().path();
+        std::fs::copy(&f, quickstart.path().join(f.file_name().unwrap())).unwrap();
+    }
+    for (dir, args, reason) in [
+        (
+            empty.path(),
+            &[][..],
+            "there is no Gateway in the configuration",
+        ),
+        (
+            quickstart.path(),
+            &["--controller-name", "example.com/other"],
+            "no GatewayClass has spec.controllerName example.com/other (--controller-name); \
+             GatewayClasses: pier (pier.dev/gateway-controller)",
+        ),
+    ] {
+        let (mut child, admin, read) = run_logged(dir, args);
+        eventually(Duration::from_secs(10), || async {
+            read().contains(" ready ")
+        })
+        .await;
+        let r = get(&format!("http://{admin}/readyz"), &[]).await;
+        assert_eq!(r.status, 200);
+        assert!(terminate(&mut child).success());
+        let log = read();
+        let warn = log
+            .lines()
+            .find(|l| l.contains("WARN") && l.contains("serving no listener"))
+            .unwrap_or_else(|| panic!("no warning in {log}"));
+        assert!(warn.contains(reason), "{warn}");
+    }
+}
+
+/// A listener left unserved (an HTTPS listener whose Secret is missing) is logged, once, with
+/// its Gateway, name and reason; the other listener serves.
+#[tokio::test]
+async fn a_listener_left_unserved_is_warned() {
+    let dir = tempfile::tempdir().unwrap();
+    let (http, https) = (free_port(), free_port());
+    std::fs::write(
+        dir.path().join("gw.yaml"),
+        format!(
+            "{}    - {{name: https, protocol: HTTPS, port: {https}, tls: {{certificateRefs: [{{name: missing}}]}}}}\n",
+            gateway(http)
+        ),
+    )
+    .unwrap();
+    let (mut child, _admin, read) = run_logged(dir.path(), &[]);
+    eventually(Duration::from_secs(10), || async {
+        read().contains(" ready ")
+    })
+    .await;
+    assert!(terminate(&mut child).success());
+    let log = read();
+    let warned: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("listener not served"))
+        .collect();
+    let [line] = warned.as_slice() else {
+        panic!("{log}")
+    };
+    assert!(
+        line.contains("WARN") && line.contains("default/gw") && line.contains("listener=https"),
+        "{line}"
+    );
+    assert!(
+        line.contains("missing"),
+        "the reason names the Secret: {line}"
+    );
+}
+
+/// `/readyz` says why it is 503: here, the port the Gateway wants is taken.
+#[tokio::test]
+async fn readyz_says_why_it_is_not_ready() {
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = busy.local_addr().unwrap().port();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("gw.yaml"), gateway(port)).unwrap();
+    let (mut child, admin, _read) = run_logged(dir.path(), &[]);
+    let url = format!("http://{admin}/readyz");
+    let want = format!("not ready: cannot listen on port {port} (");
+    eventually(Duration::from_secs(10), || async {
+        try_get(&url, &[])
+            .await
+            .is_some_and(|r| r.status == 503 && r.text().starts_with(&want))
+    })
+    .await;
+    assert!(terminate(&mut child).success());
+}
+
 /// CPU time (user + system) the process has used so far, in clock ticks.
 fn cpu_ticks(pid: u32) -> u64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
@@ -323,68 +442,126 @@ async fn one_worker_serves_and_rests_when_idle() {
     assert!(terminate(&mut child).success());
 }
 
+/// The URLs `pier demo` prints on its first two lines: the quickstart, the meshed Gateway,
+/// the gRPC listener, the meshed gRPC listener, and the admin server (`host:port` each).
+fn demo_addresses(stdout: std::process::ChildStdout) -> [String; 5] {
+    use std::io::BufRead;
+    let mut lines = std::io::BufReader::new(stdout).lines();
+    let mut text = String::new();
+    for _ in 0..2 {
+        text.push_str(&lines.next().unwrap().unwrap());
+        text.push('\n');
+    }
+    let urls: Vec<String> = text
+        .split("http://")
+        .skip(1)
+        .map(|s| {
+            s.chars()
+                .take_while(|c| c.is_ascii_digit() || *c == '.' || *c == ':')
+                .collect()
+        })
+        .collect();
+    // serving {base} (admin: {admin}) / also: meshed {mesh}, gRPC {grpc}, meshed gRPC {mesh_grpc}
+    let [base, admin, mesh, grpc, mesh_grpc] = urls.try_into().unwrap_or_else(|u| panic!("{u:?}"));
+    [base, mesh, grpc, mesh_grpc, admin]
+}
+
+/// The demo on ports of its own choosing (`--port 0`, as tests must never take fixed ports),
+/// so that a `pier demo` left running (the README's first step) does not break the tests.
+/// Its stdout is closed after the first two lines: the demo keeps serving.
 #[tokio::test]
 async fn demo_serves_the_quickstart() {
     let mut child = Child(
         pier()
-            .args(["demo"])
+            .args([
+                "demo",
+                "--port",
+                "0",
+                "--backend-port",
+                "0",
+                "--admin",
+                "127.0.0.1:0",
+            ])
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
             .unwrap(),
     );
-    eventually(Duration::from_secs(20), || async {
-        try_get("http://127.0.0.1:9901/readyz", &[])
+    let stdout = child.0.stdout.take().unwrap();
+    let [base, mesh, grpc, mesh_grpc, admin] =
+        tokio::task::spawn_blocking(move || demo_addresses(stdout))
             .await
-            .is_some_and(|r| r.status == 200)
-    })
-    .await;
+            .unwrap();
+    let port = |a: &str| a.rsplit_once(':').unwrap().1.parse::<u16>().unwrap();
+    let (grpc, mesh_grpc) = (port(&grpc), port(&mesh_grpc));
+    // It prints once it serves.
     assert_eq!(
-        get("http://127.0.0.1:8080/a", &[]).await.backend(),
-        "echo-a"
+        get(&format!("http://{admin}/readyz"), &[]).await.status,
+        200
     );
+    let url = |path: &str| format!("http://{base}{path}");
+    assert_eq!(get(&url("/a"), &[]).await.backend(), "echo-a");
     assert_eq!(
-        get("http://127.0.0.1:8080/b", &[]).await.echo().headers["x-demo"][0],
+        get(&url("/b"), &[]).await.echo().headers["x-demo"][0],
         "added-by-pier"
     );
     assert_eq!(
-        get("http://127.0.0.1:8080/api", &[("x-version", "2")])
-            .await
-            .backend(),
+        get(&url("/api"), &[("x-version", "2")]).await.backend(),
         "echo-c"
     );
     assert_eq!(
-        get("http://127.0.0.1:8080/", &[("host", "c.example.com")])
-            .await
-            .backend(),
+        get(&url("/"), &[("host", "c.example.com")]).await.backend(),
         "echo-c"
     );
-    let r = get("http://127.0.0.1:8080/old/x", &[]).await;
+    let r = get(&url("/old/x"), &[]).await;
     assert_eq!(r.status, 301);
-    assert_eq!(r.headers["location"], "http://127.0.0.1:8080/a/x");
+    assert_eq!(r.headers["location"], url("/a/x").as_str());
     // The meshed Gateway: the workload only speaks mTLS and saw pier's client certificate.
-    let meshed = get("http://127.0.0.1:8081/", &[]).await.echo();
+    let meshed = get(&format!("http://{mesh}/"), &[]).await.echo();
     assert_eq!(meshed.backend, "echo-mesh");
     assert!(meshed.client_certificate_verified, "{meshed:?}");
     // The GRPCRoutes, called by a real gRPC client (grpcio): by method with a header filter,
     // by service, no route (UNIMPLEMENTED from pier), and the meshed one over mTLS.
-    let grpc = |port: u16, rpc: &'static str| async move {
+    let call = |port: u16, rpc: &'static str| async move {
         let r = support::grpc::call(([127, 0, 0, 1], port).into(), "demo", rpc, "").await;
         match r["responses"][0].as_str() {
             Some(json) => serde_json::from_str::<pier::echo::EchoRequest>(json).unwrap(),
             None => panic!("{rpc}: {r}"),
         }
     };
-    let hello = grpc(8082, "demo.Echo/Hello").await;
+    let hello = call(grpc, "demo.Echo/Hello").await;
     assert_eq!(hello.backend, "echo-a");
     assert_eq!(hello.headers["x-demo"][0], "grpc-added-by-pier");
-    assert_eq!(grpc(8082, "demo.Echo/Other").await.backend, "echo-b");
-    let none = support::grpc::call(([127, 0, 0, 1], 8082).into(), "demo", "x.Y/Z", "").await;
+    assert_eq!(call(grpc, "demo.Echo/Other").await.backend, "echo-b");
+    let none = support::grpc::call(([127, 0, 0, 1], grpc).into(), "demo", "x.Y/Z", "").await;
     assert_eq!(none["code"], "UNIMPLEMENTED", "{none}");
-    let meshed = grpc(8083, "demo.Echo/Hello").await;
+    let meshed = call(mesh_grpc, "demo.Echo/Hello").await;
     assert_eq!(meshed.backend, "echo-mesh");
     assert!(meshed.client_certificate_verified, "{meshed:?}");
     assert!(terminate(&mut child).success());
+}
+
+/// A busy port: the demo says which and how to choose others, and exits, instead of printing
+/// that it serves URLs that do not answer.
+#[test]
+fn demo_on_a_busy_port_fails_naming_it_and_the_flag() {
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = busy.local_addr().unwrap().port().to_string();
+    let out = pier()
+        .args(["demo", "--port", &port, "--backend-port", "0"])
+        .args(["--admin", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("cannot listen on 127.0.0.1:{port}")) && stderr.contains("--port"),
+        "{stderr}"
+    );
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("serving"),
+        "{out:?}"
+    );
 }
 
 #[test]

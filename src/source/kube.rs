@@ -477,6 +477,11 @@ impl KubeSource {
     }
 
     /// The kinds that have not finished their first list yet.
+    /// The kinds not listed yet, as they change (empty once all have listed).
+    pub fn pending_changes(&self) -> channel::Receiver<BTreeSet<WatchKind>> {
+        self.pending.clone()
+    }
+
     pub fn pending(&self) -> BTreeSet<WatchKind> {
         self.pending.borrow().clone()
     }

@@ -33,6 +33,7 @@ pub mod manifest;
 pub mod mesh;
 mod refs;
 pub mod resources;
+pub mod scope;
 pub mod spiffe;
 pub mod status;
 #[cfg(test)]
