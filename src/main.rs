@@ -117,7 +117,10 @@ fn init_logging(format: LogFormat) {
     use pier::log_limit::RateLimited;
     use tracing_subscriber::EnvFilter;
     use tracing_subscriber::prelude::*;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    // kube's client logs every failed request at ERROR, without saying what it was for; pier
+    // logs watch failures itself, once for all kinds while the API server is unreachable.
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new("info,kube_client::client::builder=off"));
     let registry = tracing_subscriber::registry().with(filter);
     // Repeated warnings (an attack can raise thousands a second) are rate-limited per call
     // site; see `pier::log_limit`.

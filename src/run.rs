@@ -355,11 +355,12 @@ pub async fn start(opts: RunOptions) -> anyhow::Result<Running> {
             (feed, changes, None)
         }
         Source::Cluster(cluster) => {
-            let client = match cluster.connect.client().await {
+            let (client, server) = match cluster.connect.client_and_server().await {
                 Ok(c) => c,
                 Err(e) => return fail(e),
             };
-            let (source, changes) = KubeSource::start(&client, &cluster.scope, kube_metrics);
+            let (source, changes) =
+                KubeSource::start_with_server(&client, &server, &cluster.scope, kube_metrics);
             tokio::spawn(explain_listing(source.pending_changes(), shared.clone()));
             let writer = cluster.status.map(|status| {
                 let inputs = status_writer::Inputs {

@@ -416,6 +416,57 @@ async fn readyz_says_why_it_is_not_ready() {
     assert!(terminate(&mut child).success());
 }
 
+/// An API server that cannot be reached: a few lines naming its URL, not one per kind and
+/// request; and no claim of serving a last good configuration when none ever loaded.
+#[tokio::test]
+async fn an_unreachable_api_server_is_reported_briefly_with_its_url() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = format!("https://127.0.0.1:{}", free_port());
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters: [{{name: c, cluster: {{server: \"{server}\"}}}}]\n\
+             users: [{{name: u, user: {{token: t}}}}]\n\
+             contexts: [{{name: c, context: {{cluster: c, user: u}}}}]\ncurrent-context: c\n"
+        ),
+    )
+    .unwrap();
+    let log_path = dir.path().join("stderr.log");
+    let mut child = Child(
+        pier()
+            .args([
+                "run",
+                "--listen-host",
+                "127.0.0.1",
+                "--admin",
+                "127.0.0.1:0",
+            ])
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .env_remove("RUST_LOG")
+            .stderr(Stdio::from(std::fs::File::create(&log_path).unwrap()))
+            .spawn()
+            .unwrap(),
+    );
+    // Watches retry from 0.5 s, doubling up to 5 s: several rounds of failures.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(terminate(&mut child).success());
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    let problems: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("WARN") || l.contains("ERROR"))
+        .collect();
+    // The API server once, the status-writer Lease once.
+    assert!(problems.len() <= 3, "{log}");
+    let unreachable = problems
+        .iter()
+        .find(|l| l.contains("cannot reach the Kubernetes API server"))
+        .unwrap_or_else(|| panic!("{log}"));
+    assert!(unreachable.contains(&server), "{unreachable}");
+    assert!(!log.contains("last good configuration"), "{log}");
+}
+
 /// CPU time (user + system) the process has used so far, in clock ticks.
 fn cpu_ticks(pid: u32) -> u64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();

@@ -105,7 +105,7 @@ use tokio::task::JoinHandle;
 
 pub use self::pod::PodObject;
 pub use self::reference_grant::ReferenceGrantV1Beta1;
-use self::watch::{Changes, Ctx};
+use self::watch::{ApiServerLog, Changes, Ctx};
 pub use self::watch::{Reconnect, Watched};
 use crate::translate::api::{
     BackendTlsPolicy, ClusterTrustBundle, ConfigMap, EndpointSlice, GatewayClass, GrpcRoute,
@@ -238,6 +238,11 @@ impl Connect {
     /// A client for the API server. The connect timeout is shortened to 10 s so that a
     /// blackholed API server is noticed and retried sooner.
     pub async fn client(&self) -> anyhow::Result<Client> {
+        Ok(self.client_and_server().await?.0)
+    }
+
+    /// [`Connect::client`] and the API server's URL.
+    pub async fn client_and_server(&self) -> anyhow::Result<(Client, String)> {
         use anyhow::Context;
         let options = KubeConfigOptions {
             context: self.context.clone(),
@@ -260,7 +265,9 @@ impl Connect {
         };
         config.connect_timeout = Some(Duration::from_secs(10));
         tracing::info!(server = %config.cluster_url, "using the Kubernetes API server");
-        Client::try_from(config).context("cannot build the Kubernetes client")
+        let server = config.cluster_url.to_string();
+        let client = Client::try_from(config).context("cannot build the Kubernetes client")?;
+        Ok((client, server))
     }
 }
 
@@ -391,6 +398,16 @@ impl KubeSource {
         scope: &WatchScope,
         metrics: KubeMetrics,
     ) -> (Self, mpsc::Receiver<()>) {
+        Self::start_with_server(client, "", scope, metrics)
+    }
+
+    /// [`KubeSource::start`], naming the API server (its URL) in logs.
+    pub fn start_with_server(
+        client: &Client,
+        server: &str,
+        scope: &WatchScope,
+        metrics: KubeMetrics,
+    ) -> (Self, mpsc::Receiver<()>) {
         let (config_tx, config_rx) = channel::channel(());
         let (status_tx, status_rx) = channel::channel(());
         let (pending_tx, pending_rx) = channel::channel(WatchKind::ALL.into_iter().collect());
@@ -399,6 +416,7 @@ impl KubeSource {
             status: Arc::new(status_tx),
             pending: Arc::new(pending_tx),
             metrics,
+            api_server: Arc::new(ApiServerLog::new(server)),
         };
         let all = || watcher::Config::default();
         let c = || client.clone();

@@ -94,7 +94,7 @@ async fn run(
         }
         tokio::time::sleep(backoff.next().unwrap_or_default()).await;
     };
-    errors.recovered();
+    errors.recovered(&ctx);
     tracing::debug!(?served, "watching ReferenceGrants");
     let config = watcher::Config::default;
     match served {

@@ -34,6 +34,7 @@ fn ctx() -> (Ctx, channel::Receiver<()>, channel::Receiver<()>) {
         status: Arc::new(status),
         pending: Arc::new(pending),
         metrics: KubeMetrics::default(),
+        api_server: Arc::default(),
     };
     (ctx, config_rx, status_rx)
 }
@@ -359,4 +360,18 @@ async fn an_unserved_optional_kind_does_not_block_readiness() {
             .get();
         assert_eq!(errors, 2, "{kind}: still counted, and retried");
     }
+}
+
+/// Every watch finds the API server unreachable at once: one log line for all of them (per
+/// minute), again only after it answered in between.
+#[test]
+fn an_unreachable_api_server_is_logged_once_for_every_kind() {
+    let log = super::watch::ApiServerLog::new("https://192.0.2.1:6443/");
+    let logged = (0..15)
+        .filter(|_| log.unreachable("connect refused", false))
+        .count();
+    assert_eq!(logged, 1);
+    log.reachable();
+    assert!(log.unreachable("connect refused", true));
+    assert!(!log.unreachable("connect refused", true));
 }

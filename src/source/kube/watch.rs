@@ -57,6 +57,19 @@ pub struct Ctx {
     pub status: Arc<watch::Sender<()>>,
     pub pending: Arc<watch::Sender<BTreeSet<WatchKind>>>,
     pub metrics: KubeMetrics,
+    /// One log for "the API server cannot be reached", whatever kind finds out.
+    pub api_server: Arc<ApiServerLog>,
+}
+
+/// Logs that the API server cannot be reached once for all kinds (every watch finds out at the
+/// same moment: one line each, every few seconds, would bury the reason) and once a minute,
+/// with its URL, and says whether a configuration is being served meanwhile.
+#[derive(Debug, Default)]
+pub struct ApiServerLog {
+    /// The API server's URL, as the kubeconfig gives it.
+    server: String,
+    /// When the outage was last logged; `None` while the API server answers.
+    warned: std::sync::Mutex<Option<Instant>>,
 }
 
 /// Reconnect backoff: jittered exponential from 0.5 s to 5 s, reset by the first real event
@@ -83,6 +96,52 @@ pub struct Reconnect {
 pub struct ErrorLog {
     kind: WatchKind,
     last: Option<(WatchError, Instant)>,
+}
+
+// === impl ApiServerLog ===
+
+impl ApiServerLog {
+    pub fn new(server: impl Into<String>) -> Self {
+        Self {
+            server: server.into(),
+            warned: std::sync::Mutex::default(),
+        }
+    }
+
+    /// A request failed to reach the API server; `listed`: every kind has listed once (so a
+    /// configuration is being served). Returns whether this call logged.
+    pub fn unreachable(&self, error: &str, listed: bool) -> bool {
+        let mut warned = self.warned.lock().unwrap_or_else(|e| e.into_inner());
+        if warned.is_some_and(|at| at.elapsed() < ERROR_LOG_EVERY) {
+            tracing::debug!(server = %self.server, %error, "API server still unreachable");
+            return false;
+        }
+        *warned = Some(Instant::now());
+        if listed {
+            tracing::warn!(
+                server = %self.server,
+                %error,
+                "cannot reach the Kubernetes API server: serving the last good configuration, \
+                 retrying"
+            );
+        } else {
+            tracing::error!(
+                server = %self.server,
+                %error,
+                "cannot reach the Kubernetes API server: no configuration yet, so nothing is \
+                 served and /readyz says 503 until it answers; retrying"
+            );
+        }
+        true
+    }
+
+    /// A request reached the API server.
+    pub fn reachable(&self) {
+        let mut warned = self.warned.lock().unwrap_or_else(|e| e.into_inner());
+        if warned.take().is_some() {
+            tracing::info!(server = %self.server, "the Kubernetes API server answers again");
+        }
+    }
 }
 
 // === impl Watched ===
@@ -183,6 +242,12 @@ impl ErrorLog {
             .errors
             .get_or_create(&ErrorLabels { kind, reason })
             .inc();
+        if reason == WatchError::Unavailable {
+            // Not this kind's problem: logged once for all of them.
+            let listed = ctx.pending.borrow().is_empty();
+            ctx.api_server.unreachable(error, listed);
+            return;
+        }
         let repeated = self
             .last
             .is_some_and(|(r, at)| r == reason && at.elapsed() < ERROR_LOG_EVERY);
@@ -213,12 +278,7 @@ impl ErrorLog {
                 "pier's identity may not list/watch this kind: apply config/rbac/ (ClusterRole \
                  pier); retrying"
             ),
-            WatchError::Unavailable => tracing::warn!(
-                %kind,
-                %error,
-                "cannot reach the Kubernetes API server: serving the last good configuration, \
-                 retrying"
-            ),
+            WatchError::Unavailable => {}
             WatchError::Expired => tracing::info!(
                 %kind,
                 %error,
@@ -229,7 +289,8 @@ impl ErrorLog {
         }
     }
 
-    pub fn recovered(&mut self) {
+    pub fn recovered(&mut self, ctx: &Ctx) {
+        ctx.api_server.reachable();
         if self.last.take().is_some() {
             tracing::info!(kind = %self.kind, "watch recovered");
         }
@@ -307,7 +368,7 @@ pub async fn reflect<K, S>(
         };
         if !matches!(event, Event::Init) {
             // `Init` comes before every list attempt, including those that fail.
-            errors.recovered();
+            errors.recovered(&ctx);
             backoff.reset();
         }
         let notify = match &event {
