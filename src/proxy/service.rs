@@ -760,17 +760,36 @@ impl LogHead {
             route = seen.reached.route.map(tracing::field::display),
             backend = seen.reached.backend.map(tracing::field::display),
             upstream = seen.upstream.map(tracing::field::display),
-            duration_ms = elapsed.as_secs_f64() * 1000.0,
+            duration_ms = millis(elapsed),
             error = seen.failure.map(|f| tracing::field::debug(f.kind)),
             tls_failure = seen.failure.and_then(|f| f.detail),
         );
     }
 }
 
+/// Milliseconds to the microsecond, as a number that prints without float noise: one
+/// correctly rounded division (`1.1`, where `as_secs_f64() * 1000.0` gives
+/// `1.1000000000000001`).
+fn millis(d: std::time::Duration) -> f64 {
+    d.as_micros() as f64 / 1000.0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::model::PathModifier;
+
+    #[test]
+    fn access_log_duration_prints_without_float_noise() {
+        use std::time::Duration;
+        assert_eq!(millis(Duration::from_micros(1_100)).to_string(), "1.1");
+        assert_eq!(millis(Duration::from_nanos(4_209_760)).to_string(), "4.209");
+        for us in 0..20_000u64 {
+            let text = millis(Duration::from_micros(us)).to_string();
+            let decimals = text.split_once('.').map_or(0, |(_, d)| d.len());
+            assert!(decimals <= 3, "{us} µs -> {text}");
+        }
+    }
 
     #[test]
     fn rewrite_keeps_the_query() {
