@@ -157,6 +157,10 @@ fn check_fails_on(file: &str, text: &str) -> String {
 fn check_fails_on_malformed_yaml_naming_the_file() {
     let stderr = check_fails_on("broken.yaml", "kind: HTTPRoute\nspec: [unclosed\n");
     assert!(stderr.contains("broken.yaml"), "{stderr}");
+    // Called what it is, with the parser's reason, said once.
+    assert!(stderr.contains("invalid YAML: "), "{stderr}");
+    assert!(!stderr.contains("not a Kubernetes object"), "{stderr}");
+    assert_eq!(stderr.matches("document 1").count(), 1, "{stderr}");
 }
 
 #[test]
@@ -181,7 +185,13 @@ fn check_fails_on_a_missing_directory() {
         .output()
         .unwrap();
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/pier"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("/nonexistent/pier"), "{stderr}");
+    assert_eq!(
+        stderr.matches("No such file or directory").count(),
+        1,
+        "{stderr}"
+    );
 }
 
 struct Child(std::process::Child);
@@ -394,6 +404,31 @@ async fn a_listener_left_unserved_is_warned() {
     assert!(
         line.contains("missing"),
         "the reason names the Secret: {line}"
+    );
+}
+
+/// A reload that fails logs the whole reason: for broken YAML, that it is not YAML and why.
+#[tokio::test]
+async fn a_failed_reload_logs_the_whole_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("gw.yaml"), gateway(free_port())).unwrap();
+    let (mut child, _admin, read) = run_logged(dir.path(), &[]);
+    eventually(Duration::from_secs(10), || async {
+        read().contains(" ready ")
+    })
+    .await;
+    std::fs::write(dir.path().join("gw.yaml"), "kind: Gateway\nspec: [unclosed\n").unwrap();
+    eventually(Duration::from_secs(10), || async {
+        read().contains("reload failed")
+    })
+    .await;
+    assert!(terminate(&mut child).success());
+    let log = read();
+    let line = log.lines().find(|l| l.contains("reload failed")).unwrap();
+    let reason = line.split_once("invalid YAML: ").map(|(_, r)| r);
+    assert!(
+        reason.is_some_and(|r| r.trim().len() > 10),
+        "no reason in: {line}"
     );
 }
 
