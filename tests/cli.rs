@@ -417,7 +417,11 @@ async fn a_failed_reload_logs_the_whole_reason() {
         read().contains(" ready ")
     })
     .await;
-    std::fs::write(dir.path().join("gw.yaml"), "kind: Gateway\nspec: [unclosed\n").unwrap();
+    std::fs::write(
+        dir.path().join("gw.yaml"),
+        "kind: Gateway\nspec: [unclosed\n",
+    )
+    .unwrap();
     eventually(Duration::from_secs(10), || async {
         read().contains("reload failed")
     })
