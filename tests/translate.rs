@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use pier::model::{
-    AppProtocol, BackendTarget, BackendTls, CertTable, Filters, Port, Protocol, RequestMatch,
+    AppProtocol, BackendTarget, BackendTls, CertTable, ClientAuth, Filters, Port, Protocol, RequestMatch,
     RetryPolicy, Snapshot, Timeouts, TlsMode, WeightedBackend,
 };
 use pier::translate::{Resources, Settings, StatusObject, parse_manifests, translate};
@@ -31,6 +31,8 @@ struct PortSummary<'a> {
     protocol: Protocol,
     #[serde(skip_serializing_if = "Option::is_none")]
     certs: Option<&'a CertTable>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    client_auth: Option<&'a ClientAuth>,
     listeners: Vec<ListenerSummary<'a>>,
 }
 
@@ -92,6 +94,7 @@ fn port(p: &Port) -> PortSummary<'_> {
         port: p.port,
         protocol: p.protocol,
         certs: p.certs.as_ref(),
+        client_auth: p.client_auth.as_ref(),
         listeners: p
             .listeners
             .iter()

@@ -37,7 +37,7 @@ pub use retry::RetryPolicy;
 pub use route::{Entry, RouteTable, Rule};
 pub use session::{Carrier, Session, SessionPolicy};
 pub use snapshot::{Listener, ListenerId, Port, PortKey, Protocol, Snapshot};
-pub use tls::CertTable;
+pub use tls::{CertTable, ClientAuth, ClientAuthMode};
 
 /// A namespaced object's identity, as used in metric labels and logs.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]

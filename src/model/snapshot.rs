@@ -7,7 +7,7 @@ use serde::Serialize;
 use super::ObjectRef;
 use super::host::{HostRank, HostnameMatch};
 use super::route::RouteTable;
-use super::tls::CertTable;
+use super::tls::{CertTable, ClientAuth};
 
 #[derive(Debug, Default, Serialize)]
 pub struct Snapshot {
@@ -55,6 +55,9 @@ pub struct Port {
     /// Server certificates by SNI, for HTTPS ports and TLS ports with terminating listeners.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub certs: Option<CertTable>,
+    /// HTTPS ports: client certificate validation (Gateway `spec.tls.frontend`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client_auth: Option<ClientAuth>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -93,7 +96,25 @@ pub struct Listener {
     /// it is (routes by SNI, never terminated here).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub passthrough: bool,
+    /// The request header that carries the client's verified certificate identity
+    /// (`pier.dev/client-certificate-header`); whatever the client sent under this name is
+    /// removed first, verified identity or not.
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "ser_header_name"
+    )]
+    pub client_cert_header: Option<http::HeaderName>,
     pub routes: RouteTable,
+}
+
+fn ser_header_name<S: serde::Serializer>(
+    name: &Option<http::HeaderName>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    match name {
+        Some(n) => s.serialize_some(n.as_str()),
+        None => s.serialize_none(),
+    }
 }
 
 // === impl Snapshot ===
@@ -220,6 +241,7 @@ mod tests {
             },
             hostname: host.map(|h| HostnameMatch::parse(h).unwrap()),
             passthrough: false,
+            client_cert_header: None,
             routes: RouteTable::default(),
         }
     }
@@ -237,6 +259,7 @@ mod tests {
                 listener("exact", Some("foo.example.com")),
             ],
             certs: None,
+            client_auth: None,
         };
         p.sort_listeners();
         assert_eq!(p.listener("foo.example.com").unwrap().id.name, "exact");
@@ -253,6 +276,7 @@ mod tests {
             proxy_protocol: false,
             listeners: vec![listener("exact", Some("foo.example.com"))],
             certs: None,
+            client_auth: None,
         };
         assert!(p.listener("bar.example.com").is_none());
     }

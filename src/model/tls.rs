@@ -90,3 +90,61 @@ impl Serialize for CertTable {
         st.end()
     }
 }
+
+/// Client certificate validation on an HTTPS port (GEP-91, Gateway `spec.tls.frontend`): the
+/// verifier built from the CA bundle at translation time, and what to do without a valid
+/// certificate. A CA rotation is a new snapshot with a new `ClientAuth`; handshakes read the
+/// current one, connections already up keep the identity they proved.
+#[derive(Clone)]
+pub struct ClientAuth {
+    pub mode: ClientAuthMode,
+    /// Verifies a chain against the CA bundle (rustls' webpki verifier, mandatory).
+    pub verifier: Arc<dyn rustls::server::danger::ClientCertVerifier>,
+    /// A digest of the mode and the sorted CA certificates: equal tags, equal policy. TLS
+    /// session tickets carry it, so a session resumes only under the policy it was made under.
+    pub tag: [u8; 32],
+    /// How many CA certificates the bundle holds (for `/config`).
+    pub cas: usize,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub enum ClientAuthMode {
+    /// A client without a certificate that chains to the bundle cannot complete the handshake.
+    AllowValidOnly,
+    /// Clients may present no certificate, or one that does not verify; only a verified one
+    /// counts as an identity.
+    AllowInsecureFallback,
+}
+
+impl ClientAuth {
+    /// Whether a client must present a valid certificate to complete the handshake.
+    pub fn mandatory(&self) -> bool {
+        self.mode == ClientAuthMode::AllowValidOnly
+    }
+}
+
+impl PartialEq for ClientAuth {
+    fn eq(&self, other: &Self) -> bool {
+        self.tag == other.tag
+    }
+}
+
+impl std::fmt::Debug for ClientAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientAuth")
+            .field("mode", &self.mode)
+            .field("cas", &self.cas)
+            .finish()
+    }
+}
+
+/// The mode and the number of CAs; never the certificates.
+impl Serialize for ClientAuth {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut st = s.serialize_struct("ClientAuth", 2)?;
+        st.serialize_field("mode", &self.mode)?;
+        st.serialize_field("ca_certificates", &self.cas)?;
+        st.end()
+    }
+}

@@ -69,6 +69,7 @@ pub async fn serve(
         via,
         sni: None,
         forwarded_for: super::headers::forwarded_for(peer.ip()),
+        client_identity: None,
         drain: drain.clone(),
     });
     match protocol {
@@ -153,17 +154,36 @@ async fn serve_tls(
         Err(_) => return tracing::debug!(%peer, port, "TLS handshake timed out"),
     };
     let tls = stream.get_ref().1;
-    let info = match tls.server_name() {
-        Some(name) => Arc::new(ConnInfo {
-            sni: Some(normalize_host(name).into()),
+    let client_identity = tls
+        .peer_certificates()
+        .and_then(|chain| client_identity(shared, info.key(), chain));
+    let info = match (tls.server_name(), client_identity) {
+        (None, None) => info,
+        (sni, client_identity) => Arc::new(ConnInfo {
+            sni: sni.map(|name| normalize_host(name).into()),
+            client_identity,
             ..(*info).clone()
         }),
-        None => info,
     };
     match tls.alpn_protocol() {
         Some(b"h2") => serve_http(shared, TokioIo::new(stream), info, drain).await,
         _ => serve_h1(shared, stream, info, drain).await,
     }
+}
+
+/// The identity of a client certificate the handshake accepted, if it is a verified one: on an
+/// `AllowValidOnly` port the handshake verified it; on an `AllowInsecureFallback` port it
+/// accepted anything, so the chain is verified again here (against the current snapshot).
+fn client_identity(
+    shared: &Shared,
+    key: PortKey,
+    chain: &[rustls::pki_types::CertificateDer<'static>],
+) -> Option<http::HeaderValue> {
+    let auth = shared.snapshot.load().port_at(key)?.client_auth.clone()?;
+    if !auth.mandatory() && !crate::tls::server::verifies(&auth, chain, rustls::pki_types::UnixTime::now()) {
+        return None;
+    }
+    crate::tls::server::identity_header(chain.first()?)
 }
 
 /// The fast path first; hyper for the rest of the connection if a request needs it.

@@ -22,6 +22,9 @@ pub struct ConnInfo {
     pub sni: Option<Box<str>>,
     /// `peer`'s IP as an `X-Forwarded-For` entry, formatted once per connection.
     pub forwarded_for: http::HeaderValue,
+    /// The client certificate's identity, when it verified against the port's frontend CAs
+    /// in the handshake (the value of a listener's `client_cert_header`).
+    pub client_identity: Option<http::HeaderValue>,
     /// Upgrade tunnels take a clone so that draining waits for them too.
     pub drain: DrainToken,
 }

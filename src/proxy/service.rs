@@ -137,7 +137,17 @@ async fn dispatch<'s>(
     if req.method() == Method::CONNECT {
         return Err(ProxyError::NoRoute);
     }
-    let req = checked(req, shared.config.limits.merge_slashes).map_err(ProxyError::Invalid)?;
+    let mut req =
+        checked(req, shared.config.limits.merge_slashes).map_err(ProxyError::Invalid)?;
+    let header = {
+        let host = normalize_host(routing_host(&req).unwrap_or(""));
+        listener_for(snapshot, conn, &host)?.1.client_cert_header.as_ref()
+    };
+    if let Some(name) = header {
+        // Before routing, so that header matches see the verified identity, never the
+        // client's own value.
+        client_identity(req.headers_mut(), name, conn);
+    }
     let input = RouteInput {
         method: req.method(),
         host: routing_host(&req).unwrap_or(""),
@@ -183,6 +193,15 @@ fn checked<B>(mut req: Request<B>, merge_slashes: bool) -> Result<Request<B>, In
     parts.path_and_query = Some(PathAndQuery::try_from(target).map_err(|_| Invalid::BadPath)?);
     *req.uri_mut() = Uri::from_parts(parts).map_err(|_| Invalid::BadPath)?;
     Ok(req)
+}
+
+/// Replaces whatever the client sent as `name` with the connection's verified client
+/// certificate identity, if it has one.
+pub(super) fn client_identity(headers: &mut http::HeaderMap, name: &http::HeaderName, conn: &ConnInfo) {
+    headers.remove(name);
+    if let Some(v) = &conn.client_identity {
+        headers.insert(name.clone(), v.clone());
+    }
 }
 
 /// Port, then listener isolation, then the route table, all on the normalised host.

@@ -252,6 +252,16 @@ impl TrustBundle {
     pub fn certs(&self) -> &[CertificateDer<'static>] {
         &self.certs
     }
+
+    /// The certificates as rustls trust anchors.
+    pub fn roots(&self) -> &Arc<RootCertStore> {
+        &self.roots
+    }
+
+    /// A digest of the sorted certificates: equal digests, equal bundles.
+    pub fn digest(&self) -> &[u8; 32] {
+        &self.digest
+    }
 }
 
 impl fmt::Debug for TrustBundle {

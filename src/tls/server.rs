@@ -4,15 +4,44 @@
 //!
 //! The handshake takes no lock: `ArcSwap::load` is a few atomic operations, and the lookup is
 //! a hash map probe plus a short wildcard scan (names were checked at translation time).
+//!
+//! Client certificates (GEP-91 frontend validation) work the same way: the HTTPS config's
+//! [`SnapshotClientVerifier`] asks the current snapshot's port whether to request a
+//! certificate, whether it is mandatory, and verifies with the port's
+//! [`ClientAuth`](crate::model::ClientAuth). A CA rotation is a snapshot swap: new handshakes
+//! use the new bundle, established connections are not touched.
+//!
+//! ```text
+//! ClientHello ─> SnapshotCertResolver ──(port)──> CertTable
+//!             └> SnapshotClientVerifier ─(port)─> ClientAuth { mode, webpki verifier, tag }
+//! session ticket / cache entry = tag ‖ session  (resumes only under the same policy)
+//! ```
+//!
+//! Resumption skips client certificate verification, and rustls resumes any session whose
+//! ticket decrypts (the ticketer is shared by every port). So every session pier stores is
+//! prefixed with the port's client-auth tag at the time, and one whose tag differs from the
+//! port's current one does not resume: a session from a port without client validation, or
+//! from before a CA rotation, falls back to a full handshake.
 
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use rustls::server::{ClientHello, ProducesTickets, ResolvesServerCert};
+use rustls::client::danger::HandshakeSignatureValid;
+use rustls::crypto::{WebPkiSupportedAlgorithms, verify_tls12_signature, verify_tls13_signature};
+use rustls::pki_types::{CertificateDer, UnixTime};
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use rustls::server::{
+    ClientHello, ProducesTickets, ResolvesServerCert, ServerSessionMemoryCache,
+    StoresServerSessions, WebPkiClientVerifier,
+};
 use rustls::sign::CertifiedKey;
-use rustls::{ServerConfig, crypto::CryptoProvider};
+use rustls::{
+    DigitallySignedStruct, DistinguishedName, Error, ServerConfig, SignatureScheme,
+    crypto::CryptoProvider,
+};
 
-use crate::model::{PortKey, Snapshot};
+use crate::model::{ClientAuth, ClientAuthMode, PortKey, Snapshot};
+use crate::tls::client::TrustBundle;
 
 /// Resolves the certificate of one port from the current snapshot.
 pub struct SnapshotCertResolver {
@@ -29,6 +58,96 @@ pub struct Ticketer(Arc<dyn ProducesTickets>);
 pub enum ServerConfigError {
     #[error("building the TLS server config failed")]
     Rustls(#[from] rustls::Error),
+}
+
+/// Asks for and verifies client certificates as the current snapshot's port says
+/// ([`ClientAuth`]); ports without it do not ask.
+pub struct SnapshotClientVerifier {
+    snapshot: Arc<ArcSwap<Snapshot>>,
+    port: PortKey,
+    algs: WebPkiSupportedAlgorithms,
+}
+
+/// The client-auth tag of a port's current policy (zeros: none), which stored sessions carry.
+#[derive(Clone)]
+struct PolicyTag {
+    snapshot: Arc<ArcSwap<Snapshot>>,
+    port: PortKey,
+    /// TLS-terminating stream ports never validate client certificates.
+    carries: Carries,
+}
+
+/// The shared ticketer, with tickets bound to the port's client-auth policy.
+struct BoundTickets {
+    inner: Arc<dyn ProducesTickets>,
+    tag: PolicyTag,
+}
+
+/// The port's session-ID cache (TLS 1.2 without tickets), bound the same way.
+struct BoundSessions {
+    inner: Arc<dyn StoresServerSessions>,
+    tag: PolicyTag,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientAuthError {
+    #[error("the CA bundle cannot be used to verify client certificates")]
+    Verifier(#[source] rustls::server::VerifierBuilderError),
+}
+
+/// The validation of a port: webpki's verifier over `bundle`, and the tag of (mode, bundle).
+pub fn client_auth(bundle: &TrustBundle, mode: ClientAuthMode) -> Result<ClientAuth, ClientAuthError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let verifier = WebPkiClientVerifier::builder_with_provider(bundle.roots().clone(), provider)
+        .build()
+        .map_err(ClientAuthError::Verifier)?;
+    let mut h = ring::digest::Context::new(&ring::digest::SHA256);
+    h.update(b"pier/frontend-client-auth/v1");
+    h.update(match mode {
+        ClientAuthMode::AllowValidOnly => b"valid-only",
+        ClientAuthMode::AllowInsecureFallback => b"insecure-fb",
+    });
+    h.update(bundle.digest());
+    let mut tag = [0; 32];
+    tag.copy_from_slice(h.finish().as_ref());
+    Ok(ClientAuth {
+        mode,
+        verifier,
+        tag,
+        cas: bundle.len(),
+    })
+}
+
+/// A client certificate's identity as a header value: `Subject="<DN>"`, then `;URI=<uri>` and
+/// `;DNS=<name>` per subjectAltName (the shape of Envoy's `x-forwarded-client-cert`). `None`
+/// when the certificate does not parse or the value is not a valid header value.
+pub fn identity_header(leaf: &CertificateDer<'_>) -> Option<http::HeaderValue> {
+    use x509_parser::prelude::{FromDer, GeneralName, X509Certificate};
+    let (_, cert) = X509Certificate::from_der(leaf.as_ref()).ok()?;
+    let subject = cert.subject().to_string().replace(['"', '\\'], "");
+    let mut value = format!("Subject=\"{subject}\"");
+    if let Ok(Some(san)) = cert.subject_alternative_name() {
+        for n in &san.value.general_names {
+            match n {
+                GeneralName::URI(u) => value.push_str(&format!(";URI={u}")),
+                GeneralName::DNSName(d) => value.push_str(&format!(";DNS={d}")),
+                _ => {}
+            }
+        }
+    }
+    http::HeaderValue::try_from(value).ok()
+}
+
+/// Whether a peer chain verifies against `auth` now. For the identity of a connection on an
+/// `AllowInsecureFallback` port, whose handshake accepted any certificate.
+pub fn verifies(auth: &ClientAuth, chain: &[CertificateDer<'_>], now: UnixTime) -> bool {
+    match chain.split_first() {
+        Some((leaf, intermediates)) => auth
+            .verifier
+            .verify_client_cert(leaf, intermediates, now)
+            .is_ok(),
+        None => false,
+    }
 }
 
 // === impl SnapshotCertResolver ===
@@ -58,6 +177,177 @@ impl std::fmt::Debug for SnapshotCertResolver {
     }
 }
 
+// === impl SnapshotClientVerifier ===
+
+impl SnapshotClientVerifier {
+    pub fn new(snapshot: Arc<ArcSwap<Snapshot>>, port: PortKey) -> Self {
+        Self {
+            snapshot,
+            port,
+            algs: rustls::crypto::ring::default_provider().signature_verification_algorithms,
+        }
+    }
+
+    fn current(&self) -> Option<ClientAuth> {
+        self.snapshot.load().port_at(self.port)?.client_auth.clone()
+    }
+}
+
+impl ClientCertVerifier for SnapshotClientVerifier {
+    fn offer_client_auth(&self) -> bool {
+        let snapshot = self.snapshot.load();
+        snapshot
+            .port_at(self.port)
+            .is_some_and(|p| p.client_auth.is_some())
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        let snapshot = self.snapshot.load();
+        snapshot
+            .port_at(self.port)
+            .and_then(|p| p.client_auth.as_ref())
+            .is_some_and(ClientAuth::mandatory)
+    }
+
+    /// No hints: the bundle may change with every snapshot, and the trait lends the slice
+    /// from `self`. An empty list lets clients send whichever certificate they have.
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        &[]
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+    ) -> Result<ClientCertVerified, Error> {
+        // Validation turned off since the handshake began: nothing to check against.
+        let Some(auth) = self.current() else {
+            return Ok(ClientCertVerified::assertion());
+        };
+        match auth.verifier.verify_client_cert(end_entity, intermediates, now) {
+            Ok(v) => Ok(v),
+            // The client still proves it holds the key (CertificateVerify); the connection
+            // gets no verified identity (see `verifies`).
+            Err(_) if !auth.mandatory() => Ok(ClientCertVerified::assertion()),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, Error> {
+        verify_tls12_signature(message, cert, dss, &self.algs)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, Error> {
+        verify_tls13_signature(message, cert, dss, &self.algs)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.algs.supported_schemes()
+    }
+}
+
+impl std::fmt::Debug for SnapshotClientVerifier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SnapshotClientVerifier")
+            .field("port", &self.port)
+            .finish()
+    }
+}
+
+// === impl PolicyTag, BoundTickets, BoundSessions ===
+
+impl PolicyTag {
+    fn current(&self) -> [u8; 32] {
+        if self.carries != Carries::Http {
+            return [0; 32];
+        }
+        let snapshot = self.snapshot.load();
+        snapshot
+            .port_at(self.port)
+            .and_then(|p| p.client_auth.as_ref())
+            .map_or([0; 32], |a| a.tag)
+    }
+
+    fn seal(&self, value: &[u8]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(32 + value.len());
+        out.extend_from_slice(&self.current());
+        out.extend_from_slice(value);
+        out
+    }
+
+    /// The value, when it was sealed under the current policy.
+    fn open(&self, mut sealed: Vec<u8>) -> Option<Vec<u8>> {
+        if sealed.len() < 32 || sealed[..32] != self.current() {
+            return None;
+        }
+        sealed.drain(..32);
+        Some(sealed)
+    }
+}
+
+impl ProducesTickets for BoundTickets {
+    fn enabled(&self) -> bool {
+        self.inner.enabled()
+    }
+
+    fn lifetime(&self) -> u32 {
+        self.inner.lifetime()
+    }
+
+    fn encrypt(&self, plain: &[u8]) -> Option<Vec<u8>> {
+        self.inner.encrypt(&self.tag.seal(plain))
+    }
+
+    fn decrypt(&self, cipher: &[u8]) -> Option<Vec<u8>> {
+        self.tag.open(self.inner.decrypt(cipher)?)
+    }
+}
+
+impl std::fmt::Debug for BoundTickets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BoundTickets")
+            .field("port", &self.tag.port)
+            .finish()
+    }
+}
+
+impl StoresServerSessions for BoundSessions {
+    fn put(&self, key: Vec<u8>, value: Vec<u8>) -> bool {
+        self.inner.put(key, self.tag.seal(&value))
+    }
+
+    fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
+        self.tag.open(self.inner.get(key)?)
+    }
+
+    fn take(&self, key: &[u8]) -> Option<Vec<u8>> {
+        self.tag.open(self.inner.take(key)?)
+    }
+
+    fn can_cache(&self) -> bool {
+        self.inner.can_cache()
+    }
+}
+
+impl std::fmt::Debug for BoundSessions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BoundSessions")
+            .field("port", &self.tag.port)
+            .finish()
+    }
+}
+
 // === impl Ticketer ===
 
 impl Ticketer {
@@ -81,8 +371,9 @@ pub enum Carries {
     Stream,
 }
 
-/// The config for one port: ring, TLS 1.2 and 1.3, ALPN by what it carries, no client auth,
-/// certificates from the snapshot. Built with an explicit provider so it does not depend on a
+/// The config for one port: ring, TLS 1.2 and 1.3, ALPN by what it carries, certificates and
+/// (HTTPS only) client certificate validation from the snapshot, sessions bound to the
+/// client-auth policy. Built with an explicit provider so it does not depend on a
 /// process-wide default being installed.
 pub fn server_config(
     snapshot: Arc<ArcSwap<Snapshot>>,
@@ -91,16 +382,38 @@ pub fn server_config(
     carries: Carries,
 ) -> Result<Arc<ServerConfig>, ServerConfigError> {
     let provider: Arc<CryptoProvider> = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()?
-        .with_no_client_auth()
-        .with_cert_resolver(Arc::new(SnapshotCertResolver::new(snapshot, port)));
+    let builder = ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?;
+    let resolver = Arc::new(SnapshotCertResolver::new(snapshot.clone(), port));
+    let mut config = match carries {
+        // Frontend validation is for "Listeners handling HTTPS traffic" only.
+        Carries::Http => builder
+            .with_client_cert_verifier(Arc::new(SnapshotClientVerifier::new(
+                snapshot.clone(),
+                port,
+            )))
+            .with_cert_resolver(resolver),
+        Carries::Stream => builder.with_no_client_auth().with_cert_resolver(resolver),
+    };
     config.alpn_protocols = match carries {
         Carries::Http => vec![b"h2".to_vec(), b"http/1.1".to_vec()],
         Carries::Stream => vec![],
     };
+    let tag = PolicyTag {
+        snapshot,
+        port,
+        carries,
+    };
+    // rustls' default size for the session-ID cache.
+    config.session_storage = Arc::new(BoundSessions {
+        inner: ServerSessionMemoryCache::new(256),
+        tag: tag.clone(),
+    });
     if let Some(t) = ticketer {
-        config.ticketer = t.0.clone();
+        config.ticketer = Arc::new(BoundTickets {
+            inner: t.0.clone(),
+            tag,
+        });
     }
     Ok(Arc::new(config))
 }

@@ -17,7 +17,7 @@ pub use gateway_api::backendtlspolicies::{
 };
 pub use gateway_api::constants::{
     GatewayClassConditionReason, GatewayClassConditionType, GatewayConditionReason,
-    GatewayConditionType, ListenerConditionReason, ListenerConditionType,
+    GatewayConditionType, ListenerConditionType,
 };
 pub use gateway_api::experimental::grpcroutes::{
     GrpcRoute, GrpcRouteRules, GrpcRouteRulesMatches, GrpcRouteRulesMatchesHeaders,
@@ -57,6 +57,14 @@ pub use gateway_api::gateways::{
     GatewayListenersTlsCertificateRefs, GatewayListenersTlsMode, GatewaySpec,
     GatewayStatus as GatewayApiStatus, GatewayTls, GatewayTlsBackend,
     GatewayTlsBackendClientCertificateRef,
+};
+/// Frontend client certificate validation (GEP-91, `spec.tls.frontend`).
+pub use gateway_api::gateways::{
+    GatewayTlsFrontend, GatewayTlsFrontendDefault, GatewayTlsFrontendDefaultValidation,
+    GatewayTlsFrontendDefaultValidationCaCertificateRefs, GatewayTlsFrontendDefaultValidationMode,
+    GatewayTlsFrontendPerPort, GatewayTlsFrontendPerPortTls, GatewayTlsFrontendPerPortTlsValidation,
+    GatewayTlsFrontendPerPortTlsValidationCaCertificateRefs,
+    GatewayTlsFrontendPerPortTlsValidationMode,
 };
 pub use gateway_api::gateways::{GatewayAllowedListeners, GatewayAllowedListenersNamespacesFrom};
 pub use gateway_api::listenersets::{ListenerSet, ListenerSetSpec};

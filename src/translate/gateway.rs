@@ -7,10 +7,13 @@
 //!                                                               └─> ListenerStatus
 //! ```
 //!
-//! Not read: `spec.addresses`, `spec.infrastructure` labels and annotations (pier binds its own
-//! host's ports; it assigns no addresses), listener `tls.options`, and frontend client
-//! validation (`spec.tls.frontend`). `spec.mesh`, `spec.infrastructure.parametersRef` and
-//! `spec.tls.backend` are read by [`super::mesh`].
+//! Frontend client certificate validation (`spec.tls.frontend`, GEP-91) is [`frontend`]: it
+//! applies to the HTTPS listeners of its port, the Gateway's own and its ListenerSets'. One
+//! port is one TLS config, so listeners of different Gateways on one port must agree on it.
+//!
+//! Not read: `spec.infrastructure` labels and annotations, and listener `tls.options`.
+//! `spec.mesh`, `spec.infrastructure.parametersRef` and `spec.tls.backend` are read by
+//! [`super::mesh`].
 //! A listener is programmed when it is accepted, not conflicted and, for HTTPS, has at least one
 //! usable certificate; certificateRefs that fail are reported in ResolvedRefs either way.
 
@@ -21,7 +24,7 @@ use super::api::{
     CORE_GROUP, GATEWAY_GROUP, Gateway, GatewayClassConditionReason, GatewayClassConditionType,
     GatewayConditionReason, GatewayConditionType, GatewayListeners, GatewayListenersAllowedRoutes,
     GatewayListenersAllowedRoutesKinds, GatewayListenersTls, GatewayListenersTlsCertificateRefs,
-    GatewayListenersTlsMode, ListenerConditionReason, ListenerConditionType, creation_time,
+    GatewayListenersTlsMode, ListenerConditionType, creation_time,
 };
 use super::mesh::{self, GatewayTls};
 use super::refs::{self, Certs, KeptCert, ListenerCerts, RefFrom, RefTo, ServerCert};
@@ -29,12 +32,13 @@ use super::resources::Resources;
 use super::status::{
     ClassCondition, ClassConditionReason, ClassConditionType, GatewayClassStatus,
     GatewayCondReason, GatewayCondType, GatewayCondition, GatewayStatus, ListenerCondition,
-    ListenerSetStatus, ListenerStatus, RouteGroupKind,
+    ListenerReason, ListenerSetStatus, ListenerStatus, RouteGroupKind,
 };
 use super::{Settings, group_kind};
-use crate::model::{HostnameMatch, ListenerId, ObjectRef, Protocol};
+use crate::model::{ClientAuth, HostnameMatch, ListenerId, ObjectRef, Protocol};
 
 mod allowed_routes;
+mod frontend;
 mod listener_set;
 
 pub use allowed_routes::{
@@ -56,6 +60,9 @@ pub struct GatewayState {
     pub tls: GatewayTls,
     /// `spec.addresses` against the addresses pier advertises.
     pub addresses: Addresses,
+    /// `InsecureFrontendValidationMode=True` message: some frontend validation allows
+    /// insecure fallback.
+    pub insecure_frontend: Option<String>,
 }
 
 #[derive(Debug)]
@@ -79,11 +86,11 @@ pub struct ListenerState {
     /// Certificates kept from the previous translation because their Secret went bad.
     pub kept: Vec<KeptCert>,
     /// Why the listener is not Accepted (it serves nothing).
-    pub not_accepted: Option<(ListenerConditionReason, String)>,
+    pub not_accepted: Option<(ListenerReason, String)>,
     /// Set when an earlier listener on the same port wins (it serves nothing).
-    pub conflict: Option<(ListenerConditionReason, String)>,
+    pub conflict: Option<(ListenerReason, String)>,
     /// References that did not resolve (ResolvedRefs=False), first one gives the reason.
-    pub ref_problems: Vec<(ListenerConditionReason, String)>,
+    pub ref_problems: Vec<(ListenerReason, String)>,
     /// Why an otherwise valid listener cannot be programmed (HTTPS without a usable cert).
     pub tls_problem: Option<String>,
     /// Remarks for the Accepted message.
@@ -95,6 +102,10 @@ pub struct ListenerState {
     pub proxy_protocol: bool,
     /// The protocol asked for when pier does not serve it (TCP, UDP, ...).
     pub unsupported_protocol: Option<String>,
+    /// HTTPS: the client certificate validation of its port (`spec.tls.frontend`).
+    pub client_auth: Option<ClientAuth>,
+    /// [`CLIENT_CERT_HEADER_ANNOTATION`]: the header for the verified client identity.
+    pub client_cert_header: Option<http::HeaderName>,
 }
 
 // === GatewayClass ===
@@ -210,6 +221,7 @@ pub fn gateways(
                 .collect(),
             sets: vec![],
             generation: gw.metadata.generation,
+            insecure_frontend: None,
             key,
         })
         .collect();
@@ -225,6 +237,18 @@ pub fn gateways(
     }
     for state in &mut states {
         let gw = &resources.gateways[&(state.key.namespace.clone(), state.key.name.clone())];
+        let spec = gw.spec.base.tls.as_ref().and_then(|t| t.frontend.as_ref());
+        let fe = frontend::Frontend::new(resources, &state.key.namespace, spec);
+        state.listeners.iter_mut().for_each(|l| fe.apply(l));
+        state.insecure_frontend = fe.insecure();
+        let header = gw
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(CLIENT_CERT_HEADER_ANNOTATION));
+        if let Some(value) = header {
+            client_cert_header(state, value);
+        }
         let value = gw
             .metadata
             .annotations
@@ -244,6 +268,37 @@ pub fn gateways(
 /// too; otherwise a comma-separated list of listener names (a ListenerSet's listener as
 /// `namespace/set/name`). Names that match no listener are ignored.
 pub const PROXY_PROTOCOL_ANNOTATION: &str = "pier.dev/proxy-protocol";
+
+/// Gateway annotation: the name of a request header that carries the client's verified
+/// certificate identity to routing (header matches) and to the backend, on every listener of
+/// the Gateway. pier always removes the header from what the client sent; it sets it only
+/// when the connection's certificate verified against the port's `spec.tls.frontend` CAs:
+/// `Subject="<RFC 4514 DN>"` then `;URI=<SAN>` and `;DNS=<SAN>` for each such SAN.
+pub const CLIENT_CERT_HEADER_ANNOTATION: &str = "pier.dev/client-certificate-header";
+
+fn client_cert_header(state: &mut GatewayState, value: &str) {
+    let name = match http::HeaderName::from_bytes(value.trim().as_bytes()) {
+        Ok(n) => n,
+        Err(_) => {
+            for l in &mut state.listeners {
+                l.notes.push(format!(
+                    "{CLIENT_CERT_HEADER_ANNOTATION}: {value:?} is not a valid header name; \
+                     no client identity header"
+                ));
+            }
+            return;
+        }
+    };
+    for l in &mut state.listeners {
+        let has_identity = l.client_auth.is_some();
+        l.notes.push(if has_identity {
+            format!("header {name} carries the verified client certificate identity")
+        } else {
+            format!("header {name} is removed from requests (no client certificate validation)")
+        });
+        l.client_cert_header = Some(name.clone());
+    }
+}
 
 fn proxy_protocol(state: &mut GatewayState, value: &str) {
     let value = value.trim();
@@ -353,6 +408,8 @@ fn listener(
         attached_routes: 0,
         proxy_protocol: false,
         unsupported_protocol: None,
+        client_auth: None,
+        client_cert_header: None,
     };
     let protocol = match protocol.as_str() {
         "HTTP" => Protocol::Http,
@@ -360,7 +417,7 @@ fn listener(
         "TLS" => Protocol::Tls,
         other => {
             state.not_accepted = Some((
-                ListenerConditionReason::UnsupportedProtocol,
+                ListenerReason::UnsupportedProtocol,
                 format!("protocol {other:?} is not supported (pier serves HTTP, HTTPS and TLS)"),
             ));
             // Kept for conflict detection: on a port that serves another protocol, the
@@ -375,7 +432,7 @@ fn listener(
         Ok(p) if p != 0 => state.port = p,
         _ => {
             state.not_accepted = Some((
-                ListenerConditionReason::PortUnavailable,
+                ListenerReason::PortUnavailable,
                 format!("port {port} is out of range"),
             ));
             return state;
@@ -386,7 +443,7 @@ fn listener(
             Ok(h) => state.hostname = Some(h),
             Err(e) => {
                 state.not_accepted = Some((
-                    ListenerConditionReason::Invalid,
+                    ListenerReason::Invalid,
                     format!("hostname {h:?}: {e}"),
                 ));
                 return state;
@@ -428,7 +485,7 @@ fn allowed_routes_of(
                     Some(k) if !state.allowed.kinds.contains(&k) => state.allowed.kinds.push(k),
                     Some(_) => {}
                     None => state.ref_problems.push((
-                        ListenerConditionReason::InvalidRouteKinds,
+                        ListenerReason::InvalidRouteKinds,
                         format!("route kind {} is not supported", group_kind(group, kind)),
                     )),
                 }
@@ -476,7 +533,7 @@ fn tls_of(
     if mode == &Some(GatewayListenersTlsMode::Passthrough) {
         if protocol != Protocol::Tls {
             state.not_accepted = Some((
-                ListenerConditionReason::UnsupportedProtocol,
+                ListenerReason::UnsupportedProtocol,
                 "tls.mode Passthrough is not supported for HTTPS (pier terminates HTTPS; \
                  use protocol TLS with a TLSRoute to pass TLS through)"
                     .into(),
@@ -522,7 +579,7 @@ fn tls_of(
                 }
                 state
                     .ref_problems
-                    .push((ListenerConditionReason::InvalidCertificateRef, msg));
+                    .push((ListenerReason::InvalidCertificateRef, msg));
             }
         }
     }
@@ -552,11 +609,11 @@ fn certificate(
         name,
         namespace,
     }: &GatewayListenersTlsCertificateRefs,
-) -> Result<LoadedCert, (ListenerConditionReason, String)> {
+) -> Result<LoadedCert, (ListenerReason, String)> {
     let kind = kind.as_deref().unwrap_or("Secret");
     if !refs::is_core_group(group.as_deref()) || kind != "Secret" {
         return Err((
-            ListenerConditionReason::InvalidCertificateRef,
+            ListenerReason::InvalidCertificateRef,
             format!(
                 "{} is not supported (only core/Secret)",
                 group_kind(group.as_deref().unwrap_or_default(), kind)
@@ -580,7 +637,7 @@ fn certificate(
         };
         if !refs::reference_granted(resources, from, to) {
             return Err((
-                ListenerConditionReason::RefNotPermitted,
+                ListenerReason::RefNotPermitted,
                 format!("reference to Secret {secret} is not permitted by any ReferenceGrant"),
             ));
         }
@@ -598,6 +655,8 @@ fn detect_conflicts(gateways: &mut [GatewayState]) {
         protocol: Protocol,
         hostnames: Vec<Option<HostnameMatch>>,
         first: String,
+        /// The port's client certificate validation (its first listener's).
+        client_auth: Option<[u8; 32]>,
     }
     // Listeners share a port only on one address: Gateways with addresses of their own
     // (`--gateway-address-pool`) never conflict with each other.
@@ -619,8 +678,8 @@ fn detect_conflicts(gateways: &mut [GatewayState]) {
                     protocol_name(seen.protocol),
                     seen.first
                 );
-                l.not_accepted = Some((ListenerConditionReason::ProtocolConflict, msg.clone()));
-                l.conflict = Some((ListenerConditionReason::ProtocolConflict, msg));
+                l.not_accepted = Some((ListenerReason::ProtocolConflict, msg.clone()));
+                l.conflict = Some((ListenerReason::ProtocolConflict, msg));
                 continue;
             }
             let Some(protocol) = l.protocol.filter(|_| l.not_accepted.is_none()) else {
@@ -633,13 +692,14 @@ fn detect_conflicts(gateways: &mut [GatewayState]) {
                         protocol,
                         hostnames: vec![l.hostname.clone()],
                         first: id,
+                        client_auth: l.client_auth.as_ref().map(|a| a.tag),
                     },
                 );
                 continue;
             };
             if seen.protocol != protocol {
                 l.conflict = Some((
-                    ListenerConditionReason::ProtocolConflict,
+                    ListenerReason::ProtocolConflict,
                     format!(
                         "port {} already serves {} for listener {}",
                         l.port,
@@ -647,9 +707,19 @@ fn detect_conflicts(gateways: &mut [GatewayState]) {
                         seen.first
                     ),
                 ));
+            } else if seen.client_auth != l.client_auth.as_ref().map(|a| a.tag) {
+                // Within a Gateway validation is per port; this is another Gateway's.
+                l.conflict = Some((
+                    ListenerReason::ProtocolConflict,
+                    format!(
+                        "port {} already validates client certificates differently \
+                         (spec.tls.frontend) for listener {}",
+                        l.port, seen.first
+                    ),
+                ));
             } else if seen.hostnames.contains(&l.hostname) {
                 l.conflict = Some((
-                    ListenerConditionReason::HostnameConflict,
+                    ListenerReason::HostnameConflict,
                     match &l.hostname {
                         Some(h) => format!(
                             "another listener on port {} already has hostname {h}",
@@ -704,20 +774,20 @@ impl ListenerState {
             (Some((reason, msg)), _) => cond(
                 ListenerConditionType::Accepted,
                 false,
-                copy_reason(reason),
+                *reason,
                 msg.clone(),
             ),
             // A conflicted listener generates no data plane configuration: not Accepted.
             (None, Some((reason, msg))) => cond(
                 ListenerConditionType::Accepted,
                 false,
-                copy_reason(reason),
+                *reason,
                 msg.clone(),
             ),
             (None, None) => cond(
                 ListenerConditionType::Accepted,
                 true,
-                ListenerConditionReason::Accepted,
+                ListenerReason::Accepted,
                 with_notes("Listener is accepted", &self.notes),
             ),
         };
@@ -725,7 +795,7 @@ impl ListenerState {
             cond(
                 ListenerConditionType::Programmed,
                 true,
-                ListenerConditionReason::Programmed,
+                ListenerReason::Programmed,
                 "Listener is programmed".into(),
             )
         } else {
@@ -741,7 +811,7 @@ impl ListenerState {
             let reason = self
                 .conflict
                 .as_ref()
-                .map_or(ListenerConditionReason::Invalid, |(r, _)| copy_reason(r));
+                .map_or(ListenerReason::Invalid, |(r, _)| *r);
             cond(
                 ListenerConditionType::Programmed,
                 false,
@@ -753,13 +823,13 @@ impl ListenerState {
             None => cond(
                 ListenerConditionType::ResolvedRefs,
                 true,
-                ListenerConditionReason::ResolvedRefs,
+                ListenerReason::ResolvedRefs,
                 "All references are resolved".into(),
             ),
             Some((reason, _)) => cond(
                 ListenerConditionType::ResolvedRefs,
                 false,
-                copy_reason(reason),
+                *reason,
                 self.ref_problems
                     .iter()
                     .map(|(_, m)| m.as_str())
@@ -771,13 +841,13 @@ impl ListenerState {
             Some((reason, msg)) => cond(
                 ListenerConditionType::Conflicted,
                 true,
-                copy_reason(reason),
+                *reason,
                 msg.clone(),
             ),
             None => cond(
                 ListenerConditionType::Conflicted,
                 false,
-                ListenerConditionReason::NoConflicts,
+                ListenerReason::NoConflicts,
                 "No conflicts".into(),
             ),
         };
@@ -787,27 +857,6 @@ impl ListenerState {
             supported_kinds: self.supported_kinds.clone(),
             conditions: vec![accepted, programmed, resolved, conflicted],
         }
-    }
-}
-
-/// The generated reason enums are neither `Clone` nor `Copy`.
-fn copy_reason(r: &ListenerConditionReason) -> ListenerConditionReason {
-    use ListenerConditionReason as R;
-    match r {
-        R::HostnameConflict => R::HostnameConflict,
-        R::ProtocolConflict => R::ProtocolConflict,
-        R::NoConflicts => R::NoConflicts,
-        R::Accepted => R::Accepted,
-        R::PortUnavailable => R::PortUnavailable,
-        R::UnsupportedProtocol => R::UnsupportedProtocol,
-        R::ResolvedRefs => R::ResolvedRefs,
-        R::InvalidCertificateRef => R::InvalidCertificateRef,
-        R::InvalidRouteKinds => R::InvalidRouteKinds,
-        R::RefNotPermitted => R::RefNotPermitted,
-        R::Programmed => R::Programmed,
-        R::Invalid => R::Invalid,
-        R::Pending => R::Pending,
-        R::Ready => R::Ready,
     }
 }
 
@@ -914,6 +963,16 @@ impl GatewayState {
         };
         let mut conditions = vec![accepted, programmed];
         conditions.extend(self.tls.conditions(g));
+        // GEP-91: present only while some validation allows insecure fallback.
+        if let Some(msg) = &self.insecure_frontend {
+            conditions.push(GatewayCondition::new(
+                GatewayCondType::InsecureFrontendValidationMode,
+                true,
+                GatewayCondReason::ConfigurationChanged,
+                msg.clone(),
+                g,
+            ));
+        }
         GatewayStatus {
             generation: g,
             addresses: self.addresses.status.clone(),

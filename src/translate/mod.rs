@@ -318,6 +318,8 @@ fn snapshot(
                 proxy_protocol: false,
                 listeners: vec![],
                 certs: (protocol != Protocol::Http).then(CertTable::default),
+                // Equal on every listener of the port (a differing one is conflicted).
+                client_auth: l.client_auth.clone().filter(|_| protocol == Protocol::Https),
             });
             port.proxy_protocol |= l.proxy_protocol;
             if let Some(certs) = &mut port.certs {
@@ -335,6 +337,7 @@ fn snapshot(
                 id: gw.listener_id(l),
                 hostname: l.hostname.clone(),
                 passthrough: l.passthrough,
+                client_cert_header: l.client_cert_header.clone(),
                 routes: tables
                     .remove(&(gi, li))
                     .map_or_else(RouteTable::default, RouteTableBuilder::build),

@@ -17,7 +17,7 @@ use serde::Serialize;
 
 use super::api::{
     GATEWAY_GROUP, GatewayClassConditionReason, GatewayClassConditionType, GatewayConditionReason,
-    GatewayConditionType, ListenerConditionReason, ListenerConditionType,
+    GatewayConditionType, ListenerConditionType,
 };
 use crate::model::ObjectRef;
 
@@ -37,10 +37,35 @@ pub struct Condition<T, R> {
 
 pub type ClassCondition = Condition<ClassConditionType, ClassConditionReason>;
 pub type GatewayCondition = Condition<GatewayCondType, GatewayCondReason>;
-pub type ListenerCondition = Condition<ListenerConditionType, ListenerConditionReason>;
+pub type ListenerCondition = Condition<ListenerConditionType, ListenerReason>;
 pub type RouteCondition = Condition<RouteConditionType, RouteConditionReason>;
 pub type PolicyCondition = Condition<PolicyConditionType, PolicyConditionReason>;
 pub type SetCondition = Condition<SetConditionType, SetConditionReason>;
+
+/// Listener condition reasons: upstream's `ListenerConditionReason` (the generated enum is
+/// neither `Copy` nor complete), with GEP-91's client certificate validation reasons.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ListenerReason {
+    HostnameConflict,
+    ProtocolConflict,
+    NoConflicts,
+    Accepted,
+    PortUnavailable,
+    UnsupportedProtocol,
+    ResolvedRefs,
+    InvalidCertificateRef,
+    InvalidRouteKinds,
+    RefNotPermitted,
+    Programmed,
+    Invalid,
+    Pending,
+    /// `Accepted=False`: every frontend `caCertificateRef` is invalid.
+    NoValidCACertificate,
+    /// `ResolvedRefs=False`: a frontend `caCertificateRef` does not resolve or holds no CA.
+    InvalidCACertificateRef,
+    /// `ResolvedRefs=False`: a frontend `caCertificateRef` of a kind pier does not read.
+    InvalidCACertificateKind,
+}
 
 /// ListenerSet condition types (GEP-1713).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -108,6 +133,9 @@ pub enum GatewayCondType {
     Gateway(GatewayConditionType),
     ResolvedRefs,
     BackendTls,
+    /// GEP-91: some frontend validation is `AllowInsecureFallback` (the generated enum lacks
+    /// it).
+    InsecureFrontendValidationMode,
 }
 
 /// Gateway condition reasons: upstream's plus the GEP-3155 ones and pier's backend TLS ones.
@@ -126,6 +154,8 @@ pub enum GatewayCondReason {
     NoTrustBundle,
     NoClientCertificate,
     InvalidMeshConfig,
+    /// `InsecureFrontendValidationMode=True`.
+    ConfigurationChanged,
 }
 
 /// Route condition types (`RouteConditionType` in the Go API), plus `pier.dev/BackendTLS`.
@@ -399,6 +429,12 @@ impl fmt::Display for RouteConditionType {
     }
 }
 
+impl fmt::Display for ListenerReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
 impl fmt::Display for SetConditionType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Debug::fmt(self, f)
@@ -429,6 +465,7 @@ impl fmt::Display for GatewayCondType {
             Self::Gateway(t) => t.fmt(f),
             Self::ResolvedRefs => f.write_str("ResolvedRefs"),
             Self::BackendTls => f.write_str(BACKEND_TLS_CONDITION),
+            Self::InsecureFrontendValidationMode => f.write_str("InsecureFrontendValidationMode"),
         }
     }
 }

@@ -11,6 +11,7 @@ use rustls::sign::CertifiedKey;
 
 pub struct Pki {
     ca: CertificateDer<'static>,
+    ca_pem: String,
     issuer: Issuer<'static, KeyPair>,
 }
 
@@ -23,9 +24,10 @@ impl Pki {
             KeyUsagePurpose::KeyCertSign,
             KeyUsagePurpose::DigitalSignature,
         ];
-        let ca = params.self_signed(&key).unwrap().der().clone();
+        let cert = params.self_signed(&key).unwrap();
         Self {
-            ca,
+            ca: cert.der().clone(),
+            ca_pem: cert.pem(),
             issuer: Issuer::new(params, key),
         }
     }
@@ -67,6 +69,11 @@ pub struct Leaf {
 impl Pki {
     pub fn ca_der(&self) -> CertificateDer<'static> {
         self.ca.clone()
+    }
+
+    /// The CA certificate, PEM (a `ca.crt` value).
+    pub fn ca_pem(&self) -> &str {
+        &self.ca_pem
     }
 
     /// A leaf for `names`, valid now.

@@ -184,6 +184,7 @@ impl ListenerBuilder {
             id: self.id,
             hostname: self.hostname,
             passthrough: false,
+            client_cert_header: None,
             routes: self.table.build(),
         }
     }
@@ -197,6 +198,7 @@ pub fn port(port: u16, listeners: Vec<Listener>) -> Port {
         proxy_protocol: false,
         listeners,
         certs: None,
+        client_auth: None,
     };
     p.sort_listeners();
     p
@@ -210,6 +212,7 @@ pub fn https_port(port: u16, listeners: Vec<Listener>, certs: CertTable) -> Port
         proxy_protocol: false,
         listeners,
         certs: Some(certs),
+        client_auth: None,
     };
     p.sort_listeners();
     p

@@ -636,6 +636,10 @@ fn plan<'s>(
         Ok(found) => found,
         Err(e) => return Plan::Respond(common, Err(e)),
     };
+    // The client identity header is set on a header map before routing: the hyper path's.
+    if listener.client_cert_header.is_some() {
+        return Plan::Fallback;
+    }
     // Header matches need the headers as a map; most route tables have none.
     let map = if listener.routes.matches_headers() {
         match head::header_map(req.headers) {

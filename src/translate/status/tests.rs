@@ -40,7 +40,7 @@ fn upstream_condition_enums_serialize_by_name() {
     let c = ListenerCondition::new(
         ListenerConditionType::Conflicted,
         true,
-        ListenerConditionReason::HostnameConflict,
+        ListenerReason::HostnameConflict,
         "",
         Some(1),
     );
