@@ -395,7 +395,9 @@ async fn the_identity_header_carries_only_a_verified_certificate() {
     })
     .await;
     let header = |r: Resp| r.echo().headers.get("x-client-cert").cloned();
-    let verified = Some(vec!["Subject=\"CN=rcgen self signed cert\";DNS=client.example".to_string()]);
+    let verified = Some(vec![
+        "Subject=\"CN=rcgen self signed cert\";DNS=client.example".to_string(),
+    ]);
     for port in [env.strict, env.fallback] {
         let r = request(port, env.client(Some(&valid))).await.unwrap();
         assert_eq!(header(r), verified, "port {port}");

@@ -8,8 +8,8 @@
 use std::path::{Path, PathBuf};
 
 use pier::model::{
-    AppProtocol, BackendTarget, BackendTls, CertTable, ClientAuth, Filters, Port, Protocol, RequestMatch,
-    RetryPolicy, Snapshot, Timeouts, TlsMode, WeightedBackend,
+    AppProtocol, BackendTarget, BackendTls, CertTable, ClientAuth, Filters, Port, Protocol,
+    RequestMatch, RetryPolicy, Snapshot, Timeouts, TlsMode, WeightedBackend,
 };
 use pier::translate::{Resources, Settings, StatusObject, parse_manifests, translate};
 use serde::Serialize;

@@ -180,7 +180,9 @@ fn client_identity(
     chain: &[rustls::pki_types::CertificateDer<'static>],
 ) -> Option<http::HeaderValue> {
     let auth = shared.snapshot.load().port_at(key)?.client_auth.clone()?;
-    if !auth.mandatory() && !crate::tls::server::verifies(&auth, chain, rustls::pki_types::UnixTime::now()) {
+    if !auth.mandatory()
+        && !crate::tls::server::verifies(&auth, chain, rustls::pki_types::UnixTime::now())
+    {
         return None;
     }
     crate::tls::server::identity_header(chain.first()?)

@@ -137,11 +137,13 @@ async fn dispatch<'s>(
     if req.method() == Method::CONNECT {
         return Err(ProxyError::NoRoute);
     }
-    let mut req =
-        checked(req, shared.config.limits.merge_slashes).map_err(ProxyError::Invalid)?;
+    let mut req = checked(req, shared.config.limits.merge_slashes).map_err(ProxyError::Invalid)?;
     let header = {
         let host = normalize_host(routing_host(&req).unwrap_or(""));
-        listener_for(snapshot, conn, &host)?.1.client_cert_header.as_ref()
+        listener_for(snapshot, conn, &host)?
+            .1
+            .client_cert_header
+            .as_ref()
     };
     if let Some(name) = header {
         // Before routing, so that header matches see the verified identity, never the
@@ -197,7 +199,11 @@ fn checked<B>(mut req: Request<B>, merge_slashes: bool) -> Result<Request<B>, In
 
 /// Replaces whatever the client sent as `name` with the connection's verified client
 /// certificate identity, if it has one.
-pub(super) fn client_identity(headers: &mut http::HeaderMap, name: &http::HeaderName, conn: &ConnInfo) {
+pub(super) fn client_identity(
+    headers: &mut http::HeaderMap,
+    name: &http::HeaderName,
+    conn: &ConnInfo,
+) {
     headers.remove(name);
     if let Some(v) = &conn.client_identity {
         headers.insert(name.clone(), v.clone());

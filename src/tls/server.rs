@@ -96,7 +96,10 @@ pub enum ClientAuthError {
 }
 
 /// The validation of a port: webpki's verifier over `bundle`, and the tag of (mode, bundle).
-pub fn client_auth(bundle: &TrustBundle, mode: ClientAuthMode) -> Result<ClientAuth, ClientAuthError> {
+pub fn client_auth(
+    bundle: &TrustBundle,
+    mode: ClientAuthMode,
+) -> Result<ClientAuth, ClientAuthError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let verifier = WebPkiClientVerifier::builder_with_provider(bundle.roots().clone(), provider)
         .build()
@@ -225,7 +228,10 @@ impl ClientCertVerifier for SnapshotClientVerifier {
         let Some(auth) = self.current() else {
             return Ok(ClientCertVerified::assertion());
         };
-        match auth.verifier.verify_client_cert(end_entity, intermediates, now) {
+        match auth
+            .verifier
+            .verify_client_cert(end_entity, intermediates, now)
+        {
             Ok(v) => Ok(v),
             // The client still proves it holds the key (CertificateVerify); the connection
             // gets no verified identity (see `verifies`).
@@ -382,8 +388,8 @@ pub fn server_config(
     carries: Carries,
 ) -> Result<Arc<ServerConfig>, ServerConfigError> {
     let provider: Arc<CryptoProvider> = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()?;
+    let builder =
+        ServerConfig::builder_with_provider(provider).with_safe_default_protocol_versions()?;
     let resolver = Arc::new(SnapshotCertResolver::new(snapshot.clone(), port));
     let mut config = match carries {
         // Frontend validation is for "Listeners handling HTTPS traffic" only.

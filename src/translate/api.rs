@@ -58,15 +58,16 @@ pub use gateway_api::gateways::{
     GatewayStatus as GatewayApiStatus, GatewayTls, GatewayTlsBackend,
     GatewayTlsBackendClientCertificateRef,
 };
+pub use gateway_api::gateways::{GatewayAllowedListeners, GatewayAllowedListenersNamespacesFrom};
 /// Frontend client certificate validation (GEP-91, `spec.tls.frontend`).
 pub use gateway_api::gateways::{
     GatewayTlsFrontend, GatewayTlsFrontendDefault, GatewayTlsFrontendDefaultValidation,
     GatewayTlsFrontendDefaultValidationCaCertificateRefs, GatewayTlsFrontendDefaultValidationMode,
-    GatewayTlsFrontendPerPort, GatewayTlsFrontendPerPortTls, GatewayTlsFrontendPerPortTlsValidation,
+    GatewayTlsFrontendPerPort, GatewayTlsFrontendPerPortTls,
+    GatewayTlsFrontendPerPortTlsValidation,
     GatewayTlsFrontendPerPortTlsValidationCaCertificateRefs,
     GatewayTlsFrontendPerPortTlsValidationMode,
 };
-pub use gateway_api::gateways::{GatewayAllowedListeners, GatewayAllowedListenersNamespacesFrom};
 pub use gateway_api::listenersets::{ListenerSet, ListenerSetSpec};
 pub use gateway_api::referencegrants::{
     ReferenceGrant, ReferenceGrantFrom, ReferenceGrantSpec, ReferenceGrantTo,

@@ -442,10 +442,8 @@ fn listener(
         match HostnameMatch::parse(h) {
             Ok(h) => state.hostname = Some(h),
             Err(e) => {
-                state.not_accepted = Some((
-                    ListenerReason::Invalid,
-                    format!("hostname {h:?}: {e}"),
-                ));
+                state.not_accepted =
+                    Some((ListenerReason::Invalid, format!("hostname {h:?}: {e}")));
                 return state;
             }
         }
@@ -771,19 +769,13 @@ impl ListenerState {
     pub(super) fn status(&self, generation: Option<i64>) -> ListenerStatus {
         let cond = |t, s, r, m: String| ListenerCondition::new(t, s, r, m, generation);
         let accepted = match (&self.not_accepted, &self.conflict) {
-            (Some((reason, msg)), _) => cond(
-                ListenerConditionType::Accepted,
-                false,
-                *reason,
-                msg.clone(),
-            ),
+            (Some((reason, msg)), _) => {
+                cond(ListenerConditionType::Accepted, false, *reason, msg.clone())
+            }
             // A conflicted listener generates no data plane configuration: not Accepted.
-            (None, Some((reason, msg))) => cond(
-                ListenerConditionType::Accepted,
-                false,
-                *reason,
-                msg.clone(),
-            ),
+            (None, Some((reason, msg))) => {
+                cond(ListenerConditionType::Accepted, false, *reason, msg.clone())
+            }
             (None, None) => cond(
                 ListenerConditionType::Accepted,
                 true,

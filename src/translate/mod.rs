@@ -319,7 +319,10 @@ fn snapshot(
                 listeners: vec![],
                 certs: (protocol != Protocol::Http).then(CertTable::default),
                 // Equal on every listener of the port (a differing one is conflicted).
-                client_auth: l.client_auth.clone().filter(|_| protocol == Protocol::Https),
+                client_auth: l
+                    .client_auth
+                    .clone()
+                    .filter(|_| protocol == Protocol::Https),
             });
             port.proxy_protocol |= l.proxy_protocol;
             if let Some(certs) = &mut port.certs {

@@ -118,8 +118,9 @@ impl Frontend {
                         Some(GatewayTlsFrontendPerPortTlsValidationMode::AllowInsecureFallback) => {
                             ClientAuthMode::AllowInsecureFallback
                         }
-                        Some(GatewayTlsFrontendPerPortTlsValidationMode::AllowValidOnly)
-                        | None => ClientAuthMode::AllowValidOnly,
+                        Some(GatewayTlsFrontendPerPortTlsValidationMode::AllowValidOnly) | None => {
+                            ClientAuthMode::AllowValidOnly
+                        }
                     };
                     let refs = ca_certificate_refs.iter().map(
                         |GatewayTlsFrontendPerPortTlsValidationCaCertificateRefs {
@@ -300,10 +301,6 @@ fn ca_certificates(
             .filter(|b| !b.is_empty())
     }
     .ok_or_else(|| bad(format!("{kind} {id} has no key {CA_CRT_KEY}")))?;
-    parse_pem_certs(pem).map_err(|e| {
-        bad(format!(
-            "{kind} {id} key {CA_CRT_KEY}: {}",
-            error_chain(&e)
-        ))
-    })
+    parse_pem_certs(pem)
+        .map_err(|e| bad(format!("{kind} {id} key {CA_CRT_KEY}: {}", error_chain(&e))))
 }
