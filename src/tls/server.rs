@@ -423,3 +423,6 @@ pub fn server_config(
     }
     Ok(Arc::new(config))
 }
+
+#[cfg(test)]
+mod tests;
