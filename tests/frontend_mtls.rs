@@ -34,6 +34,7 @@ struct Env {
     server_ca: CertificateDer<'static>,
     pier: run::Running,
     _echo: pier::echo::EchoServer,
+    _echo_b: pier::echo::EchoServer,
 }
 
 fn indent(s: &str, n: usize) -> String {
@@ -99,6 +100,11 @@ spec:
   parentRefs: [{{name: gw}}, {{name: open}}]
   rules:
     - backendRefs: [{{name: a, port: 80}}]
+    # Routing on the identity: only a verified certificate reaches b.
+    - matches:
+        - path: {{type: PathPrefix, value: /verified}}
+          headers: [{{type: RegularExpression, name: x-client-cert, value: 'Subject=.*'}}]
+      backendRefs: [{{name: b, port: 80}}]
 "
     )
 }
@@ -106,6 +112,9 @@ spec:
 async fn start(client_ca: &Pki) -> Env {
     init();
     let echo = pier::echo::spawn(SocketAddr::from(([127, 0, 0, 1], 0)), "a")
+        .await
+        .unwrap();
+    let echo_b = pier::echo::spawn(SocketAddr::from(([127, 0, 0, 1], 0)), "b")
         .await
         .unwrap();
     let (strict, fallback, open) = (free_port(), free_port(), free_port());
@@ -120,7 +129,14 @@ async fn start(client_ca: &Pki) -> Env {
     let files = [
         ("gw.yaml", manifests(strict, fallback, open)),
         ("secret.yaml", secret),
-        ("svc.yaml", service("a", echo.addr)),
+        (
+            "svc.yaml",
+            format!(
+                "{}---\n{}",
+                service("a", echo.addr),
+                service("b", echo_b.addr)
+            ),
+        ),
         ("ca.yaml", ca_config_map("client-ca", client_ca.ca_pem())),
     ];
     for (name, text) in files {
@@ -141,6 +157,7 @@ async fn start(client_ca: &Pki) -> Env {
         server_ca: server.cert.der().clone(),
         pier,
         _echo: echo,
+        _echo_b: echo_b,
     }
 }
 
@@ -200,10 +217,16 @@ impl Conn {
     }
 
     async fn get(&mut self) -> Result<Resp, String> {
-        let mut req = get(HOST, "/");
+        self.get_path("/").await
+    }
+
+    async fn get_path(&mut self, path: &str) -> Result<Resp, String> {
+        let mut req = get(HOST, path);
         // A client cannot claim an identity: pier replaces this.
-        req.headers_mut()
-            .insert("x-client-cert", http::HeaderValue::from_static("forged"));
+        req.headers_mut().insert(
+            "x-client-cert",
+            http::HeaderValue::from_static("Subject=\"CN=forged\""),
+        );
         let resp = self
             .0
             .send_request(req)
@@ -217,9 +240,17 @@ impl Conn {
 /// client finishes its handshake before the server has checked its certificate; a refusal
 /// then shows as the request failing.)
 async fn request(port: u16, cfg: Arc<rustls::ClientConfig>) -> Result<Resp, String> {
+    request_path(port, cfg, "/").await
+}
+
+async fn request_path(
+    port: u16,
+    cfg: Arc<rustls::ClientConfig>,
+    path: &str,
+) -> Result<Resp, String> {
     bounded(async {
         let mut c = Conn::open(port, cfg).await?;
-        c.get().await
+        c.get_path(path).await
     })
     .await
 }
@@ -408,6 +439,17 @@ async fn the_identity_header_carries_only_a_verified_certificate() {
     }
     // Another Gateway's listener, without the annotation, passes the header on untouched.
     let r = request(env.open, env.client(None)).await.unwrap();
-    assert_eq!(header(r), Some(vec!["forged".to_string()]));
+    assert_eq!(header(r), Some(vec!["Subject=\"CN=forged\"".to_string()]));
+
+    // HTTPRoute header matches see the verified identity, never the client's claim.
+    for (port, cert, want) in [
+        (env.strict, Some(&valid), "b"),
+        (env.fallback, Some(&valid), "b"),
+        (env.fallback, None, "a"),
+        (env.fallback, Some(&foreign), "a"),
+    ] {
+        let r = request_path(port, env.client(cert), "/verified").await;
+        assert_eq!(r.unwrap().backend(), want, "port {port}");
+    }
     env.pier.shutdown().await;
 }
