@@ -87,19 +87,7 @@ impl Frontend {
                     ClientAuthMode::AllowValidOnly
                 }
             };
-            let refs = ca_certificate_refs.iter().map(
-                |GatewayTlsFrontendDefaultValidationCaCertificateRefs {
-                     group,
-                     kind,
-                     name,
-                     namespace,
-                 }| CaRef {
-                    group,
-                    kind,
-                    name,
-                    namespace: namespace.as_deref(),
-                },
-            );
+            let refs = ca_certificate_refs.iter().map(CaRef::from_default);
             let origin = "tls.frontend.default".to_string();
             out.default = Some(out.validation(resources, gw_ns, origin, refs, mode));
         }
@@ -108,7 +96,6 @@ impl Frontend {
                 continue;
             };
             let GatewayTlsFrontendPerPortTls { validation } = tls;
-            let origin = format!("tls.frontend.perPort[port {port}]");
             let v = validation.as_ref().map(
                 |GatewayTlsFrontendPerPortTlsValidation {
                      ca_certificate_refs,
@@ -122,19 +109,8 @@ impl Frontend {
                             ClientAuthMode::AllowValidOnly
                         }
                     };
-                    let refs = ca_certificate_refs.iter().map(
-                        |GatewayTlsFrontendPerPortTlsValidationCaCertificateRefs {
-                             group,
-                             kind,
-                             name,
-                             namespace,
-                         }| CaRef {
-                            group,
-                            kind,
-                            name,
-                            namespace: namespace.as_deref(),
-                        },
-                    );
+                    let refs = ca_certificate_refs.iter().map(CaRef::from_per_port);
+                    let origin = format!("tls.frontend.perPort[port {port}]");
                     out.validation(resources, gw_ns, origin, refs, mode)
                 },
             );
@@ -237,6 +213,42 @@ impl Frontend {
                 self.insecure.join(", ")
             )
         })
+    }
+}
+
+// === impl CaRef ===
+
+impl<'a> CaRef<'a> {
+    fn from_default(
+        GatewayTlsFrontendDefaultValidationCaCertificateRefs {
+            group,
+            kind,
+            name,
+            namespace,
+        }: &'a GatewayTlsFrontendDefaultValidationCaCertificateRefs,
+    ) -> Self {
+        Self {
+            group,
+            kind,
+            name,
+            namespace: namespace.as_deref(),
+        }
+    }
+
+    fn from_per_port(
+        GatewayTlsFrontendPerPortTlsValidationCaCertificateRefs {
+            group,
+            kind,
+            name,
+            namespace,
+        }: &'a GatewayTlsFrontendPerPortTlsValidationCaCertificateRefs,
+    ) -> Self {
+        Self {
+            group,
+            kind,
+            name,
+            namespace: namespace.as_deref(),
+        }
     }
 }
 
