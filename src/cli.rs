@@ -180,7 +180,8 @@ pub struct RunArgs {
     /// Log lines as plain text or as one JSON object per line (to stderr).
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
-    /// Log one line per request (target `pier::access`).
+    /// Log one line per request (target `pier::access`); a Gateway's `pier.dev/access-log`
+    /// annotation overrides it for its listeners.
     #[arg(long)]
     pub access_log: bool,
     /// Bind listener ports (and the admin port) with `SO_REUSEPORT`, so a new pier can bind
@@ -189,6 +190,11 @@ pub struct RunArgs {
     /// silently instead of the second failing to bind.
     #[arg(long)]
     pub reuse_port: bool,
+    /// Believe `X-Forwarded-For/-Proto/-Host`, `Forwarded` and `X-Request-Id` from clients at
+    /// these addresses (IPs and CIDRs, IPv4 or IPv6; on a PROXY protocol port, the address its
+    /// header names); from anyone else pier replaces them [default: nobody].
+    #[arg(long, value_name = "CIDR[,...]", value_delimiter = ',')]
+    pub trusted_proxies: Vec<crate::proxy::Cidr>,
     #[command(flatten)]
     pub limits: LimitArgs,
     #[command(flatten)]

@@ -82,6 +82,7 @@ async fn run_cmd(a: RunArgs) -> anyhow::Result<()> {
         },
         access_log: a.access_log,
         reuse_port: a.reuse_port,
+        trusted_proxies: crate::proxy::TrustedProxies::new(a.trusted_proxies.clone()),
         limits: a.limits.limits(),
         admin_token_file: a.admin_token_file.clone(),
         client_cert: a.common.client_cert.files(),

@@ -45,6 +45,8 @@ pub struct RunOptions {
     pub access_log: bool,
     /// Bind listener and admin ports with `SO_REUSEPORT` (zero-downtime restarts).
     pub reuse_port: bool,
+    /// `--trusted-proxies`: whose forwarding headers and request IDs pier believes.
+    pub trusted_proxies: crate::proxy::TrustedProxies,
     /// Idle connections, slow request bodies, path normalisation.
     pub limits: crate::proxy::Limits,
     /// `--admin-token-file`: a bearer token the admin server requires (but for the probes).
@@ -168,6 +170,7 @@ impl RunOptions {
             translate: translate::Settings::default(),
             access_log: false,
             reuse_port: false,
+            trusted_proxies: crate::proxy::TrustedProxies::default(),
             limits: crate::proxy::Limits::default(),
             admin_token_file: None,
             client_cert: None,
@@ -286,6 +289,7 @@ pub async fn start(opts: RunOptions) -> anyhow::Result<Running> {
             listen_host: opts.listen_host,
             access_log: opts.access_log,
             reuse_port: opts.reuse_port,
+            trusted_proxies: opts.trusted_proxies.clone(),
             limits: opts.limits.clone(),
             ..ProxyConfig::default()
         },

@@ -45,6 +45,7 @@ async fn client_certificate_is_loaded_watched_and_a_bad_rotation_keeps_the_last_
         translate: Default::default(),
         access_log: false,
         reuse_port: false,
+        trusted_proxies: Default::default(),
         limits: Default::default(),
         admin_token_file: None,
         client_cert: Some(ClientCertFiles {
@@ -98,6 +99,7 @@ async fn startup_fails_on_an_unusable_client_certificate() {
         translate: Default::default(),
         access_log: false,
         reuse_port: false,
+        trusted_proxies: Default::default(),
         limits: Default::default(),
         admin_token_file: None,
         client_cert: Some(ClientCertFiles {

@@ -285,3 +285,59 @@ async fn an_invalid_identity_stanza_fails_every_meshed_route_closed() {
     assert!(msg.contains("identity.trustDomain"), "{msg}");
     w.pier.shutdown().await;
 }
+
+/// The access log names the identity an endpoint's certificate was checked against; a
+/// mismatch says why instead. (`pier.dev/access-log: "true"` turns the log on for this
+/// Gateway alone: pier runs without `--access-log` here.)
+#[tokio::test]
+async fn the_access_log_names_the_workload_identity_pier_checked() {
+    let (captured, _guard) = support::logs::capture_json();
+    let pki = MeshPki::new();
+    let web = Workload::spawn(&pki.mesh_ca.workload(WORKLOAD_ID), &pki.client_ca).await;
+    let impostor = Workload::spawn(
+        &pki.mesh_ca
+            .workload("spiffe://cluster.local/ns/app/sa/billing"),
+        &pki.client_ca,
+    )
+    .await;
+    let backends = [
+        service_with_pods("app", "web", &[(web.addr, Some("web-1"))]),
+        service_with_pods("app", "stale", &[(impostor.addr, Some("web-2"))]),
+        pod("app", "web-1", "web"),
+        pod("app", "web-2", "web"),
+    ];
+    let port = free_port();
+    let gateway = gateway(port, &identity_spec("{scheme: SPIFFE}")).replace(
+        "metadata: {name: edge, namespace: gw}",
+        "metadata:\n  name: edge\n  namespace: gw\n  annotations: {pier.dev/access-log: \"true\"}",
+    );
+    let routes: Vec<String> = ["web", "stale"]
+        .iter()
+        .map(|s| route("app", s, "", s))
+        .collect();
+    let files = vec![
+        ("00-class.yaml", GATEWAY_CLASS.to_string()),
+        ("10-gateway.yaml", gateway),
+        ("20-backends.yaml", backends.join("---\n")),
+        ("30-routes.yaml", routes.join("---\n")),
+        ("40-client.yaml", pier_client_secret(&pki)),
+        ("41-bundle.yaml", bundle(&[&pki.mesh_ca])),
+    ];
+    let pier = Pier::start(port, &files).await;
+    assert!(seen(&pier.get(WEB).await).tls);
+    assert_eq!(pier.get("stale.example").await.status, 502);
+    let lines = captured.access_lines();
+    let [ok, failed] = lines.as_slice() else {
+        panic!("{lines:?}")
+    };
+    // The SAN checked, with its kind (`URI:` SPIFFE, `DNS:` Linkerd).
+    assert_eq!(
+        ok["workload_identity"],
+        format!("URI:{WORKLOAD_ID}"),
+        "{ok}"
+    );
+    assert_eq!(ok["status"], 200, "{ok}");
+    assert_eq!(failed["tls_failure"], "identity_mismatch", "{failed}");
+    assert!(failed.get("workload_identity").is_none(), "{failed}");
+    assert_eq!(failed["request_id"].as_str().map(str::len), Some(36));
+}

@@ -230,3 +230,53 @@ async fn a_header_that_never_completes_is_closed_after_the_timeout() {
     );
     pier.shutdown().await;
 }
+
+/// Behind an L4 balancer the HTTP bytes are the client's, so `--trusted-proxies` is checked
+/// against the client the PROXY header names, not the balancer that sent it.
+#[tokio::test]
+async fn trusted_proxies_are_checked_against_the_address_the_header_names() {
+    init();
+    let echo = pier::echo::spawn(local(0), "a").await.unwrap();
+    let port = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway(port).replace(
+        "metadata: {name: gw, namespace: default}",
+        "metadata:\n  name: gw\n  namespace: default\n  annotations: {pier.dev/proxy-protocol: \"true\"}",
+    );
+    std::fs::write(
+        dir.path().join("all.yaml"),
+        format!(
+            "{gw}---\n{}---\n{}",
+            service("a", echo.addr),
+            route("r", "/", "a")
+        ),
+    )
+    .unwrap();
+    let pier = run::start(RunOptions {
+        listen_host: [127, 0, 0, 1].into(),
+        admin: SocketAddr::from(([127, 0, 0, 1], 0)),
+        // The balancer (127.0.0.2) and an L7 proxy in front of it (198.51.100.0/24).
+        trusted_proxies: "127.0.0.2, 198.51.100.0/24".parse().unwrap(),
+        ..RunOptions::new(run::Source::Manifests(dir.path().to_path_buf()))
+    })
+    .await
+    .unwrap();
+    // `client` (named in the header) sends a spoofed X-Forwarded-For through the balancer.
+    let via_balancer = |client: &'static str| async move {
+        let mut tcp = connect_from([127, 0, 0, 2].into(), local(port)).await;
+        let header = format!("PROXY TCP4 {client} 127.0.0.1 40000 {port}\r\n");
+        tcp.write_all(header.as_bytes()).await.unwrap();
+        let mut req = request("foo.example.com", "/x");
+        req.headers_mut()
+            .insert("x-forwarded-for", "6.6.6.6".parse().unwrap());
+        xff(&bounded(send_h1_on(tcp, req)).await)
+    };
+    // A client on the internet: replaced, though the balancer itself is trusted.
+    assert_eq!(via_balancer("203.0.113.5").await, ["203.0.113.5"]);
+    // The trusted L7 proxy: its list is kept and it is appended.
+    assert_eq!(
+        via_balancer("198.51.100.9").await,
+        ["6.6.6.6, 198.51.100.9"]
+    );
+    pier.shutdown().await;
+}

@@ -50,6 +50,10 @@ pub struct Port {
     /// HTTP: set when any listener on the port asks for it (`pier.dev/proxy-protocol`).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub proxy_protocol: bool,
+    /// Some listener on the port turns the access log on (`pier.dev/access-log: "true"`),
+    /// so requests on it are logged even when `--access-log` is off.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub access_log_on: bool,
     /// Most specific hostname first.
     pub listeners: Vec<Listener>,
     /// Server certificates by SNI, for HTTPS ports and TLS ports with terminating listeners.
@@ -104,6 +108,10 @@ pub struct Listener {
         serialize_with = "ser_header_name"
     )]
     pub client_cert_header: Option<http::HeaderName>,
+    /// The Gateway's `pier.dev/access-log` annotation: log this listener's requests or not
+    /// whatever `--access-log` says (`None`: as it says).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub access_log: Option<bool>,
     pub routes: RouteTable,
 }
 
@@ -242,6 +250,7 @@ mod tests {
             hostname: host.map(|h| HostnameMatch::parse(h).unwrap()),
             passthrough: false,
             client_cert_header: None,
+            access_log: None,
             routes: RouteTable::default(),
         }
     }
@@ -253,6 +262,7 @@ mod tests {
             port: 80,
             protocol: Protocol::Http,
             proxy_protocol: false,
+            access_log_on: false,
             listeners: vec![
                 listener("any", None),
                 listener("wild", Some("*.example.com")),
@@ -274,6 +284,7 @@ mod tests {
             port: 80,
             protocol: Protocol::Http,
             proxy_protocol: false,
+            access_log_on: false,
             listeners: vec![listener("exact", Some("foo.example.com"))],
             certs: None,
             client_auth: None,

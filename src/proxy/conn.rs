@@ -70,6 +70,7 @@ pub async fn serve(
         sni: None,
         forwarded_for: super::headers::forwarded_for(peer.ip()),
         client_identity: None,
+        trusted_hop: shared.config.trusted_proxies.trusts(peer.ip()),
         drain: drain.clone(),
     });
     match protocol {

@@ -25,6 +25,9 @@ pub struct ConnInfo {
     /// The client certificate's identity, when it verified against the port's frontend CAs
     /// in the handshake (the value of a listener's `client_cert_header`).
     pub client_identity: Option<http::HeaderValue>,
+    /// `peer` is one of `--trusted-proxies`: its forwarding headers and request ID are
+    /// believed (`proxy::forwarded`). Decided once per connection.
+    pub trusted_hop: bool,
     /// Upgrade tunnels take a clone so that draining waits for them too.
     pub drain: DrainToken,
 }
@@ -35,6 +38,15 @@ impl ConnInfo {
         crate::model::PortKey {
             address: self.address,
             port: self.port,
+        }
+    }
+
+    /// The hop requests on this connection come from, for `forwarded::Edge`.
+    pub fn hop(&self) -> super::forwarded::Hop<'_> {
+        super::forwarded::Hop {
+            addr: self.peer.ip(),
+            forwarded_for: &self.forwarded_for,
+            trusted: self.trusted_hop,
         }
     }
 }

@@ -1,5 +1,6 @@
 //! Header hygiene between hops: hop-by-hop headers (RFC 9110 §7.6.1) are removed in both
-//! directions, upgrades are re-announced explicitly, and `X-Forwarded-*` are added.
+//! directions, and upgrades are re-announced explicitly. (`X-Forwarded-*` and the request ID
+//! are `forwarded`'s.)
 
 use std::net::IpAddr;
 
@@ -147,42 +148,6 @@ fn decimal(n: u8, out: &mut [u8]) -> usize {
     3 - skip
 }
 
-/// Adds the client (`client`, from [`forwarded_for`]) to `X-Forwarded-For` (after any
-/// existing entries), and sets `X-Forwarded-Proto` and `X-Forwarded-Host` to what the client
-/// used. pier is the edge, so the two it sets replace whatever the client sent.
-pub fn add_forwarded(
-    headers: &mut HeaderMap,
-    client: &HeaderValue,
-    scheme: &'static str,
-    host: Option<&HeaderValue>,
-) {
-    match headers.entry(X_FORWARDED_FOR) {
-        header::Entry::Vacant(e) => {
-            e.insert(client.clone());
-        }
-        header::Entry::Occupied(mut e) => {
-            let mut xff = Vec::new();
-            for v in e.iter() {
-                xff.extend_from_slice(v.as_bytes());
-                xff.extend_from_slice(b", ");
-            }
-            xff.extend_from_slice(client.as_bytes());
-            if let Ok(v) = HeaderValue::from_bytes(&xff) {
-                e.insert(v);
-            }
-        }
-    }
-    headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(scheme));
-    match host {
-        Some(h) => {
-            headers.insert(X_FORWARDED_HOST, h.clone());
-        }
-        None => {
-            headers.remove(X_FORWARDED_HOST);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     #[test]
@@ -282,39 +247,6 @@ mod tests {
     fn not_an_upgrade_without_both_headers() {
         assert!(!is_upgrade(&map(&[("upgrade", "websocket")])));
         assert!(!is_upgrade(&map(&[("connection", "upgrade")])));
-    }
-
-    #[test]
-    fn forwarded_for_appends_the_client_and_proto_host_are_set() {
-        let mut h = map(&[
-            ("x-forwarded-for", "10.0.0.1"),
-            ("x-forwarded-proto", "https"),
-        ]);
-        let host = HeaderValue::from_static("example.com:8080");
-        add_forwarded(
-            &mut h,
-            &forwarded_for([127, 0, 0, 1].into()),
-            "http",
-            Some(&host),
-        );
-        assert_eq!(h["x-forwarded-for"], "10.0.0.1, 127.0.0.1");
-        assert_eq!(h["x-forwarded-proto"], "http");
-        assert_eq!(h["x-forwarded-host"], "example.com:8080");
-
-        // None sent, two sent (repeated header): the client alone, then all in order.
-        let ip = forwarded_for("2001:db8::1".parse().unwrap());
-        let mut h = HeaderMap::new();
-        add_forwarded(&mut h, &ip, "https", None);
-        assert_eq!(h["x-forwarded-for"], "2001:db8::1");
-        assert_eq!(h["x-forwarded-proto"], "https");
-        assert!(!h.contains_key("x-forwarded-host"));
-        let mut h = map(&[
-            ("x-forwarded-for", "10.0.0.1"),
-            ("x-forwarded-for", "10.0.0.2"),
-        ]);
-        add_forwarded(&mut h, &ip, "http", None);
-        assert_eq!(h.get_all("x-forwarded-for").iter().count(), 1);
-        assert_eq!(h["x-forwarded-for"], "10.0.0.1, 10.0.0.2, 2001:db8::1");
     }
 
     #[test]

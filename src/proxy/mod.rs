@@ -13,11 +13,13 @@
 //! Reads only `model`; never touches kube, files or translation. The only shared mutable
 //! state is the snapshot (read-only here), per-endpoint load counters inside it, and metrics.
 
+mod access;
 mod body;
 mod conn;
 mod conn_info;
 mod drain;
 pub mod error;
+mod forwarded;
 mod fxhash;
 mod h1;
 mod headers;
@@ -45,6 +47,7 @@ use tokio::task::JoinHandle;
 
 pub use body::{BodyFault, BodyPace};
 pub use error::{ConnectReason, ErrorKind, ErrorSide, ProxyError, TlsFailure};
+pub use forwarded::{Cidr, CidrError, TrustedProxies};
 pub use metrics::ProxyMetrics;
 pub use mirror::MAX_MIRRORED_BODY;
 pub use retry::{MAX_RETRY_BODY, RetryBudgetConfig, RetryReason};
@@ -67,10 +70,15 @@ pub struct ProxyConfig {
     /// Bound on opening a connection to an endpoint, TCP connect and TLS handshake together
     /// (a TCP timeout answers 503, a TLS handshake that does not finish 502).
     pub connect_timeout: Duration,
-    /// One `pier::access` log line per request.
+    /// One `pier::access` log line per request (a Gateway's `pier.dev/access-log` annotation
+    /// overrides it for its listeners).
     pub access_log: bool,
     /// Bind ports with `SO_REUSEPORT`, so a new process can take over (zero-downtime restart).
     pub reuse_port: bool,
+    /// Clients whose `X-Forwarded-*`, `Forwarded` and `X-Request-Id` pier believes (the
+    /// connection's client; on a PROXY protocol port the address the header named). Empty:
+    /// nobody's, every request gets pier's own.
+    pub trusted_proxies: forwarded::TrustedProxies,
     /// HTTP/1 request heads must arrive within this.
     pub header_read_timeout: Duration,
     /// The whole TLS handshake, ClientHello included.
@@ -187,6 +195,7 @@ impl Default for ProxyConfig {
             connect_timeout: Duration::from_secs(2),
             access_log: false,
             reuse_port: false,
+            trusted_proxies: forwarded::TrustedProxies::default(),
             header_read_timeout: Duration::from_secs(30),
             tls_handshake_timeout: Duration::from_secs(10),
             pool_idle_timeout: Duration::from_secs(90),

@@ -169,7 +169,7 @@ async fn attempt<'s>(
         Some(e) => e,
         None => pick_endpoint(shared, backend, seen.upstream)?,
     };
-    seen.upstream = Some(endpoint.addr);
+    seen.endpoint(endpoint);
     let up = upstream::request(req.parts.clone_head(), body, req.path.clone());
     let target = Target {
         backend,

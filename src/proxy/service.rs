@@ -30,9 +30,11 @@ use hyper::body::Incoming;
 use hyper::upgrade::OnUpgrade;
 use rand::Rng;
 
+use super::access::{self, LogHead};
 use super::body::{self, ClientBody, FaultCell, ProxyBody};
 use super::conn_info::ConnInfo;
 use super::error::{ConnectReason, ProxyError, is_grpc};
+use super::forwarded::Edge;
 use super::headers::{self, Keep};
 use super::metrics::{Reached, Transport};
 use super::retry::{self, Retried};
@@ -54,8 +56,31 @@ pub(super) struct Seen<'s> {
     /// Listener, route, backend and transport: the metric labels.
     pub reached: Reached<'s>,
     pub upstream: Option<SocketAddr>,
+    /// The rule that matched, for the access log.
+    pub rule: Option<&'s Rule>,
+    /// The workload identity the upstream's certificate was checked against (per-endpoint
+    /// mesh identity), for the access log.
+    pub identity: Option<&'s str>,
+    /// The listener's access log setting (`pier.dev/access-log`), once one is reached.
+    pub access_log: Option<bool>,
     /// Why pier answered the request itself, for the access log.
     pub failure: Option<Failure>,
+}
+
+impl<'s> Seen<'s> {
+    /// The listener and rule routing reached.
+    pub fn routed(&mut self, routed: &Routed<'s>) {
+        self.reached.listener = Some(&routed.listener.id);
+        self.reached.route = Some(&routed.entry.rule.route);
+        self.rule = Some(&routed.entry.rule);
+        self.access_log = routed.listener.access_log;
+    }
+
+    /// The endpoint the request is sent to.
+    pub fn endpoint(&mut self, endpoint: &'s Endpoint) {
+        self.upstream = Some(endpoint.addr);
+        self.identity = endpoint.tls.as_ref().and_then(|t| t.identity.as_deref());
+    }
 }
 
 /// A request pier failed: the error kind, and the TLS reason where there is one
@@ -100,10 +125,11 @@ pub async fn handle(
     let started = Instant::now();
     let snapshot = shared.snapshot.load_full();
     shared.upstream.observe(snapshot.generation);
-    let log_head = shared.config.access_log.then(|| LogHead::of(&req));
+    let edge = Edge::read_map(&shared.config.trusted_proxies, conn.hop(), req.headers());
+    let log_head = access::may_log(&shared, &snapshot, &conn).then(|| LogHead::of(&req));
     let grpc = is_grpc(req.headers());
     let mut seen = Seen::default();
-    let resp = match dispatch(&shared, &snapshot, &conn, req, &mut seen, started).await {
+    let resp = match dispatch(&shared, &snapshot, &conn, (req, &edge), &mut seen, started).await {
         Ok(resp) => resp,
         Err(error) => {
             shared.metrics.error(error.kind(), error.side());
@@ -119,8 +145,15 @@ pub async fn handle(
         resp.status(),
         elapsed.as_secs_f64(),
     );
-    if let Some(head) = log_head {
-        head.log(conn.peer, conn.via, &seen, resp.status(), elapsed);
+    if let Some(head) = log_head
+        && access::wanted(&shared, &seen)
+    {
+        let done = access::Done {
+            status: resp.status(),
+            bytes_out: resp.body().size_hint().exact(),
+            elapsed,
+        };
+        head.log(&conn, &edge, &seen, done);
     }
     resp
 }
@@ -129,7 +162,7 @@ async fn dispatch<'s>(
     shared: &Shared,
     snapshot: &'s Arc<Snapshot>,
     conn: &ConnInfo,
-    req: Request<Incoming>,
+    (req, edge): (Request<Incoming>, &Edge),
     seen: &mut Seen<'s>,
     started: Instant,
 ) -> Result<Response<ProxyBody>, ProxyError> {
@@ -158,8 +191,7 @@ async fn dispatch<'s>(
         headers: req.headers(),
     };
     let routed = route(snapshot, conn, &input)?;
-    seen.reached.listener = Some(&routed.listener.id);
-    seen.reached.route = Some(&routed.entry.rule.route);
+    seen.routed(&routed);
     let rule = &routed.entry.rule;
     let (weighted, cors) = match decide(&routed, &input)? {
         Decision::Respond(resp) => return Ok(resp),
@@ -171,11 +203,30 @@ async fn dispatch<'s>(
         // `request` runs from the request's arrival, so time spent routing counts too.
         Some(t) => tokio::time::timeout_at(
             (started + t).into(),
-            forward(shared, snapshot, conn, &routed, (weighted, cors), req, seen),
+            forward(
+                shared,
+                snapshot,
+                conn,
+                &routed,
+                (weighted, cors),
+                (req, edge),
+                seen,
+            ),
         )
         .await
         .map_err(|_| ProxyError::RequestTimeout)?,
-        None => forward(shared, snapshot, conn, &routed, (weighted, cors), req, seen).await,
+        None => {
+            forward(
+                shared,
+                snapshot,
+                conn,
+                &routed,
+                (weighted, cors),
+                (req, edge),
+                seen,
+            )
+            .await
+        }
     }
 }
 
@@ -376,7 +427,7 @@ async fn forward<'s>(
     conn: &ConnInfo,
     routed: &Routed<'s>,
     (weighted, cors): (&'s WeightedBackend, Option<CorsResponse<'s>>),
-    req: Request<Incoming>,
+    (req, edge): (Request<Incoming>, &Edge),
     seen: &mut Seen<'s>,
 ) -> Result<Response<ProxyBody>, ProxyError> {
     let rule = &*routed.entry.rule;
@@ -394,7 +445,7 @@ async fn forward<'s>(
     } else {
         None
     };
-    let path = prepare_head(conn, routed, weighted, backend, &mut parts, upgrade)?;
+    let path = prepare_head(edge, routed, weighted, backend, &mut parts, upgrade)?;
     let https = routed.port.protocol != crate::model::Protocol::Http;
     let session = rule.session.as_ref().map(|p| {
         let now = unix_now();
@@ -455,7 +506,7 @@ async fn forward<'s>(
         Some(e) => e,
         None => pick_endpoint(shared, backend)?,
     };
-    seen.upstream = Some(endpoint.addr);
+    seen.endpoint(endpoint);
     let up = upstream::request(parts, body, path);
     let target = Target {
         backend,
@@ -602,7 +653,7 @@ pub(super) fn pick_weighted(set: &BackendSet) -> Result<&WeightedBackend, ProxyE
 /// Applies request filters (rule, then backendRef) and hop hygiene to the head. Returns the
 /// path and query to send.
 pub(super) fn prepare_head(
-    conn: &ConnInfo,
+    edge: &Edge,
     routed: &Routed<'_>,
     weighted: &WeightedBackend,
     backend: &Backend,
@@ -632,12 +683,7 @@ pub(super) fn prepare_head(
     };
     headers::strip_hop_by_hop(&mut parts.headers, keep);
     let scheme = routed.port.protocol.scheme();
-    headers::add_forwarded(
-        &mut parts.headers,
-        &conn.forwarded_for,
-        scheme,
-        client_host.as_ref(),
-    );
+    edge.apply(&mut parts.headers, scheme, client_host.as_ref());
     match rewrite.and_then(|r| r.hostname.clone()).or(client_host) {
         Some(host) => parts.headers.insert(HOST, host),
         None => parts.headers.remove(HOST),
@@ -741,80 +787,10 @@ pub(super) fn response_modifiers<'a>(
     .flatten()
 }
 
-/// The request line, captured only when the access log is on.
-pub(super) struct LogHead {
-    method: http::Method,
-    host: String,
-    path: String,
-}
-
-impl LogHead {
-    fn of<B>(req: &Request<B>) -> Self {
-        Self::new(
-            req.method().clone(),
-            routing_host(req).unwrap_or(""),
-            req.uri().path(),
-        )
-    }
-
-    pub fn new(method: Method, host: &str, path: &str) -> Self {
-        Self {
-            method,
-            host: host.to_string(),
-            path: path.to_string(),
-        }
-    }
-
-    pub fn log(
-        &self,
-        client: SocketAddr,
-        via: Option<SocketAddr>,
-        seen: &Seen<'_>,
-        status: StatusCode,
-        elapsed: std::time::Duration,
-    ) {
-        tracing::info!(
-            target: "pier::access",
-            %client,
-            via = via.map(tracing::field::display),
-            method = %self.method,
-            host = %self.host,
-            path = %self.path,
-            status = status.as_u16(),
-            listener = seen.reached.listener.map(tracing::field::display),
-            route = seen.reached.route.map(tracing::field::display),
-            backend = seen.reached.backend.map(tracing::field::display),
-            upstream = seen.upstream.map(tracing::field::display),
-            duration_ms = millis(elapsed),
-            error = seen.failure.map(|f| tracing::field::debug(f.kind)),
-            tls_failure = seen.failure.and_then(|f| f.detail),
-        );
-    }
-}
-
-/// Milliseconds to the microsecond, as a number that prints without float noise: one
-/// correctly rounded division (`1.1`, where `as_secs_f64() * 1000.0` gives
-/// `1.1000000000000001`).
-fn millis(d: std::time::Duration) -> f64 {
-    d.as_micros() as f64 / 1000.0
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::model::PathModifier;
-
-    #[test]
-    fn access_log_duration_prints_without_float_noise() {
-        use std::time::Duration;
-        assert_eq!(millis(Duration::from_micros(1_100)).to_string(), "1.1");
-        assert_eq!(millis(Duration::from_nanos(4_209_760)).to_string(), "4.209");
-        for us in 0..20_000u64 {
-            let text = millis(Duration::from_micros(us)).to_string();
-            let decimals = text.split_once('.').map_or(0, |(_, d)| d.len());
-            assert!(decimals <= 3, "{us} µs -> {text}");
-        }
-    }
 
     #[test]
     fn rewrite_keeps_the_query() {

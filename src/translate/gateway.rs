@@ -100,6 +100,9 @@ pub struct ListenerState {
     /// Connections start with a PROXY protocol header (the Gateway's
     /// [`PROXY_PROTOCOL_ANNOTATION`]).
     pub proxy_protocol: bool,
+    /// The Gateway's [`ACCESS_LOG_ANNOTATION`]: log this listener's requests (or not) whatever
+    /// `--access-log` says.
+    pub access_log: Option<bool>,
     /// The protocol asked for when pier does not serve it (TCP, UDP, ...).
     pub unsupported_protocol: Option<String>,
     /// HTTPS: the client certificate validation of its port (`spec.tls.frontend`).
@@ -257,6 +260,14 @@ pub fn gateways(
         if let Some(value) = value {
             proxy_protocol(state, value);
         }
+        let value = gw
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(ACCESS_LOG_ANNOTATION));
+        if let Some(value) = value {
+            access_log(state, value);
+        }
     }
     detect_conflicts(&mut states);
     proxy_protocol_ports(&mut states);
@@ -297,6 +308,32 @@ fn client_cert_header(state: &mut GatewayState, value: &str) {
             format!("header {name} is removed from requests (no client certificate validation)")
         });
         l.client_cert_header = Some(name.clone());
+    }
+}
+
+/// Gateway annotation: `"true"` logs the requests its listeners (the attached ListenerSets'
+/// too) receive in the access log even when `--access-log` is off, `"false"` never logs them.
+/// Any other value is ignored, and every listener's Accepted message says so.
+pub const ACCESS_LOG_ANNOTATION: &str = "pier.dev/access-log";
+
+fn access_log(state: &mut GatewayState, value: &str) {
+    let value = value.trim();
+    let on = if value.eq_ignore_ascii_case("true") {
+        Some(true)
+    } else if value.eq_ignore_ascii_case("false") {
+        Some(false)
+    } else {
+        None
+    };
+    for l in &mut state.listeners {
+        l.access_log = on;
+        match on {
+            Some(true) => l.notes.push("requests are logged (access log)".into()),
+            Some(false) => l.notes.push("requests are not logged (access log)".into()),
+            None => l.notes.push(format!(
+                "{ACCESS_LOG_ANNOTATION}: {value:?} is neither \"true\" nor \"false\"; ignored"
+            )),
+        }
     }
 }
 
@@ -407,6 +444,7 @@ fn listener(
         notes: vec![],
         attached_routes: 0,
         proxy_protocol: false,
+        access_log: None,
         unsupported_protocol: None,
         client_auth: None,
         client_cert_header: None,

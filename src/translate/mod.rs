@@ -316,6 +316,7 @@ fn snapshot(
                 port: l.port,
                 protocol,
                 proxy_protocol: false,
+                access_log_on: false,
                 listeners: vec![],
                 certs: (protocol != Protocol::Http).then(CertTable::default),
                 // Equal on every listener of the port (a differing one is conflicted).
@@ -325,6 +326,7 @@ fn snapshot(
                     .filter(|_| protocol == Protocol::Https),
             });
             port.proxy_protocol |= l.proxy_protocol;
+            port.access_log_on |= l.access_log == Some(true);
             if let Some(certs) = &mut port.certs {
                 for (_, c) in &l.certs {
                     let names: Vec<String> = l
@@ -341,6 +343,7 @@ fn snapshot(
                 hostname: l.hostname.clone(),
                 passthrough: l.passthrough,
                 client_cert_header: l.client_cert_header.clone(),
+                access_log: l.access_log,
                 routes: tables
                     .remove(&(gi, li))
                     .map_or_else(RouteTable::default, RouteTableBuilder::build),

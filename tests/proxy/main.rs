@@ -9,6 +9,7 @@ mod cors;
 mod errors;
 mod fast_path;
 mod filters;
+mod forwarded;
 mod hostile;
 mod lifecycle;
 mod observability;

@@ -8,6 +8,7 @@ pub mod cluster;
 pub mod flaky;
 pub mod grpc;
 pub mod haproxy;
+pub mod logs;
 pub mod mesh;
 pub mod nginx;
 pub mod pki;

@@ -185,6 +185,7 @@ impl ListenerBuilder {
             hostname: self.hostname,
             passthrough: false,
             client_cert_header: None,
+            access_log: None,
             routes: self.table.build(),
         }
     }
@@ -196,6 +197,7 @@ pub fn port(port: u16, listeners: Vec<Listener>) -> Port {
         port,
         protocol: Protocol::Http,
         proxy_protocol: false,
+        access_log_on: false,
         listeners,
         certs: None,
         client_auth: None,
@@ -210,6 +212,7 @@ pub fn https_port(port: u16, listeners: Vec<Listener>, certs: CertTable) -> Port
         port,
         protocol: Protocol::Https,
         proxy_protocol: false,
+        access_log_on: false,
         listeners,
         certs: Some(certs),
         client_auth: None,

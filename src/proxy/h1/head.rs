@@ -12,7 +12,8 @@
 
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 
-use super::super::headers::{HOP_BY_HOP, X_FORWARDED_FOR, X_FORWARDED_HOST, X_FORWARDED_PROTO};
+use super::super::forwarded::{Edge, is_edge_header};
+use super::super::headers::HOP_BY_HOP;
 use httparse::Header;
 
 /// Most header lines a head may have (hyper's default too).
@@ -217,53 +218,35 @@ pub struct Forwarding<'a> {
     pub host: &'a [u8],
     /// The client's Host, for `X-Forwarded-Host`.
     pub client_host: &'a [u8],
-    /// The client's address, appended to `X-Forwarded-For`.
-    pub forwarded_for: &'a [u8],
-    pub scheme: &'a str,
+    /// The forwarding headers and request ID (the same policy as the hyper path's).
+    pub edge: &'a Edge,
+    pub scheme: &'static str,
 }
 
 /// Writes the upstream request head: the request line, the client's header lines less the
-/// hop-by-hop ones, `Host`, `X-Forwarded-*` (`X-Forwarded-For` extends the client's list) and
-/// pier's own `Content-Length`.
+/// hop-by-hop ones, `Host`, the forwarding headers and request ID ([`Edge::each`]) and pier's
+/// own `Content-Length`.
 pub fn write_request(head: &RequestHead<'_>, fwd: &Forwarding<'_>, out: &mut Vec<u8>) {
     out.extend_from_slice(fwd.method.as_bytes());
     out.push(b' ');
     out.extend_from_slice(fwd.target.as_bytes());
     out.extend_from_slice(b" HTTP/1.1\r\n");
-    let mut xff_seen = false;
     for h in head.headers {
         let name = h.name;
         if is_hop(name, head.headers, head.connection_names)
             || name.eq_ignore_ascii_case("host")
-            || [&X_FORWARDED_FOR, &X_FORWARDED_PROTO, &X_FORWARDED_HOST]
-                .iter()
-                .any(|x| name.eq_ignore_ascii_case(x.as_str()))
+            || is_edge_header(name)
             || name.eq_ignore_ascii_case("content-length")
         {
-            xff_seen |= name.eq_ignore_ascii_case(X_FORWARDED_FOR.as_str());
             continue;
         }
         line(out, name.as_bytes(), h.value);
     }
     line(out, b"host", fwd.host);
-    out.extend_from_slice(X_FORWARDED_FOR.as_str().as_bytes());
-    out.extend_from_slice(b": ");
-    if xff_seen {
-        for h in head.headers {
-            if h.name.eq_ignore_ascii_case(X_FORWARDED_FOR.as_str()) {
-                out.extend_from_slice(h.value);
-                out.extend_from_slice(b", ");
-            }
-        }
-    }
-    out.extend_from_slice(fwd.forwarded_for);
-    out.extend_from_slice(b"\r\n");
-    line(
-        out,
-        X_FORWARDED_PROTO.as_str().as_bytes(),
-        fwd.scheme.as_bytes(),
-    );
-    line(out, X_FORWARDED_HOST.as_str().as_bytes(), fwd.client_host);
+    fwd.edge
+        .each(fwd.scheme, Some(fwd.client_host), |name, value| {
+            line(out, name.as_str().as_bytes(), value);
+        });
     request_length(head, out);
     out.extend_from_slice(b"\r\n");
 }

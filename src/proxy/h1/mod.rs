@@ -2,8 +2,8 @@
 //! itself, routes it over the snapshot, writes it to a pooled upstream socket and relays the
 //! response back, with no `http::Request`/`Response` in between, no connection task or
 //! channel on the upstream side, and no header map unless a filter or a header match needs
-//! one. Policy (routing, filters, X-Forwarded-*, timeouts, ejection, metrics, access log) is
-//! the hyper path's own code in `service`.
+//! one. Policy (routing, filters, timeouts, ejection, metrics) is the hyper path's own code in
+//! `service`; forwarding headers and the request ID are `forwarded`'s, the log line `access`'s.
 //!
 //! ```text
 //! conn ─> serve ─ read head ─> plan (parse, route, pick backend, write upstream head)
@@ -46,12 +46,14 @@ pub use head::MAX_HEAD;
 pub use replay::Replay;
 
 use super::Shared;
+use super::access::{self, LogHead};
 use super::body::ProxyBody;
 use super::conn_info::ConnInfo;
 use super::drain::DrainToken;
 use super::error::ProxyError;
+use super::forwarded::Edge;
 use super::metrics::Transport;
-use super::service::{self, Decision, LogHead, RouteInput, Routed, Seen};
+use super::service::{self, Decision, RouteInput, Routed, Seen};
 use super::upstream::{Raw, RawConn, Stream, Target};
 use super::validate;
 use crate::model::filter::CorsResponse;
@@ -136,6 +138,8 @@ struct Common<'s> {
     close: bool,
     head_request: bool,
     log: Option<LogHead>,
+    /// Forwarding headers, request ID and client (`forwarded`).
+    edge: Edge,
 }
 
 struct Forward<'s> {
@@ -324,7 +328,12 @@ where
         if !common.head_request {
             self.wbuf.extend_from_slice(&body);
         }
-        self.finish(snapshot, &common, parts.status, started);
+        let bytes_out = if common.head_request {
+            0
+        } else {
+            body.len() as u64
+        };
+        self.finish(snapshot, &common, (parts.status, Some(bytes_out)), started);
         let written = self.write_out().await;
         self.rbuf.advance(common.consumed);
         match written {
@@ -351,7 +360,7 @@ where
                 .respond(snapshot, common, Err(ProxyError::NoEndpoints), started)
                 .await;
         };
-        common.seen.upstream = Some(endpoint.addr);
+        common.seen.endpoint(endpoint);
         let target = Target {
             backend,
             endpoint,
@@ -434,7 +443,12 @@ where
             }
         };
         service::outcome(shared, backend, endpoint, Ok(answer.status));
-        self.finish(snapshot, &common, answer.status, started);
+        let bytes_out = match answer.framing {
+            Framing::Length(n) => Some(n),
+            Framing::Empty => Some(0),
+            Framing::Chunked | Framing::Eof => None,
+        };
+        self.finish(snapshot, &common, (answer.status, bytes_out), started);
         self.rbuf.advance(common.consumed);
         let relayed = self.relay(conn, &answer).await;
         drop(in_flight);
@@ -578,7 +592,7 @@ where
         &self,
         snapshot: &Arc<Snapshot>,
         common: &Common<'_>,
-        status: StatusCode,
+        (status, bytes_out): (StatusCode, Option<u64>),
         started: Instant,
     ) {
         let elapsed = started.elapsed();
@@ -586,8 +600,15 @@ where
         self.shared
             .metrics
             .request_done(snapshot, seen.reached, status, elapsed.as_secs_f64());
-        if let Some(log) = &common.log {
-            log.log(self.info.peer, self.info.via, seen, status, elapsed);
+        if let Some(log) = &common.log
+            && access::wanted(self.shared, seen)
+        {
+            let done = access::Done {
+                status,
+                bytes_out,
+                elapsed,
+            };
+            log.log(self.info, &common.edge, seen, done);
         }
     }
 }
@@ -613,10 +634,14 @@ fn plan<'s>(
         consumed: req.head_len + req.body_len,
         close: req.close,
         head_request: req.method == Method::HEAD,
-        log: shared
-            .config
-            .access_log
-            .then(|| LogHead::new(req.method.clone(), req.host, req.path)),
+        log: access::may_log(shared, snapshot, info).then(|| {
+            LogHead::new(req.method.clone(), req.host, req.path).with_bytes_in(req.body_len as u64)
+        }),
+        edge: Edge::read(
+            &shared.config.trusted_proxies,
+            info.hop(),
+            req.headers.iter().map(|h| (h.name, h.value)),
+        ),
     };
     if let Err(e) = validate::host_value_ok(req.host) {
         return Plan::Respond(common, Err(ProxyError::Invalid(e)));
@@ -660,8 +685,7 @@ fn plan<'s>(
         Ok(routed) => routed,
         Err(e) => return Plan::Respond(common, Err(e)),
     };
-    common.seen.reached.listener = Some(&routed.listener.id);
-    common.seen.reached.route = Some(&routed.entry.rule.route);
+    common.seen.routed(&routed);
     let rule: &'s Rule = &routed.entry.rule;
     // A CORS filter reads the request's headers, which routing alone may not have needed.
     let cors_map = if map.is_empty() && rule.has_cors() {
@@ -701,7 +725,8 @@ fn plan<'s>(
     common.seen.reached.tls = Transport::of(&backend.tls);
     wbuf.clear();
     let uri = (&*path, &*target);
-    if let Err(e) = upstream_head(info, &routed, weighted, backend, &req, uri, map, wbuf) {
+    let edge = &common.edge;
+    if let Err(e) = upstream_head(edge, &routed, weighted, backend, &req, uri, map, wbuf) {
         return match e {
             Prepare::Fallback => Plan::Fallback,
             Prepare::Error(e) => Plan::Respond(common, Err(e)),
@@ -735,7 +760,7 @@ enum Prepare {
 /// normalising changed nothing).
 #[allow(clippy::too_many_arguments)]
 fn upstream_head(
-    info: &ConnInfo,
+    edge: &Edge,
     routed: &Routed<'_>,
     weighted: &WeightedBackend,
     backend: &Backend,
@@ -757,7 +782,7 @@ fn upstream_head(
         parts.method = req.method.clone();
         parts.uri = Uri::try_from(target).map_err(|_| Prepare::Fallback)?;
         parts.headers = headers;
-        let path = service::prepare_head(info, routed, weighted, backend, &mut parts, false)
+        let path = service::prepare_head(edge, routed, weighted, backend, &mut parts, false)
             .map_err(Prepare::Error)?;
         head::write_request_map(req, path.as_str(), &parts.headers, wbuf);
         return Ok(());
@@ -777,7 +802,7 @@ fn upstream_head(
         target: &target,
         host,
         client_host: req.host.as_bytes(),
-        forwarded_for: info.forwarded_for.as_bytes(),
+        edge,
         scheme: routed.port.protocol.scheme(),
     };
     head::write_request(req, &fwd, wbuf);

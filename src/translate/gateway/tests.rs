@@ -573,3 +573,40 @@ fn proxy_protocol_annotation_marks_named_listeners_and_their_ports() {
     let t = run(&format!("{CLASS}---\n{other}"));
     assert!(!t.snapshot.port(80).unwrap().proxy_protocol);
 }
+
+#[test]
+fn access_log_annotation_sets_every_listener_and_marks_ports_that_log() {
+    let annotated = |value: &str| {
+        format!(
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\n\
+             metadata:\n  name: edge\n  namespace: default\n  creationTimestamp: \"2020-01-01T00:00:00Z\"\n\
+             \x20 annotations: {{pier.dev/access-log: \"{value}\"}}\n\
+             spec:\n  gatewayClassName: pier\n  listeners:\n\
+             \x20 - {{name: a, protocol: HTTP, port: 80, hostname: a.example.com}}\n\
+             \x20 - {{name: b, protocol: HTTP, port: 81}}\n"
+        )
+    };
+    let other = gw(
+        "other",
+        "  - {name: c, protocol: HTTP, port: 80, hostname: c.example.com}\n",
+    );
+    let log_of = |t: &Translation, port: u16, name: &str| {
+        let p = t.snapshot.port(port).unwrap();
+        let l = p.listeners.iter().find(|l| l.id.name == name).unwrap();
+        (p.access_log_on, l.access_log)
+    };
+    let t = run(&format!("{CLASS}---\n{}---\n{other}", annotated("true")));
+    assert_eq!(log_of(&t, 80, "a"), (true, Some(true)));
+    assert_eq!(log_of(&t, 81, "b"), (true, Some(true)));
+    assert_eq!(log_of(&t, 80, "c"), (true, None), "port-wide, per listener");
+    let (_, _, msg) = listener_cond(listener(gateway(&t, "default", "edge"), "a"), "Accepted");
+    assert!(msg.contains("requests are logged"), "{msg}");
+
+    let t = run(&format!("{CLASS}---\n{}", annotated("False")));
+    assert_eq!(log_of(&t, 80, "a"), (false, Some(false)));
+
+    let t = run(&format!("{CLASS}---\n{}", annotated("sometimes")));
+    assert_eq!(log_of(&t, 80, "a"), (false, None));
+    let (_, _, msg) = listener_cond(listener(gateway(&t, "default", "edge"), "b"), "Accepted");
+    assert!(msg.contains("pier.dev/access-log: \"sometimes\""), "{msg}");
+}

@@ -111,6 +111,14 @@ fn the_upstream_request_drops_hop_by_hop_headers_and_adds_forwarded_ones() {
         panic!("not ready")
     };
     let mut out = Vec::new();
+    let entry = http::HeaderValue::from_static("192.0.2.7");
+    let hop = crate::proxy::forwarded::Hop {
+        addr: [192, 0, 2, 7].into(),
+        forwarded_for: &entry,
+        trusted: false,
+    };
+    let lines = head.headers.iter().map(|h| (h.name, h.value));
+    let edge = Edge::read(&Default::default(), hop, lines);
     write_request(
         &head,
         &Forwarding {
@@ -118,7 +126,7 @@ fn the_upstream_request_drops_hop_by_hop_headers_and_adds_forwarded_ones() {
             target: "/p?q",
             host: b"app.example",
             client_host: b"app.example",
-            forwarded_for: b"192.0.2.7",
+            edge: &edge,
             scheme: "http",
         },
         &mut out,
@@ -135,12 +143,14 @@ fn the_upstream_request_drops_hop_by_hop_headers_and_adds_forwarded_ones() {
         assert!(!map.contains_key(gone), "{gone} forwarded: {map:?}");
     }
     assert_eq!(map["host"], "app.example");
-    assert_eq!(map["x-forwarded-for"], "10.0.0.1, 192.0.2.7");
+    // An untrusted client: its forwarding headers are replaced, never copied.
+    assert_eq!(map["x-forwarded-for"], "192.0.2.7");
     assert_eq!(map["x-forwarded-proto"], "http");
     assert_eq!(map["x-forwarded-host"], "app.example");
+    assert_eq!(map["x-request-id"], edge.request_id);
     assert_eq!(map["accept"], "*/*");
     assert_eq!(map["content-length"], "0");
-    assert_eq!(map.len(), 6, "{map:?}");
+    assert_eq!(map.len(), 7, "{map:?}");
 }
 
 /// Status, framing and close of a final head; `Err(None)` when partial, `Err(Some(n))` for an

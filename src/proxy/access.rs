@@ -1,0 +1,181 @@
+//! The access log: one `pier::access` line per request (when `--access-log` or the listener's
+//! `pier.dev/access-log` says so), written by both request paths once the response head is
+//! known, from what the request path saw (`service::Seen`) and the edge policy's client and
+//! request ID (`forwarded::Edge`).
+
+use std::net::SocketAddr;
+
+use http::header::HOST;
+use http::{Method, Request, StatusCode};
+use http_body::Body as _;
+use hyper::body::Incoming;
+
+use super::Shared;
+use super::conn_info::ConnInfo;
+use super::forwarded::Edge;
+use super::service::Seen;
+use crate::model::Snapshot;
+
+/// The request line, captured only when the access log may be on.
+pub struct LogHead {
+    method: http::Method,
+    host: String,
+    path: String,
+    /// The request body's length when the head declares it.
+    bytes_in: Option<u64>,
+}
+
+/// How a logged request ended: its response head, and how long it took to get there.
+pub struct Done {
+    pub status: StatusCode,
+    /// The response body's length when the head declares it.
+    pub bytes_out: Option<u64>,
+    pub elapsed: std::time::Duration,
+}
+
+/// Whether a request on `conn` may be logged: the access log is on, or a listener on its
+/// port turns it on. (Which listener decides once the request is routed.)
+pub fn may_log(shared: &Shared, snapshot: &Snapshot, conn: &ConnInfo) -> bool {
+    shared.config.access_log
+        || snapshot
+            .port_at(conn.key())
+            .is_some_and(|p| p.access_log_on)
+}
+
+/// Whether this request is logged, now that routing has reached what it could: its
+/// listener's `pier.dev/access-log`, else `--access-log`.
+pub fn wanted(shared: &Shared, seen: &Seen<'_>) -> bool {
+    seen.access_log.unwrap_or(shared.config.access_log)
+}
+
+// === impl LogHead ===
+
+impl LogHead {
+    pub fn of(req: &Request<Incoming>) -> Self {
+        // The authority as sent, port included, as the fast path logs its Host header.
+        let authority = match req.uri().authority() {
+            Some(a) => a.as_str(),
+            None => req
+                .headers()
+                .get(HOST)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or(""),
+        };
+        let mut head = Self::new(req.method().clone(), authority, req.uri().path());
+        head.bytes_in = req.body().size_hint().exact();
+        head
+    }
+
+    pub fn new(method: Method, host: &str, path: &str) -> Self {
+        Self {
+            method,
+            host: host.to_string(),
+            path: path.to_string(),
+            bytes_in: None,
+        }
+    }
+
+    pub fn with_bytes_in(self, bytes_in: u64) -> Self {
+        Self {
+            bytes_in: Some(bytes_in),
+            ..self
+        }
+    }
+
+    /// One `pier::access` line. `client` is the client address (`ip:port` from the connection
+    /// or its PROXY header; only `ip` when a trusted `X-Forwarded-For` named it, and then
+    /// `peer` is the connection's); `via` the balancer that sent a PROXY header.
+    pub fn log(&self, conn: &ConnInfo, edge: &Edge, seen: &Seen<'_>, done: Done) {
+        use tracing::field::display;
+        let (client, peer) = if edge.client_forwarded {
+            (
+                display(ClientAddr::Ip(edge.client)),
+                Some(display(conn.peer)),
+            )
+        } else {
+            (display(ClientAddr::Socket(conn.peer)), None)
+        };
+        let rule = seen.rule.map(|r| match &r.name {
+            Some(name) => display(RuleLabel::Name(name)),
+            None => display(RuleLabel::Index(r.index)),
+        });
+        tracing::info!(
+            target: "pier::access",
+            client,
+            peer,
+            via = conn.via.map(display),
+            request_id = edge.request_id.to_str().unwrap_or_default(),
+            method = %self.method,
+            host = %self.host,
+            path = %self.path,
+            status = done.status.as_u16(),
+            bytes_in = self.bytes_in,
+            bytes_out = done.bytes_out,
+            listener = seen.reached.listener.map(display),
+            route = seen.reached.route.map(display),
+            rule,
+            backend = seen.reached.backend.map(display),
+            upstream = seen.upstream.map(display),
+            workload_identity = seen.identity.filter(|_| seen.failure.is_none()),
+            duration_ms = millis(done.elapsed),
+            error = seen.failure.map(|f| tracing::field::debug(f.kind)),
+            tls_failure = seen.failure.and_then(|f| f.detail),
+        );
+    }
+}
+
+/// Milliseconds to the microsecond, as a number that prints without float noise: one
+/// correctly rounded division (`1.1`, where `as_secs_f64() * 1000.0` gives
+/// `1.1000000000000001`).
+fn millis(d: std::time::Duration) -> f64 {
+    d.as_micros() as f64 / 1000.0
+}
+
+// === ClientAddr, RuleLabel: field values written without allocating ===
+
+/// The access log's `client`.
+enum ClientAddr {
+    Socket(SocketAddr),
+    Ip(std::net::IpAddr),
+}
+
+impl std::fmt::Display for ClientAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Socket(s) => s.fmt(f),
+            Self::Ip(ip) => ip.fmt(f),
+        }
+    }
+}
+
+/// The access log's `rule`: the rule's `name`, else its index in the route.
+enum RuleLabel<'a> {
+    Name(&'a str),
+    Index(usize),
+}
+
+impl std::fmt::Display for RuleLabel<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Name(n) => f.write_str(n),
+            Self::Index(i) => i.fmt(f),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn access_log_duration_prints_without_float_noise() {
+        use std::time::Duration;
+        assert_eq!(millis(Duration::from_micros(1_100)).to_string(), "1.1");
+        assert_eq!(millis(Duration::from_nanos(4_209_760)).to_string(), "4.209");
+        for us in 0..20_000u64 {
+            let text = millis(Duration::from_micros(us)).to_string();
+            let decimals = text.split_once('.').map_or(0, |(_, d)| d.len());
+            assert!(decimals <= 3, "{us} µs -> {text}");
+        }
+    }
+}

@@ -1,0 +1,451 @@
+//! The edge policy for forwarding headers and the request ID, one for both request paths
+//! (`h1` writes it as header lines, `service` into a `HeaderMap`).
+//!
+//! ```text
+//! request head ─> Edge::read (trusted hop?) ─> client, request ID, what is kept
+//!                                          └─> Edge::each ─> X-Forwarded-For/-Proto/-Host,
+//!                                                            Forwarded, X-Request-Id upstream
+//! ```
+//!
+//! Whether the client's forwarding headers are believed depends only on who sent the request:
+//! the connection's client address ([`ConnInfo::peer`], which on a PROXY protocol port is the
+//! address the header named, not the balancer) must be in `--trusted-proxies`. An L4 balancer
+//! that speaks the PROXY protocol relays the client's bytes without writing any of these
+//! headers, so believing them because the *balancer* is trusted would let any client behind it
+//! spoof them; the balancer is already trusted for the address it names (the port opted in).
+//!
+//! From an untrusted hop pier replaces everything: `X-Forwarded-For` is the client address,
+//! `-Proto` and `-Host` what the client used, `Forwarded` (only when the client sent one) pier's
+//! own element, and `X-Request-Id` a new ID. From a trusted hop it appends the hop's address
+//! to `X-Forwarded-For` (and its element to `Forwarded`), keeps `-Proto`, `-Host` and
+//! `X-Request-Id` when present, and takes the client address for the access log from the
+//! `X-Forwarded-For` chain: the right-most address that is not itself a trusted proxy (nginx's
+//! `real_ip_recursive on`).
+
+use std::fmt;
+use std::net::IpAddr;
+use std::str::FromStr;
+
+use http::header::{HeaderMap, HeaderName, HeaderValue};
+
+use super::headers::{X_FORWARDED_FOR, X_FORWARDED_HOST, X_FORWARDED_PROTO};
+
+pub const FORWARDED: HeaderName = http::header::FORWARDED;
+pub const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// The headers this policy writes; the client's own lines of them are never copied as they are.
+pub const EDGE_HEADERS: [HeaderName; 5] = [
+    X_FORWARDED_FOR,
+    X_FORWARDED_PROTO,
+    X_FORWARDED_HOST,
+    FORWARDED,
+    X_REQUEST_ID,
+];
+
+/// A request ID from a trusted hop longer than this (or with other than visible ASCII) is
+/// replaced: it goes into every log line.
+const MAX_REQUEST_ID: usize = 128;
+
+/// The addresses whose forwarding headers pier believes (`--trusted-proxies`). Empty, the
+/// default: nobody's.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TrustedProxies(Vec<Cidr>);
+
+/// An IPv4 or IPv6 network, `addr/len` (a bare address is a `/32` or `/128`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cidr {
+    addr: IpAddr,
+    len: u8,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum CidrError {
+    #[error("not an IP address")]
+    Address,
+    #[error("prefix length is not a number up to 32 (IPv4) or 128 (IPv6)")]
+    Length,
+}
+
+/// The hop a request arrived from: the connection's client ([`ConnInfo::peer`]).
+///
+/// [`ConnInfo::peer`]: super::conn_info::ConnInfo::peer
+#[derive(Clone, Copy, Debug)]
+pub struct Hop<'a> {
+    pub addr: IpAddr,
+    /// `addr` as an `X-Forwarded-For` entry (formatted once per connection).
+    pub forwarded_for: &'a HeaderValue,
+    /// `addr` is a trusted proxy (decided once per connection).
+    pub trusted: bool,
+}
+
+/// What pier makes of one request's forwarding headers: read when the request arrives (the
+/// request ID and client are needed for the access log even when nothing is forwarded),
+/// written when the upstream head is prepared.
+#[derive(Clone, Debug)]
+pub struct Edge {
+    /// The hop's address, and as an `X-Forwarded-For` entry.
+    hop: IpAddr,
+    hop_entry: HeaderValue,
+    /// The client for the access log: the connection's, or from a trusted chain.
+    pub client: IpAddr,
+    /// `client` came from `X-Forwarded-For` rather than the connection.
+    pub client_forwarded: bool,
+    pub request_id: HeaderValue,
+    /// What a trusted hop sent (all `None` from an untrusted one).
+    kept: Kept,
+    /// The client sent a `Forwarded` header (pier then sends its own).
+    forwarded_sent: bool,
+}
+
+#[derive(Clone, Debug, Default)]
+struct Kept {
+    /// `X-Forwarded-For` lines, joined with `, `.
+    xff: Option<Vec<u8>>,
+    proto: Option<HeaderValue>,
+    host: Option<HeaderValue>,
+    /// `Forwarded` lines, joined with `, `.
+    forwarded: Option<Vec<u8>>,
+}
+
+/// What the client's forwarding headers say, gathered in one pass over the header lines.
+#[derive(Default)]
+struct Sent<'h> {
+    xff: Vec<&'h [u8]>,
+    proto: Option<&'h [u8]>,
+    host: Option<&'h [u8]>,
+    forwarded: Vec<&'h [u8]>,
+    request_id: Option<&'h [u8]>,
+}
+
+// === impl TrustedProxies ===
+
+impl TrustedProxies {
+    pub fn new(nets: Vec<Cidr>) -> Self {
+        Self(nets)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Is `ip` one of the trusted proxies? An IPv4-mapped IPv6 address (a dual-stack socket's
+    /// view of an IPv4 peer) counts as the IPv4 address.
+    pub fn trusts(&self, ip: IpAddr) -> bool {
+        let ip = ip.to_canonical();
+        self.0.iter().any(|c| c.contains(ip))
+    }
+}
+
+impl FromStr for TrustedProxies {
+    type Err = CidrError;
+
+    /// A comma-separated list of CIDRs; empty means nobody.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        s.split(',')
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+            .map(str::parse)
+            .collect::<Result<_, _>>()
+            .map(Self)
+    }
+}
+
+// === impl Cidr ===
+
+impl Cidr {
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        match (self.addr, ip) {
+            (IpAddr::V4(net), IpAddr::V4(ip)) => prefix_eq(&net.octets(), &ip.octets(), self.len),
+            (IpAddr::V6(net), IpAddr::V6(ip)) => prefix_eq(&net.octets(), &ip.octets(), self.len),
+            _ => false,
+        }
+    }
+}
+
+/// The first `len` bits of `a` and `b` are equal.
+fn prefix_eq(a: &[u8], b: &[u8], len: u8) -> bool {
+    let whole = usize::from(len / 8);
+    let rest = len % 8;
+    if a[..whole] != b[..whole] {
+        return false;
+    }
+    if rest == 0 {
+        return true;
+    }
+    let mask = 0xffu8 << (8 - rest);
+    a[whole] & mask == b[whole] & mask
+}
+
+impl FromStr for Cidr {
+    type Err = CidrError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (addr, len) = match s.split_once('/') {
+            Some((a, l)) => (a, Some(l)),
+            None => (s, None),
+        };
+        let addr: IpAddr = addr.trim().parse().map_err(|_| CidrError::Address)?;
+        let addr = addr.to_canonical();
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let len = match len {
+            None => max,
+            Some(l) => l.trim().parse().map_err(|_| CidrError::Length)?,
+        };
+        if len > max {
+            return Err(CidrError::Length);
+        }
+        Ok(Self { addr, len })
+    }
+}
+
+impl fmt::Display for Cidr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.addr, self.len)
+    }
+}
+
+// === impl Edge ===
+
+impl Edge {
+    /// Reads the client's header lines (`(name, value)`, names in any case). `proxies` is
+    /// consulted only to walk a trusted chain; whether the hop itself is trusted was decided
+    /// once per connection.
+    pub fn read<'h>(
+        proxies: &TrustedProxies,
+        hop: Hop<'_>,
+        lines: impl Iterator<Item = (&'h str, &'h [u8])>,
+    ) -> Self {
+        let mut seen = Sent::default();
+        for (name, value) in lines {
+            seen.line(name, value);
+        }
+        let peer = hop.addr;
+        if !hop.trusted {
+            return Self {
+                hop: peer,
+                hop_entry: hop.forwarded_for.clone(),
+                client: peer,
+                client_forwarded: false,
+                request_id: new_request_id(),
+                kept: Kept::default(),
+                forwarded_sent: !seen.forwarded.is_empty(),
+            };
+        }
+        let client = client_of(proxies, &seen.xff, peer);
+        let request_id = seen
+            .request_id
+            .filter(|v| !v.is_empty() && v.len() <= MAX_REQUEST_ID)
+            .filter(|v| v.iter().all(u8::is_ascii_graphic))
+            .and_then(|v| HeaderValue::from_bytes(v).ok())
+            .unwrap_or_else(new_request_id);
+        Self {
+            hop: peer,
+            hop_entry: hop.forwarded_for.clone(),
+            client,
+            client_forwarded: client != peer,
+            request_id,
+            kept: Kept {
+                xff: joined(&seen.xff),
+                proto: seen.proto.and_then(|v| HeaderValue::from_bytes(v).ok()),
+                host: seen.host.and_then(|v| HeaderValue::from_bytes(v).ok()),
+                forwarded: joined(&seen.forwarded),
+            },
+            forwarded_sent: !seen.forwarded.is_empty(),
+        }
+    }
+
+    /// [`Edge::read`] over a header map (the hyper path).
+    pub fn read_map(proxies: &TrustedProxies, hop: Hop<'_>, headers: &HeaderMap) -> Self {
+        let names = EDGE_HEADERS;
+        let lines = names.iter().flat_map(|name| {
+            headers
+                .get_all(name)
+                .iter()
+                .map(move |v| (name.as_str(), v.as_bytes()))
+        });
+        Self::read(proxies, hop, lines)
+    }
+
+    /// The forwarding headers to send upstream, in order. `scheme` and `client_host` are what
+    /// the client used (the port's protocol; its Host or `:authority`).
+    pub fn each(
+        &self,
+        scheme: &'static str,
+        client_host: Option<&[u8]>,
+        mut f: impl FnMut(&HeaderName, &[u8]),
+    ) {
+        match &self.kept.xff {
+            Some(chain) => {
+                let mut v = Vec::with_capacity(chain.len() + 2 + self.hop_entry.len());
+                v.extend_from_slice(chain);
+                v.extend_from_slice(b", ");
+                v.extend_from_slice(self.hop_entry.as_bytes());
+                f(&X_FORWARDED_FOR, &v);
+            }
+            None => f(&X_FORWARDED_FOR, self.hop_entry.as_bytes()),
+        }
+        match &self.kept.proto {
+            Some(p) => f(&X_FORWARDED_PROTO, p.as_bytes()),
+            None => f(&X_FORWARDED_PROTO, scheme.as_bytes()),
+        }
+        match (&self.kept.host, client_host) {
+            (Some(h), _) => f(&X_FORWARDED_HOST, h.as_bytes()),
+            (None, Some(h)) => f(&X_FORWARDED_HOST, h),
+            (None, None) => {}
+        }
+        if self.forwarded_sent {
+            let own = forwarded_element(self.hop, scheme, client_host);
+            match &self.kept.forwarded {
+                Some(chain) => {
+                    let mut v = chain.clone();
+                    v.extend_from_slice(b", ");
+                    v.extend_from_slice(&own);
+                    f(&FORWARDED, &v);
+                }
+                None => f(&FORWARDED, &own),
+            }
+        }
+        f(&X_REQUEST_ID, self.request_id.as_bytes());
+    }
+
+    /// Replaces the forwarding headers in `headers` with pier's (the hyper path).
+    pub fn apply(
+        &self,
+        headers: &mut HeaderMap,
+        scheme: &'static str,
+        client_host: Option<&HeaderValue>,
+    ) {
+        for name in &EDGE_HEADERS {
+            headers.remove(name);
+        }
+        self.each(scheme, client_host.map(HeaderValue::as_bytes), |n, v| {
+            // Every part is a valid header value already; joining them keeps it one.
+            if let Ok(v) = HeaderValue::from_bytes(v) {
+                headers.insert(n.clone(), v);
+            }
+        });
+    }
+}
+
+/// Is `name` one of the headers [`Edge::each`] writes (any case)?
+pub fn is_edge_header(name: &str) -> bool {
+    EDGE_HEADERS
+        .iter()
+        .any(|h| name.eq_ignore_ascii_case(h.as_str()))
+}
+
+impl<'h> Sent<'h> {
+    fn line(&mut self, name: &str, value: &'h [u8]) {
+        // Every header line of every request passes here: most are told apart by length.
+        if !matches!(name.len(), 9 | 12 | 15..=17) {
+            return;
+        }
+        if name.eq_ignore_ascii_case(X_FORWARDED_FOR.as_str()) {
+            self.xff.push(value);
+        } else if name.eq_ignore_ascii_case(X_FORWARDED_PROTO.as_str()) {
+            self.proto.get_or_insert(value);
+        } else if name.eq_ignore_ascii_case(X_FORWARDED_HOST.as_str()) {
+            self.host.get_or_insert(value);
+        } else if name.eq_ignore_ascii_case(FORWARDED.as_str()) {
+            self.forwarded.push(value);
+        } else if name.eq_ignore_ascii_case(X_REQUEST_ID.as_str()) {
+            self.request_id.get_or_insert(value);
+        }
+    }
+}
+
+fn joined(lines: &[&[u8]]) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    for l in lines
+        .iter()
+        .map(|l| l.trim_ascii())
+        .filter(|l| !l.is_empty())
+    {
+        if !out.is_empty() {
+            out.extend_from_slice(b", ");
+        }
+        out.extend_from_slice(l);
+    }
+    (!out.is_empty()).then_some(out)
+}
+
+/// The client behind a trusted hop: walking the `X-Forwarded-For` entries from the right (the
+/// hop itself, `peer`, is right of them all), the first address that is not a trusted proxy.
+/// An entry that is not an address ends the walk at the last address seen: what is left of it
+/// cannot be checked. All trusted: the left-most.
+fn client_of(proxies: &TrustedProxies, xff: &[&[u8]], peer: IpAddr) -> IpAddr {
+    let mut client = peer;
+    let entries = xff
+        .iter()
+        .rev()
+        .flat_map(|line| line.rsplit(|b| *b == b','));
+    for entry in entries {
+        let Some(ip) = parse_entry(entry) else {
+            break;
+        };
+        client = ip;
+        if !proxies.trusts(ip) {
+            break;
+        }
+    }
+    client
+}
+
+/// One `X-Forwarded-For` entry: an address, perhaps with a port (`1.2.3.4:80`, `[::1]:80`).
+fn parse_entry(entry: &[u8]) -> Option<IpAddr> {
+    let text = std::str::from_utf8(entry.trim_ascii()).ok()?;
+    if let Ok(ip) = text.parse::<IpAddr>() {
+        return Some(ip.to_canonical());
+    }
+    text.parse::<std::net::SocketAddr>()
+        .ok()
+        .map(|s| s.ip().to_canonical())
+}
+
+/// pier's own RFC 7239 element: `for=<client>;host="<host>";proto=<scheme>` (an IPv6 node in
+/// quotes and brackets, §6; the host as a quoted-string, since `:` is not a token character).
+fn forwarded_element(client: IpAddr, scheme: &str, host: Option<&[u8]>) -> Vec<u8> {
+    let mut v = Vec::with_capacity(64);
+    v.extend_from_slice(b"for=");
+    match client.to_canonical() {
+        IpAddr::V4(ip) => v.extend_from_slice(ip.to_string().as_bytes()),
+        IpAddr::V6(ip) => v.extend_from_slice(format!("\"[{ip}]\"").as_bytes()),
+    }
+    if let Some(host) = host {
+        v.extend_from_slice(b";host=\"");
+        for &b in host {
+            if b == b'"' || b == b'\\' {
+                v.push(b'\\');
+            }
+            v.push(b);
+        }
+        v.push(b'"');
+    }
+    v.extend_from_slice(b";proto=");
+    v.extend_from_slice(scheme.as_bytes());
+    v
+}
+
+/// A new request ID: a random (version 4) UUID in its usual text form.
+pub fn new_request_id() -> HeaderValue {
+    let bits: u128 = rand::random();
+    // Version 4, variant 10 (RFC 9562 §5.4).
+    let bits = (bits & !(0xf << 76) | (0x4 << 76)) & !(0x3 << 62) | (0x2 << 62);
+    let bytes = bits.to_be_bytes();
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut text = [0u8; 36];
+    let mut at = 0;
+    for (i, b) in bytes.iter().enumerate() {
+        if matches!(i, 4 | 6 | 8 | 10) {
+            text[at] = b'-';
+            at += 1;
+        }
+        text[at] = HEX[usize::from(b >> 4)];
+        text[at + 1] = HEX[usize::from(b & 0xf)];
+        at += 2;
+    }
+    HeaderValue::from_bytes(&text).expect("hex digits and dashes are a valid header value")
+}
+
+#[cfg(test)]
+mod tests;
