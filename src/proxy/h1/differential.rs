@@ -37,6 +37,7 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use super::super::forwarded::{Edge, Hop, TrustedProxies};
 use super::chunked::Chunked;
 use super::head::*;
 use crate::proxy::headers::HOP_BY_HOP;
@@ -125,13 +126,26 @@ fn end_to_end(headers: &[(String, Vec<u8>)]) -> Vec<(String, Vec<u8>)> {
         .collect()
 }
 
-fn forwarding<'a>(head: &'a RequestHead<'a>) -> Forwarding<'a> {
+/// The edge policy for a client at 192.0.2.1 (not a trusted proxy: its forwarding headers are
+/// replaced, never copied).
+fn edge(head: &RequestHead<'_>) -> Edge {
+    let entry = http::HeaderValue::from_static("192.0.2.1");
+    let hop = Hop {
+        addr: [192, 0, 2, 1].into(),
+        forwarded_for: &entry,
+        trusted: false,
+    };
+    let lines = head.headers.iter().map(|h| (h.name, h.value));
+    Edge::read(&TrustedProxies::default(), hop, lines)
+}
+
+fn forwarding<'a>(head: &'a RequestHead<'a>, edge: &'a Edge) -> Forwarding<'a> {
     Forwarding {
         method: head.method_str,
         target: head.target,
         host: head.host.as_bytes(),
         client_host: head.host.as_bytes(),
-        forwarded_for: b"192.0.2.1",
+        edge,
         scheme: "http",
     }
 }
@@ -161,7 +175,8 @@ fn fast_path(input: &[u8]) -> Verdict {
         Parsed::Fallback => Verdict::Fallback,
         Parsed::Ready(head) => {
             let mut upstream = Vec::new();
-            write_request(&head, &forwarding(&head), &mut upstream);
+            let edge = edge(&head);
+            write_request(&head, &forwarding(&head, &edge), &mut upstream);
             upstream.extend_from_slice(&input[head.head_len..head.head_len + head.body_len]);
             Verdict::Ready {
                 head_len: head.head_len,
