@@ -56,6 +56,7 @@ fn snapshot(auth: Option<ClientAuth>) -> Snapshot {
             listeners: vec![],
             certs: None,
             client_auth: auth,
+            access_log_on: false,
         }],
     }
 }
