@@ -216,17 +216,14 @@ fn terminate(child: &mut Child) -> std::process::ExitStatus {
     panic!("pier did not exit after SIGTERM");
 }
 
-/// `pier run` on one echo backend, with `env` set, once ready: the process, the listener's
-/// port, and the echo backend and manifest directory (which must outlive the process).
-async fn run_one_route(
-    env: &[(&str, &str)],
-) -> (Child, u16, pier::echo::EchoServer, tempfile::TempDir) {
+/// An echo backend and a manifest directory routing a Gateway on a free port (returned) to it;
+/// both must outlive the pier that serves them.
+async fn one_route() -> (pier::echo::EchoServer, tempfile::TempDir, u16) {
     let echo = pier::echo::spawn("127.0.0.1:0".parse().unwrap(), "a")
         .await
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
-    let admin = free_port();
     std::fs::write(
         dir.path().join("all.yaml"),
         format!(
@@ -237,6 +234,16 @@ async fn run_one_route(
         ),
     )
     .unwrap();
+    (echo, dir, port)
+}
+
+/// `pier run` on one echo backend, with `env` set, once ready: the process, the listener's
+/// port, and the echo backend and manifest directory (which must outlive the process).
+async fn run_one_route(
+    env: &[(&str, &str)],
+) -> (Child, u16, pier::echo::EchoServer, tempfile::TempDir) {
+    let (echo, dir, port) = one_route().await;
+    let admin = free_port();
     let child = Child(
         pier()
             .envs(env.iter().copied())
@@ -906,21 +913,7 @@ async fn twenty_restarts_under_load_lose_no_request() {
              scripts/test for clients with a connection per request too)"
         );
     }
-    let echo = pier::echo::spawn("127.0.0.1:0".parse().unwrap(), "a")
-        .await
-        .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    std::fs::write(
-        dir.path().join("all.yaml"),
-        format!(
-            "{}---\n{}---\n{}",
-            gateway(port),
-            service("a", echo.addr),
-            route("r", "/", "a")
-        ),
-    )
-    .unwrap();
+    let (_echo, dir, port) = one_route().await;
     let mut old = start_pier(dir.path(), free_port(), &["--reuse-port"]).await;
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -975,21 +968,7 @@ async fn twenty_restarts_under_load_lose_no_request() {
 /// SIGHUP (`systemctl reload`) re-reads the manifests at once and does not end pier.
 #[tokio::test]
 async fn sighup_rereads_the_configuration_and_pier_keeps_serving() {
-    let echo = pier::echo::spawn("127.0.0.1:0".parse().unwrap(), "a")
-        .await
-        .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    std::fs::write(
-        dir.path().join("all.yaml"),
-        format!(
-            "{}---\n{}---\n{}",
-            gateway(port),
-            service("a", echo.addr),
-            route("r", "/", "a")
-        ),
-    )
-    .unwrap();
+    let (_echo, dir, port) = one_route().await;
     let admin = free_port();
     let mut child = start_pier(dir.path(), admin, &[]).await;
     let generation = || async move {

@@ -483,8 +483,15 @@ fn request_bytes() -> impl Strategy<Value = Vec<u8>> {
 /// The CI sample; `PROPTEST_CASES` overrides it.
 const CASES: u32 = 3000;
 
-#[test]
-fn the_fast_path_agrees_with_hyper_on_every_request_it_accepts() {
+/// Runs `check` on `PROPTEST_CASES` (default [`CASES`]) inputs from `strategy` on one
+/// current-thread runtime; fails on the first disagreement (with the input, as `show` prints
+/// it), else returns how many inputs got each verdict.
+fn run_cases<S: Strategy>(
+    what: &str,
+    strategy: S,
+    check: impl AsyncFn(&S::Value) -> Result<&'static str, String>,
+    show: impl Fn(&S::Value) -> String,
+) -> (u32, std::collections::BTreeMap<&'static str, u64>) {
     let cases = std::env::var("PROPTEST_CASES")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -498,20 +505,28 @@ fn the_fast_path_agrees_with_hyper_on_every_request_it_accepts() {
         failure_persistence: None,
         ..Config::default()
     });
-    let counts = Mutex::new(std::collections::BTreeMap::<&str, u64>::new());
-    let result = runner.run(&request_bytes(), |input| match rt.block_on(check(&input)) {
+    let counts = Mutex::new(std::collections::BTreeMap::new());
+    let result = runner.run(&strategy, |input| match rt.block_on(check(&input)) {
         Ok(kind) => {
             *counts.lock().unwrap().entry(kind).or_default() += 1;
             Ok(())
         }
-        Err(e) => Err(TestCaseError::fail(format!(
-            "{e}\ninput: {:?}",
-            String::from_utf8_lossy(&input)
-        ))),
+        Err(e) => Err(TestCaseError::fail(format!("{e}\n{}", show(&input)))),
     });
     let counts = counts.into_inner().unwrap();
-    eprintln!("{cases} cases: {counts:?}");
+    eprintln!("{cases} {what}: {counts:?}");
     result.unwrap();
+    (cases, counts)
+}
+
+#[test]
+fn the_fast_path_agrees_with_hyper_on_every_request_it_accepts() {
+    let (cases, counts) = run_cases(
+        "requests",
+        request_bytes(),
+        async |input: &Vec<u8>| check(input).await,
+        |input| format!("input: {:?}", String::from_utf8_lossy(input)),
+    );
     // The generator must reach each verdict, or the test proves little.
     for kind in ["ready", "fallback", "incomplete"] {
         assert!(
@@ -694,35 +709,12 @@ async fn check_chunked(body: &[u8], split: usize) -> Result<&'static str, String
 
 #[test]
 fn the_chunked_scanner_ends_bodies_where_hyper_does() {
-    let cases = std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(CASES);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let mut runner = TestRunner::new(Config {
-        cases,
-        failure_persistence: None,
-        ..Config::default()
-    });
-    let counts = Mutex::new(std::collections::BTreeMap::<&str, u64>::new());
-    let result = runner.run(&(chunked_body(), any::<usize>()), |(body, split)| match rt
-        .block_on(check_chunked(&body, split))
-    {
-        Ok(kind) => {
-            *counts.lock().unwrap().entry(kind).or_default() += 1;
-            Ok(())
-        }
-        Err(e) => Err(TestCaseError::fail(format!(
-            "{e}\nbody: {:?}",
-            String::from_utf8_lossy(&body)
-        ))),
-    });
-    let counts = counts.into_inner().unwrap();
-    eprintln!("{cases} chunked cases: {counts:?}");
-    result.unwrap();
+    let (cases, counts) = run_cases(
+        "chunked bodies",
+        (chunked_body(), any::<usize>()),
+        async |(body, split): &(Vec<u8>, usize)| check_chunked(body, *split).await,
+        |(body, _)| format!("body: {:?}", String::from_utf8_lossy(body)),
+    );
     for kind in ["same end", "refused"] {
         assert!(
             counts.get(kind).copied().unwrap_or(0) * 20 >= u64::from(cases),
