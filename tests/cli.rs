@@ -243,31 +243,7 @@ async fn run_one_route(
     env: &[(&str, &str)],
 ) -> (Child, u16, pier::echo::EchoServer, tempfile::TempDir) {
     let (echo, dir, port) = one_route().await;
-    let admin = free_port();
-    let child = Child(
-        pier()
-            .envs(env.iter().copied())
-            .args([
-                "run",
-                "--listen-host",
-                "127.0.0.1",
-                "--log-format",
-                "json",
-                "--admin",
-                &format!("127.0.0.1:{admin}"),
-                "--manifests",
-            ])
-            .arg(dir.path())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    eventually(Duration::from_secs(20), || async move {
-        try_get(&format!("http://127.0.0.1:{admin}/readyz"), &[])
-            .await
-            .is_some_and(|r| r.status == 200)
-    })
-    .await;
+    let child = start_pier(dir.path(), free_port(), env, &["--log-format", "json"]).await;
     (child, port, echo, dir)
 }
 
@@ -799,10 +775,17 @@ fn runtime_environment_variables_are_checked_before_anything_starts() {
 
 // === zero-downtime restart ===
 
-/// `pier run` with `flags` on the manifests in `dir`, its admin on `admin`; once ready.
-async fn start_pier(dir: &std::path::Path, admin: u16, flags: &[&str]) -> Child {
+/// `pier run` with `env` and `flags` on the manifests in `dir`, its admin on `admin`; once
+/// ready.
+async fn start_pier(
+    dir: &std::path::Path,
+    admin: u16,
+    env: &[(&str, &str)],
+    flags: &[&str],
+) -> Child {
     let child = Child(
         pier()
+            .envs(env.iter().copied())
             .arg("run")
             .args(flags)
             .args([
@@ -914,7 +897,7 @@ async fn twenty_restarts_under_load_lose_no_request() {
         );
     }
     let (_echo, dir, port) = one_route().await;
-    let mut old = start_pier(dir.path(), free_port(), &["--reuse-port"]).await;
+    let mut old = start_pier(dir.path(), free_port(), &[], &["--reuse-port"]).await;
 
     let stop = Arc::new(AtomicBool::new(false));
     let ok = Arc::new(AtomicU64::new(0));
@@ -933,7 +916,7 @@ async fn twenty_restarts_under_load_lose_no_request() {
         .collect();
     for restart in 0..20 {
         let before = ok.load(Ordering::Relaxed);
-        let new = start_pier(dir.path(), free_port(), &["--reuse-port"]).await;
+        let new = start_pier(dir.path(), free_port(), &[], &["--reuse-port"]).await;
         let status = terminate(&mut old);
         assert!(
             status.success(),
@@ -970,7 +953,7 @@ async fn twenty_restarts_under_load_lose_no_request() {
 async fn sighup_rereads_the_configuration_and_pier_keeps_serving() {
     let (_echo, dir, port) = one_route().await;
     let admin = free_port();
-    let mut child = start_pier(dir.path(), admin, &[]).await;
+    let mut child = start_pier(dir.path(), admin, &[], &[]).await;
     let generation = || async move {
         get(&format!("http://127.0.0.1:{admin}/config"), &[])
             .await

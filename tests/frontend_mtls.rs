@@ -162,6 +162,14 @@ async fn start(client_ca: &Pki) -> Env {
 }
 
 impl Env {
+    /// Waits until the strict port serves a client presenting `cert`.
+    async fn wait_served(&self, cert: &Leaf) {
+        eventually(Duration::from_secs(5), || {
+            served(self.strict, self.client(Some(cert)))
+        })
+        .await;
+    }
+
     /// A client trusting pier's certificate, presenting `cert` (or none).
     fn client(&self, cert: Option<&Leaf>) -> Arc<rustls::ClientConfig> {
         let mut roots = rustls::RootCertStore::empty();
@@ -295,10 +303,7 @@ async fn valid_only_requires_a_certificate_of_the_ca_and_fallback_lets_anyone_in
     let valid = ca.issue(&["client.example"]);
     let foreign = other.issue(&["client.example"]);
 
-    eventually(Duration::from_secs(5), || {
-        served(env.strict, env.client(Some(&valid)))
-    })
-    .await;
+    env.wait_served(&valid).await;
     let no_cert = request(env.strict, env.client(None)).await;
     assert!(no_cert.is_err(), "no certificate was let in: {no_cert:?}");
     let wrong_ca = request(env.strict, env.client(Some(&foreign))).await;
@@ -345,20 +350,14 @@ async fn a_ca_rotation_applies_to_new_handshakes_and_keeps_open_connections() {
     let env = start(&old).await;
     let old_cert = old.issue(&["client.example"]);
     let new_cert = new.issue(&["client.example"]);
-    eventually(Duration::from_secs(5), || {
-        served(env.strict, env.client(Some(&old_cert)))
-    })
-    .await;
+    env.wait_served(&old_cert).await;
     let mut open = Conn::open(env.strict, env.client(Some(&old_cert)))
         .await
         .unwrap();
     assert_eq!(open.get().await.unwrap().backend(), "a");
 
     env.rotate_ca(new.ca_pem());
-    eventually(Duration::from_secs(5), || {
-        served(env.strict, env.client(Some(&new_cert)))
-    })
-    .await;
+    env.wait_served(&new_cert).await;
     let refused = request(env.strict, env.client(Some(&old_cert))).await;
     assert!(refused.is_err(), "the old CA still verifies: {refused:?}");
     // The connection made under the old CA is not cut.
@@ -398,10 +397,7 @@ async fn a_session_from_a_port_without_validation_does_not_resume_past_it() {
     let ca = Pki::new();
     let env = start(&ca).await;
     let valid = ca.issue(&["client.example"]);
-    eventually(Duration::from_secs(5), || {
-        served(env.strict, env.client(Some(&valid)))
-    })
-    .await;
+    env.wait_served(&valid).await;
     // One config (one session cache, one SNI) for both ports.
     let anonymous = env.client(None);
     for port in [env.open, env.fallback] {
@@ -421,10 +417,7 @@ async fn the_identity_header_carries_only_a_verified_certificate() {
     let env = start(&ca).await;
     let valid = ca.issue(&["client.example"]);
     let foreign = other.issue(&["client.example"]);
-    eventually(Duration::from_secs(5), || {
-        served(env.strict, env.client(Some(&valid)))
-    })
-    .await;
+    env.wait_served(&valid).await;
     let header = |r: Resp| r.echo().headers.get("x-client-cert").cloned();
     let verified = Some(vec![
         "Subject=\"CN=rcgen self signed cert\";DNS=client.example".to_string(),

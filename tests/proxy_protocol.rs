@@ -183,16 +183,18 @@ async fn haproxy_send_proxy_v1_and_v2_carry_the_client_address_over_http_and_htt
     pier.shutdown().await;
 }
 
-/// A header that never ends is cut off after the 5 s timeout, before any HTTP.
-#[tokio::test]
-async fn a_header_that_never_completes_is_closed_after_the_timeout() {
-    init();
+/// Manifests routing a Gateway on a free port (returned) to an echo backend, with
+/// `pier.dev/proxy-protocol: <annotation>` (YAML); the backend and directory must outlive pier.
+async fn proxied_route(annotation: &str) -> (pier::echo::EchoServer, tempfile::TempDir, u16) {
     let echo = pier::echo::spawn(local(0), "a").await.unwrap();
     let port = free_port();
     let dir = tempfile::tempdir().unwrap();
     let gw = gateway(port).replace(
         "metadata: {name: gw, namespace: default}",
-        "metadata:\n  name: gw\n  namespace: default\n  annotations: {pier.dev/proxy-protocol: http}",
+        &format!(
+            "metadata:\n  name: gw\n  namespace: default\n  \
+             annotations: {{pier.dev/proxy-protocol: {annotation}}}"
+        ),
     );
     std::fs::write(
         dir.path().join("all.yaml"),
@@ -203,6 +205,14 @@ async fn a_header_that_never_completes_is_closed_after_the_timeout() {
         ),
     )
     .unwrap();
+    (echo, dir, port)
+}
+
+/// A header that never ends is cut off after the 5 s timeout, before any HTTP.
+#[tokio::test]
+async fn a_header_that_never_completes_is_closed_after_the_timeout() {
+    init();
+    let (_echo, dir, port) = proxied_route("http").await;
     let pier = run::start(RunOptions {
         listen_host: [127, 0, 0, 1].into(),
         admin: SocketAddr::from(([127, 0, 0, 1], 0)),
@@ -236,22 +246,7 @@ async fn a_header_that_never_completes_is_closed_after_the_timeout() {
 #[tokio::test]
 async fn trusted_proxies_are_checked_against_the_address_the_header_names() {
     init();
-    let echo = pier::echo::spawn(local(0), "a").await.unwrap();
-    let port = free_port();
-    let dir = tempfile::tempdir().unwrap();
-    let gw = gateway(port).replace(
-        "metadata: {name: gw, namespace: default}",
-        "metadata:\n  name: gw\n  namespace: default\n  annotations: {pier.dev/proxy-protocol: \"true\"}",
-    );
-    std::fs::write(
-        dir.path().join("all.yaml"),
-        format!(
-            "{gw}---\n{}---\n{}",
-            service("a", echo.addr),
-            route("r", "/", "a")
-        ),
-    )
-    .unwrap();
+    let (_echo, dir, port) = proxied_route("\"true\"").await;
     let pier = run::start(RunOptions {
         listen_host: [127, 0, 0, 1].into(),
         admin: SocketAddr::from(([127, 0, 0, 1], 0)),
