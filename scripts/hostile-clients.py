@@ -22,6 +22,7 @@ REPO = os.path.dirname(HERE)
 PORT = 18180  # pier's listener
 ECHO = 18181  # the echo backend
 ADMIN = 18190
+SLOWLORIS = 10_000  # attacking connections (figure 5)
 
 MANIFESTS = f"""
 apiVersion: gateway.networking.k8s.io/v1
@@ -118,9 +119,12 @@ def rss_mib(pid):
 
 
 def main():
+    global SLOWLORIS
     ap = argparse.ArgumentParser()
     ap.add_argument("--pier", default=os.path.join(REPO, "target/release/pier"))
+    ap.add_argument("--slowloris", type=int, default=SLOWLORIS, help="attacking connections")
     args = ap.parse_args()
+    SLOWLORIS = args.slowloris
     if not shutil.which("ss"):
         sys.exit("needs ss (iproute2)")
     d = tempfile.mkdtemp(prefix="pier-hostile-")
@@ -235,6 +239,78 @@ def run_figures(pier_pid):
     for s in heads:
         s.close()
     figure("500 incomplete 60 KB heads: RSS growth (MiB)", f"{during - before:.1f} (from {before:.1f})", during - before < 100)
+
+    # 5. A slowloris of SLOWLORIS connections (the default cap is 10 000 per port): each sends
+    # part of a head and one more header byte each second, and reconnects when closed. Other
+    # clients must still be served promptly (pier closes the longest-waiting connections at
+    # the cap), not after the 30 s header timeout.
+    slowloris(pier_pid)
+
+
+def slowloris(pier_pid):
+    import resource
+    import selectors
+
+    n = SLOWLORIS
+    resource.setrlimit(resource.RLIMIT_NOFILE, (n + 4096, n + 4096))
+    head = b"GET /a HTTP/1.1\r\nHost: x\r\nX-Slow: "
+
+    def open_one():
+        s = socket.socket()
+        s.setblocking(False)
+        try:
+            s.connect(("127.0.0.1", PORT))
+        except BlockingIOError:
+            pass
+        return s
+
+    attackers = [open_one() for _ in range(n)]
+    sent_head = [False] * n
+    opened = n
+    time.sleep(2)
+    before = rss_mib(pier_pid)
+    latencies = []
+    failed = 0
+    end = time.time() + 20
+    next_trickle = 0
+    while time.time() < end:
+        if time.time() >= next_trickle:
+            next_trickle = time.time() + 1
+            for i, s in enumerate(attackers):
+                try:
+                    s.send(b"a" if sent_head[i] else head)
+                    sent_head[i] = True
+                except (BlockingIOError, InterruptedError):
+                    pass  # still connecting
+                except OSError:
+                    # Closed by pier: come back, as an attacker would.
+                    s.close()
+                    attackers[i] = open_one()
+                    sent_head[i] = False
+                    opened += 1
+        # One legitimate request on a new connection, its latency measured.
+        started = time.time()
+        try:
+            got = status_of(b"GET /a HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", timeout=10)
+        except OSError:
+            got = None
+        if got == 200:
+            latencies.append(time.time() - started)
+        else:
+            failed += 1
+        time.sleep(0.2)
+    during = rss_mib(pier_pid)
+    for s in attackers:
+        s.close()
+    latencies.sort()
+    p50 = latencies[len(latencies) // 2] * 1000 if latencies else float("nan")
+    worst = latencies[-1] * 1000 if latencies else float("nan")
+    figure(
+        f"slowloris of {n} connections (reconnecting; {opened} opened in 20 s): other clients",
+        f"{len(latencies)} served, {failed} failed, p50 {p50:.1f} ms, max {worst:.1f} ms",
+        failed == 0 and latencies and worst < 3000,
+    )
+    figure(f"... pier RSS during the slowloris (MiB)", f"{during:.1f} (from {before:.1f})", during < 1024)
 
 
 if __name__ == "__main__":

@@ -220,8 +220,9 @@ pub struct LimitArgs {
     /// escaped unreserved characters are always normalised).
     #[arg(long)]
     pub merge_slashes: bool,
-    /// Open client connections per listener port; at the cap pier stops accepting (clients
-    /// wait in the kernel's accept queue) until one closes.
+    /// Open client connections per listener port. At the cap a new client takes the place of
+    /// the connection that has waited on its client longest (idle, or a slow head or TLS
+    /// handshake); with every connection busy pier stops accepting until one closes or idles.
     #[arg(long, value_name = "N", default_value_t = 10_000)]
     pub max_connections: usize,
     /// Close a TLS stream (TLSRoute) that has carried no byte either way for this many

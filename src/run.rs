@@ -223,12 +223,32 @@ impl Running {
     }
 }
 
+/// Raises the soft open-files limit to the hard one (as Go programs do at start-up; shells
+/// and containers often start with a soft limit of 1024, far below `--max-connections`), and
+/// warns when even that is below one port's connection cap (one descriptor a client
+/// connection, and room for backend connections, listeners and files).
+fn raise_open_files_limit(max_connections: usize) {
+    let needed = (max_connections as u64).saturating_add(1024);
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(limit) if limit < needed => tracing::warn!(
+            limit,
+            needed,
+            max_connections,
+            "the open-files limit is below what --max-connections needs: accepting fails at \
+             the limit; raise it (systemd LimitNOFILE=, ulimit -Hn) or lower --max-connections"
+        ),
+        Ok(limit) => tracing::debug!(limit, "open-files limit"),
+        Err(error) => tracing::warn!(%error, "cannot read or raise the open-files limit"),
+    }
+}
+
 /// Starts pier. With manifests: loads them, publishes the first configuration and binds the
 /// listeners before returning, and fails (with the file and the reason) when the first load
 /// does, as there is no last good configuration to keep yet. With a cluster: connects (fails
 /// only on an unusable kubeconfig) and returns at once; the first configuration is published
 /// once every watch has listed, and `/readyz` says 503 until then.
 pub async fn start(opts: RunOptions) -> anyhow::Result<Running> {
+    raise_open_files_limit(opts.limits.max_connections);
     let mut registry = metrics::registry();
     let control = ControlMetrics::register(&mut registry);
     let proxy_metrics = Arc::new(ProxyMetrics::register(&mut registry));

@@ -979,3 +979,64 @@ async fn sighup_rereads_the_configuration_and_pier_keeps_serving() {
     assert_eq!(r.status, 200);
     assert!(terminate(&mut child).success());
 }
+
+/// pier raises its soft open-files limit to the hard one at start-up (a shell's soft limit of
+/// 1024 would refuse connections far below `--max-connections`), and warns when even the hard
+/// limit is below the connection cap.
+#[tokio::test]
+async fn run_raises_the_open_files_limit_and_warns_when_the_cap_needs_more() {
+    let hard: u64 = std::fs::read_to_string("/proc/self/limits")
+        .unwrap()
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .and_then(|l| l.split_whitespace().nth(4).map(str::to_owned))
+        .unwrap()
+        .parse()
+        .unwrap_or(u64::MAX);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("gw.yaml"), gateway(free_port())).unwrap();
+    let log_path = dir.path().join("stderr.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    // A soft limit of 256, and a cap beyond the hard limit.
+    let cap = hard.saturating_add(1).min(u64::from(u32::MAX)).to_string();
+    let child = Child(
+        Command::new("sh")
+            .args(["-c", r#"ulimit -Sn 256 && exec "$0" "$@""#])
+            .arg(env!("CARGO_BIN_EXE_pier"))
+            .args([
+                "run",
+                "--listen-host",
+                "127.0.0.1",
+                "--admin",
+                "127.0.0.1:0",
+            ])
+            .args(["--max-connections", &cap, "--manifests"])
+            .arg(dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(log))
+            .spawn()
+            .unwrap(),
+    );
+    let read = || std::fs::read_to_string(&log_path).unwrap_or_default();
+    eventually(Duration::from_secs(10), || async {
+        read().contains("ready")
+    })
+    .await;
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", child.0.id())).unwrap();
+    let soft = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .and_then(|l| l.split_whitespace().nth(3))
+        .unwrap();
+    let want = if hard == u64::MAX {
+        "unlimited".to_string()
+    } else {
+        hard.to_string()
+    };
+    assert_eq!(soft, want, "{limits}");
+    let text = read();
+    assert!(
+        text.contains("the open-files limit is below what --max-connections needs"),
+        "{text}"
+    );
+}

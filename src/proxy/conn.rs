@@ -23,6 +23,7 @@ use tokio_rustls::TlsAcceptor;
 
 use super::conn_info::ConnInfo;
 use super::drain::DrainToken;
+use super::reclaim::Registration;
 use super::{Shared, h1, proxy_protocol, service, stream};
 use crate::model::host::normalize_host;
 use crate::model::{PortKey, Protocol};
@@ -35,16 +36,38 @@ pub struct PortTls {
     pub stream: Arc<rustls::ServerConfig>,
 }
 
+/// Serves one accepted connection until it ends, or until the accept loop closes it while it
+/// waits on its client (at the connection cap: `reclaim`).
 pub async fn serve(
     shared: Arc<Shared>,
+    tcp: TcpStream,
+    peer: SocketAddr,
+    key: PortKey,
+    tls: Arc<PortTls>,
+    drain: DrainToken,
+    reclaim: Registration,
+) {
+    let _active = shared.metrics.connection(key.port);
+    let reclaimed = tokio::select! {
+        biased;
+        () = serve_conn(&shared, tcp, peer, key, tls, drain, &reclaim) => false,
+        () = reclaim.closed() => true,
+    };
+    if reclaimed {
+        shared.metrics.reclaimed(key.port);
+    }
+}
+
+async fn serve_conn(
+    shared: &Arc<Shared>,
     mut tcp: TcpStream,
     peer: SocketAddr,
     key: PortKey,
     tls: Arc<PortTls>,
     drain: DrainToken,
+    reclaim: &Registration,
 ) {
     let port = key.port;
-    let _active = shared.metrics.connection(port);
     let _ = tcp.set_nodelay(true);
     // The protocol is read per connection, so a port that changes between HTTP and HTTPS
     // needs no rebinding.
@@ -54,7 +77,7 @@ pub async fn serve(
     };
     let (peer, via) = if proxy_protocol {
         // Boxed: the header buffer is a few kilobytes, on opt-in ports only.
-        match Box::pin(proxy_header(&shared, &mut tcp, peer, port, &drain)).await {
+        match Box::pin(proxy_header(shared, &mut tcp, peer, port, &drain)).await {
             Some(client) if client != peer => (client, Some(peer)),
             Some(_) => (peer, None),
             None => return,
@@ -75,18 +98,21 @@ pub async fn serve(
     });
     match protocol {
         None => {}
-        Some(Protocol::Http) => serve_h1(&shared, tcp, info, drain).await,
+        Some(Protocol::Http) => serve_h1(shared, tcp, info, drain, reclaim).await,
         // Boxed, like hyper's fallback below: the TLS states (handshake, rustls connection)
         // would otherwise size every plain connection's future too.
         Some(Protocol::Https) => {
             let acceptor = tls.https.clone();
             drop(tls);
-            Box::pin(serve_tls(&shared, tcp, acceptor, info, drain)).await
+            Box::pin(serve_tls(shared, tcp, acceptor, info, drain, reclaim)).await
         }
         Some(Protocol::Tls) => {
             let config = tls.stream.clone();
             drop(tls);
-            Box::pin(stream::serve(&shared, tcp, info, config, drain)).await
+            // TLS streams bound their own idleness (handshake and stream idle timeouts).
+            if reclaim.busy() {
+                Box::pin(stream::serve(shared, tcp, info, config, drain)).await
+            }
         }
     }
 }
@@ -142,6 +168,7 @@ async fn serve_tls(
     tls: TlsAcceptor,
     info: Arc<ConnInfo>,
     mut drain: DrainToken,
+    reclaim: &Registration,
 ) {
     let (peer, port) = (info.peer, info.port);
     let deadline = shared.config.tls_handshake_timeout;
@@ -167,8 +194,13 @@ async fn serve_tls(
         }),
     };
     match tls.alpn_protocol() {
-        Some(b"h2") => serve_http(shared, TokioIo::new(stream), info, drain).await,
-        _ => serve_h1(shared, stream, info, drain).await,
+        // hyper bounds an HTTP/2 connection's idleness itself (`idle_timeout`).
+        Some(b"h2") => {
+            if reclaim.busy() {
+                serve_http(shared, TokioIo::new(stream), info, drain).await
+            }
+        }
+        _ => serve_h1(shared, stream, info, drain, reclaim).await,
     }
 }
 
@@ -190,12 +222,19 @@ fn client_identity(
 }
 
 /// The fast path first; hyper for the rest of the connection if a request needs it.
-async fn serve_h1<I>(shared: &Arc<Shared>, io: I, info: Arc<ConnInfo>, mut drain: DrainToken)
-where
+async fn serve_h1<I>(
+    shared: &Arc<Shared>,
+    io: I,
+    info: Arc<ConnInfo>,
+    mut drain: DrainToken,
+    reclaim: &Registration,
+) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    match h1::serve(shared, io, &info, &mut drain).await {
+    match h1::serve(shared, io, &info, &mut drain, reclaim).await {
         h1::Served::Closed => {}
+        // The fast path marked the connection busy before handing it over; hyper bounds its
+        // idleness from here (`idle_timeout`).
         h1::Served::Fallback(io) => {
             Box::pin(serve_http(shared, TokioIo::new(io), info, drain)).await
         }

@@ -11,7 +11,14 @@ use tokio::task::JoinHandle;
 use super::Shared;
 use super::conn;
 use super::drain::Drain;
+use super::reclaim::Reclaim;
 use crate::model::PortKey;
+
+/// How many waiting connections a full accept loop closes at once: nginx drains 32; fewer
+/// for small caps (one per 256 connections of the cap, at least one).
+fn reclaim_batch(max_connections: usize) -> usize {
+    (max_connections / 256).clamp(1, 32)
+}
 
 /// Accepts connections on `listener` until the drain starts, then drops the socket.
 pub fn spawn_accept(
@@ -23,29 +30,17 @@ pub fn spawn_accept(
 ) -> JoinHandle<()> {
     let port = key.port;
     let mut token = drain.token();
-    // At the cap the loop stops accepting: new clients wait in the kernel's accept queue
-    // (backpressure) instead of being accepted and starved, until a connection closes.
+    // At the cap, a client that arrives makes room: the loop closes connections that wait
+    // on their clients (idle keep-alive, slow heads and handshakes), the longest-waiting
+    // first, so slow or idle clients cannot hold every slot; connections with a request in
+    // progress are never closed. When every connection is busy, the loop holds the client it
+    // accepted and stops accepting (backpressure: the next ones wait in the kernel's accept
+    // queue) until a connection closes or goes idle.
     let permits = Arc::new(Semaphore::new(shared.config.limits.max_connections.max(1)));
+    let reclaim = Reclaim::new();
+    let batch = reclaim_batch(shared.config.limits.max_connections);
     tokio::spawn(async move {
         loop {
-            let permit = match permits.clone().try_acquire_owned() {
-                Ok(p) => p,
-                Err(_) => {
-                    tracing::warn!(
-                        port,
-                        limit = shared.config.limits.max_connections,
-                        "connection limit reached; new connections wait to be accepted"
-                    );
-                    tokio::select! {
-                        biased;
-                        _ = token.draining() => break,
-                        p = permits.clone().acquire_owned() => match p {
-                            Ok(p) => p,
-                            Err(_) => break,
-                        },
-                    }
-                }
-            };
             let accepted = tokio::select! {
                 biased;
                 _ = token.draining() => break,
@@ -53,8 +48,29 @@ pub fn spawn_accept(
             };
             match accepted {
                 Ok((tcp, peer)) => {
-                    let conn =
-                        conn::serve(shared.clone(), tcp, peer, key, tls.clone(), token.clone());
+                    let permit = match permits.clone().try_acquire_owned() {
+                        Ok(p) => p,
+                        Err(_) => {
+                            let permit = tokio::select! {
+                                biased;
+                                _ = token.draining() => break,
+                                p = make_room(&shared, &permits, &reclaim, batch, port) => p,
+                            };
+                            match permit {
+                                Some(p) => p,
+                                None => break,
+                            }
+                        }
+                    };
+                    let conn = conn::serve(
+                        shared.clone(),
+                        tcp,
+                        peer,
+                        key,
+                        tls.clone(),
+                        token.clone(),
+                        reclaim.register(),
+                    );
                     // Boxed: the connection's future is kilobytes, and the runtime moves a
                     // task's future by value several times between spawn and completion
                     // (callgrind: ~86 KB of memcpy per connection unboxed; BENCHMARKS.md).
@@ -77,3 +93,40 @@ pub fn spawn_accept(
         tracing::debug!(port, "stopped accepting");
     })
 }
+
+/// At the cap with a client accepted: closes the connections that have waited on their clients
+/// longest, and waits for a slot; while every connection is busy, looks again every
+/// [`RECLAIM_RETRY`] for one that has gone idle. `None` once the semaphore is closed.
+async fn make_room(
+    shared: &Shared,
+    permits: &Arc<Semaphore>,
+    reclaim: &Reclaim,
+    batch: usize,
+    port: u16,
+) -> Option<tokio::sync::OwnedSemaphorePermit> {
+    let mut warned = false;
+    loop {
+        let closed = reclaim.close_longest_waiting(batch);
+        if closed > 0 {
+            tracing::debug!(
+                port,
+                closed,
+                "connection limit reached; closed connections waiting on their clients"
+            );
+        } else if !warned {
+            warned = true;
+            tracing::warn!(
+                port,
+                limit = shared.config.limits.max_connections,
+                "connection limit reached with every connection busy; new connections wait"
+            );
+        }
+        tokio::select! {
+            p = permits.clone().acquire_owned() => return p.ok(),
+            _ = tokio::time::sleep(RECLAIM_RETRY) => {}
+        }
+    }
+}
+
+/// How often a full accept loop looks for a connection gone idle.
+const RECLAIM_RETRY: Duration = Duration::from_millis(50);

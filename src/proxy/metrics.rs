@@ -36,6 +36,7 @@ pub struct ProxyMetrics {
     errors: Family<ErrorLabels, Counter>,
     connect_errors: Family<ConnectErrorLabels, Counter>,
     connections: Family<PortLabels, Gauge>,
+    reclaimed: Family<PortLabels, Counter>,
     in_flight: Family<BackendLabels, Gauge>,
     tls_handshakes: Family<TlsHandshakeLabels, Counter>,
     tls_unavailable: Family<TlsUnavailableLabels, Counter>,
@@ -303,6 +304,12 @@ impl ProxyMetrics {
             m.connections.clone(),
         );
         reg.register(
+            "downstream_connections_reclaimed",
+            "Client connections closed at the connection cap while they waited on their client \
+             (idle keep-alive, a slow request head or TLS handshake), by port",
+            m.reclaimed.clone(),
+        );
+        reg.register(
             "upstream_in_flight",
             "Requests in flight to a backend (until the response body ends)",
             m.in_flight.clone(),
@@ -430,6 +437,10 @@ impl ProxyMetrics {
         ConnectionGuard(g)
     }
 
+    pub fn reclaimed(&self, port: u16) {
+        self.reclaimed.get_or_create(&PortLabels { port }).inc();
+    }
+
     pub fn in_flight(&self, backend: &BackendId) -> Gauge {
         self.in_flight.get_or_create_owned(&BackendLabels {
             backend: backend.to_string(),
@@ -523,6 +534,7 @@ impl Default for ProxyMetrics {
             errors: Family::default(),
             connect_errors: Family::default(),
             connections: Family::default(),
+            reclaimed: Family::default(),
             in_flight: Family::default(),
             tls_handshakes: Family::default(),
             tls_unavailable: Family::default(),

@@ -27,6 +27,7 @@ mod listener;
 pub mod metrics;
 mod mirror;
 mod proxy_protocol;
+mod reclaim;
 mod retry;
 mod service;
 mod stream;
@@ -114,7 +115,8 @@ pub struct Limits {
     /// Merge runs of `/` in request paths before matching and forwarding (dot segments and
     /// escaped unreserved characters are always normalised).
     pub merge_slashes: bool,
-    /// Open client connections per port; at the cap pier stops accepting until one closes.
+    /// Open client connections per port; at the cap a new client takes the place of the
+    /// longest-waiting idle or slow one (`reclaim`), or, all busy, waits to be accepted.
     pub max_connections: usize,
     /// A TLS stream (TLSRoute) that carries no byte either way for this long is closed (as
     /// HAProxy's `timeout tunnel`, 1 h by default).

@@ -288,23 +288,97 @@ async fn a_request_head_over_64_kib_is_431_on_either_path() {
 }
 
 #[tokio::test]
-async fn at_the_connection_cap_new_clients_wait_until_one_closes() {
+async fn at_the_connection_cap_busy_connections_hold_and_new_clients_wait() {
     let a = echo("a").await;
     let mut config = config();
     config.limits.max_connections = 2;
     let (h, p) = proxy(&a, config).await;
-    // Two idle connections fill the cap.
-    let first = bounded(TcpStream::connect(local(p))).await.unwrap();
-    let _second = bounded(TcpStream::connect(local(p))).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    // A third connects (the kernel queues it) but is not served while the cap is full.
+    // Two requests in progress fill the cap.
+    let mut busy = Vec::new();
+    for _ in 0..2 {
+        let mut c = bounded(Client::connect(p)).await;
+        c.write(b"GET /delay/1500 HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await;
+        busy.push(c);
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // A third connects (the kernel queues it) but is not served while the cap is full of
+    // connections that are busy: those are never closed to make room.
     let mut third = bounded(Client::connect(p)).await;
     third.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await;
     let early = tokio::time::timeout(Duration::from_millis(500), third.response(false)).await;
     assert!(early.is_err(), "served beyond the connection cap");
-    // One closes: the waiting client is accepted and served.
-    drop(first);
+    // The busy ones finish; the waiting client is then accepted and served.
+    for c in &mut busy {
+        assert_eq!(bounded(c.response(false)).await.status, 200);
+    }
     let resp = bounded(third.response(false)).await;
     assert_eq!(resp.status, 200);
+    bounded(h.proxy.shutdown(BOUND)).await;
+}
+
+#[tokio::test]
+async fn at_the_connection_cap_the_longest_waiting_client_makes_room() {
+    let a = echo("a").await;
+    let mut config = config();
+    config.limits.max_connections = 4;
+    config.header_read_timeout = Duration::from_secs(30);
+    let (h, p) = proxy(&a, config).await;
+    // The cap is full: a client that connected and sent nothing (oldest), a slowloris head
+    // that never ends, an idle keep-alive connection after one request, and a request in
+    // progress.
+    let mut silent = bounded(TcpStream::connect(local(p))).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let mut slow = bounded(TcpStream::connect(local(p))).await.unwrap();
+    slow.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nX-A: 1\r\n")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let mut idle = bounded(Client::connect(p)).await;
+    idle.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await;
+    assert_eq!(bounded(idle.response(false)).await.status, 200);
+    let mut busy = bounded(Client::connect(p)).await;
+    busy.write(b"GET /delay/1500 HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+
+    // Each new client is served at once (not after the 30 s header timeout), and each takes
+    // the place of the client that has waited longest: the silent one, then the slowloris,
+    // then the idle keep-alive connection.
+    let mut fillers = Vec::new();
+    for (i, victim) in ["silent", "slowloris", "idle keep-alive"]
+        .iter()
+        .enumerate()
+    {
+        let started = Instant::now();
+        let mut c = bounded(Client::connect(p)).await;
+        c.write(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await;
+        assert_eq!(bounded(c.response(false)).await.status, 200);
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "client {i} waited {:?} at the cap",
+            started.elapsed()
+        );
+        drop(c);
+        let closed = match i {
+            0 => closed_within(&mut silent, Duration::from_secs(2)).await,
+            1 => closed_within(&mut slow, Duration::from_secs(2)).await,
+            _ => closed_within(&mut idle.tcp, Duration::from_secs(2)).await,
+        };
+        assert!(closed.is_some(), "the {victim} connection was not closed");
+        // The client that just closed frees its own slot: fill it again so the cap stays full.
+        fillers.push(bounded(TcpStream::connect(local(p))).await.unwrap());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The request in progress was never cut.
+    assert_eq!(bounded(busy.response(false)).await.status, 200);
+    let metrics = h.metrics_text();
+    assert!(
+        metrics.contains(&format!(
+            "pier_proxy_downstream_connections_reclaimed_total{{port=\"{p}\"}} 3"
+        )),
+        "{metrics}"
+    );
     bounded(h.proxy.shutdown(BOUND)).await;
 }

@@ -53,6 +53,7 @@ use super::drain::DrainToken;
 use super::error::ProxyError;
 use super::forwarded::Edge;
 use super::metrics::Transport;
+use super::reclaim::Registration;
 use super::service::{self, Decision, RouteInput, Routed, Seen};
 use super::upstream::{Raw, RawConn, Stream, Target};
 use super::validate;
@@ -118,6 +119,8 @@ struct Conn<'a, I> {
     /// The head (and small body) being written, either way.
     wbuf: Vec<u8>,
     flags: &'a Flags,
+    /// Waiting on the client or busy (`reclaim`: the accept loop may close a waiting one).
+    reclaim: &'a Registration,
 }
 
 /// What to do with one request, decided without I/O.
@@ -166,7 +169,13 @@ struct Answer {
 
 /// Serves HTTP/1.1 requests on `io` until the client closes, the connection drains, or a
 /// request needs hyper.
-pub async fn serve<I>(shared: &Shared, io: I, info: &ConnInfo, drain: &mut DrainToken) -> Served<I>
+pub async fn serve<I>(
+    shared: &Shared,
+    io: I,
+    info: &ConnInfo,
+    drain: &mut DrainToken,
+    reclaim: &Registration,
+) -> Served<I>
 where
     I: AsyncRead + AsyncWrite + Unpin + Send,
 {
@@ -181,6 +190,7 @@ where
         // does not regrow the buffer step by step on every new connection.
         wbuf: Vec::with_capacity(WBUF),
         flags: &flags,
+        reclaim,
     };
     let next = {
         let run = conn.run();
@@ -241,6 +251,11 @@ where
                         &self.rbuf,
                         &mut self.wbuf,
                     );
+                    // A whole request (or hyper's): no longer waiting on the client, unless
+                    // the accept loop closed the connection first.
+                    if !matches!(plan, Plan::Partial(_)) && !self.reclaim.busy() {
+                        return Next::Close;
+                    }
                     match plan {
                         Plan::Partial(total) => need = total.unwrap_or(self.rbuf.len() + 1),
                         Plan::Fallback => return Next::Fallback,
@@ -254,8 +269,9 @@ where
                 }
                 // The head (and body) must arrive within the header read timeout.
                 if !armed {
-                    let deadline = tokio::time::Instant::now() + header_timeout;
-                    timer.as_mut().reset(deadline);
+                    let now = tokio::time::Instant::now();
+                    timer.as_mut().reset(now + header_timeout);
+                    self.reclaim.wait(now.into_std());
                     armed = true;
                 }
                 let idle = self.rbuf.is_empty();
