@@ -229,6 +229,14 @@ pub struct LimitArgs {
     /// seconds.
     #[arg(long, value_name = "SECS", default_value_t = 3600)]
     pub stream_idle_timeout: u64,
+    /// Longest request target (path and query); a longer one is answered 414 (nginx's
+    /// default line buffer is 8 KiB). Suffixes K, M: powers of 1024.
+    #[arg(long, value_name = "BYTES", default_value = "8K", value_parser = parse_bytes)]
+    pub max_request_target: u64,
+    /// Largest request body, declared or streamed; a larger one is answered 413 (0: no
+    /// maximum, the default: bodies stream to the backend and are never held whole).
+    #[arg(long, value_name = "BYTES", default_value = "0", value_parser = parse_bytes)]
+    pub max_request_body: u64,
 }
 
 impl LimitArgs {
@@ -248,6 +256,9 @@ impl LimitArgs {
             merge_slashes: self.merge_slashes,
             max_connections: self.max_connections,
             stream_idle_timeout: Duration::from_secs(self.stream_idle_timeout.max(1)),
+            max_request_target: usize::try_from(self.max_request_target.max(1))
+                .unwrap_or(usize::MAX),
+            max_request_body: (self.max_request_body > 0).then_some(self.max_request_body),
         }
     }
 }

@@ -27,6 +27,9 @@ pub enum BodyFault {
     /// No bytes for the body idle timeout, or slower than the minimum rate.
     #[error("too slow")]
     TooSlow,
+    /// Longer than the configured maximum (`--max-request-body`).
+    #[error("too large")]
+    TooLarge,
 }
 
 /// Request and response bodies, streamed (never buffered) through the proxy.
@@ -140,6 +143,7 @@ impl FaultCell {
         let v = match f {
             BodyFault::Malformed => 1,
             BodyFault::TooSlow => 2,
+            BodyFault::TooLarge => 3,
         };
         self.0.store(v, Ordering::Relaxed);
     }
@@ -148,6 +152,7 @@ impl FaultCell {
         match self.0.load(Ordering::Relaxed) {
             1 => Some(BodyFault::Malformed),
             2 => Some(BodyFault::TooSlow),
+            3 => Some(BodyFault::TooLarge),
             _ => None,
         }
     }
@@ -161,6 +166,8 @@ pub struct ClientBody<B> {
     inner: B,
     fault: Arc<FaultCell>,
     pace: Option<Paced>,
+    /// Bytes the body may still carry (`None`: no maximum).
+    room: Option<u64>,
 }
 
 struct Paced {
@@ -171,7 +178,13 @@ struct Paced {
 }
 
 impl<B> ClientBody<B> {
-    pub fn new(inner: B, fault: Arc<FaultCell>, pace: Option<BodyPace>) -> Self {
+    /// `max_len`: a body longer than this fails with [`BodyFault::TooLarge`].
+    pub fn new(
+        inner: B,
+        fault: Arc<FaultCell>,
+        pace: Option<BodyPace>,
+        max_len: Option<u64>,
+    ) -> Self {
         let pace = pace.map(|pace| {
             let started = Instant::now();
             let mut p = Paced {
@@ -183,7 +196,12 @@ impl<B> ClientBody<B> {
             p.rearm(started);
             p
         });
-        Self { inner, fault, pace }
+        Self {
+            inner,
+            fault,
+            pace,
+            room: max_len,
+        }
     }
 }
 
@@ -218,8 +236,21 @@ where
         let this = &mut *self;
         match Pin::new(&mut this.inner).poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => {
-                if let (Some(p), Some(data)) = (&mut this.pace, frame.data_ref()) {
-                    p.received += data.len() as u64;
+                let len = frame.data_ref().map_or(0, |d| d.len() as u64);
+                if let Some(room) = &mut this.room {
+                    match room.checked_sub(len) {
+                        Some(left) => *room = left,
+                        None => {
+                            this.pace = None;
+                            this.fault.set(BodyFault::TooLarge);
+                            return Poll::Ready(Some(Err(
+                                "the request body is over the maximum size".into(),
+                            )));
+                        }
+                    }
+                }
+                if let (Some(p), true) = (&mut this.pace, len > 0) {
+                    p.received += len;
                     p.rearm(Instant::now());
                 }
                 Poll::Ready(Some(Ok(frame)))
@@ -308,7 +339,7 @@ mod tests {
         pace: BodyPace,
     ) -> (Option<usize>, Option<BodyFault>, u64) {
         let fault = Arc::new(FaultCell::default());
-        let body = ClientBody::new(trickle(n, every), fault.clone(), Some(pace));
+        let body = ClientBody::new(trickle(n, every), fault.clone(), Some(pace), None);
         let started = Instant::now();
         let got = body.collect().await.ok().map(|c| c.to_bytes().len());
         (got, fault.get(), started.elapsed().as_secs())
@@ -349,9 +380,21 @@ mod tests {
             StreamBody::new(futures::stream::iter(frames)),
             fault.clone(),
             None,
+            None,
         );
         assert!(body.collect().await.is_err());
         assert_eq!(fault.get(), Some(BodyFault::Malformed));
+    }
+
+    #[tokio::test]
+    async fn a_body_over_the_maximum_fails_as_too_large_and_one_at_it_passes() {
+        let fault = Arc::new(FaultCell::default());
+        let at = ClientBody::new(chunks(&["abc", "def"]), fault.clone(), None, Some(6));
+        assert_eq!(&at.collect().await.unwrap().to_bytes()[..], b"abcdef");
+        assert_eq!(fault.get(), None);
+        let over = ClientBody::new(chunks(&["abc", "defg"]), fault.clone(), None, Some(6));
+        assert!(over.collect().await.is_err());
+        assert_eq!(fault.get(), Some(BodyFault::TooLarge));
     }
 
     #[test]

@@ -126,6 +126,8 @@ pub enum ErrorKind {
     UnsupportedTransferCoding,
     BadRequestBody,
     RequestBodyTimeout,
+    RequestBodyTooLarge,
+    UriTooLong,
 }
 
 /// Whose fault an error is.
@@ -162,9 +164,12 @@ impl ProxyError {
             Self::InvalidTarget(_) => ErrorKind::InvalidTarget,
             Self::Misdirected => ErrorKind::Misdirected,
             Self::Invalid(Invalid::TransferCoding) => ErrorKind::UnsupportedTransferCoding,
+            Self::Invalid(Invalid::BodyTooLarge) => ErrorKind::RequestBodyTooLarge,
+            Self::Invalid(Invalid::TargetTooLong) => ErrorKind::UriTooLong,
             Self::Invalid(_) => ErrorKind::BadRequest,
             Self::ClientBody(BodyFault::Malformed) => ErrorKind::BadRequestBody,
             Self::ClientBody(BodyFault::TooSlow) => ErrorKind::RequestBodyTimeout,
+            Self::ClientBody(BodyFault::TooLarge) => ErrorKind::RequestBodyTooLarge,
         }
     }
 
@@ -185,7 +190,9 @@ impl ProxyError {
             | ErrorKind::Misdirected
             | ErrorKind::UnsupportedTransferCoding
             | ErrorKind::BadRequestBody
-            | ErrorKind::RequestBodyTimeout => ErrorSide::Downstream,
+            | ErrorKind::RequestBodyTimeout
+            | ErrorKind::RequestBodyTooLarge
+            | ErrorKind::UriTooLong => ErrorSide::Downstream,
             // A missing trust bundle or client certificate is pier's configuration.
             ErrorKind::NoBackends
             | ErrorKind::InvalidBackend
@@ -209,6 +216,8 @@ impl ProxyError {
             ErrorKind::UnsupportedTransferCoding => StatusCode::NOT_IMPLEMENTED,
             ErrorKind::Misdirected => StatusCode::MISDIRECTED_REQUEST,
             ErrorKind::RequestBodyTimeout => StatusCode::REQUEST_TIMEOUT,
+            ErrorKind::RequestBodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorKind::UriTooLong => StatusCode::URI_TOO_LONG,
             // Gateway API: a rule whose backends are all invalid, or a pick that lands on an
             // invalid one, answers 500.
             ErrorKind::NoBackends | ErrorKind::InvalidBackend | ErrorKind::InvalidTarget => {
@@ -248,6 +257,7 @@ impl ProxyError {
 #[repr(u8)]
 pub enum GrpcCode {
     DeadlineExceeded = 4,
+    ResourceExhausted = 8,
     Unimplemented = 12,
     Internal = 13,
     Unavailable = 14,
@@ -264,6 +274,7 @@ impl ProxyError {
             | ErrorKind::BadRequestBody
             | ErrorKind::UnsupportedTransferCoding
             | ErrorKind::InvalidTarget => GrpcCode::Internal,
+            ErrorKind::RequestBodyTooLarge | ErrorKind::UriTooLong => GrpcCode::ResourceExhausted,
             ErrorKind::RequestBodyTimeout
             | ErrorKind::BackendTimeout
             | ErrorKind::RequestTimeout => GrpcCode::DeadlineExceeded,

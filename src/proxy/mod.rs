@@ -121,6 +121,11 @@ pub struct Limits {
     /// A TLS stream (TLSRoute) that carries no byte either way for this long is closed (as
     /// HAProxy's `timeout tunnel`, 1 h by default).
     pub stream_idle_timeout: Duration,
+    /// Longest request target (path and query) in bytes; a longer one is answered 414.
+    pub max_request_target: usize,
+    /// Largest request body in bytes, declared or streamed; a larger one is answered 413.
+    /// `None`: no maximum (bodies stream to the backend, never buffered whole).
+    pub max_request_body: Option<u64>,
 }
 
 impl Default for Limits {
@@ -135,6 +140,8 @@ impl Default for Limits {
             merge_slashes: false,
             max_connections: 10_000,
             stream_idle_timeout: Duration::from_secs(3600),
+            max_request_target: 8 * 1024,
+            max_request_body: None,
         }
     }
 }

@@ -215,7 +215,11 @@ async fn buffer(
     };
     // Trailers are not kept: only bodies with a declared length are buffered, and HTTP/1.1
     // cannot send trailers with one.
-    match ClientBody::new(body, fault.clone(), pace).collect().await {
+    let max = shared.config.limits.max_request_body;
+    match ClientBody::new(body, fault.clone(), pace, max)
+        .collect()
+        .await
+    {
         Ok(collected) => Ok(Some(collected.to_bytes())),
         Err(_) => Err(ProxyError::ClientBody(
             fault.get().unwrap_or(BodyFault::Malformed),

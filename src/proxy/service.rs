@@ -170,7 +170,7 @@ async fn dispatch<'s>(
     if req.method() == Method::CONNECT {
         return Err(ProxyError::NoRoute);
     }
-    let mut req = checked(req, shared.config.limits.merge_slashes).map_err(ProxyError::Invalid)?;
+    let mut req = checked(req, &shared.config.limits).map_err(ProxyError::Invalid)?;
     let header = {
         let host = normalize_host(routing_host(&req).unwrap_or(""));
         listener_for(snapshot, conn, &host)?
@@ -231,10 +231,20 @@ async fn dispatch<'s>(
 }
 
 /// The request if it passes `validate`'s checks, with its path normalised.
-fn checked<B>(mut req: Request<B>, merge_slashes: bool) -> Result<Request<B>, Invalid> {
+fn checked<B: http_body::Body>(
+    mut req: Request<B>,
+    limits: &super::Limits,
+) -> Result<Request<B>, Invalid> {
     validate::check_host(req.version(), req.headers(), req.uri().authority())?;
     validate::check_transfer_coding(req.headers())?;
-    let normal = match validate::normalize_path(req.uri().path(), merge_slashes)? {
+    let target_len = req.uri().path_and_query().map_or(0, |pq| pq.as_str().len());
+    validate::check_sizes(
+        target_len,
+        req.body().size_hint().exact(),
+        limits.max_request_target,
+        limits.max_request_body,
+    )?;
+    let normal = match validate::normalize_path(req.uri().path(), limits.merge_slashes)? {
         Cow::Borrowed(_) => return Ok(req),
         Cow::Owned(p) => p,
     };
@@ -488,7 +498,8 @@ async fn forward<'s>(
                 AppProtocol::H2c => None,
                 _ => shared.config.limits.body_pace,
             };
-            body::boxed(ClientBody::new(body, fault.clone(), pace))
+            let max = shared.config.limits.max_request_body;
+            body::boxed(ClientBody::new(body, fault.clone(), pace, max))
         }
         None => body::boxed(body),
     };

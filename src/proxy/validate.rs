@@ -9,6 +9,8 @@
 //! - **Transfer codings** (RFC 9112 §6.1): pier forwards `chunked` only; a request with any
 //!   other coding (`gzip, chunked`) gets 501, as nginx answers, rather than having the coding
 //!   label dropped on the way to the backend.
+//! - **Sizes**: a request target longer than `--max-request-target` (8 KiB, nginx's line
+//!   buffer) is 414; a declared body longer than `--max-request-body` (when set) is 413.
 //! - **Path** (RFC 3986 §6.2.2): percent-encoded unreserved characters are decoded, other
 //!   percent-encodings upper-cased, dot segments removed and, when configured, runs of `/`
 //!   merged — so `/a/../old` and `/a/%2e%2e/old` are `/old` both for matching and for the
@@ -36,6 +38,28 @@ pub enum Invalid {
     BadPath,
     #[error("a transfer coding other than chunked")]
     TransferCoding,
+    #[error("a request target over the maximum length")]
+    TargetTooLong,
+    #[error("a Content-Length over the maximum request body")]
+    BodyTooLarge,
+}
+
+/// The request target's length (414 above `max_target`) and the declared body length (413
+/// above `max_body`, when there is a maximum). A streamed body is counted as it arrives
+/// (`body::ClientBody`).
+pub fn check_sizes(
+    target_len: usize,
+    content_length: Option<u64>,
+    max_target: usize,
+    max_body: Option<u64>,
+) -> Result<(), Invalid> {
+    if target_len > max_target {
+        return Err(Invalid::TargetTooLong);
+    }
+    match (content_length, max_body) {
+        (Some(len), Some(max)) if len > max => Err(Invalid::BodyTooLarge),
+        _ => Ok(()),
+    }
 }
 
 /// Checks the Host header lines and the target's authority (absolute-form or `:authority`).

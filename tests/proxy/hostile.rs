@@ -288,6 +288,74 @@ async fn a_request_head_over_64_kib_is_431_on_either_path() {
 }
 
 #[tokio::test]
+async fn a_request_target_over_8_kib_is_414_on_every_path() {
+    let a = echo("a").await;
+    let (h, p) = proxy(&a, config()).await;
+    let long = format!("/{}", "x".repeat(8 * 1024));
+    let fits = format!("/{}", "x".repeat(8 * 1024 - 1));
+    // The fast path, hyper's HTTP/1.x (HTTP/1.0 goes there) and HTTP/2.
+    for version in ["HTTP/1.1", "HTTP/1.0"] {
+        let request = format!("GET {long} {version}\r\nHost: x\r\n\r\n");
+        assert_eq!(status_of(p, request.as_bytes()).await, 414, "{version}");
+        let request = format!("GET {fits} {version}\r\nHost: x\r\n\r\n");
+        assert_eq!(status_of(p, request.as_bytes()).await, 200, "{version}");
+    }
+    assert_eq!(
+        bounded(send_h2(local(p), get("x", &long))).await.status,
+        414
+    );
+    assert_eq!(
+        bounded(send_h2(local(p), get("x", &fits))).await.status,
+        200
+    );
+    // Only the ones that fit reached the backend.
+    assert_eq!(a.count(), 3);
+    bounded(h.proxy.shutdown(BOUND)).await;
+}
+
+#[tokio::test]
+async fn a_request_body_over_the_maximum_is_413_declared_or_streamed() {
+    let a = echo("a").await;
+    let mut config = config();
+    config.limits.max_request_body = Some(1000);
+    let (h, p) = proxy(&a, config).await;
+    let post = |len: usize| {
+        format!(
+            "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: {len}\r\n\r\n{}",
+            "b".repeat(len)
+        )
+    };
+    // Declared: a small body (fast path) and a large one (hyper), answered before the
+    // backend sees them.
+    assert_eq!(status_of(p, post(1001).as_bytes()).await, 413);
+    let head = "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n";
+    assert_eq!(status_of(p, head.as_bytes()).await, 413);
+    assert_eq!(status_of(p, post(1000).as_bytes()).await, 200);
+    assert_eq!(a.count(), 1);
+    // Streamed (chunked): cut off once it passes the maximum.
+    let chunked = |len: usize| {
+        format!(
+            "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n{len:x}\r\n{}\r\n0\r\n\r\n",
+            "c".repeat(len)
+        )
+    };
+    assert_eq!(status_of(p, chunked(1001).as_bytes()).await, 413);
+    assert_eq!(status_of(p, chunked(1000).as_bytes()).await, 200);
+    // HTTP/2.
+    let h2 = |len: usize| {
+        http::Request::post("/")
+            .header(http::header::HOST, "x")
+            .body(Full::new(Bytes::from(vec![b'd'; len])))
+            .unwrap()
+    };
+    assert_eq!(bounded(send_h2(local(p), h2(1001))).await.status, 413);
+    assert_eq!(bounded(send_h2(local(p), h2(1000))).await.status, 200);
+    let metrics = h.metrics_text();
+    assert!(metrics.contains("RequestBodyTooLarge"), "{metrics}");
+    bounded(h.proxy.shutdown(BOUND)).await;
+}
+
+#[tokio::test]
 async fn at_the_connection_cap_busy_connections_hold_and_new_clients_wait() {
     let a = echo("a").await;
     let mut config = config();

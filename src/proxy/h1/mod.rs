@@ -659,7 +659,14 @@ fn plan<'s>(
             req.headers.iter().map(|h| (h.name, h.value)),
         ),
     };
-    if let Err(e) = validate::host_value_ok(req.host) {
+    let limits = &shared.config.limits;
+    let sizes = validate::check_sizes(
+        req.target.len(),
+        req.has_length.then_some(req.body_len as u64),
+        limits.max_request_target,
+        limits.max_request_body,
+    );
+    if let Err(e) = sizes.and_then(|()| validate::host_value_ok(req.host)) {
         return Plan::Respond(common, Err(ProxyError::Invalid(e)));
     }
     let path = match validate::normalize_path(req.path, shared.config.limits.merge_slashes) {
