@@ -237,6 +237,11 @@ pub struct LimitArgs {
     /// maximum, the default: bodies stream to the backend and are never held whole).
     #[arg(long, value_name = "BYTES", default_value = "0", value_parser = parse_bytes)]
     pub max_request_body: u64,
+    /// Most HTTP requests in flight to one backend (Service port) at once; over it 503
+    /// without contacting it (circuit breaking). A Service's `pier.dev/max-requests`
+    /// annotation overrides it. 0: no maximum.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub max_requests_per_backend: u32,
 }
 
 impl LimitArgs {
@@ -259,6 +264,8 @@ impl LimitArgs {
             max_request_target: usize::try_from(self.max_request_target.max(1))
                 .unwrap_or(usize::MAX),
             max_request_body: (self.max_request_body > 0).then_some(self.max_request_body),
+            max_requests_per_backend: (self.max_requests_per_backend > 0)
+                .then_some(self.max_requests_per_backend),
         }
     }
 }

@@ -60,6 +60,20 @@ pub struct Backend {
     /// Plaintext, TLS, or "must be TLS but cannot be" (fail closed).
     #[serde(skip_serializing_if = "BackendTls::is_plain")]
     pub tls: BackendTls,
+    /// Most requests in flight to this backend at once (circuit breaking: the Service's
+    /// `pier.dev/max-requests`); `None`: pier's default (`--max-requests-per-backend`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_requests: Option<u32>,
+    /// Requests in flight to this backend (Service port), counted while a maximum applies;
+    /// shared by every variant of the backend and carried over reloads ([`EndpointPool`]).
+    #[serde(skip)]
+    pub load: Arc<BackendLoad>,
+}
+
+/// Live load of one backend (Service port), across its endpoints.
+#[derive(Debug, Default)]
+pub struct BackendLoad {
+    pub in_flight: AtomicU32,
 }
 
 /// How connections to a backend's endpoints are secured. Decided at translation time: a
@@ -287,28 +301,44 @@ pub struct Carried {
 /// in-flight counts and ejections survive a reload. Pure data: translation looks addresses up
 /// and starts new ones at zero.
 #[derive(Clone, Debug, Default)]
-pub struct EndpointPool(std::collections::HashMap<SocketAddr, Arc<EndpointStats>>);
+pub struct EndpointPool {
+    endpoints: std::collections::HashMap<SocketAddr, Arc<EndpointStats>>,
+    backends: std::collections::HashMap<BackendId, Arc<BackendLoad>>,
+}
 
 impl EndpointPool {
     /// An endpoint for `addr`, sharing its stats with the previous snapshot's.
     pub fn endpoint(&self, addr: SocketAddr) -> Endpoint {
         Endpoint {
             addr,
-            stats: self.0.get(&addr).cloned().unwrap_or_default(),
+            stats: self.endpoints.get(&addr).cloned().unwrap_or_default(),
             tls: None,
         }
     }
 
+    /// The load of backend `id`, shared with the previous snapshot's.
+    pub fn backend_load(&self, id: &BackendId) -> Arc<BackendLoad> {
+        self.backends.get(id).cloned().unwrap_or_default()
+    }
+
     pub fn insert(&mut self, e: &Endpoint) {
-        self.0.entry(e.addr).or_insert_with(|| e.stats.clone());
+        self.endpoints
+            .entry(e.addr)
+            .or_insert_with(|| e.stats.clone());
+    }
+
+    pub fn insert_backend(&mut self, b: &Backend) {
+        self.backends
+            .entry(b.id.clone())
+            .or_insert_with(|| b.load.clone());
     }
 
     pub fn len(&self) -> usize {
-        self.0.len()
+        self.endpoints.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.endpoints.is_empty()
     }
 }
 
@@ -428,6 +458,8 @@ impl Backend {
             protocol: AppProtocol::Http1,
             endpoints: vec![],
             tls: BackendTls::Plain,
+            max_requests: None,
+            load: Arc::default(),
         }
     }
 }

@@ -24,9 +24,10 @@ use std::fmt;
 use serde::Serialize;
 
 pub use backend::{
-    AppProtocol, Backend, BackendId, BackendSet, BackendTarget, BackendTls, CONSECUTIVE_FAILURES,
-    Carried, EJECTION, Endpoint, EndpointIdentities, EndpointPool, EndpointStats, Timeouts,
-    TlsMode, TlsUnavailable, UnresolvedIdentity, UpstreamTls, WeightedBackend,
+    AppProtocol, Backend, BackendId, BackendLoad, BackendSet, BackendTarget, BackendTls,
+    CONSECUTIVE_FAILURES, Carried, EJECTION, Endpoint, EndpointIdentities, EndpointPool,
+    EndpointStats, Timeouts, TlsMode, TlsUnavailable, UnresolvedIdentity, UpstreamTls,
+    WeightedBackend,
 };
 pub use filter::{Cors, Filters, HeaderModifier, Mirror, PathModifier, Redirect, UrlRewrite};
 pub use host::{HostRank, HostnameMatch};

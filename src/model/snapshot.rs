@@ -133,6 +133,7 @@ impl Snapshot {
         use super::backend::BackendTls;
         let mut carried = super::backend::Carried::default();
         self.for_each_backend(|b| {
+            carried.endpoints.insert_backend(b);
             b.endpoints.iter().for_each(|e| carried.endpoints.insert(e));
             let own = b.endpoints.iter().filter_map(|e| e.tls.as_deref());
             let shared = match &b.tls {

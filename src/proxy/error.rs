@@ -75,6 +75,10 @@ pub enum ProxyError {
     /// The client's request body failed: malformed (bad chunk), or too slow.
     #[error("the request body failed: {0}")]
     ClientBody(BodyFault),
+    /// The backend has its maximum of requests in flight (circuit breaking): nothing was
+    /// sent.
+    #[error("the backend has its maximum of requests in flight")]
+    BackendOverflow,
 }
 
 /// Why a connection to an upstream endpoint failed.
@@ -128,6 +132,7 @@ pub enum ErrorKind {
     RequestBodyTimeout,
     RequestBodyTooLarge,
     UriTooLong,
+    BackendOverflow,
 }
 
 /// Whose fault an error is.
@@ -170,6 +175,7 @@ impl ProxyError {
             Self::ClientBody(BodyFault::Malformed) => ErrorKind::BadRequestBody,
             Self::ClientBody(BodyFault::TooSlow) => ErrorKind::RequestBodyTimeout,
             Self::ClientBody(BodyFault::TooLarge) => ErrorKind::RequestBodyTooLarge,
+            Self::BackendOverflow => ErrorKind::BackendOverflow,
         }
     }
 
@@ -205,7 +211,8 @@ impl ProxyError {
             | ErrorKind::TlsHandshake
             | ErrorKind::Upstream
             | ErrorKind::BackendTimeout
-            | ErrorKind::RequestTimeout => ErrorSide::Upstream,
+            | ErrorKind::RequestTimeout
+            | ErrorKind::BackendOverflow => ErrorSide::Upstream,
         }
     }
 
@@ -223,7 +230,8 @@ impl ProxyError {
             ErrorKind::NoBackends | ErrorKind::InvalidBackend | ErrorKind::InvalidTarget => {
                 StatusCode::INTERNAL_SERVER_ERROR
             }
-            ErrorKind::NoEndpoints => StatusCode::SERVICE_UNAVAILABLE,
+            // Nothing was sent: safe to retry later, as Envoy answers an overflow.
+            ErrorKind::NoEndpoints | ErrorKind::BackendOverflow => StatusCode::SERVICE_UNAVAILABLE,
             // Usually transient (a Secret not loaded yet) and nothing was sent: unavailable,
             // like an empty endpoint set, rather than 500.
             ErrorKind::TlsUnavailable => StatusCode::SERVICE_UNAVAILABLE,
@@ -287,7 +295,8 @@ impl ProxyError {
             | ErrorKind::ConnectTimeout
             | ErrorKind::ConnectOther
             | ErrorKind::TlsHandshake
-            | ErrorKind::Upstream => GrpcCode::Unavailable,
+            | ErrorKind::Upstream
+            | ErrorKind::BackendOverflow => GrpcCode::Unavailable,
         }
     }
 

@@ -45,6 +45,7 @@ pub struct ProxyMetrics {
     upstream_idle: Gauge,
     retries: Family<RetryLabels, Counter>,
     retries_refused: Family<BackendLabels, Counter>,
+    overflow: Family<BackendLabels, Counter>,
     streams: Family<StreamLabels, Counter>,
     proxy_protocol: Family<ProxyProtocolLabels, Counter>,
     /// Tells the [`HandleCache`] whose handles it holds.
@@ -352,6 +353,13 @@ impl ProxyMetrics {
             m.retries_refused.clone(),
         );
         reg.register(
+            "upstream_overflow",
+            "Requests answered 503 without contacting the backend because it had its maximum of \
+             requests in flight (circuit breaking: pier.dev/max-requests, \
+             --max-requests-per-backend)",
+            m.overflow.clone(),
+        );
+        reg.register(
             "tls_streams",
             "TLS connections on TLS listeners (TLSRoute), by gateway, listener, mode \
              (passthrough, terminate) and result",
@@ -495,6 +503,14 @@ impl ProxyMetrics {
             .inc();
     }
 
+    pub fn overflow(&self, backend: &BackendId) {
+        self.overflow
+            .get_or_create(&BackendLabels {
+                backend: backend.to_string(),
+            })
+            .inc();
+    }
+
     pub fn retry_refused(&self, backend: &BackendId) {
         self.retries_refused
             .get_or_create(&BackendLabels {
@@ -543,6 +559,7 @@ impl Default for ProxyMetrics {
             upstream_idle: Gauge::default(),
             retries: Family::default(),
             retries_refused: Family::default(),
+            overflow: Family::default(),
             streams: Family::default(),
             proxy_protocol: Family::default(),
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),

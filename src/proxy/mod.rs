@@ -126,6 +126,9 @@ pub struct Limits {
     /// Largest request body in bytes, declared or streamed; a larger one is answered 413.
     /// `None`: no maximum (bodies stream to the backend, never buffered whole).
     pub max_request_body: Option<u64>,
+    /// Most HTTP requests in flight to one backend (Service port) at once, unless its Service
+    /// says otherwise (`pier.dev/max-requests`); over it 503. `None`: no maximum.
+    pub max_requests_per_backend: Option<u32>,
 }
 
 impl Default for Limits {
@@ -142,6 +145,7 @@ impl Default for Limits {
             stream_idle_timeout: Duration::from_secs(3600),
             max_request_target: 8 * 1024,
             max_request_body: None,
+            max_requests_per_backend: None,
         }
     }
 }
@@ -178,6 +182,31 @@ impl Shared {
     ) -> upstream::InFlight {
         let gauge = self.metrics.in_flight_of(snapshot, &backend.id);
         upstream::InFlight::new(endpoint.stats.clone(), gauge)
+    }
+
+    /// [`Self::in_flight`] for an HTTP request, under the backend's maximum of requests in
+    /// flight (the Service's `pier.dev/max-requests`, else `--max-requests-per-backend`):
+    /// over it, [`ProxyError::BackendOverflow`] (503, counted) and nothing is sent. Both
+    /// request paths and retries admit through here.
+    pub fn admit(
+        &self,
+        snapshot: &Arc<Snapshot>,
+        backend: &crate::model::Backend,
+        endpoint: &crate::model::Endpoint,
+    ) -> Result<upstream::InFlight, ProxyError> {
+        let Some(max) = backend
+            .max_requests
+            .or(self.config.limits.max_requests_per_backend)
+        else {
+            return Ok(self.in_flight(snapshot, backend, endpoint));
+        };
+        let gauge = self.metrics.in_flight_of(snapshot, &backend.id);
+        upstream::InFlight::admit(&backend.load, max, endpoint.stats.clone(), gauge).ok_or_else(
+            || {
+                self.metrics.overflow(&backend.id);
+                ProxyError::BackendOverflow
+            },
+        )
     }
 }
 

@@ -21,12 +21,16 @@ use super::backend_tls::{BackendTlsResolver, Decision, IdentityPlan, TlsKey};
 use super::mesh::TlsCtx;
 use super::resources::Resources;
 use crate::model::{
-    AppProtocol, Backend, BackendId, BackendTls, Endpoint, EndpointIdentities, EndpointPool,
-    ObjectRef, UnresolvedIdentity,
+    AppProtocol, Backend, BackendId, BackendLoad, BackendTls, Endpoint, EndpointIdentities,
+    EndpointPool, ObjectRef, UnresolvedIdentity,
 };
 
 /// The label an EndpointSlice carries to name its Service.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+/// Service annotation: most requests in flight to each of its ports at once (circuit
+/// breaking); over it pier answers 503 without contacting the Service. A positive integer;
+/// anything else is ignored (pier's default applies), and `/config` shows what applies.
+pub const MAX_REQUESTS_ANNOTATION: &str = "pier.dev/max-requests";
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum BackendError {
@@ -58,6 +62,7 @@ pub struct Backends<'a> {
     slices: BTreeMap<(&'a str, &'a str), Vec<&'a EndpointSlice>>,
     /// Endpoints per Service port, so backends that differ only in TLS share load state.
     endpoints: BTreeMap<BackendId, Vec<Endpoint>>,
+    loads: BTreeMap<BackendId, Arc<BackendLoad>>,
     cache: BTreeMap<(BackendId, AppProtocol, TlsKey), Arc<Backend>>,
     pub tls: BackendTlsResolver<'a>,
 }
@@ -82,6 +87,7 @@ impl<'a> Backends<'a> {
             pool,
             slices,
             endpoints: BTreeMap::new(),
+            loads: BTreeMap::new(),
             cache: BTreeMap::new(),
             tls: BackendTlsResolver::new(resources, settings),
         }
@@ -136,11 +142,26 @@ impl<'a> Backends<'a> {
                 self.identify(namespace, name, svc_port, endpoints, &plan)
             }
         };
+        let pool = self.pool;
+        let load = self
+            .loads
+            .entry(key.0.clone())
+            .or_insert_with(|| pool.backend_load(&key.0))
+            .clone();
+        let max_requests = svc
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(MAX_REQUESTS_ANNOTATION))
+            .and_then(|v| v.trim().parse::<u32>().ok())
+            .filter(|&n| n > 0);
         let backend = Arc::new(Backend {
             id: key.0.clone(),
             protocol,
             endpoints,
             tls,
+            max_requests,
+            load,
         });
         self.cache.insert(key, backend.clone());
         Ok(backend)

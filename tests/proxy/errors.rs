@@ -201,3 +201,52 @@ async fn an_endpoint_with_consecutive_gateway_failures_is_ejected() {
     }
     bounded(h.proxy.shutdown(BOUND)).await;
 }
+
+/// Circuit breaking: a backend with its maximum of requests in flight gets no more; the
+/// excess is answered 503 at once, on either request path, and the slots free up as the
+/// requests finish.
+#[tokio::test]
+async fn requests_over_the_backends_maximum_in_flight_get_503_at_once() {
+    use crate::support::client::send_h2;
+    let a = echo("a").await;
+    let mut config = config();
+    config.limits.max_requests_per_backend = Some(2);
+    let p = free_port();
+    let h = Harness::start_with(simple(p, &backend("a", &[a.addr])), config).await;
+    for h2 in [false, true] {
+        let slow: Vec<_> = (0..2)
+            .map(|_| {
+                let req = get("x", "/delay/800");
+                tokio::spawn(async move {
+                    if h2 {
+                        send_h2(local(p), req).await
+                    } else {
+                        send(local(p), req).await
+                    }
+                })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let started = std::time::Instant::now();
+        let over = if h2 {
+            send_h2(local(p), get("x", "/")).await
+        } else {
+            send(local(p), get("x", "/")).await
+        };
+        assert_eq!(over.status, 503, "h2: {h2}");
+        assert!(started.elapsed() < Duration::from_millis(300), "h2: {h2}");
+        for s in slow {
+            assert_eq!(bounded(s).await.unwrap().status, 200, "h2: {h2}");
+        }
+        // Freed: the next request goes through.
+        assert_eq!(bounded(send(local(p), get("x", "/"))).await.status, 200);
+    }
+    // The two refused never reached the backend: 2 x (2 slow + 1 after).
+    assert_eq!(a.count(), 6);
+    let metrics = h.metrics_text();
+    assert!(
+        metrics.contains(r#"pier_proxy_upstream_overflow_total{backend="default/a:80"} 2"#),
+        "{metrics}"
+    );
+    bounded(h.proxy.shutdown(BOUND)).await;
+}

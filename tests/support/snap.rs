@@ -29,15 +29,7 @@ pub fn backend(name: &str, addrs: &[SocketAddr]) -> Arc<Backend> {
 }
 
 pub fn backend_with(name: &str, protocol: AppProtocol, addrs: &[SocketAddr]) -> Arc<Backend> {
-    Arc::new(Backend {
-        id: BackendId {
-            service: object(name),
-            port: 80,
-        },
-        protocol,
-        endpoints: addrs.iter().copied().map(Endpoint::new).collect(),
-        tls: Default::default(),
-    })
+    tls_backend(name, protocol, addrs, BackendTls::default())
 }
 
 /// A backend reached over TLS (or failing closed) as `tls` says.
@@ -55,6 +47,8 @@ pub fn tls_backend(
         protocol,
         endpoints: addrs.iter().copied().map(Endpoint::new).collect(),
         tls,
+        max_requests: None,
+        load: Default::default(),
     })
 }
 

@@ -382,7 +382,10 @@ where
             endpoint,
             upgrade: false,
         };
-        let in_flight = shared.in_flight(snapshot, backend, endpoint);
+        let in_flight = match shared.admit(snapshot, backend, endpoint) {
+            Ok(in_flight) => in_flight,
+            Err(e) => return self.respond(snapshot, common, Err(e), started).await,
+        };
         let exchange = exchange(
             shared,
             &mut self.ubuf,

@@ -49,7 +49,7 @@ use super::error::ProxyError;
 use super::metrics::{ConnectionGuard, Transport, UpstreamProtocol};
 use super::{ProxyConfig, ProxyMetrics};
 use crate::model::{
-    AppProtocol, Backend, BackendId, Endpoint, EndpointStats, Snapshot, UpstreamTls,
+    AppProtocol, Backend, BackendId, BackendLoad, Endpoint, EndpointStats, Snapshot, UpstreamTls,
 };
 use connect::{Conn, Connector, Dial, Failed};
 use pool::{Entry, H1Sender, H2Sender, Mode, Pool, ShortKey};
@@ -98,6 +98,8 @@ pub struct Clock {
 pub struct InFlight {
     stats: Arc<EndpointStats>,
     gauge: Gauge,
+    /// The backend's count, when a maximum applies ([`InFlight::admit`]).
+    backend: Option<Arc<BackendLoad>>,
 }
 
 enum Pooled {
@@ -522,7 +524,30 @@ impl InFlight {
     pub fn new(stats: Arc<EndpointStats>, gauge: Gauge) -> Self {
         stats.in_flight.fetch_add(1, Ordering::Relaxed);
         gauge.inc();
-        Self { stats, gauge }
+        Self {
+            stats,
+            gauge,
+            backend: None,
+        }
+    }
+
+    /// Counts a request against `backend` too, unless it already has `max` in flight
+    /// (circuit breaking): then `None`, and nothing is counted.
+    pub fn admit(
+        backend: &Arc<BackendLoad>,
+        max: u32,
+        stats: Arc<EndpointStats>,
+        gauge: Gauge,
+    ) -> Option<Self> {
+        let counted = backend
+            .in_flight
+            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| {
+                (n < max).then_some(n + 1)
+            });
+        counted.ok()?;
+        let mut admitted = Self::new(stats, gauge);
+        admitted.backend = Some(backend.clone());
+        Some(admitted)
     }
 }
 
@@ -530,6 +555,9 @@ impl Drop for InFlight {
     fn drop(&mut self) {
         self.stats.in_flight.fetch_sub(1, Ordering::Relaxed);
         self.gauge.dec();
+        if let Some(b) = &self.backend {
+            b.in_flight.fetch_sub(1, Ordering::AcqRel);
+        }
     }
 }
 

@@ -16,6 +16,8 @@ fn backend(protocol: AppProtocol) -> Backend {
         protocol,
         endpoints: vec![],
         tls: BackendTls::Plain,
+        max_requests: None,
+        load: Arc::default(),
     }
 }
 

@@ -183,3 +183,48 @@ fn endpoint_load_state_carries_over_from_the_previous_snapshot() {
         &second.endpoints[0].stats
     ));
 }
+
+#[test]
+fn the_max_requests_annotation_sets_the_backends_limit_and_its_load_carries_over() {
+    let annotated = |value: &str| {
+        resources(&SERVICE.replacen(
+            "metadata: {name: web, namespace: ns}",
+            &format!("metadata: {{name: web, namespace: ns, annotations: {{pier.dev/max-requests: {value:?}}}}}"),
+            1,
+        ))
+    };
+    let limit = |r: &Resources| {
+        Backends::new(r, &SETTINGS, &EndpointPool::default())
+            .service_port("ns", "web", 80, TlsCtx::default(), Traffic::Http)
+            .unwrap()
+            .max_requests
+    };
+    assert_eq!(limit(&annotated("100")), Some(100));
+    assert_eq!(limit(&annotated(" 7 ")), Some(7));
+    // Not a positive integer: ignored (pier's default applies).
+    for bad in ["0", "-1", "ten", ""] {
+        assert_eq!(limit(&annotated(bad)), None, "{bad:?}");
+    }
+    assert_eq!(limit(&resources(SERVICE)), None);
+
+    // Both ports' variants of one Service port share one load, and the next snapshot keeps it.
+    let r = annotated("100");
+    let first = Backends::new(&r, &SETTINGS, &EndpointPool::default())
+        .service_port("ns", "web", 80, TlsCtx::default(), Traffic::Http)
+        .unwrap();
+    let mut pool = EndpointPool::default();
+    pool.insert_backend(&first);
+    let mut backends = Backends::new(&r, &SETTINGS, &pool);
+    let second = backends
+        .service_port("ns", "web", 80, TlsCtx::default(), Traffic::Http)
+        .unwrap();
+    let as_grpc = backends
+        .service_port("ns", "web", 80, TlsCtx::default(), Traffic::Http2)
+        .unwrap();
+    assert!(Arc::ptr_eq(&first.load, &second.load));
+    assert!(Arc::ptr_eq(&second.load, &as_grpc.load));
+    let other_port = backends
+        .service_port("ns", "web", 9000, TlsCtx::default(), Traffic::Http)
+        .unwrap();
+    assert!(!Arc::ptr_eq(&second.load, &other_port.load));
+}
