@@ -4,18 +4,19 @@
 # root filesystem docker/rootfs.sh makes (the binary, the libraries it links, CA roots, passwd).
 #
 #   cargo build --release --locked
-#   scripts/image-build.sh [BINARY|DEB] [TAG]    # default target/release/pier, localhost/pier:latest
+#   scripts/image-build.sh [BINARY|DEB] [TAG]
 #
-# BINARY with debug symbols (a release build) is stripped here as scripts/package-deb.sh
-# does, the symbols kept in target/image/pier_<version>_<arch>.debug (.gnu_debuglink names
-# it); an already stripped BINARY goes in as it is; a DEB (scripts/package-deb.sh's .deb) gives
-# its own stripped /usr/bin/pier, whose symbols are the .debug file beside the .deb — CI uses
-# this, so the image holds the very binary of the package. The image's label
-# org.opencontainers.image.version is pier's version. Prints the image's name and size. Needs podman (Debian: apt-get install podman) and, for a
-# BINARY with symbols, objcopy (binutils).
+# Defaults: ${CARGO_TARGET_DIR:-target}/release/pier, localhost/pier:latest. A BINARY with
+# debug symbols (a release build) is stripped here as scripts/package-deb.sh does, the symbols
+# kept in target/image/pier_<version>_<arch>.debug (named by .gnu_debuglink); an already
+# stripped BINARY goes in as it is; a DEB (scripts/package-deb.sh's) gives its own stripped
+# /usr/bin/pier, whose symbols are the .debug file beside the .deb: CI does this, so the image
+# holds the very binary of the package. The label org.opencontainers.image.version is pier's
+# version. Prints the image's name (stdout) and size (stderr). Needs podman (Debian: apt-get
+# install podman) and, for a BINARY with symbols, objcopy (binutils).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-src=${1:-target/release/pier}
+src=${1:-${CARGO_TARGET_DIR:-target}/release/pier}
 tag=${2:-localhost/pier:latest}
 version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -1)
 arch=$(dpkg --print-architecture 2>/dev/null || uname -m)

@@ -74,9 +74,11 @@ cleanup() {
   fi
   podman ps -a --filter "name=^$id-" --format '{{.Names}}' 2>/dev/null |
     xargs -r podman rm -f --depend -t 2 >/dev/null 2>&1 || true
-  for p in "${PID[@]}"; do kill "$p" 2>/dev/null || true; done
+  # SIGKILL: kube-apiserver's graceful shutdown can wait minutes on an etcd already gone.
+  for p in "${PID[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
   for p in "${PID[@]}"; do wait "$p" 2>/dev/null || true; done
   ip netns del "$NS" 2>/dev/null || true
+  podman image unmount "$IMAGE" >/dev/null 2>&1 || true
   podman rmi -f "$IMAGE" >/dev/null 2>&1 || true
   rm -rf "$RUN"
   exit "$rc"
@@ -114,6 +116,13 @@ test "$(podman image inspect --format '{{.Config.User}}' "$IMAGE")" = 65532:6553
 podman image inspect --format '{{json .Config.Entrypoint}}' "$IMAGE" | grep -qx '\["/usr/local/bin/pier"\]' ||
   die "unexpected ENTRYPOINT"
 log "built $IMAGE from $bin in ${t_build}s: $size bytes (budget $budget)"
+# Its root filesystem: what pier needs and nothing to log in or shell out with.
+root=$(podman image mount "$IMAGE")
+grep -qx 'pier:x:65532:65532:pier:/nonexistent:/usr/sbin/nologin' "$root/etc/passwd" || die "no pier entry in /etc/passwd"
+grep -q 'BEGIN CERTIFICATE' "$root/etc/ssl/certs/ca-certificates.crt" || die "no CA roots"
+[ ! -e "$root/bin/sh" ] && [ ! -e "$root/usr/bin/sh" ] || die "the image has a shell"
+! readelf -S "$root/usr/local/bin/pier" | grep -q '\.debug_info' || die "the image's binary has debug symbols"
+podman image unmount "$IMAGE" >/dev/null
 
 # --- a podman configuration that runs here -----------------------------------------------------
 # Podman asks the runtime for RLIMIT_NOFILE and RLIMIT_NPROC of 1048576 (or what --ulimit
