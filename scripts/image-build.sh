@@ -8,7 +8,8 @@
 #
 # Defaults: ${CARGO_TARGET_DIR:-target}/release/pier, localhost/pier:latest. A BINARY with
 # debug symbols (a release build) is stripped here as scripts/package-deb.sh does, the symbols
-# kept in target/image/pier_<version>_<arch>.debug (named by .gnu_debuglink); an already
+# kept in ${CARGO_TARGET_DIR:-target}/image/pier_<version>_<arch>.debug (named by
+# .gnu_debuglink); an already
 # stripped BINARY goes in as it is; a DEB (scripts/package-deb.sh's) gives its own stripped
 # /usr/bin/pier, whose symbols are the .debug file beside the .deb: CI does this, so the image
 # holds the very binary of the package. The label org.opencontainers.image.version is pier's
@@ -33,8 +34,8 @@ case "$src" in
   ;;
 *)
   if readelf -S "$src" | grep -q '\.debug_info'; then
-    mkdir -p target/image
-    debug=target/image/pier_${version}_${arch}.debug
+    mkdir -p "${CARGO_TARGET_DIR:-target}/image"
+    debug=${CARGO_TARGET_DIR:-target}/image/pier_${version}_${arch}.debug
     objcopy --only-keep-debug "$src" "$debug"
     objcopy --strip-debug --strip-unneeded --add-gnu-debuglink="$debug" "$src" "$bin"
     echo "image-build: debug symbols in $debug" >&2
