@@ -9,10 +9,9 @@
 # Defaults: ${CARGO_TARGET_DIR:-target}/release/pier, localhost/pier:latest. A BINARY with
 # debug symbols (a release build) is stripped here as scripts/package-deb.sh does, the symbols
 # kept in ${CARGO_TARGET_DIR:-target}/image/pier_<version>_<arch>.debug (named by
-# .gnu_debuglink); an already
-# stripped BINARY goes in as it is; a DEB (scripts/package-deb.sh's) gives its own stripped
-# /usr/bin/pier, whose symbols are the .debug file beside the .deb: CI does this, so the image
-# holds the very binary of the package. The label org.opencontainers.image.version is pier's
+# .gnu_debuglink); an already stripped BINARY goes in as it is; a DEB (scripts/package-deb.sh's)
+# gives its own stripped /usr/bin/pier, whose symbols are the .debug file beside the .deb: CI
+# does this, so the image holds the very binary of the package. The label org.opencontainers.image.version is pier's
 # version. Prints the image's name (stdout) and size (stderr). Needs podman (Debian: apt-get
 # install podman) and, for a BINARY with symbols, objcopy (binutils).
 set -euo pipefail
