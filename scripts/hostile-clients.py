@@ -246,6 +246,112 @@ def run_figures(pier_pid):
     # the cap), not after the 30 s header timeout.
     slowloris(pier_pid)
 
+    # 6. HTTP/2 rapid reset (CVE-2023-44487) and CONTINUATION flood (CVE-2024-27316) on h2c.
+    rapid_reset(pier_pid)
+    continuation_flood(pier_pid)
+
+
+def cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def h2_frame(kind, flags, stream, payload):
+    return len(payload).to_bytes(3, "big") + bytes([kind, flags]) + stream.to_bytes(4, "big") + payload
+
+
+def h2_connect():
+    s = socket.create_connection(("127.0.0.1", PORT), 2)
+    s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + h2_frame(4, 0, 0, b""))
+    return s
+
+
+def goaway_in(data):
+    """Whether a GOAWAY frame is among the frames in `data` (from the start of the stream)."""
+    i = 0
+    while i + 9 <= len(data):
+        length = int.from_bytes(data[i:i + 3], "big")
+        if data[i + 3] == 7:
+            return True
+        i += 9 + length
+    return False
+
+
+def drain(s, bound):
+    """Reads what the server sends until it closes or `bound` seconds pass."""
+    s.settimeout(0.2)
+    data = b""
+    end = time.time() + bound
+    while time.time() < end:
+        try:
+            chunk = s.recv(65536)
+        except socket.timeout:
+            continue
+        except OSError:
+            break
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def rapid_reset(pier_pid):
+    # HEADERS (GET / on host x, END_STREAM | END_HEADERS) then RST_STREAM(CANCEL), again and
+    # again on new streams, as fast as the socket takes them: at most 100 000 streams.
+    block = bytes([0x82, 0x86, 0x84, 0x01, 0x01]) + b"x"
+    cpu0, rss0 = cpu_seconds(pier_pid), rss_mib(pier_pid)
+    s = h2_connect()
+    sent = 0
+    closed = False
+    started = time.time()
+    try:
+        for batch in range(1000):
+            frames = b"".join(
+                h2_frame(1, 0x5, sid, block) + h2_frame(3, 0, sid, (8).to_bytes(4, "big"))
+                for sid in range(1 + 2 * sent, 1 + 2 * (sent + 100), 2)
+            )
+            s.sendall(frames)
+            sent += 100
+    except OSError:
+        closed = True
+    data = drain(s, 3)
+    s.close()
+    cpu = cpu_seconds(pier_pid) - cpu0
+    figure(
+        "HTTP/2 rapid reset: streams opened and reset before pier ended the connection",
+        f"{sent} sent in {time.time() - started:.2f} s, GOAWAY {goaway_in(data)}, "
+        f"closed {closed or not data or goaway_in(data)}, pier CPU {cpu:.2f} s, "
+        f"RSS {rss0:.1f} -> {rss_mib(pier_pid):.1f} MiB",
+        goaway_in(data) and sent < 100_000 and cpu < 5,
+    )
+
+
+def continuation_flood(pier_pid):
+    # HEADERS without END_HEADERS, then CONTINUATION frames of 16 KiB literal headers that
+    # never end the block: at most 64 MiB.
+    # Literal without indexing, name "a", a 16 000-byte value (HPACK integer 0x7F 0x81 0x7C).
+    literal = bytes([0x00, 0x01, ord("a"), 0x7F, 0x81, 0x7C]) + b"b" * 16_000
+    cpu0, rss0 = cpu_seconds(pier_pid), rss_mib(pier_pid)
+    s = h2_connect()
+    sent = 0
+    try:
+        s.sendall(h2_frame(1, 0x1, 1, bytes([0x82, 0x86, 0x84, 0x01, 0x01]) + b"x"))
+        while sent < 64 * 1024 * 1024:
+            s.sendall(h2_frame(9, 0, 1, literal))
+            sent += len(literal)
+    except OSError:
+        pass
+    data = drain(s, 3)
+    s.close()
+    cpu = cpu_seconds(pier_pid) - cpu0
+    figure(
+        "HTTP/2 CONTINUATION flood: bytes of one header block sent before pier ended it",
+        f"{sent / 1024:.0f} KiB, GOAWAY {goaway_in(data)}, pier CPU {cpu:.2f} s, "
+        f"RSS {rss0:.1f} -> {rss_mib(pier_pid):.1f} MiB",
+        sent < 64 * 1024 * 1024 and cpu < 5,
+    )
+
 
 def slowloris(pier_pid):
     import resource
