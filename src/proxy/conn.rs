@@ -48,6 +48,8 @@ pub async fn serve(
     reclaim: Registration,
 ) {
     let _active = shared.metrics.connection(key.port);
+    // Shared with a hyper-served connection's request tracking (`Activity`).
+    let reclaim = Arc::new(reclaim);
     let reclaimed = tokio::select! {
         biased;
         () = serve_conn(&shared, tcp, peer, key, tls, drain, &reclaim) => false,
@@ -65,7 +67,7 @@ async fn serve_conn(
     key: PortKey,
     tls: Arc<PortTls>,
     drain: DrainToken,
-    reclaim: &Registration,
+    reclaim: &Arc<Registration>,
 ) {
     let port = key.port;
     let _ = tcp.set_nodelay(true);
@@ -168,7 +170,7 @@ async fn serve_tls(
     tls: TlsAcceptor,
     info: Arc<ConnInfo>,
     mut drain: DrainToken,
-    reclaim: &Registration,
+    reclaim: &Arc<Registration>,
 ) {
     let (peer, port) = (info.peer, info.port);
     let deadline = shared.config.tls_handshake_timeout;
@@ -194,12 +196,7 @@ async fn serve_tls(
         }),
     };
     match tls.alpn_protocol() {
-        // hyper bounds an HTTP/2 connection's idleness itself (`idle_timeout`).
-        Some(b"h2") => {
-            if reclaim.busy() {
-                serve_http(shared, TokioIo::new(stream), info, drain).await
-            }
-        }
+        Some(b"h2") => serve_http(shared, TokioIo::new(stream), info, drain, reclaim.clone()).await,
         _ => serve_h1(shared, stream, info, drain, reclaim).await,
     }
 }
@@ -227,27 +224,34 @@ async fn serve_h1<I>(
     io: I,
     info: Arc<ConnInfo>,
     mut drain: DrainToken,
-    reclaim: &Registration,
+    reclaim: &Arc<Registration>,
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     match h1::serve(shared, io, &info, &mut drain, reclaim).await {
         h1::Served::Closed => {}
-        // The fast path marked the connection busy before handing it over; hyper bounds its
-        // idleness from here (`idle_timeout`).
         h1::Served::Fallback(io) => {
-            Box::pin(serve_http(shared, TokioIo::new(io), info, drain)).await
+            let reclaim = reclaim.clone();
+            Box::pin(serve_http(shared, TokioIo::new(io), info, drain, reclaim)).await
         }
     }
 }
 
-async fn serve_http<I>(shared: &Arc<Shared>, io: I, info: Arc<ConnInfo>, mut drain: DrainToken)
-where
+/// hyper for the rest of the connection. With no request in progress it waits on its client
+/// (`reclaim`: the accept loop may close it at the cap), as an idle HTTP/2 connection that
+/// sent only its preface does; it is busy while a request is in progress.
+async fn serve_http<I>(
+    shared: &Arc<Shared>,
+    io: I,
+    info: Arc<ConnInfo>,
+    mut drain: DrainToken,
+    reclaim: Arc<Registration>,
+) where
     I: Read + Write + Unpin + Send + 'static,
 {
     let activity_peer = info.peer;
     let svc_shared = shared.clone();
-    let activity = Arc::new(Activity::new());
+    let activity = Arc::new(Activity::new(reclaim));
     let svc_activity = activity.clone();
     let svc = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
         let shared = svc_shared.clone();
@@ -304,17 +308,24 @@ struct Activity {
     active: AtomicUsize,
     /// Milliseconds after `start` when `active` last dropped to zero.
     idle_since: AtomicU64,
+    /// Busy while `active` > 0, waiting on the client otherwise.
+    reclaim: Arc<Registration>,
 }
 
 /// Keeps its connection busy while it lives.
 struct Busy(Arc<Activity>);
 
 impl Activity {
-    fn new() -> Self {
+    fn new(reclaim: Arc<Registration>) -> Self {
+        let start = tokio::time::Instant::now();
+        // From the hand-over until its first request: a request the fast path read is
+        // served within microseconds; an HTTP/2 client may send nothing.
+        reclaim.wait(start.into_std());
         Self {
-            start: tokio::time::Instant::now(),
+            start,
             active: AtomicUsize::new(0),
             idle_since: AtomicU64::new(0),
+            reclaim,
         }
     }
 
@@ -327,7 +338,11 @@ impl Activity {
     }
 
     fn busy(this: &Arc<Self>) -> Busy {
-        this.active.fetch_add(1, Ordering::AcqRel);
+        if this.active.fetch_add(1, Ordering::AcqRel) == 0 {
+            // `false`: the accept loop closed the connection an instant before this request
+            // (the client sees the connection close, as with an idle keep-alive connection).
+            let _ = this.reclaim.busy();
+        }
         Busy(this.clone())
     }
 
@@ -355,7 +370,9 @@ impl Drop for Busy {
         let now = a.start.elapsed().as_millis() as u64;
         // Stamp first, so a watcher that sees zero in flight reads a fresh time.
         a.idle_since.store(now, Ordering::Release);
-        a.active.fetch_sub(1, Ordering::AcqRel);
+        if a.active.fetch_sub(1, Ordering::AcqRel) == 1 {
+            a.reclaim.wait(std::time::Instant::now());
+        }
     }
 }
 

@@ -356,6 +356,42 @@ async fn a_request_body_over_the_maximum_is_413_declared_or_streamed() {
 }
 
 #[tokio::test]
+async fn at_the_connection_cap_idle_http2_connections_make_room() {
+    let a = echo("a").await;
+    let mut config = config();
+    config.limits.max_connections = 3;
+    let (h, p) = proxy(&a, config).await;
+    // Two HTTP/2 connections that sent their preface and nothing else, and one with a request
+    // in progress, fill the cap.
+    let mut idle = Vec::new();
+    for _ in 0..2 {
+        let mut tcp = bounded(TcpStream::connect(local(p))).await.unwrap();
+        tcp.write_all(H2_PREFACE).await.unwrap();
+        tcp.write_all(H2_SETTINGS).await.unwrap();
+        idle.push(tcp);
+    }
+    let slow = tokio::spawn(send_h2(local(p), get("x", "/delay/3000")));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // New clients are served at once (not after the 60 s idle timeout), each in place of an
+    // idle HTTP/2 connection; the request in progress completes.
+    for _ in 0..2 {
+        let started = Instant::now();
+        let resp = bounded(send(local(p), get("x", "/"))).await;
+        assert_eq!(resp.status, 200);
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+    for tcp in &mut idle {
+        assert!(closed_within(tcp, Duration::from_secs(2)).await.is_some());
+    }
+    assert_eq!(bounded(slow).await.unwrap().status, 200);
+    bounded(h.proxy.shutdown(BOUND)).await;
+}
+
+#[tokio::test]
 async fn at_the_connection_cap_busy_connections_hold_and_new_clients_wait() {
     let a = echo("a").await;
     let mut config = config();
