@@ -326,14 +326,70 @@ pub struct ClusterArgs {
 }
 
 #[derive(Debug, clap::Args)]
+#[command(
+    group(ArgGroup::new("source").required(true).args(["manifests", "kubeconfig"])),
+    after_help = CHECK_HELP
+)]
 pub struct CheckArgs {
-    /// The directory of manifests (every *.yaml / *.yml below it).
+    /// The directory of manifests (every *.yaml / *.yml below it): print the status of every
+    /// object as YAML.
     #[arg(long, value_name = "DIR")]
-    pub manifests: PathBuf,
+    pub manifests: Option<PathBuf>,
+    /// Check a live cluster as `pier run --kubeconfig` would use it: API server, Gateway API
+    /// CRDs, RBAC, the Gateways pier would serve, pod network reachability from this machine,
+    /// mesh certificates. Without a value: `KUBECONFIG`, then `~/.kube/config`, then the
+    /// in-cluster service account.
+    #[arg(long, value_name = "PATH")]
+    pub kubeconfig: Option<Option<PathBuf>>,
+    /// The kubeconfig context to use instead of its current one.
+    #[arg(long, value_name = "NAME", conflicts_with = "manifests")]
+    pub context: Option<String>,
+    /// `--kubeconfig` report format: one line per check, or JSON for machines.
+    #[arg(short = 'o', long, value_enum, default_value_t = CheckOutput::Text)]
+    pub output: CheckOutput,
+    /// `--kubeconfig`: seconds each pod network probe (TCP connect and TLS handshake) may take.
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value_t = 3,
+        conflicts_with = "manifests"
+    )]
+    pub probe_timeout: u64,
+    /// `--kubeconfig`: endpoint addresses probed per Gateway at most.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 8,
+        conflicts_with = "manifests"
+    )]
+    pub probe_sample: usize,
+    /// `--kubeconfig`: seconds to wait for each API server answer and for the first list of
+    /// every kind.
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value_t = 30,
+        conflicts_with = "manifests"
+    )]
+    pub api_timeout: u64,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
     #[command(flatten)]
     pub common: CommonArgs,
     #[command(flatten)]
     pub manifest_limits: ManifestLimitArgs,
+}
+
+/// `pier check --help`, after the flags.
+const CHECK_HELP: &str =
+    "Exit status with --kubeconfig: 0 when no check fails (warnings ‼ do not fail),
+1 when one does (✖). Colour only on a terminal; NO_COLOR turns it off.";
+
+/// `pier check --kubeconfig -o FORMAT`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum CheckOutput {
+    Text,
+    Json,
 }
 
 #[derive(Debug, clap::Args)]

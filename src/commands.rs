@@ -3,7 +3,7 @@
 use anyhow::Context;
 
 use crate::cli::{
-    CheckArgs, ClusterArgs, Command, CommonArgs, ExportTrustArgs, MeshCommand, RunArgs,
+    CheckArgs, CheckOutput, ClusterArgs, Command, CommonArgs, ExportTrustArgs, MeshCommand, RunArgs,
 };
 use crate::run::{self, ClusterOptions, RunOptions, Source};
 use crate::source::kube::{Connect, WatchScope};
@@ -17,6 +17,7 @@ pub const DEFAULT_LEASE_NAMESPACE: &str = "pier-system";
 pub async fn dispatch(cmd: Command) -> anyhow::Result<()> {
     match cmd {
         Command::Run(a) => run_cmd(a).await,
+        Command::Check(a) if a.kubeconfig.is_some() => check_cluster(&a).await,
         Command::Check(a) => print_stdout(&check(&a)?),
         Command::Demo(a) => crate::demo::run(a).await,
         Command::Echo(a) => {
@@ -135,13 +136,10 @@ pub fn spiffe_endpoint(
 
 fn cluster_options(connect: Connect, c: &ClusterArgs, common: &CommonArgs) -> ClusterOptions {
     let lease = LeaseOptions {
-        namespace: c.lease_namespace.clone().unwrap_or_else(|| {
-            std::fs::read_to_string(POD_NAMESPACE_FILE)
-                .ok()
-                .map(|s| s.trim().to_string())
-                .filter(|s| !s.is_empty())
-                .unwrap_or_else(|| DEFAULT_LEASE_NAMESPACE.to_string())
-        }),
+        namespace: c
+            .lease_namespace
+            .clone()
+            .unwrap_or_else(default_lease_namespace),
         name: c
             .lease_name
             .clone()
@@ -158,6 +156,15 @@ fn cluster_options(connect: Connect, c: &ClusterArgs, common: &CommonArgs) -> Cl
         },
         status: (!c.no_status).then(|| StatusOptions::new(lease)),
     }
+}
+
+/// The pod's namespace when run in a cluster, else [`DEFAULT_LEASE_NAMESPACE`].
+fn default_lease_namespace() -> String {
+    std::fs::read_to_string(POD_NAMESPACE_FILE)
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| DEFAULT_LEASE_NAMESPACE.to_string())
 }
 
 /// `<host name>-<6 random characters>`: unique per replica (pod names are host names), and
@@ -178,9 +185,62 @@ fn lease_identity() -> String {
     format!("{host}-{suffix}")
 }
 
+/// `pier check --kubeconfig`: run the checks of [`crate::check`], print the report, and fail
+/// (exit status 1) when a check failed.
+async fn check_cluster(a: &CheckArgs) -> anyhow::Result<()> {
+    use std::io::IsTerminal;
+    let report = crate::check::run(&check_options(a)).await;
+    let out = match a.output {
+        CheckOutput::Json => report.json(),
+        CheckOutput::Text => report.text(crate::check::use_colour(
+            std::io::stdout().is_terminal(),
+            std::env::var_os("NO_COLOR"),
+        )),
+    };
+    print_stdout(&out)?;
+    let failed = report.count(crate::check::Status::Fail);
+    anyhow::ensure!(failed == 0, "{failed} check(s) failed");
+    Ok(())
+}
+
+/// What `pier check --kubeconfig` checks, from the same flags `pier run` takes.
+pub fn check_options(a: &CheckArgs) -> crate::check::Options {
+    let connect = Connect {
+        kubeconfig: a.kubeconfig.clone().flatten(),
+        context: a.context.clone(),
+    };
+    let cluster = cluster_options(connect, &a.cluster, &a.common);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    crate::check::Options {
+        lease_namespace: cluster
+            .status
+            .as_ref()
+            .map_or_else(default_lease_namespace, |s| s.lease.namespace.clone()),
+        status_writes: cluster.status.is_some(),
+        connect: cluster.connect,
+        scope: cluster.scope,
+        settings: a.common.translate_settings(),
+        client_cert: a
+            .common
+            .client_cert
+            .files()
+            .map(|f| f.load().map_err(|e| format!("{e:#}"))),
+        probe_timeout: std::time::Duration::from_secs(a.probe_timeout.max(1)),
+        probe_sample: a.probe_sample,
+        api_timeout: std::time::Duration::from_secs(a.api_timeout.max(1)),
+        now,
+    }
+}
+
 /// `pier check`: load, translate, render every computed status as YAML.
 pub fn check(a: &CheckArgs) -> anyhow::Result<String> {
-    let loaded = crate::source::files::load(&a.manifests, &a.manifest_limits.limits())?;
+    let dir = a
+        .manifests
+        .as_deref()
+        .context("give --manifests DIR or --kubeconfig [PATH]")?;
+    let loaded = crate::source::files::load(dir, &a.manifest_limits.limits())?;
     for (path, kind) in &loaded.skipped {
         eprintln!("skipped {kind} in {}", path.display());
     }

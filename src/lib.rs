@@ -24,6 +24,7 @@
 #![forbid(unsafe_code)]
 
 pub mod admin;
+pub mod check;
 pub mod cli;
 pub mod commands;
 pub mod crds;

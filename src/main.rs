@@ -14,7 +14,10 @@ fn main() -> std::process::ExitCode {
         Command::Run(a) => a.log_format,
         _ => LogFormat::Text,
     };
-    init_logging(format);
+    // `pier check --kubeconfig` reports what goes wrong itself; the watches it starts would
+    // log the same problems again.
+    let quiet = matches!(&cli.command, Command::Check(a) if a.kubeconfig.is_some());
+    init_logging(format, quiet);
     // One crypto provider for the whole process (kube's client, listeners, upstream TLS).
     let _ = rustls::crypto::ring::default_provider().install_default();
     let workers = match worker_threads() {
@@ -113,14 +116,18 @@ fn log_colour() -> bool {
     std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
 
-fn init_logging(format: LogFormat) {
+fn init_logging(format: LogFormat, quiet: bool) {
     use pier::log_limit::RateLimited;
     use tracing_subscriber::EnvFilter;
     use tracing_subscriber::prelude::*;
     // kube's client logs every failed request at ERROR, without saying what it was for; pier
     // logs watch failures itself, once for all kinds while the API server is unreachable.
-    let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new("info,kube_client::client::builder=off"));
+    let default = if quiet {
+        "error,kube_client::client::builder=off"
+    } else {
+        "info,kube_client::client::builder=off"
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     let registry = tracing_subscriber::registry().with(filter);
     // Repeated warnings (an attack can raise thousands a second) are rate-limited per call
     // site; see `pier::log_limit`.

@@ -303,6 +303,29 @@ impl WatchKind {
         Self::Pod,
     ];
 
+    /// The API group and resource (plural) the kind is watched as: what its CRD is named after
+    /// (`<plural>.<group>`) and what RBAC grants (`pier check` derives both from this).
+    pub fn resource(self) -> (&'static str, &'static str) {
+        use crate::translate::api::{CERTIFICATES_GROUP, CORE_GROUP, GATEWAY_GROUP};
+        match self {
+            Self::GatewayClass => (GATEWAY_GROUP, "gatewayclasses"),
+            Self::Gateway => (GATEWAY_GROUP, "gateways"),
+            Self::HttpRoute => (GATEWAY_GROUP, "httproutes"),
+            Self::GrpcRoute => (GATEWAY_GROUP, "grpcroutes"),
+            Self::TlsRoute => (GATEWAY_GROUP, "tlsroutes"),
+            Self::ListenerSet => (GATEWAY_GROUP, "listenersets"),
+            Self::ReferenceGrant => (GATEWAY_GROUP, "referencegrants"),
+            Self::BackendTlsPolicy => (GATEWAY_GROUP, "backendtlspolicies"),
+            Self::Namespace => (CORE_GROUP, "namespaces"),
+            Self::Service => (CORE_GROUP, "services"),
+            Self::Secret => (CORE_GROUP, "secrets"),
+            Self::ConfigMap => (CORE_GROUP, "configmaps"),
+            Self::Pod => (CORE_GROUP, "pods"),
+            Self::EndpointSlice => ("discovery.k8s.io", "endpointslices"),
+            Self::ClusterTrustBundle => (CERTIFICATES_GROUP, "clustertrustbundles"),
+        }
+    }
+
     /// Served only when the Gateway API CRDs are installed.
     pub fn is_gateway_api(self) -> bool {
         matches!(

@@ -135,6 +135,11 @@ pub struct GatewayTlsSummary {
     pub trust_bundle_certs: Option<usize>,
     /// `notAfter` of the client certificate (Unix seconds); `None` when none is usable.
     pub client_cert_not_after: Option<i64>,
+    /// The mesh trust bundle's CA certificates (empty without a usable bundle), for `pier
+    /// check`.
+    pub trust_bundle: Vec<rustls_pki_types::CertificateDer<'static>>,
+    /// The client certificate chain in use, leaf first (empty when none is usable).
+    pub client_chain: Vec<rustls_pki_types::CertificateDer<'static>>,
 }
 
 pub fn translate(resources: &Resources, settings: &Settings) -> Translation {
@@ -274,11 +279,13 @@ pub fn translate_with(
 }
 
 fn tls_summary(gateway: &ObjectRef, tls: &mesh::GatewayTls) -> GatewayTlsSummary {
-    let trust_bundle_certs = tls
-        .mesh
-        .as_ref()
-        .and_then(|m| m.trust.as_ref().ok())
-        .map(|b| b.len());
+    let bundle = tls.mesh.as_ref().and_then(|m| m.trust.as_ref().ok());
+    let trust_bundle_certs = bundle.map(|b| b.len());
+    let trust_bundle = bundle.map(|b| b.certs().to_vec()).unwrap_or_default();
+    let client_chain = match &tls.client {
+        mesh::ClientState::Ready(id) => id.chain().to_vec(),
+        _ => vec![],
+    };
     let client_cert_not_after = match &tls.client {
         mesh::ClientState::Ready(id) => id.chain().first().and_then(|leaf| {
             x509_parser::parse_x509_certificate(leaf)
@@ -291,6 +298,8 @@ fn tls_summary(gateway: &ObjectRef, tls: &mesh::GatewayTls) -> GatewayTlsSummary
         gateway: gateway.clone(),
         trust_bundle_certs,
         client_cert_not_after,
+        trust_bundle,
+        client_chain,
     }
 }
 
