@@ -345,7 +345,13 @@ pub struct CheckArgs {
     #[arg(long, value_name = "NAME", conflicts_with = "manifests")]
     pub context: Option<String>,
     /// `--kubeconfig` report format: one line per check, or JSON for machines.
-    #[arg(short = 'o', long, value_enum, default_value_t = CheckOutput::Text)]
+    #[arg(
+        short = 'o',
+        long,
+        value_enum,
+        default_value_t = CheckOutput::Text,
+        conflicts_with = "manifests"
+    )]
     pub output: CheckOutput,
     /// `--kubeconfig`: seconds each pod network probe (TCP connect and TLS handshake) may take.
     #[arg(

@@ -871,10 +871,7 @@ async fn reachability(r: &mut Report, t: &Translation, opts: &Options) {
     .await;
     for ((gw, target), outcome) in targets.iter().zip(outcomes) {
         let name = format!("reach/{gw}/{}", target.addr);
-        let about = format!(
-            "{} (Service {}, route {})",
-            target.addr, target.backend, target.route
-        );
+        let about = format!("Service {}, route {}", target.backend, target.route);
         match outcome {
             probe::Outcome::Reached(m) => r.ok(P, name, format!("{about}: {m}")),
             probe::Outcome::Unreachable(m) => {
