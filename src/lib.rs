@@ -9,6 +9,10 @@
 //! Configuration flows one way. `model` and `translate` are pure: no I/O, no kube client,
 //! tokio or hyper.
 //!
+//! [`check`] (`pier check --kubeconfig`) is the one other module that talks to the API server:
+//! it lists through [`source::kube`], decides through [`translate`], and adds only read-only
+//! calls of its own (discovery, `/version`, self-reviews of identity and RBAC).
+//!
 //! pier's own client certificate for backend (mesh) mTLS, by precedence:
 //!
 //! 1. a Gateway's `spec.tls.backend.clientCertificateRef` (GEP-3155), for that Gateway;
