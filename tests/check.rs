@@ -198,11 +198,22 @@ async fn kubeconfig_and_api_server_failures_skip_everything_else() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_crd_fails_and_skips_what_needs_it() {
     let c = Cluster::start_without_crds().await;
-    let without_httproutes: Vec<_> = pier::crds::all()
+    // No HTTPRoute CRD (pier needs it), no GRPCRoute CRD (optional), and a Gateway CRD from an
+    // older Gateway API release.
+    let mut crds: Vec<_> = pier::crds::all()
         .into_iter()
-        .filter(|crd| crd.spec.names.plural != "httproutes")
+        .filter(|crd| !["httproutes", "grpcroutes"].contains(&crd.spec.names.plural.as_str()))
         .collect();
-    c.cp.apply_crds(&without_httproutes).await;
+    for crd in &mut crds {
+        if crd.spec.names.plural == "gateways" {
+            let a = crd.metadata.annotations.as_mut().unwrap();
+            a.insert(
+                "gateway.networking.k8s.io/bundle-version".into(),
+                "v1.4.0".into(),
+            );
+        }
+    }
+    c.cp.apply_crds(&crds).await;
 
     let (code, v) = check_json(&c.pier_kubeconfig, &[]).await;
     assert_eq!(code, 1, "{}", names(&v));
@@ -227,7 +238,29 @@ async fn a_missing_crd_fails_and_skips_what_needs_it() {
     // The CRDs pier's RBAC may read carry the version pier was built for; the others are
     // served.
     let built = pier::crds::BUNDLE_VERSION;
-    for plural in ["gatewayclasses", "gateways"] {
+    let optional = get(&v, "crd/grpcroutes.gateway.networking.k8s.io");
+    assert_eq!(optional["status"], "warn");
+    assert_eq!(
+        optional["message"],
+        "not installed: pier serves no GRPCRoute until it is"
+    );
+    let older = get(&v, "crd/gateways.gateway.networking.k8s.io");
+    assert_eq!(older["status"], "warn");
+    assert_eq!(
+        older["message"],
+        format!(
+            "served as v1, Gateway API v1.4.0, standard channel: older than {} pier was built \
+             for (newer fields are dropped by the API server)",
+            pier::crds::BUNDLE_VERSION
+        )
+    );
+    assert!(
+        older["hint"]
+            .as_str()
+            .unwrap()
+            .starts_with("pier crds | kubectl apply -f -")
+    );
+    for plural in ["gatewayclasses"] {
         let name = format!("crd/{plural}.gateway.networking.k8s.io");
         assert_check(
             &v,
@@ -236,7 +269,7 @@ async fn a_missing_crd_fails_and_skips_what_needs_it() {
             &format!("served as v1, Gateway API {built}, standard channel"),
         );
     }
-    for plural in ["grpcroutes", "referencegrants", "backendtlspolicies"] {
+    for plural in ["tlsroutes", "referencegrants", "backendtlspolicies"] {
         let name = format!("crd/{plural}.gateway.networking.k8s.io");
         assert_check(
             &v,

@@ -863,11 +863,16 @@ async fn reachability(r: &mut Report, t: &Translation, opts: &Options) {
         }
         targets.extend(sample.into_iter().map(|s| (key.clone(), s)));
     }
-    let outcomes = futures::future::join_all(
+    // At most this many probes at once, whatever the number of Gateways.
+    const CONCURRENT_PROBES: usize = 64;
+    use futures::StreamExt;
+    let outcomes: Vec<_> = futures::stream::iter(
         targets
             .iter()
             .map(|(_, t)| probe::probe(t, opts.probe_timeout)),
     )
+    .buffered(CONCURRENT_PROBES)
+    .collect()
     .await;
     for ((gw, target), outcome) in targets.iter().zip(outcomes) {
         let name = format!("reach/{gw}/{}", target.addr);
