@@ -199,6 +199,11 @@ pub struct RunArgs {
     pub limits: LimitArgs,
     #[command(flatten)]
     pub manifest_limits: ManifestLimitArgs,
+    /// Every this many seconds, probe up to 8 endpoint addresses of each Gateway's routes from
+    /// this host (TCP, and the TLS handshake of meshed routes), as `pier check --kubeconfig`
+    /// does: `pier_pod_network_*` metrics, and a warning when one becomes unreachable (0: off).
+    #[arg(long, value_name = "SECS", default_value_t = 60)]
+    pub probe_interval: u64,
 }
 
 /// Limits on what a client may make pier hold (`proxy::Limits`).

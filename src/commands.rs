@@ -93,6 +93,8 @@ async fn run_cmd(a: RunArgs) -> anyhow::Result<()> {
             |k| std::env::var(k).ok(),
         )?,
         manifest_limits: a.manifest_limits.limits(),
+        probe_interval: (a.probe_interval > 0)
+            .then(|| std::time::Duration::from_secs(a.probe_interval)),
     })
     .await?;
     tracing::info!(admin = %running.admin_addr, "admin server listening");

@@ -119,6 +119,38 @@ impl ControlMetrics {
     }
 }
 
+/// Pod network reachability while serving (`--probe-interval`): the same probes as
+/// `pier check --kubeconfig`, on a sample of each Gateway's endpoint addresses.
+#[derive(Clone, Debug, Default)]
+pub struct ReachabilityMetrics {
+    pub probed: Family<GatewayLabels, Gauge>,
+    pub unreachable: Family<GatewayLabels, Gauge>,
+    pub tls_failed: Family<GatewayLabels, Gauge>,
+}
+
+impl ReachabilityMetrics {
+    pub fn register(reg: &mut Registry) -> Self {
+        let m = Self::default();
+        let reg = reg.sub_registry_with_prefix("pod_network");
+        reg.register(
+            "probed_endpoints",
+            "Endpoint addresses of a Gateway probed in the last round (a sample)",
+            m.probed.clone(),
+        );
+        reg.register(
+            "unreachable_endpoints",
+            "Probed endpoint addresses this host could not connect to (TCP)",
+            m.unreachable.clone(),
+        );
+        reg.register(
+            "tls_failed_endpoints",
+            "Probed endpoint addresses that answered but failed the TLS (mesh mTLS) handshake",
+            m.tls_failed.clone(),
+        );
+        m
+    }
+}
+
 /// A registry with pier's prefix.
 pub fn registry() -> Registry {
     Registry::with_prefix("pier")

@@ -61,6 +61,9 @@ pub struct RunOptions {
     pub spiffe_endpoint: Option<String>,
     /// Bounds on each load of `Source::Manifests`.
     pub manifest_limits: files::Limits,
+    /// `--probe-interval`: probe a sample of each Gateway's endpoint addresses this often
+    /// (`pier_pod_network_*` metrics, a warning when one becomes unreachable); `None`: never.
+    pub probe_interval: Option<Duration>,
 }
 
 #[derive(Clone, Debug)]
@@ -176,6 +179,7 @@ impl RunOptions {
             client_cert: None,
             spiffe_endpoint: None,
             manifest_limits: files::Limits::default(),
+            probe_interval: None,
         }
     }
 }
@@ -254,6 +258,7 @@ pub async fn start(opts: RunOptions) -> anyhow::Result<Running> {
     let proxy_metrics = Arc::new(ProxyMetrics::register(&mut registry));
     let kube_metrics = KubeMetrics::register(&mut registry);
     let status_metrics = StatusMetrics::register(&mut registry);
+    let reach_metrics = metrics::ReachabilityMetrics::register(&mut registry);
     let shared = Arc::new(Shared::default());
 
     let admin_listener = crate::admin::bind(opts.admin, opts.reuse_port)
@@ -405,6 +410,14 @@ pub async fn start(opts: RunOptions) -> anyhow::Result<Running> {
     let published = matches!(feed, Feed::Files { .. });
     let bound = published && bind(&proxy, &shared).await;
 
+    if let Some(every) = opts.probe_interval {
+        tokio::spawn(probe_loop(
+            shared.snapshot.clone(),
+            reach_metrics,
+            every,
+            shutdown_rx.clone(),
+        ));
+    }
     let (reload, reload_rx) = mpsc::channel(1);
     let task = tokio::spawn(run_loop(
         feed,
@@ -429,6 +442,92 @@ pub async fn start(opts: RunOptions) -> anyhow::Result<Running> {
         token_task,
         reload,
     })
+}
+
+/// Endpoint addresses probed per Gateway and round.
+const PROBE_SAMPLE: usize = 8;
+/// Bound on one probe (connect and handshake).
+const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Every `every`, probes a sample of each served Gateway's endpoint addresses from this host
+/// (as `pier check --kubeconfig` does) and publishes the counts; logs an address when it
+/// becomes unreachable and when it recovers. Ends at shutdown.
+async fn probe_loop(
+    snapshot: Arc<arc_swap::ArcSwap<crate::model::Snapshot>>,
+    m: metrics::ReachabilityMetrics,
+    every: Duration,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    use crate::check::probe::{self, Outcome};
+    use futures::StreamExt;
+    let mut failing = std::collections::BTreeSet::new();
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = shutdown.changed() => return,
+            _ = tick.tick() => {}
+        }
+        let snap = snapshot.load_full();
+        let targets: Vec<_> = probe::gateways(&snap)
+            .into_iter()
+            .flat_map(|gw| {
+                let (sample, _) = probe::sample(&snap, &gw, PROBE_SAMPLE);
+                sample.into_iter().map(move |t| (gw.clone(), t))
+            })
+            .collect();
+        drop(snap);
+        // Owned futures: a stream of futures borrowing `targets` is not `Send` for every
+        // lifetime, which `tokio::spawn` needs.
+        let probes: Vec<_> = targets
+            .iter()
+            .map(|(_, t)| {
+                let t = t.clone();
+                async move { probe::probe(&t, PROBE_TIMEOUT).await }
+            })
+            .collect();
+        let outcomes: Vec<_> = futures::stream::iter(probes).buffered(64).collect().await;
+        let mut counts: std::collections::BTreeMap<_, (i64, i64, i64)> = Default::default();
+        let mut now_failing = std::collections::BTreeSet::new();
+        for ((gw, t), outcome) in targets.iter().zip(outcomes) {
+            let c = counts.entry(gw.clone()).or_default();
+            c.0 += 1;
+            let why = match outcome {
+                Outcome::Reached(_) => continue,
+                Outcome::Unreachable(why) => {
+                    c.1 += 1;
+                    why
+                }
+                Outcome::TlsFailed(why) => {
+                    c.2 += 1;
+                    why
+                }
+            };
+            let key = (gw.clone(), t.addr);
+            if !failing.contains(&key) {
+                tracing::warn!(
+                    gateway = %gw, endpoint = %t.addr, service = %t.backend, reason = %why,
+                    "pod network: endpoint not reachable from this host"
+                );
+            }
+            now_failing.insert(key);
+        }
+        for (gw, addr) in failing.difference(&now_failing) {
+            tracing::info!(gateway = %gw, endpoint = %addr, "pod network: endpoint reachable again");
+        }
+        failing = now_failing;
+        m.probed.clear();
+        m.unreachable.clear();
+        m.tls_failed.clear();
+        for (gw, (probed, unreachable, tls)) in counts {
+            let labels = metrics::GatewayLabels {
+                gateway: gw.to_string(),
+            };
+            m.probed.get_or_create(&labels).set(probed);
+            m.unreachable.get_or_create(&labels).set(unreachable);
+            m.tls_failed.get_or_create(&labels).set(tls);
+        }
+    }
 }
 
 /// Reads the feed after a change (or a SIGHUP) and publishes it: `Some(whether every port

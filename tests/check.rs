@@ -15,6 +15,7 @@ use std::process::Output;
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use support::apiserver::poll;
 use support::cluster::*;
 use support::mesh::{self, MeshPki};
 
@@ -686,6 +687,33 @@ async fn live_cluster_checks() {
         "TLS is required but unusable: NoTrustBundle",
     );
     assert_eq!(with_status(&v, "fail"), [gone, "mesh/gw/edge".to_string()]);
+
+    // --- While serving: the same probes every --probe-interval, as metrics.
+    let running = start_pier(pier::run::RunOptions {
+        probe_interval: Some(Duration::from_millis(300)),
+        ..c.pier_options(std::net::Ipv4Addr::LOCALHOST.into(), "replica-a")
+    })
+    .await;
+    let series = |name: &str| format!("pier_pod_network_{name}{{gateway=\"gw/edge\"}}");
+    let counts = async |running: &pier::run::Running| {
+        let m = metrics(running).await;
+        (
+            sample(&m, &series("probed_endpoints")),
+            sample(&m, &series("unreachable_endpoints")),
+            sample(&m, &series("tls_failed_endpoints")),
+        )
+    };
+    poll(READY_BOUND, "3 probed, 1 unreachable", || async {
+        counts(&running).await == (3.0, 1.0, 0.0)
+    })
+    .await;
+    c.delete(GATEWAY_V1, "HTTPRoute", Some("public"), "gone")
+        .await;
+    poll(READY_BOUND, "2 probed, none unreachable", || async {
+        counts(&running).await == (2.0, 0.0, 0.0)
+    })
+    .await;
+    running.shutdown().await;
 }
 
 /// A port on `ip` nothing listens on (bound, then released).

@@ -54,6 +54,7 @@ async fn client_certificate_is_loaded_watched_and_a_bad_rotation_keeps_the_last_
         }),
         spiffe_endpoint: None,
         manifest_limits: Default::default(),
+        probe_interval: None,
     })
     .await
     .unwrap();
@@ -108,6 +109,7 @@ async fn startup_fails_on_an_unusable_client_certificate() {
         }),
         spiffe_endpoint: None,
         manifest_limits: Default::default(),
+        probe_interval: None,
     })
     .await
     .err()

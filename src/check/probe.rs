@@ -3,6 +3,9 @@
 //! needs are exactly what the data plane would use), and a probe of each from this machine: a
 //! TCP connect, then for TLS backends (meshed routes, BackendTLSPolicy) a handshake with the
 //! very `ClientConfig` the proxy would use (pier's client certificate, the mesh trust bundle).
+//!
+//! Used by `pier check --kubeconfig` once, and by `pier run` every `--probe-interval` for the
+//! `pier_pod_network_*` metrics ([`crate::run`]).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -96,6 +99,16 @@ pub fn sample(snapshot: &Snapshot, gateway: &ObjectRef, max: usize) -> (Vec<Targ
         round += 1;
     }
     (out, total)
+}
+
+/// The Gateways that have a listener in `snapshot`.
+pub fn gateways(snapshot: &Snapshot) -> std::collections::BTreeSet<ObjectRef> {
+    snapshot
+        .ports
+        .iter()
+        .flat_map(|p| &p.listeners)
+        .map(|l| l.id.gateway.clone())
+        .collect()
 }
 
 /// What a probe found.
