@@ -477,6 +477,7 @@ impl CommonArgs {
             cluster_domain: self.cluster_domain.clone(),
             client_identity: None,
             workload_api: None,
+            reachability: Default::default(),
             advertise: self.advertise_address.clone(),
             address_pool: self
                 .gateway_address_pool

@@ -84,6 +84,21 @@ impl Publisher {
         }
     }
 
+    /// Replaces the pod network probe results (`--probe-interval`) and, when they differ,
+    /// re-publishes the last objects with them (a Gateway condition). Returns the new
+    /// generation, or `None` when nothing changed or before the first publish.
+    pub async fn set_reachability(
+        &mut self,
+        reachability: std::collections::BTreeMap<crate::model::ObjectRef, translate::Reachability>,
+    ) -> Option<u64> {
+        if self.settings.reachability == reachability {
+            return None;
+        }
+        self.settings.reachability = reachability;
+        let last = self.last.clone()?;
+        Some(self.publish_arc(last).await)
+    }
+
     /// Replaces pier's own client identity (`--client-cert`) and re-publishes the last
     /// objects with it. Returns the new generation, or `None` before the first publish.
     pub async fn set_client_identity(

@@ -410,14 +410,17 @@ pub async fn start(opts: RunOptions) -> anyhow::Result<Running> {
     let published = matches!(feed, Feed::Files { .. });
     let bound = published && bind(&proxy, &shared).await;
 
-    if let Some(every) = opts.probe_interval {
+    let reach = opts.probe_interval.map(|every| {
+        let (tx, rx) = watch::channel(Default::default());
         tokio::spawn(probe_loop(
             shared.snapshot.clone(),
             reach_metrics,
+            tx,
             every,
             shutdown_rx.clone(),
         ));
-    }
+        rx
+    });
     let (reload, reload_rx) = mpsc::channel(1);
     let task = tokio::spawn(run_loop(
         feed,
@@ -430,6 +433,7 @@ pub async fn start(opts: RunOptions) -> anyhow::Result<Running> {
         shutdown_rx,
         (published, bound),
         Identity { cert_watch, spiffe },
+        reach,
     ));
     Ok(Running {
         admin_addr,
@@ -444,6 +448,9 @@ pub async fn start(opts: RunOptions) -> anyhow::Result<Running> {
     })
 }
 
+/// Pod network probe results per Gateway, for its status condition.
+type Reachabilities = std::collections::BTreeMap<crate::model::ObjectRef, translate::Reachability>;
+
 /// Endpoint addresses probed per Gateway and round.
 const PROBE_SAMPLE: usize = 8;
 /// Bound on one probe (connect and handshake).
@@ -455,6 +462,7 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
 async fn probe_loop(
     snapshot: Arc<arc_swap::ArcSwap<crate::model::Snapshot>>,
     m: metrics::ReachabilityMetrics,
+    results: watch::Sender<Reachabilities>,
     every: Duration,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -489,7 +497,8 @@ async fn probe_loop(
         let outcomes: Vec<_> = futures::stream::iter(probes).buffered(64).collect().await;
         let mut counts: std::collections::BTreeMap<_, (i64, i64, i64)> = Default::default();
         let mut now_failing = std::collections::BTreeSet::new();
-        for ((gw, t), outcome) in targets.iter().zip(outcomes) {
+        let mut reasons: Vec<Option<String>> = vec![None; targets.len()];
+        for (i, ((gw, t), outcome)) in targets.iter().zip(outcomes).enumerate() {
             let c = counts.entry(gw.clone()).or_default();
             c.0 += 1;
             let why = match outcome {
@@ -503,6 +512,7 @@ async fn probe_loop(
                     why
                 }
             };
+            reasons[i] = Some(why.clone());
             let key = (gw.clone(), t.addr);
             if !failing.contains(&key) {
                 tracing::warn!(
@@ -516,6 +526,22 @@ async fn probe_loop(
             tracing::info!(gateway = %gw, endpoint = %addr, "pod network: endpoint reachable again");
         }
         failing = now_failing;
+        let mut found = Reachabilities::new();
+        for ((gw, t), why) in targets.iter().zip(&reasons) {
+            let r = found.entry(gw.clone()).or_default();
+            r.probed += 1;
+            if let Some(why) = why {
+                r.failed.push((t.addr, why.clone()));
+            }
+        }
+        for r in found.values_mut() {
+            r.failed.sort();
+        }
+        results.send_if_modified(|cur| {
+            let changed = *cur != found;
+            *cur = std::mem::take(&mut found);
+            changed
+        });
         m.probed.clear();
         m.unreachable.clear();
         m.tls_failed.clear();
@@ -585,6 +611,7 @@ async fn run_loop(
         mut cert_watch,
         mut spiffe,
     }: Identity,
+    mut reach: Option<watch::Receiver<Reachabilities>>,
 ) {
     let mut rebind = tokio::time::interval(REBIND_EVERY);
     loop {
@@ -616,6 +643,11 @@ async fn run_loop(
                         Some(id) => tracing::info!(generation, spiffe_id = %id, "published the SPIFFE Workload API's X.509-SVID and bundles"),
                         None => tracing::debug!(generation, "published the SPIFFE Workload API's state"),
                     }
+                }
+            }
+            Some(r) = async { match &mut reach { Some(rx) => rx.changed().await.ok().map(|()| rx.borrow_and_update().clone()), None => std::future::pending().await } } => {
+                if let Some(generation) = publisher.set_reachability(r).await {
+                    tracing::debug!(generation, "published pod network reachability");
                 }
             }
             _ = rebind.tick(), if published && !bound => bound = bind(&proxy, &shared).await,

@@ -704,10 +704,36 @@ async fn live_cluster_checks() {
         counts(&running).await == (3.0, 1.0, 0.0)
     })
     .await;
+    // ... and as a condition on the Gateway, written by pier's status writer.
+    let reachable = async || {
+        let s = c.status("Gateway", Some("gw"), "edge").await;
+        condition(&s["conditions"], "pier.dev/PodNetworkReachable").cloned()
+    };
+    poll(STATUS_BOUND, "PodNetworkReachable False", || async {
+        reachable().await.is_some_and(|c| c["status"] == "False")
+    })
+    .await;
+    let cond = reachable().await.unwrap();
+    assert_eq!(cond["reason"], "Unreachable");
+    assert_eq!(
+        cond["message"],
+        format!(
+            "1 of 3 sampled endpoint addresses are not reachable from pier's host: {closed} \
+             (connection refused (nothing listens there))"
+        )
+    );
     c.delete(GATEWAY_V1, "HTTPRoute", Some("public"), "gone")
         .await;
     poll(READY_BOUND, "2 probed, none unreachable", || async {
         counts(&running).await == (2.0, 0.0, 0.0)
+    })
+    .await;
+    poll(STATUS_BOUND, "PodNetworkReachable True", || async {
+        reachable().await.is_some_and(|c| {
+            c["status"] == "True"
+                && c["reason"] == "Reachable"
+                && c["message"] == "all 2 sampled endpoint addresses are reachable from pier's host"
+        })
     })
     .await;
     running.shutdown().await;

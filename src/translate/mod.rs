@@ -75,6 +75,18 @@ pub struct Settings {
     pub advertise: Vec<std::net::IpAddr>,
     /// `--gateway-address-pool`: one address of it per Gateway, which its listeners bind.
     pub address_pool: Vec<std::net::IpAddr>,
+    /// `pier run --probe-interval`: what the last pod network probe of each Gateway's
+    /// endpoints found, reported as the Gateway condition [`status::POD_NETWORK_CONDITION`].
+    /// Empty: no condition.
+    pub reachability: BTreeMap<ObjectRef, Reachability>,
+}
+
+/// One round of pod network probes of a Gateway's endpoint addresses (a sample).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Reachability {
+    pub probed: usize,
+    /// The addresses that failed and why, sorted.
+    pub failed: Vec<(std::net::SocketAddr, String)>,
 }
 
 /// A client certificate chain (leaf first) and its private key, PEM, as read from files.
@@ -107,6 +119,7 @@ impl Default for Settings {
             workload_api: None,
             advertise: Vec::new(),
             address_pool: Vec::new(),
+            reachability: BTreeMap::new(),
         }
     }
 }
@@ -251,8 +264,14 @@ pub fn translate_with(
     status.backend_tls_policies = backends.tls.statuses(&settings.controller_name);
     let snapshot = snapshot(&gateways, tables);
     for gw in &gateways {
-        let gw_status = gw.status();
+        let mut gw_status = gw.status();
         status.listener_sets.extend(gw.set_statuses(&gw_status));
+        if let Some(r) = settings.reachability.get(&gw.key) {
+            let generation = gw_status.generation;
+            gw_status
+                .conditions
+                .push(reachability_condition(r, generation));
+        }
         status.gateways.insert(gw.key.clone(), gw_status);
     }
     let tls = gateways
@@ -276,6 +295,40 @@ pub fn translate_with(
         listener_certs,
         kept_certs,
     }
+}
+
+/// [`status::POD_NETWORK_CONDITION`] from a probe round.
+fn reachability_condition(r: &Reachability, generation: Option<i64>) -> status::GatewayCondition {
+    use status::{GatewayCondReason as R, GatewayCondType as T, GatewayCondition as C};
+    /// Failed addresses named in the message at most.
+    const NAMED: usize = 4;
+    if r.failed.is_empty() {
+        let msg = format!(
+            "all {} sampled endpoint addresses are reachable from pier's host",
+            r.probed
+        );
+        return C::new(T::PodNetwork, true, R::Reachable, msg, generation);
+    }
+    let named: Vec<String> = r
+        .failed
+        .iter()
+        .take(NAMED)
+        .map(|(addr, why)| format!("{addr} ({why})"))
+        .collect();
+    let more = r
+        .failed
+        .len()
+        .checked_sub(NAMED)
+        .filter(|n| *n > 0)
+        .map(|n| format!(" and {n} more"))
+        .unwrap_or_default();
+    let msg = format!(
+        "{} of {} sampled endpoint addresses are not reachable from pier's host: {}{more}",
+        r.failed.len(),
+        r.probed,
+        named.join("; ")
+    );
+    C::new(T::PodNetwork, false, R::Unreachable, msg, generation)
 }
 
 fn tls_summary(gateway: &ObjectRef, tls: &mesh::GatewayTls) -> GatewayTlsSummary {

@@ -126,6 +126,10 @@ pub enum ClassConditionReason {
 /// or a BackendTLSPolicy). Domain-prefixed, as implementation-specific types must be.
 pub const BACKEND_TLS_CONDITION: &str = "pier.dev/BackendTLS";
 
+/// The condition type pier adds to Gateways while `pier run --probe-interval` probes a sample
+/// of their endpoint addresses from pier's host (the pod network checks of `pier check`).
+pub const POD_NETWORK_CONDITION: &str = "pier.dev/PodNetworkReachable";
+
 /// Gateway condition types: upstream's, plus `ResolvedRefs` (GEP-3155's
 /// `clientCertificateRef`, and the mesh trust bundle references) and `pier.dev/BackendTLS`.
 #[derive(Debug, PartialEq, Eq)]
@@ -136,6 +140,8 @@ pub enum GatewayCondType {
     /// GEP-91: some frontend validation is `AllowInsecureFallback` (the generated enum lacks
     /// it).
     InsecureFrontendValidationMode,
+    /// [`POD_NETWORK_CONDITION`].
+    PodNetwork,
 }
 
 /// Gateway condition reasons: upstream's plus the GEP-3155 ones and pier's backend TLS ones.
@@ -156,6 +162,10 @@ pub enum GatewayCondReason {
     InvalidMeshConfig,
     /// `InsecureFrontendValidationMode=True`.
     ConfigurationChanged,
+    /// [`POD_NETWORK_CONDITION`] True: every sampled endpoint address answered.
+    Reachable,
+    /// [`POD_NETWORK_CONDITION`] False: some did not (TCP, or the TLS handshake).
+    Unreachable,
 }
 
 /// Route condition types (`RouteConditionType` in the Go API), plus `pier.dev/BackendTLS`.
@@ -466,6 +476,7 @@ impl fmt::Display for GatewayCondType {
             Self::ResolvedRefs => f.write_str("ResolvedRefs"),
             Self::BackendTls => f.write_str(BACKEND_TLS_CONDITION),
             Self::InsecureFrontendValidationMode => f.write_str("InsecureFrontendValidationMode"),
+            Self::PodNetwork => f.write_str(POD_NETWORK_CONDITION),
         }
     }
 }
