@@ -41,7 +41,9 @@ pub enum Command {
     /// Serve the Gateways of a directory of Gateway API manifests (`--manifests`) or of a
     /// cluster (`--kubeconfig`).
     Run(RunArgs),
-    /// Load and translate manifests, print the status of every object as YAML, and exit.
+    /// `--manifests`: load and translate manifests, print the status of every object as YAML.
+    /// `--kubeconfig`: check a live cluster from this machine (API server, CRDs, RBAC,
+    /// Gateways, pod network reachability, mesh certificates), one line per check.
     Check(CheckArgs),
     /// Start pier on built-in example manifests with built-in echo backends on loopback.
     Demo(DemoArgs),
