@@ -197,6 +197,22 @@ pub struct RunArgs {
     /// header names); from anyone else pier replaces them [default: nobody].
     #[arg(long, value_name = "CIDR[,...]", value_delimiter = ',')]
     pub trusted_proxies: Vec<crate::proxy::Cidr>,
+    /// Trace requests: continue W3C `traceparent`/`tracestate` (pier's span becomes the
+    /// parent upstream) and export sampled spans over OTLP/HTTP protobuf to this `http://`
+    /// URL (`/v1/traces` is added when it has no path). Off by default: trace headers pass
+    /// through untouched.
+    #[arg(long, value_name = "URL", env = "PIER_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<crate::proxy::trace::OtlpEndpoint>,
+    /// The fraction of new traces pier samples (0 to 1). A parent's sampled flag is honoured
+    /// only from `--trusted-proxies`.
+    #[arg(
+        long,
+        value_name = "RATIO",
+        env = "PIER_TRACE_SAMPLE_RATIO",
+        default_value_t = crate::proxy::trace::SampleRatio::DEFAULT,
+        requires = "otlp_endpoint"
+    )]
+    pub trace_sample_ratio: crate::proxy::trace::SampleRatio,
     #[command(flatten)]
     pub limits: LimitArgs,
     #[command(flatten)]

@@ -85,6 +85,13 @@ async fn run_cmd(a: RunArgs) -> anyhow::Result<()> {
         reuse_port: a.reuse_port,
         trusted_proxies: crate::proxy::TrustedProxies::new(a.trusted_proxies.clone()),
         limits: a.limits.limits(),
+        tracing: a
+            .otlp_endpoint
+            .clone()
+            .map(|endpoint| crate::proxy::trace::TraceConfig {
+                endpoint,
+                sample_ratio: a.trace_sample_ratio,
+            }),
         admin_token_file: a.admin_token_file.clone(),
         client_cert: a.common.client_cert.files(),
         spiffe_endpoint: spiffe_endpoint(

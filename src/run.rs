@@ -49,6 +49,9 @@ pub struct RunOptions {
     pub trusted_proxies: crate::proxy::TrustedProxies,
     /// Idle connections, slow request bodies, path normalisation.
     pub limits: crate::proxy::Limits,
+    /// `--otlp-endpoint`, `--trace-sample-ratio`: W3C trace context and span export over
+    /// OTLP/HTTP. `None` (the default): off, trace headers pass through untouched.
+    pub tracing: Option<crate::proxy::trace::TraceConfig>,
     /// `--admin-token-file`: a bearer token the admin server requires (but for the probes).
     /// A file holding the bearer token the admin server requires (but on the probes); read
     /// at start (an error stops the start) and again whenever it changes.
@@ -175,6 +178,7 @@ impl RunOptions {
             reuse_port: false,
             trusted_proxies: crate::proxy::TrustedProxies::default(),
             limits: crate::proxy::Limits::default(),
+            tracing: None,
             admin_token_file: None,
             client_cert: None,
             spiffe_endpoint: None,
@@ -308,7 +312,17 @@ pub async fn start(opts: RunOptions) -> anyhow::Result<Running> {
         Err(e)
     };
 
-    let proxy = Proxy::new(
+    let tracer = match &opts.tracing {
+        Some(config) => match crate::proxy::trace::Tracer::start(config, proxy_metrics.clone()) {
+            Ok(t) => {
+                tracing::info!(endpoint = %config.endpoint, sample_ratio = %config.sample_ratio, "tracing: spans exported over OTLP/HTTP");
+                Some(t)
+            }
+            Err(e) => return fail(e.context("cannot set up OTLP span export")),
+        },
+        None => None,
+    };
+    let proxy = Proxy::with_tracer(
         shared.snapshot.clone(),
         ProxyConfig {
             listen_host: opts.listen_host,
@@ -319,6 +333,7 @@ pub async fn start(opts: RunOptions) -> anyhow::Result<Running> {
             ..ProxyConfig::default()
         },
         proxy_metrics,
+        tracer,
     );
     let mut settings = opts.translate.clone();
     let mut cert_watch = None;

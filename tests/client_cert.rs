@@ -47,6 +47,7 @@ async fn client_certificate_is_loaded_watched_and_a_bad_rotation_keeps_the_last_
         reuse_port: false,
         trusted_proxies: Default::default(),
         limits: Default::default(),
+        tracing: None,
         admin_token_file: None,
         client_cert: Some(ClientCertFiles {
             cert: tls.path().join("tls.crt"),
@@ -102,6 +103,7 @@ async fn startup_fails_on_an_unusable_client_certificate() {
         reuse_port: false,
         trusted_proxies: Default::default(),
         limits: Default::default(),
+        tracing: None,
         admin_token_file: None,
         client_cert: Some(ClientCertFiles {
             cert: dir.path().join("bad.crt"),

@@ -5,7 +5,6 @@
 
 use std::net::SocketAddr;
 
-use http::header::HOST;
 use http::{Method, Request, StatusCode};
 use http_body::Body as _;
 use hyper::body::Incoming;
@@ -53,14 +52,7 @@ pub fn wanted(shared: &Shared, seen: &Seen<'_>) -> bool {
 impl LogHead {
     pub fn of(req: &Request<Incoming>) -> Self {
         // The authority as sent, port included, as the fast path logs its Host header.
-        let authority = match req.uri().authority() {
-            Some(a) => a.as_str(),
-            None => req
-                .headers()
-                .get(HOST)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or(""),
-        };
+        let authority = super::service::request_authority(req);
         let mut head = Self::new(req.method().clone(), authority, req.uri().path());
         head.bytes_in = req.body().size_hint().exact();
         head
@@ -105,6 +97,7 @@ impl LogHead {
             peer,
             via = conn.via.map(display),
             request_id = edge.request_id.to_str().unwrap_or_default(),
+            trace_id = edge.trace.as_ref().map(|t| display(t.trace_id())),
             method = %self.method,
             host = %self.host,
             path = %self.path,

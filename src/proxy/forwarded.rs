@@ -95,6 +95,9 @@ pub struct Edge {
     kept: Kept,
     /// The client sent a `Forwarded` header (pier then sends its own).
     forwarded_sent: bool,
+    /// The request's trace context when tracing is on (`trace::start`): its `traceparent`
+    /// and `tracestate` replace the client's upstream.
+    pub trace: Option<super::trace::Span>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -229,6 +232,7 @@ impl Edge {
                 request_id: new_request_id(),
                 kept: Kept::default(),
                 forwarded_sent: !seen.forwarded.is_empty(),
+                trace: None,
             };
         }
         let client = client_of(proxies, &seen.xff, peer);
@@ -251,6 +255,7 @@ impl Edge {
                 forwarded: joined(&seen.forwarded),
             },
             forwarded_sent: !seen.forwarded.is_empty(),
+            trace: None,
         }
     }
 
@@ -306,6 +311,9 @@ impl Edge {
             }
         }
         f(&X_REQUEST_ID, self.request_id.as_bytes());
+        if let Some(trace) = &self.trace {
+            trace.each(f);
+        }
     }
 
     /// Replaces the forwarding headers in `headers` with pier's (the hyper path).
@@ -317,6 +325,10 @@ impl Edge {
     ) {
         for name in &EDGE_HEADERS {
             headers.remove(name);
+        }
+        if self.trace.is_some() {
+            headers.remove(super::trace::TRACEPARENT);
+            headers.remove(super::trace::TRACESTATE);
         }
         self.each(scheme, client_host.map(HeaderValue::as_bytes), |n, v| {
             // Every part is a valid header value already; joining them keeps it one.

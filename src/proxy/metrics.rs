@@ -48,6 +48,7 @@ pub struct ProxyMetrics {
     overflow: Family<BackendLabels, Counter>,
     streams: Family<StreamLabels, Counter>,
     proxy_protocol: Family<ProxyProtocolLabels, Counter>,
+    spans: Family<SpanLabels, Counter>,
     /// Tells the [`HandleCache`] whose handles it holds.
     id: u64,
 }
@@ -216,6 +217,33 @@ pub struct ProxyProtocolLabels {
     pub result: ProxyProtocolResult,
 }
 
+#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct SpanLabels {
+    pub result: SpanResult,
+}
+
+/// What became of a sampled request's span (`proxy::trace`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SpanResult {
+    /// Sent to the OTLP endpoint, which accepted it.
+    Exported,
+    /// The export queue was full (the endpoint is slow or down): never sent.
+    Dropped,
+    /// Sent in a batch the endpoint did not accept (or could not be reached for).
+    Failed,
+}
+
+impl EncodeLabelValue for SpanResult {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        use std::fmt::Write;
+        encoder.write_str(match self {
+            Self::Exported => "exported",
+            Self::Dropped => "dropped",
+            Self::Failed => "failed",
+        })
+    }
+}
+
 /// What the PROXY protocol header of a connection on a port that requires one was.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ProxyProtocolResult {
@@ -372,6 +400,12 @@ impl ProxyMetrics {
              closed)",
             m.proxy_protocol.clone(),
         );
+        reg.register(
+            "trace_spans",
+            "Sampled request spans, by result (exported; dropped: the export queue was full; \
+             failed: the OTLP endpoint did not accept the batch)",
+            m.spans.clone(),
+        );
         m
     }
 
@@ -525,6 +559,10 @@ impl ProxyMetrics {
             .inc();
     }
 
+    pub fn spans(&self, result: SpanResult, n: u64) {
+        self.spans.get_or_create(&SpanLabels { result }).inc_by(n);
+    }
+
     pub fn stream(&self, listener: Option<&ListenerId>, mode: StreamMode, result: StreamResult) {
         let (gateway, listener) = match listener {
             Some(l) => (l.gateway.to_string(), l.label()),
@@ -562,6 +600,7 @@ impl Default for ProxyMetrics {
             overflow: Family::default(),
             streams: Family::default(),
             proxy_protocol: Family::default(),
+            spans: Family::default(),
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         }
     }

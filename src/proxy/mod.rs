@@ -31,6 +31,7 @@ mod reclaim;
 mod retry;
 mod service;
 mod stream;
+pub mod trace;
 mod tunnel;
 mod upstream;
 mod validate;
@@ -169,6 +170,8 @@ pub(crate) struct Shared {
     pub server: auto::Builder<TokioExecutor>,
     /// Per-backend retry budgets; outside the snapshot, so reloads keep them.
     pub retry_budgets: RetryBudgets,
+    /// Span export and trace context (`--otlp-endpoint`); `None`: tracing is off.
+    pub tracer: Option<trace::Tracer>,
 }
 
 impl Shared {
@@ -254,6 +257,17 @@ impl Proxy {
         config: ProxyConfig,
         metrics: Arc<ProxyMetrics>,
     ) -> Self {
+        Self::with_tracer(snapshot, config, metrics, None)
+    }
+
+    /// [`Proxy::new`] with tracing on: `tracer` ([`trace::Tracer::start`]) gets every
+    /// sampled request's span; [`Proxy::shutdown`] exports what it still holds.
+    pub fn with_tracer(
+        snapshot: Arc<ArcSwap<Snapshot>>,
+        config: ProxyConfig,
+        metrics: Arc<ProxyMetrics>,
+        tracer: Option<trace::Tracer>,
+    ) -> Self {
         let mut server = auto::Builder::new(TokioExecutor::new());
         server
             .http1()
@@ -284,6 +298,7 @@ impl Proxy {
             metrics,
             clock: Clock::new(),
             server,
+            tracer,
         };
         Self {
             shared: Arc::new(shared),
@@ -371,6 +386,9 @@ impl Proxy {
         }
         futures::future::join_all(drains.iter().map(|d| d.drain(grace))).await;
         self.shared.upstream.close();
+        if let Some(tracer) = &self.shared.tracer {
+            tracer.shutdown(trace::EXPORT_TIMEOUT).await;
+        }
     }
 
     async fn bind(&self, key: PortKey) -> std::io::Result<BoundPort> {

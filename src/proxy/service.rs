@@ -40,7 +40,7 @@ use super::metrics::{Reached, Transport};
 use super::retry::{self, Retried};
 use super::upstream::{self, InFlight, Target, UpstreamBody};
 use super::validate::{self, Invalid};
-use super::{Shared, mirror, tunnel};
+use super::{Shared, mirror, trace, tunnel};
 use crate::model::filter::{CorsCheck, CorsResponse, Preflight, RedirectInput};
 use crate::model::host::normalize_host;
 use crate::model::matcher::RequestParts;
@@ -58,6 +58,8 @@ pub(super) struct Seen<'s> {
     pub upstream: Option<SocketAddr>,
     /// The rule that matched, for the access log.
     pub rule: Option<&'s Rule>,
+    /// The path match of the entry that matched (the span's `http.route`).
+    pub path_match: Option<&'s crate::model::PathMatch>,
     /// The workload identity the upstream's certificate was checked against (per-endpoint
     /// mesh identity), for the access log.
     pub identity: Option<&'s str>,
@@ -73,6 +75,7 @@ impl<'s> Seen<'s> {
         self.reached.listener = Some(&routed.listener.id);
         self.reached.route = Some(&routed.entry.rule.route);
         self.rule = Some(&routed.entry.rule);
+        self.path_match = Some(&routed.entry.matcher.path);
         self.access_log = routed.listener.access_log;
     }
 
@@ -125,7 +128,17 @@ pub async fn handle(
     let started = Instant::now();
     let snapshot = shared.snapshot.load_full();
     shared.upstream.observe(snapshot.generation);
-    let edge = Edge::read_map(&shared.config.trusted_proxies, conn.hop(), req.headers());
+    let mut edge = Edge::read_map(&shared.config.trusted_proxies, conn.hop(), req.headers());
+    edge.trace = trace::start_map(
+        shared.tracer.as_ref(),
+        conn.trusted_hop,
+        req.headers(),
+        trace::RequestLine {
+            method: req.method(),
+            host: request_authority(&req),
+            path: req.uri().path(),
+        },
+    );
     let log_head = access::may_log(&shared, &snapshot, &conn).then(|| LogHead::of(&req));
     let grpc = is_grpc(req.headers());
     let mut seen = Seen::default();
@@ -155,7 +168,29 @@ pub async fn handle(
         };
         head.log(&conn, &edge, &seen, done);
     }
+    trace::finish(
+        shared.tracer.as_ref(),
+        trace::End {
+            conn: &conn,
+            edge: &edge,
+            seen: &seen,
+            status: resp.status(),
+        },
+    );
     resp
+}
+
+/// The authority as sent (HTTP/2 `:authority`, an absolute-form URI's, else Host), port
+/// included.
+pub(super) fn request_authority<B>(req: &Request<B>) -> &str {
+    match req.uri().authority() {
+        Some(a) => a.as_str(),
+        None => req
+            .headers()
+            .get(HOST)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or(""),
+    }
 }
 
 async fn dispatch<'s>(

@@ -11,6 +11,7 @@ pub mod haproxy;
 pub mod logs;
 pub mod mesh;
 pub mod nginx;
+pub mod otelcol;
 pub mod pki;
 pub mod raw;
 pub mod snap;

@@ -14,6 +14,7 @@ use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 
 use super::super::forwarded::{Edge, is_edge_header};
 use super::super::headers::HOP_BY_HOP;
+use super::super::trace::is_trace_header;
 use httparse::Header;
 
 /// Most header lines a head may have (hyper's default too).
@@ -231,12 +232,15 @@ pub fn write_request(head: &RequestHead<'_>, fwd: &Forwarding<'_>, out: &mut Vec
     out.push(b' ');
     out.extend_from_slice(fwd.target.as_bytes());
     out.extend_from_slice(b" HTTP/1.1\r\n");
+    // With tracing on, pier writes `traceparent` and `tracestate` itself.
+    let traced = fwd.edge.trace.is_some();
     for h in head.headers {
         let name = h.name;
         if is_hop(name, head.headers, head.connection_names)
             || name.eq_ignore_ascii_case("host")
             || is_edge_header(name)
             || name.eq_ignore_ascii_case("content-length")
+            || (traced && is_trace_header(name))
         {
             continue;
         }

@@ -55,6 +55,7 @@ use super::forwarded::Edge;
 use super::metrics::Transport;
 use super::reclaim::Registration;
 use super::service::{self, Decision, RouteInput, Routed, Seen};
+use super::trace;
 use super::upstream::{Raw, RawConn, Stream, Target};
 use super::validate;
 use crate::model::filter::CorsResponse;
@@ -629,6 +630,15 @@ where
             };
             log.log(self.info, &common.edge, seen, done);
         }
+        trace::finish(
+            self.shared.tracer.as_ref(),
+            trace::End {
+                conn: self.info,
+                edge: &common.edge,
+                seen,
+                status,
+            },
+        );
     }
 }
 
@@ -662,6 +672,16 @@ fn plan<'s>(
             req.headers.iter().map(|h| (h.name, h.value)),
         ),
     };
+    common.edge.trace = trace::start(
+        shared.tracer.as_ref(),
+        info.trusted_hop,
+        req.headers.iter().map(|h| (h.name, h.value)),
+        trace::RequestLine {
+            method: &req.method,
+            host: req.host,
+            path: req.path,
+        },
+    );
     let limits = &shared.config.limits;
     let sizes = validate::check_sizes(
         req.target.len(),

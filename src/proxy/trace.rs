@@ -1,0 +1,782 @@
+//! Tracing: W3C trace context (`traceparent`, `tracestate`) and OpenTelemetry span export over
+//! OTLP/HTTP protobuf, one policy for both request paths (`h1` and `service`, HTTP/2 included).
+//!
+//! ```text
+//! request head ─> start (tracing off: None, one branch) ─> Span in forwarded::Edge
+//!                   trace id (the parent's or new), pier's span id, sampled?
+//!                                     └─> Edge::each ─> traceparent (pier's span as parent),
+//!                                                       tracestate (as received) upstream
+//! response head ─> finish (sampled only) ─> SpanData ─> bounded queue (full: dropped, counted)
+//!                                                       └─> export task: batches ─> OTLP/HTTP
+//! ```
+//!
+//! Tracing is on when `--otlp-endpoint` is given. Off, the client's `traceparent` and
+//! `tracestate` pass upstream untouched and the request paths pay one `Option` check.
+//!
+//! On, pier's span is a child of a valid incoming `traceparent` (same trace ID, the client's
+//! span as parent) or the root of a new trace; an invalid one is ignored (a new trace, and the
+//! `tracestate` with it is dropped, as the W3C spec says). Upstream gets pier's own
+//! `traceparent`, version `00`, with pier's span ID as the parent and the sampled flag as
+//! pier decided.
+//!
+//! The sampling decision: a parent's sampled flag is honoured only from a trusted hop
+//! (`--trusted-proxies`, the same policy as `X-Forwarded-For`); from anyone else pier draws at
+//! `--trace-sample-ratio`, with a random number rather than from the trace ID, which the
+//! client chose. Honouring any client's flag would let anyone make pier export every request.
+//!
+//! Export never touches the request path: a finished sampled span is offered to a bounded
+//! queue (`try_send`; a full queue drops the span and counts it in
+//! `pier_proxy_trace_spans_total{result="dropped"}`), and one task sends batches every second
+//! or when a batch is full. On shutdown the task exports what is queued, within a bound.
+//!
+//! Why not the SDK's `TracerProvider` and `BatchSpanProcessor`: pier needs its span ID before
+//! the span ends (to write `traceparent` upstream) for unsampled requests too, its queue's
+//! drops as a Prometheus counter, and the export on the tokio runtime, where hyper's client
+//! lives. So pier builds the SDK's `SpanData` itself and hands batches to the OTLP exporter.
+
+use std::borrow::Cow;
+use std::str::FromStr;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, SystemTime};
+
+use http::header::{HeaderMap, HeaderName, HeaderValue};
+use http::{Method, StatusCode};
+use opentelemetry::trace::{
+    SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState,
+};
+use opentelemetry::{InstrumentationScope, KeyValue};
+use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanExporter as _, SpanLinks};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+
+use super::conn_info::ConnInfo;
+use super::forwarded::Edge;
+use super::metrics::{ProxyMetrics, SpanResult};
+use super::service::Seen;
+use crate::model::PathMatch;
+
+pub const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
+pub const TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
+
+/// A `tracestate` longer than this (all its lines joined), or with more list members than
+/// [`MAX_TRACESTATE_MEMBERS`], is not passed on. The W3C spec asks vendors to propagate at
+/// least 512 characters and allows at most 32 members.
+pub const MAX_TRACESTATE: usize = 512;
+pub const MAX_TRACESTATE_MEMBERS: usize = 32;
+
+/// Finished spans waiting for export; when it is full, new spans are dropped (and counted).
+pub const QUEUE: usize = 2048;
+/// Spans per export request.
+pub const BATCH: usize = 512;
+/// A batch that is not full is sent after this.
+pub const EXPORT_EVERY: Duration = Duration::from_secs(1);
+/// Bound on one export request (connect included).
+pub const EXPORT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// `--otlp-endpoint` and `--trace-sample-ratio`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TraceConfig {
+    pub endpoint: OtlpEndpoint,
+    pub sample_ratio: SampleRatio,
+}
+
+/// Where spans go: an `http://` URL; a URL without a path gets OTLP's `/v1/traces`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OtlpEndpoint(http::Uri);
+
+/// The fraction of new traces pier samples, 0 to 1.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SampleRatio(f64);
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ConfigError {
+    #[error("not an http:// URL")]
+    Url,
+    #[error(
+        "only http:// OTLP endpoints are supported (send to a local OpenTelemetry Collector, \
+         which can forward over TLS)"
+    )]
+    Scheme,
+    #[error("the URL has no host")]
+    Host,
+    #[error("not a number from 0 to 1")]
+    Ratio,
+}
+
+/// A valid `traceparent`: what pier continues.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Parent {
+    pub trace_id: [u8; 16],
+    pub span_id: [u8; 8],
+    pub flags: u8,
+}
+
+/// The exporter side, shared by every request: the sampler, the queue, the export task.
+pub struct Tracer {
+    sample: Sample,
+    queue: mpsc::Sender<SpanData>,
+    metrics: Arc<ProxyMetrics>,
+    scope: InstrumentationScope,
+    stop: Mutex<Option<(oneshot::Sender<()>, JoinHandle<()>)>>,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Sample {
+    Never,
+    Always,
+    /// A uniform random `u64` below this.
+    Below(u64),
+}
+
+/// One request's trace context: created when the request arrives, carried in
+/// [`Edge`] so both request paths write it upstream, finished with the response head.
+#[derive(Clone, Debug)]
+pub struct Span {
+    trace_id: [u8; 16],
+    span_id: [u8; 8],
+    /// The incoming `traceparent`'s span (a remote parent).
+    parent: Option<[u8; 8]>,
+    /// pier's `traceparent` for the upstream request.
+    traceparent: HeaderValue,
+    tracestate: Option<HeaderValue>,
+    /// What the exported span needs of the request; only for sampled requests.
+    record: Option<Box<Record>>,
+}
+
+#[derive(Clone, Debug)]
+struct Record {
+    start: SystemTime,
+    method: Method,
+    path: String,
+    host: String,
+}
+
+/// The request line, as the request path has it.
+pub struct RequestLine<'r> {
+    pub method: &'r Method,
+    /// Host or `:authority`, as sent.
+    pub host: &'r str,
+    /// Path without the query.
+    pub path: &'r str,
+}
+
+// === impl OtlpEndpoint, SampleRatio ===
+
+impl FromStr for OtlpEndpoint {
+    type Err = ConfigError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let uri: http::Uri = s.trim().parse().map_err(|_| ConfigError::Url)?;
+        match uri.scheme_str() {
+            Some("http") => {}
+            Some(_) => return Err(ConfigError::Scheme),
+            None => return Err(ConfigError::Url),
+        }
+        let Some(authority) = uri.authority().filter(|a| !a.host().is_empty()) else {
+            return Err(ConfigError::Host);
+        };
+        let path = match uri.path_and_query().map(|p| p.as_str()) {
+            None | Some("" | "/") => "/v1/traces",
+            Some(p) => p,
+        };
+        let uri = http::Uri::builder()
+            .scheme("http")
+            .authority(authority.clone())
+            .path_and_query(path)
+            .build()
+            .map_err(|_| ConfigError::Url)?;
+        Ok(Self(uri))
+    }
+}
+
+impl std::fmt::Display for OtlpEndpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl SampleRatio {
+    pub const DEFAULT: Self = Self(0.01);
+
+    pub fn get(self) -> f64 {
+        self.0
+    }
+}
+
+impl FromStr for SampleRatio {
+    type Err = ConfigError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let r: f64 = s.trim().parse().map_err(|_| ConfigError::Ratio)?;
+        if !(0.0..=1.0).contains(&r) {
+            // NaN fails `contains` too.
+            return Err(ConfigError::Ratio);
+        }
+        Ok(Self(r))
+    }
+}
+
+impl std::fmt::Display for SampleRatio {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl Sample {
+    fn of(ratio: SampleRatio) -> Self {
+        let r = ratio.get();
+        if r <= 0.0 {
+            Self::Never
+        } else if r >= 1.0 {
+            Self::Always
+        } else {
+            // 2^64 · r, below 2^64 since r < 1 (the cast saturates anyway).
+            Self::Below((r * 18_446_744_073_709_551_616.0) as u64)
+        }
+    }
+
+    fn draw(self) -> bool {
+        match self {
+            Self::Never => false,
+            Self::Always => true,
+            Self::Below(t) => rand::random::<u64>() < t,
+        }
+    }
+}
+
+// === traceparent ===
+
+/// Parses a `traceparent` value (W3C Trace Context, level 1, version `00` rules): `version
+/// "-" trace-id "-" parent-id "-" trace-flags`, lowercase hex, 55 characters; trace-id and
+/// parent-id not all zeros; version `ff` invalid. A later version is read by the same rules
+/// from its first 55 characters, which must be all of it or be followed by `-` (the spec's
+/// forward compatibility). Surrounding whitespace (HTTP's OWS) is ignored.
+pub fn parse_traceparent(value: &[u8]) -> Option<Parent> {
+    let v = value.trim_ascii();
+    if v.len() < 55 {
+        return None;
+    }
+    let version = hex_byte(&v[0..2])?;
+    match version {
+        0x00 if v.len() != 55 => return None,
+        0xff => return None,
+        _ if v.len() > 55 && v[55] != b'-' => return None,
+        _ => {}
+    }
+    if v[2] != b'-' || v[35] != b'-' || v[52] != b'-' {
+        return None;
+    }
+    let mut trace_id = [0u8; 16];
+    for (i, b) in trace_id.iter_mut().enumerate() {
+        *b = hex_byte(&v[3 + 2 * i..5 + 2 * i])?;
+    }
+    let mut span_id = [0u8; 8];
+    for (i, b) in span_id.iter_mut().enumerate() {
+        *b = hex_byte(&v[36 + 2 * i..38 + 2 * i])?;
+    }
+    let flags = hex_byte(&v[53..55])?;
+    if trace_id == [0; 16] || span_id == [0; 8] {
+        return None;
+    }
+    Some(Parent {
+        trace_id,
+        span_id,
+        flags,
+    })
+}
+
+/// Two lowercase hex digits.
+fn hex_byte(two: &[u8]) -> Option<u8> {
+    let digit = |c: u8| match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        _ => None,
+    };
+    Some(digit(two[0])? << 4 | digit(two[1])?)
+}
+
+/// `00-<trace-id>-<span-id>-<flags>`.
+pub fn format_traceparent(trace_id: &[u8; 16], span_id: &[u8; 8], sampled: bool) -> [u8; 55] {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut out = [b'-'; 55];
+    out[0] = b'0';
+    out[1] = b'0';
+    for (i, b) in trace_id.iter().enumerate() {
+        out[3 + 2 * i] = HEX[usize::from(b >> 4)];
+        out[4 + 2 * i] = HEX[usize::from(b & 0xf)];
+    }
+    for (i, b) in span_id.iter().enumerate() {
+        out[36 + 2 * i] = HEX[usize::from(b >> 4)];
+        out[37 + 2 * i] = HEX[usize::from(b & 0xf)];
+    }
+    out[53] = b'0';
+    out[54] = if sampled { b'1' } else { b'0' };
+    out
+}
+
+impl Parent {
+    pub fn sampled(&self) -> bool {
+        self.flags & 1 == 1
+    }
+}
+
+/// The client's trace headers, gathered in one pass.
+#[derive(Default)]
+struct Received<'h> {
+    parents: usize,
+    parent: Option<&'h [u8]>,
+    state: Vec<&'h [u8]>,
+}
+
+impl<'h> Received<'h> {
+    fn read(lines: impl Iterator<Item = (&'h str, &'h [u8])>) -> Self {
+        let mut r = Self::default();
+        for (name, value) in lines {
+            if name.eq_ignore_ascii_case(TRACEPARENT.as_str()) {
+                r.parents += 1;
+                r.parent = Some(value);
+            } else if name.eq_ignore_ascii_case(TRACESTATE.as_str()) {
+                r.state.push(value);
+            }
+        }
+        r
+    }
+
+    /// A valid parent: exactly one `traceparent` line, well formed.
+    fn parent(&self) -> Option<Parent> {
+        if self.parents != 1 {
+            return None;
+        }
+        parse_traceparent(self.parent?)
+    }
+
+    /// The `tracestate` lines joined, when within bounds.
+    fn state(&self) -> Option<HeaderValue> {
+        let mut joined = Vec::new();
+        let mut members = 0;
+        for line in &self.state {
+            for member in line.split(|b| *b == b',').map(<[u8]>::trim_ascii) {
+                if member.is_empty() {
+                    continue;
+                }
+                members += 1;
+                if !joined.is_empty() {
+                    joined.push(b',');
+                }
+                joined.extend_from_slice(member);
+            }
+        }
+        if joined.is_empty() || joined.len() > MAX_TRACESTATE || members > MAX_TRACESTATE_MEMBERS {
+            return None;
+        }
+        HeaderValue::from_bytes(&joined).ok()
+    }
+}
+
+/// Whether `name` is one of the trace context headers (any case).
+pub fn is_trace_header(name: &str) -> bool {
+    name.eq_ignore_ascii_case(TRACEPARENT.as_str())
+        || name.eq_ignore_ascii_case(TRACESTATE.as_str())
+}
+
+// === start, finish ===
+
+/// The request's trace context, when tracing is on. `trusted`: the hop is a trusted proxy,
+/// whose sampled flag pier honours. `lines`: the client's header lines (read only when on).
+pub fn start<'h>(
+    tracer: Option<&Tracer>,
+    trusted: bool,
+    lines: impl Iterator<Item = (&'h str, &'h [u8])>,
+    req: RequestLine<'_>,
+) -> Option<Span> {
+    let tracer = tracer?;
+    Some(tracer.span(trusted, &Received::read(lines), req))
+}
+
+/// [`start`] over a header map (the hyper path).
+pub fn start_map(
+    tracer: Option<&Tracer>,
+    trusted: bool,
+    headers: &HeaderMap,
+    req: RequestLine<'_>,
+) -> Option<Span> {
+    let tracer = tracer?;
+    let names = [TRACEPARENT, TRACESTATE];
+    let lines = names.iter().flat_map(|name| {
+        headers
+            .get_all(name)
+            .iter()
+            .map(move |v| (name.as_str(), v.as_bytes()))
+    });
+    Some(tracer.span(trusted, &Received::read(lines), req))
+}
+
+/// How a traced request ended, for its span.
+pub(super) struct End<'a, 's> {
+    pub conn: &'a ConnInfo,
+    pub edge: &'a Edge,
+    pub seen: &'a Seen<'s>,
+    pub status: StatusCode,
+}
+
+/// Exports the request's span when it was sampled (off the request path: a full queue drops
+/// it).
+pub(super) fn finish(tracer: Option<&Tracer>, end: End<'_, '_>) {
+    let (Some(tracer), Some(span)) = (tracer, end.edge.trace.as_ref()) else {
+        return;
+    };
+    let Some(record) = span.record.as_deref() else {
+        return;
+    };
+    tracer.offer(span_data(tracer, span, record, &end));
+}
+
+fn span_data(tracer: &Tracer, span: &Span, record: &Record, end: &End<'_, '_>) -> SpanData {
+    let seen = end.seen;
+    let route = seen.path_match.map(http_route);
+    let method = known_method(&record.method);
+    let name = match (&route, method) {
+        (Some(r), Some(m)) => format!("{m} {r}"),
+        (Some(r), None) => format!("HTTP {r}"),
+        (None, Some(m)) => m.to_string(),
+        (None, None) => "HTTP".to_string(),
+    };
+    let mut attributes = Vec::with_capacity(16);
+    attributes.push(KeyValue::new(
+        "http.request.method",
+        method.unwrap_or("_OTHER"),
+    ));
+    if method.is_none() {
+        attributes.push(KeyValue::new(
+            "http.request.method_original",
+            record.method.to_string(),
+        ));
+    }
+    attributes.push(KeyValue::new("url.path", record.path.clone()));
+    attributes.push(KeyValue::new(
+        "http.response.status_code",
+        i64::from(end.status.as_u16()),
+    ));
+    let (host, port) = split_host(&record.host);
+    if !host.is_empty() {
+        attributes.push(KeyValue::new("server.address", host.to_string()));
+    }
+    if let Some(port) = port {
+        attributes.push(KeyValue::new("server.port", i64::from(port)));
+    }
+    attributes.push(KeyValue::new("client.address", end.edge.client.to_string()));
+    attributes.push(KeyValue::new(
+        "network.peer.address",
+        end.conn.peer.ip().to_string(),
+    ));
+    attributes.push(KeyValue::new(
+        "network.peer.port",
+        i64::from(end.conn.peer.port()),
+    ));
+    if let Some(route) = route {
+        attributes.push(KeyValue::new("http.route", route));
+    }
+    if let Some(l) = seen.reached.listener {
+        attributes.push(KeyValue::new("pier.listener", l.to_string()));
+    }
+    if let Some(r) = seen.reached.route {
+        attributes.push(KeyValue::new("pier.route", r.to_string()));
+    }
+    if let Some(rule) = seen.rule {
+        let label = match &rule.name {
+            Some(n) => n.clone(),
+            None => rule.index.to_string(),
+        };
+        attributes.push(KeyValue::new("pier.rule", label));
+    }
+    if let Some(b) = seen.reached.backend {
+        attributes.push(KeyValue::new("pier.backend", b.to_string()));
+    }
+    if let Some(u) = seen.upstream {
+        attributes.push(KeyValue::new("pier.upstream.address", u.to_string()));
+    }
+    if let Some(id) = seen.identity.filter(|_| seen.failure.is_none()) {
+        attributes.push(KeyValue::new("pier.workload_identity", id.to_string()));
+    }
+    if let Some(f) = seen.failure {
+        attributes.push(KeyValue::new("error.type", format!("{:?}", f.kind)));
+        if let Some(d) = f.detail {
+            attributes.push(KeyValue::new("pier.tls_failure", d));
+        }
+    } else if end.status.is_server_error() {
+        attributes.push(KeyValue::new("error.type", end.status.as_str().to_string()));
+    }
+    let status = if end.status.is_server_error() {
+        Status::error("")
+    } else {
+        Status::Unset
+    };
+    SpanData {
+        span_context: SpanContext::new(
+            TraceId::from_bytes(span.trace_id),
+            SpanId::from_bytes(span.span_id),
+            TraceFlags::SAMPLED,
+            false,
+            TraceState::default(),
+        ),
+        parent_span_id: span.parent.map_or(SpanId::INVALID, SpanId::from_bytes),
+        parent_span_is_remote: span.parent.is_some(),
+        span_kind: SpanKind::Server,
+        name: Cow::Owned(name),
+        start_time: record.start,
+        end_time: SystemTime::now(),
+        attributes,
+        dropped_attributes_count: 0,
+        events: SpanEvents::default(),
+        links: SpanLinks::default(),
+        status,
+        instrumentation_scope: tracer.scope.clone(),
+    }
+}
+
+/// `http.route`: the path match of the rule that matched (a prefix as `/prefix`, `/` for the
+/// whole tree), low cardinality as the semantic conventions want.
+fn http_route(m: &PathMatch) -> String {
+    match m {
+        PathMatch::Exact(p) => p.clone(),
+        PathMatch::Prefix(p) if p.is_empty() => "/".to_string(),
+        PathMatch::Prefix(p) => p.clone(),
+        PathMatch::RegularExpression(r) => r.as_str().to_string(),
+    }
+}
+
+/// The method as the semantic conventions name it, `None` for any other (`_OTHER`).
+fn known_method(m: &Method) -> Option<&'static str> {
+    Some(match *m {
+        Method::GET => "GET",
+        Method::HEAD => "HEAD",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        Method::CONNECT => "CONNECT",
+        Method::OPTIONS => "OPTIONS",
+        Method::TRACE => "TRACE",
+        Method::PATCH => "PATCH",
+        _ => return None,
+    })
+}
+
+/// `host[:port]` or `[v6]:port` into host and port.
+fn split_host(host: &str) -> (&str, Option<u16>) {
+    if let Some(rest) = host.strip_prefix('[') {
+        return match rest.split_once(']') {
+            Some((h, p)) => (h, p.strip_prefix(':').and_then(|p| p.parse().ok())),
+            None => (host, None),
+        };
+    }
+    match host.rsplit_once(':') {
+        Some((h, p)) if !h.contains(':') => match p.parse() {
+            Ok(port) => (h, Some(port)),
+            Err(_) => (host, None),
+        },
+        _ => (host, None),
+    }
+}
+
+// === impl Span ===
+
+impl Span {
+    pub fn trace_id(&self) -> TraceIdText {
+        TraceIdText(self.trace_id)
+    }
+
+    pub fn span_id(&self) -> [u8; 8] {
+        self.span_id
+    }
+
+    pub fn sampled(&self) -> bool {
+        self.record.is_some()
+    }
+
+    /// The headers to send upstream: `traceparent`, then `tracestate` when one is passed on.
+    pub fn each(&self, mut f: impl FnMut(&HeaderName, &[u8])) {
+        f(&TRACEPARENT, self.traceparent.as_bytes());
+        if let Some(state) = &self.tracestate {
+            f(&TRACESTATE, state.as_bytes());
+        }
+    }
+}
+
+/// A trace ID as 32 lowercase hex digits, written without allocating.
+pub struct TraceIdText([u8; 16]);
+
+impl std::fmt::Display for TraceIdText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for b in self.0 {
+            write!(f, "{b:02x}")?;
+        }
+        Ok(())
+    }
+}
+
+// === impl Tracer ===
+
+impl Tracer {
+    /// Builds the OTLP/HTTP exporter and starts the export task (on the current runtime).
+    pub fn start(config: &TraceConfig, metrics: Arc<ProxyMetrics>) -> anyhow::Result<Self> {
+        use opentelemetry_otlp::{Protocol, WithExportConfig as _, WithHttpConfig as _};
+        let client =
+            opentelemetry_http::hyper::HyperClient::with_default_connector(EXPORT_TIMEOUT, None);
+        let mut exporter = opentelemetry_otlp::SpanExporter::builder()
+            .with_http()
+            .with_http_client(client)
+            .with_protocol(Protocol::HttpBinary)
+            .with_endpoint(config.endpoint.to_string())
+            .with_timeout(EXPORT_TIMEOUT)
+            .build()?;
+        exporter.set_resource(
+            &opentelemetry_sdk::Resource::builder_empty()
+                .with_service_name("pier")
+                .with_attribute(KeyValue::new("service.version", env!("CARGO_PKG_VERSION")))
+                .build(),
+        );
+        let (queue, spans) = mpsc::channel(QUEUE);
+        let (stop, stopped) = oneshot::channel();
+        let task = tokio::spawn(export_loop(exporter, spans, stopped, metrics.clone()));
+        Ok(Self {
+            sample: Sample::of(config.sample_ratio),
+            queue,
+            metrics,
+            scope: InstrumentationScope::builder("pier")
+                .with_version(env!("CARGO_PKG_VERSION"))
+                .build(),
+            stop: Mutex::new(Some((stop, task))),
+        })
+    }
+
+    fn span(&self, trusted: bool, received: &Received<'_>, req: RequestLine<'_>) -> Span {
+        let parent = received.parent();
+        let sampled = match parent {
+            Some(p) if trusted => p.sampled(),
+            _ => self.sample.draw(),
+        };
+        let trace_id = parent.map_or_else(new_trace_id, |p| p.trace_id);
+        let span_id = new_span_id();
+        let traceparent =
+            HeaderValue::from_bytes(&format_traceparent(&trace_id, &span_id, sampled))
+                .expect("hex digits and dashes are a valid header value");
+        Span {
+            trace_id,
+            span_id,
+            parent: parent.map(|p| p.span_id),
+            traceparent,
+            tracestate: parent.and_then(|_| received.state()),
+            record: sampled.then(|| {
+                Box::new(Record {
+                    start: SystemTime::now(),
+                    method: req.method.clone(),
+                    path: req.path.to_string(),
+                    host: req.host.to_string(),
+                })
+            }),
+        }
+    }
+
+    fn offer(&self, span: SpanData) {
+        if self.queue.try_send(span).is_err() {
+            self.metrics.spans(SpanResult::Dropped, 1);
+        }
+    }
+
+    /// Exports what is queued (within `grace`) and stops the export task. Later spans are
+    /// dropped.
+    pub async fn shutdown(&self, grace: Duration) {
+        let stop = self
+            .stop
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        let Some((stop, mut task)) = stop else {
+            return;
+        };
+        let _ = stop.send(());
+        if tokio::time::timeout(grace, &mut task).await.is_err() {
+            tracing::warn!("span export did not finish within the shutdown grace; spans lost");
+            task.abort();
+        }
+    }
+}
+
+fn new_trace_id() -> [u8; 16] {
+    loop {
+        let id: u128 = rand::random();
+        if id != 0 {
+            return id.to_be_bytes();
+        }
+    }
+}
+
+fn new_span_id() -> [u8; 8] {
+    loop {
+        let id: u64 = rand::random();
+        if id != 0 {
+            return id.to_be_bytes();
+        }
+    }
+}
+
+async fn export_loop(
+    exporter: opentelemetry_otlp::SpanExporter,
+    mut spans: mpsc::Receiver<SpanData>,
+    mut stop: oneshot::Receiver<()>,
+    metrics: Arc<ProxyMetrics>,
+) {
+    let mut batch = Vec::with_capacity(BATCH);
+    let mut tick = tokio::time::interval(EXPORT_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let room = BATCH - batch.len();
+        tokio::select! {
+            n = spans.recv_many(&mut batch, room) => {
+                if n == 0 {
+                    break;
+                }
+                if batch.len() < BATCH {
+                    continue;
+                }
+            }
+            _ = tick.tick() => {
+                if batch.is_empty() {
+                    continue;
+                }
+            }
+            _ = &mut stop => break,
+        }
+        export(&exporter, &mut batch, &metrics).await;
+    }
+    spans.close();
+    while let Ok(span) = spans.try_recv() {
+        batch.push(span);
+        if batch.len() == BATCH {
+            export(&exporter, &mut batch, &metrics).await;
+        }
+    }
+    export(&exporter, &mut batch, &metrics).await;
+}
+
+async fn export(
+    exporter: &opentelemetry_otlp::SpanExporter,
+    batch: &mut Vec<SpanData>,
+    metrics: &ProxyMetrics,
+) {
+    if batch.is_empty() {
+        return;
+    }
+    let spans = std::mem::replace(batch, Vec::with_capacity(BATCH));
+    let n = spans.len() as u64;
+    match exporter.export(spans).await {
+        Ok(()) => metrics.spans(SpanResult::Exported, n),
+        Err(error) => {
+            metrics.spans(SpanResult::Failed, n);
+            tracing::warn!(%error, spans = n, "span export failed");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,412 @@
+//! Tracing end to end (`--otlp-endpoint`, `--trace-sample-ratio`): W3C trace context through
+//! pier to an echo backend, and spans exported over OTLP/HTTP protobuf to a real
+//! OpenTelemetry Collector (`scripts/otelcol.sh`), over the HTTP/1.1 fast path and HTTP/2
+//! (hyper's path).
+
+mod support;
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper_util::rt::TokioIo;
+use pier::proxy::trace::TraceConfig;
+use pier::run::{self, RunOptions};
+use support::client::{Resp, collect, send_h1_on, send_h2};
+use support::otelcol::Collector;
+use support::web::*;
+use support::*;
+use tokio::net::{TcpSocket, TcpStream};
+
+const PARENT_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const PARENT_SPAN: &str = "00f067aa0ba902b7";
+
+struct Pier {
+    running: run::Running,
+    port: u16,
+    echo: pier::echo::EchoServer,
+    _dir: tempfile::TempDir,
+}
+
+/// pier from manifests: one HTTP listener, `/` to an echo backend (HTTPRoute `default/r`).
+async fn start(tracing: Option<TraceConfig>, trusted: &str) -> Pier {
+    start_logged(tracing, trusted, false).await
+}
+
+/// [`start`], with the access log on or off. (Only the test that reads the access log turns
+/// it on: tests in one binary run in parallel, and `tracing`'s per-callsite interest cache
+/// can miss a thread's own subscriber when other threads hit the same callsite first.)
+async fn start_logged(tracing: Option<TraceConfig>, trusted: &str, access_log: bool) -> Pier {
+    init();
+    let echo = echo("a").await;
+    let port = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("all.yaml"),
+        format!(
+            "{}---\n{}---\n{}",
+            gateway(port),
+            service("a", echo.addr),
+            route("r", "/", "a")
+        ),
+    )
+    .unwrap();
+    let running = run::start(RunOptions {
+        listen_host: [127, 0, 0, 1].into(),
+        admin: SocketAddr::from(([127, 0, 0, 1], 0)),
+        access_log,
+        trusted_proxies: trusted.parse().unwrap(),
+        tracing,
+        ..RunOptions::new(run::Source::Manifests(dir.path().to_path_buf()))
+    })
+    .await
+    .unwrap();
+    Pier {
+        running,
+        port,
+        echo,
+        _dir: dir,
+    }
+}
+
+fn traced(endpoint: &str, ratio: &str) -> Option<TraceConfig> {
+    Some(TraceConfig {
+        endpoint: endpoint.parse().unwrap(),
+        sample_ratio: ratio.parse().unwrap(),
+    })
+}
+
+fn request(
+    version: http::Version,
+    port: u16,
+    headers: &[(&str, &str)],
+) -> http::Request<Full<Bytes>> {
+    let mut req = http::Request::get(format!("http://app.example:{port}/x?q=1")).version(version);
+    if version == http::Version::HTTP_11 {
+        req = req.header("host", format!("app.example:{port}"));
+    }
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    req.body(Full::default()).unwrap()
+}
+
+/// A GET over HTTP/1.1 (pier's fast path) or HTTP/2 (hyper's), from `source`.
+async fn send(version: http::Version, source: IpAddr, port: u16, headers: &[(&str, &str)]) -> Resp {
+    if version == http::Version::HTTP_2 {
+        assert!(source.is_loopback());
+        return bounded(send_h2(local(port), request(version, port, headers))).await;
+    }
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.bind(SocketAddr::new(source, 0)).unwrap();
+    let tcp = bounded(socket.connect(local(port))).await.unwrap();
+    let mut req = request(version, port, headers);
+    *req.uri_mut() = "/x?q=1".parse().unwrap();
+    bounded(send_h1_on(tcp, req)).await
+}
+
+/// The one value of `name` the echo backend received.
+fn upstream(resp: &Resp, name: &str) -> Option<String> {
+    let values = resp.echo().headers.get(name).cloned().unwrap_or_default();
+    assert!(values.len() <= 1, "{name}: {values:?}");
+    values.into_iter().next()
+}
+
+/// `(trace id, span id, flags)` of a version-00 `traceparent`.
+fn parts(traceparent: &str) -> (String, String, String) {
+    let p: Vec<&str> = traceparent.split('-').collect();
+    assert_eq!(p.len(), 4, "{traceparent}");
+    assert_eq!(p[0], "00", "{traceparent}");
+    assert_eq!(traceparent.len(), 55, "{traceparent}");
+    (p[1].to_string(), p[2].to_string(), p[3].to_string())
+}
+
+fn metric(text: &str, result: &str) -> u64 {
+    let prefix = format!("pier_proxy_trace_spans_total{{result=\"{result}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .map_or(0, |v| v.trim().parse().unwrap())
+}
+
+async fn metrics(pier: &Pier) -> String {
+    cluster::metrics(&pier.running).await
+}
+
+#[tokio::test]
+async fn incoming_traceparent_is_continued_and_the_span_exported_with_its_parent() {
+    let mut collector = Collector::start().await;
+    let (logs, _guard) = logs::capture_json();
+    let pier = start_logged(traced(&collector.endpoint, "1"), "", true).await;
+    let incoming = format!("00-{PARENT_TRACE}-{PARENT_SPAN}-01");
+    let mut sent = Vec::new();
+    for version in [http::Version::HTTP_11, http::Version::HTTP_2] {
+        let resp = send(
+            version,
+            [127, 0, 0, 1].into(),
+            pier.port,
+            &[
+                ("traceparent", &incoming),
+                ("tracestate", "rojo=00f067aa0ba902b7,congo=t61rcWkgMzE"),
+            ],
+        )
+        .await;
+        assert_eq!(resp.status, 200, "{version:?}: {resp:?}");
+        let up = upstream(&resp, "traceparent").expect("traceparent upstream");
+        let (trace, span, flags) = parts(&up);
+        assert_eq!(trace, PARENT_TRACE, "{version:?}: the trace is continued");
+        assert_ne!(
+            span, PARENT_SPAN,
+            "{version:?}: pier's own span is the parent"
+        );
+        assert_eq!(flags, "01", "{version:?}");
+        assert_eq!(
+            upstream(&resp, "tracestate").as_deref(),
+            Some("rojo=00f067aa0ba902b7,congo=t61rcWkgMzE"),
+            "{version:?}"
+        );
+        sent.push((version, span));
+    }
+
+    let spans = collector.wait_spans(2).await;
+    assert_eq!(spans.len(), 2, "{spans:?}");
+    for (version, span_id) in &sent {
+        let s = spans
+            .iter()
+            .find(|s| s.str("spanId") == *span_id)
+            .unwrap_or_else(|| panic!("{version:?}: no span {span_id} in {spans:?}"));
+        assert_eq!(s.str("traceId"), PARENT_TRACE);
+        assert_eq!(s.str("parentSpanId"), PARENT_SPAN);
+        assert_eq!(s.span["kind"], 2, "SPAN_KIND_SERVER: {s:?}");
+        assert_eq!(s.str("name"), "GET /");
+        assert_eq!(s.attr("http.request.method").as_deref(), Some("GET"));
+        assert_eq!(s.attr("url.path").as_deref(), Some("/x"));
+        assert_eq!(s.attr("http.response.status_code").as_deref(), Some("200"));
+        assert_eq!(s.attr("http.route").as_deref(), Some("/"));
+        assert_eq!(s.attr("server.address").as_deref(), Some("app.example"));
+        assert_eq!(s.attr("server.port"), Some(pier.port.to_string()));
+        assert_eq!(s.attr("client.address").as_deref(), Some("127.0.0.1"));
+        assert_eq!(s.attr("network.peer.address").as_deref(), Some("127.0.0.1"));
+        assert_eq!(s.attr("pier.route").as_deref(), Some("default/r"));
+        assert_eq!(s.attr("pier.rule").as_deref(), Some("0"));
+        assert_eq!(
+            s.attr("pier.upstream.address"),
+            Some(pier.echo.addr.to_string())
+        );
+        assert_eq!(s.attr("error.type"), None);
+        assert!(
+            s.span["status"].get("code").is_none(),
+            "unset status: {s:?}"
+        );
+        assert_eq!(s.resource_attr("service.name").as_deref(), Some("pier"));
+    }
+    // The access log names the trace.
+    let lines = logs.access_lines();
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert!(
+        lines.iter().all(|l| l["trace_id"] == PARENT_TRACE),
+        "{lines:?}"
+    );
+    assert_eq!(metric(&metrics(&pier).await, "exported"), 2);
+    pier.running.shutdown().await;
+}
+
+#[tokio::test]
+async fn without_a_valid_traceparent_pier_starts_a_trace() {
+    let mut collector = Collector::start().await;
+    let pier = start(traced(&collector.endpoint, "1"), "").await;
+    let invalid = [
+        // None, uppercase hex, an all-zero trace ID, two lines.
+        vec![],
+        vec![(
+            "traceparent",
+            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+        )],
+        vec![(
+            "traceparent",
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+        )],
+        vec![
+            (
+                "traceparent",
+                "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            ),
+            (
+                "traceparent",
+                "00-4bf92f3577b34da6a3ce929d0e0e4737-00f067aa0ba902b7-01",
+            ),
+        ],
+    ];
+    let mut ids = Vec::new();
+    for (i, headers) in invalid.iter().enumerate() {
+        let mut headers = headers.clone();
+        headers.push(("tracestate", "rojo=1"));
+        for version in [http::Version::HTTP_11, http::Version::HTTP_2] {
+            let resp = send(version, [127, 0, 0, 1].into(), pier.port, &headers).await;
+            assert_eq!(resp.status, 200);
+            let (trace, span, flags) = parts(&upstream(&resp, "traceparent").unwrap());
+            assert_ne!(trace, PARENT_TRACE, "case {i} {version:?}");
+            assert!(trace.bytes().any(|b| b != b'0'));
+            assert_eq!(flags, "01");
+            // The tracestate of a trace pier did not continue is not passed on.
+            assert_eq!(upstream(&resp, "tracestate"), None, "case {i} {version:?}");
+            ids.push((trace, span));
+        }
+    }
+    let spans = collector.wait_spans(ids.len()).await;
+    for (trace, span) in &ids {
+        let s = spans
+            .iter()
+            .find(|s| s.str("spanId") == *span)
+            .unwrap_or_else(|| panic!("no span {span}"));
+        assert_eq!(s.str("traceId"), *trace);
+        assert_eq!(s.str("parentSpanId"), "", "a root span: {s:?}");
+    }
+    let traces: std::collections::BTreeSet<_> = ids.iter().map(|(t, _)| t).collect();
+    assert_eq!(traces.len(), ids.len(), "a new trace per request");
+    pier.running.shutdown().await;
+}
+
+#[tokio::test]
+async fn ratio_0_exports_nothing_but_propagates_and_only_a_trusted_parent_decides() {
+    let mut collector = Collector::start().await;
+    // 127.0.0.2 is a trusted proxy; 127.0.0.1 is any client.
+    let pier = start(traced(&collector.endpoint, "0"), "127.0.0.2").await;
+    let incoming = format!("00-{PARENT_TRACE}-{PARENT_SPAN}-01");
+    let headers = [("traceparent", incoming.as_str())];
+    for version in [http::Version::HTTP_11, http::Version::HTTP_2] {
+        // An untrusted client's sampled flag does not make pier sample.
+        let resp = send(version, [127, 0, 0, 1].into(), pier.port, &headers).await;
+        let (trace, span, flags) = parts(&upstream(&resp, "traceparent").unwrap());
+        assert_eq!((trace.as_str(), flags.as_str()), (PARENT_TRACE, "00"));
+        assert_ne!(span, PARENT_SPAN);
+        // Nor is a request without one sampled; it still gets a traceparent.
+        let resp = send(version, [127, 0, 0, 1].into(), pier.port, &[]).await;
+        let (_, _, flags) = parts(&upstream(&resp, "traceparent").unwrap());
+        assert_eq!(flags, "00");
+    }
+    // A trusted proxy's sampled parent is honoured.
+    let resp = send(
+        http::Version::HTTP_11,
+        [127, 0, 0, 2].into(),
+        pier.port,
+        &headers,
+    )
+    .await;
+    let (trace, trusted_span, flags) = parts(&upstream(&resp, "traceparent").unwrap());
+    assert_eq!((trace.as_str(), flags.as_str()), (PARENT_TRACE, "01"));
+
+    let spans = collector.wait_spans(1).await;
+    // Shutdown exports what is queued; the collector then has written everything.
+    let text = metrics(&pier).await;
+    pier.running.shutdown().await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let spans_after = collector.spans();
+    assert_eq!(
+        spans_after.len(),
+        1,
+        "only the trusted parent's: {spans_after:?}"
+    );
+    assert_eq!(spans[0].str("spanId"), trusted_span);
+    assert_eq!(
+        spans[0].attr("client.address").as_deref(),
+        Some("127.0.0.2")
+    );
+    assert_eq!(metric(&text, "dropped"), 0);
+}
+
+#[tokio::test]
+async fn disabled_tracing_passes_trace_headers_unchanged() {
+    let pier = start(None, "").await;
+    // Valid or not, pier neither reads nor rewrites them.
+    for parent in [
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        "not-a-traceparent",
+    ] {
+        for version in [http::Version::HTTP_11, http::Version::HTTP_2] {
+            let headers = [("traceparent", parent), ("tracestate", "rojo=1, congo=2")];
+            let resp = send(version, [127, 0, 0, 1].into(), pier.port, &headers).await;
+            assert_eq!(resp.status, 200);
+            assert_eq!(upstream(&resp, "traceparent").as_deref(), Some(parent));
+            assert_eq!(
+                upstream(&resp, "tracestate").as_deref(),
+                Some("rojo=1, congo=2")
+            );
+            let resp = send(version, [127, 0, 0, 1].into(), pier.port, &[]).await;
+            assert_eq!(upstream(&resp, "traceparent"), None, "none made up");
+        }
+    }
+    assert!(
+        !metrics(&pier)
+            .await
+            .contains("pier_proxy_trace_spans_total{")
+    );
+    pier.running.shutdown().await;
+}
+
+/// An OTLP endpoint that accepts connections and never answers: every export hangs until its
+/// timeout, so the queue fills.
+async fn black_hole() -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind(local(0)).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((tcp, _)) = listener.accept().await {
+            held.push(tcp);
+        }
+    });
+    (addr, task)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_receiver_that_does_not_answer_never_fails_or_slows_requests() {
+    let (addr, hole) = black_hole().await;
+    let pier = start(traced(&format!("http://{addr}"), "1"), "").await;
+    // More sampled requests than the queue and one batch hold, on keep-alive connections.
+    let per_conn = 1000;
+    let conns = 4;
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..conns {
+        let port = pier.port;
+        tasks.push(tokio::spawn(async move {
+            let tcp = TcpStream::connect(local(port)).await.unwrap();
+            let (mut tx, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+                .await
+                .unwrap();
+            tokio::spawn(conn);
+            let mut slowest = Duration::ZERO;
+            for _ in 0..per_conn {
+                let t = Instant::now();
+                let req = http::Request::get("/x")
+                    .header("host", "app.example")
+                    .body(Full::<Bytes>::default())
+                    .unwrap();
+                let resp = collect(tx.send_request(req).await.unwrap()).await;
+                assert_eq!(resp.status, 200);
+                slowest = slowest.max(t.elapsed());
+            }
+            slowest
+        }));
+    }
+    let mut slowest = Duration::ZERO;
+    for t in tasks {
+        slowest = slowest.max(bounded(t).await.unwrap());
+    }
+    let total = started.elapsed();
+    // The exporter's first batch hangs for its 5 s timeout; requests never wait for it.
+    assert!(
+        slowest < Duration::from_secs(1),
+        "slowest request {slowest:?} (all {total:?})"
+    );
+    let text = metrics(&pier).await;
+    let dropped = metric(&text, "dropped");
+    // More than the queue and the batch in flight hold: some were dropped, none exported.
+    assert!(dropped > 0, "nothing dropped:\n{text}");
+    assert_eq!(metric(&text, "exported"), 0);
+    // Shutdown is bounded too: the stuck export is given up.
+    let t = Instant::now();
+    pier.running.shutdown().await;
+    assert!(t.elapsed() < Duration::from_secs(12), "{:?}", t.elapsed());
+    hole.abort();
+}
