@@ -45,10 +45,12 @@ async fn start_logged(tracing: Option<TraceConfig>, trusted: &str, access_log: b
     std::fs::write(
         dir.path().join("all.yaml"),
         format!(
-            "{}---\n{}---\n{}",
+            "{}---\n{}---\n{}---\n{}---\n{}",
             gateway(port),
             service("a", echo.addr),
-            route("r", "/", "a")
+            route("r", "/", "a"),
+            service("gone", refused_addr()),
+            route("down", "/down", "gone")
         ),
     )
     .unwrap();
@@ -207,7 +209,27 @@ async fn incoming_traceparent_is_continued_and_the_span_exported_with_its_parent
         lines.iter().all(|l| l["trace_id"] == PARENT_TRACE),
         "{lines:?}"
     );
-    assert_eq!(metric(&metrics(&pier).await, "exported"), 2);
+
+    // A 5xx is an error span.
+    let tcp = TcpStream::connect(local(pier.port)).await.unwrap();
+    let req = http::Request::get("/down/x")
+        .header("host", "app.example")
+        .header("traceparent", &incoming)
+        .body(Full::<Bytes>::default())
+        .unwrap();
+    let resp = bounded(send_h1_on(tcp, req)).await;
+    assert_eq!(resp.status, 502, "connection refused");
+    let spans = collector.wait_spans(3).await;
+    let s = spans
+        .iter()
+        .find(|s| s.attr("url.path").as_deref() == Some("/down/x"))
+        .expect("the 502's span");
+    assert_eq!(s.str("name"), "GET /down");
+    assert_eq!(s.span["status"]["code"], 2, "STATUS_CODE_ERROR: {s:?}");
+    assert_eq!(s.attr("http.response.status_code").as_deref(), Some("502"));
+    assert!(s.attr("error.type").is_some(), "{s:?}");
+    assert_eq!(s.attr("pier.route").as_deref(), Some("default/down"));
+    assert_eq!(metric(&metrics(&pier).await, "exported"), 3);
     pier.running.shutdown().await;
 }
 
