@@ -289,6 +289,24 @@ impl Workload {
         client_roots: &[CertificateDer<'static>],
         plaintext_too: bool,
     ) -> Self {
+        Self::spawn_at(SocketAddr::new(ip, 0), cert, client_roots, plaintext_too).await
+    }
+
+    /// A TLS-only workload on `addr` (a fixed port, as an example's EndpointSlice names).
+    pub async fn spawn_trusting_on(
+        addr: SocketAddr,
+        cert: &Cert,
+        client_roots: &[CertificateDer<'static>],
+    ) -> Self {
+        Self::spawn_at(addr, cert, client_roots, false).await
+    }
+
+    async fn spawn_at(
+        addr: SocketAddr,
+        cert: &Cert,
+        client_roots: &[CertificateDer<'static>],
+        plaintext_too: bool,
+    ) -> Self {
         let mut roots = RootCertStore::empty();
         for r in client_roots {
             roots.add(r.clone()).unwrap();
@@ -303,7 +321,7 @@ impl Workload {
             accepted: watch::channel(vec![]).0,
             kick: watch::channel(0).0,
         });
-        let listener = TcpListener::bind(SocketAddr::new(ip, 0)).await.unwrap();
+        let listener = TcpListener::bind(addr).await.unwrap();
         let addr = listener.local_addr().unwrap();
         let task = tokio::spawn(accept_loop(listener, state.clone()));
         Self { addr, state, task }
