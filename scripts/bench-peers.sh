@@ -8,11 +8,17 @@
 #
 # Scenarios: direct nginx pier haproxy nginx-mtls pier-mtls haproxy-mtls
 #            close-direct close-nginx close-pier close-haproxy close-nginx-mtls close-pier-mtls
+#            pier-log pier-trace1 pier-trace100 (not in the default set: name them)
 #   (run in this order, so each proxy's run sits next to the one it is paired with)
 #   direct      wrk -> origin (the origin alone on the proxy's CPU): the one-hop limit of the box
 #   *-mtls      the upstream hop is TLS 1.3 with a client certificate, verified both ways
 #   close-*     wrk sends `Connection: close`: a new client TCP connection per request (accept
 #               and TCP handshake cost); upstream connections stay pooled
+#   pier-log    pier with --access-log (text lines to a file)
+#   pier-trace1, pier-trace100   pier with --otlp-endpoint (a sink on the origin's nginx that
+#               answers 200 and discards) and --trace-sample-ratio 0.01 / 1
+#   The cost of observability, one command (the table's second part: ratios to `pier`, same
+#   rounds):  scripts/bench-peers.sh pier pier-log pier-trace1 pier-trace100
 #
 # Method (as in the team's reference method for peer benchmarks): the proxy is pinned to
 # PROXY_CPU (pier with PIER_WORKER_THREADS=1; nginx and HAProxy with 1 worker), wrk and the
@@ -60,6 +66,7 @@ RUN="${RUN_DIR:-$ROOT/target/bench-peers}"
 PORT_BASE="${PORT_BASE:-19000}"
 
 P_ORIGIN=$((PORT_BASE + 81))
+P_SINK=$((PORT_BASE + 82))
 P_ORIGIN_TLS=$((PORT_BASE + 443))
 P_NGINX=$((PORT_BASE + 90))
 P_NGINX_TLS=$((PORT_BASE + 91))
@@ -73,6 +80,8 @@ SNI=echo.demo.svc.cluster.local
 # The order runs pier right next to nginx (and HAProxy right next to pier) in every round, in
 # both directions: a paired ratio compares runs about 15 s apart, not a minute.
 ALL="direct nginx pier haproxy nginx-mtls pier-mtls haproxy-mtls close-direct close-nginx close-pier close-haproxy close-nginx-mtls close-pier-mtls"
+# Named only: pier with its access log or tracing on, paired with plain `pier`.
+EXTRA="pier-log pier-trace1 pier-trace100"
 
 # ---------- the table: median of the reps [min-max], ratios to nginx and to direct ----------
 # "vs nginx" columns: the ratio of the two medians, then the paired ratio: per round, this
@@ -99,7 +108,7 @@ summarize() { # raw.tsv [busy-note]
     FNR == 1 { next }
     { k = $1 SUBSEP $2; if (!(k in seen)) { seen[k] = 1; order[++n] = k }
       rps[k] = rps[k] " " $4; p50[k] = p50[k] " " $5; p99[k] = p99[k] " " $6
-      R[k SUBSEP $3] = $4; Q[k SUBSEP $3] = $6; reps[k] = reps[k] " " $3
+      R[k SUBSEP $3] = $4; Q[k SUBSEP $3] = $6; PC[k SUBSEP $3] = $10; reps[k] = reps[k] " " $3
       errs[k] = errs[k] (errs[k] == "" ? "" : " ") $8 "/" $7
       if ($9 != "-" && $9 + 0 > rss[k] + 0) rss[k] = $9
       pc[k] = pc[k] " " $10; if ($12 != "ok") busy = 1 }
@@ -118,7 +127,7 @@ summarize() { # raw.tsv [busy-note]
         mem = (k in rss) && rss[k] > 0 ? sprintf("%.1f MiB", rss[k] / 1024) : "-"
         printf "| %s | %s | %.0f [%.0f–%.0f] | %s | %s [%s–%s] | %s | %s | %s | %s | %s | %s |\n", sc, c, r, rl, rh,
           ms(med(p50[k])), ms(q), ms(ql), ms(qh), cpu, mem, vn, vq, vd, errs[k]
-        if (sc ~ /^pier/) {   # the acceptance lines of issue 5, from the paired ratios
+        if (sc ~ /^pier(-mtls)?$/) {   # the acceptance lines of issue 5, from the paired ratios
           pr = vn; sub(/^[^·]*· /, "", pr); sub(/ .*/, "", pr); pq = vq; sub(/^[^·]*· /, "", pq); sub(/ .*/, "", pq)
           nk = peer(sc, "nginx") SUBSEP c; hk = peer(sc, "haproxy") SUBSEP c
           ph = (hk in m) ? vs(k, hk, R, r, m) : "-"; sub(/^[^·]*· /, "", ph); sub(/ .*/, "", ph)
@@ -127,13 +136,32 @@ summarize() { # raw.tsv [busy-note]
             (rss[nk] > 0 ? rss[k] / rss[nk] : 0), (errs[k] ~ /[1-9]/ ? errs[k] : "none")) } }
       if (na) { print ""; print "Paired medians for pier (acceptance: req/s ≥ 1.0× and p99 ≤ 1.0× nginx, RSS ≤ 2×, no errors):"
         for (i = 1; i <= na; i++) print "- " acc[i] }
+      # The cost of observability: pier with the access log or tracing against pier without
+      # them, same rounds (issue 16).
+      nb = 0
+      for (i = 1; i <= n; i++) { k = order[i]; split(k, kk, SUBSEP); sc = kk[1]; c = kk[2]
+        if (sc !~ /^pier-(log|trace)/) continue
+        pk = "pier" SUBSEP c; if (!(pk in m)) continue
+        s = ""; cs = ""; nr = split(reps[k], rr, " ")
+        for (x = 1; x <= nr; x++) if ((pk SUBSEP rr[x]) in R && R[pk SUBSEP rr[x]] > 0) {
+          s = s " " sprintf("%.4f", R[k SUBSEP rr[x]] / R[pk SUBSEP rr[x]])
+          if ((pk SUBSEP rr[x]) in PC && PC[pk SUBSEP rr[x]] > 0)
+            cs = cs " " sprintf("%.4f", PC[k SUBSEP rr[x]] / PC[pk SUBSEP rr[x]]) }
+        rm = "-"; if (s != "") { x = med(s); rm = sprintf("%.3f [%.2f–%.2f]", x, lo, hi) }
+        cm = "-"; if (cs != "") { x = med(cs); cm = sprintf("%.3f [%.2f–%.2f]", x, lo, hi) }
+        obs[++nb] = sprintf("| %s | %s | %.0f | %.0f | %s | %s | %s | %s |", sc, c, med(rps[k]), med(rps[pk]), rm,
+          med(pc[k]) "", med(pc[pk]) "", cm) }
+      if (nb) { print ""; print "Cost of observability against pier without it (paired per round: median [min–max]):"; print ""
+        print "| scenario | c | req/s | pier req/s | req/s ratio | CPU µs/req | pier CPU µs/req | CPU µs/req ratio |"
+        print "|---|---:|---:|---:|---:|---:|---:|---:|"
+        for (i = 1; i <= nb; i++) print obs[i] }
     }' "$1"
 }
 if [ "${1:-}" = --summary ]; then shift; summarize "$@"; exit 0; fi
 
 SCENARIOS="${*:-$ALL}"
 for sc in $SCENARIOS; do
-  case " $ALL " in *" $sc "*) ;; *) echo "unknown scenario: $sc (known: $ALL)" >&2; exit 2 ;; esac
+  case " $ALL $EXTRA " in *" $sc "*) ;; *) echo "unknown scenario: $sc (known: $ALL $EXTRA)" >&2; exit 2 ;; esac
 done
 
 log() { echo "[$(date +%H:%M:%S)] $*" >&2; }
@@ -154,7 +182,7 @@ export PATH="$PATH:/usr/sbin"
 if [[ " $SCENARIOS " == *" pier"* || " $SCENARIOS " == *"-pier"* ]] && [ ! -x "$PIER_BIN" ]; then
   echo "no pier binary at $PIER_BIN: run cargo build --release first (or set PIER_BIN)" >&2; exit 1
 fi
-for port in $P_ORIGIN $P_ORIGIN_TLS $P_NGINX $P_NGINX_TLS $P_HAPROXY $P_HAPROXY_TLS $P_PIER $P_PIER_TLS $P_ADMIN; do
+for port in $P_ORIGIN $P_SINK $P_ORIGIN_TLS $P_NGINX $P_NGINX_TLS $P_HAPROXY $P_HAPROXY_TLS $P_PIER $P_PIER_TLS $P_ADMIN; do
   if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
     echo "port $port is in use on 127.0.0.1 (another run still alive? set PORT_BASE)" >&2; exit 1
   fi
@@ -287,6 +315,9 @@ events { worker_connections 8192; }
 http {
   access_log off; default_type text/plain; keepalive_requests 10000000; keepalive_timeout 75s; $temps
   server { listen 127.0.0.1:$P_ORIGIN backlog=4096; location / { return 200 "hello, world\n"; } }
+  # the OTLP/HTTP sink of the pier-trace* scenarios: accepts every export, discards it (an
+  # empty body is an empty ExportTraceServiceResponse)
+  server { listen 127.0.0.1:$P_SINK; client_max_body_size 64m; location / { return 200 ""; } }
 }
 EOF
   cat >"$RUN/origin-tls/nginx.conf" <<EOF
@@ -447,10 +478,17 @@ proxy_up() { # nginx|haproxy|pier
   case "$1" in
     nginx) start_bg "$PROXY_CPU" "$RUN/nginx/stderr.log" nginx -p "$RUN/nginx/" -c "$RUN/nginx/nginx.conf" -e stderr ;;
     haproxy) start_bg "$PROXY_CPU" "$RUN/haproxy.log" haproxy -f "$RUN/haproxy.cfg" -db ;;
-    pier) start_bg "$PROXY_CPU" "$RUN/pier/stderr.log" env PIER_WORKER_THREADS=1 RUST_LOG=warn "$PIER_BIN" run \
-            --manifests "$RUN/pier/manifests" --listen-host 127.0.0.1 --admin "127.0.0.1:$P_ADMIN" ;;
+    pier) pier_up "" warn ;;
+    pier-log) pier_up "--access-log" "warn,pier::access=info" ;;
+    pier-trace1) pier_up "--otlp-endpoint http://127.0.0.1:$P_SINK --trace-sample-ratio 0.01" warn ;;
+    pier-trace100) pier_up "--otlp-endpoint http://127.0.0.1:$P_SINK --trace-sample-ratio 1" warn ;;
   esac
   PROXY_PID=$LAST_PID
+}
+pier_up() { # "extra flags" RUST_LOG: pier on the proxy CPU; its stderr (the access log) to a file
+  # shellcheck disable=SC2086
+  start_bg "$PROXY_CPU" "$RUN/pier/stderr.log" env PIER_WORKER_THREADS=1 RUST_LOG="$2" "$PIER_BIN" run \
+    --manifests "$RUN/pier/manifests" --listen-host 127.0.0.1 --admin "127.0.0.1:$P_ADMIN" $1
 }
 proxy_down() { [ -n "$PROXY_PID" ] && stop_pid "$PROXY_PID"; PROXY_PID=""; PROXY_KIND=""; }
 proxy_url() { # scenario -> url
@@ -459,7 +497,7 @@ proxy_url() { # scenario -> url
     direct) echo "http://127.0.0.1:$P_ORIGIN/" ;;
     nginx) echo "http://127.0.0.1:$P_NGINX/" ;; nginx-mtls) echo "http://127.0.0.1:$P_NGINX_TLS/" ;;
     haproxy) echo "http://127.0.0.1:$P_HAPROXY/" ;; haproxy-mtls) echo "http://127.0.0.1:$P_HAPROXY_TLS/" ;;
-    pier) echo "http://127.0.0.1:$P_PIER/" ;; pier-mtls) echo "http://127.0.0.1:$P_PIER_TLS/" ;;
+    pier | pier-log | pier-trace*) echo "http://127.0.0.1:$P_PIER/" ;; pier-mtls) echo "http://127.0.0.1:$P_PIER_TLS/" ;;
   esac
 }
 check_mtls() { # url: the origin must have verified the proxy's client certificate
