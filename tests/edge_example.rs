@@ -3,7 +3,7 @@
 //! object, and a request goes through it end to end: a PROXY v2 header naming a client, TLS
 //! with a client certificate from the clients' CA, mesh mTLS to a workload that requires
 //! pier's client certificate; the access log and the exported span name the PROXY header's
-//! client.
+//! client and the workload identity pier checked.
 
 mod support;
 
@@ -26,6 +26,8 @@ use tokio_rustls::TlsConnector;
 const EXAMPLE: &str = "config/examples/edge";
 /// The client address the PROXY header names (TEST-NET-3).
 const CLIENT: &str = "203.0.113.7";
+/// The workload identity pier checks on shop/web's endpoint (its Pod's ServiceAccount).
+const IDENTITY: &str = "URI:spiffe://cluster.local/ns/shop/sa/web";
 
 /// The example in a temporary directory, its ports replaced by `https` and `workload`, and its
 /// certificates made by its script.
@@ -204,6 +206,7 @@ async fn the_edge_example_serves_a_proxied_mtls_client_over_the_mesh() {
     assert_eq!(lines.len(), 1, "{lines:?}");
     assert_eq!(lines[0]["client"], format!("{CLIENT}:40000"), "{lines:?}");
     assert_eq!(lines[0]["route"], "shop/web");
+    assert_eq!(lines[0]["workload_identity"], IDENTITY, "{lines:?}");
     let spans = collector.wait_spans(1).await;
     let span = &spans[0];
     assert_eq!(span.attr("client.address").as_deref(), Some(CLIENT));
@@ -212,6 +215,10 @@ async fn the_edge_example_serves_a_proxied_mtls_client_over_the_mesh() {
     assert_eq!(
         span.attr("pier.upstream.address"),
         Some(local(workload_port).to_string())
+    );
+    assert_eq!(
+        span.attr("pier.workload_identity").as_deref(),
+        lines[0]["workload_identity"].as_str()
     );
     assert_eq!(span.str("traceId"), lines[0]["trace_id"].as_str().unwrap());
     pier.shutdown().await;
