@@ -97,7 +97,7 @@ pub struct Edge {
     forwarded_sent: bool,
     /// The request's trace context when tracing is on (`trace::start`): its `traceparent`
     /// and `tracestate` replace the client's upstream.
-    pub trace: Option<super::trace::Span>,
+    pub trace: Option<Box<super::trace::Span>>,
 }
 
 #[derive(Clone, Debug, Default)]

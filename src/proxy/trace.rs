@@ -128,8 +128,9 @@ enum Sample {
     Below(u64),
 }
 
-/// One request's trace context: created when the request arrives, carried in
-/// [`Edge`] so both request paths write it upstream, finished with the response head.
+/// One request's trace context: created when the request arrives, carried in [`Edge`] (boxed:
+/// with tracing off a request carries one null pointer) so both request paths write it
+/// upstream, finished with the response head.
 #[derive(Clone, Debug)]
 pub struct Span {
     trace_id: [u8; 16],
@@ -137,10 +138,10 @@ pub struct Span {
     /// The incoming `traceparent`'s span (a remote parent).
     parent: Option<[u8; 8]>,
     /// pier's `traceparent` for the upstream request.
-    traceparent: HeaderValue,
+    traceparent: [u8; 55],
     tracestate: Option<HeaderValue>,
     /// What the exported span needs of the request; only for sampled requests.
-    record: Option<Box<Record>>,
+    record: Option<Record>,
 }
 
 #[derive(Clone, Debug)]
@@ -388,7 +389,7 @@ pub fn start<'h>(
     trusted: bool,
     lines: impl Iterator<Item = (&'h str, &'h [u8])>,
     req: RequestLine<'_>,
-) -> Option<Span> {
+) -> Option<Box<Span>> {
     let tracer = tracer?;
     Some(tracer.span(trusted, &Received::read(lines), req))
 }
@@ -399,7 +400,7 @@ pub fn start_map(
     trusted: bool,
     headers: &HeaderMap,
     req: RequestLine<'_>,
-) -> Option<Span> {
+) -> Option<Box<Span>> {
     let tracer = tracer?;
     let names = [TRACEPARENT, TRACESTATE];
     let lines = names.iter().flat_map(|name| {
@@ -425,7 +426,7 @@ pub(super) fn finish(tracer: Option<&Tracer>, end: End<'_, '_>) {
     let (Some(tracer), Some(span)) = (tracer, end.edge.trace.as_ref()) else {
         return;
     };
-    let Some(record) = span.record.as_deref() else {
+    let Some(record) = span.record.as_ref() else {
         return;
     };
     tracer.offer(span_data(tracer, span, record, &end));
@@ -595,7 +596,7 @@ impl Span {
 
     /// The headers to send upstream: `traceparent`, then `tracestate` when one is passed on.
     pub fn each(&self, mut f: impl FnMut(&HeaderName, &[u8])) {
-        f(&TRACEPARENT, self.traceparent.as_bytes());
+        f(&TRACEPARENT, &self.traceparent);
         if let Some(state) = &self.tracestate {
             f(&TRACESTATE, state.as_bytes());
         }
@@ -649,7 +650,7 @@ impl Tracer {
         })
     }
 
-    fn span(&self, trusted: bool, received: &Received<'_>, req: RequestLine<'_>) -> Span {
+    fn span(&self, trusted: bool, received: &Received<'_>, req: RequestLine<'_>) -> Box<Span> {
         let parent = received.parent();
         let sampled = match parent {
             Some(p) if trusted => p.sampled(),
@@ -657,24 +658,19 @@ impl Tracer {
         };
         let trace_id = parent.map_or_else(new_trace_id, |p| p.trace_id);
         let span_id = new_span_id();
-        let traceparent =
-            HeaderValue::from_bytes(&format_traceparent(&trace_id, &span_id, sampled))
-                .expect("hex digits and dashes are a valid header value");
-        Span {
+        Box::new(Span {
             trace_id,
             span_id,
             parent: parent.map(|p| p.span_id),
-            traceparent,
+            traceparent: format_traceparent(&trace_id, &span_id, sampled),
             tracestate: parent.and_then(|_| received.state()),
-            record: sampled.then(|| {
-                Box::new(Record {
-                    start: SystemTime::now(),
-                    method: req.method.clone(),
-                    path: req.path.to_string(),
-                    host: req.host.to_string(),
-                })
+            record: sampled.then(|| Record {
+                start: SystemTime::now(),
+                method: req.method.clone(),
+                path: req.path.to_string(),
+                host: req.host.to_string(),
             }),
-        }
+        })
     }
 
     fn offer(&self, span: SpanData) {
