@@ -596,6 +596,47 @@ mod tests {
     }
 
     #[test]
+    fn tracing_flags_are_checked_and_off_by_default() {
+        let a = run_args(&["--manifests", "d"]).unwrap();
+        assert_eq!(a.otlp_endpoint, None);
+        assert_eq!(a.trace_sample_ratio.get(), 0.01);
+        let a = run_args(&[
+            "--manifests",
+            "d",
+            "--otlp-endpoint",
+            "http://127.0.0.1:4318",
+            "--trace-sample-ratio",
+            "0.5",
+        ])
+        .unwrap();
+        assert_eq!(
+            a.otlp_endpoint.map(|e| e.to_string()).as_deref(),
+            Some("http://127.0.0.1:4318/v1/traces")
+        );
+        assert_eq!(a.trace_sample_ratio.get(), 0.5);
+        for bad in [
+            &["--otlp-endpoint", "https://collector:4318"][..],
+            &["--otlp-endpoint", "collector:4318"],
+            &[
+                "--otlp-endpoint",
+                "http://c:4318",
+                "--trace-sample-ratio",
+                "1.5",
+            ],
+            // A ratio without an endpoint would do nothing.
+            &["--trace-sample-ratio", "0.5"],
+        ] {
+            let mut args = vec!["--manifests", "d"];
+            args.extend(bad);
+            let err = run_args(&args).unwrap_err().to_string();
+            assert!(
+                err.contains("otlp-endpoint") || err.contains("trace-sample-ratio"),
+                "{bad:?}: {err}"
+            );
+        }
+    }
+
+    #[test]
     fn cluster_flags_need_kubeconfig() {
         for flags in [
             &["--context", "c"][..],
