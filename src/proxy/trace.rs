@@ -33,6 +33,9 @@
 //! the span ends (to write `traceparent` upstream) for unsampled requests too, its queue's
 //! drops as a Prometheus counter, and the export on the tokio runtime, where hyper's client
 //! lives. So pier builds the SDK's `SpanData` itself and hands batches to the OTLP exporter.
+//! The exporter posts through `opentelemetry-http`'s hyper client (hyper is in the tree
+//! already): no reqwest, no second TLS stack, no gRPC; hence `http://` endpoints only (a
+//! collector next to pier forwards over TLS).
 
 use std::borrow::Cow;
 use std::str::FromStr;
