@@ -138,10 +138,10 @@ async fn the_edge_example_serves_a_proxied_mtls_client_over_the_mesh() {
     let pier = run::start(RunOptions {
         listen_host: [127, 0, 0, 1].into(),
         admin: SocketAddr::from(([127, 0, 0, 1], 0)),
-        tracing: Some(TraceConfig {
-            endpoint: collector.endpoint.parse().unwrap(),
-            sample_ratio: "1".parse().unwrap(),
-        }),
+        tracing: Some(TraceConfig::new(
+            collector.endpoint.parse().unwrap(),
+            "1".parse().unwrap(),
+        )),
         ..RunOptions::new(run::Source::Manifests(dir.path().to_path_buf()))
     })
     .await

@@ -73,10 +73,10 @@ async fn start_logged(tracing: Option<TraceConfig>, trusted: &str, access_log: b
 }
 
 fn traced(endpoint: &str, ratio: &str) -> Option<TraceConfig> {
-    Some(TraceConfig {
-        endpoint: endpoint.parse().unwrap(),
-        sample_ratio: ratio.parse().unwrap(),
-    })
+    Some(TraceConfig::new(
+        endpoint.parse().unwrap(),
+        ratio.parse().unwrap(),
+    ))
 }
 
 fn request(
@@ -335,6 +335,33 @@ async fn ratio_0_exports_nothing_but_propagates_and_only_a_trusted_parent_decide
         Some("127.0.0.2")
     );
     assert_eq!(metric(&text, "dropped"), 0);
+}
+
+#[tokio::test]
+async fn spans_still_queued_are_exported_at_shutdown() {
+    let mut collector = Collector::start().await;
+    // No batch is due for an hour: only the shutdown flush sends these.
+    let mut config = traced(&collector.endpoint, "1");
+    config.as_mut().unwrap().export_every = Duration::from_secs(3600);
+    let pier = start(config, "").await;
+    let mut span_ids = Vec::new();
+    for version in [
+        http::Version::HTTP_11,
+        http::Version::HTTP_2,
+        http::Version::HTTP_11,
+    ] {
+        let resp = send(version, [127, 0, 0, 1].into(), pier.port, &[]).await;
+        assert_eq!(resp.status, 200);
+        span_ids.push(parts(&upstream(&resp, "traceparent").unwrap()).1);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(collector.spans().is_empty(), "exported before shutdown");
+    pier.running.shutdown().await;
+    let spans = collector.wait_spans(3).await;
+    let mut got: Vec<String> = spans.iter().map(|s| s.str("spanId")).collect();
+    got.sort();
+    span_ids.sort();
+    assert_eq!(got, span_ids);
 }
 
 #[tokio::test]

@@ -81,6 +81,19 @@ pub const EXPORT_TIMEOUT: Duration = Duration::from_secs(5);
 pub struct TraceConfig {
     pub endpoint: OtlpEndpoint,
     pub sample_ratio: SampleRatio,
+    /// A batch that is not full is sent after this ([`EXPORT_EVERY`]; tests lengthen it to
+    /// see what only the shutdown flush sends).
+    pub export_every: Duration,
+}
+
+impl TraceConfig {
+    pub fn new(endpoint: OtlpEndpoint, sample_ratio: SampleRatio) -> Self {
+        Self {
+            endpoint,
+            sample_ratio,
+            export_every: EXPORT_EVERY,
+        }
+    }
 }
 
 /// Where spans go: an `http://` URL; a URL without a path gets OTLP's `/v1/traces`.
@@ -641,7 +654,12 @@ impl Tracer {
         );
         let (queue, spans) = mpsc::channel(QUEUE);
         let (stop, stopped) = oneshot::channel();
-        let task = tokio::spawn(export_loop(exporter, spans, stopped, metrics.clone()));
+        let task = tokio::spawn(export_loop(
+            exporter,
+            (spans, config.export_every),
+            stopped,
+            metrics.clone(),
+        ));
         Ok(Self {
             sample: Sample::of(config.sample_ratio),
             queue,
@@ -721,12 +739,12 @@ fn new_span_id() -> [u8; 8] {
 
 async fn export_loop(
     exporter: opentelemetry_otlp::SpanExporter,
-    mut spans: mpsc::Receiver<SpanData>,
+    (mut spans, every): (mpsc::Receiver<SpanData>, Duration),
     mut stop: oneshot::Receiver<()>,
     metrics: Arc<ProxyMetrics>,
 ) {
     let mut batch = Vec::with_capacity(BATCH);
-    let mut tick = tokio::time::interval(EXPORT_EVERY);
+    let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let room = BATCH - batch.len();
