@@ -17,6 +17,8 @@ import sys
 import tempfile
 import time
 
+import figures
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 PORT = 18180  # pier's listener
@@ -24,43 +26,13 @@ ECHO = 18181  # the echo backend
 ADMIN = 18190
 SLOWLORIS = 10_000  # attacking connections (figure 5)
 
-MANIFESTS = f"""
-apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata: {{name: pier}}
-spec: {{controllerName: pier.dev/gateway-controller}}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {{name: gw, namespace: default}}
-spec:
-  gatewayClassName: pier
-  listeners: [{{name: http, protocol: HTTP, port: {PORT}}}]
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {{name: a, namespace: default}}
-spec:
-  parentRefs: [{{name: gw}}]
-  rules:
-  - matches: [{{path: {{type: PathPrefix, value: /a}}}}]
-    backendRefs: [{{name: echo, port: 80}}]
----
-apiVersion: v1
-kind: Service
-metadata: {{name: echo, namespace: default}}
-spec: {{ports: [{{name: http, port: 80}}]}}
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: echo-1
-  namespace: default
-  labels: {{kubernetes.io/service-name: echo}}
-addressType: IPv4
-ports: [{{name: http, port: {ECHO}}}]
-endpoints: [{{addresses: [127.0.0.1]}}]
-"""
+MANIFESTS = (
+    figures.gateway(PORT)
+    + "---"
+    + figures.route("a", "matches: [{path: {type: PathPrefix, value: /a}}]\n    backendRefs: [{name: echo, port: 80}]")
+    + "---"
+    + figures.service("echo", ECHO, ["127.0.0.1"])
+)
 
 failures = []
 
@@ -69,17 +41,6 @@ def figure(name, value, ok):
     print(f"{'ok  ' if ok else 'FAIL'} {name}: {value}")
     if not ok:
         failures.append(name)
-
-
-def wait_port(port, bound=20):
-    end = time.time() + bound
-    while time.time() < end:
-        try:
-            socket.create_connection(("127.0.0.1", port), 0.2).close()
-            return
-        except OSError:
-            time.sleep(0.1)
-    sys.exit(f"nothing listens on {port} after {bound}s")
 
 
 def status_of(raw, timeout=5):
@@ -110,14 +71,6 @@ def established_to(port):
     return len([l for l in out.splitlines() if l.strip()])
 
 
-def rss_mib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
-
-
 def main():
     global SLOWLORIS
     ap = argparse.ArgumentParser()
@@ -145,8 +98,8 @@ def main():
         stderr=open(os.path.join(d, "pier.log"), "w"),
     )
     try:
-        wait_port(ECHO)
-        wait_port(PORT)
+        figures.wait_port("127.0.0.1", ECHO)
+        figures.wait_port("127.0.0.1", PORT)
         run_figures(pier.pid)
     finally:
         pier.terminate()
@@ -228,14 +181,14 @@ def run_figures(pier_pid):
         figure(f"{name} -> {want}", got, got == want)
 
     # 4. 500 incomplete heads just under the 64 KiB limit: memory held.
-    before = rss_mib(pier_pid)
+    before = figures.rss_mib(pier_pid)
     heads = []
     for _ in range(500):
         s = socket.create_connection(("127.0.0.1", PORT), 2)
         s.sendall(b"GET /a HTTP/1.1\r\nHost: x\r\nX-Big: " + b"x" * 60000)
         heads.append(s)
     time.sleep(1)
-    during = rss_mib(pier_pid)
+    during = figures.rss_mib(pier_pid)
     for s in heads:
         s.close()
     figure("500 incomplete 60 KB heads: RSS growth (MiB)", f"{during - before:.1f} (from {before:.1f})", during - before < 100)
@@ -300,7 +253,7 @@ def rapid_reset(pier_pid):
     # HEADERS (GET / on host x, END_STREAM | END_HEADERS) then RST_STREAM(CANCEL), again and
     # again on new streams, as fast as the socket takes them: at most 100 000 streams.
     block = bytes([0x82, 0x86, 0x84, 0x01, 0x01]) + b"x"
-    cpu0, rss0 = cpu_seconds(pier_pid), rss_mib(pier_pid)
+    cpu0, rss0 = cpu_seconds(pier_pid), figures.rss_mib(pier_pid)
     s = h2_connect()
     sent = 0
     closed = False
@@ -322,7 +275,7 @@ def rapid_reset(pier_pid):
         "HTTP/2 rapid reset: streams opened and reset before pier ended the connection",
         f"{sent} sent in {time.time() - started:.2f} s, GOAWAY {goaway_in(data)}, "
         f"closed {closed or not data or goaway_in(data)}, pier CPU {cpu:.2f} s, "
-        f"RSS {rss0:.1f} -> {rss_mib(pier_pid):.1f} MiB",
+        f"RSS {rss0:.1f} -> {figures.rss_mib(pier_pid):.1f} MiB",
         goaway_in(data) and sent < 100_000 and cpu < 5,
     )
 
@@ -332,7 +285,7 @@ def continuation_flood(pier_pid):
     # never end the block: at most 64 MiB.
     # Literal without indexing, name "a", a 16 000-byte value (HPACK integer 0x7F 0x81 0x7C).
     literal = bytes([0x00, 0x01, ord("a"), 0x7F, 0x81, 0x7C]) + b"b" * 16_000
-    cpu0, rss0 = cpu_seconds(pier_pid), rss_mib(pier_pid)
+    cpu0, rss0 = cpu_seconds(pier_pid), figures.rss_mib(pier_pid)
     s = h2_connect()
     sent = 0
     try:
@@ -348,7 +301,7 @@ def continuation_flood(pier_pid):
     figure(
         "HTTP/2 CONTINUATION flood: bytes of one header block sent before pier ended it",
         f"{sent / 1024:.0f} KiB, GOAWAY {goaway_in(data)}, pier CPU {cpu:.2f} s, "
-        f"RSS {rss0:.1f} -> {rss_mib(pier_pid):.1f} MiB",
+        f"RSS {rss0:.1f} -> {figures.rss_mib(pier_pid):.1f} MiB",
         sent < 64 * 1024 * 1024 and cpu < 5,
     )
 
@@ -374,7 +327,7 @@ def slowloris(pier_pid):
     sent_head = [False] * n
     opened = n
     time.sleep(2)
-    before = rss_mib(pier_pid)
+    before = figures.rss_mib(pier_pid)
     latencies = []
     failed = 0
     end = time.time() + 20
@@ -405,7 +358,7 @@ def slowloris(pier_pid):
         else:
             failed += 1
         time.sleep(0.2)
-    during = rss_mib(pier_pid)
+    during = figures.rss_mib(pier_pid)
     for s in attackers:
         s.close()
     latencies.sort()

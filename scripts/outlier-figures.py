@@ -12,7 +12,6 @@ Prints one table row per failure. Exit status 1 if a row is worse than pier prom
 
 import argparse
 import os
-import re
 import shutil
 import socket
 import subprocess
@@ -21,58 +20,19 @@ import tempfile
 import threading
 import time
 
+import figures
+
 PORT = 18280  # pier's listener
 BACKEND = 18281  # every endpoint's port, on 127.0.0.1, .2 and .3 (the failing one: .3)
 ADMIN = 18290
 
-MANIFESTS = """
-apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata: {{name: pier}}
-spec: {{controllerName: pier.dev/gateway-controller}}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {{name: gw, namespace: default}}
-spec:
-  gatewayClassName: pier
-  listeners: [{{name: http, protocol: HTTP, port: {port}}}]
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {{name: r, namespace: default}}
-spec:
-  parentRefs: [{{name: gw}}]
-  rules:
-  - backendRefs: [{{name: web, port: 80}}]
-    timeouts: {{backendRequest: 1s}}
----
-apiVersion: v1
-kind: Service
-metadata: {{name: web, namespace: default}}
-spec: {{ports: [{{name: http, port: 80}}]}}
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: web-1
-  namespace: default
-  labels: {{kubernetes.io/service-name: web}}
-addressType: IPv4
-ports: [{{name: http, port: {backend}}}]
-endpoints: [{{addresses: [127.0.0.1]}}, {{addresses: [127.0.0.2]}}, {{addresses: [127.0.0.3]}}]
-"""
-
-
-def wait_port(host, port, bound=20):
-    end = time.time() + bound
-    while time.time() < end:
-        try:
-            socket.create_connection((host, port), 0.2).close()
-            return
-        except OSError:
-            time.sleep(0.1)
-    sys.exit(f"nothing listens on {host}:{port}")
+MANIFESTS = (
+    figures.gateway(PORT)
+    + "---"
+    + figures.route("r", "backendRefs: [{name: web, port: 80}]\n    timeouts: {backendRequest: 1s}")
+    + "---"
+    + figures.service("web", BACKEND, ["127.0.0.1", "127.0.0.2", "127.0.0.3"])
+)
 
 
 class Failing:
@@ -134,12 +94,7 @@ def run_wrk(seconds):
         text=True,
         timeout=seconds + 30,
     ).stdout
-    total = int(re.search(r"(\d+) requests in", out).group(1))
-    non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
-    bad = int(non2xx.group(1)) if non2xx else 0
-    sock = sum(int(x) for x in errors.groups()) if errors else 0
-    return total, bad, sock
+    return figures.wrk_counts(out)
 
 
 def main():
@@ -151,31 +106,20 @@ def main():
         sys.exit("needs wrk")
     d = tempfile.mkdtemp(prefix="pier-outlier-")
     with open(os.path.join(d, "m.yaml"), "w") as f:
-        f.write(MANIFESTS.format(port=PORT, backend=BACKEND))
-    echoes = [
-        subprocess.Popen(
-            [args.pier, "echo", "--listen", f"127.0.0.{i}:{BACKEND}", "--name", f"echo-{i}"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        for i in (1, 2)
-    ]
+        f.write(MANIFESTS)
+    echoes = [figures.echo(args.pier, f"127.0.0.{i}", BACKEND, f"echo-{i}") for i in (1, 2)]
     failed = []
     print(f"| one of 3 endpoints | requests in {args.seconds} s | non-2xx | socket errors | error rate |")
     print("|---|---|---|---|---|")
     try:
         for i in (1, 2):
-            wait_port(f"127.0.0.{i}", BACKEND)
+            figures.wait_port(f"127.0.0.{i}", BACKEND)
         for mode in ["healthy", "refused", "answer503", "reset", "silent"]:
             failing = None
             if mode == "healthy":
                 # The third endpoint is a healthy echo too.
-                failing_proc = subprocess.Popen(
-                    [args.pier, "echo", "--listen", f"127.0.0.3:{BACKEND}", "--name", "echo-3"],
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                )
-                wait_port("127.0.0.3", BACKEND)
+                failing_proc = figures.echo(args.pier, "127.0.0.3", BACKEND, "echo-3")
+                figures.wait_port("127.0.0.3", BACKEND)
             else:
                 failing_proc = None
                 failing = Failing(mode)
@@ -186,24 +130,20 @@ def main():
                 stderr=open(os.path.join(d, f"pier-{mode}.log"), "w"),
             )
             try:
-                wait_port("127.0.0.1", PORT)
+                figures.wait_port("127.0.0.1", PORT)
                 total, bad, sock = run_wrk(args.seconds)
             finally:
-                pier.terminate()
-                pier.wait(10)
+                figures.stop(pier)
                 if failing:
                     failing.close()
                 if failing_proc:
-                    failing_proc.terminate()
-                    failing_proc.wait(10)
+                    figures.stop(failing_proc)
             rate = 100.0 * (bad + sock) / max(total, 1)
             print(f"| {mode} | {total} | {bad} | {sock} | {rate:.3f} % |")
             if rate >= 2.0:
                 failed.append(mode)
     finally:
-        for e in echoes:
-            e.terminate()
-            e.wait(10)
+        figures.stop(*echoes)
         shutil.rmtree(d, ignore_errors=True)
     if failed:
         sys.exit(f"error rate of 2 % or more with: {failed}")

@@ -23,53 +23,19 @@ import threading
 import time
 import urllib.request
 
+import figures
+
 PORT = 18380
 BACKEND = 18381  # on 127.0.0.1, .2 and .3
 ADMIN = 18390
 
-STATIC = """
-apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata: {{name: pier}}
-spec: {{controllerName: pier.dev/gateway-controller}}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {{name: gw, namespace: default}}
-spec:
-  gatewayClassName: pier
-  listeners: [{{name: http, protocol: HTTP, port: {port}}}]
----
-apiVersion: v1
-kind: Service
-metadata: {{name: web, namespace: default}}
-spec: {{ports: [{{name: http, port: 80}}]}}
-"""
+STATIC = figures.gateway(PORT)
 
-ROUTE = """
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {{name: r, namespace: default}}
-spec:
-  parentRefs: [{{name: gw}}]
-  rules:
-  - backendRefs: [{{name: web, port: 80}}]
+# A response header filter whose value each route write changes.
+RULE = """backendRefs: [{{name: web, port: 80}}]
     filters:
     - type: ResponseHeaderModifier
-      responseHeaderModifier: {{set: [{{name: x-generation, value: "{generation}"}}]}}
-"""
-
-SLICE = """
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: web-1
-  namespace: default
-  labels: {{kubernetes.io/service-name: web}}
-addressType: IPv4
-ports: [{{name: http, port: {backend}}}]
-endpoints: [{endpoints}]
-"""
+      responseHeaderModifier: {{set: [{{name: x-generation, value: "{generation}"}}]}}"""
 
 # The endpoint sets the churn cycles through: never empty, so no request may fail.
 SETS = [[1, 2], [2, 3], [1, 3], [1, 2, 3], [3], [1]]
@@ -81,17 +47,6 @@ def write(path, text):
     with open(tmp, "w") as f:
         f.write(text)
     os.replace(tmp, path)
-
-
-def wait_port(host, port, bound=20):
-    end = time.time() + bound
-    while time.time() < end:
-        try:
-            socket.create_connection((host, port), 0.2).close()
-            return
-        except OSError:
-            time.sleep(0.1)
-    sys.exit(f"nothing listens on {host}:{port}")
 
 
 def rss_kib(pid):
@@ -124,23 +79,18 @@ def main():
     if not shutil.which("wrk"):
         sys.exit("needs wrk")
     d = tempfile.mkdtemp(prefix="pier-soak-")
-    write(os.path.join(d, "static.yaml"), STATIC.format(port=PORT))
-    write(os.path.join(d, "route.yaml"), ROUTE.format(generation=0))
     slice_path = os.path.join(d, "slice.yaml")
 
     def slice_of(ips):
-        eps = ", ".join(f"{{addresses: [127.0.0.{i}]}}" for i in ips)
-        return SLICE.format(backend=BACKEND, endpoints=eps)
+        return figures.service("web", BACKEND, [f"127.0.0.{i}" for i in ips])
 
+    def route_of(generation):
+        return figures.route("r", RULE.format(generation=generation))
+
+    write(os.path.join(d, "static.yaml"), STATIC)
+    write(os.path.join(d, "route.yaml"), route_of(0))
     write(slice_path, slice_of([1, 2, 3]))
-    echoes = [
-        subprocess.Popen(
-            [args.pier, "echo", "--listen", f"127.0.0.{i}:{BACKEND}", "--name", f"echo-{i}"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        for i in (1, 2, 3)
-    ]
+    echoes = [figures.echo(args.pier, f"127.0.0.{i}", BACKEND, f"echo-{i}") for i in (1, 2, 3)]
     pier = subprocess.Popen(
         [args.pier, "run", "--manifests", d, "--listen-host", "127.0.0.1",
          "--admin", f"127.0.0.1:{ADMIN}"],
@@ -156,7 +106,7 @@ def main():
             write(slice_path, slice_of(SETS[n % len(SETS)]))
             churned[0] += 1
             if n % 10 == 0:
-                write(os.path.join(d, "route.yaml"), ROUTE.format(generation=n // 10))
+                write(os.path.join(d, "route.yaml"), route_of(n // 10))
                 churned[1] += 1
             n += 1
             stop.wait(0.1)
@@ -164,8 +114,8 @@ def main():
     failures = []
     try:
         for i in (1, 2, 3):
-            wait_port(f"127.0.0.{i}", BACKEND)
-        wait_port("127.0.0.1", PORT)
+            figures.wait_port(f"127.0.0.{i}", BACKEND)
+        figures.wait_port("127.0.0.1", PORT)
         wrk = subprocess.Popen(
             ["wrk", "-t1", "-c16", f"-d{args.seconds}s", "--timeout", "5s",
              f"http://127.0.0.1:{PORT}/"],
@@ -183,11 +133,7 @@ def main():
         out, _ = wrk.communicate(timeout=args.seconds + 60)
         stop.set()
         churner.join(5)
-        total = int(re.search(r"(\d+) requests in", out).group(1))
-        non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-        bad = int(non2xx.group(1)) if non2xx else 0
-        errs = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
-        sock = sum(int(x) for x in errs.groups()) if errs else 0
+        total, bad, sock = figures.wrk_counts(out)
         ok_reloads, refused = reloads("Ok"), reloads("ParseError") + reloads("LimitExceeded")
         (rss0, fd0), (rss1, fd1) = samples[0], samples[-1]
         rss_max = max(s[0] for s in samples)
@@ -206,11 +152,7 @@ def main():
             failures.append("file descriptors grew")
     finally:
         stop.set()
-        pier.terminate()
-        pier.wait(10)
-        for e in echoes:
-            e.terminate()
-            e.wait(10)
+        figures.stop(pier, *echoes)
         shutil.rmtree(d, ignore_errors=True)
     if failures:
         sys.exit(f"soak failed: {failures}")
