@@ -49,14 +49,6 @@ def write(path, text):
     os.replace(tmp, path)
 
 
-def rss_kib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
-
-
 def fds(pid):
     return len(os.listdir(f"/proc/{pid}/fd"))
 
@@ -128,7 +120,7 @@ def main():
         samples = []
         end = time.time() + args.seconds
         while time.time() < end - 1 and wrk.poll() is None:
-            samples.append((rss_kib(pier.pid), fds(pier.pid)))
+            samples.append((figures.rss_mib(pier.pid), fds(pier.pid)))
             time.sleep(min(5, max(end - time.time() - 1, 0.1)))
         out, _ = wrk.communicate(timeout=args.seconds + 60)
         stop.set()
@@ -140,7 +132,7 @@ def main():
         print(f"duration: {args.seconds} s; endpoint-set writes: {churned[0]}; route writes: {churned[1]}")
         print(f"reloads published: {ok_reloads}; refused: {refused}")
         print(f"requests: {total}; non-2xx: {bad}; socket errors: {sock}")
-        print(f"RSS: {rss0 / 1024:.1f} -> {rss1 / 1024:.1f} MiB (max {rss_max / 1024:.1f}); "
+        print(f"RSS: {rss0:.1f} -> {rss1:.1f} MiB (max {rss_max:.1f}); "
               f"fds: {fd0} -> {fd1} ({len(samples)} samples)")
         if bad or sock:
             failures.append("failed requests")
