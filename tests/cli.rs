@@ -293,11 +293,20 @@ async fn text_logs_off_a_terminal_have_no_colour_codes() {
 /// `pier run --manifests dir` with `args`, its text log going to a file; returns the process,
 /// its admin address, and a reader of the log so far.
 fn run_logged(dir: &std::path::Path, args: &[&str]) -> (Child, String, impl Fn() -> String) {
+    run_logged_by(pier(), dir, args)
+}
+
+/// [`run_logged`] with `command` as the pier to start (a wrapper that execs pier, say).
+fn run_logged_by(
+    mut command: Command,
+    dir: &std::path::Path,
+    args: &[&str],
+) -> (Child, String, impl Fn() -> String) {
     let admin = format!("127.0.0.1:{}", free_port());
     let log_path = dir.join("stderr.log");
     let log = std::fs::File::create(&log_path).unwrap();
     let child = Child(
-        pier()
+        command
             .args(["run", "--listen-host", "127.0.0.1", "--admin", &admin])
             .args(args)
             .arg("--manifests")
@@ -995,29 +1004,14 @@ async fn run_raises_the_open_files_limit_and_warns_when_the_cap_needs_more() {
         .unwrap_or(u64::MAX);
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("gw.yaml"), gateway(free_port())).unwrap();
-    let log_path = dir.path().join("stderr.log");
-    let log = std::fs::File::create(&log_path).unwrap();
     // A soft limit of 256, and a cap beyond the hard limit.
     let cap = hard.saturating_add(1).min(u64::from(u32::MAX)).to_string();
-    let child = Child(
-        Command::new("sh")
-            .args(["-c", r#"ulimit -Sn 256 && exec "$0" "$@""#])
-            .arg(env!("CARGO_BIN_EXE_pier"))
-            .args([
-                "run",
-                "--listen-host",
-                "127.0.0.1",
-                "--admin",
-                "127.0.0.1:0",
-            ])
-            .args(["--max-connections", &cap, "--manifests"])
-            .arg(dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(log))
-            .spawn()
-            .unwrap(),
-    );
-    let read = || std::fs::read_to_string(&log_path).unwrap_or_default();
+    let mut limited = Command::new("sh");
+    limited
+        .args(["-c", r#"ulimit -Sn 256 && exec "$0" "$@""#])
+        .arg(env!("CARGO_BIN_EXE_pier"));
+    let args = ["--max-connections", &cap];
+    let (child, _admin, read) = run_logged_by(limited, dir.path(), &args);
     eventually(Duration::from_secs(10), || async {
         read().contains("ready")
     })
