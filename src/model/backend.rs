@@ -297,9 +297,9 @@ pub struct Carried {
     pub tls_configs: std::collections::HashMap<u64, Arc<rustls::ClientConfig>>,
 }
 
-/// Load state of every endpoint address of a snapshot, handed to the next translation so that
-/// in-flight counts and ejections survive a reload. Pure data: translation looks addresses up
-/// and starts new ones at zero.
+/// Load state of every endpoint address and every backend (Service port) of a snapshot, handed
+/// to the next translation so that in-flight counts, ejections and circuit-breaking counts
+/// survive a reload. Pure data: translation looks them up and starts new ones at zero.
 #[derive(Clone, Debug, Default)]
 pub struct EndpointPool {
     endpoints: std::collections::HashMap<SocketAddr, Arc<EndpointStats>>,
