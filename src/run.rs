@@ -23,7 +23,9 @@ use crate::metrics::{self, ControlMetrics, ReloadResult};
 use crate::proxy::{Proxy, ProxyConfig, ProxyMetrics};
 use crate::publish::{Publisher, Shared};
 use crate::source::files;
-use crate::source::kube::{self as kube_source, KubeMetrics, KubeSource, Stores, WatchScope};
+use crate::source::kube::{
+    self as kube_source, Credentials, KubeMetrics, KubeSource, Stores, WatchScope,
+};
 use crate::source::spiffe::{self as spiffe_source, WorkloadApiSource};
 use crate::status_writer::{self, StatusMetrics, StatusOptions, StatusWriter};
 use crate::translate::spiffe::WorkloadApiState;
@@ -160,6 +162,8 @@ enum Feed {
     Cluster {
         source: KubeSource,
         writer: Option<StatusWriter>,
+        /// Follows the kubeconfig; SIGHUP rebuilds the client now.
+        credentials: Credentials,
     },
 }
 
@@ -399,10 +403,13 @@ pub async fn start(opts: RunOptions) -> anyhow::Result<Running> {
             (feed, changes, None)
         }
         Source::Cluster(cluster) => {
-            let (client, server) = match cluster.connect.client_and_server().await {
-                Ok(c) => c,
-                Err(e) => return fail(e),
-            };
+            let (client, server, credentials) =
+                match Credentials::start(cluster.connect.clone(), kube_metrics.credentials.clone())
+                    .await
+                {
+                    Ok(c) => c,
+                    Err(e) => return fail(e),
+                };
             let (source, changes) =
                 KubeSource::start_with_server(&client, &server, &cluster.scope, kube_metrics);
             tokio::spawn(explain_listing(source.pending_changes(), shared.clone()));
@@ -417,7 +424,15 @@ pub async fn start(opts: RunOptions) -> anyhow::Result<Running> {
                 StatusWriter::spawn(client.clone(), status, inputs, status_metrics)
             });
             let leader = writer.as_ref().map(|w| w.leader.clone());
-            (Feed::Cluster { source, writer }, changes, leader)
+            (
+                Feed::Cluster {
+                    source,
+                    writer,
+                    credentials,
+                },
+                changes,
+                leader,
+            )
         }
     };
     // With manifests the first configuration is published above; a cluster publishes on its
@@ -638,6 +653,9 @@ async fn run_loop(
             }
             Some(()) = reload.recv() => {
                 tracing::info!("SIGHUP: re-reading the configuration and the client certificate files");
+                if let Feed::Cluster { credentials, .. } = &feed {
+                    credentials.reload();
+                }
                 if let Some(w) = &cert_watch {
                     reload_client_cert(w.files.clone(), &mut publisher).await;
                 }
@@ -721,11 +739,17 @@ impl Feed {
     }
 
     async fn stop(self) {
-        if let Self::Cluster { source, writer } = self {
+        if let Self::Cluster {
+            source,
+            writer,
+            credentials,
+        } = self
+        {
             if let Some(w) = writer {
                 w.shutdown().await;
             }
             source.stop();
+            drop(credentials);
         }
     }
 }

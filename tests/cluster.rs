@@ -101,6 +101,57 @@ impl World {
     }
 }
 
+/// A client that sends `GET url` every 20 ms and counts the answers that are not 200.
+struct Traffic {
+    ok: Arc<AtomicU64>,
+    failed: Arc<AtomicU64>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Traffic {
+    fn start(url: String) -> Self {
+        let ok = Arc::new(AtomicU64::new(0));
+        let failed = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let task = {
+            let (ok, failed, stop) = (ok.clone(), failed.clone(), stop.clone());
+            tokio::spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    match try_get(&url, &[]).await {
+                        Some(r) if r.status == 200 => ok.fetch_add(1, Ordering::Relaxed),
+                        other => {
+                            eprintln!("request failed: {:?}", other.map(|r| r.status));
+                            failed.fetch_add(1, Ordering::Relaxed)
+                        }
+                    };
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            })
+        };
+        Self {
+            ok,
+            failed,
+            stop,
+            task,
+        }
+    }
+
+    fn ok(&self) -> u64 {
+        self.ok.load(Ordering::Relaxed)
+    }
+
+    /// (answered 200, failed).
+    async fn stop(self) -> (u64, u64) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.task.await.unwrap();
+        (
+            self.ok.load(Ordering::Relaxed),
+            self.failed.load(Ordering::Relaxed),
+        )
+    }
+}
+
 async fn route_status_when<F: Fn(&Value) -> bool>(c: &Cluster, what: &str, f: F) -> Value {
     let deadline = Instant::now() + STATUS_BOUND;
     loop {
@@ -339,31 +390,13 @@ async fn serves_through_an_api_server_outage_and_resyncs() {
     let pier = start_pier(c.pier_options(LOOPBACK, "replica-a")).await;
     assert_eq!(w.answer("/v/x").await, (200, "v1".into()));
 
-    let ok = Arc::new(AtomicU64::new(0));
-    let failed = Arc::new(AtomicU64::new(0));
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let url = w.url(LOOPBACK, "/v/x");
-    let client = {
-        let (ok, failed, stop) = (ok.clone(), failed.clone(), stop.clone());
-        tokio::spawn(async move {
-            while !stop.load(Ordering::Relaxed) {
-                match try_get(&url, &[]).await {
-                    Some(r) if r.status == 200 => ok.fetch_add(1, Ordering::Relaxed),
-                    other => {
-                        eprintln!("request failed: {:?}", other.map(|r| r.status));
-                        failed.fetch_add(1, Ordering::Relaxed)
-                    }
-                };
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        })
-    };
+    let traffic = Traffic::start(w.url(LOOPBACK, "/v/x"));
 
     let outage = outage();
     c.cp.stop_apiserver();
     let down_at = Instant::now();
     tokio::time::sleep(outage).await;
-    let served_while_down = ok.load(Ordering::Relaxed);
+    let served_while_down = traffic.ok();
     c.cp.start_apiserver().await;
     eprintln!("API server back after {:?}", down_at.elapsed());
 
@@ -381,9 +414,7 @@ async fn serves_through_an_api_server_outage_and_resyncs() {
     })
     .await;
 
-    stop.store(true, Ordering::Relaxed);
-    client.await.unwrap();
-    let (ok, failed) = (ok.load(Ordering::Relaxed), failed.load(Ordering::Relaxed));
+    let (ok, failed) = traffic.stop().await;
     eprintln!("client loop: {ok} ok ({served_while_down} before the restart), {failed} failed");
     assert_eq!(failed, 0);
     assert!(
@@ -619,6 +650,221 @@ async fn make_kubeconfig_script_gives_a_working_identity() {
     cluster.connect.kubeconfig = Some(out);
     let pier = start_pier(opts).await;
     w.until("/v/x", 200, "v1", Duration::from_secs(5)).await;
+    pier.shutdown().await;
+}
+
+// === credentials that keep working (issue 18) ===
+
+/// Starts pier with `kubeconfig` instead of the test's own.
+async fn start_pier_with(c: &Cluster, kubeconfig: &std::path::Path) -> pier::run::Running {
+    let mut opts = c.pier_options(LOOPBACK, "rotating");
+    let pier::run::Source::Cluster(cluster) = &mut opts.source else {
+        unreachable!()
+    };
+    cluster.connect.kubeconfig = Some(kubeconfig.to_path_buf());
+    start_pier(opts).await
+}
+
+/// Waits until pier has rebuilt its Kubernetes client `n` times with `result` (`Ok`, `Error`).
+async fn until_reloads(pier: &pier::run::Running, result: &str, n: f64) {
+    let series = format!("pier_kube_credential_reloads_total{{result=\"{result}\"}}");
+    poll(
+        Duration::from_secs(20),
+        &format!("{series} >= {n}"),
+        || async { sample(&metrics(pier).await, &series) >= n },
+    )
+    .await;
+}
+
+/// Deletes the Secret the token was bound to, and waits until the API server refuses the
+/// token (so that a test passing afterwards proves pier no longer uses it).
+async fn revoke(c: &Cluster, secret: &str, token: &str) {
+    c.delete("v1", "Secret", Some(PIER_NS), secret).await;
+    let file = c.cp.dir().join(format!("{secret}.kubeconfig"));
+    std::fs::write(
+        &file,
+        c.cp.kubeconfig_text(&format!("    token: \"{token}\"\n")),
+    )
+    .unwrap();
+    let client = c.cp.client_from(&file).await;
+    poll(
+        Duration::from_secs(15),
+        &format!("the token bound to {secret} refused"),
+        || {
+            let client = client.clone();
+            async move {
+                let ns: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(client);
+                matches!(ns.get("default").await, Err(kube::Error::Api(e)) if e.code == 401)
+            }
+        },
+    )
+    .await;
+}
+
+/// Restarts the API server, so that every watch reconnects with the credentials pier holds
+/// now, then changes route `app/web` (`/v` to v1 and `prefix` to `backend`) and waits until
+/// the change is served and its status written (a write with those credentials).
+async fn change_after_a_restart(c: &mut Cluster, w: &World, prefix: &str, backend: &str) {
+    c.cp.restart_apiserver().await;
+    let route = c
+        .apply_retrying(
+            http_route(
+                APP,
+                "web",
+                "gw",
+                &[
+                    ("/v", backend_ref("v1", None)),
+                    (prefix, backend_ref(backend, None)),
+                ],
+            ),
+            Duration::from_secs(30),
+        )
+        .await;
+    w.until(&format!("{prefix}/x"), 200, backend, STATUS_BOUND)
+        .await;
+    let generation = route.metadata.generation.unwrap();
+    route_status_when(c, &format!("accepted at generation {generation}"), |s| {
+        route_condition(s, "Accepted") == cond("True", "Accepted", generation)
+    })
+    .await;
+}
+
+/// pier follows a kubeconfig whose inline token is rewritten in place, keeps its last good
+/// credentials through a half-written kubeconfig, and follows a `tokenFile` as it rotates. Each
+/// old token is revoked as soon as pier has the new one, and every watch then reconnects (API
+/// server restart): neither the data plane nor any API request fails (no 401).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_follow_the_kubeconfig_and_its_token_file() {
+    let mut c = Cluster::start().await;
+    let w = world(&c).await;
+    let dir = c.cp.dir().join("rotating");
+    std::fs::create_dir(&dir).unwrap();
+    let kubeconfig = dir.join("kubeconfig");
+    let inline = |t: &str| format!("    token: \"{t}\"\n");
+    let a = c.cp.bound_token(PIER_NS, PIER_SA, "pier-token-a").await;
+    std::fs::write(&kubeconfig, c.cp.kubeconfig_text(&inline(&a))).unwrap();
+    let pier = start_pier_with(&c, &kubeconfig).await;
+    w.until("/v/x", 200, "v1", Duration::from_secs(5)).await;
+    let traffic = Traffic::start(w.url(LOOPBACK, "/v/x"));
+
+    // The inline token is rewritten in place, then the old one is revoked.
+    let b = c.cp.bound_token(PIER_NS, PIER_SA, "pier-token-b").await;
+    std::fs::write(&kubeconfig, c.cp.kubeconfig_text(&inline(&b))).unwrap();
+    until_reloads(&pier, "Ok", 1.0).await;
+    revoke(&c, "pier-token-a", &a).await;
+    change_after_a_restart(&mut c, &w, "/b", "v2").await;
+
+    // Half a kubeconfig: reported, and the last good credentials stay in use.
+    std::fs::write(
+        &kubeconfig,
+        "apiVersion: v1\nkind: Config\nusers:\n- name: [",
+    )
+    .unwrap();
+    until_reloads(&pier, "Error", 1.0).await;
+    change_after_a_restart(&mut c, &w, "/half", "v1").await;
+
+    // The kubeconfig moves to a token file (named relative to it), which then rotates.
+    let token_file = dir.join("token");
+    let t1 = c.cp.bound_token(PIER_NS, PIER_SA, "pier-token-c").await;
+    std::fs::write(&token_file, &t1).unwrap();
+    std::fs::write(&kubeconfig, c.cp.kubeconfig_text("    tokenFile: token\n")).unwrap();
+    until_reloads(&pier, "Ok", 2.0).await;
+    revoke(&c, "pier-token-b", &b).await;
+    let t2 = c.cp.bound_token(PIER_NS, PIER_SA, "pier-token-d").await;
+    std::fs::write(&token_file, &t2).unwrap();
+    until_reloads(&pier, "Ok", 3.0).await;
+    revoke(&c, "pier-token-c", &t1).await;
+    change_after_a_restart(&mut c, &w, "/d", "v2").await;
+
+    let (ok, failed) = traffic.stop().await;
+    eprintln!("client loop: {ok} ok, {failed} failed");
+    assert_eq!(failed, 0);
+    let m = metrics(&pier).await;
+    assert_eq!(sample(&m, "pier_kube_unauthorized_total"), 0.0, "{m}");
+    assert_eq!(
+        sample(&m, "pier_kube_credential_reloads_total{result=\"Error\"}"),
+        1.0,
+        "{m}"
+    );
+    pier.shutdown().await;
+}
+
+/// An exec credential plugin (as `aws eks get-token` is used): it is run again before the
+/// expiry it states (kube-rs: 60 s before), so a rotation loses no request; and when the API
+/// server refuses a token before its expiry (revoked), pier runs the plugin again at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_credential_plugins_refresh_before_expiry_and_after_a_revocation() {
+    let mut c = Cluster::start().await;
+    let w = world(&c).await;
+    let dir = c.cp.dir().join("exec");
+    std::fs::create_dir(&dir).unwrap();
+    let plugin = dir.join("plugin");
+    std::fs::write(
+        &plugin,
+        "#!/bin/sh\nset -e\nd=\"$(dirname \"$0\")\"\necho run >> \"$d/runs\"\n\
+         exp=\"$(date -u -d \"+$(cat \"$d/lifetime\") seconds\" +%Y-%m-%dT%H:%M:%SZ)\"\n\
+         printf '{\"apiVersion\":\"client.authentication.k8s.io/v1\",\"kind\":\"ExecCredential\",\
+         \"status\":{\"token\":\"%s\",\"expirationTimestamp\":\"%s\"}}\\n' \"$(cat \"$d/token\")\" \"$exp\"\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&plugin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let runs = || {
+        std::fs::read_to_string(dir.join("runs"))
+            .map(|s| s.lines().count())
+            .unwrap_or(0)
+    };
+    let set = |name: &str, value: &str| std::fs::write(dir.join(name), value).unwrap();
+    let until_run = |after: usize| {
+        poll(
+            Duration::from_secs(40),
+            "the plugin runs again",
+            move || async move { runs() > after },
+        )
+    };
+
+    // Tokens that expire 70 s after each run: kube-rs runs the plugin again 10 s after.
+    let a = c.cp.bound_token(PIER_NS, PIER_SA, "pier-token-a").await;
+    set("token", &a);
+    set("lifetime", "70");
+    let kubeconfig = dir.join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        c.cp.kubeconfig_text(&format!(
+            "    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      \
+             command: \"{}\"\n      interactiveMode: Never\n",
+            plugin.display()
+        )),
+    )
+    .unwrap();
+    let pier = start_pier_with(&c, &kubeconfig).await;
+    w.until("/v/x", 200, "v1", Duration::from_secs(5)).await;
+    let traffic = Traffic::start(w.url(LOOPBACK, "/v/x"));
+
+    // Rotation before expiry: the next run gives the new token, then the old one is revoked.
+    let b = c.cp.bound_token(PIER_NS, PIER_SA, "pier-token-b").await;
+    set("token", &b);
+    until_run(runs()).await;
+    revoke(&c, "pier-token-a", &a).await;
+    change_after_a_restart(&mut c, &w, "/b", "v2").await;
+    let m = metrics(&pier).await;
+    assert_eq!(sample(&m, "pier_kube_unauthorized_total"), 0.0, "{m}");
+
+    // Revoked before its expiry: tokens now live an hour; the first 401 runs the plugin.
+    set("lifetime", "3600");
+    until_run(runs()).await;
+    let t = c.cp.bound_token(PIER_NS, PIER_SA, "pier-token-c").await;
+    set("token", &t);
+    let before = runs();
+    revoke(&c, "pier-token-b", &b).await;
+    change_after_a_restart(&mut c, &w, "/c", "v1").await;
+    assert!(runs() > before, "the plugin did not run after the 401");
+    let m = metrics(&pier).await;
+    assert!(sample(&m, "pier_kube_unauthorized_total") >= 1.0, "{m}");
+
+    let (ok, failed) = traffic.stop().await;
+    eprintln!("client loop: {ok} ok, {failed} failed");
+    assert_eq!(failed, 0);
     pier.shutdown().await;
 }
 

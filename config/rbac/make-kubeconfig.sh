@@ -12,7 +12,8 @@
 # written sets namespace pier-system, where pier looks for its Lease by default.
 #
 # Tokens: the default is a bound token from `kubectl create token` (TokenRequest). It expires
-# (the API server may cap --duration); make a new kubeconfig before then and restart pier.
+# (the API server may cap --duration); run this again before then (e.g. from a timer): pier
+# re-reads the kubeconfig when it changes, no restart needed.
 # --long-lived instead creates a Secret of type kubernetes.io/service-account-token, which the
 # cluster's token controller fills with a token that does not expire until the Secret is
 # deleted (revoke with `kubectl -n pier-system delete secret pier-token`). Prefer short-lived

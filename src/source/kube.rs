@@ -79,6 +79,7 @@
 //! `spec.mesh`) gets a `#[serde(transparent)]` newtype implementing `Resource`, as
 //! [`ReferenceGrantV1Beta1`] does.
 
+mod credentials;
 mod gateway;
 mod pod;
 mod reference_grant;
@@ -103,6 +104,7 @@ use prometheus_client::registry::Registry;
 use tokio::sync::{mpsc, watch as channel};
 use tokio::task::JoinHandle;
 
+pub use self::credentials::{CredentialMetrics, Credentials};
 pub use self::pod::PodObject;
 pub use self::reference_grant::ReferenceGrantV1Beta1;
 use self::watch::{ApiServerLog, Changes, Ctx};
@@ -201,6 +203,7 @@ pub struct KubeMetrics {
     pub objects: Family<KindLabels, Gauge>,
     pub errors: Family<ErrorLabels, Counter>,
     pub undecodable: Family<KindLabels, Counter>,
+    pub credentials: CredentialMetrics,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -241,8 +244,21 @@ impl Connect {
         Ok(self.client_and_server().await?.0)
     }
 
-    /// [`Connect::client`] and the API server's URL.
+    /// [`Connect::client`] and the API server's URL. The client keeps the credentials it
+    /// started with; `pier run` uses [`Credentials::start`], which follows the kubeconfig.
     pub async fn client_and_server(&self) -> anyhow::Result<(Client, String)> {
+        use anyhow::Context;
+        let config = self.config().await?;
+        let server = config.cluster_url.to_string();
+        tracing::info!(server = %server, "using the Kubernetes API server");
+        let client = Client::try_from(config).context("cannot build the Kubernetes client")?;
+        Ok((client, server))
+    }
+
+    /// The client configuration from the kubeconfig as it is now (or the in-cluster service
+    /// account). The connect timeout is shortened to 10 s so that a blackholed API server is
+    /// noticed and retried sooner.
+    pub async fn config(&self) -> anyhow::Result<kube::Config> {
         use anyhow::Context;
         let options = KubeConfigOptions {
             context: self.context.clone(),
@@ -264,10 +280,7 @@ impl Connect {
                 .context("no kubeconfig (KUBECONFIG, ~/.kube/config) and not in a cluster")?,
         };
         config.connect_timeout = Some(Duration::from_secs(10));
-        tracing::info!(server = %config.cluster_url, "using the Kubernetes API server");
-        let server = config.cluster_url.to_string();
-        let client = Client::try_from(config).context("cannot build the Kubernetes client")?;
-        Ok((client, server))
+        Ok(config)
     }
 }
 
@@ -405,6 +418,16 @@ impl KubeMetrics {
             "undecodable_objects",
             "Objects seen that could not be decoded (left out of the configuration)",
             m.undecodable.clone(),
+        );
+        reg.register(
+            "credential_reloads",
+            "Kubernetes clients rebuilt from the kubeconfig (file change, SIGHUP or a 401), by result",
+            m.credentials.reloads.clone(),
+        );
+        reg.register(
+            "unauthorized",
+            "API server answers 401 Unauthorized (each makes pier read its credentials again)",
+            m.credentials.unauthorized.clone(),
         );
         m
     }

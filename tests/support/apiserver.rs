@@ -27,8 +27,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{Namespace, Secret, ServiceAccount};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -331,6 +331,53 @@ impl ControlPlane {
             &self.ca_path(),
             &User::Token(token),
         )
+    }
+
+    /// A token for the existing ServiceAccount `namespace/name`, bound to a new Secret
+    /// `namespace/secret`: deleting that Secret revokes the token at once (the API server
+    /// checks the bound object on every request), which is how the tests rotate credentials
+    /// faster than TokenRequest's 10-minute minimum lifetime.
+    pub async fn bound_token(&self, namespace: &str, name: &str, secret: &str) -> String {
+        let secrets: Api<Secret> = Api::namespaced(self.admin_client(), namespace);
+        let made = secrets
+            .create(
+                &PostParams::default(),
+                &Secret {
+                    metadata: ObjectMeta {
+                        name: Some(secret.to_string()),
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap_or_else(|e| panic!("create Secret {namespace}/{secret}: {e}"));
+        let request = TokenRequest {
+            spec: Some(TokenRequestSpec {
+                expiration_seconds: Some(3600),
+                bound_object_ref: Some(BoundObjectReference {
+                    api_version: Some("v1".to_string()),
+                    kind: Some("Secret".to_string()),
+                    name: Some(secret.to_string()),
+                    uid: made.metadata.uid,
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let sas: Api<ServiceAccount> = Api::namespaced(self.admin_client(), namespace);
+        sas.create_token_request(name, &PostParams::default(), &request)
+            .await
+            .unwrap_or_else(|e| panic!("TokenRequest for {namespace}/{name}: {e}"))
+            .status
+            .and_then(|s| s.token)
+            .expect("TokenRequest returns a token")
+    }
+
+    /// A kubeconfig for this API server whose user is `user`: the lines under `user:`,
+    /// indented by four spaces (`    token: ...\n`).
+    pub fn kubeconfig_text(&self, user: &str) -> String {
+        kubeconfig_text("pier-test-user", self.port, &self.ca_path(), user)
     }
 
     /// A client from one of the kubeconfigs above.
@@ -643,7 +690,12 @@ fn write_kubeconfig(dir: &Path, name: &str, port: u16, ca: &Path, user: &User) -
         ),
         User::Token(token) => format!("    token: \"{token}\"\n"),
     };
-    let text = format!(
+    let text = kubeconfig_text(name, port, ca, &user);
+    write(dir, &format!("{name}.kubeconfig"), &text)
+}
+
+fn kubeconfig_text(name: &str, port: u16, ca: &Path, user: &str) -> String {
+    format!(
         "apiVersion: v1\n\
          kind: Config\n\
          clusters:\n\
@@ -655,8 +707,7 @@ fn write_kubeconfig(dir: &Path, name: &str, port: u16, ca: &Path, user: &User) -
          - name: pier-test\n  context:\n    cluster: pier-test\n    user: {name}\n\
          current-context: pier-test\n",
         ca = ca.display(),
-    );
-    write(dir, &format!("{name}.kubeconfig"), &text)
+    )
 }
 
 async fn load_config(kubeconfig: &Path) -> kube::Config {
