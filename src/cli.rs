@@ -265,6 +265,17 @@ pub struct LimitArgs {
     /// annotation overrides it. 0: no maximum.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub max_requests_per_backend: u32,
+    /// Gateway failures in a row (502/503/504 from an endpoint, resets, failed TLS handshakes)
+    /// that eject an endpoint (passive outlier detection); 0: failures never eject (a refused
+    /// connect still does). A Service's `pier.dev/outlier-consecutive-failures` overrides it.
+    #[arg(long, value_name = "N", default_value_t = crate::model::CONSECUTIVE_FAILURES)]
+    pub outlier_consecutive_failures: u32,
+    /// How long an ejected endpoint is left out the first time, in milliseconds; each ejection
+    /// in a row lasts one more of these, up to 300 s. A Service's `pier.dev/outlier-ejection`
+    /// (a duration: `30s`, `500ms`) overrides it.
+    #[arg(long, value_name = "MS", default_value_t = crate::model::EJECTION.as_millis() as u64,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub outlier_ejection_ms: u64,
 }
 
 impl LimitArgs {
@@ -289,6 +300,10 @@ impl LimitArgs {
             max_request_body: (self.max_request_body > 0).then_some(self.max_request_body),
             max_requests_per_backend: (self.max_requests_per_backend > 0)
                 .then_some(self.max_requests_per_backend),
+            outlier: crate::model::Outlier {
+                consecutive_failures: self.outlier_consecutive_failures,
+                ejection: Duration::from_millis(self.outlier_ejection_ms),
+            },
         }
     }
 }

@@ -3,9 +3,13 @@
 //! Load balancing is power of two choices on in-flight requests (P2C): two random ready
 //! endpoints, the one with fewer requests in flight wins. It needs no shared lock, adapts to
 //! slow endpoints within a request or two, and avoids the herding of pure least-request.
-//! Endpoints that refused a connection, or failed [`CONSECUTIVE_FAILURES`] exchanges in a row
-//! (502/503/504, resets, TLS handshakes), are ejected for [`EJECTION`]; when every endpoint is
-//! ejected they are all tried again (a gateway that serves nothing helps nobody).
+//! Endpoints that refused a connection, or failed [`Outlier::consecutive_failures`] exchanges
+//! in a row (502/503/504, resets, TLS handshakes), are ejected for [`Outlier::ejection`] times
+//! the number of ejections since their last success, up to [`MAX_EJECTION`] (as Envoy's
+//! `base_ejection_time` and `max_ejection_time`); when every endpoint is ejected they are all
+//! tried again (a gateway that serves nothing helps nobody). The thresholds are pier's
+//! defaults ([`CONSECUTIVE_FAILURES`], [`EJECTION`]), `--outlier-*` flags, or a Service's
+//! annotations ([`Backend::outlier`]).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -17,12 +21,78 @@ use serde::Serialize;
 use super::ObjectRef;
 use super::filter::Filters;
 
-/// How long an endpoint that refused a connection is left out.
+/// How long an endpoint is left out the first time (by default).
 pub const EJECTION: Duration = Duration::from_secs(5);
+/// The longest ejection, however often an endpoint fails (or the base ejection, if longer).
+pub const MAX_EJECTION: Duration = Duration::from_secs(300);
 /// Gateway failures in a row that eject an endpoint (Envoy's `consecutive_gateway_failure`
 /// default). Only gateway failures count, not every 5xx: an application's 500 for one bad
 /// request must not let a client eject healthy endpoints.
 pub const CONSECUTIVE_FAILURES: u32 = 5;
+
+/// Passive outlier detection of one backend's endpoints.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct Outlier {
+    /// Gateway failures in a row that eject an endpoint; 0: failures never eject (a refused
+    /// or silent connect still does: nothing listens there).
+    pub consecutive_failures: u32,
+    /// The first ejection's length; the n-th in a row (no success in between) lasts n times
+    /// this, up to [`MAX_EJECTION`].
+    #[serde(serialize_with = "ms")]
+    pub ejection: Duration,
+}
+
+impl Default for Outlier {
+    fn default() -> Self {
+        Self {
+            consecutive_failures: CONSECUTIVE_FAILURES,
+            ejection: EJECTION,
+        }
+    }
+}
+
+impl Outlier {
+    /// How long the `n`-th ejection in a row lasts, in milliseconds.
+    fn ejection_ms(&self, n: u32) -> u64 {
+        let cap = MAX_EJECTION.max(self.ejection);
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        ms(self.ejection)
+            .saturating_mul(u64::from(n.max(1)))
+            .min(ms(cap))
+    }
+}
+
+/// What a Service's annotations say of [`Outlier`]; unset fields take pier's.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+pub struct OutlierOverride {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub consecutive_failures: Option<u32>,
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "opt_duration::serialize"
+    )]
+    pub ejection: Option<Duration>,
+}
+
+impl OutlierOverride {
+    pub fn is_none(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// `default` with what the Service sets.
+    pub fn over(&self, default: Outlier) -> Outlier {
+        Outlier {
+            consecutive_failures: self
+                .consecutive_failures
+                .unwrap_or(default.consecutive_failures),
+            ejection: self.ejection.unwrap_or(default.ejection),
+        }
+    }
+}
+
+fn ms<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&format!("{}ms", d.as_millis()))
+}
 
 /// A Service port as a backend: `namespace/name:port`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -64,6 +134,10 @@ pub struct Backend {
     /// `pier.dev/max-requests`); `None`: pier's default (`--max-requests-per-backend`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_requests: Option<u32>,
+    /// Outlier detection from the Service's `pier.dev/outlier-consecutive-failures` and
+    /// `pier.dev/outlier-ejection`, over pier's (`--outlier-*`).
+    #[serde(skip_serializing_if = "OutlierOverride::is_none")]
+    pub outlier: OutlierOverride,
     /// Requests in flight to this backend (Service port), counted while a maximum applies;
     /// shared by every variant of the backend and carried over reloads ([`EndpointPool`]).
     #[serde(skip)]
@@ -247,6 +321,8 @@ pub struct EndpointStats {
     pub ejected_until_ms: AtomicU64,
     /// Gateway failures (502/503/504 answers, resets, failed TLS handshakes) in a row.
     pub failures: AtomicU32,
+    /// Ejections since the last success (each one lasts longer).
+    pub ejections: AtomicU32,
 }
 
 /// What a weighted backendRef resolved to.
@@ -459,6 +535,7 @@ impl Backend {
             endpoints: vec![],
             tls: BackendTls::Plain,
             max_requests: None,
+            outlier: OutlierOverride::default(),
             load: Arc::default(),
         }
     }
@@ -483,28 +560,54 @@ impl Endpoint {
         self.stats.ejected_until_ms.load(Ordering::Relaxed) <= now_ms
     }
 
-    pub fn eject(&self, now_ms: u64) {
-        self.stats
-            .ejected_until_ms
-            .store(now_ms + EJECTION.as_millis() as u64, Ordering::Relaxed);
+    /// Leaves the endpoint out for its next ejection's length (see [`Outlier`]), unless it is
+    /// out already: failures of requests that were in flight when it was ejected do not make
+    /// the ejection longer. Returns true when this call ejected it.
+    pub fn eject(&self, now_ms: u64, outlier: &Outlier) -> bool {
+        let until = &self.stats.ejected_until_ms;
+        let current = until.load(Ordering::Relaxed);
+        // Claim the ejection (u64::MAX: out until the store below), so that one of several
+        // concurrent failures decides its length.
+        if current > now_ms
+            || until
+                .compare_exchange(current, u64::MAX, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
+            return false;
+        }
+        let n = self
+            .stats
+            .ejections
+            .fetch_add(1, Ordering::Relaxed)
+            .saturating_add(1);
+        until.store(
+            now_ms.saturating_add(outlier.ejection_ms(n)),
+            Ordering::Relaxed,
+        );
+        true
     }
 
-    /// Passive outlier detection: one exchange's outcome. [`CONSECUTIVE_FAILURES`] gateway
-    /// failures in a row eject the endpoint for [`EJECTION`]; any success resets the count.
-    /// Returns true when this outcome ejected it.
-    pub fn record(&self, failed: bool, now_ms: u64) -> bool {
+    /// Passive outlier detection: one exchange's outcome. [`Outlier::consecutive_failures`]
+    /// gateway failures in a row eject the endpoint; any success resets the count and the
+    /// ejection length. Returns true when this outcome ejected it.
+    pub fn record(&self, failed: bool, now_ms: u64, outlier: &Outlier) -> bool {
         let failures = &self.stats.failures;
         if !failed {
             // Read first: most responses succeed, and a store would dirty the line each time.
             if failures.load(Ordering::Relaxed) != 0 {
                 failures.store(0, Ordering::Relaxed);
             }
+            if self.stats.ejections.load(Ordering::Relaxed) != 0 {
+                self.stats.ejections.store(0, Ordering::Relaxed);
+            }
             return false;
         }
-        if failures.fetch_add(1, Ordering::Relaxed) + 1 >= CONSECUTIVE_FAILURES {
+        if outlier.consecutive_failures == 0 {
+            return false;
+        }
+        if failures.fetch_add(1, Ordering::Relaxed) + 1 >= outlier.consecutive_failures {
             failures.store(0, Ordering::Relaxed);
-            self.eject(now_ms);
-            return true;
+            return self.eject(now_ms, outlier);
         }
         false
     }
@@ -548,17 +651,65 @@ mod tests {
     fn consecutive_gateway_failures_eject_and_a_success_resets_the_count() {
         let b = backend(1);
         let e = &b.endpoints[0];
+        let o = Outlier::default();
         for _ in 0..CONSECUTIVE_FAILURES - 1 {
-            assert!(!e.record(true, 0));
+            assert!(!e.record(true, 0, &o));
         }
-        assert!(!e.record(false, 0), "a success in between");
+        assert!(!e.record(false, 0, &o), "a success in between");
         for _ in 0..CONSECUTIVE_FAILURES - 1 {
-            assert!(!e.record(true, 0));
+            assert!(!e.record(true, 0, &o));
         }
         assert!(e.available(0));
-        assert!(e.record(true, 1000), "the fifth in a row ejects");
+        assert!(e.record(true, 1000, &o), "the fifth in a row ejects");
         assert!(!e.available(1000 + EJECTION.as_millis() as u64 - 1));
         assert!(e.available(1000 + EJECTION.as_millis() as u64));
+    }
+
+    #[test]
+    fn the_threshold_is_configurable_and_zero_never_ejects_on_failures() {
+        let e = Endpoint::new(SocketAddr::from(([127, 0, 0, 1], 1)));
+        let one = Outlier {
+            consecutive_failures: 1,
+            ejection: Duration::from_millis(100),
+        };
+        assert!(e.record(true, 0, &one), "one failure ejects");
+        assert!(!e.available(99) && e.available(100));
+        let off = Outlier {
+            consecutive_failures: 0,
+            ..one
+        };
+        for _ in 0..100 {
+            assert!(!e.record(true, 1000, &off));
+        }
+        assert!(e.available(1000));
+    }
+
+    #[test]
+    fn ejections_in_a_row_last_longer_until_a_success() {
+        let e = Endpoint::new(SocketAddr::from(([127, 0, 0, 1], 1)));
+        let o = Outlier {
+            consecutive_failures: 1,
+            ejection: Duration::from_secs(10),
+        };
+        let mut now = 0;
+        for n in 1..=3u64 {
+            assert!(e.record(true, now, &o));
+            // A request that was in flight fails too: no longer ejection.
+            assert!(!e.eject(now + 1, &o));
+            assert!(!e.available(now + n * 10_000 - 1), "ejection {n}");
+            now += n * 10_000;
+            assert!(e.available(now), "ejection {n} is {n} x 10 s");
+        }
+        assert!(!e.record(false, now, &o), "a success resets the length");
+        assert!(e.record(true, now, &o));
+        assert!(e.available(now + 10_000));
+        // However many: at most MAX_EJECTION.
+        for _ in 0..100 {
+            e.stats.ejected_until_ms.store(0, Ordering::Relaxed);
+            e.eject(now, &o);
+        }
+        let until = e.stats.ejected_until_ms.load(Ordering::Relaxed);
+        assert_eq!(until - now, MAX_EJECTION.as_millis() as u64);
     }
 
     #[test]
@@ -574,7 +725,7 @@ mod tests {
     #[test]
     fn ejected_endpoint_is_skipped_until_ejection_ends() {
         let b = backend(2);
-        b.endpoints[1].eject(1000);
+        b.endpoints[1].eject(1000, &Outlier::default());
         for r in 0..10 {
             assert_eq!(b.pick(1000, r, r).unwrap().addr.port(), 1000);
         }
@@ -587,7 +738,7 @@ mod tests {
     fn all_ejected_still_picks_an_endpoint() {
         let b = backend(3);
         for e in &b.endpoints {
-            e.eject(0);
+            e.eject(0, &Outlier::default());
         }
         assert!(b.pick(1, 0, 0).is_some());
     }
@@ -603,7 +754,7 @@ mod tests {
             }
         }
         // An ejected other is passed over for an available one.
-        b.endpoints[0].eject(0);
+        b.endpoints[0].eject(0, &Outlier::default());
         for r in 0..12 {
             assert_eq!(b.pick_avoiding(1, r, r, failed).unwrap().addr.port(), 1002);
         }

@@ -26,8 +26,8 @@ use serde::Serialize;
 pub use backend::{
     AppProtocol, Backend, BackendId, BackendLoad, BackendSet, BackendTarget, BackendTls,
     CONSECUTIVE_FAILURES, Carried, EJECTION, Endpoint, EndpointIdentities, EndpointPool,
-    EndpointStats, Timeouts, TlsMode, TlsUnavailable, UnresolvedIdentity, UpstreamTls,
-    WeightedBackend,
+    EndpointStats, MAX_EJECTION, Outlier, OutlierOverride, Timeouts, TlsMode, TlsUnavailable,
+    UnresolvedIdentity, UpstreamTls, WeightedBackend,
 };
 pub use filter::{Cors, Filters, HeaderModifier, Mirror, PathModifier, Redirect, UrlRewrite};
 pub use host::{HostRank, HostnameMatch};

@@ -130,6 +130,9 @@ pub struct Limits {
     /// Most HTTP requests in flight to one backend (Service port) at once, unless its Service
     /// says otherwise (`pier.dev/max-requests`); over it 503. `None`: no maximum.
     pub max_requests_per_backend: Option<u32>,
+    /// Passive outlier detection, unless a Service says otherwise
+    /// (`pier.dev/outlier-consecutive-failures`, `pier.dev/outlier-ejection`).
+    pub outlier: crate::model::Outlier,
 }
 
 impl Default for Limits {
@@ -147,6 +150,7 @@ impl Default for Limits {
             max_request_target: 8 * 1024,
             max_request_body: None,
             max_requests_per_backend: None,
+            outlier: crate::model::Outlier::default(),
         }
     }
 }

@@ -658,8 +658,9 @@ pub(super) async fn exchange(
 
 /// Passive outlier detection, for both request paths: what one exchange with `endpoint` came
 /// to. A refused or silent connect ejects at once (nothing listens); a failed exchange (reset,
-/// failed TLS handshake, 502/503/504 from the endpoint) counts towards
-/// `model::CONSECUTIVE_FAILURES`; anything else resets the count. Slow answers and the
+/// failed TLS handshake, 502/503/504 from the endpoint) counts towards the backend's
+/// [`Outlier`](crate::model::Outlier) threshold (its Service's, else `--outlier-*`); anything
+/// else resets the count. Slow answers and the
 /// application's own errors are not reasons to eject.
 pub(super) fn outcome(
     shared: &Shared,
@@ -668,12 +669,15 @@ pub(super) fn outcome(
     result: Result<StatusCode, &ProxyError>,
 ) {
     let now = shared.clock.now_ms();
+    let outlier = backend.outlier.over(shared.config.limits.outlier);
     let failed = match result {
         Ok(status) => matches!(status.as_u16(), 502..=504),
         Err(ProxyError::Connect { reason, .. }) => {
             shared.metrics.connect_error(&backend.id, *reason);
             if matches!(reason, ConnectReason::Refused | ConnectReason::Timeout) {
-                endpoint.eject(now);
+                if endpoint.eject(now, &outlier) {
+                    tracing::debug!(backend = %backend.id, endpoint = %endpoint.addr, ?reason, "endpoint ejected: connect failed");
+                }
                 return;
             }
             true
@@ -682,7 +686,7 @@ pub(super) fn outcome(
         // Timeouts, and failures that are the client's or pier's, say nothing of the endpoint.
         Err(_) => return,
     };
-    if endpoint.record(failed, now) {
+    if endpoint.record(failed, now, &outlier) {
         tracing::warn!(backend = %backend.id, endpoint = %endpoint.addr, "endpoint ejected after consecutive failures");
     }
 }

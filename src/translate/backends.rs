@@ -14,15 +14,16 @@
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::Settings;
-use super::api::{EndpointSlice, Service, ServicePort};
+use super::api::{ApiDuration, EndpointSlice, Service, ServicePort};
 use super::backend_tls::{BackendTlsResolver, Decision, IdentityPlan, TlsKey};
 use super::mesh::TlsCtx;
 use super::resources::Resources;
 use crate::model::{
     AppProtocol, Backend, BackendId, BackendLoad, BackendTls, Endpoint, EndpointIdentities,
-    EndpointPool, ObjectRef, UnresolvedIdentity,
+    EndpointPool, ObjectRef, OutlierOverride, UnresolvedIdentity,
 };
 
 /// The label an EndpointSlice carries to name its Service.
@@ -31,6 +32,11 @@ pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 /// breaking); over it pier answers 503 without contacting the Service. A positive integer;
 /// anything else is ignored (pier's default applies), and `/config` shows what applies.
 pub const MAX_REQUESTS_ANNOTATION: &str = "pier.dev/max-requests";
+/// Service annotation: gateway failures in a row that eject an endpoint (`0`: never). As for
+/// the other annotations, a value that does not parse is ignored (pier's default applies).
+pub const OUTLIER_FAILURES_ANNOTATION: &str = "pier.dev/outlier-consecutive-failures";
+/// Service annotation: the first ejection's length, a GEP-2257 duration (`30s`, `500ms`).
+pub const OUTLIER_EJECTION_ANNOTATION: &str = "pier.dev/outlier-ejection";
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum BackendError {
@@ -148,19 +154,32 @@ impl<'a> Backends<'a> {
             .entry(key.0.clone())
             .or_insert_with(|| pool.backend_load(&key.0))
             .clone();
-        let max_requests = svc
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(MAX_REQUESTS_ANNOTATION))
-            .and_then(|v| v.trim().parse::<u32>().ok())
+        let annotation = |key: &str| {
+            svc.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(key))
+                .map(|v| v.trim())
+        };
+        let max_requests = annotation(MAX_REQUESTS_ANNOTATION)
+            .and_then(|v| v.parse::<u32>().ok())
             .filter(|&n| n > 0);
+        let outlier = OutlierOverride {
+            consecutive_failures: annotation(OUTLIER_FAILURES_ANNOTATION)
+                .and_then(|v| v.parse::<u32>().ok()),
+            ejection: annotation(OUTLIER_EJECTION_ANNOTATION)
+                .and_then(|v| v.parse::<ApiDuration>().ok())
+                .and_then(|d| u64::try_from(d.as_millis()).ok())
+                .filter(|&ms| ms > 0)
+                .map(Duration::from_millis),
+        };
         let backend = Arc::new(Backend {
             id: key.0.clone(),
             protocol,
             endpoints,
             tls,
             max_requests,
+            outlier,
             load,
         });
         self.cache.insert(key, backend.clone());

@@ -202,6 +202,36 @@ async fn an_endpoint_with_consecutive_gateway_failures_is_ejected() {
     bounded(h.proxy.shutdown(BOUND)).await;
 }
 
+/// The outlier thresholds are configurable (`--outlier-consecutive-failures`, or a Service's
+/// `pier.dev/outlier-consecutive-failures`): at 1 the first 503 ejects the endpoint; at 0
+/// gateway failures never eject it and it keeps its share of the traffic.
+#[tokio::test]
+async fn the_outlier_threshold_is_configurable_and_zero_turns_ejection_off() {
+    let count_503 = |threshold: u32| async move {
+        let healthy = echo("healthy").await;
+        let sick = always("503 Service Unavailable").await;
+        let mut config = config();
+        config.limits.outlier.consecutive_failures = threshold;
+        let p = free_port();
+        let h = Harness::start_with(simple(p, &backend("b", &[sick, healthy.addr])), config).await;
+        let addr = local(p);
+        let mut failures = 0;
+        for _ in 0..40 {
+            if bounded(send(addr, get("x", "/"))).await.status == 503 {
+                failures += 1;
+            }
+        }
+        bounded(h.proxy.shutdown(BOUND)).await;
+        failures
+    };
+    assert_eq!(count_503(1).await, 1, "one failure ejects at threshold 1");
+    let off = count_503(0).await;
+    assert!(
+        (10..=30).contains(&off),
+        "threshold 0: the sick endpoint keeps about half the traffic, got {off} of 40"
+    );
+}
+
 /// Circuit breaking: a backend with its maximum of requests in flight gets no more; the
 /// excess is answered 503 at once, on either request path, and the slots free up as the
 /// requests finish.

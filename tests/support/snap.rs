@@ -48,6 +48,7 @@ pub fn tls_backend(
         endpoints: addrs.iter().copied().map(Endpoint::new).collect(),
         tls,
         max_requests: None,
+        outlier: Default::default(),
         load: Default::default(),
     })
 }

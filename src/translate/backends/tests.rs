@@ -228,3 +228,51 @@ fn the_max_requests_annotation_sets_the_backends_limit_and_its_load_carries_over
         .unwrap();
     assert!(!Arc::ptr_eq(&second.load, &other_port.load));
 }
+
+#[test]
+fn the_outlier_annotations_override_pier_defaults_field_by_field() {
+    use crate::model::{Outlier, OutlierOverride};
+    use std::time::Duration;
+    let annotated = |annotations: &str| {
+        resources(&SERVICE.replacen(
+            "metadata: {name: web, namespace: ns}",
+            &format!("metadata: {{name: web, namespace: ns, annotations: {{{annotations}}}}}"),
+            1,
+        ))
+    };
+    let outlier = |r: &Resources| {
+        Backends::new(r, &SETTINGS, &EndpointPool::default())
+            .service_port("ns", "web", 80, TlsCtx::default(), Traffic::Http)
+            .unwrap()
+            .outlier
+    };
+    let both = outlier(&annotated(
+        "pier.dev/outlier-consecutive-failures: '0', pier.dev/outlier-ejection: 1m30s",
+    ));
+    assert_eq!(
+        both,
+        OutlierOverride {
+            consecutive_failures: Some(0),
+            ejection: Some(Duration::from_secs(90)),
+        }
+    );
+    let defaults = Outlier::default();
+    let only_ejection = outlier(&annotated("pier.dev/outlier-ejection: 250ms"));
+    assert_eq!(
+        only_ejection.over(defaults),
+        Outlier {
+            ejection: Duration::from_millis(250),
+            ..defaults
+        }
+    );
+    // What does not parse (or a zero ejection) is ignored: pier's default applies.
+    for bad in [
+        "pier.dev/outlier-consecutive-failures: 'five'",
+        "pier.dev/outlier-consecutive-failures: '-1'",
+        "pier.dev/outlier-ejection: '30'",
+        "pier.dev/outlier-ejection: 0s",
+    ] {
+        assert!(outlier(&annotated(bad)).is_none(), "{bad}");
+    }
+    assert!(outlier(&resources(SERVICE)).is_none());
+}
