@@ -18,6 +18,7 @@ use support::client::{Resp, collect, get};
 use support::pki::{Leaf, Pki};
 use support::web::*;
 use support::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
@@ -193,6 +194,19 @@ impl Env {
             &self.dir.path().join("ca.yaml"),
             &ca_config_map("client-ca", pem),
         );
+    }
+
+    /// `pier_proxy_downstream_tls_handshakes_total` for one port, result and reason.
+    async fn handshakes(&self, port: u16, result: &str, reason: &str) -> f64 {
+        let text = support::web::get(&format!("http://{}/metrics", self.pier.admin_addr), &[])
+            .await
+            .text();
+        support::cluster::sample(
+            &text,
+            &format!(
+                r#"pier_proxy_downstream_tls_handshakes_total{{port="{port}",result="{result}",reason="{reason}"}}"#
+            ),
+        )
     }
 
     async fn status(&self) -> serde_json::Value {
@@ -444,5 +458,83 @@ async fn the_identity_header_carries_only_a_verified_certificate() {
         let r = request_path(port, env.client(cert), "/verified").await;
         assert_eq!(r.unwrap().backend(), want, "port {port}");
     }
+    env.pier.shutdown().await;
+}
+
+/// `pier_proxy_downstream_tls_handshakes_total{port,result,reason}`: each refused client counted
+/// on its port by why (no certificate, another CA's, an expired one; plaintext; a client that
+/// closes mid-handshake), a verified client as `ok`, and an `AllowInsecureFallback` port's
+/// unverified client as `ok` too (the handshake let it in).
+#[tokio::test]
+async fn client_handshakes_are_counted_by_port_result_and_reason() {
+    let ca = Pki::new();
+    let other = Pki::new();
+    let env = start(&ca).await;
+    let valid = ca.issue(&["client.example"]);
+    let foreign = other.issue(&["client.example"]);
+    let expired = ca.issue_expired(&["client.example"]);
+    env.wait_served(&valid).await;
+    let (strict, fallback) = (env.strict, env.fallback);
+    // The waiting above may have counted anything: compare with what is counted now.
+    let mut want = Vec::new();
+    for (port, result, reason, more) in [
+        (strict, "ok", "none", 1.0),
+        (strict, "error", "no_client_certificate", 1.0),
+        (strict, "error", "unknown_ca", 1.0),
+        (strict, "error", "expired", 1.0),
+        (strict, "error", "protocol", 1.0),
+        (strict, "error", "closed", 1.0),
+        (fallback, "ok", "none", 1.0),
+        (fallback, "error", "unknown_ca", 0.0),
+    ] {
+        let before = env.handshakes(port, result, reason).await;
+        want.push((port, result, reason, before + more));
+    }
+
+    let no_cert = request(strict, env.client(None)).await;
+    assert!(no_cert.is_err(), "no certificate was let in: {no_cert:?}");
+    let wrong_ca = request(strict, env.client(Some(&foreign))).await;
+    assert!(wrong_ca.is_err(), "another CA's certificate: {wrong_ca:?}");
+    let old = request(strict, env.client(Some(&expired))).await;
+    assert!(old.is_err(), "an expired certificate: {old:?}");
+    assert_eq!(
+        request(strict, env.client(Some(&valid)))
+            .await
+            .unwrap()
+            .status,
+        200
+    );
+    assert!(served(fallback, env.client(Some(&foreign))).await);
+    // Plaintext HTTP to the TLS port, then a client that connects and leaves.
+    let mut plain = TcpStream::connect(local(strict)).await.unwrap();
+    plain
+        .write_all(b"GET / HTTP/1.1\r\nhost: app.example.com\r\n\r\n")
+        .await
+        .unwrap();
+    let mut rest = Vec::new();
+    let _ = bounded(plain.read_to_end(&mut rest)).await;
+    drop(TcpStream::connect(local(strict)).await.unwrap());
+
+    // The server counts once it has read the client's certificate (TLS 1.3: after the client
+    // has finished its side), so the client may see the refusal first.
+    let counted = || async {
+        let mut got = Vec::new();
+        for (port, result, reason, _) in &want {
+            got.push((
+                *port,
+                *result,
+                *reason,
+                env.handshakes(*port, result, reason).await,
+            ));
+        }
+        got
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let mut got = counted().await;
+    while got != want && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        got = counted().await;
+    }
+    assert_eq!(got, want);
     env.pier.shutdown().await;
 }

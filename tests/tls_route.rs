@@ -377,5 +377,15 @@ async fn terminate_relays_plaintext_or_originates_mesh_mtls_and_fails_closed() {
         )
     })
     .await;
+    // The two streams pier terminated were two client handshakes; the one closed at the
+    // ClientHello never got to a handshake.
+    let metrics = pier.metrics().await;
+    let ok = format!(
+        "pier_proxy_downstream_tls_handshakes_total{{port=\"{port}\",result=\"ok\",reason=\"none\"}} 2"
+    );
+    assert!(metrics.contains(&ok), "{ok} missing in {metrics}");
+    let failed =
+        format!("pier_proxy_downstream_tls_handshakes_total{{port=\"{port}\",result=\"error\"");
+    assert!(!metrics.contains(&failed), "{metrics}");
     pier.shutdown().await;
 }

@@ -23,6 +23,7 @@ use tokio_rustls::TlsAcceptor;
 
 use super::conn_info::ConnInfo;
 use super::drain::DrainToken;
+use super::error::DownstreamTlsFailure;
 use super::reclaim::Registration;
 use super::{Shared, h1, proxy_protocol, service, stream};
 use crate::model::host::normalize_host;
@@ -180,9 +181,18 @@ async fn serve_tls(
     };
     let stream = match handshake {
         Ok(Ok(stream)) => stream,
-        Ok(Err(error)) => return tracing::debug!(%peer, port, %error, "TLS handshake failed"),
-        Err(_) => return tracing::debug!(%peer, port, "TLS handshake timed out"),
+        Ok(Err(error)) => {
+            let reason = DownstreamTlsFailure::of(&error);
+            shared.metrics.downstream_tls_handshake(port, Some(reason));
+            return tracing::debug!(%peer, port, %error, reason = reason.as_str(), "TLS handshake failed");
+        }
+        Err(_) => {
+            let reason = DownstreamTlsFailure::Timeout;
+            shared.metrics.downstream_tls_handshake(port, Some(reason));
+            return tracing::debug!(%peer, port, "TLS handshake timed out");
+        }
     };
+    shared.metrics.downstream_tls_handshake(port, None);
     let tls = stream.get_ref().1;
     let client_identity = tls
         .peer_certificates()

@@ -108,6 +108,81 @@ pub enum TlsFailure {
     Other,
 }
 
+/// Why a client's TLS handshake with one of pier's listeners (HTTPS, or a TLS listener that
+/// terminates) failed. Bounded: a metric label (`reason`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DownstreamTlsFailure {
+    /// The listener requires a client certificate (`AllowValidOnly`) and the client sent none.
+    NoClientCertificate,
+    /// The client's chain does not lead to the listener's CA bundle.
+    UnknownCa,
+    /// The client's certificate is outside its validity period.
+    Expired,
+    /// Any other client certificate the verifier refused (bad encoding, wrong key usage,
+    /// revoked, ...).
+    BadCertificate,
+    /// pier has no certificate for the client's SNI on this port.
+    NoCertificate,
+    /// Not TLS, no protocol version or cipher suite in common, a malformed or unexpected
+    /// message, or an alert from the client (one that refuses pier's certificate, say).
+    Protocol,
+    /// The handshake did not finish within `--tls-handshake-timeout`.
+    Timeout,
+    /// The client closed or reset the connection during the handshake.
+    Closed,
+}
+
+impl DownstreamTlsFailure {
+    /// Why the handshake failed, from what tokio-rustls returned. The certificate reasons come
+    /// from the upstream side's mapping ([`super::upstream::classify_tls`]).
+    pub fn of(e: &std::io::Error) -> Self {
+        match e.get_ref().and_then(|e| e.downcast_ref::<rustls::Error>()) {
+            Some(e) => Self::classify(e),
+            // No rustls error inside: the socket failed or ended (EOF, reset) mid-handshake.
+            None => Self::Closed,
+        }
+    }
+
+    fn classify(e: &rustls::Error) -> Self {
+        use rustls::Error as E;
+        match e {
+            E::NoCertificatesPresented => return Self::NoClientCertificate,
+            // rustls' only report of a resolver that found nothing (`server/hs.rs`); the
+            // resolver is `tls::server::SnapshotCertResolver`.
+            E::General(m) if m == NO_SERVER_CERTIFICATE => return Self::NoCertificate,
+            _ => {}
+        }
+        match super::upstream::classify_tls(e) {
+            TlsFailure::UnknownCa => Self::UnknownCa,
+            TlsFailure::Expired => Self::Expired,
+            TlsFailure::NotTls => Self::Protocol,
+            TlsFailure::Timeout => Self::Timeout,
+            TlsFailure::SanMismatch | TlsFailure::IdentityMismatch => Self::BadCertificate,
+            TlsFailure::Other => match e {
+                E::InvalidCertificate(_) | E::InvalidCertRevocationList(_) => Self::BadCertificate,
+                _ => Self::Protocol,
+            },
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::NoClientCertificate => "no_client_certificate",
+            Self::UnknownCa => "unknown_ca",
+            Self::Expired => "expired",
+            Self::BadCertificate => "bad_certificate",
+            Self::NoCertificate => "no_certificate",
+            Self::Protocol => "protocol",
+            Self::Timeout => "timeout",
+            Self::Closed => "closed",
+        }
+    }
+}
+
+/// The message of the `rustls::Error::General` a server returns when its certificate resolver
+/// finds no certificate for the ClientHello.
+const NO_SERVER_CERTIFICATE: &str = "no server certificate chain resolved";
+
 /// A bounded label for each [`ProxyError`] variant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, EncodeLabelValue)]
 pub enum ErrorKind {

@@ -22,7 +22,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
-use super::error::{ConnectReason, ErrorKind, ErrorSide, TlsFailure};
+use super::error::{ConnectReason, DownstreamTlsFailure, ErrorKind, ErrorSide, TlsFailure};
 use super::fxhash::FxBuild;
 use super::retry::RetryReason;
 use crate::model::{
@@ -39,6 +39,7 @@ pub struct ProxyMetrics {
     reclaimed: Family<PortLabels, Counter>,
     in_flight: Family<BackendLabels, Gauge>,
     tls_handshakes: Family<TlsHandshakeLabels, Counter>,
+    downstream_tls_handshakes: Family<DownstreamHandshakeLabels, Counter>,
     tls_unavailable: Family<TlsUnavailableLabels, Counter>,
     upstream_opened: Family<UpstreamConnLabels, Counter>,
     upstream_open: Family<UpstreamProtocolLabels, Gauge>,
@@ -126,6 +127,18 @@ pub enum HandshakeResult {
 /// `none` for a successful handshake, else the failure reason.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct HandshakeReason(pub Option<TlsFailure>);
+
+/// A client's handshake with a listener that terminates TLS. `port` is the listener's port.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct DownstreamHandshakeLabels {
+    pub port: u16,
+    pub result: HandshakeResult,
+    pub reason: DownstreamReason,
+}
+
+/// `none` for a successful handshake, else the failure reason.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct DownstreamReason(pub Option<DownstreamTlsFailure>);
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
 pub struct TlsUnavailableLabels {
@@ -344,6 +357,14 @@ impl ProxyMetrics {
             m.in_flight.clone(),
         );
         reg.register(
+            "downstream_tls_handshakes",
+            "TLS handshakes clients made with HTTPS listeners and terminating TLS listeners, by \
+             port, result and failure reason (no_client_certificate, unknown_ca, expired, \
+             bad_certificate: the client certificate; no_certificate: none for the SNI; \
+             protocol, timeout, closed)",
+            m.downstream_tls_handshakes.clone(),
+        );
+        reg.register(
             "upstream_tls_handshakes",
             "TLS handshakes with backend endpoints, by backend, result and failure reason",
             m.tls_handshakes.clone(),
@@ -503,6 +524,21 @@ impl ProxyMetrics {
             .inc();
     }
 
+    /// A client's TLS handshake with the listener on `port`: `None` when it succeeded.
+    pub fn downstream_tls_handshake(&self, port: u16, failure: Option<DownstreamTlsFailure>) {
+        let result = match failure {
+            None => HandshakeResult::Ok,
+            Some(_) => HandshakeResult::Error,
+        };
+        self.downstream_tls_handshakes
+            .get_or_create(&DownstreamHandshakeLabels {
+                port,
+                result,
+                reason: DownstreamReason(failure),
+            })
+            .inc();
+    }
+
     pub fn tls_unavailable(&self, backend: &BackendId, reason: TlsUnavailable) {
         self.tls_unavailable
             .get_or_create(&TlsUnavailableLabels {
@@ -591,6 +627,7 @@ impl Default for ProxyMetrics {
             reclaimed: Family::default(),
             in_flight: Family::default(),
             tls_handshakes: Family::default(),
+            downstream_tls_handshakes: Family::default(),
             tls_unavailable: Family::default(),
             upstream_opened: Family::default(),
             upstream_open: Family::default(),
@@ -741,6 +778,13 @@ impl EncodeLabelValue for HandshakeReason {
     }
 }
 
+impl EncodeLabelValue for DownstreamReason {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        use std::fmt::Write;
+        encoder.write_str(self.0.map_or("none", DownstreamTlsFailure::as_str))
+    }
+}
+
 impl EncodeLabelValue for UnavailableReason {
     fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
         use std::fmt::Write;
@@ -798,6 +842,8 @@ mod tests {
         m.request_done(&snapshot, reached, http::StatusCode::NOT_FOUND, 0.01);
         m.tls_handshake(&backend, Some(TlsFailure::UnknownCa));
         m.tls_handshake(&backend, None);
+        m.downstream_tls_handshake(443, None);
+        m.downstream_tls_handshake(443, Some(DownstreamTlsFailure::NoClientCertificate));
         m.tls_unavailable(&backend, TlsUnavailable::NoTrustBundle);
         m.error(ErrorKind::NoRoute, ErrorSide::Downstream);
         m.connect_error(&backend, ConnectReason::Refused);
@@ -814,6 +860,8 @@ mod tests {
         for line in [
             r#"pier_proxy_upstream_tls_handshakes_total{backend="ns/svc:8080",result="error",reason="unknown_ca"} 1"#,
             r#"pier_proxy_upstream_tls_handshakes_total{backend="ns/svc:8080",result="ok",reason="none"} 1"#,
+            r#"pier_proxy_downstream_tls_handshakes_total{port="443",result="ok",reason="none"} 1"#,
+            r#"pier_proxy_downstream_tls_handshakes_total{port="443",result="error",reason="no_client_certificate"} 1"#,
             r#"pier_proxy_upstream_tls_unavailable_total{backend="ns/svc:8080",reason="no_trust_bundle"} 1"#,
         ] {
             assert!(out.contains(line), "{line} missing in {out}");

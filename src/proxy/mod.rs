@@ -48,7 +48,9 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 pub use body::{BodyFault, BodyPace};
-pub use error::{ConnectReason, ErrorKind, ErrorSide, ProxyError, TlsFailure};
+pub use error::{
+    ConnectReason, DownstreamTlsFailure, ErrorKind, ErrorSide, ProxyError, TlsFailure,
+};
 pub use forwarded::{Cidr, CidrError, TrustedProxies};
 pub use metrics::ProxyMetrics;
 pub use mirror::MAX_MIRRORED_BODY;

@@ -34,7 +34,7 @@ use tokio_rustls::StartHandshake;
 use super::Shared;
 use super::conn_info::ConnInfo;
 use super::drain::DrainToken;
-use super::error::ProxyError;
+use super::error::{DownstreamTlsFailure, ProxyError};
 use super::metrics::{StreamMode, StreamResult};
 use super::service;
 use crate::model::host::normalize_host;
@@ -60,6 +60,8 @@ enum HelloError {
 
 /// Where one stream goes: references into the snapshot the connection loaded.
 struct Plan<'s> {
+    /// The port the client connected to (the handshake metric's label).
+    port: u16,
     listener: &'s Listener,
     backend: &'s Backend,
     endpoint: &'s Endpoint,
@@ -219,6 +221,7 @@ fn plan<'s>(
         }
     };
     Ok(Plan {
+        port: info.port,
         listener,
         backend,
         endpoint,
@@ -263,6 +266,7 @@ async fn terminate(
     drain: DrainToken,
 ) -> StreamResult {
     let Plan {
+        port,
         backend,
         endpoint,
         tls,
@@ -272,14 +276,19 @@ async fn terminate(
     let client = match tokio::time::timeout(handshake_time, handshake).await {
         Ok(Ok(stream)) => stream,
         Ok(Err(error)) => {
-            tracing::debug!(%error, "TLS handshake with the client failed");
+            let reason = DownstreamTlsFailure::of(&error);
+            shared.metrics.downstream_tls_handshake(*port, Some(reason));
+            tracing::debug!(%error, reason = reason.as_str(), "TLS handshake with the client failed");
             return StreamResult::HandshakeFailed;
         }
         Err(_) => {
+            let reason = DownstreamTlsFailure::Timeout;
+            shared.metrics.downstream_tls_handshake(*port, Some(reason));
             tracing::debug!("TLS handshake with the client timed out");
             return StreamResult::HandshakeFailed;
         }
     };
+    shared.metrics.downstream_tls_handshake(*port, None);
     let in_flight = shared.in_flight(snapshot, backend, endpoint);
     let (up, _open) = match connect(shared, backend, endpoint, *tls).await {
         Ok(c) => c,

@@ -125,3 +125,79 @@ fn error_bodies_do_not_echo_the_source() {
         .to_bytes();
     assert_eq!(&body[..], b"Bad Gateway\n");
 }
+
+#[test]
+fn downstream_handshake_failures_map_to_bounded_reasons() {
+    use rustls::{CertificateError as C, Error as E};
+    use std::io::{Error, ErrorKind};
+    let of = |e: E| DownstreamTlsFailure::of(&Error::new(ErrorKind::InvalidData, e)).as_str();
+    assert_eq!(of(E::NoCertificatesPresented), "no_client_certificate");
+    assert_eq!(of(E::InvalidCertificate(C::UnknownIssuer)), "unknown_ca");
+    assert_eq!(of(E::InvalidCertificate(C::BadSignature)), "unknown_ca");
+    assert_eq!(of(E::InvalidCertificate(C::Expired)), "expired");
+    assert_eq!(of(E::InvalidCertificate(C::NotValidYet)), "expired");
+    assert_eq!(of(E::InvalidCertificate(C::BadEncoding)), "bad_certificate");
+    assert_eq!(of(E::InvalidCertificate(C::Revoked)), "bad_certificate");
+    assert_eq!(
+        of(E::InvalidMessage(
+            rustls::InvalidMessage::InvalidContentType
+        )),
+        "protocol"
+    );
+    assert_eq!(
+        of(E::AlertReceived(rustls::AlertDescription::UnknownCA)),
+        "protocol"
+    );
+    assert_eq!(
+        of(E::PeerIncompatible(
+            rustls::PeerIncompatible::NoCipherSuitesInCommon
+        )),
+        "protocol"
+    );
+    for kind in [ErrorKind::UnexpectedEof, ErrorKind::ConnectionReset] {
+        assert_eq!(
+            DownstreamTlsFailure::of(&Error::from(kind)).as_str(),
+            "closed"
+        );
+    }
+}
+
+/// The error rustls returns when the certificate resolver finds nothing is matched by its
+/// message: a real handshake (in memory) against a resolver that never has a certificate.
+#[test]
+fn a_resolver_without_a_certificate_is_no_certificate() {
+    use std::sync::Arc;
+    #[derive(Debug)]
+    struct Nothing;
+    impl rustls::server::ResolvesServerCert for Nothing {
+        fn resolve(
+            &self,
+            _: rustls::server::ClientHello<'_>,
+        ) -> Option<Arc<rustls::sign::CertifiedKey>> {
+            None
+        }
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let server = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_cert_resolver(Arc::new(Nothing));
+    let client = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_no_client_auth();
+    let name = rustls::pki_types::ServerName::try_from("app.example.com").unwrap();
+    let mut client = rustls::ClientConnection::new(Arc::new(client), name).unwrap();
+    let mut server = rustls::ServerConnection::new(Arc::new(server)).unwrap();
+    let mut hello = Vec::new();
+    client.write_tls(&mut hello).unwrap();
+    server.read_tls(&mut hello.as_slice()).unwrap();
+    let error = server.process_new_packets().unwrap_err();
+    let io = std::io::Error::new(std::io::ErrorKind::InvalidData, error);
+    assert_eq!(
+        DownstreamTlsFailure::of(&io),
+        DownstreamTlsFailure::NoCertificate
+    );
+}

@@ -226,8 +226,9 @@ fn tls_failure(e: &io::Error) -> TlsFailure {
 }
 
 /// The one mapping from rustls errors to bounded reasons. (The mesh branch's `classify` will
-/// replace it; keep it the only place that looks inside `rustls::Error`.)
-fn classify(e: &rustls::Error) -> TlsFailure {
+/// replace it; keep it the only place that looks inside `rustls::Error`, with the downstream
+/// reasons' few additions in `DownstreamTlsFailure::classify`, which builds on it.)
+pub(in crate::proxy) fn classify(e: &rustls::Error) -> TlsFailure {
     use rustls::Error as E;
     if crate::tls::client::is_identity_mismatch(e) {
         return TlsFailure::IdentityMismatch;

@@ -29,6 +29,8 @@ mod raw;
 #[cfg(test)]
 mod tests;
 
+pub(in crate::proxy) use connect::classify as classify_tls;
+
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
