@@ -5,7 +5,7 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
@@ -133,10 +133,15 @@ pub struct BodyPace {
     pub grace: Duration,
 }
 
-/// Where a failed client body records why, for the request handler to answer 400 or 408
-/// instead of blaming the backend (the failure reaches the handler as an upstream error).
+/// What a [`ClientBody`] shares with its request handler: why it failed, so the handler
+/// answers 400 or 408 instead of blaming the backend (the failure reaches the handler as an
+/// upstream error), and how many bytes it has read from the client (the access log's
+/// `bytes_in`; the same count bounds the body's size and pace).
 #[derive(Debug, Default)]
-pub struct FaultCell(AtomicU8);
+pub struct FaultCell {
+    fault: AtomicU8,
+    read: AtomicU64,
+}
 
 impl FaultCell {
     fn set(&self, f: BodyFault) {
@@ -145,11 +150,22 @@ impl FaultCell {
             BodyFault::TooSlow => 2,
             BodyFault::TooLarge => 3,
         };
-        self.0.store(v, Ordering::Relaxed);
+        self.fault.store(v, Ordering::Relaxed);
+    }
+
+    /// Counts `n` more bytes read; the total so far.
+    fn add_read(&self, n: u64) -> u64 {
+        self.read.fetch_add(n, Ordering::Relaxed) + n
+    }
+
+    /// The body's bytes read from the client so far (data frames, as the client framed them
+    /// away: no chunk sizes or HTTP/2 frame headers).
+    pub fn read(&self) -> u64 {
+        self.read.load(Ordering::Relaxed)
     }
 
     pub fn get(&self) -> Option<BodyFault> {
-        match self.0.load(Ordering::Relaxed) {
+        match self.fault.load(Ordering::Relaxed) {
             1 => Some(BodyFault::Malformed),
             2 => Some(BodyFault::TooSlow),
             3 => Some(BodyFault::TooLarge),
@@ -166,14 +182,13 @@ pub struct ClientBody<B> {
     inner: B,
     fault: Arc<FaultCell>,
     pace: Option<Paced>,
-    /// Bytes the body may still carry (`None`: no maximum).
-    room: Option<u64>,
+    /// The most bytes the body may carry (`None`: no maximum).
+    max_len: Option<u64>,
 }
 
 struct Paced {
     pace: BodyPace,
     started: Instant,
-    received: u64,
     timer: Pin<Box<Sleep>>,
 }
 
@@ -190,31 +205,29 @@ impl<B> ClientBody<B> {
             let mut p = Paced {
                 pace,
                 started,
-                received: 0,
                 timer: Box::pin(tokio::time::sleep_until(started)),
             };
-            p.rearm(started);
+            p.rearm(started, 0);
             p
         });
         Self {
             inner,
             fault,
             pace,
-            room: max_len,
+            max_len,
         }
     }
 }
 
 impl Paced {
     /// The earlier of: `idle` after the last bytes, and the moment the average rate since the
-    /// start would drop below `min_rate` (never before `grace`).
-    fn rearm(&mut self, now: Instant) {
+    /// start would drop below `min_rate` (never before `grace`), with `received` bytes so far.
+    fn rearm(&mut self, now: Instant, received: u64) {
         let idle = now + self.pace.idle;
         let deadline = if self.pace.min_rate == 0 {
             idle
         } else {
-            let earned =
-                Duration::from_secs_f64(self.received as f64 / f64::from(self.pace.min_rate));
+            let earned = Duration::from_secs_f64(received as f64 / f64::from(self.pace.min_rate));
             idle.min(self.started + earned.max(self.pace.grace))
         };
         self.timer.as_mut().reset(deadline);
@@ -237,21 +250,16 @@ where
         match Pin::new(&mut this.inner).poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => {
                 let len = frame.data_ref().map_or(0, |d| d.len() as u64);
-                if let Some(room) = &mut this.room {
-                    match room.checked_sub(len) {
-                        Some(left) => *room = left,
-                        None => {
-                            this.pace = None;
-                            this.fault.set(BodyFault::TooLarge);
-                            return Poll::Ready(Some(Err(
-                                "the request body is over the maximum size".into(),
-                            )));
-                        }
-                    }
+                let read = this.fault.add_read(len);
+                if this.max_len.is_some_and(|max| read > max) {
+                    this.pace = None;
+                    this.fault.set(BodyFault::TooLarge);
+                    return Poll::Ready(Some(Err(
+                        "the request body is over the maximum size".into()
+                    )));
                 }
                 if let (Some(p), true) = (&mut this.pace, len > 0) {
-                    p.received += len;
-                    p.rearm(Instant::now());
+                    p.rearm(Instant::now(), read);
                 }
                 Poll::Ready(Some(Ok(frame)))
             }
@@ -392,9 +400,17 @@ mod tests {
         let at = ClientBody::new(chunks(&["abc", "def"]), fault.clone(), None, Some(6));
         assert_eq!(&at.collect().await.unwrap().to_bytes()[..], b"abcdef");
         assert_eq!(fault.get(), None);
+        assert_eq!(fault.read(), 6, "the bytes read, for the access log");
+        // One cell per body: the count is the body's own.
+        let fault = Arc::new(FaultCell::default());
         let over = ClientBody::new(chunks(&["abc", "defg"]), fault.clone(), None, Some(6));
         assert!(over.collect().await.is_err());
         assert_eq!(fault.get(), Some(BodyFault::TooLarge));
+        assert_eq!(
+            fault.read(),
+            7,
+            "counted as read from the client, though not forwarded"
+        );
     }
 
     #[test]

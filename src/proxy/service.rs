@@ -67,6 +67,10 @@ pub(super) struct Seen<'s> {
     pub access_log: Option<bool>,
     /// Why pier answered the request itself, for the access log.
     pub failure: Option<Failure>,
+    /// The streamed request body's shared state: the bytes it read from the client, for the
+    /// access log's `bytes_in`. `None` without a body, or when it was read whole first (a
+    /// retry's buffer: its length is declared).
+    pub body: Option<Arc<FaultCell>>,
 }
 
 impl<'s> Seen<'s> {
@@ -165,6 +169,12 @@ pub async fn handle(
             status: resp.status(),
             bytes_out: resp.body().size_hint().exact(),
             elapsed,
+        };
+        // A streamed body (chunked, HTTP/2 without a length): the bytes read from the client
+        // by the time the response head came back.
+        let head = match &seen.body {
+            Some(body) => head.with_bytes_in(body.read()),
+            None => head,
         };
         head.log(&conn, &edge, &seen, done);
     }
@@ -526,6 +536,7 @@ async fn forward<'s>(
     }
     // A body that fails is the client's fault (400, 408), not the backend's: `fault` says so.
     let fault = (!upgrade && !body.is_end_stream()).then(Arc::<FaultCell>::default);
+    seen.body = fault.clone();
     let body = match &fault {
         Some(fault) => {
             // A slow body to an HTTP/1.1 upstream holds a whole connection: bound its pace.

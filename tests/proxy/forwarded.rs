@@ -294,3 +294,64 @@ async fn a_listener_turns_the_access_log_on_or_off() {
     assert_eq!(lines.len(), 2, "{lines:?}");
     assert!(lines.iter().all(|l| l["path"] == "/loud"), "{lines:?}");
 }
+
+/// `bytes_in` counts a streamed request body as pier read it from the client: a chunked
+/// HTTP/1.1 body (hyper's request path: the fast path takes only bodies with a length) and an
+/// HTTP/2 body without `content-length`, neither of which declares its size up front.
+#[tokio::test]
+async fn the_access_log_counts_the_bytes_of_a_streamed_request_body() {
+    use http_body_util::StreamBody;
+    use hyper::body::Frame;
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let (captured, _guard) = capture_json();
+    let a = echo("a").await;
+    let config = ProxyConfig {
+        access_log: true,
+        ..config()
+    };
+    let (h, p) = start(config, a.addr).await;
+
+    // HTTP/1.1, chunked: 5 + 6 bytes in two chunks.
+    let mut tcp = connect_from(STRANGER, local(p)).await;
+    let head = format!(
+        "POST /x HTTP/1.1\r\nhost: app.example:{p}\r\ntransfer-encoding: chunked\r\n\
+         connection: close\r\n\r\n"
+    );
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    tcp.write_all(b"5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    bounded(tcp.read_to_end(&mut answer)).await.unwrap();
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.contains(r#""body_bytes":11"#), "{answer}");
+
+    // HTTP/2: three DATA frames of 1000 bytes, no content-length.
+    let tcp = connect_from(STRANGER, local(p)).await;
+    let (mut tx, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    let frames = (0..3)
+        .map(|_| Ok::<_, std::convert::Infallible>(Frame::data(Bytes::from(vec![b'x'; 1000]))));
+    let req = Request::post(format!("http://app.example:{p}/x"))
+        .body(StreamBody::new(futures::stream::iter(frames)))
+        .unwrap();
+    let resp = crate::support::client::collect(bounded(tx.send_request(req)).await.unwrap()).await;
+    assert_eq!(resp.status, 200);
+    assert_eq!(resp.echo().body_bytes, 3000);
+    assert!(!resp.echo().headers.contains_key("content-length"));
+
+    bounded(h.proxy.shutdown(BOUND)).await;
+    let lines = captured.access_lines();
+    let [chunked, h2] = lines.as_slice() else {
+        panic!("{lines:?}");
+    };
+    assert_eq!(chunked["method"], "POST", "{chunked}");
+    assert_eq!(chunked["bytes_in"], 11, "{chunked}");
+    assert_eq!(h2["bytes_in"], 3000, "{h2}");
+}
