@@ -186,6 +186,12 @@ pub struct RunArgs {
     /// annotation overrides it for its listeners.
     #[arg(long)]
     pub access_log: bool,
+    /// The fields of an access log line, comma-separated (`all`, or some of: client, peer, via,
+    /// request_id, trace_id, method, host, path, status, bytes_in, bytes_out, listener, route,
+    /// rule, backend, upstream, workload_identity, duration_ms, error, tls_failure). Time,
+    /// level and target are always there.
+    #[arg(long, value_name = "LIST", default_value = "all")]
+    pub access_log_fields: crate::proxy::AccessLogFields,
     /// Bind listener ports (and the admin port) with `SO_REUSEPORT`, so a new pier can bind
     /// them while this one runs: start the new one, wait until it is ready, then SIGTERM this
     /// one (zero-downtime restart; README). Off by default: two instances would share traffic

@@ -82,6 +82,7 @@ async fn run_cmd(a: RunArgs) -> anyhow::Result<()> {
             t
         },
         access_log: a.access_log,
+        access_log_fields: a.access_log_fields,
         reuse_port: a.reuse_port,
         trusted_proxies: crate::proxy::TrustedProxies::new(a.trusted_proxies.clone()),
         limits: a.limits.limits(),

@@ -45,6 +45,8 @@ pub struct RunOptions {
     pub admin_socket: Option<PathBuf>,
     pub translate: translate::Settings,
     pub access_log: bool,
+    /// `--access-log-fields`.
+    pub access_log_fields: crate::proxy::AccessLogFields,
     /// Bind listener and admin ports with `SO_REUSEPORT` (zero-downtime restarts).
     pub reuse_port: bool,
     /// `--trusted-proxies`: whose forwarding headers and request IDs pier believes.
@@ -179,6 +181,7 @@ impl RunOptions {
             admin_socket: None,
             translate: translate::Settings::default(),
             access_log: false,
+            access_log_fields: crate::proxy::AccessLogFields::ALL,
             reuse_port: false,
             trusted_proxies: crate::proxy::TrustedProxies::default(),
             limits: crate::proxy::Limits::default(),
@@ -331,6 +334,7 @@ pub async fn start(opts: RunOptions) -> anyhow::Result<Running> {
         ProxyConfig {
             listen_host: opts.listen_host,
             access_log: opts.access_log,
+            access_log_fields: opts.access_log_fields,
             reuse_port: opts.reuse_port,
             trusted_proxies: opts.trusted_proxies.clone(),
             limits: opts.limits.clone(),

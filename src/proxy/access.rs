@@ -1,7 +1,8 @@
 //! The access log: one `pier::access` line per request (when `--access-log` or the listener's
 //! `pier.dev/access-log` says so), written by both request paths once the response head is
 //! known, from what the request path saw (`service::Seen`) and the edge policy's client and
-//! request ID (`forwarded::Edge`).
+//! request ID (`forwarded::Edge`). `--access-log-fields` ([`Fields`]) picks the fields a line
+//! carries; a field left out is never formatted (tracing skips a `None` value).
 
 use std::net::SocketAddr;
 
@@ -14,6 +15,35 @@ use super::conn_info::ConnInfo;
 use super::forwarded::Edge;
 use super::service::Seen;
 use crate::model::Snapshot;
+
+/// Which fields an access log line carries (`--access-log-fields`); all by default.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fields(u32);
+
+/// One access log field; the discriminant is its bit and its index in [`Fields::NAMES`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Field {
+    Client,
+    Peer,
+    Via,
+    RequestId,
+    TraceId,
+    Method,
+    Host,
+    Path,
+    Status,
+    BytesIn,
+    BytesOut,
+    Listener,
+    Route,
+    Rule,
+    Backend,
+    Upstream,
+    WorkloadIdentity,
+    DurationMs,
+    Error,
+    TlsFailure,
+}
 
 /// The request line, captured only when the access log may be on.
 pub struct LogHead {
@@ -77,8 +107,9 @@ impl LogHead {
     /// One `pier::access` line. `client` is the client address (`ip:port` from the connection
     /// or its PROXY header; only `ip` when a trusted `X-Forwarded-For` named it, and then
     /// `peer` is the connection's); `via` the balancer that sent a PROXY header.
-    pub fn log(&self, conn: &ConnInfo, edge: &Edge, seen: &Seen<'_>, done: Done) {
+    pub fn log(&self, fields: Fields, conn: &ConnInfo, edge: &Edge, seen: &Seen<'_>, done: Done) {
         use tracing::field::display;
+        let on = |f: Field| fields.has(f);
         let (client, peer) = if edge.client_forwarded {
             (
                 display(ClientAddr::Ip(edge.client)),
@@ -93,27 +124,89 @@ impl LogHead {
         });
         tracing::info!(
             target: "pier::access",
-            client,
-            peer,
-            via = conn.via.map(display),
-            request_id = edge.request_id.to_str().unwrap_or_default(),
-            trace_id = edge.trace.as_ref().map(|t| display(t.trace_id())),
-            method = %self.method,
-            host = %self.host,
-            path = %self.path,
-            status = done.status.as_u16(),
-            bytes_in = self.bytes_in,
-            bytes_out = done.bytes_out,
-            listener = seen.reached.listener.map(display),
-            route = seen.reached.route.map(display),
-            rule,
-            backend = seen.reached.backend.map(display),
-            upstream = seen.upstream.map(display),
-            workload_identity = seen.identity.filter(|_| seen.failure.is_none()),
-            duration_ms = millis(done.elapsed),
-            error = seen.failure.map(|f| tracing::field::debug(f.kind)),
-            tls_failure = seen.failure.and_then(|f| f.detail),
+            client = on(Field::Client).then_some(client),
+            peer = peer.filter(|_| on(Field::Peer)),
+            via = conn.via.filter(|_| on(Field::Via)).map(display),
+            request_id = on(Field::RequestId).then(|| edge.request_id.to_str().unwrap_or_default()),
+            trace_id = edge.trace.as_ref().filter(|_| on(Field::TraceId)).map(|t| display(t.trace_id())),
+            method = on(Field::Method).then(|| display(&self.method)),
+            host = on(Field::Host).then(|| display(&self.host)),
+            path = on(Field::Path).then(|| display(&self.path)),
+            status = on(Field::Status).then(|| done.status.as_u16()),
+            bytes_in = self.bytes_in.filter(|_| on(Field::BytesIn)),
+            bytes_out = done.bytes_out.filter(|_| on(Field::BytesOut)),
+            listener = seen.reached.listener.filter(|_| on(Field::Listener)).map(display),
+            route = seen.reached.route.filter(|_| on(Field::Route)).map(display),
+            rule = rule.filter(|_| on(Field::Rule)),
+            backend = seen.reached.backend.filter(|_| on(Field::Backend)).map(display),
+            upstream = seen.upstream.filter(|_| on(Field::Upstream)).map(display),
+            workload_identity = seen.identity.filter(|_| seen.failure.is_none() && on(Field::WorkloadIdentity)),
+            duration_ms = on(Field::DurationMs).then(|| millis(done.elapsed)),
+            error = seen.failure.filter(|_| on(Field::Error)).map(|f| tracing::field::debug(f.kind)),
+            tls_failure = seen.failure.and_then(|f| f.detail).filter(|_| on(Field::TlsFailure)),
         );
+    }
+}
+
+// === impl Fields ===
+
+impl Fields {
+    /// The field names, as they appear in a line.
+    pub const NAMES: [&'static str; 20] = [
+        "client",
+        "peer",
+        "via",
+        "request_id",
+        "trace_id",
+        "method",
+        "host",
+        "path",
+        "status",
+        "bytes_in",
+        "bytes_out",
+        "listener",
+        "route",
+        "rule",
+        "backend",
+        "upstream",
+        "workload_identity",
+        "duration_ms",
+        "error",
+        "tls_failure",
+    ];
+    pub const ALL: Self = Self((1 << Self::NAMES.len()) - 1);
+
+    fn has(self, f: Field) -> bool {
+        self.0 & (1 << f as u32) != 0
+    }
+}
+
+impl Default for Fields {
+    fn default() -> Self {
+        Self::ALL
+    }
+}
+
+/// A comma-separated list of [`Fields::NAMES`], or `all`.
+impl std::str::FromStr for Fields {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let mut bits = 0;
+        for name in s.split(',').map(str::trim) {
+            if name == "all" {
+                bits |= Self::ALL.0;
+                continue;
+            }
+            let i = Self::NAMES.iter().position(|n| *n == name).ok_or_else(|| {
+                format!(
+                    "unknown access log field {name:?}; the fields are: all, {}",
+                    Self::NAMES.join(", ")
+                )
+            })?;
+            bits |= 1 << i;
+        }
+        Ok(Self(bits))
     }
 }
 
@@ -159,6 +252,26 @@ impl std::fmt::Display for RuleLabel<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn access_log_fields_parse_by_name_and_reject_unknown_ones() {
+        let f: Fields = "status, path,duration_ms".parse().unwrap();
+        assert!(f.has(Field::Status) && f.has(Field::Path) && f.has(Field::DurationMs));
+        assert!(!f.has(Field::Client) && !f.has(Field::Method));
+        assert_eq!("all".parse::<Fields>(), Ok(Fields::ALL));
+        assert_eq!(Fields::default(), Fields::ALL);
+        // Every name maps to the field of its index.
+        for (i, name) in Fields::NAMES.iter().enumerate() {
+            assert_eq!(name.parse::<Fields>().unwrap().0, 1 << i, "{name}");
+        }
+        assert!(Fields::ALL.has(Field::TlsFailure));
+        let err = "status,agent".parse::<Fields>().unwrap_err();
+        assert!(
+            err.contains("\"agent\"") && err.contains("request_id"),
+            "{err}"
+        );
+        assert!("".parse::<Fields>().is_err());
+    }
 
     #[test]
     fn access_log_duration_prints_without_float_noise() {

@@ -14,6 +14,7 @@
 //! state is the snapshot (read-only here), per-endpoint load counters inside it, and metrics.
 
 mod access;
+pub use access::Fields as AccessLogFields;
 mod body;
 mod conn;
 mod conn_info;
@@ -77,6 +78,8 @@ pub struct ProxyConfig {
     /// One `pier::access` log line per request (a Gateway's `pier.dev/access-log` annotation
     /// overrides it for its listeners).
     pub access_log: bool,
+    /// The fields of an access log line (`--access-log-fields`).
+    pub access_log_fields: access::Fields,
     /// Bind ports with `SO_REUSEPORT`, so a new process can take over (zero-downtime restart).
     pub reuse_port: bool,
     /// Clients whose `X-Forwarded-*`, `Forwarded` and `X-Request-Id` pier believes (the
@@ -241,6 +244,7 @@ impl Default for ProxyConfig {
             listen_host: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
             connect_timeout: Duration::from_secs(2),
             access_log: false,
+            access_log_fields: access::Fields::ALL,
             reuse_port: false,
             trusted_proxies: forwarded::TrustedProxies::default(),
             header_read_timeout: Duration::from_secs(30),

@@ -176,7 +176,7 @@ pub async fn handle(
             Some(body) => head.with_bytes_in(body.read()),
             None => head,
         };
-        head.log(&conn, &edge, &seen, done);
+        head.log(shared.config.access_log_fields, &conn, &edge, &seen, done);
     }
     trace::finish(
         shared.tracer.as_ref(),

@@ -20,9 +20,10 @@ impl std::io::Write for Captured {
     }
 }
 
-// current_thread runtime: the proxy's tasks run on this thread, under the default subscriber.
-#[tokio::test]
-async fn access_log_has_one_line_per_request() {
+/// The `pier::access` lines logged while one `GET Log.Example.com /logged?secret=1` goes
+/// through a proxy with `config`, and the echo backend's address. A current_thread runtime:
+/// the proxy's tasks run on this thread, under the default subscriber set here.
+async fn access_lines(config: pier::proxy::ProxyConfig) -> (Vec<String>, String) {
     let captured = Captured::default();
     let writer = captured.clone();
     let subscriber = tracing_subscriber::fmt()
@@ -35,10 +36,6 @@ async fn access_log_has_one_line_per_request() {
 
     let a = echo("a").await;
     let p = free_port();
-    let config = pier::proxy::ProxyConfig {
-        access_log: true,
-        ..config()
-    };
     let h = Harness::start_with(simple(p, &backend("ns/a", &[a.addr])), config).await;
     assert_eq!(
         bounded(send(local(p), get("Log.Example.com", "/logged?secret=1")))
@@ -49,12 +46,24 @@ async fn access_log_has_one_line_per_request() {
     bounded(h.proxy.shutdown(BOUND)).await;
 
     let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
-    let lines: Vec<&str> = text
+    let lines = text
         .lines()
         .filter(|l| l.contains("pier::access"))
+        .map(str::to_string)
         .collect();
+    (lines, a.addr.to_string())
+}
+
+#[tokio::test]
+async fn access_log_has_one_line_per_request() {
+    let config = pier::proxy::ProxyConfig {
+        access_log: true,
+        ..config()
+    };
+    let (lines, upstream) = access_lines(config).await;
+    let text = lines.join("\n");
     assert_eq!(lines.len(), 1, "{text}");
-    let line = lines[0];
+    let line = &lines[0];
     for field in [
         "method=GET",
         "host=Log.Example.com",
@@ -62,13 +71,38 @@ async fn access_log_has_one_line_per_request() {
         "status=200",
         "route=default/route",
         "backend=ns/a:80",
-        &format!("upstream={}", a.addr),
+        &format!("upstream={upstream}"),
         "duration_ms=",
         "client=127.0.0.1:",
     ] {
         assert!(line.contains(field), "{field} missing in {line}");
     }
     assert!(!line.contains("secret"), "the query is not logged: {line}");
+}
+
+/// `--access-log-fields` keeps the named fields and leaves out every other one.
+#[tokio::test]
+async fn access_log_fields_pick_what_a_line_carries() {
+    let config = pier::proxy::ProxyConfig {
+        access_log: true,
+        access_log_fields: "status,path,duration_ms".parse().unwrap(),
+        ..config()
+    };
+    let (lines, _) = access_lines(config).await;
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    let line = &lines[0];
+    for kept in ["status=200", "path=/logged", "duration_ms="] {
+        assert!(line.contains(kept), "{kept} missing in {line}");
+    }
+    for left_out in pier::proxy::AccessLogFields::NAMES
+        .iter()
+        .filter(|n| !["status", "path", "duration_ms"].contains(n))
+    {
+        assert!(
+            !line.contains(&format!(" {left_out}=")),
+            "{left_out} in {line}"
+        );
+    }
 }
 
 #[tokio::test]

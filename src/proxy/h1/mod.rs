@@ -628,7 +628,13 @@ where
                 bytes_out,
                 elapsed,
             };
-            log.log(self.info, &common.edge, seen, done);
+            log.log(
+                self.shared.config.access_log_fields,
+                self.info,
+                &common.edge,
+                seen,
+                done,
+            );
         }
         trace::finish(
             self.shared.tracer.as_ref(),
