@@ -204,11 +204,38 @@ pub struct RunArgs {
     #[arg(long, value_name = "CIDR[,...]", value_delimiter = ',')]
     pub trusted_proxies: Vec<crate::proxy::Cidr>,
     /// Trace requests: continue W3C `traceparent`/`tracestate` (pier's span becomes the
-    /// parent upstream) and export sampled spans over OTLP/HTTP protobuf to this `http://`
-    /// URL (`/v1/traces` is added when it has no path). Off by default: trace headers pass
-    /// through untouched.
+    /// parent upstream) and export sampled spans over OTLP/HTTP protobuf to this `http://` or
+    /// `https://` URL (`/v1/traces` is added when it has no path; `https://` verifies the
+    /// collector's certificate and name against the host's roots, e.g. /etc/ssl/certs). Off
+    /// by default: trace headers pass through untouched.
     #[arg(long, value_name = "URL", env = "PIER_OTLP_ENDPOINT")]
     pub otlp_endpoint: Option<crate::proxy::trace::OtlpEndpoint>,
+    /// Trust only the CA certificates in this PEM file for the `https://` OTLP endpoint,
+    /// instead of the host's roots.
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "PIER_OTLP_CA_FILE",
+        requires = "otlp_endpoint"
+    )]
+    pub otlp_ca_file: Option<PathBuf>,
+    /// Present this certificate chain (PEM, leaf first) to the `https://` OTLP endpoint (mTLS);
+    /// with `--otlp-client-key`.
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "PIER_OTLP_CLIENT_CERT",
+        requires_all = ["otlp_endpoint", "otlp_client_key"]
+    )]
+    pub otlp_client_cert: Option<PathBuf>,
+    /// The private key (PEM) of `--otlp-client-cert`.
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "PIER_OTLP_CLIENT_KEY",
+        requires = "otlp_client_cert"
+    )]
+    pub otlp_client_key: Option<PathBuf>,
     /// The fraction of new traces pier samples (0 to 1). A parent's sampled flag is honoured
     /// only from `--trusted-proxies`.
     #[arg(
@@ -635,9 +662,42 @@ mod tests {
             Some("http://127.0.0.1:4318/v1/traces")
         );
         assert_eq!(a.trace_sample_ratio.get(), 0.5);
+        let a = run_args(&[
+            "--manifests",
+            "d",
+            "--otlp-endpoint",
+            "https://collector.example",
+            "--otlp-ca-file",
+            "/ca.pem",
+            "--otlp-client-cert",
+            "/c.pem",
+            "--otlp-client-key",
+            "/k.pem",
+        ])
+        .unwrap();
+        assert_eq!(
+            a.otlp_endpoint.map(|e| e.to_string()).as_deref(),
+            Some("https://collector.example/v1/traces")
+        );
+        assert_eq!(a.otlp_ca_file, Some(PathBuf::from("/ca.pem")));
+        assert_eq!(a.otlp_client_key, Some(PathBuf::from("/k.pem")));
         for bad in [
-            &["--otlp-endpoint", "https://collector:4318"][..],
+            &["--otlp-endpoint", "ftp://collector:4318"][..],
             &["--otlp-endpoint", "collector:4318"],
+            // TLS files without an endpoint, a client certificate without its key.
+            &["--otlp-ca-file", "/ca.pem"],
+            &[
+                "--otlp-endpoint",
+                "https://c",
+                "--otlp-client-cert",
+                "/c.pem",
+            ],
+            &[
+                "--otlp-endpoint",
+                "https://c",
+                "--otlp-client-key",
+                "/k.pem",
+            ],
             &[
                 "--otlp-endpoint",
                 "http://c:4318",
@@ -651,7 +711,7 @@ mod tests {
             args.extend(bad);
             let err = run_args(&args).unwrap_err().to_string();
             assert!(
-                err.contains("otlp-endpoint") || err.contains("trace-sample-ratio"),
+                err.contains("otlp-") || err.contains("trace-sample-ratio"),
                 "{bad:?}: {err}"
             );
         }

@@ -89,7 +89,13 @@ async fn run_cmd(a: RunArgs) -> anyhow::Result<()> {
         tracing: a
             .otlp_endpoint
             .clone()
-            .map(|endpoint| crate::proxy::trace::TraceConfig::new(endpoint, a.trace_sample_ratio)),
+            .map(|endpoint| crate::proxy::trace::TraceConfig {
+                tls: crate::proxy::trace::TlsFiles {
+                    ca_file: a.otlp_ca_file.clone(),
+                    client_cert: a.otlp_client_cert.clone().zip(a.otlp_client_key.clone()),
+                },
+                ..crate::proxy::trace::TraceConfig::new(endpoint, a.trace_sample_ratio)
+            }),
         admin_token_file: a.admin_token_file.clone(),
         client_cert: a.common.client_cert.files(),
         spiffe_endpoint: spiffe_endpoint(

@@ -320,7 +320,10 @@ pub async fn start(opts: RunOptions) -> anyhow::Result<Running> {
     };
 
     let tracer = match &opts.tracing {
-        Some(config) => match crate::proxy::trace::Tracer::start(config, proxy_metrics.clone()) {
+        Some(config) => match trace_tls(config)
+            .await
+            .and_then(|tls| crate::proxy::trace::Tracer::start(config, tls, proxy_metrics.clone()))
+        {
             Ok(t) => {
                 tracing::info!(endpoint = %config.endpoint, sample_ratio = %config.sample_ratio, "tracing: spans exported over OTLP/HTTP");
                 Some(t)
@@ -759,6 +762,15 @@ impl Feed {
 }
 
 /// Reconciles listening sockets; ready once every port is bound after the first publish.
+/// The TLS client config for an `https://` OTLP endpoint (`None` for `http://`), read off the
+/// runtime: it reads the CA, client certificate and key files, or the host's trust store.
+async fn trace_tls(
+    config: &crate::proxy::trace::TraceConfig,
+) -> anyhow::Result<Option<rustls::ClientConfig>> {
+    let config = config.clone();
+    Ok(tokio::task::spawn_blocking(move || config.client_tls()).await??)
+}
+
 async fn bind(proxy: &Proxy, shared: &Shared) -> bool {
     let failed = proxy.reconcile().await;
     for (port, e) in &failed {

@@ -1,7 +1,9 @@
 //! Tracing end to end (`--otlp-endpoint`, `--trace-sample-ratio`): W3C trace context through
 //! pier to an echo backend, and spans exported over OTLP/HTTP protobuf to a real
 //! OpenTelemetry Collector (`scripts/otelcol.sh`), over the HTTP/1.1 fast path and HTTP/2
-//! (hyper's path).
+//! (hyper's path). Over `https://` too: the collector's receiver on TLS with certificates made
+//! here, verified by pier against `--otlp-ca-file` (a wrong CA or name exports nothing, in
+//! plaintext or otherwise), and mTLS with `--otlp-client-cert`/`--otlp-client-key`.
 
 mod support;
 
@@ -11,10 +13,11 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper_util::rt::TokioIo;
-use pier::proxy::trace::TraceConfig;
+use pier::proxy::trace::{TlsFiles, TraceConfig};
 use pier::run::{self, RunOptions};
 use support::client::{Resp, collect, send_h1_on, send_h2};
-use support::otelcol::Collector;
+use support::otelcol::{Collector, ServerTls};
+use support::pki::Pki;
 use support::web::*;
 use support::*;
 use tokio::net::{TcpSocket, TcpStream};
@@ -38,6 +41,15 @@ async fn start(tracing: Option<TraceConfig>, trusted: &str) -> Pier {
 /// it on: tests in one binary run in parallel, and `tracing`'s per-callsite interest cache
 /// can miss a thread's own subscriber when other threads hit the same callsite first.)
 async fn start_logged(tracing: Option<TraceConfig>, trusted: &str, access_log: bool) -> Pier {
+    try_start(tracing, trusted, access_log).await.unwrap()
+}
+
+/// [`start_logged`], returning pier's start-up error.
+async fn try_start(
+    tracing: Option<TraceConfig>,
+    trusted: &str,
+    access_log: bool,
+) -> anyhow::Result<Pier> {
     init();
     let echo = echo("a").await;
     let port = free_port();
@@ -62,14 +74,13 @@ async fn start_logged(tracing: Option<TraceConfig>, trusted: &str, access_log: b
         tracing,
         ..RunOptions::new(run::Source::Manifests(dir.path().to_path_buf()))
     })
-    .await
-    .unwrap();
-    Pier {
+    .await?;
+    Ok(Pier {
         running,
         port,
         echo,
         _dir: dir,
-    }
+    })
 }
 
 fn traced(endpoint: &str, ratio: &str) -> Option<TraceConfig> {
@@ -458,4 +469,225 @@ async fn a_receiver_that_does_not_answer_never_fails_or_slows_requests() {
     pier.running.shutdown().await;
     assert!(t.elapsed() < Duration::from_secs(12), "{:?}", t.elapsed());
     hole.abort();
+}
+
+/// PEM files for pier's `--otlp-*` TLS flags.
+struct TlsDir(tempfile::TempDir);
+
+impl TlsDir {
+    fn new() -> Self {
+        Self(tempfile::tempdir().unwrap())
+    }
+
+    fn file(&self, name: &str, pem: &str) -> std::path::PathBuf {
+        let path = self.0.path().join(name);
+        std::fs::write(&path, pem).unwrap();
+        path
+    }
+}
+
+/// Tracing at ratio 1 to `endpoint` with these TLS files.
+fn traced_tls(endpoint: &str, tls: TlsFiles) -> Option<TraceConfig> {
+    Some(TraceConfig {
+        tls,
+        ..traced(endpoint, "1").unwrap()
+    })
+}
+
+/// One sampled GET over HTTP/1.1; returns the span ID pier wrote upstream.
+async fn traced_request(pier: &Pier) -> String {
+    let resp = send(
+        http::Version::HTTP_11,
+        [127, 0, 0, 1].into(),
+        pier.port,
+        &[],
+    )
+    .await;
+    assert_eq!(resp.status, 200, "{resp:?}");
+    let up = upstream(&resp, "traceparent").expect("traceparent upstream");
+    parts(&up).1
+}
+
+/// Waits (bounded) until pier counts `n` spans as `result`; returns the metrics text.
+async fn wait_metric(pier: &Pier, result: &str, n: u64) -> String {
+    let deadline = Instant::now() + BOUND;
+    loop {
+        let text = metrics(pier).await;
+        if metric(&text, result) >= n {
+            return text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{result} never reached {n}:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn https_endpoint_verified_against_the_ca_file_receives_spans() {
+    let pki = Pki::new();
+    let (cert_pem, key_pem) = pki.issue_pem(&["127.0.0.1"]);
+    let mut collector = Collector::start_tls(ServerTls {
+        cert_pem: &cert_pem,
+        key_pem: &key_pem,
+        client_ca_pem: None,
+    })
+    .await;
+    assert!(collector.endpoint.starts_with("https://"));
+    let files = TlsDir::new();
+    let tls = TlsFiles {
+        ca_file: Some(files.file("ca.pem", pki.ca_pem())),
+        client_cert: None,
+    };
+    let pier = start(traced_tls(&collector.endpoint, tls), "").await;
+    let span = traced_request(&pier).await;
+    let spans = collector.wait_spans(1).await;
+    assert_eq!(spans.len(), 1, "{spans:?}");
+    assert_eq!(spans[0].str("spanId"), span);
+    assert_eq!(spans[0].attr("url.path").as_deref(), Some("/x"));
+    let text = wait_metric(&pier, "exported", 1).await;
+    assert_eq!(metric(&text, "failed"), 0, "{text}");
+    pier.running.shutdown().await;
+}
+
+#[tokio::test]
+async fn https_endpoint_with_a_certificate_pier_does_not_trust_gets_nothing() {
+    let pki = Pki::new();
+    let other = Pki::new();
+    // The collector's certificate: from `pki` for 127.0.0.1, or from `pki` for another name.
+    let right_name = pki.issue_pem(&["127.0.0.1"]);
+    let wrong_name = pki.issue_pem(&["collector.example"]);
+    for (case, (cert_pem, key_pem), trusted) in [
+        ("a CA that did not sign it", &right_name, &other),
+        ("a certificate for another name", &wrong_name, &pki),
+    ] {
+        let collector = Collector::start_tls(ServerTls {
+            cert_pem,
+            key_pem,
+            client_ca_pem: None,
+        })
+        .await;
+        let files = TlsDir::new();
+        let tls = TlsFiles {
+            ca_file: Some(files.file("ca.pem", trusted.ca_pem())),
+            client_cert: None,
+        };
+        let pier = start(traced_tls(&collector.endpoint, tls), "").await;
+        traced_request(&pier).await;
+        let text = wait_metric(&pier, "failed", 1).await;
+        assert_eq!(metric(&text, "exported"), 0, "{case}: {text}");
+        // The batch was refused at the handshake: no span reached the collector, over TLS
+        // or in plaintext.
+        assert!(
+            collector.spans().is_empty(),
+            "{case}: {:?}",
+            collector.spans()
+        );
+        pier.running.shutdown().await;
+        assert!(collector.spans().is_empty(), "{case}: after shutdown");
+    }
+}
+
+#[tokio::test]
+async fn mtls_to_the_collector_with_a_client_certificate() {
+    let server_pki = Pki::new();
+    let client_pki = Pki::new();
+    let (cert_pem, key_pem) = server_pki.issue_pem(&["127.0.0.1"]);
+    let mut collector = Collector::start_tls(ServerTls {
+        cert_pem: &cert_pem,
+        key_pem: &key_pem,
+        client_ca_pem: Some(client_pki.ca_pem()),
+    })
+    .await;
+    let files = TlsDir::new();
+    let ca_file = files.file("ca.pem", server_pki.ca_pem());
+    let (client_cert, client_key) = client_pki.issue_pem(&["pier.example"]);
+    let client_cert = Some((
+        files.file("client.crt", &client_cert),
+        files.file("client.key", &client_key),
+    ));
+
+    // Without a client certificate the collector refuses the handshake.
+    let tls = TlsFiles {
+        ca_file: Some(ca_file.clone()),
+        client_cert: None,
+    };
+    let pier = start(traced_tls(&collector.endpoint, tls), "").await;
+    traced_request(&pier).await;
+    let text = wait_metric(&pier, "failed", 1).await;
+    assert_eq!(metric(&text, "exported"), 0, "{text}");
+    pier.running.shutdown().await;
+    assert!(collector.spans().is_empty(), "{:?}", collector.spans());
+
+    let tls = TlsFiles {
+        ca_file: Some(ca_file),
+        client_cert,
+    };
+    let pier = start(traced_tls(&collector.endpoint, tls), "").await;
+    let span = traced_request(&pier).await;
+    let spans = collector.wait_spans(1).await;
+    assert_eq!(spans.len(), 1, "{spans:?}");
+    assert_eq!(spans[0].str("spanId"), span);
+    wait_metric(&pier, "exported", 1).await;
+    pier.running.shutdown().await;
+}
+
+#[tokio::test]
+async fn bad_otlp_tls_settings_stop_pier_at_start() {
+    let pki = Pki::new();
+    let files = TlsDir::new();
+    let ca = files.file("ca.pem", pki.ca_pem());
+    let (cert_pem, key_pem) = pki.issue_pem(&["pier.example"]);
+    let (_, other_key) = pki.issue_pem(&["pier.example"]);
+    let no_certs = files.file("empty.pem", &key_pem);
+    let cert = files.file("client.crt", &cert_pem);
+    let wrong_key = files.file("other.key", &other_key);
+    let missing = files.0.path().join("missing.pem");
+    let https = "https://127.0.0.1:4318";
+    let cases = [
+        (
+            "http:// with a CA file",
+            "http://127.0.0.1:4318",
+            Some(ca.clone()),
+            None,
+            "need an https:// endpoint",
+        ),
+        (
+            "an unreadable CA file",
+            https,
+            Some(missing.clone()),
+            None,
+            "cannot read",
+        ),
+        (
+            "a CA file without certificates",
+            https,
+            Some(no_certs),
+            None,
+            "no usable CA certificate",
+        ),
+        (
+            "a key that is not the certificate's",
+            https,
+            Some(ca.clone()),
+            Some((cert, wrong_key)),
+            "not a usable client certificate and key",
+        ),
+    ];
+    for (case, endpoint, ca_file, client_cert, expected) in cases {
+        let tls = TlsFiles {
+            ca_file,
+            client_cert,
+        };
+        let Err(e) = try_start(traced_tls(endpoint, tls), "", false).await else {
+            panic!("{case}: pier started");
+        };
+        let text = format!("{e:#}");
+        assert!(text.contains(expected), "{case}: {text}");
+        assert!(
+            !text.contains("PRIVATE KEY"),
+            "{case}: the key leaked: {text}"
+        );
+    }
 }

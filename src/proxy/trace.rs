@@ -34,8 +34,13 @@
 //! drops as a Prometheus counter, and the export on the tokio runtime, where hyper's client
 //! lives. So pier builds the SDK's `SpanData` itself and hands batches to the OTLP exporter.
 //! The exporter posts through `opentelemetry-http`'s hyper client (hyper is in the tree
-//! already): no reqwest, no second TLS stack, no gRPC; hence `http://` endpoints only (a
-//! collector next to pier forwards over TLS).
+//! already): no reqwest, no second TLS stack, no gRPC.
+//!
+//! Endpoints are `http://` or `https://`. Over `https://` the client is hyper-rustls with a
+//! config from [`tls`] (ring, TLS 1.2/1.3, the collector's certificate and name verified
+//! against the host's roots or `--otlp-ca-file`, optionally a client certificate), and the
+//! connector refuses anything but TLS: a failed handshake is a failed export
+//! (`pier_proxy_trace_spans_total{result="failed"}`), never a retry in plaintext.
 
 use std::borrow::Cow;
 use std::str::FromStr;
@@ -52,11 +57,15 @@ use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanExporter as _, SpanLink
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
+pub use self::tls::{TlsError, TlsFiles};
+
 use super::conn_info::ConnInfo;
 use super::forwarded::Edge;
 use super::metrics::{ProxyMetrics, SpanResult};
 use super::service::Seen;
 use crate::model::PathMatch;
+
+mod tls;
 
 pub const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
 pub const TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
@@ -76,11 +85,13 @@ pub const EXPORT_EVERY: Duration = Duration::from_secs(1);
 /// Bound on one export request (connect included).
 pub const EXPORT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// `--otlp-endpoint` and `--trace-sample-ratio`.
+/// `--otlp-endpoint`, `--trace-sample-ratio` and the `--otlp-*` TLS files.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TraceConfig {
     pub endpoint: OtlpEndpoint,
     pub sample_ratio: SampleRatio,
+    /// For an `https://` endpoint; with `http://`, setting any is an error at start.
+    pub tls: TlsFiles,
     /// A batch that is not full is sent after this ([`EXPORT_EVERY`]; tests lengthen it to
     /// see what only the shutdown flush sends).
     pub export_every: Duration,
@@ -91,12 +102,20 @@ impl TraceConfig {
         Self {
             endpoint,
             sample_ratio,
+            tls: TlsFiles::default(),
             export_every: EXPORT_EVERY,
         }
     }
+
+    /// The TLS client config for the endpoint: `None` for `http://`. Reads the files named
+    /// (and, without `--otlp-ca-file`, the host's trust store): call it off the runtime.
+    pub fn client_tls(&self) -> Result<Option<rustls::ClientConfig>, TlsError> {
+        tls::client_config(self.endpoint.is_https(), &self.tls)
+    }
 }
 
-/// Where spans go: an `http://` URL; a URL without a path gets OTLP's `/v1/traces`.
+/// Where spans go: an `http://` or `https://` URL; a URL without a path gets OTLP's
+/// `/v1/traces`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OtlpEndpoint(http::Uri);
 
@@ -106,12 +125,9 @@ pub struct SampleRatio(f64);
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ConfigError {
-    #[error("not an http:// URL")]
+    #[error("not an http:// or https:// URL")]
     Url,
-    #[error(
-        "only http:// OTLP endpoints are supported (send to a local OpenTelemetry Collector, \
-         which can forward over TLS)"
-    )]
+    #[error("only http:// and https:// OTLP endpoints are supported")]
     Scheme,
     #[error("the URL has no host")]
     Host,
@@ -184,11 +200,12 @@ impl FromStr for OtlpEndpoint {
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let uri: http::Uri = s.trim().parse().map_err(|_| ConfigError::Url)?;
-        match uri.scheme_str() {
-            Some("http") => {}
+        let scheme = match uri.scheme_str() {
+            Some("http") => "http",
+            Some("https") => "https",
             Some(_) => return Err(ConfigError::Scheme),
             None => return Err(ConfigError::Url),
-        }
+        };
         let Some(authority) = uri.authority().filter(|a| !a.host().is_empty()) else {
             return Err(ConfigError::Host);
         };
@@ -197,12 +214,18 @@ impl FromStr for OtlpEndpoint {
             Some(p) => p,
         };
         let uri = http::Uri::builder()
-            .scheme("http")
+            .scheme(scheme)
             .authority(authority.clone())
             .path_and_query(path)
             .build()
             .map_err(|_| ConfigError::Url)?;
         Ok(Self(uri))
+    }
+}
+
+impl OtlpEndpoint {
+    pub fn is_https(&self) -> bool {
+        self.0.scheme() == Some(&http::uri::Scheme::HTTPS)
     }
 }
 
@@ -631,21 +654,51 @@ impl std::fmt::Display for TraceIdText {
     }
 }
 
+/// The OTLP/HTTP protobuf exporter over `client`.
+fn exporter(
+    client: impl opentelemetry_http::HttpClient + 'static,
+    endpoint: String,
+) -> anyhow::Result<opentelemetry_otlp::SpanExporter> {
+    use opentelemetry_otlp::{Protocol, WithExportConfig as _, WithHttpConfig as _};
+    Ok(opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .with_http_client(client)
+        .with_protocol(Protocol::HttpBinary)
+        .with_endpoint(endpoint)
+        .with_timeout(EXPORT_TIMEOUT)
+        .build()?)
+}
+
 // === impl Tracer ===
 
 impl Tracer {
     /// Builds the OTLP/HTTP exporter and starts the export task (on the current runtime).
-    pub fn start(config: &TraceConfig, metrics: Arc<ProxyMetrics>) -> anyhow::Result<Self> {
-        use opentelemetry_otlp::{Protocol, WithExportConfig as _, WithHttpConfig as _};
-        let client =
-            opentelemetry_http::hyper::HyperClient::with_default_connector(EXPORT_TIMEOUT, None);
-        let mut exporter = opentelemetry_otlp::SpanExporter::builder()
-            .with_http()
-            .with_http_client(client)
-            .with_protocol(Protocol::HttpBinary)
-            .with_endpoint(config.endpoint.to_string())
-            .with_timeout(EXPORT_TIMEOUT)
-            .build()?;
+    /// `tls`: [`TraceConfig::client_tls`], required for an `https://` endpoint.
+    pub fn start(
+        config: &TraceConfig,
+        tls: Option<rustls::ClientConfig>,
+        metrics: Arc<ProxyMetrics>,
+    ) -> anyhow::Result<Self> {
+        use opentelemetry_http::hyper::HyperClient;
+        let endpoint = config.endpoint.to_string();
+        let mut exporter = match (config.endpoint.is_https(), tls) {
+            (false, None) => exporter(
+                HyperClient::with_default_connector(EXPORT_TIMEOUT, None),
+                endpoint,
+            )?,
+            (true, Some(tls)) => {
+                // `https_only`: the connector refuses an `http` URI rather than send it in
+                // plaintext.
+                let connector = hyper_rustls::HttpsConnectorBuilder::new()
+                    .with_tls_config(tls)
+                    .https_only()
+                    .enable_all_versions()
+                    .build();
+                exporter(HyperClient::new(connector, EXPORT_TIMEOUT, None), endpoint)?
+            }
+            (true, None) => anyhow::bail!("an https:// OTLP endpoint needs a TLS configuration"),
+            (false, Some(_)) => anyhow::bail!("TLS settings need an https:// OTLP endpoint"),
+        };
         exporter.set_resource(
             &opentelemetry_sdk::Resource::builder_empty()
                 .with_service_name("pier")

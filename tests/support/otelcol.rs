@@ -2,6 +2,9 @@
 //! exporter) as the OTLP/HTTP endpoint for the tracing tests. It writes what it receives as
 //! OTLP JSON lines, which [`Collector::spans`] reads back.
 //!
+//! [`Collector::start_tls`] serves the receiver over TLS (its `tls` setting) with a given
+//! certificate, optionally requiring client certificates from a CA.
+//!
 //! The binary comes from `PIER_OTELCOL`, else from the cache `scripts/otelcol.sh build` fills;
 //! missing, the test fails (never skips). The process dies with the thread that started it
 //! and on drop.
@@ -15,7 +18,7 @@ use super::apiserver::Proc;
 
 pub struct Collector {
     proc: Proc,
-    /// `http://127.0.0.1:<port>`: what `--otlp-endpoint` takes.
+    /// `http://127.0.0.1:<port>` (`https://` with TLS): what `--otlp-endpoint` takes.
     pub endpoint: String,
     file: PathBuf,
     /// Last, so it is removed after the process is gone.
@@ -50,10 +53,27 @@ fn binary() -> PathBuf {
     bin
 }
 
+/// The receiver's TLS: its certificate and key (PEM), and for mTLS the CA (PEM) client
+/// certificates must chain to.
+pub struct ServerTls<'a> {
+    pub cert_pem: &'a str,
+    pub key_pem: &'a str,
+    pub client_ca_pem: Option<&'a str>,
+}
+
 impl Collector {
     /// Starts the collector and waits until its OTLP/HTTP port accepts connections. Call from
     /// the test's own task.
     pub async fn start() -> Self {
+        Self::start_with(None).await
+    }
+
+    /// [`Collector::start`] with the OTLP/HTTP receiver on TLS.
+    pub async fn start_tls(tls: ServerTls<'_>) -> Self {
+        Self::start_with(Some(tls)).await
+    }
+
+    async fn start_with(tls: Option<ServerTls<'_>>) -> Self {
         let bin = binary();
         let dir = tempfile::Builder::new()
             .prefix("pier-otelcol-")
@@ -62,6 +82,25 @@ impl Collector {
         let port = super::free_port();
         let file = dir.path().join("spans.jsonl");
         let config = dir.path().join("config.yaml");
+        let mut tls_yaml = String::new();
+        if let Some(tls) = &tls {
+            let write = |name: &str, pem: &str| {
+                let path = dir.path().join(name);
+                std::fs::write(&path, pem).unwrap();
+                path.display().to_string()
+            };
+            tls_yaml = format!(
+                "
+        tls:
+          cert_file: {}
+          key_file: {}",
+                write("server.crt", tls.cert_pem),
+                write("server.key", tls.key_pem)
+            );
+            if let Some(ca) = tls.client_ca_pem {
+                tls_yaml += &format!("\n          client_ca_file: {}", write("client-ca.crt", ca));
+            }
+        }
         std::fs::write(
             &config,
             format!(
@@ -69,7 +108,7 @@ impl Collector {
   otlp:
     protocols:
       http:
-        endpoint: 127.0.0.1:{port}
+        endpoint: 127.0.0.1:{port}{tls_yaml}
 exporters:
   file:
     path: {file}
@@ -106,7 +145,7 @@ service:
         }
         Self {
             proc,
-            endpoint: format!("http://{addr}"),
+            endpoint: format!("{}://{addr}", if tls.is_some() { "https" } else { "http" }),
             file,
             _dir: dir,
         }

@@ -81,6 +81,18 @@ impl Pki {
         self.issue_with(names, |_| {})
     }
 
+    /// A leaf for `names` (DNS names or IP addresses), as PEM `(certificate, key)` for
+    /// servers that read files.
+    pub fn issue_pem(&self, names: &[&str]) -> (String, String) {
+        let key = KeyPair::generate().unwrap();
+        let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
+        let cert = CertificateParams::new(names)
+            .unwrap()
+            .signed_by(&key, &self.issuer)
+            .unwrap();
+        (cert.pem(), key.serialize_pem())
+    }
+
     /// A leaf for `names` that expired in 2021.
     pub fn issue_expired(&self, names: &[&str]) -> Leaf {
         self.issue_with(names, |p| {

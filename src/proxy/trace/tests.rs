@@ -114,15 +114,19 @@ fn tracestate_is_joined_and_bounded() {
 }
 
 #[test]
-fn otlp_endpoint_is_an_http_url() {
+fn otlp_endpoint_is_an_http_or_https_url() {
     let e: OtlpEndpoint = "http://127.0.0.1:4318".parse().unwrap();
     assert_eq!(e.to_string(), "http://127.0.0.1:4318/v1/traces");
+    assert!(!e.is_https());
+    let e: OtlpEndpoint = "https://collector.example:4318".parse().unwrap();
+    assert_eq!(e.to_string(), "https://collector.example:4318/v1/traces");
+    assert!(e.is_https());
     let e: OtlpEndpoint = "http://collector:4318/".parse().unwrap();
     assert_eq!(e.to_string(), "http://collector:4318/v1/traces");
     let e: OtlpEndpoint = "http://collector/custom/path".parse().unwrap();
     assert_eq!(e.to_string(), "http://collector/custom/path");
     assert_eq!(
-        "https://collector:4318".parse::<OtlpEndpoint>(),
+        "ftp://collector:4318".parse::<OtlpEndpoint>(),
         Err(ConfigError::Scheme)
     );
     assert_eq!(
