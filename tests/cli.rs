@@ -782,6 +782,52 @@ fn runtime_environment_variables_are_checked_before_anything_starts() {
     }
 }
 
+/// An `https://` OTLP endpoint is verified against the host's roots; with none to read, pier
+/// refuses to start rather than export unverified.
+#[test]
+fn an_https_otlp_endpoint_without_trusted_roots_stops_pier_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    // Killed on drop if it starts after all.
+    let mut child = Child(
+        pier()
+            .env("SSL_CERT_FILE", dir.path().join("none.pem"))
+            .env("SSL_CERT_DIR", dir.path().join("none"))
+            .args([
+                "run",
+                "--manifests",
+                "config/examples/quickstart",
+                "--listen-host",
+                "127.0.0.1",
+                "--admin",
+                "127.0.0.1:0",
+                "--otlp-endpoint",
+                "https://127.0.0.1:9",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = std::time::Instant::now() + BOUND;
+    let status = loop {
+        if let Some(status) = child.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "pier started with no trusted roots"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.0.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(!status.success(), "{stderr}");
+    assert!(
+        stderr.contains("no trusted root certificates") && stderr.contains("--otlp-ca-file"),
+        "{stderr}"
+    );
+}
+
 // === zero-downtime restart ===
 
 /// `pier run` with `env` and `flags` on the manifests in `dir`, its admin on `admin`; once
