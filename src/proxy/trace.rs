@@ -57,8 +57,6 @@ use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanExporter as _, SpanLink
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
-pub use self::tls::{TlsError, TlsFiles};
-
 use super::conn_info::ConnInfo;
 use super::forwarded::Edge;
 use super::metrics::{ProxyMetrics, SpanResult};
@@ -66,6 +64,8 @@ use super::service::Seen;
 use crate::model::PathMatch;
 
 mod tls;
+
+pub use self::tls::{TlsError, TlsFiles};
 
 pub const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
 pub const TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
