@@ -7,7 +7,8 @@ bounded in time.
     cargo build --release && scripts/outlier-figures.py [--pier target/release/pier] [--seconds 10]
 
 Prints one table row per failure. Exit status 1 if a row is worse than pier promises (under
-2 % errors: an ejected endpoint gets no traffic for 5 s, then 5 failures eject it again).
+2 % errors: an ejected endpoint gets no traffic for 5 s, then 10 s, 15 s ... while it stays
+broken, and 5 failures eject it again each time).
 """
 
 import argparse

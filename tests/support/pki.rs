@@ -34,12 +34,7 @@ impl Pki {
 
     /// A leaf for `names`, as rustls serves it.
     pub fn leaf(&self, names: &[&str]) -> Arc<CertifiedKey> {
-        let key = KeyPair::generate().unwrap();
-        let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
-        let cert = CertificateParams::new(names)
-            .unwrap()
-            .signed_by(&key, &self.issuer)
-            .unwrap();
+        let (cert, key) = self.signed(names);
         let der = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
         let provider = rustls::crypto::ring::default_provider();
         Arc::new(CertifiedKey::from_der(vec![cert.der().clone()], der, &provider).unwrap())
@@ -84,13 +79,19 @@ impl Pki {
     /// A leaf for `names` (DNS names or IP addresses), as PEM `(certificate, key)` for
     /// servers that read files.
     pub fn issue_pem(&self, names: &[&str]) -> (String, String) {
+        let (cert, key) = self.signed(names);
+        (cert.pem(), key.serialize_pem())
+    }
+
+    /// A certificate for `names` with default parameters, signed by this CA, and its key.
+    fn signed(&self, names: &[&str]) -> (rcgen::Certificate, KeyPair) {
         let key = KeyPair::generate().unwrap();
         let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
         let cert = CertificateParams::new(names)
             .unwrap()
             .signed_by(&key, &self.issuer)
             .unwrap();
-        (cert.pem(), key.serialize_pem())
+        (cert, key)
     }
 
     /// A leaf for `names` that expired in 2021.

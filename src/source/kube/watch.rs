@@ -255,6 +255,9 @@ impl ErrorLog {
             tracing::debug!(%kind, %error, "watch still failing");
             return;
         }
+        // The first refusal of a kind that listed before: an API server that has just started
+        // answers 403 until its RBAC caches sync, so this is a warning until it lasts.
+        let first_after_listing = self.last.is_none() && !ctx.pending.borrow().contains(&kind);
         self.last = Some((reason, Instant::now()));
         match reason {
             WatchError::NotFound if kind.is_gateway_api() => tracing::error!(
@@ -272,6 +275,12 @@ impl ErrorLog {
             WatchError::NotFound => {
                 tracing::error!(%kind, %error, "the API server does not serve this kind; retrying")
             }
+            WatchError::Forbidden if first_after_listing => tracing::warn!(
+                %kind,
+                %error,
+                "the API server refused a watch it allowed before (one that has just restarted \
+                 does until its RBAC caches sync); retrying, an error if it lasts"
+            ),
             WatchError::Forbidden => tracing::error!(
                 %kind,
                 %error,
@@ -431,5 +440,83 @@ fn check_decoded<K: Watched>(kind: WatchKind, o: &K, metrics: &KubeMetrics) {
             %error,
             "cannot decode this object: leaving it out of the configuration"
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+    use std::sync::Mutex;
+
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn ctx(pending: BTreeSet<WatchKind>) -> Ctx {
+        Ctx {
+            config: Arc::new(watch::channel(()).0),
+            status: Arc::new(watch::channel(()).0),
+            pending: Arc::new(watch::channel(pending).0),
+            metrics: KubeMetrics::default(),
+            api_server: Arc::new(ApiServerLog::new("https://127.0.0.1:6443")),
+        }
+    }
+
+    /// The level of the line `report` logs.
+    fn level_of(report: impl FnOnce()) -> String {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_max_level(tracing::Level::DEBUG)
+            .without_time()
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::with_default(subscriber, report);
+        let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+        text.split_whitespace()
+            .next()
+            .unwrap_or_default()
+            .to_string()
+    }
+
+    /// After an API server restart every watch gets 403 for a moment: a kind that listed before
+    /// warns first, and only a refusal that lasts (or one before the first list) is an error.
+    #[test]
+    fn a_refusal_of_a_kind_that_listed_before_warns_until_it_lasts() {
+        let listed = ctx(BTreeSet::new());
+        let mut log = ErrorLog::new(WatchKind::HttpRoute);
+        let forbidden = |log: &mut ErrorLog, ctx: &Ctx| {
+            level_of(|| log.report_reason(WatchError::Forbidden, "403", ctx))
+        };
+        assert_eq!(forbidden(&mut log, &listed), "WARN");
+        assert_eq!(
+            forbidden(&mut log, &listed),
+            "DEBUG",
+            "repeated within a minute"
+        );
+        log.last = Some((WatchError::Forbidden, Instant::now() - ERROR_LOG_EVERY));
+        assert_eq!(
+            forbidden(&mut log, &listed),
+            "ERROR",
+            "still refused a minute later"
+        );
+        level_of(|| log.recovered(&listed));
+        assert_eq!(forbidden(&mut log, &listed), "WARN", "a new streak");
+
+        let never_listed = ctx(BTreeSet::from([WatchKind::HttpRoute]));
+        let mut log = ErrorLog::new(WatchKind::HttpRoute);
+        assert_eq!(forbidden(&mut log, &never_listed), "ERROR", "missing RBAC");
     }
 }
