@@ -203,16 +203,22 @@ where
     }
 }
 
+/// For unit tests that look at what was logged.
 #[cfg(test)]
-mod tests {
-    use super::*;
+pub(crate) mod capture {
     use std::io::Write;
-    use std::sync::Arc;
-    use tracing_subscriber::layer::SubscriberExt;
+    use std::sync::{Arc, Mutex};
 
-    /// A writer into a shared buffer.
+    /// A writer into a shared buffer (give a clone to the subscriber).
     #[derive(Clone, Default)]
-    struct Buf(Arc<Mutex<Vec<u8>>>);
+    pub struct Buf(pub Arc<Mutex<Vec<u8>>>);
+
+    impl Buf {
+        /// What was written so far.
+        pub fn text(&self) -> String {
+            String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+        }
+    }
 
     impl Write for Buf {
         fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
@@ -223,6 +229,13 @@ mod tests {
             Ok(())
         }
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::capture::Buf;
+    use super::*;
+    use tracing_subscriber::layer::SubscriberExt;
 
     #[test]
     fn a_site_passes_its_burst_then_drops_then_reports_the_count() {
@@ -256,7 +269,7 @@ mod tests {
                 tracing::info!(i, "access line");
             }
         });
-        let out = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+        let out = buf.text();
         assert_eq!(out.matches("flooded warning").count(), BURST as usize);
         assert_eq!(out.matches("access line").count(), 5000);
     }

@@ -446,22 +446,8 @@ fn check_decoded<K: Watched>(kind: WatchKind, o: &K, metrics: &KubeMetrics) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::log_limit::capture::Buf;
     use std::collections::BTreeSet;
-    use std::sync::Mutex;
-
-    #[derive(Clone, Default)]
-    struct Captured(Arc<Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Captured {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(buf);
-            Ok(buf.len())
-        }
-
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
 
     fn ctx(pending: BTreeSet<WatchKind>) -> Ctx {
         Ctx {
@@ -475,7 +461,7 @@ mod tests {
 
     /// The level of the line `report` logs.
     fn level_of(report: impl FnOnce()) -> String {
-        let captured = Captured::default();
+        let captured = Buf::default();
         let writer = captured.clone();
         let subscriber = tracing_subscriber::fmt()
             .with_writer(move || writer.clone())
@@ -484,7 +470,7 @@ mod tests {
             .with_ansi(false)
             .finish();
         tracing::subscriber::with_default(subscriber, report);
-        let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+        let text = captured.text();
         text.split_whitespace()
             .next()
             .unwrap_or_default()
