@@ -618,7 +618,7 @@ pub(super) mod opt_duration {
 
     pub fn serialize<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
         match d {
-            Some(d) => s.serialize_str(&format!("{}ms", d.as_millis())),
+            Some(d) => super::ms(d, s),
             None => s.serialize_none(),
         }
     }

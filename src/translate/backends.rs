@@ -14,10 +14,9 @@
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::time::Duration;
 
 use super::Settings;
-use super::api::{ApiDuration, EndpointSlice, Service, ServicePort};
+use super::api::{EndpointSlice, Service, ServicePort};
 use super::backend_tls::{BackendTlsResolver, Decision, IdentityPlan, TlsKey};
 use super::mesh::TlsCtx;
 use super::resources::Resources;
@@ -168,10 +167,8 @@ impl<'a> Backends<'a> {
             consecutive_failures: annotation(OUTLIER_FAILURES_ANNOTATION)
                 .and_then(|v| v.parse::<u32>().ok()),
             ejection: annotation(OUTLIER_EJECTION_ANNOTATION)
-                .and_then(|v| v.parse::<ApiDuration>().ok())
-                .and_then(|d| u64::try_from(d.as_millis()).ok())
-                .filter(|&ms| ms > 0)
-                .map(Duration::from_millis),
+                .and_then(super::api::duration)
+                .filter(|d| !d.is_zero()),
         };
         let backend = Arc::new(Backend {
             id: key.0.clone(),

@@ -23,8 +23,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::api::duration as api_duration;
 use super::api::{
-    ApiDuration, CORE_GROUP, GATEWAY_GROUP, HttpRoute, HttpRouteParentRefs, HttpRouteRules,
+    CORE_GROUP, GATEWAY_GROUP, HttpRoute, HttpRouteParentRefs, HttpRouteRules,
     HttpRouteRulesBackendRefs, HttpRouteRulesFilters, HttpRouteRulesRetry,
     HttpRouteRulesSessionPersistence, HttpRouteRulesSessionPersistenceCookieConfigLifetimeType,
     HttpRouteRulesSessionPersistenceType, HttpRouteRulesTimeouts, HttpRouteSpec,
@@ -1187,13 +1188,6 @@ fn duration(field: &'static str, s: Option<&str>) -> Result<Option<Duration>, In
     let Some(s) = s else { return Ok(None) };
     let d = api_duration(s).ok_or_else(|| InvalidRule::Timeout(field, s.to_string()))?;
     Ok((!d.is_zero()).then_some(d))
-}
-
-/// A GEP-2257 duration (`1h30m`, `500ms`), to the millisecond.
-fn api_duration(s: &str) -> Option<Duration> {
-    let d: ApiDuration = s.parse().ok()?;
-    let ms = u64::try_from(d.as_millis()).ok()?;
-    Some(Duration::from_millis(ms))
 }
 
 /// GEP-1731. Codes outside 400-599 (the CRD's bounds), negative attempts and a backoff that
