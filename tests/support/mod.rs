@@ -42,7 +42,6 @@ pub fn init() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
-/// A port that is free right now (bound to 127.0.0.1:0 and released).
 /// The version a build script pins on its `VAR=${PIER_VAR:-X.Y.Z}` line (`script` is the
 /// script's text, `var` e.g. `KUBE_VERSION`), so the version lives in one place.
 #[allow(dead_code)]
@@ -56,12 +55,46 @@ pub fn pinned_version(script: &str, var: &str) -> String {
         .to_string()
 }
 
+/// A port that is free right now on 127.0.0.1, and that no other `free_port` call of this
+/// process has returned.
+///
+/// Drawn at random from below the kernel's ephemeral range (`ip_local_port_range`), so a
+/// socket bound to port 0 or a client's source port (an echo server, an outgoing connection
+/// of another test) cannot take it between this call and the test's bind. Two draws of
+/// `bind(127.0.0.1:0)` return the same port about once in 12 500: enough for three ports of
+/// one test to collide now and then, as CI once saw (an `AllowValidOnly` port landing on the
+/// `AllowInsecureFallback` one).
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::collections::HashSet;
+    use std::hash::{BuildHasher, RandomState};
+    use std::sync::Mutex;
+    static GIVEN: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
+    const LOW: u16 = 20_000;
+    let high = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32_768);
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    let given = given.get_or_insert_with(HashSet::new);
+    let random = RandomState::new();
+    for attempt in 0u32..10_000 {
+        let port = if high > LOW + 1_000 {
+            LOW + (random.hash_one(attempt) % u64::from(high - LOW)) as u16
+        } else {
+            // A machine whose ephemeral range starts low: let the kernel pick.
+            std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port()
+        };
+        if given.contains(&port) || std::net::TcpListener::bind(("127.0.0.1", port)).is_err() {
+            continue;
+        }
+        given.insert(port);
+        return port;
+    }
+    panic!("no free port on 127.0.0.1");
 }
 
 /// An address that refuses connections (nothing listens there any more).
