@@ -8,7 +8,8 @@
 #
 # Scenarios: direct nginx pier haproxy nginx-mtls pier-mtls haproxy-mtls
 #            close-direct close-nginx close-pier close-haproxy close-nginx-mtls close-pier-mtls
-#            pier-log pier-trace1 pier-trace100 (not in the default set: name them)
+#            pier-log pier-trace1 pier-trace100, and {,close-}{nginx,pier,haproxy}-{https,rsa}
+#            (not in the default set: name them)
 #   (run in this order, so each proxy's run sits next to the one it is paired with)
 #   direct      wrk -> origin (the origin alone on the proxy's CPU): the one-hop limit of the box
 #   *-mtls      the upstream hop is TLS 1.3 with a client certificate, verified both ways
@@ -17,6 +18,11 @@
 #   pier-log    pier with --access-log (text lines to a file)
 #   pier-trace1, pier-trace100   pier with --otlp-endpoint (a sink on the origin's nginx that
 #               answers 200 and discards) and --trace-sample-ratio 0.01 / 1
+#   *-https, *-rsa   client TLS terminated by the proxy (TLS 1.3 from wrk, which does full
+#               handshakes and never resumes), upstream plain; the listener certificate is
+#               ECDSA P-256 (https) or RSA-2048 (rsa). close-*-https: a full handshake per request.
+#   New TLS connections, one command:
+#     scripts/bench-peers.sh close-nginx-https close-pier-https close-haproxy-https
 #   The cost of observability, one command (the table's second part: ratios to `pier`, same
 #   rounds):  scripts/bench-peers.sh pier pier-log pier-trace1 pier-trace100
 #
@@ -74,14 +80,23 @@ P_HAPROXY=$((PORT_BASE + 95))
 P_HAPROXY_TLS=$((PORT_BASE + 96))
 P_PIER=$((PORT_BASE + 100))
 P_PIER_TLS=$((PORT_BASE + 101))
+# client TLS terminated by the proxy (upstream plain): ECDSA P-256 and RSA-2048 certificates
+P_NGINX_HTTPS=$((PORT_BASE + 92))
+P_NGINX_RSA=$((PORT_BASE + 93))
+P_HAPROXY_HTTPS=$((PORT_BASE + 97))
+P_HAPROXY_RSA=$((PORT_BASE + 98))
+P_PIER_HTTPS=$((PORT_BASE + 102))
+P_PIER_RSA=$((PORT_BASE + 103))
 P_ADMIN=$((PORT_BASE + 901))
 SNI=echo.demo.svc.cluster.local
+EDGE=edge.bench
 
 # The order runs pier right next to nginx (and HAProxy right next to pier) in every round, in
 # both directions: a paired ratio compares runs about 15 s apart, not a minute.
 ALL="direct nginx pier haproxy nginx-mtls pier-mtls haproxy-mtls close-direct close-nginx close-pier close-haproxy close-nginx-mtls close-pier-mtls"
-# Named only: pier with its access log or tracing on, paired with plain `pier`.
-EXTRA="pier-log pier-trace1 pier-trace100"
+# Named only: pier with its access log or tracing on, paired with plain `pier`; client TLS
+# terminated by the proxy, kept alive and a new TLS connection per request (issue 19).
+EXTRA="pier-log pier-trace1 pier-trace100 nginx-https pier-https haproxy-https close-nginx-https close-pier-https close-haproxy-https nginx-rsa pier-rsa haproxy-rsa close-nginx-rsa close-pier-rsa close-haproxy-rsa"
 
 # ---------- the table: median of the reps [min-max], ratios to nginx and to direct ----------
 # "vs nginx" columns: the ratio of the two medians, then the paired ratio: per round, this
@@ -95,7 +110,7 @@ summarize() { # raw.tsv [busy-note]
     function med(s,   a, n) { n = sortn(s, a); lo = a[1]; hi = a[n]; return n ? a[int((n + 1) / 2)] : 0 }
     function ms(v) { return v >= 1000 ? sprintf("%.2f ms", v / 1000) : sprintf("%.0f µs", v) }
     function peer(sc, who,   p) { p = sc; sub(/(nginx|haproxy|pier)/, who, p); return p }
-    function base(sc) { return sc ~ /^close-/ ? "close-direct" : "direct" }
+    function base(sc) { return sc ~ /-(https|rsa)$/ ? "" : sc ~ /^close-/ ? "close-direct" : "direct" }
     # ratio column: medians ratio, then the paired per-round ratios median [min-max]
     function vs(k, ng, arr, mine, theirs,   r, s, n, x, m) {
       if (!(ng in theirs) || theirs[ng] <= 0) return "-"
@@ -127,7 +142,7 @@ summarize() { # raw.tsv [busy-note]
         mem = (k in rss) && rss[k] > 0 ? sprintf("%.1f MiB", rss[k] / 1024) : "-"
         printf "| %s | %s | %.0f [%.0f–%.0f] | %s | %s [%s–%s] | %s | %s | %s | %s | %s | %s |\n", sc, c, r, rl, rh,
           ms(med(p50[k])), ms(q), ms(ql), ms(qh), cpu, mem, vn, vq, vd, errs[k]
-        if (sc ~ /^pier(-mtls)?$/) {   # the acceptance lines of issue 5, from the paired ratios
+        if (sc ~ /^(close-)?pier(-mtls|-https|-rsa)?$/) {   # the acceptance lines of issue 5, from the paired ratios
           pr = vn; sub(/^[^·]*· /, "", pr); sub(/ .*/, "", pr); pq = vq; sub(/^[^·]*· /, "", pq); sub(/ .*/, "", pq)
           nk = peer(sc, "nginx") SUBSEP c; hk = peer(sc, "haproxy") SUBSEP c
           ph = (hk in m) ? vs(k, hk, R, r, m) : "-"; sub(/^[^·]*· /, "", ph); sub(/ .*/, "", ph)
@@ -182,7 +197,8 @@ export PATH="$PATH:/usr/sbin"
 if [[ " $SCENARIOS " == *" pier"* || " $SCENARIOS " == *"-pier"* ]] && [ ! -x "$PIER_BIN" ]; then
   echo "no pier binary at $PIER_BIN: run cargo build --release first (or set PIER_BIN)" >&2; exit 1
 fi
-for port in $P_ORIGIN $P_SINK $P_ORIGIN_TLS $P_NGINX $P_NGINX_TLS $P_HAPROXY $P_HAPROXY_TLS $P_PIER $P_PIER_TLS $P_ADMIN; do
+for port in $P_ORIGIN $P_SINK $P_ORIGIN_TLS $P_NGINX $P_NGINX_TLS $P_HAPROXY $P_HAPROXY_TLS $P_PIER $P_PIER_TLS $P_ADMIN \
+  $P_NGINX_HTTPS $P_NGINX_RSA $P_HAPROXY_HTTPS $P_HAPROXY_RSA $P_PIER_HTTPS $P_PIER_RSA; do
   if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
     echo "port $port is in use on 127.0.0.1 (another run still alive? set PORT_BASE)" >&2; exit 1
   fi
@@ -277,16 +293,19 @@ busy() { # message: refuse, or note it with FORCE=1
 # ---------- certificates (EC P-256) ----------
 gen_certs() {
   local d="$CERTS"
-  [ -f "$d/echo.crt" ] && [ -f "$d/gateway-client.pem" ] && return 0
-  key() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$1" 2>/dev/null; }
+  [ -f "$d/echo.crt" ] && [ -f "$d/gateway-client.pem" ] && [ -f "$d/edge-rsa.pem" ] && return 0
+  key() { # file [rsa]
+    if [ "${2:-}" = rsa ]; then openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out "$1" 2>/dev/null
+    else openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$1" 2>/dev/null; fi
+  }
   ca() { # name CN
     key "$d/$1.key"
     openssl req -x509 -new -key "$d/$1.key" -sha256 -days 3650 -subj "/O=bench/CN=$2" \
       -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" \
       -addext "subjectKeyIdentifier=hash" -out "$d/$1.crt" 2>/dev/null
   }
-  leaf() { # name ca CN SAN EKU
-    key "$d/$1.key"
+  leaf() { # name ca CN SAN EKU [rsa]
+    key "$d/$1.key" "${6:-}"
     printf 'basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=%s\nsubjectAltName=%s\nsubjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid\n' \
       "$5" "$4" >"$d/$1.ext"
     openssl req -new -key "$d/$1.key" -subj "/O=bench/CN=$3" -out "$d/$1.csr" 2>/dev/null
@@ -299,6 +318,11 @@ gen_certs() {
   leaf echo mesh-ca "$SNI" "DNS:$SNI,IP:127.0.0.1,URI:spiffe://cluster.local/ns/demo/sa/echo" serverAuth
   leaf gateway-client gateway-ca gateway "URI:spiffe://cluster.local/ns/gateway/sa/gateway" clientAuth
   cat "$d/gateway-client.crt" "$d/gateway-client.key" >"$d/gateway-client.pem"
+  # the proxies' own listener certificates (wrk does not verify them)
+  leaf edge gateway-ca "$EDGE" "DNS:$EDGE,IP:127.0.0.1" serverAuth
+  leaf edge-rsa gateway-ca "$EDGE" "DNS:$EDGE,IP:127.0.0.1" serverAuth rsa
+  cat "$d/edge.crt" "$d/edge.key" >"$d/edge.pem"
+  cat "$d/edge-rsa.crt" "$d/edge-rsa.key" >"$d/edge-rsa.pem"
   chmod 644 "$d"/*.key "$d"/*.pem
   openssl verify -CAfile "$d/mesh-ca.crt" "$d/echo.crt" >/dev/null
   openssl verify -CAfile "$d/gateway-ca.crt" "$d/gateway-client.crt" >/dev/null
@@ -351,6 +375,12 @@ http {
     location / { proxy_pass http://plain; proxy_http_version 1.1; proxy_set_header Connection ""; } }
   server { listen 127.0.0.1:$P_NGINX_TLS backlog=4096;
     location / { proxy_pass https://mtls; proxy_http_version 1.1; proxy_set_header Connection ""; } }
+  # client TLS terminated here (TLS 1.2 and 1.3, nginx's default session cache: none)
+  ssl_protocols TLSv1.2 TLSv1.3;
+  server { listen 127.0.0.1:$P_NGINX_HTTPS ssl backlog=4096; ssl_certificate $CERTS/edge.crt; ssl_certificate_key $CERTS/edge.key;
+    location / { proxy_pass http://plain; proxy_http_version 1.1; proxy_set_header Connection ""; } }
+  server { listen 127.0.0.1:$P_NGINX_RSA ssl backlog=4096; ssl_certificate $CERTS/edge-rsa.crt; ssl_certificate_key $CERTS/edge-rsa.key;
+    location / { proxy_pass http://plain; proxy_http_version 1.1; proxy_set_header Connection ""; } }
 }
 EOF
   cat >"$RUN/haproxy.cfg" <<EOF
@@ -372,6 +402,12 @@ frontend fe_plain
 frontend fe_mtls
     bind 127.0.0.1:$P_HAPROXY_TLS backlog 4096
     default_backend be_mtls
+frontend fe_https
+    bind 127.0.0.1:$P_HAPROXY_HTTPS backlog 4096 ssl crt $CERTS/edge.pem
+    default_backend be_plain
+frontend fe_rsa
+    bind 127.0.0.1:$P_HAPROXY_RSA backlog 4096 ssl crt $CERTS/edge-rsa.pem
+    default_backend be_plain
 backend be_plain
     server origin 127.0.0.1:$P_ORIGIN maxconn 10000
 backend be_mtls
@@ -397,6 +433,8 @@ spec:
   listeners:
     - {name: plain, protocol: HTTP, port: $P_PIER}
     - {name: mtls, protocol: HTTP, port: $P_PIER_TLS}
+    - {name: https, protocol: HTTPS, port: $P_PIER_HTTPS, tls: {certificateRefs: [{name: edge}]}}
+    - {name: rsa, protocol: HTTPS, port: $P_PIER_RSA, tls: {certificateRefs: [{name: edge-rsa}]}}
   tls:
     backend:
       clientCertificateRef: {name: gateway-client}
@@ -409,7 +447,7 @@ apiVersion: gateway.networking.k8s.io/v1
 kind: HTTPRoute
 metadata: {name: plain, namespace: demo}
 spec:
-  parentRefs: [{name: bench, sectionName: plain}]
+  parentRefs: [{name: bench, sectionName: plain}, {name: bench, sectionName: https}, {name: bench, sectionName: rsa}]
   rules: [{backendRefs: [{name: origin, port: 80}]}]
 ---
 apiVersion: gateway.networking.k8s.io/v1
@@ -452,6 +490,13 @@ EOF
     echo "type: kubernetes.io/tls"; echo "stringData:"
     echo "  tls.crt: |"; sed 's/^/    /' "$CERTS/gateway-client.crt"
     echo "  tls.key: |"; sed 's/^/    /' "$CERTS/gateway-client.key"
+    for name in edge edge-rsa; do
+      echo "---"
+      echo "apiVersion: v1"; echo "kind: Secret"; echo "metadata: {name: $name, namespace: demo}"
+      echo "type: kubernetes.io/tls"; echo "stringData:"
+      echo "  tls.crt: |"; sed 's/^/    /' "$CERTS/$name.crt"
+      echo "  tls.key: |"; sed 's/^/    /' "$CERTS/$name.key"
+    done
   } >"$m/trust.yaml"
 }
 
@@ -498,6 +543,9 @@ proxy_url() { # scenario -> url
     nginx) echo "http://127.0.0.1:$P_NGINX/" ;; nginx-mtls) echo "http://127.0.0.1:$P_NGINX_TLS/" ;;
     haproxy) echo "http://127.0.0.1:$P_HAPROXY/" ;; haproxy-mtls) echo "http://127.0.0.1:$P_HAPROXY_TLS/" ;;
     pier | pier-log | pier-trace*) echo "http://127.0.0.1:$P_PIER/" ;; pier-mtls) echo "http://127.0.0.1:$P_PIER_TLS/" ;;
+    nginx-https) echo "https://127.0.0.1:$P_NGINX_HTTPS/" ;; nginx-rsa) echo "https://127.0.0.1:$P_NGINX_RSA/" ;;
+    haproxy-https) echo "https://127.0.0.1:$P_HAPROXY_HTTPS/" ;; haproxy-rsa) echo "https://127.0.0.1:$P_HAPROXY_RSA/" ;;
+    pier-https) echo "https://127.0.0.1:$P_PIER_HTTPS/" ;; pier-rsa) echo "https://127.0.0.1:$P_PIER_RSA/" ;;
   esac
 }
 check_mtls() { # url: the origin must have verified the proxy's client certificate
@@ -623,8 +671,9 @@ for round in $rounds; do
     [[ "$base" == *-mtls ]] && origin_tls_up
     # A fresh proxy process per scenario and round: every proxy starts each run equally cold.
     proxy_down
-    proxy_up "${base%-mtls}"
-    wait_ok "$url"
+    kind="${base%-mtls}"; kind="${kind%-https}"; kind="${kind%-rsa}"
+    proxy_up "$kind"
+    wait_ok "$url" -k
     [[ "$base" == *-mtls ]] && check_mtls "$url"
     measure "$sc" "$url" "$(family "$PROXY_PID" | tr '\n' ' ')" "$hdr" "$reps"
   done

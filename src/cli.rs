@@ -496,6 +496,15 @@ pub struct EchoArgs {
     /// Reported in every response as `backend`.
     #[arg(long, default_value = "echo")]
     pub name: String,
+    /// Serve TLS with this PEM certificate chain (leaf first), read again when it changes.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of `--tls-cert`.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Require client certificates that this PEM CA bundle verifies (mTLS).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub client_ca: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]

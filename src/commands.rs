@@ -21,9 +21,19 @@ pub async fn dispatch(cmd: Command) -> anyhow::Result<()> {
         Command::Check(a) => print_stdout(&check(&a)?),
         Command::Demo(a) => crate::demo::run(a).await,
         Command::Echo(a) => {
-            let server = crate::echo::spawn(a.listen, &a.name)
-                .await
-                .with_context(|| format!("cannot bind {}", a.listen))?;
+            let server = match (a.tls_cert, a.tls_key) {
+                (Some(cert), Some(key)) => {
+                    let files = crate::echo::TlsFiles {
+                        cert,
+                        key,
+                        client_ca: a.client_ca,
+                    };
+                    let config = crate::echo::files_server_config(&files)?;
+                    crate::echo::spawn_tls(a.listen, &a.name, config).await
+                }
+                _ => crate::echo::spawn(a.listen, &a.name).await,
+            }
+            .with_context(|| format!("cannot bind {}", a.listen))?;
             eprintln!("echo backend {:?} listening on {}", a.name, server.addr);
             shutdown_signal().await;
             Ok(())

@@ -36,6 +36,9 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::protocol::Role;
 
+mod files;
+pub use files::{TlsFiles, server_config as files_server_config};
+
 /// How many recent requests an [`EchoServer`] keeps.
 pub const LOG_LIMIT: usize = 1024;
 const MAX_DELAY: Duration = Duration::from_secs(60);
@@ -82,6 +85,8 @@ struct State {
     log: Mutex<VecDeque<EchoRequest>>,
     count: watch::Sender<u64>,
     connections: AtomicU64,
+    /// TLS echoes: connections whose first byte does not start a TLS handshake record.
+    plaintext: AtomicU64,
 }
 
 pub async fn spawn(addr: SocketAddr, name: &str) -> std::io::Result<EchoServer> {
@@ -110,6 +115,7 @@ async fn start(
         log: Mutex::new(VecDeque::new()),
         count: watch::channel(0).0,
         connections: AtomicU64::new(0),
+        plaintext: AtomicU64::new(0),
     });
     let task = tokio::spawn(accept(listener, state.clone(), tls));
     Ok(EchoServer { addr, state, task })
@@ -146,6 +152,12 @@ impl EchoServer {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         log.iter().cloned().collect()
+    }
+
+    /// TLS echoes: connections that began with anything but a TLS handshake record (each
+    /// also reported on stderr), e.g. a proxy that fell back to plaintext.
+    pub fn plaintext_connections(&self) -> u64 {
+        self.state.plaintext.load(Ordering::Relaxed)
     }
 
     /// Connections accepted so far.
@@ -202,7 +214,7 @@ async fn accept(listener: TcpListener, state: Arc<State>, tls: Option<tokio_rust
     loop {
         tokio::select! {
             r = listener.accept() => {
-                let Ok((tcp, _)) = r else { continue };
+                let Ok((tcp, peer)) = r else { continue };
                 state.connections.fetch_add(1, Ordering::Relaxed);
                 let _ = tcp.set_nodelay(true);
                 let state = state.clone();
@@ -212,6 +224,12 @@ async fn accept(listener: TcpListener, state: Arc<State>, tls: Option<tokio_rust
                     match tls {
                         None => serve(&builder, TokioIo::new(tcp), state, false).await,
                         Some(acceptor) => {
+                            // 22: a TLS handshake record. Anything else is plaintext.
+                            let mut first = [0u8; 1];
+                            if matches!(tcp.peek(&mut first).await, Ok(1..)) && first[0] != 22 {
+                                state.plaintext.fetch_add(1, Ordering::Relaxed);
+                                eprintln!("echo {}: plaintext connection from {peer}", state.name);
+                            }
                             let Ok(stream) = acceptor.accept(tcp).await else { return };
                             let verified = stream.get_ref().1.peer_certificates().is_some();
                             serve(&builder, TokioIo::new(stream), state, verified).await;

@@ -432,6 +432,83 @@ async fn serves_through_an_api_server_outage_and_resyncs() {
     pier.shutdown().await;
 }
 
+/// How long each fault of `serves_through_api_server_errors_and_backs_off` lasts
+/// (`PIER_TEST_FAULT_SECS`, default 20 s).
+fn fault_phase() -> Duration {
+    let secs = std::env::var("PIER_TEST_FAULT_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(20);
+    Duration::from_secs(secs)
+}
+
+/// kube-apiserver stays up but misbehaves (`support::faulty_api` in front of it): every request
+/// answered 500, then 429 with `Retry-After: 1`, then every watch ended by `410 Gone` while
+/// lists pass. pier keeps serving (a client loop sees no failure), backs off instead of
+/// hammering the API server (requests per second bounded in each phase), and applies a change
+/// made once the faults end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serves_through_api_server_errors_and_backs_off() {
+    use support::faulty_api::{Fault, FaultyApi};
+    let c = Cluster::start().await;
+    let w = world(&c).await;
+    let api: SocketAddr =
+        c.cp.server_url()
+            .trim_start_matches("https://")
+            .parse()
+            .unwrap();
+    let proxy = FaultyApi::start(api, c.cp.ca_pem()).await;
+    let kubeconfig = proxy.kubeconfig(&c.pier_kubeconfig, &c.cp.server_url(), c.cp.dir());
+    let pier = start_pier_with(&c, &kubeconfig).await;
+    w.until("/v/x", 200, "v1", READY_BOUND).await;
+    // Settled: the watches are open, the status written.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let quiet = proxy.requests();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let quiet_rate = (proxy.requests() - quiet) as f64 / 5.0;
+
+    let traffic = Traffic::start(w.url(LOOPBACK, "/v/x"));
+    let phase = fault_phase();
+    let mut rates = Vec::new();
+    for fault in [Fault::Status(500), Fault::Status(429), Fault::WatchGone] {
+        let before = proxy.requests();
+        proxy.set(fault);
+        tokio::time::sleep(phase).await;
+        rates.push((
+            fault,
+            (proxy.requests() - before) as f64 / phase.as_secs_f64(),
+        ));
+    }
+    proxy.set(Fault::None);
+    let healed = Instant::now();
+    c.apply(web_route("/v", backend_ref("v2", None), None))
+        .await;
+    w.until("/v/x", 200, "v2", Duration::from_secs(60)).await;
+    let served_after = healed.elapsed();
+    route_status_when(&c, "written after the faults", |s| {
+        route_condition(s, "Accepted") == cond("True", "Accepted", 2)
+    })
+    .await;
+    let (ok, failed) = traffic.stop().await;
+    eprintln!(
+        "API requests per second: {quiet_rate:.1} settled, {rates:?} under faults of {phase:?} \
+         each; change served {served_after:?} after the faults ended; client loop: {ok} ok, \
+         {failed} failed"
+    );
+    assert_eq!(failed, 0);
+    // A watch that retries without backing off makes hundreds of requests a second.
+    for (fault, rate) in &rates {
+        assert!(*rate < 20.0, "{rate:.1} API requests/s under {fault:?}");
+    }
+    let m = metrics(&pier).await;
+    assert!(
+        m.lines()
+            .any(|l| l.starts_with("pier_kube_watch_errors_total") && !l.ends_with(" 0")),
+        "{m}"
+    );
+    pier.shutdown().await;
+}
+
 /// Two replicas: both serve, exactly one (the Lease holder) writes status; when it stops, the
 /// other takes over.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -271,6 +271,59 @@ async fn reflect_releases_the_latch_and_notifies() {
     assert!(r1.0.as_ref().unwrap().status.is_some());
 }
 
+/// `410 Gone` relists at once after a quiet spell, but a 410 that comes back right after the
+/// relist backs off, growing, though every list in between succeeds (a server or proxy that
+/// expires every watch must not be listed in a loop).
+#[tokio::test(start_paused = true)]
+async fn a_watch_expired_again_and_again_backs_off() {
+    let (ctx, _config, _status) = ctx();
+    let gone = || {
+        Err(watcher::Error::WatchError(
+            Status::failure("too old resource version", "Expired")
+                .with_code(410)
+                .boxed(),
+        ))
+    };
+    // Where the driver is when each item is taken: one timestamp per item.
+    let start = tokio::time::Instant::now();
+    let taken = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let cycle = |_| {
+        vec![
+            Ok(Event::Init),
+            Ok(Event::InitApply(route("a", "r1", 1))),
+            Ok(Event::InitDone),
+            gone(),
+        ]
+    };
+    let items: Vec<watcher::Result<Event<DeserializeGuard<HttpRoute>>>> =
+        (0..6).flat_map(cycle).collect();
+    let stream = {
+        let taken = taken.clone();
+        futures::StreamExt::inspect(futures::stream::iter(items), move |_| {
+            taken.lock().unwrap().push(start.elapsed())
+        })
+    };
+    watch::reflect(
+        WatchKind::HttpRoute,
+        Changes::Spec,
+        stream,
+        Writer::default(),
+        ctx,
+    )
+    .await;
+    let taken = taken.lock().unwrap();
+    // The relist that each 410 starts (its `Init`), after the 410.
+    let waits: Vec<Duration> = (1..6).map(|c| taken[c * 4] - taken[c * 4 - 1]).collect();
+    assert_eq!(waits[0], Duration::ZERO, "the first 410 relists at once");
+    for w in waits.windows(2).skip(1) {
+        assert!(w[0] > Duration::ZERO && w[1] >= w[0], "{waits:?}");
+    }
+    assert!(
+        waits[4] >= Duration::from_secs(2),
+        "the fifth 410 in a row waits longer: {waits:?}"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn changes_wait_for_every_kind_then_coalesce() {
     let (config_tx, config_rx) = channel::channel(());
