@@ -17,9 +17,15 @@
 #     throughput of the client's own TLS through the relay, MB/s
 #   tlsconn-*     the same three with `Connection: close` and a 13-byte body: new TLS
 #                 connections per second through the relay (handshake with the origin)
+#   h2-pier       h2load over TLS, ALPN h2, CONNS connections x H2_STREAMS streams, GET of a
+#                 13-byte body -> pier (HTTPS listener, HTTPRoute) -> HTTP/1.1 origin (nginx)
+#   h2-nginx      the same through nginx (`listen ssl http2`, upstream keep-alive)
+#   h2-haproxy    the same through HAProxy (`bind ssl alpn h2,http/1.1`, mode http)
+#     requests/s, and the p99 of the request times h2load logs (--log-file)
+#     (h2-* are not in the default set: name them)
 #
 # Knobs (env): DURATION=8 (s) REPS=5 CONNS=32 STREAMS=10 PROXY_CPU=0 LOAD_CPU=1
-#   PIER_BIN=target/release/pier RUN_DIR=target/bench-streams PORT_BASE=19500
+#   H2_STREAMS=100 PIER_BIN=target/release/pier RUN_DIR=target/bench-streams PORT_BASE=19500
 # Needs: h2load (nghttp2-client) wrk nginx haproxy openssl curl taskset (installed with apt-get
 # when missing) and a release build of pier. The table goes to stdout and RUN_DIR/results.
 set -euo pipefail
@@ -28,16 +34,21 @@ DURATION="${DURATION:-8}"
 REPS="${REPS:-5}"
 CONNS="${CONNS:-32}"
 STREAMS="${STREAMS:-10}"
+H2_STREAMS="${H2_STREAMS:-100}"
 PROXY_CPU="${PROXY_CPU:-0}"
 LOAD_CPU="${LOAD_CPU:-1}"
 PIER_BIN="${PIER_BIN:-$ROOT/target/release/pier}"
 RUN="${RUN_DIR:-$ROOT/target/bench-streams}"
 PORT_BASE="${PORT_BASE:-19500}"
-P_GRPC_ORIGIN=$((PORT_BASE + 1)); P_TLS_ORIGIN=$((PORT_BASE + 2))
-P_PIER_GRPC=$((PORT_BASE + 11)); P_PIER_TLS=$((PORT_BASE + 12)); P_ADMIN=$((PORT_BASE + 19))
-P_NGINX_GRPC=$((PORT_BASE + 21)); P_HAPROXY_TLS=$((PORT_BASE + 32))
+P_GRPC_ORIGIN=$((PORT_BASE + 1)); P_TLS_ORIGIN=$((PORT_BASE + 2)); P_HTTP_ORIGIN=$((PORT_BASE + 3))
+P_PIER_GRPC=$((PORT_BASE + 11)); P_PIER_TLS=$((PORT_BASE + 12)); P_PIER_H2=$((PORT_BASE + 13)); P_ADMIN=$((PORT_BASE + 19))
+P_NGINX_GRPC=$((PORT_BASE + 21)); P_NGINX_H2=$((PORT_BASE + 23)); P_HAPROXY_TLS=$((PORT_BASE + 32)); P_HAPROXY_H2=$((PORT_BASE + 33))
 ALL="grpc-direct grpc-pier grpc-nginx tls-direct tls-pier tls-haproxy tlsconn-direct tlsconn-pier tlsconn-haproxy"
+EXTRA="h2-pier h2-nginx h2-haproxy"
 SCENARIOS="${*:-$ALL}"
+for sc in $SCENARIOS; do
+  case " $ALL $EXTRA " in *" $sc "*) ;; *) echo "unknown scenario: $sc (known: $ALL $EXTRA)" >&2; exit 2 ;; esac
+done
 
 log() { echo "[$(date +%H:%M:%S)] $*" >&2; }
 
@@ -88,6 +99,7 @@ if [ ! -f "$C/origin.crt" ]; then
   openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 3650 -subj "/CN=bench" \
     -addext "subjectAltName=IP:127.0.0.1,DNS:localhost" -keyout "$C/origin.key" -out "$C/origin.crt" 2>/dev/null
 fi
+cat "$C/origin.crt" "$C/origin.key" >"$C/origin.pem"
 head -c 1048576 /dev/urandom >"$RUN/www/1m"
 printf 'hello, world\n' >"$RUN/www/small"
 # One gRPC message: flag 0, length 64 (big-endian), 64 bytes.
@@ -104,6 +116,8 @@ http {
     ssl_certificate $C/origin.crt; ssl_certificate_key $C/origin.key; ssl_session_cache off; ssl_session_tickets off;
     root $RUN/www;
   }
+  # the HTTP/1.1 origin of the h2-* scenarios
+  server { listen 127.0.0.1:$P_HTTP_ORIGIN backlog=4096; keepalive_timeout 75s; location / { return 200 "hello, world\n"; } }
 }
 EOF
 cat >"$RUN/nginx/nginx.conf" <<EOF
@@ -113,6 +127,9 @@ http {
   access_log off; keepalive_requests 10000000; http2_max_concurrent_streams 1000; $temps
   upstream grpc_origin { server 127.0.0.1:$P_GRPC_ORIGIN; keepalive 64; }
   server { listen 127.0.0.1:$P_NGINX_GRPC http2 backlog=4096; location / { grpc_pass grpc://grpc_origin; } }
+  upstream h1_origin { server 127.0.0.1:$P_HTTP_ORIGIN; keepalive 64; }
+  server { listen 127.0.0.1:$P_NGINX_H2 ssl http2 backlog=4096; ssl_certificate $C/origin.crt; ssl_certificate_key $C/origin.key;
+    location / { proxy_pass http://h1_origin; proxy_http_version 1.1; proxy_set_header Connection ""; } }
 }
 EOF
 cat >"$RUN/haproxy.cfg" <<EOF
@@ -131,6 +148,14 @@ frontend tls
   default_backend origin
 backend origin
   server origin 127.0.0.1:$P_TLS_ORIGIN
+frontend h2
+  mode http
+  bind 127.0.0.1:$P_HAPROXY_H2 ssl crt $C/origin.pem alpn h2,http/1.1
+  default_backend h1_origin
+backend h1_origin
+  mode http
+  http-reuse always
+  server origin 127.0.0.1:$P_HTTP_ORIGIN
 EOF
 cat >"$RUN/pier/bench.yaml" <<EOF
 apiVersion: gateway.networking.k8s.io/v1
@@ -146,6 +171,26 @@ spec:
   listeners:
     - {name: grpc, protocol: HTTP, port: $P_PIER_GRPC}
     - {name: tls, protocol: TLS, port: $P_PIER_TLS, tls: {mode: Passthrough}}
+    - {name: h2, protocol: HTTPS, port: $P_PIER_H2, tls: {certificateRefs: [{name: origin}]}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: h2, namespace: demo}
+spec:
+  parentRefs: [{name: bench, sectionName: h2}]
+  rules: [{backendRefs: [{name: http-origin, port: 80}]}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: http-origin, namespace: demo}
+spec: {ports: [{name: http, port: 80}]}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: http-origin-1, namespace: demo, labels: {kubernetes.io/service-name: http-origin}}
+addressType: IPv4
+ports: [{name: http, port: $P_HTTP_ORIGIN, protocol: TCP}]
+endpoints: [{addresses: ["127.0.0.1"], conditions: {ready: true}}]
 ---
 apiVersion: gateway.networking.k8s.io/v1
 kind: GRPCRoute
@@ -186,6 +231,13 @@ addressType: IPv4
 ports: [{name: tls, port: $P_TLS_ORIGIN, protocol: TCP}]
 endpoints: [{addresses: ["127.0.0.1"], conditions: {ready: true}}]
 EOF
+{
+  echo "---"
+  echo "apiVersion: v1"; echo "kind: Secret"; echo "metadata: {name: origin, namespace: demo}"
+  echo "type: kubernetes.io/tls"; echo "stringData:"
+  echo "  tls.crt: |"; sed 's/^/    /' "$C/origin.crt"
+  echo "  tls.key: |"; sed 's/^/    /' "$C/origin.key"
+} >>"$RUN/pier/bench.yaml"
 
 # ---------- origins (on LOAD_CPU, for the whole run) ----------
 start_bg "$LOAD_CPU" "$RUN/grpc-origin.log" "$PIER_BIN" echo --listen "127.0.0.1:$P_GRPC_ORIGIN" --name origin
@@ -201,22 +253,24 @@ proxy_up() { # none|pier|nginx|haproxy
     none) return 0 ;;
     pier) start_bg "$PROXY_CPU" "$RUN/pier.log" env PIER_WORKER_THREADS=1 RUST_LOG=warn "$PIER_BIN" run \
             --manifests "$RUN/pier" --listen-host 127.0.0.1 --admin "127.0.0.1:$P_ADMIN"
-          PROXY_PID=$LAST_PID; wait_port "$P_PIER_GRPC"; wait_port "$P_PIER_TLS" ;;
+          PROXY_PID=$LAST_PID; wait_port "$P_PIER_GRPC"; wait_port "$P_PIER_TLS"; wait_port "$P_PIER_H2" ;;
     nginx) start_bg "$PROXY_CPU" "$RUN/nginx/stderr.log" nginx -p "$RUN/nginx/" -c "$RUN/nginx/nginx.conf" -e stderr
-           PROXY_PID=$LAST_PID; wait_port "$P_NGINX_GRPC" ;;
+           PROXY_PID=$LAST_PID; wait_port "$P_NGINX_GRPC"; wait_port "$P_NGINX_H2" ;;
     haproxy) start_bg "$PROXY_CPU" "$RUN/haproxy.log" haproxy -f "$RUN/haproxy.cfg" -db
-             PROXY_PID=$LAST_PID; wait_port "$P_HAPROXY_TLS" ;;
+             PROXY_PID=$LAST_PID; wait_port "$P_HAPROXY_TLS"; wait_port "$P_HAPROXY_H2" ;;
   esac
 }
 kind_of() { case "$1" in *-direct) echo none ;; *-pier) echo pier ;; *-nginx) echo nginx ;; *-haproxy) echo haproxy ;; esac; }
 port_of() {
   case "$1" in
     grpc-direct) echo "$P_GRPC_ORIGIN" ;; grpc-pier) echo "$P_PIER_GRPC" ;; grpc-nginx) echo "$P_NGINX_GRPC" ;;
+    h2-pier) echo "$P_PIER_H2" ;; h2-nginx) echo "$P_NGINX_H2" ;; h2-haproxy) echo "$P_HAPROXY_H2" ;;
     *-direct) echo "$P_TLS_ORIGIN" ;; *-pier) echo "$P_PIER_TLS" ;; *-haproxy) echo "$P_HAPROXY_TLS" ;;
   esac
 }
 
-# One run: prints "value errors" (calls/s or MB/s or conn/s, failed requests).
+# One run: prints "value errors p99" (calls/s or MB/s or conn/s or req/s, failed requests, p99
+# in ms or -).
 run_one() { # scenario
   local sc="$1" port; port=$(port_of "$sc")
   case "$sc" in
@@ -225,18 +279,25 @@ run_one() { # scenario
         -d "$RUN/grpc.bin" -H 'content-type: application/grpc' -H 'te: trailers' \
         "http://127.0.0.1:$port/bench.Echo/Hello" >"$OUT/$sc.last" 2>&1 || true
       awk '/^finished in/ { for (i = 1; i <= NF; i++) if ($i ~ /req\/s/) { v = $(i - 1) } }
-           /^requests:/ { e = $10 + $12 } END { printf "%s %s\n", v + 0, e + 0 }' "$OUT/$sc.last" ;;
+           /^requests:/ { e = $10 + $12 } END { printf "%s %s -\n", v + 0, e + 0 }' "$OUT/$sc.last" ;;
+    h2-*)
+      taskset -c "$LOAD_CPU" h2load -D "$DURATION" -c "$CONNS" -m "$H2_STREAMS" -t 1 --log-file "$OUT/$sc.times" \
+        "https://127.0.0.1:$port/small" >"$OUT/$sc.last" 2>&1 || true
+      local p99
+      p99=$(awk -F'\t' '{ print $3 }' "$OUT/$sc.times" | sort -n | awk '{ a[NR] = $1 } END { i = int(NR * 0.99); if (i < 1) i = 1; if (NR) printf "%.2f", a[i] / 1000; else print "-" }')
+      awk -v p99="$p99" '/^finished in/ { for (i = 1; i <= NF; i++) if ($i ~ /req\/s/) { v = $(i - 1) } }
+           /^requests:/ { e = $10 + $12 } /^status codes:/ { e += $7 + $9 } END { printf "%s %s %s\n", v + 0, e + 0, p99 }' "$OUT/$sc.last" ;;
     tls-*)
       taskset -c "$LOAD_CPU" wrk -t 1 -c "$CONNS" -d "${DURATION}s" "https://127.0.0.1:$port/1m" >"$OUT/$sc.last" 2>&1 || true
       awk '/^Transfer\/sec/ { v = $2; if (v ~ /GB/) m = 1024; else if (v ~ /MB/) m = 1; else m = 1 / 1024; sub(/[A-Za-z]+$/, "", v); t = v * m }
-           /Non-2xx|Socket errors/ { e += $NF } END { printf "%.1f %s\n", t, e + 0 }' "$OUT/$sc.last" ;;
+           /Non-2xx|Socket errors/ { e += $NF } END { printf "%.1f %s -\n", t, e + 0 }' "$OUT/$sc.last" ;;
     tlsconn-*)
       taskset -c "$LOAD_CPU" wrk -t 1 -c "$CONNS" -d "${DURATION}s" -H 'Connection: close' "https://127.0.0.1:$port/small" >"$OUT/$sc.last" 2>&1 || true
-      awk '/^Requests\/sec/ { v = $2 } /Non-2xx/ { e += $NF } END { printf "%s %s\n", v + 0, e + 0 }' "$OUT/$sc.last" ;;
+      awk '/^Requests\/sec/ { v = $2 } /Non-2xx/ { e += $NF } END { printf "%s %s -\n", v + 0, e + 0 }' "$OUT/$sc.last" ;;
   esac
 }
 
-printf 'round\tscenario\tvalue\terrors\tproxy_cpu_ms_per_1k\n' >"$RAW"
+printf 'round\tscenario\tvalue\terrors\tproxy_cpu_ms_per_1k\tp99_ms\n' >"$RAW"
 hz=$(getconf CLK_TCK)
 for r in $(seq 1 "$REPS"); do
   order="$SCENARIOS"
@@ -246,28 +307,28 @@ for r in $(seq 1 "$REPS"); do
     sleep 1
     pids=""; [ -n "$PROXY_PID" ] && pids=$(family "$PROXY_PID" | tr '\n' ' ')
     t0=$( [ -n "$pids" ] && ticks $pids || echo 0 )
-    read -r value errors < <(run_one "$sc")
+    read -r value errors p99 < <(run_one "$sc")
     t1=$( [ -n "$pids" ] && ticks $pids || echo 0 )
     cpu=$(awk -v a="$t0" -v b="$t1" -v hz="$hz" -v d="$DURATION" 'BEGIN { printf "%.0f", 1000 * (b - a) / hz / d }')
-    log "round $r $sc: $value (errors $errors, proxy CPU ${cpu} ms/s)"
-    printf '%s\t%s\t%s\t%s\t%s\n' "$r" "$sc" "$value" "$errors" "$cpu" >>"$RAW"
+    log "round $r $sc: $value (errors $errors, proxy CPU ${cpu} ms/s, p99 $p99 ms)"
+    printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$r" "$sc" "$value" "$errors" "$cpu" "$p99" >>"$RAW"
   done
 done
 proxy_up none
 
 # ---------- the table: median per scenario, ratios to pier ----------
 {
-  echo "scenario | median | unit | errors | proxy CPU (ms per s) | pier / this"
-  echo "---|---|---|---|---|---"
-  awk -F'\t' 'NR > 1 { v[$2] = v[$2] " " $3; e[$2] += $4; c[$2] = c[$2] " " $5 }
+  echo "scenario | median | unit | errors | proxy CPU (ms per s) | pier / this | p99 median (ms)"
+  echo "---|---|---|---|---|---|---"
+  awk -F'\t' 'NR > 1 { v[$2] = v[$2] " " $3; e[$2] += $4; c[$2] = c[$2] " " $5; if ($6 != "-" && $6 != "") q[$2] = q[$2] " " $6 }
     function median(s,   a, n, i, j, t) { n = split(s, a, " "); for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }; return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
     END {
       for (s in v) m[s] = median(v[s])
       for (s in v) {
         split(s, p, "-"); pier = m[p[1] "-pier"]
-        unit = (p[1] == "grpc") ? "calls/s" : (p[1] == "tls") ? "MB/s" : "conn/s"
+        unit = (p[1] == "grpc") ? "calls/s" : (p[1] == "tls") ? "MB/s" : (p[1] == "h2") ? "req/s" : "conn/s"
         ratio = (pier > 0 && m[s] > 0) ? sprintf("%.2f", pier / m[s]) : "-"
-        printf "%s | %s | %s | %d | %s | %s\n", s, m[s], unit, e[s], median(c[s]), ratio
+        printf "%s | %s | %s | %d | %s | %s | %s\n", s, m[s], unit, e[s], median(c[s]), ratio, (s in q) ? median(q[s]) : "-"
       }
     }' "$RAW" | sort
 } | tee "$OUT/table.md"
