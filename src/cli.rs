@@ -298,6 +298,11 @@ pub struct LimitArgs {
     /// annotation overrides it. 0: no maximum.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub max_requests_per_backend: u32,
+    /// Requests over that maximum that wait for a slot, at most the connect timeout (2 s),
+    /// instead of a 503 at once; the oldest goes first. A Service's
+    /// `pier.dev/max-pending-requests` overrides it. 0: none wait.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub max_pending_requests_per_backend: u32,
     /// Gateway failures in a row (502/503/504 from an endpoint, resets, failed TLS handshakes)
     /// that eject an endpoint (passive outlier detection); 0: failures never eject (a refused
     /// connect still does). A Service's `pier.dev/outlier-consecutive-failures` overrides it.
@@ -333,6 +338,7 @@ impl LimitArgs {
             max_request_body: (self.max_request_body > 0).then_some(self.max_request_body),
             max_requests_per_backend: (self.max_requests_per_backend > 0)
                 .then_some(self.max_requests_per_backend),
+            max_pending_requests_per_backend: self.max_pending_requests_per_backend,
             outlier: crate::model::Outlier {
                 consecutive_failures: self.outlier_consecutive_failures,
                 ejection: Duration::from_millis(self.outlier_ejection_ms),

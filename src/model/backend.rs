@@ -134,6 +134,11 @@ pub struct Backend {
     /// `pier.dev/max-requests`); `None`: pier's default (`--max-requests-per-backend`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_requests: Option<u32>,
+    /// Most requests waiting for a slot under that maximum (the Service's
+    /// `pier.dev/max-pending-requests`); `None`: pier's default
+    /// (`--max-pending-requests-per-backend`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_pending: Option<u32>,
     /// Outlier detection from the Service's `pier.dev/outlier-consecutive-failures` and
     /// `pier.dev/outlier-ejection`, over pier's (`--outlier-*`).
     #[serde(skip_serializing_if = "OutlierOverride::is_none")]
@@ -148,6 +153,10 @@ pub struct Backend {
 #[derive(Debug, Default)]
 pub struct BackendLoad {
     pub in_flight: AtomicU32,
+    /// Requests waiting for a slot under the backend's maximum.
+    pub pending: AtomicU32,
+    /// Wakes one waiting request each time a counted request finishes.
+    pub freed: tokio::sync::Notify,
 }
 
 /// How connections to a backend's endpoints are secured. Decided at translation time: a
@@ -535,6 +544,7 @@ impl Backend {
             endpoints: vec![],
             tls: BackendTls::Plain,
             max_requests: None,
+            max_pending: None,
             outlier: OutlierOverride::default(),
             load: Arc::default(),
         }

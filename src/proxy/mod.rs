@@ -135,6 +135,10 @@ pub struct Limits {
     /// Most HTTP requests in flight to one backend (Service port) at once, unless its Service
     /// says otherwise (`pier.dev/max-requests`); over it 503. `None`: no maximum.
     pub max_requests_per_backend: Option<u32>,
+    /// Requests over that maximum that wait for a slot (at most the connect timeout, oldest
+    /// first) instead of a 503 at once, unless the Service says otherwise
+    /// (`pier.dev/max-pending-requests`). 0: none wait.
+    pub max_pending_requests_per_backend: u32,
     /// Passive outlier detection, unless a Service says otherwise
     /// (`pier.dev/outlier-consecutive-failures`, `pier.dev/outlier-ejection`).
     pub outlier: crate::model::Outlier,
@@ -155,6 +159,7 @@ impl Default for Limits {
             max_request_target: 8 * 1024,
             max_request_body: None,
             max_requests_per_backend: None,
+            max_pending_requests_per_backend: 0,
             outlier: crate::model::Outlier::default(),
         }
     }
@@ -198,9 +203,11 @@ impl Shared {
 
     /// [`Self::in_flight`] for an HTTP request, under the backend's maximum of requests in
     /// flight (the Service's `pier.dev/max-requests`, else `--max-requests-per-backend`):
-    /// over it, [`ProxyError::BackendOverflow`] (503, counted) and nothing is sent. Both
-    /// request paths and retries admit through here.
-    pub fn admit(
+    /// over it the request waits for a slot when the backend's queue has room (at most the
+    /// connect timeout, as HAProxy's `timeout queue` defaults to its `timeout connect`), else
+    /// [`ProxyError::BackendOverflow`] (503, counted) and nothing is sent. Both request paths
+    /// and retries admit through here.
+    pub async fn admit(
         &self,
         snapshot: &Arc<Snapshot>,
         backend: &crate::model::Backend,
@@ -212,13 +219,22 @@ impl Shared {
         else {
             return Ok(self.in_flight(snapshot, backend, endpoint));
         };
+        let queue = upstream::Queue {
+            max_pending: backend
+                .max_pending
+                .unwrap_or(self.config.limits.max_pending_requests_per_backend),
+            wait: self.config.connect_timeout,
+        };
         let gauge = self.metrics.in_flight_of(snapshot, &backend.id);
-        upstream::InFlight::admit(&backend.load, max, endpoint.stats.clone(), gauge).ok_or_else(
-            || {
+        match upstream::InFlight::admit(&backend.load, max, queue, endpoint.stats.clone(), gauge)
+            .await
+        {
+            Some(admitted) => Ok(admitted),
+            None => {
                 self.metrics.overflow(&backend.id);
-                ProxyError::BackendOverflow
-            },
-        )
+                Err(ProxyError::BackendOverflow)
+            }
+        }
     }
 }
 

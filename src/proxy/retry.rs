@@ -176,7 +176,7 @@ async fn attempt<'s>(
         endpoint,
         upgrade: false,
     };
-    let in_flight = shared.admit(snapshot, backend, endpoint)?;
+    let in_flight = shared.admit(snapshot, backend, endpoint).await?;
     service::exchange(shared, req.rule, target, endpoint, up, in_flight).await
 }
 

@@ -570,7 +570,7 @@ async fn forward<'s>(
         endpoint,
         upgrade,
     };
-    let in_flight = shared.admit(snapshot, backend, endpoint)?;
+    let in_flight = shared.admit(snapshot, backend, endpoint).await?;
     let (mut resp, in_flight) = exchange(shared, rule, target, endpoint, up, in_flight)
         .await
         .map_err(|e| match fault.as_ref().and_then(|f| f.get()) {

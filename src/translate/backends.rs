@@ -31,6 +31,9 @@ pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 /// breaking); over it pier answers 503 without contacting the Service. A positive integer;
 /// anything else is ignored (pier's default applies), and `/config` shows what applies.
 pub const MAX_REQUESTS_ANNOTATION: &str = "pier.dev/max-requests";
+/// Service annotation: how many requests may wait for a slot under `pier.dev/max-requests`
+/// (`0`: none wait, the excess is refused at once).
+pub const MAX_PENDING_ANNOTATION: &str = "pier.dev/max-pending-requests";
 /// Service annotation: gateway failures in a row that eject an endpoint (`0`: never). As for
 /// the other annotations, a value that does not parse is ignored (pier's default applies).
 pub const OUTLIER_FAILURES_ANNOTATION: &str = "pier.dev/outlier-consecutive-failures";
@@ -163,6 +166,7 @@ impl<'a> Backends<'a> {
         let max_requests = annotation(MAX_REQUESTS_ANNOTATION)
             .and_then(|v| v.parse::<u32>().ok())
             .filter(|&n| n > 0);
+        let max_pending = annotation(MAX_PENDING_ANNOTATION).and_then(|v| v.parse::<u32>().ok());
         let outlier = OutlierOverride {
             consecutive_failures: annotation(OUTLIER_FAILURES_ANNOTATION)
                 .and_then(|v| v.parse::<u32>().ok()),
@@ -176,6 +180,7 @@ impl<'a> Backends<'a> {
             endpoints,
             tls,
             max_requests,
+            max_pending,
             outlier,
             load,
         });

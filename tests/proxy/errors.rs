@@ -280,3 +280,53 @@ async fn requests_over_the_backends_maximum_in_flight_get_503_at_once() {
     );
     bounded(h.proxy.shutdown(BOUND)).await;
 }
+
+/// With a queue (`--max-pending-requests-per-backend`), a request over the maximum waits for
+/// a slot instead of a 503, the oldest first; one over the queue's room is refused at once, and
+/// one that waits longer than the connect timeout gets a 503 without reaching the backend.
+#[tokio::test]
+async fn requests_over_the_maximum_wait_in_the_backends_queue() {
+    let a = echo("a").await;
+    let mut config = config();
+    config.limits.max_requests_per_backend = Some(1);
+    config.limits.max_pending_requests_per_backend = 1;
+    config.connect_timeout = Duration::from_millis(700);
+    let p = free_port();
+    let h = Harness::start_with(simple(p, &backend("a", &[a.addr])), config).await;
+    let t0 = Instant::now();
+    let slow = tokio::spawn(send(local(p), get("x", "/delay/400")));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Waits for the slow one's slot.
+    let queued = tokio::spawn(send(local(p), get("x", "/")));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The queue is full: refused at once.
+    let started = Instant::now();
+    assert_eq!(send(local(p), get("x", "/")).await.status, 503);
+    assert!(started.elapsed() < Duration::from_millis(200));
+    assert_eq!(bounded(slow).await.unwrap().status, 200);
+    assert_eq!(bounded(queued).await.unwrap().status, 200);
+    assert!(
+        t0.elapsed() >= Duration::from_millis(400),
+        "the queued one waited"
+    );
+    assert_eq!(a.count(), 2);
+
+    // Waiting longer than the connect timeout: 503, and the backend never sees it.
+    let slow = tokio::spawn(send(local(p), get("x", "/delay/1500")));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let started = Instant::now();
+    assert_eq!(send(local(p), get("x", "/")).await.status, 503);
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(600) && waited < Duration::from_millis(1200),
+        "{waited:?}"
+    );
+    assert_eq!(bounded(slow).await.unwrap().status, 200);
+    assert_eq!(a.count(), 3);
+    let metrics = h.metrics_text();
+    assert!(
+        metrics.contains(r#"pier_proxy_upstream_overflow_total{backend="default/a:80"} 2"#),
+        "{metrics}"
+    );
+    bounded(h.proxy.shutdown(BOUND)).await;
+}

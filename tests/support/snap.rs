@@ -48,6 +48,7 @@ pub fn tls_backend(
         endpoints: addrs.iter().copied().map(Endpoint::new).collect(),
         tls,
         max_requests: None,
+        max_pending: None,
         outlier: Default::default(),
         load: Default::default(),
     })

@@ -383,7 +383,7 @@ where
             endpoint,
             upgrade: false,
         };
-        let in_flight = match shared.admit(snapshot, backend, endpoint) {
+        let in_flight = match shared.admit(snapshot, backend, endpoint).await {
             Ok(in_flight) => in_flight,
             Err(e) => return self.respond(snapshot, common, Err(e), started).await,
         };

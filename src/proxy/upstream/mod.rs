@@ -533,24 +533,72 @@ impl InFlight {
         }
     }
 
-    /// Counts a request against `backend` too, unless it already has `max` in flight
-    /// (circuit breaking): then `None`, and nothing is counted.
-    pub fn admit(
+    /// Counts a request against `backend` too, once it has fewer than `max` in flight
+    /// (circuit breaking). A request that finds it full waits in `queue` when it has room, the
+    /// oldest first, at most `queue.wait`; `None` when it does not get a slot (nothing counted).
+    pub async fn admit(
         backend: &Arc<BackendLoad>,
         max: u32,
+        queue: Queue,
         stats: Arc<EndpointStats>,
         gauge: Gauge,
     ) -> Option<Self> {
-        let counted = backend
-            .in_flight
+        let counted = |backend: &Arc<BackendLoad>| {
+            let mut admitted = Self::new(stats.clone(), gauge.clone());
+            admitted.backend = Some(backend.clone());
+            admitted
+        };
+        // A newcomer takes a free slot only when nobody waits for one.
+        if backend.pending.load(Ordering::Acquire) == 0 && claim(backend, max) {
+            return Some(counted(backend));
+        }
+        backend
+            .pending
             .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| {
-                (n < max).then_some(n + 1)
-            });
-        counted.ok()?;
-        let mut admitted = Self::new(stats, gauge);
-        admitted.backend = Some(backend.clone());
-        Some(admitted)
+                (n < queue.max_pending).then_some(n + 1)
+            })
+            .ok()?;
+        let _waiting = Waiting(backend);
+        let deadline = tokio::time::Instant::now() + queue.wait;
+        loop {
+            // Registered before the check, so a slot freed in between still wakes this one.
+            let freed = backend.freed.notified();
+            let mut freed = std::pin::pin!(freed);
+            freed.as_mut().enable();
+            if claim(backend, max) {
+                return Some(counted(backend));
+            }
+            tokio::time::timeout_at(deadline, freed).await.ok()?;
+        }
     }
+}
+
+/// The waiting room of a full backend ([`InFlight::admit`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Queue {
+    /// How many requests may wait at once (0: none).
+    pub max_pending: u32,
+    /// How long one waits at most.
+    pub wait: std::time::Duration,
+}
+
+/// One request in a backend's queue, until dropped.
+struct Waiting<'a>(&'a BackendLoad);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.pending.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Takes a slot of `backend` if it has fewer than `max` in flight.
+fn claim(backend: &BackendLoad, max: u32) -> bool {
+    backend
+        .in_flight
+        .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| {
+            (n < max).then_some(n + 1)
+        })
+        .is_ok()
 }
 
 impl Drop for InFlight {
@@ -559,6 +607,8 @@ impl Drop for InFlight {
         self.gauge.dec();
         if let Some(b) = &self.backend {
             b.in_flight.fetch_sub(1, Ordering::AcqRel);
+            // A `Notify` permit kept while nobody waits only costs the next waiter a look.
+            b.freed.notify_one();
         }
     }
 }

@@ -17,6 +17,7 @@ fn backend(protocol: AppProtocol) -> Backend {
         endpoints: vec![],
         tls: BackendTls::Plain,
         max_requests: None,
+        max_pending: None,
         outlier: Default::default(),
         load: Arc::default(),
     }

@@ -207,6 +207,22 @@ fn the_max_requests_annotation_sets_the_backends_limit_and_its_load_carries_over
     }
     assert_eq!(limit(&resources(SERVICE)), None);
 
+    // The queue's room: 0 is a value (none wait, over pier's default), not "unset".
+    let pending = |value: &str| {
+        let r = resources(&SERVICE.replacen(
+            "metadata: {name: web, namespace: ns}",
+            &format!("metadata: {{name: web, namespace: ns, annotations: {{pier.dev/max-pending-requests: {value:?}}}}}"),
+            1,
+        ));
+        Backends::new(&r, &SETTINGS, &EndpointPool::default())
+            .service_port("ns", "web", 80, TlsCtx::default(), Traffic::Http)
+            .unwrap()
+            .max_pending
+    };
+    assert_eq!(pending("50"), Some(50));
+    assert_eq!(pending("0"), Some(0));
+    assert_eq!(pending("many"), None);
+
     // Both ports' variants of one Service port share one load, and the next snapshot keeps it.
     let r = annotated("100");
     let first = Backends::new(&r, &SETTINGS, &EndpointPool::default())
