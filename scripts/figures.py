@@ -10,7 +10,8 @@ import time
 
 
 def gateway(port):
-    """The pier GatewayClass and a Gateway `default/gw` with one HTTP listener."""
+    """The pier GatewayClass and a Gateway `default/gw` with one HTTP listener (more `spec`
+    fields may follow, indented by two spaces)."""
     return f"""
 apiVersion: gateway.networking.k8s.io/v1
 kind: GatewayClass

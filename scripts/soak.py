@@ -44,39 +44,27 @@ SNI = "mesh-web.default.svc.cluster.local"
 
 # The Gateway, meshed: pier's client certificate from the Secret `gateway-client`, workloads
 # verified against the ConfigMap `mesh-ca`, HTTPRoutes labelled `mesh: enabled` meshed.
-STATIC = f"""
-apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata: {{name: pier}}
-spec: {{controllerName: pier.dev/gateway-controller}}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {{name: gw, namespace: default}}
-spec:
-  gatewayClassName: pier
-  listeners: [{{name: http, protocol: HTTP, port: {PORT}}}]
-  tls:
+STATIC = figures.gateway(PORT) + """  tls:
     backend:
-      clientCertificateRef: {{name: gateway-client}}
+      clientCertificateRef: {name: gateway-client}
   mesh:
-    trustBundle: [{{kind: ConfigMap, name: mesh-ca}}]
+    trustBundle: [{kind: ConfigMap, name: mesh-ca}]
     selector:
-      matchLabels: {{mesh: enabled}}
+      matchLabels: {mesh: enabled}
 ---
 apiVersion: gateway.networking.k8s.io/v1
 kind: HTTPRoute
-metadata: {{name: meshed, namespace: default, labels: {{mesh: enabled}}}}
+metadata: {name: meshed, namespace: default, labels: {mesh: enabled}}
 spec:
-  parentRefs: [{{name: gw}}]
+  parentRefs: [{name: gw}]
   rules:
-  - matches: [{{path: {{type: PathPrefix, value: /mesh}}}}]
-    backendRefs: [{{name: mesh-web, port: 443}}]
+  - matches: [{path: {type: PathPrefix, value: /mesh}}]
+    backendRefs: [{name: mesh-web, port: 443}]
 ---
 apiVersion: v1
 kind: Service
-metadata: {{name: mesh-web, namespace: default}}
-spec: {{ports: [{{name: https, port: 443}}]}}
+metadata: {name: mesh-web, namespace: default}
+spec: {ports: [{name: https, port: 443}]}
 """
 
 # A response header filter whose value each route write changes.

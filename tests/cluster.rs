@@ -373,12 +373,17 @@ async fn waits_for_the_gateway_api_crds() {
     running.shutdown().await;
 }
 
-fn outage() -> Duration {
-    let secs = std::env::var("PIER_TEST_OUTAGE_SECS")
+/// Seconds from the environment variable `name`, else `default`.
+fn env_secs(name: &str, default: u64) -> Duration {
+    let secs = std::env::var(name)
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(30);
+        .unwrap_or(default);
     Duration::from_secs(secs)
+}
+
+fn outage() -> Duration {
+    env_secs("PIER_TEST_OUTAGE_SECS", 30)
 }
 
 /// kube-apiserver goes away for 30 s: pier keeps serving (a client loop sees no failure),
@@ -435,11 +440,7 @@ async fn serves_through_an_api_server_outage_and_resyncs() {
 /// How long each fault of `serves_through_api_server_errors_and_backs_off` lasts
 /// (`PIER_TEST_FAULT_SECS`, default 20 s).
 fn fault_phase() -> Duration {
-    let secs = std::env::var("PIER_TEST_FAULT_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(20);
-    Duration::from_secs(secs)
+    env_secs("PIER_TEST_FAULT_SECS", 20)
 }
 
 /// kube-apiserver stays up but misbehaves (`support::faulty_api` in front of it): every request
