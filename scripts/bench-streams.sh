@@ -157,7 +157,25 @@ backend h1_origin
   http-reuse always
   server origin 127.0.0.1:$P_HTTP_ORIGIN
 EOF
-cat >"$RUN/pier/bench.yaml" <<EOF
+# A Service NAME (port PORT named PORTNAME) and its EndpointSlice: 127.0.0.1:TARGET.
+service_yaml() { # name portname port target
+  cat <<EOF
+---
+apiVersion: v1
+kind: Service
+metadata: {name: $1, namespace: demo}
+spec: {ports: [{name: $2, port: $3}]}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: $1-1, namespace: demo, labels: {kubernetes.io/service-name: $1}}
+addressType: IPv4
+ports: [{name: $2, port: $4, protocol: TCP}]
+endpoints: [{addresses: ["127.0.0.1"], conditions: {ready: true}}]
+EOF
+}
+{
+  cat <<EOF
 apiVersion: gateway.networking.k8s.io/v1
 kind: GatewayClass
 metadata: {name: pier}
@@ -180,18 +198,6 @@ spec:
   parentRefs: [{name: bench, sectionName: h2}]
   rules: [{backendRefs: [{name: http-origin, port: 80}]}]
 ---
-apiVersion: v1
-kind: Service
-metadata: {name: http-origin, namespace: demo}
-spec: {ports: [{name: http, port: 80}]}
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata: {name: http-origin-1, namespace: demo, labels: {kubernetes.io/service-name: http-origin}}
-addressType: IPv4
-ports: [{name: http, port: $P_HTTP_ORIGIN, protocol: TCP}]
-endpoints: [{addresses: ["127.0.0.1"], conditions: {ready: true}}]
----
 apiVersion: gateway.networking.k8s.io/v1
 kind: GRPCRoute
 metadata: {name: grpc, namespace: demo}
@@ -206,38 +212,16 @@ spec:
   parentRefs: [{name: bench, sectionName: tls}]
   hostnames: []
   rules: [{backendRefs: [{name: tls-origin, port: 443}]}]
----
-apiVersion: v1
-kind: Service
-metadata: {name: grpc-origin, namespace: demo}
-spec: {ports: [{name: grpc, port: 80}]}
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata: {name: grpc-origin-1, namespace: demo, labels: {kubernetes.io/service-name: grpc-origin}}
-addressType: IPv4
-ports: [{name: grpc, port: $P_GRPC_ORIGIN, protocol: TCP}]
-endpoints: [{addresses: ["127.0.0.1"], conditions: {ready: true}}]
----
-apiVersion: v1
-kind: Service
-metadata: {name: tls-origin, namespace: demo}
-spec: {ports: [{name: tls, port: 443}]}
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata: {name: tls-origin-1, namespace: demo, labels: {kubernetes.io/service-name: tls-origin}}
-addressType: IPv4
-ports: [{name: tls, port: $P_TLS_ORIGIN, protocol: TCP}]
-endpoints: [{addresses: ["127.0.0.1"], conditions: {ready: true}}]
 EOF
-{
+  service_yaml http-origin http 80 "$P_HTTP_ORIGIN"
+  service_yaml grpc-origin grpc 80 "$P_GRPC_ORIGIN"
+  service_yaml tls-origin tls 443 "$P_TLS_ORIGIN"
   echo "---"
   echo "apiVersion: v1"; echo "kind: Secret"; echo "metadata: {name: origin, namespace: demo}"
   echo "type: kubernetes.io/tls"; echo "stringData:"
   echo "  tls.crt: |"; sed 's/^/    /' "$C/origin.crt"
   echo "  tls.key: |"; sed 's/^/    /' "$C/origin.key"
-} >>"$RUN/pier/bench.yaml"
+} >"$RUN/pier/bench.yaml"
 
 # ---------- origins (on LOAD_CPU, for the whole run) ----------
 start_bg "$LOAD_CPU" "$RUN/grpc-origin.log" "$PIER_BIN" echo --listen "127.0.0.1:$P_GRPC_ORIGIN" --name origin

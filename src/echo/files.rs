@@ -106,57 +106,29 @@ mod tests {
 
     use super::{TlsFiles, server_config};
 
-    fn write_pair(files: &TlsFiles, name: &str) -> CertificateDer<'static> {
-        let c = rcgen::generate_simple_self_signed(vec![name.to_string()]).unwrap();
+    /// A new self-signed pair for `a.example`, written to the files.
+    fn write_pair(files: &TlsFiles) -> CertificateDer<'static> {
+        let c = rcgen::generate_simple_self_signed(vec!["a.example".to_string()]).unwrap();
         std::fs::write(&files.key, c.signing_key.serialize_pem()).unwrap();
         std::fs::write(&files.cert, c.cert.pem()).unwrap();
         c.cert.der().clone()
     }
 
-    /// The certificate a handshake with the echo at `addr` gets (any certificate accepted).
-    async fn served_cert(addr: SocketAddr) -> CertificateDer<'static> {
-        #[derive(Debug)]
-        struct Any(rustls::crypto::WebPkiSupportedAlgorithms);
-        impl rustls::client::danger::ServerCertVerifier for Any {
-            fn verify_server_cert(
-                &self,
-                _: &CertificateDer<'_>,
-                _: &[CertificateDer<'_>],
-                _: &ServerName<'_>,
-                _: &[u8],
-                _: rustls::pki_types::UnixTime,
-            ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-                Ok(rustls::client::danger::ServerCertVerified::assertion())
-            }
-            fn verify_tls12_signature(
-                &self,
-                m: &[u8],
-                c: &CertificateDer<'_>,
-                d: &rustls::DigitallySignedStruct,
-            ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error>
-            {
-                rustls::crypto::verify_tls12_signature(m, c, d, &self.0)
-            }
-            fn verify_tls13_signature(
-                &self,
-                m: &[u8],
-                c: &CertificateDer<'_>,
-                d: &rustls::DigitallySignedStruct,
-            ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error>
-            {
-                rustls::crypto::verify_tls13_signature(m, c, d, &self.0)
-            }
-            fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-                self.0.supported_schemes()
-            }
+    /// The certificate a handshake with the echo at `addr` gets; `trusted` are the
+    /// self-signed certificates the client accepts.
+    async fn served_cert(
+        addr: SocketAddr,
+        trusted: &[&CertificateDer<'static>],
+    ) -> CertificateDer<'static> {
+        let mut roots = rustls::RootCertStore::empty();
+        for c in trusted {
+            roots.add((*c).clone()).unwrap();
         }
-        let provider = rustls::crypto::ring::default_provider();
-        let algs = provider.signature_verification_algorithms;
-        let config = rustls::ClientConfig::builder_with_provider(Arc::new(provider))
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .unwrap()
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(Any(algs)))
+            .with_root_certificates(roots)
             .with_no_client_auth();
         let tcp = TcpStream::connect(addr).await.unwrap();
         let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
@@ -176,16 +148,17 @@ mod tests {
             key: dir.path().join("tls.key"),
             client_ca: None,
         };
-        let first = write_pair(&files, "a.example");
+        let first = write_pair(&files);
         let config = server_config(&files).unwrap();
         let echo = crate::echo::spawn_tls(SocketAddr::from(([127, 0, 0, 1], 0)), "e", config)
             .await
             .unwrap();
-        assert_eq!(served_cert(echo.addr).await, first);
+        assert_eq!(served_cert(echo.addr, &[&first]).await, first);
 
-        let second = write_pair(&files, "b.example");
+        let second = write_pair(&files);
+        let both = [&first, &second];
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-        while served_cert(echo.addr).await != second {
+        while served_cert(echo.addr, &both).await != second {
             assert!(tokio::time::Instant::now() < deadline, "not reloaded");
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -195,7 +168,7 @@ mod tests {
         )
         .unwrap();
         tokio::time::sleep(Duration::from_millis(2500)).await;
-        assert_eq!(served_cert(echo.addr).await, second);
+        assert_eq!(served_cert(echo.addr, &both).await, second);
 
         assert_eq!(echo.plaintext_connections(), 0);
         let mut tcp = TcpStream::connect(echo.addr).await.unwrap();

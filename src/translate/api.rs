@@ -10,13 +10,6 @@ use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
 pub use gateway_api::Duration as ApiDuration;
-
-/// A GEP-2257 duration (`1h30m`, `500ms`), to the millisecond; `None` when it does not parse.
-pub fn duration(s: &str) -> Option<std::time::Duration> {
-    let d: ApiDuration = s.parse().ok()?;
-    let ms = u64::try_from(d.as_millis()).ok()?;
-    Some(std::time::Duration::from_millis(ms))
-}
 pub use gateway_api::backendtlspolicies::{
     BackendTlsPolicy, BackendTlsPolicySpec, BackendTlsPolicyTargetRefs, BackendTlsPolicyValidation,
     BackendTlsPolicyValidationCaCertificateRefs, BackendTlsPolicyValidationSubjectAltNames,
@@ -249,6 +242,13 @@ impl PodSpecIdentity {
             service_account: sa.to_string(),
         }
     }
+}
+
+/// A GEP-2257 duration (`1h30m`, `500ms`), to the millisecond; `None` when it does not parse.
+pub fn duration(s: &str) -> Option<std::time::Duration> {
+    let d: ApiDuration = s.parse().ok()?;
+    let ms = u64::try_from(d.as_millis()).ok()?;
+    Some(std::time::Duration::from_millis(ms))
 }
 
 pub fn creation_time(meta: &ObjectMeta) -> Option<Timestamp> {

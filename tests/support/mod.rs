@@ -66,17 +66,16 @@ pub fn pinned_version(script: &str, var: &str) -> String {
 /// one test to collide now and then, as CI once saw (an `AllowValidOnly` port landing on the
 /// `AllowInsecureFallback` one).
 pub fn free_port() -> u16 {
-    use std::collections::HashSet;
+    use std::collections::BTreeSet;
     use std::hash::{BuildHasher, RandomState};
     use std::sync::Mutex;
-    static GIVEN: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
+    static GIVEN: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
     const LOW: u16 = 20_000;
     let high = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
         .ok()
         .and_then(|r| r.split_whitespace().next()?.parse::<u16>().ok())
         .unwrap_or(32_768);
     let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
-    let given = given.get_or_insert_with(HashSet::new);
     let random = RandomState::new();
     for attempt in 0u32..10_000 {
         let port = if high > LOW + 1_000 {

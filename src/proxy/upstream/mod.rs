@@ -543,33 +543,37 @@ impl InFlight {
         stats: Arc<EndpointStats>,
         gauge: Gauge,
     ) -> Option<Self> {
-        let counted = |backend: &Arc<BackendLoad>| {
-            let mut admitted = Self::new(stats.clone(), gauge.clone());
-            admitted.backend = Some(backend.clone());
-            admitted
-        };
         // A newcomer takes a free slot only when nobody waits for one.
-        if backend.pending.load(Ordering::Acquire) == 0 && claim(backend, max) {
-            return Some(counted(backend));
+        let free = backend.pending.load(Ordering::Acquire) == 0 && claim(backend, max);
+        if !free {
+            wait_for_slot(backend, max, queue).await?;
         }
-        backend
-            .pending
-            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| {
-                (n < queue.max_pending).then_some(n + 1)
-            })
-            .ok()?;
-        let _waiting = Waiting(backend);
-        let deadline = tokio::time::Instant::now() + queue.wait;
-        loop {
-            // Registered before the check, so a slot freed in between still wakes this one.
-            let freed = backend.freed.notified();
-            let mut freed = std::pin::pin!(freed);
-            freed.as_mut().enable();
-            if claim(backend, max) {
-                return Some(counted(backend));
-            }
-            tokio::time::timeout_at(deadline, freed).await.ok()?;
+        let mut admitted = Self::new(stats, gauge);
+        admitted.backend = Some(backend.clone());
+        Some(admitted)
+    }
+}
+
+/// Joins `backend`'s queue (when it has room) and waits until a slot is claimed; `None` when
+/// the queue is full or the wait ends first.
+async fn wait_for_slot(backend: &BackendLoad, max: u32, queue: Queue) -> Option<()> {
+    backend
+        .pending
+        .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| {
+            (n < queue.max_pending).then_some(n + 1)
+        })
+        .ok()?;
+    let _waiting = Waiting(backend);
+    let deadline = tokio::time::Instant::now() + queue.wait;
+    loop {
+        // Registered before the check, so a slot freed in between still wakes this one.
+        let freed = backend.freed.notified();
+        let mut freed = std::pin::pin!(freed);
+        freed.as_mut().enable();
+        if claim(backend, max) {
+            return Some(());
         }
+        tokio::time::timeout_at(deadline, freed).await.ok()?;
     }
 }
 
