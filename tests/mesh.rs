@@ -591,6 +591,71 @@ async fn nginx_as_the_meshed_workload_verifies_piers_client_certificate() {
     pier.shutdown().await;
 }
 
+/// A workload that closes after every response makes pier open a connection per request;
+/// each one after the first resumes pier's TLS session (a ticket from the last handshake)
+/// instead of a full handshake, and the workload still sees pier's certificate (the session
+/// carries it).
+#[tokio::test]
+async fn new_connections_to_a_workload_resume_the_tls_session() {
+    let pki = MeshPki::new();
+    let web = Workload::spawn(&pki.workload, &pki.client_ca).await;
+    web.close_after_each_response();
+    let mut f = Files::new(&pki, &mesh_spec(""));
+    f.backends = vec![service("app", "web", web.addr)];
+    f.routes = vec![route("app", "web", "", "web")];
+    let pier = f.start().await;
+    let mut resumed = vec![];
+    for _ in 0..6 {
+        let s = seen(&pier.get(WEB).await);
+        assert_pier_identity(&s, &pki, "web.app.svc.cluster.local");
+        resumed.push(s.resumed);
+    }
+    assert_eq!(web.handshakes(), 6, "one connection per request");
+    assert_eq!(resumed, [false, true, true, true, true, true]);
+    pier.assert_metric(
+        r#"pier_proxy_upstream_tls_handshakes_total{backend="app/web:443",result="ok",reason="none"} 6"#,
+    )
+    .await;
+    pier.shutdown().await;
+}
+
+/// Three endpoints that close after every response, picked in turn by the balancer: pier
+/// keeps a session per endpoint, so a new connection resumes with the endpoint it goes to.
+/// (One session cache per server name would offer endpoint A's ticket to B, which refuses it.)
+#[tokio::test]
+async fn each_endpoint_resumes_its_own_tls_session() {
+    let pki = MeshPki::new();
+    let mut workloads = vec![];
+    for _ in 0..3 {
+        let w = Workload::spawn(&pki.workload, &pki.client_ca).await;
+        w.close_after_each_response();
+        workloads.push(w);
+    }
+    let endpoints: Vec<_> = workloads.iter().map(|w| (w.addr, None)).collect();
+    let mut f = Files::new(&pki, &mesh_spec(""));
+    f.backends = vec![service_with_pods("app", "web", &endpoints)];
+    f.routes = vec![route("app", "web", "", "web")];
+    let pier = f.start().await;
+    for _ in 0..30 {
+        assert_pier_identity(
+            &seen(&pier.get(WEB).await),
+            &pki,
+            "web.app.svc.cluster.local",
+        );
+    }
+    // Before sessions were kept per endpoint: 23 of 30 were full handshakes.
+    let mut total = 0;
+    for w in &workloads {
+        let seen = w.requests();
+        assert_eq!(w.handshakes(), seen.len(), "one connection per request");
+        let full = seen.iter().filter(|s| !s.resumed).count();
+        assert!(full <= 1, "{full} full handshakes of {}", seen.len());
+        total += seen.len();
+    }
+    assert_eq!(total, 30);
+    pier.shutdown().await;
+}
+
 // === rotation under load ===
 
 /// pier with route app/web meshed (no selector) to `web`, trusting `cas`.

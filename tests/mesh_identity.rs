@@ -5,7 +5,6 @@
 
 mod support;
 
-use std::net::SocketAddr;
 
 use support::client::Resp;
 use support::mesh::*;
@@ -16,42 +15,6 @@ const WEB: &str = "web.example";
 /// Gateway `gw/edge` meshing every route, checking identities with `identity` (YAML flow map).
 fn identity_spec(identity: &str) -> String {
     format!("{}    identity: {identity}\n", mesh_spec(""))
-}
-
-/// Service `ns/name` port 443 with one EndpointSlice per endpoint; each endpoint names a Pod
-/// (`targetRef`) unless `None`.
-fn service_with_pods(ns: &str, name: &str, endpoints: &[(SocketAddr, Option<&str>)]) -> String {
-    let mut out = format!(
-        "apiVersion: v1
-kind: Service
-metadata: {{name: {name}, namespace: {ns}}}
-spec:
-  ports: [{{name: web, port: 443}}]
-"
-    );
-    for (i, (addr, pod)) in endpoints.iter().enumerate() {
-        let target = pod
-            .map(|p| format!("    targetRef: {{kind: Pod, name: {p}, namespace: {ns}}}\n"))
-            .unwrap_or_default();
-        out.push_str(&format!(
-            "---
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: {name}-{i}
-  namespace: {ns}
-  labels: {{kubernetes.io/service-name: {name}}}
-addressType: IPv4
-ports: [{{name: web, port: {port}}}]
-endpoints:
-  - addresses: [\"{ip}\"]
-    conditions: {{ready: true}}
-{target}",
-            port = addr.port(),
-            ip = addr.ip()
-        ));
-    }
-    out
 }
 
 fn pod(ns: &str, name: &str, service_account: &str) -> String {

@@ -214,6 +214,9 @@ pub struct Seen {
     /// Which of the workload's certificates served the connection (0 = the first; each
     /// [`Workload::switch`] adds one).
     pub epoch: u64,
+    /// The TLS session was resumed (no full handshake, no certificate sent again).
+    #[serde(default)]
+    pub resumed: bool,
     pub proto: String,
     pub host: String,
     pub path: String,
@@ -247,6 +250,9 @@ struct WorkloadState {
     accepted: watch::Sender<Vec<Accepted>>,
     /// Bumped to drain every open connection.
     kick: watch::Sender<u64>,
+    /// Close each connection after its first response (HTTP/1.1 `Connection: close`, HTTP/2
+    /// GOAWAY), as an origin without keep-alive does.
+    close_each: std::sync::atomic::AtomicBool,
 }
 
 impl Workload {
@@ -320,6 +326,7 @@ impl Workload {
             seen: watch::channel(vec![]).0,
             accepted: watch::channel(vec![]).0,
             kick: watch::channel(0).0,
+            close_each: false.into(),
         });
         let listener = TcpListener::bind(addr).await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -341,6 +348,13 @@ impl Workload {
             self.state.kick.send_modify(|k| *k += 1);
         }
         epoch
+    }
+
+    /// From now on each connection closes after its first response.
+    pub fn close_after_each_response(&self) {
+        self.state
+            .close_each
+            .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     pub fn requests(&self) -> Vec<Seen> {
@@ -444,6 +458,7 @@ async fn serve_conn(tcp: TcpStream, state: Arc<WorkloadState>) {
         client_cert_sha256: client.as_ref().map(|c| sha256_hex(c)),
         client_serial: client.as_ref().map(serial),
         epoch,
+        resumed: conn.handshake_kind() == Some(rustls::HandshakeKind::Resumed),
         proto: String::new(),
         host: String::new(),
         path: String::new(),
@@ -462,6 +477,7 @@ impl Seen {
             client_cert_sha256: None,
             client_serial: None,
             epoch,
+            resumed: false,
             proto: String::new(),
             host: String::new(),
             path: String::new(),
@@ -477,7 +493,12 @@ async fn serve_http<I>(
 ) where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
+    let served = Arc::new(tokio::sync::Notify::new());
+    let notify = served.clone();
     let svc = service_fn(move |req: Request<Incoming>| {
+        if state.close_each.load(std::sync::atomic::Ordering::Relaxed) {
+            notify.notify_one();
+        }
         let mut seen = base.clone();
         seen.proto = format!("{:?}", req.version());
         seen.host = req
@@ -505,6 +526,8 @@ async fn serve_http<I>(
     tokio::select! {
         _ = conn.as_mut() => return,
         _ = kick.changed() => {}
+        // Shutting down while the request is in flight answers it, then closes.
+        _ = served.notified() => {}
     }
     // Drain: in-flight requests finish, HTTP/1.1 answers `Connection: close`, HTTP/2 sends
     // GOAWAY; then the connection closes.
@@ -593,6 +616,42 @@ endpoints:
         port = addr.port(),
         ip = addr.ip()
     )
+}
+
+/// Service `ns/name` port 443 with one EndpointSlice per endpoint; each endpoint names a Pod
+/// (`targetRef`) unless `None`.
+pub fn service_with_pods(ns: &str, name: &str, endpoints: &[(SocketAddr, Option<&str>)]) -> String {
+    let mut out = format!(
+        "apiVersion: v1
+kind: Service
+metadata: {{name: {name}, namespace: {ns}}}
+spec:
+  ports: [{{name: web, port: 443}}]
+"
+    );
+    for (i, (addr, pod)) in endpoints.iter().enumerate() {
+        let target = pod
+            .map(|p| format!("    targetRef: {{kind: Pod, name: {p}, namespace: {ns}}}\n"))
+            .unwrap_or_default();
+        out.push_str(&format!(
+            "---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: {name}-{i}
+  namespace: {ns}
+  labels: {{kubernetes.io/service-name: {name}}}
+addressType: IPv4
+ports: [{{name: web, port: {port}}}]
+endpoints:
+  - addresses: [\"{ip}\"]
+    conditions: {{ready: true}}
+{target}",
+            port = addr.port(),
+            ip = addr.ip()
+        ));
+    }
+    out
 }
 
 /// HTTPRoute `ns/name` for hostname `<name>.example` (every path) to Service `ns/svc:443`,

@@ -59,6 +59,10 @@ pub struct Dial<'a> {
     pub addr: SocketAddr,
     pub protocol: AppProtocol,
     pub tls: Option<&'a UpstreamTls>,
+    /// The rustls config to connect with in place of `tls.config`: a pool entry's copy with
+    /// the endpoint's own sessions ([`Entry::tls_config`](super::pool::Entry::tls_config)).
+    /// Unpooled streams (TLSRoute) use `tls.config` and its cache by server name.
+    pub tls_config: Option<Arc<rustls::ClientConfig>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -122,7 +126,8 @@ impl Connector {
         tcp: TcpStream,
         deadline: Instant,
     ) -> Result<tokio_rustls::client::TlsStream<TcpStream>, ProxyError> {
-        let connector = TlsConnector::from(tls.config.clone());
+        let config = dial.tls_config.as_ref().unwrap_or(&tls.config);
+        let connector = TlsConnector::from(config.clone());
         let name = tls.server_name.clone();
         // Upgrades need HTTP/1.1: keys for them never offer h2.
         let handshake = if dial.protocol == AppProtocol::WebSocket && offers_h2(tls) {

@@ -207,6 +207,7 @@ impl Upstream {
             addr,
             protocol: AppProtocol::Opaque,
             tls,
+            tls_config: None,
         };
         let (io, _) = self.inner.connector.connect_stream(&dial).await?;
         let transport = tls.map_or(Transport::Plain, |t| Transport::of_mode(t.mode));
@@ -252,6 +253,7 @@ impl Upstream {
             addr,
             protocol,
             tls,
+            tls_config: tls.map(|t| entry.tls_config(t)),
         };
         // Boxed: connecting (TCP, TLS handshake, HTTP/2 handshake) takes kilobytes of future
         // state that would otherwise be part of, and moved with, every request's future.

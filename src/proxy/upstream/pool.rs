@@ -7,8 +7,15 @@
 //!             ├─ raw:  Mutex<VecDeque<IdleRaw>>    HTTP/1.1 sockets of the fast path, same rules
 //!             ├─ h2:   Mutex<Option<SendRequest>>  one multiplexed HTTP/2 connection
 //!             ├─ h2_connect: async gate            one HTTP/2 connect at a time
+//!             ├─ tls: the backend's rustls config with this entry's own TLS session cache
 //!             └─ retired                          set when its trust left the snapshot
 //! ```
+//!
+//! TLS sessions are kept per entry, that is per endpoint, as nginx keeps them per upstream
+//! peer: rustls caches sessions by server name, and every endpoint of a Service shares one
+//! (`<svc>.<ns>.svc.cluster.local`), so one cache per config would offer endpoint A's ticket
+//! to endpoint B, which cannot resume it. An entry with a session outlives its connections by
+//! the pool's idle timeout, so an origin that closes after every response still resumes.
 //!
 //! Locking: a request takes one shard *read* lock to find its entry (a write lock only to
 //! insert a new key), then the entry's own mutex to pop or push a connection. Every critical
@@ -26,16 +33,18 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::{BuildHasher, Hash};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use hyper::client::conn::{http1, http2};
 use prometheus_client::metrics::gauge::Gauge;
+use rustls::ClientConfig;
+use rustls::client::Resumption;
 use rustls::pki_types::ServerName;
 
 use super::super::body::ProxyBody;
 use super::raw::IdleRaw;
-use crate::model::{AppProtocol, BackendTls, Snapshot};
+use crate::model::{AppProtocol, BackendTls, Snapshot, UpstreamTls};
 use crate::proxy::fxhash::FxBuild;
 
 /// Power of two. Enough that two cores never meet on one shard by accident.
@@ -45,6 +54,10 @@ const SHARDS: usize = 32;
 /// (its connection task catching up, or a request body still being written after an early
 /// response) before it is dropped instead of pooled.
 const READY_WAIT: Duration = Duration::from_secs(5);
+
+/// An entry has one server name; rustls keeps up to 8 TLS 1.3 tickets per server name and
+/// sizes its cache in tickets, so 8 holds exactly one server.
+const SESSIONS_PER_ENTRY: usize = 8;
 
 pub type H1Sender = http1::SendRequest<ProxyBody>;
 pub type H2Sender = http2::SendRequest<ProxyBody>;
@@ -106,6 +119,12 @@ pub struct Entry {
     h2_connect: tokio::sync::Mutex<Option<super::connect::Failed>>,
     /// Bumped after every HTTP/2 connect attempt.
     h2_attempts: AtomicU64,
+    /// The backend's rustls config with a session cache of this entry's own, made on the
+    /// first TLS connect ([`Entry::tls_config`]).
+    tls: OnceLock<Arc<ClientConfig>>,
+    /// When a TLS connection was last opened: the entry keeps its sessions this long past
+    /// its last connection (see [`Entry::is_unused`]).
+    last_tls: Mutex<Option<Instant>>,
 }
 
 struct IdleConn {
@@ -160,7 +179,7 @@ impl Pool {
                         continue;
                     }
                     e.expire_idle(now);
-                    unused |= Arc::strong_count(e) == 1 && e.is_empty();
+                    unused |= Arc::strong_count(e) == 1 && e.is_unused(now);
                 }
             }
             if !unused {
@@ -175,7 +194,7 @@ impl Pool {
                     }
                     // Under the write lock nobody can clone the entry out of the map, so a
                     // count of one means no request or body holds it.
-                    !(Arc::strong_count(e) == 1 && e.is_empty())
+                    !(Arc::strong_count(e) == 1 && e.is_unused(now))
                 });
                 !entries.is_empty()
             });
@@ -274,7 +293,24 @@ impl Entry {
             h2: Mutex::default(),
             h2_connect: tokio::sync::Mutex::default(),
             h2_attempts: AtomicU64::new(0),
+            tls: OnceLock::new(),
+            last_tls: Mutex::default(),
         }
+    }
+
+    /// The rustls config for a new TLS connection of this entry: `tls.config` with a session
+    /// cache of the entry's own, so the connection resumes a session with this endpoint. The
+    /// entry's key holds the trust key, and equal trust keys mean equal configs, so the copy
+    /// made on the first connect serves every later one.
+    pub fn tls_config(&self, tls: &UpstreamTls) -> Arc<ClientConfig> {
+        *lock(&self.last_tls) = Some(Instant::now());
+        self.tls
+            .get_or_init(|| {
+                let mut config = ClientConfig::clone(&tls.config);
+                config.resumption = Resumption::in_memory_sessions(SESSIONS_PER_ENTRY);
+                Arc::new(config)
+            })
+            .clone()
     }
 
     pub fn mode(&self) -> Mode {
@@ -489,5 +525,13 @@ impl Entry {
 
     fn is_empty(&self) -> bool {
         lock(&self.idle).is_empty() && lock(&self.raw).is_empty() && lock(&self.h2).is_none()
+    }
+
+    /// No pooled connection, and no TLS session opened within the idle timeout: nothing is
+    /// lost by forgetting the entry.
+    fn is_unused(&self, now: Instant) -> bool {
+        self.is_empty()
+            && lock(&self.last_tls)
+                .is_none_or(|t| now.duration_since(t) >= self.settings.idle_timeout)
     }
 }

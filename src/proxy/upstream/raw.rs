@@ -86,6 +86,7 @@ impl Upstream {
             addr,
             protocol: backend.protocol,
             tls,
+            tls_config: tls.map(|t| entry.tls_config(t)),
         };
         // Boxed, as in `send`: connecting is kilobytes of future state.
         Box::pin(self.raw_new(entry, &dial)).await

@@ -192,6 +192,59 @@ async fn sweeping_retires_stale_trust_and_forgets_unused_entries() {
 }
 
 #[test]
+fn each_entry_keeps_its_own_tls_sessions_for_the_idle_timeout() {
+    let pool = Pool::new(pool::Settings {
+        max_idle: 4,
+        idle_timeout: Duration::from_millis(200),
+        idle_gauge: Gauge::default(),
+    });
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(rustls::RootCertStore::empty())
+    .with_no_client_auth();
+    let name = rustls::pki_types::ServerName::try_from("web.app.svc.cluster.local").unwrap();
+    let tls = crate::model::UpstreamTls {
+        mode: crate::model::TlsMode::Mesh,
+        config: Arc::new(config),
+        server_name: name.clone(),
+        trust_key: 7,
+        identity: None,
+    };
+    let key = |port| ShortKey {
+        addr: ([127, 0, 0, 1], port).into(),
+        trust_key: Some(7),
+        protocol: AppProtocol::Http1,
+    };
+    let live = pool::Live {
+        trust_keys: HashSet::from([7]),
+        addrs: HashSet::from([key(1).addr, key(2).addr]),
+    };
+    let (a, b) = (
+        pool.entry(key(1), Some(&name)),
+        pool.entry(key(2), Some(&name)),
+    );
+    let (config_a, config_b) = (a.tls_config(&tls), b.tls_config(&tls));
+    assert!(Arc::ptr_eq(&config_a, &a.tls_config(&tls)), "made once");
+    assert!(!Arc::ptr_eq(&config_a, &tls.config));
+    assert!(!Arc::ptr_eq(&config_a, &config_b), "one per endpoint");
+    drop((a, b));
+
+    // No connection left, but a session opened within the idle timeout: kept.
+    pool.sweep(Some(&live));
+    let a = pool.entry(key(1), Some(&name));
+    assert!(Arc::ptr_eq(&config_a, &a.tls_config(&tls)));
+    drop(a);
+    // Past the idle timeout it is forgotten, and the next connect starts a new cache.
+    std::thread::sleep(Duration::from_millis(250));
+    pool.sweep(Some(&live));
+    let a = pool.entry(key(1), Some(&name));
+    assert!(!Arc::ptr_eq(&config_a, &a.tls_config(&tls)));
+}
+
+#[test]
 fn shards_spread_keys() {
     let mut used = HashSet::new();
     for port in 0..256u16 {
