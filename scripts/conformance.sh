@@ -309,7 +309,8 @@ current-context: conformance
 EOF
 }
 
-kc() { in_ns "$PIER_KUBECTL" --kubeconfig "$KUBECONFIG_ADMIN" "$@"; }
+# Discovery cache in the run directory, never in the user's ~/.kube.
+kc() { in_ns "$PIER_KUBECTL" --kubeconfig "$KUBECONFIG_ADMIN" --cache-dir "$RUN/kube-cache" "$@"; }
 
 # Polled by wait_for.
 apiserver_ready() {

@@ -4,6 +4,8 @@
 # (no registry, no second release build), then runs it twice, each time --read-only, with no
 # capabilities and as its own user (uid 65532):
 #
+#  0. the README's "Run the container" command: `pier demo` in the container (its echo
+#     backends inside too), a request through the published port must reach echo-a.
 #  1. standalone: the quickstart manifests mounted at the default CMD's directory, the
 #     container's port 8080 published on loopback, the three echo backends in containers of
 #     the same image sharing its network namespace; requests through the published port must
@@ -148,6 +150,18 @@ fi
 grep -q "^pier " "$RUN/probe.log" || die "pier --version in the container printed: $(cat "$RUN/probe.log")"
 # Every container: a read-only root filesystem, no capabilities, no privilege gain.
 HARDEN=(--read-only --cap-drop=all --security-opt=no-new-privileges)
+
+# --- 0. the README's command: the demo ----------------------------------------------------------
+# As README.md "Run the container" gives it, with a free host port and the runtime options
+# found above. podman's --read-only mounts a tmpfs on /tmp, where the demo writes its manifests.
+t0=$(date +%s)
+port=$(free_port)
+podman run -d --name "$id-demo" "${RUNTIME[@]}" --read-only --network slirp4netns \
+  -p "127.0.0.1:$port:8080" "$IMAGE" demo --listen-host 0.0.0.0 >/dev/null
+demo_a() { curl -fsS --max-time 2 "http://127.0.0.1:$port/a" | grep -q '"backend":"echo-a"'; }
+wait_for "the demo to answer /a from echo-a" 30 demo_a
+podman rm -f -t 5 "$id-demo" >/dev/null
+log "the README's demo command served /a from echo-a in $(($(date +%s) - t0))s"
 
 # --- 1. standalone: the quickstart ---------------------------------------------------------------
 t0=$(date +%s)

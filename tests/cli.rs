@@ -290,6 +290,46 @@ async fn text_logs_off_a_terminal_have_no_colour_codes() {
     assert!(!text.contains('\x1b'), "ANSI escapes in {text:?}");
 }
 
+/// On a terminal text logs are coloured, unless `NO_COLOR` is set (no-color.org). The terminal
+/// is the pseudo-terminal of util-linux `script`; `timeout` ends pier after its start-up lines.
+#[test]
+fn text_logs_on_a_terminal_are_coloured_unless_no_color_is_set() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("gw.yaml"), gateway(free_port())).unwrap();
+    let run = |no_color: Option<&str>| {
+        let typescript = dir.path().join("typescript");
+        let command = format!(
+            "timeout -s TERM 2 {} run --listen-host 127.0.0.1 --admin 127.0.0.1:0 --manifests {}",
+            env!("CARGO_BIN_EXE_pier"),
+            dir.path().display()
+        );
+        let mut script = Command::new("script");
+        script
+            .args(["-q", "-e", "-c", &command])
+            .arg(&typescript)
+            .env_remove("NO_COLOR")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null());
+        if let Some(v) = no_color {
+            script.env("NO_COLOR", v);
+        }
+        script.status().expect("util-linux script runs");
+        std::fs::read_to_string(&typescript).unwrap()
+    };
+    let coloured = run(None);
+    assert!(coloured.contains("ready"), "{coloured}");
+    assert!(
+        coloured.contains("\x1b["),
+        "no colour on a terminal: {coloured:?}"
+    );
+    let plain = run(Some("1"));
+    assert!(plain.contains("ready"), "{plain}");
+    assert!(
+        !plain.contains('\x1b'),
+        "ANSI escapes with NO_COLOR: {plain:?}"
+    );
+}
+
 /// `pier run --manifests dir` with `args`, its text log going to a file; returns the process,
 /// its admin address, and a reader of the log so far.
 fn run_logged(dir: &std::path::Path, args: &[&str]) -> (Child, String, impl Fn() -> String) {

@@ -5,7 +5,6 @@
 
 mod support;
 
-
 use support::client::Resp;
 use support::mesh::*;
 use support::{bounded, free_port};

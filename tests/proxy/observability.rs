@@ -20,10 +20,15 @@ impl std::io::Write for Captured {
     }
 }
 
-/// The `pier::access` lines logged while one `GET Log.Example.com /logged?secret=1` goes
-/// through a proxy with `config`, and the echo backend's address. A current_thread runtime:
+/// The `pier::access` lines logged while `requests` (host, path, expected status) go one by
+/// one through a proxy serving `snapshot` on port `p` with `config`. A current_thread runtime:
 /// the proxy's tasks run on this thread, under the default subscriber set here.
-async fn access_lines(config: pier::proxy::ProxyConfig) -> (Vec<String>, String) {
+async fn logged(
+    p: u16,
+    snapshot: pier::model::Snapshot,
+    config: pier::proxy::ProxyConfig,
+    requests: &[(&str, &str, u16)],
+) -> Vec<String> {
     let captured = Captured::default();
     let writer = captured.clone();
     let subscriber = tracing_subscriber::fmt()
@@ -34,23 +39,33 @@ async fn access_lines(config: pier::proxy::ProxyConfig) -> (Vec<String>, String)
         .finish();
     let _default = tracing::subscriber::set_default(subscriber);
 
-    let a = echo("a").await;
-    let p = free_port();
-    let h = Harness::start_with(simple(p, &backend("ns/a", &[a.addr])), config).await;
-    assert_eq!(
-        bounded(send(local(p), get("Log.Example.com", "/logged?secret=1")))
-            .await
-            .status,
-        200
-    );
+    let h = Harness::start_with(snapshot, config).await;
+    for (host, path, status) in requests {
+        let resp = bounded(send(local(p), get(host, path))).await;
+        assert_eq!(resp.status, *status, "{host}{path}");
+    }
     bounded(h.proxy.shutdown(BOUND)).await;
 
     let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
-    let lines = text
-        .lines()
+    text.lines()
         .filter(|l| l.contains("pier::access"))
         .map(str::to_string)
-        .collect();
+        .collect()
+}
+
+/// The lines for one `GET Log.Example.com /logged?secret=1` to an echo backend, and the
+/// backend's address.
+async fn access_lines(config: pier::proxy::ProxyConfig) -> (Vec<String>, String) {
+    let a = echo("a").await;
+    let p = free_port();
+    let s = simple(p, &backend("ns/a", &[a.addr]));
+    let lines = logged(
+        p,
+        s,
+        config,
+        &[("Log.Example.com", "/logged?secret=1", 200)],
+    )
+    .await;
     (lines, a.addr.to_string())
 }
 
@@ -78,6 +93,59 @@ async fn access_log_has_one_line_per_request() {
         assert!(line.contains(field), "{field} missing in {line}");
     }
     assert!(!line.contains("secret"), "the query is not logged: {line}");
+}
+
+/// A request pier could not complete says why in `error` (the response flag): no route, a
+/// refused connection, a backend past its timeout.
+#[tokio::test]
+async fn access_log_lines_name_the_failure() {
+    let a = echo("a").await;
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let slow = rule("ns/slow")
+        .to(&backend("ns/a", &[a.addr]))
+        .timeouts(None, Some(std::time::Duration::from_millis(100)))
+        .build();
+    let refused = rule("ns/refused")
+        .to(&backend("ns/gone", &[closed]))
+        .build();
+    let p = free_port();
+    let s = snapshot(vec![port(
+        p,
+        vec![
+            listener("http", None)
+                .route(&[], prefix("/delay"), &slow)
+                .route(&[], prefix("/refused"), &refused)
+                .build(),
+        ],
+    )]);
+    let config = pier::proxy::ProxyConfig {
+        access_log: true,
+        ..config()
+    };
+    let requests = [
+        ("x", "/nothing", 404),
+        ("x", "/refused", 502),
+        ("x", "/delay/2000", 504),
+        ("x", "/delay/1", 200),
+    ];
+    let lines = logged(p, s, config, &requests).await;
+    assert_eq!(lines.len(), 4, "{lines:#?}");
+    let expect = [
+        ("status=404", Some("error=NoRoute")),
+        ("status=502", Some("error=ConnectRefused")),
+        ("status=504", Some("error=BackendTimeout")),
+        ("status=200", None),
+    ];
+    for (line, (status, error)) in lines.iter().zip(expect) {
+        assert!(line.contains(status), "{status} missing in {line}");
+        match error {
+            Some(e) => assert!(line.contains(e), "{e} missing in {line}"),
+            None => assert!(!line.contains("error="), "{line}"),
+        }
+    }
 }
 
 /// `--access-log-fields` keeps the named fields and leaves out every other one.
