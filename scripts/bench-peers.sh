@@ -8,8 +8,8 @@
 #
 # Scenarios: direct nginx pier haproxy nginx-mtls pier-mtls haproxy-mtls
 #            close-direct close-nginx close-pier close-haproxy close-nginx-mtls close-pier-mtls
-#            pier-log pier-trace1 pier-trace100, and {,close-}{nginx,pier,haproxy}-{https,rsa}
-#            (not in the default set: name them)
+#            pier-log pier-trace1 pier-trace100, {,close-}{nginx,pier,haproxy}-{https,rsa}
+#            and {nginx,pier,haproxy}-newtls (not in the default set: name them)
 #   (run in this order, so each proxy's run sits next to the one it is paired with)
 #   direct      wrk -> origin (the origin alone on the proxy's CPU): the one-hop limit of the box
 #   *-mtls      the upstream hop is TLS 1.3 with a client certificate, verified both ways
@@ -21,6 +21,12 @@
 #   *-https, *-rsa   client TLS terminated by the proxy (TLS 1.3 from wrk, which does full
 #               handshakes and never resumes), upstream plain; the listener certificate is
 #               ECDSA P-256 (https) or RSA-2048 (rsa). close-*-https: a full handshake per request.
+#   *-newtls    the mTLS upstream of *-mtls, but the origin closes after every response
+#               (keepalive_timeout 0): a new upstream TLS connection per request, which each
+#               proxy may resume (nginx proxy_ssl_session_reuse on, HAProxy's default, pier's
+#               per-endpoint session cache); the run checks that the origin saw resumed sessions
+#   New upstream TLS connections, one command:
+#     scripts/bench-peers.sh nginx-newtls pier-newtls haproxy-newtls
 #   New TLS connections, one command:
 #     scripts/bench-peers.sh close-nginx-https close-pier-https close-haproxy-https
 #   The cost of observability, one command (the table's second part: ratios to `pier`, same
@@ -45,7 +51,7 @@
 # Knobs (env): DURATION=8s REPS=7 CONNS="64 256" WARMUP=2s WRK_CPU=1 PROXY_CPU=0 ORIGIN_CPU=1
 #   LOAD_MAX=0.5 LOAD_WAIT=600 QUIET_PCT=10 QUIET_SECS=2 QUIET_WAIT=300 PROC_MAX=10
 #   FOREIGN_MAX=10 RETRIES=3 FORCE=0 INTERLEAVE=1 PIER_BIN=target/release/pier RUN_DIR=target/bench-peers
-#   PORT_BASE=19000 (ports PORT_BASE+81 .. +101 and +901 on 127.0.0.1)
+#   PORT_BASE=19000 (ports PORT_BASE+81 .. +104, +443, +444 and +901 on 127.0.0.1)
 # Needs: wrk nginx haproxy openssl curl taskset (installed with apt-get when missing) and a
 # release build of pier (`cargo build --release`).
 set -euo pipefail
@@ -74,6 +80,7 @@ PORT_BASE="${PORT_BASE:-19000}"
 P_ORIGIN=$((PORT_BASE + 81))
 P_SINK=$((PORT_BASE + 82))
 P_ORIGIN_TLS=$((PORT_BASE + 443))
+P_ORIGIN_TLS_CLOSE=$((PORT_BASE + 444))
 P_NGINX=$((PORT_BASE + 90))
 P_NGINX_TLS=$((PORT_BASE + 91))
 P_HAPROXY=$((PORT_BASE + 95))
@@ -87,6 +94,10 @@ P_HAPROXY_HTTPS=$((PORT_BASE + 97))
 P_HAPROXY_RSA=$((PORT_BASE + 98))
 P_PIER_HTTPS=$((PORT_BASE + 102))
 P_PIER_RSA=$((PORT_BASE + 103))
+# mTLS upstream whose origin closes after every response
+P_NGINX_NEWTLS=$((PORT_BASE + 94))
+P_HAPROXY_NEWTLS=$((PORT_BASE + 99))
+P_PIER_NEWTLS=$((PORT_BASE + 104))
 P_ADMIN=$((PORT_BASE + 901))
 SNI=echo.demo.svc.cluster.local
 EDGE=edge.bench
@@ -96,7 +107,7 @@ EDGE=edge.bench
 ALL="direct nginx pier haproxy nginx-mtls pier-mtls haproxy-mtls close-direct close-nginx close-pier close-haproxy close-nginx-mtls close-pier-mtls"
 # Named only: pier with its access log or tracing on, paired with plain `pier`; client TLS
 # terminated by the proxy, kept alive and a new TLS connection per request (issue 19).
-EXTRA="pier-log pier-trace1 pier-trace100 nginx-https pier-https haproxy-https close-nginx-https close-pier-https close-haproxy-https nginx-rsa pier-rsa haproxy-rsa close-nginx-rsa close-pier-rsa close-haproxy-rsa"
+EXTRA="pier-log pier-trace1 pier-trace100 nginx-https pier-https haproxy-https close-nginx-https close-pier-https close-haproxy-https nginx-rsa pier-rsa haproxy-rsa close-nginx-rsa close-pier-rsa close-haproxy-rsa nginx-newtls pier-newtls haproxy-newtls"
 
 # ---------- the table: median of the reps [min-max], ratios to nginx and to direct ----------
 # "vs nginx" columns: the ratio of the two medians, then the paired ratio: per round, this
@@ -110,7 +121,7 @@ summarize() { # raw.tsv [busy-note]
     function med(s,   a, n) { n = sortn(s, a); lo = a[1]; hi = a[n]; return n ? a[int((n + 1) / 2)] : 0 }
     function ms(v) { return v >= 1000 ? sprintf("%.2f ms", v / 1000) : sprintf("%.0f µs", v) }
     function peer(sc, who,   p) { p = sc; sub(/(nginx|haproxy|pier)/, who, p); return p }
-    function base(sc) { return sc ~ /-(https|rsa)$/ ? "" : sc ~ /^close-/ ? "close-direct" : "direct" }
+    function base(sc) { return sc ~ /-(https|rsa|newtls)$/ ? "" : sc ~ /^close-/ ? "close-direct" : "direct" }
     # ratio column: medians ratio, then the paired per-round ratios median [min-max]
     function vs(k, ng, arr, mine, theirs,   r, s, n, x, m) {
       if (!(ng in theirs) || theirs[ng] <= 0) return "-"
@@ -142,7 +153,7 @@ summarize() { # raw.tsv [busy-note]
         mem = (k in rss) && rss[k] > 0 ? sprintf("%.1f MiB", rss[k] / 1024) : "-"
         printf "| %s | %s | %.0f [%.0f–%.0f] | %s | %s [%s–%s] | %s | %s | %s | %s | %s | %s |\n", sc, c, r, rl, rh,
           ms(med(p50[k])), ms(q), ms(ql), ms(qh), cpu, mem, vn, vq, vd, errs[k]
-        if (sc ~ /^(close-)?pier(-mtls|-https|-rsa)?$/) {   # the acceptance lines of issue 5, from the paired ratios
+        if (sc ~ /^(close-)?pier(-mtls|-https|-rsa|-newtls)?$/) {   # the acceptance lines of issue 5, from the paired ratios
           pr = vn; sub(/^[^·]*· /, "", pr); sub(/ .*/, "", pr); pq = vq; sub(/^[^·]*· /, "", pq); sub(/ .*/, "", pq)
           nk = peer(sc, "nginx") SUBSEP c; hk = peer(sc, "haproxy") SUBSEP c
           ph = (hk in m) ? vs(k, hk, R, r, m) : "-"; sub(/^[^·]*· /, "", ph); sub(/ .*/, "", ph)
@@ -198,7 +209,8 @@ if [[ " $SCENARIOS " == *" pier"* || " $SCENARIOS " == *"-pier"* ]] && [ ! -x "$
   echo "no pier binary at $PIER_BIN: run cargo build --release first (or set PIER_BIN)" >&2; exit 1
 fi
 for port in $P_ORIGIN $P_SINK $P_ORIGIN_TLS $P_NGINX $P_NGINX_TLS $P_HAPROXY $P_HAPROXY_TLS $P_PIER $P_PIER_TLS $P_ADMIN \
-  $P_NGINX_HTTPS $P_NGINX_RSA $P_HAPROXY_HTTPS $P_HAPROXY_RSA $P_PIER_HTTPS $P_PIER_RSA; do
+  $P_NGINX_HTTPS $P_NGINX_RSA $P_HAPROXY_HTTPS $P_HAPROXY_RSA $P_PIER_HTTPS $P_PIER_RSA \
+  $P_ORIGIN_TLS_CLOSE $P_NGINX_NEWTLS $P_HAPROXY_NEWTLS $P_PIER_NEWTLS; do
   if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
     echo "port $port is in use on 127.0.0.1 (another run still alive? set PORT_BASE)" >&2; exit 1
   fi
@@ -358,6 +370,17 @@ http {
     location / { return 200 "hello, world\n"; }
     location = /debug { add_header X-Client-Verify \$ssl_client_verify always; add_header X-Client-S-DN \$ssl_client_s_dn always; return 200 "hello, world\n"; }
   }
+  # the same, closing after every response (the *-newtls scenarios); /debug also says whether
+  # the TLS session was resumed ("r") or new (".")
+  server {
+    listen 127.0.0.1:$P_ORIGIN_TLS_CLOSE ssl backlog=4096; keepalive_timeout 0;
+    ssl_certificate $CERTS/echo.crt; ssl_certificate_key $CERTS/echo.key;
+    ssl_client_certificate $CERTS/gateway-ca.crt; ssl_verify_client on; ssl_verify_depth 2;
+    ssl_protocols TLSv1.2 TLSv1.3; ssl_session_cache shared:SSL:10m; ssl_session_tickets on;
+    location / { return 200 "hello, world\n"; }
+    location = /debug { add_header X-Client-Verify \$ssl_client_verify always; add_header X-Client-S-DN \$ssl_client_s_dn always;
+      add_header X-Session-Reused \$ssl_session_reused always; return 200 "hello, world\n"; }
+  }
 }
 EOF
   cat >"$RUN/nginx/nginx.conf" <<EOF
@@ -368,6 +391,7 @@ http {
   access_log off; keepalive_requests 10000000; keepalive_timeout 75s; $temps
   upstream plain { server 127.0.0.1:$P_ORIGIN; keepalive 1024; keepalive_requests 10000000; }
   upstream mtls  { server 127.0.0.1:$P_ORIGIN_TLS; keepalive 1024; keepalive_requests 10000000; }
+  upstream mtls_close { server 127.0.0.1:$P_ORIGIN_TLS_CLOSE; }
   proxy_ssl_certificate $CERTS/gateway-client.crt; proxy_ssl_certificate_key $CERTS/gateway-client.key;
   proxy_ssl_trusted_certificate $CERTS/mesh-ca.crt; proxy_ssl_verify on; proxy_ssl_verify_depth 2;
   proxy_ssl_name $SNI; proxy_ssl_server_name on; proxy_ssl_protocols TLSv1.2 TLSv1.3; proxy_ssl_session_reuse on;
@@ -375,6 +399,8 @@ http {
     location / { proxy_pass http://plain; proxy_http_version 1.1; proxy_set_header Connection ""; } }
   server { listen 127.0.0.1:$P_NGINX_TLS backlog=4096;
     location / { proxy_pass https://mtls; proxy_http_version 1.1; proxy_set_header Connection ""; } }
+  server { listen 127.0.0.1:$P_NGINX_NEWTLS backlog=4096;
+    location / { proxy_pass https://mtls_close; proxy_http_version 1.1; proxy_set_header Connection ""; } }
   # client TLS terminated here (TLS 1.2 and 1.3, nginx's default session cache: none)
   ssl_protocols TLSv1.2 TLSv1.3;
   server { listen 127.0.0.1:$P_NGINX_HTTPS ssl backlog=4096; ssl_certificate $CERTS/edge.crt; ssl_certificate_key $CERTS/edge.key;
@@ -402,6 +428,9 @@ frontend fe_plain
 frontend fe_mtls
     bind 127.0.0.1:$P_HAPROXY_TLS backlog 4096
     default_backend be_mtls
+frontend fe_newtls
+    bind 127.0.0.1:$P_HAPROXY_NEWTLS backlog 4096
+    default_backend be_newtls
 frontend fe_https
     bind 127.0.0.1:$P_HAPROXY_HTTPS backlog 4096 ssl crt $CERTS/edge.pem
     default_backend be_plain
@@ -412,6 +441,8 @@ backend be_plain
     server origin 127.0.0.1:$P_ORIGIN maxconn 10000
 backend be_mtls
     server origin 127.0.0.1:$P_ORIGIN_TLS maxconn 10000 ssl verify required ca-file $CERTS/mesh-ca.crt crt $CERTS/gateway-client.pem sni str($SNI) verifyhost $SNI
+backend be_newtls
+    server origin 127.0.0.1:$P_ORIGIN_TLS_CLOSE maxconn 10000 ssl verify required ca-file $CERTS/mesh-ca.crt crt $CERTS/gateway-client.pem sni str($SNI) verifyhost $SNI
 EOF
   local m="$RUN/pier/manifests"
   cat >"$m/gateway.yaml" <<EOF
@@ -433,6 +464,7 @@ spec:
   listeners:
     - {name: plain, protocol: HTTP, port: $P_PIER}
     - {name: mtls, protocol: HTTP, port: $P_PIER_TLS}
+    - {name: newtls, protocol: HTTP, port: $P_PIER_NEWTLS}
     - {name: https, protocol: HTTPS, port: $P_PIER_HTTPS, tls: {certificateRefs: [{name: edge}]}}
     - {name: rsa, protocol: HTTPS, port: $P_PIER_RSA, tls: {certificateRefs: [{name: edge-rsa}]}}
   tls:
@@ -457,6 +489,13 @@ spec:
   parentRefs: [{name: bench, sectionName: mtls}]
   rules: [{backendRefs: [{name: echo, port: 443}]}]
 ---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: echo-close, namespace: demo, labels: {mesh: enabled}}
+spec:
+  parentRefs: [{name: bench, sectionName: newtls}]
+  rules: [{backendRefs: [{name: echo-close, port: 443}]}]
+---
 apiVersion: v1
 kind: Service
 metadata: {name: origin, namespace: demo}
@@ -479,6 +518,18 @@ kind: EndpointSlice
 metadata: {name: echo-1, namespace: demo, labels: {kubernetes.io/service-name: echo}}
 addressType: IPv4
 ports: [{name: https, port: $P_ORIGIN_TLS, protocol: TCP}]
+endpoints: [{addresses: ["127.0.0.1"], conditions: {ready: true}}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: echo-close, namespace: demo}
+spec: {ports: [{name: https, port: 443}]}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: echo-close-1, namespace: demo, labels: {kubernetes.io/service-name: echo-close}}
+addressType: IPv4
+ports: [{name: https, port: $P_ORIGIN_TLS_CLOSE, protocol: TCP}]
 endpoints: [{addresses: ["127.0.0.1"], conditions: {ready: true}}]
 EOF
   {
@@ -541,6 +592,8 @@ proxy_url() { # scenario -> url
   case "$sc" in
     direct) echo "http://127.0.0.1:$P_ORIGIN/" ;;
     nginx) echo "http://127.0.0.1:$P_NGINX/" ;; nginx-mtls) echo "http://127.0.0.1:$P_NGINX_TLS/" ;;
+    nginx-newtls) echo "http://127.0.0.1:$P_NGINX_NEWTLS/" ;; haproxy-newtls) echo "http://127.0.0.1:$P_HAPROXY_NEWTLS/" ;;
+    pier-newtls) echo "http://127.0.0.1:$P_PIER_NEWTLS/" ;;
     haproxy) echo "http://127.0.0.1:$P_HAPROXY/" ;; haproxy-mtls) echo "http://127.0.0.1:$P_HAPROXY_TLS/" ;;
     pier | pier-log | pier-trace*) echo "http://127.0.0.1:$P_PIER/" ;; pier-mtls) echo "http://127.0.0.1:$P_PIER_TLS/" ;;
     nginx-https) echo "https://127.0.0.1:$P_NGINX_HTTPS/" ;; nginx-rsa) echo "https://127.0.0.1:$P_NGINX_RSA/" ;;
@@ -553,6 +606,14 @@ check_mtls() { # url: the origin must have verified the proxy's client certifica
   seen=$(curl -s -D - -o /dev/null "${1}debug" | tr -d '\r' | grep -i '^x-client-' | tr '\n' ' ')
   log "  origin saw: $seen"
   [[ "$seen" == *"SUCCESS"* && "$seen" == *"CN=gateway"* ]] || { echo "mTLS check failed via $1: $seen" >&2; exit 1; }
+}
+check_resumed() { # url: after a first connection, the closing origin sees resumed sessions
+  local i seen
+  for i in 1 2 3; do
+    seen=$(curl -s -D - -o /dev/null "${1}debug" | tr -d '\r' | awk -F': ' 'tolower($1) == "x-session-reused" {print $2}')
+  done
+  log "  origin saw session reused: $seen"
+  [ "$seen" = r ] || { echo "the proxy at $1 did not resume its upstream TLS session (X-Session-Reused: $seen)" >&2; exit 1; }
 }
 
 # ---------- one measured wrk run ----------
@@ -668,13 +729,14 @@ for round in $rounds; do
       continue
     fi
     origin_up "$ORIGIN_CPU"
-    [[ "$base" == *-mtls ]] && origin_tls_up
+    [[ "$base" == *-mtls || "$base" == *-newtls ]] && origin_tls_up
     # A fresh proxy process per scenario and round: every proxy starts each run equally cold.
     proxy_down
-    kind="${base%-mtls}"; kind="${kind%-https}"; kind="${kind%-rsa}"
+    kind="${base%-mtls}"; kind="${kind%-https}"; kind="${kind%-rsa}"; kind="${kind%-newtls}"
     proxy_up "$kind"
     wait_ok "$url" -k
-    [[ "$base" == *-mtls ]] && check_mtls "$url"
+    [[ "$base" == *-mtls || "$base" == *-newtls ]] && check_mtls "$url"
+    [[ "$base" == *-newtls ]] && check_resumed "$url"
     measure "$sc" "$url" "$(family "$PROXY_PID" | tr '\n' ' ')" "$hdr" "$reps"
   done
 done

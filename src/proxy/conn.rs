@@ -236,7 +236,7 @@ async fn serve_h1<I>(
     mut drain: DrainToken,
     reclaim: &Arc<Registration>,
 ) where
-    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    I: AsyncRead + AsyncWrite + h1::ReadReady + Unpin + Send + 'static,
 {
     match h1::serve(shared, io, &info, &mut drain, reclaim).await {
         h1::Served::Closed => {}

@@ -6,6 +6,7 @@ use pier::model::CertTable;
 
 use crate::support::client::{connect_tls, get, send_h1_on, send_h2_on};
 use crate::support::pki::{Pki, san_dns_names};
+use crate::support::raw::Client;
 use crate::support::snap::*;
 use crate::support::*;
 
@@ -180,5 +181,56 @@ async fn a_host_for_another_listener_than_the_sni_is_misdirected() {
             }
         }
     }
+    bounded(h.proxy.shutdown(BOUND)).await;
+}
+
+/// Over TLS the fast path gives back its buffers between requests and waits for the client's
+/// next bytes without one. Two requests in one TLS record, the first exactly one read buffer
+/// long and answered by pier itself (404, no read-ahead while waiting on a backend), so rustls
+/// still holds the second when the first is done; then two more after pauses: each is
+/// answered on the same connection.
+#[tokio::test]
+async fn an_idle_tls_keep_alive_connection_serves_pipelined_and_later_requests() {
+    init();
+    let pki = Pki::new();
+    let mut certs = CertTable::default();
+    certs.add(&["a.example.com".into()], pki.leaf(&["a.example.com"]));
+    let a = echo("a").await;
+    let p = free_port();
+    let r = rule("ns/r").to(&backend("a", &[a.addr])).build();
+    let listener = listener("https", None)
+        .route(&[], prefix("/app"), &r)
+        .build();
+    let h = Harness::start(snapshot(vec![https_port(p, vec![listener], certs)])).await;
+    let tls = bounded(connect_tls(
+        local(p),
+        "a.example.com",
+        pki.client(&[b"http/1.1"]),
+    ))
+    .await;
+    let mut c = Client::on(tls);
+
+    let head = "GET /nothing HTTP/1.1\r\nHost: a.example.com\r\nX-Pad: \r\n\r\n";
+    let first = head.replace(
+        "X-Pad: ",
+        &format!("X-Pad: {}", "p".repeat(8192 - head.len())),
+    );
+    assert_eq!(first.len(), 8192);
+    let second = "GET /app/second HTTP/1.1\r\nHost: a.example.com\r\n\r\n";
+    c.write(format!("{first}{second}").as_bytes()).await;
+    assert_eq!(bounded(c.response(false)).await.status, 404);
+    let resp = bounded(c.response(false)).await;
+    assert_eq!(
+        (resp.status, resp.echo().path.as_str()),
+        (200, "/app/second")
+    );
+    for path in ["/app/after-a-pause", "/app/and-another"] {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        c.write(format!("GET {path} HTTP/1.1\r\nHost: a.example.com\r\n\r\n").as_bytes())
+            .await;
+        let resp = bounded(c.response(false)).await;
+        assert_eq!((resp.status, resp.echo().path.as_str()), (200, path));
+    }
+    assert_eq!(a.connections(), 1);
     bounded(h.proxy.shutdown(BOUND)).await;
 }

@@ -1,7 +1,7 @@
 //! A raw HTTP/1.1 client socket: write any bytes, read responses one by one.
 
 use pier::echo::EchoRequest;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::local;
@@ -27,16 +27,23 @@ impl Raw {
     }
 }
 
-/// A client connection that reads responses one by one (bytes past one stay buffered).
-pub struct Client {
-    pub tcp: TcpStream,
+/// A client connection that reads responses one by one (bytes past one stay buffered): TCP,
+/// or any stream (a TLS one) through [`Client::on`].
+pub struct Client<S = TcpStream> {
+    pub tcp: S,
     pub buf: Vec<u8>,
 }
 
 impl Client {
     pub async fn connect(port: u16) -> Self {
+        Self::on(TcpStream::connect(local(port)).await.unwrap())
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Client<S> {
+    pub fn on(stream: S) -> Self {
         Self {
-            tcp: TcpStream::connect(local(port)).await.unwrap(),
+            tcp: stream,
             buf: Vec::new(),
         }
     }

@@ -26,6 +26,7 @@ mod chunked;
 #[cfg(test)]
 mod differential;
 mod head;
+mod ready;
 mod replay;
 
 use std::borrow::Cow;
@@ -43,6 +44,7 @@ use rand::Rng;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 pub use head::MAX_HEAD;
+pub use ready::ReadReady;
 pub use replay::Replay;
 
 use super::Shared;
@@ -68,8 +70,6 @@ use head::{Forwarding, Framing, MAX_HEADERS, Parsed, Tail};
 const BUF: usize = 8 * 1024;
 /// Response bodies up to this size are copied behind the head and sent with it in one write.
 const COALESCE: usize = 16 * 1024;
-/// A buffer that grew past this for one large message is given back after it.
-const SHRINK_OVER: usize = 4 * BUF;
 /// The head buffer's first capacity.
 const WBUF: usize = 1024;
 /// While waiting for an upstream, the client socket is read (to notice it hang up) until this
@@ -178,7 +178,7 @@ pub async fn serve<I>(
     reclaim: &Registration,
 ) -> Served<I>
 where
-    I: AsyncRead + AsyncWrite + Unpin + Send,
+    I: AsyncRead + AsyncWrite + ReadReady + Unpin + Send,
 {
     let flags = Flags::default();
     let mut conn = Conn {
@@ -229,7 +229,7 @@ where
 
 impl<I> Conn<'_, I>
 where
-    I: AsyncRead + AsyncWrite + Unpin + Send,
+    I: AsyncRead + AsyncWrite + ReadReady + Unpin + Send,
 {
     async fn run(&mut self) -> Next {
         let header_timeout = self.shared.config.header_read_timeout;
@@ -245,6 +245,9 @@ where
                     let started = Instant::now();
                     let snapshot = self.shared.snapshot.load_full();
                     self.shared.upstream.observe(snapshot.generation);
+                    if self.wbuf.capacity() == 0 {
+                        self.wbuf.reserve(WBUF);
+                    }
                     let plan = plan(
                         self.shared,
                         self.info,
@@ -277,6 +280,17 @@ where
                 }
                 let idle = self.rbuf.is_empty();
                 self.flags.idle.store(idle, Ordering::Relaxed);
+                if self.rbuf.capacity() == 0 {
+                    // Idle, buffers given back: wait for the client without one.
+                    let ready = tokio::select! {
+                        biased;
+                        r = self.io.read_ready() => r,
+                        _ = timer.as_mut() => return Next::Close,
+                    };
+                    if ready.is_err() {
+                        return Next::Close;
+                    }
+                }
                 room_to_read(&mut self.rbuf);
                 let read = tokio::select! {
                     biased;
@@ -290,22 +304,21 @@ where
                 }
             };
             match next {
-                Next::KeepAlive => self.shrink(),
+                Next::KeepAlive => self.release(),
                 other => return other,
             }
         }
     }
 
-    /// Gives back buffers that one large message grew.
-    fn shrink(&mut self) {
-        if self.ubuf.capacity() > SHRINK_OVER {
-            self.ubuf = BytesMut::new();
-        }
-        if self.wbuf.capacity() > SHRINK_OVER {
-            self.wbuf = Vec::with_capacity(WBUF);
-        }
-        if self.rbuf.is_empty() && self.rbuf.capacity() > SHRINK_OVER {
-            self.rbuf = BytesMut::with_capacity(BUF);
+    /// Between requests: gives back every buffer with nothing in it, so that an idle
+    /// keep-alive connection holds none ([`ready`]). A read buffer still holding a pipelined
+    /// request is kept.
+    fn release(&mut self) {
+        // Each response is read into it from empty.
+        self.ubuf = BytesMut::new();
+        self.wbuf = Vec::new();
+        if self.rbuf.is_empty() {
+            self.rbuf = BytesMut::new();
         }
     }
 
