@@ -86,8 +86,8 @@ http {{ access_log off; {temps}
 """)
     with open(f"{d}/nginx/nginx.conf", "w") as f:
         f.write(f"""worker_processes 1; daemon off; pid nginx.pid; error_log stderr warn;
-worker_rlimit_nofile {conns * 2 + 1000};
-events {{ worker_connections {conns * 2 + 1000}; }}
+worker_rlimit_nofile {conns + 1000};
+events {{ worker_connections {conns + 1000}; }}
 http {{ access_log off; keepalive_timeout 300s; keepalive_requests 1000000; {temps}
   upstream origin {{ server 127.0.0.1:{ports.origin}; keepalive 64; }}
   ssl_protocols TLSv1.2 TLSv1.3;
@@ -96,10 +96,14 @@ http {{ access_log off; keepalive_timeout 300s; keepalive_requests 1000000; {tem
   server {{ listen 127.0.0.1:{ports.https['nginx']} ssl backlog=4096; ssl_certificate {crt}; ssl_certificate_key {key};
     location / {{ proxy_pass http://origin; proxy_http_version 1.1; proxy_set_header Connection ""; }} }} }}
 """)
+    # One fd per idle client (server connections are shared: http-reuse always), not the two
+    # per connection HAProxy plans for by default.
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     with open(f"{d}/haproxy.cfg", "w") as f:
         f.write(f"""global
     nbthread 1
-    maxconn {conns * 2 + 1000}
+    maxconn {conns + 500}
+    ulimit-n {hard}
 defaults
     mode http
     timeout connect 5s
@@ -230,7 +234,7 @@ def main():
     install()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    if hard < opts.conns * 2 + 2000:
+    if hard < opts.conns + 1000:
         sys.exit(f"the open-files limit ({hard}) is too low for {opts.conns} connections")
     d = tempfile.mkdtemp(prefix="pier-bench-idle-")
     ports = Ports(opts.port_base)

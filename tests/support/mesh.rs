@@ -592,34 +592,13 @@ pub fn namespace(name: &str, labels: &str) -> String {
     format!("apiVersion: v1\nkind: Namespace\nmetadata: {{name: {name}, labels: {{{labels}}}}}\n")
 }
 
-/// Service `ns/name` port 443 with one ready endpoint at `addr`.
+/// Service `ns/name` port 443 with one ready endpoint at `addr` (EndpointSlice `name-1`).
 pub fn service(ns: &str, name: &str, addr: SocketAddr) -> String {
-    format!(
-        "apiVersion: v1
-kind: Service
-metadata: {{name: {name}, namespace: {ns}}}
-spec:
-  ports: [{{name: web, port: 443}}]
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: {name}-1
-  namespace: {ns}
-  labels: {{kubernetes.io/service-name: {name}}}
-addressType: IPv4
-ports: [{{name: web, port: {port}}}]
-endpoints:
-  - addresses: [\"{ip}\"]
-    conditions: {{ready: true}}
-",
-        port = addr.port(),
-        ip = addr.ip()
-    )
+    service_with_pods(ns, name, &[(addr, None)])
 }
 
-/// Service `ns/name` port 443 with one EndpointSlice per endpoint; each endpoint names a Pod
-/// (`targetRef`) unless `None`.
+/// Service `ns/name` port 443 with one EndpointSlice per endpoint (`name-1`, `name-2`, ...);
+/// each endpoint names a Pod (`targetRef`) unless `None`.
 pub fn service_with_pods(ns: &str, name: &str, endpoints: &[(SocketAddr, Option<&str>)]) -> String {
     let mut out = format!(
         "apiVersion: v1
@@ -629,7 +608,7 @@ spec:
   ports: [{{name: web, port: 443}}]
 "
     );
-    for (i, (addr, pod)) in endpoints.iter().enumerate() {
+    for (i, (addr, pod)) in (1..).zip(endpoints) {
         let target = pod
             .map(|p| format!("    targetRef: {{kind: Pod, name: {p}, namespace: {ns}}}\n"))
             .unwrap_or_default();

@@ -28,6 +28,7 @@ mod differential;
 mod head;
 mod ready;
 mod replay;
+mod stock;
 
 use std::borrow::Cow;
 use std::cell::RefCell;
@@ -185,7 +186,7 @@ where
         shared,
         info,
         io,
-        rbuf: BytesMut::with_capacity(BUF),
+        rbuf: stock::take(),
         ubuf: BytesMut::new(),
         // Room for a typical request head with the forwarding headers added, so building it
         // does not regrow the buffer step by step on every new connection.
@@ -220,6 +221,8 @@ where
     match next {
         Next::Fallback => Served::Fallback(Replay::new(conn.rbuf.freeze(), conn.io)),
         Next::KeepAlive | Next::Close => {
+            stock::give(std::mem::take(&mut conn.rbuf));
+            stock::give(std::mem::take(&mut conn.ubuf));
             // FIN, and close_notify on TLS, as hyper does when it ends a connection.
             let _ = tokio::time::timeout(SHUTDOWN_WAIT, conn.io.shutdown()).await;
             Served::Closed
@@ -245,9 +248,6 @@ where
                     let started = Instant::now();
                     let snapshot = self.shared.snapshot.load_full();
                     self.shared.upstream.observe(snapshot.generation);
-                    if self.wbuf.capacity() == 0 {
-                        self.wbuf.reserve(WBUF);
-                    }
                     let plan = plan(
                         self.shared,
                         self.info,
@@ -290,6 +290,7 @@ where
                     if ready.is_err() {
                         return Next::Close;
                     }
+                    self.rbuf = stock::take();
                 }
                 room_to_read(&mut self.rbuf);
                 let read = tokio::select! {
@@ -310,15 +311,18 @@ where
         }
     }
 
-    /// Between requests: gives back every buffer with nothing in it, so that an idle
-    /// keep-alive connection holds none ([`ready`]). A read buffer still holding a pipelined
-    /// request is kept.
+    /// Between requests: gives back the read and upstream buffers ([`stock`]), so that an
+    /// idle keep-alive connection holds neither ([`ready`]); a read buffer still holding a
+    /// pipelined request is kept. The head buffer (1 KiB) stays, unless one large message
+    /// grew it.
     fn release(&mut self) {
         // Each response is read into it from empty.
-        self.ubuf = BytesMut::new();
-        self.wbuf = Vec::new();
+        stock::give(std::mem::take(&mut self.ubuf));
         if self.rbuf.is_empty() {
-            self.rbuf = BytesMut::new();
+            stock::give(std::mem::take(&mut self.rbuf));
+        }
+        if self.wbuf.capacity() > 4 * BUF {
+            self.wbuf = Vec::with_capacity(WBUF);
         }
     }
 
@@ -898,6 +902,9 @@ async fn exchange(
             }
             Raw::Http2 => return Ok(None),
         };
+        if ubuf.capacity() == 0 {
+            *ubuf = stock::take();
+        }
         ubuf.clear();
         let sent = send(conn.io(), wbuf).await;
         let answer = match sent {

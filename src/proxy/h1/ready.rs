@@ -1,9 +1,10 @@
 //! Waiting for a keep-alive client's next request without holding a read buffer.
 //!
-//! Between requests the fast path gives back its buffers (read, upstream and write: 17 KiB)
-//! and waits for the client's next bytes here, then takes a read buffer again; nginx frees
-//! its buffers on an idle keep-alive connection the same way. With 10 000 idle clients that
-//! is the difference between ~2 KiB and ~22 KiB per connection (BENCHMARKS.md).
+//! Between requests the fast path gives back its read and upstream buffers (16 KiB, to a
+//! per-thread stock: [`super::stock`]) and waits for the client's next bytes here, then takes
+//! a read buffer again; nginx frees its buffers on an idle keep-alive connection the same
+//! way. With 9 000 idle clients that took pier from 22 to 13 KiB per connection
+//! (BENCHMARKS.md).
 
 use std::future::Future;
 use std::io;
@@ -18,9 +19,12 @@ pub trait ReadReady {
     fn read_ready(&mut self) -> impl Future<Output = io::Result<()>> + Send;
 }
 
+// `poll_read_ready`, not `readable()`: it uses the socket's one reader waker, as a read
+// does, where `readable()` queues a waiter under the readiness lock (about 490 instructions
+// per request more, callgrind). One task reads each connection, so one waker is enough.
 impl ReadReady for TcpStream {
     fn read_ready(&mut self) -> impl Future<Output = io::Result<()>> + Send {
-        self.readable()
+        std::future::poll_fn(|cx| self.poll_read_ready(cx))
     }
 }
 
@@ -32,7 +36,7 @@ impl ReadReady for TlsStream<TcpStream> {
         let (tcp, tls) = self.get_mut();
         match tls.process_new_packets() {
             Ok(state) if state.plaintext_bytes_to_read() == 0 && !state.peer_has_closed() => {
-                tcp.readable().await
+                tcp.read_ready().await
             }
             _ => Ok(()),
         }
