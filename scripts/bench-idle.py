@@ -145,11 +145,9 @@ stringData:
 
 
 def family_rss_kib(pid):
-    pids = [pid]
-    try:
-        pids += [int(p) for p in subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()]
-    except ValueError:
-        pass
+    """RSS of `pid` and its children (nginx's and HAProxy's workers), KiB."""
+    children = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
+    pids = [pid, *map(int, children)]
     return sum(figures.rss_mib(p) * 1024 for p in pids)
 
 

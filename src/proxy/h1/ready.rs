@@ -3,7 +3,7 @@
 //! Between requests the fast path gives back its read and upstream buffers (16 KiB, to a
 //! per-thread stock: [`super::stock`]) and waits for the client's next bytes here, then takes
 //! a read buffer again; nginx frees its buffers on an idle keep-alive connection the same
-//! way. With 9 000 idle clients that took pier from 22 to 13 KiB per connection
+//! way. With 9 000 idle clients that took pier from 22 to 14 KiB per connection
 //! (BENCHMARKS.md).
 
 use std::future::Future;
