@@ -1135,7 +1135,8 @@ async fn meshed_routes_follow_the_cluster() {
 }
 
 /// Per-endpoint identity (`mesh.identity`) from the cluster: the EndpointSlice names Pod
-/// `app/web-0`, pier reads its ServiceAccount through a Pod watch under its RBAC. Without the
+/// `app/web-0`, pier reads its ServiceAccount through a Pod watch under its RBAC, started only
+/// once a Gateway asks for identities (before that no Pod is listed). Without the
 /// Pod the endpoint gets nothing (503, status NoEndpointIdentity written through the API);
 /// with it, mTLS; a workload presenting another identity of the same mesh CA gets 502
 /// `identity_mismatch` and no request.
@@ -1152,8 +1153,20 @@ async fn per_endpoint_identity_follows_pods_in_the_cluster() {
     c.apply_yaml(mesh::GATEWAY_CLASS).await;
     c.apply_yaml(&mesh::pier_client_secret(&pki)).await;
     c.apply_yaml(&mesh::bundle(&[&pki.mesh_ca])).await;
-    let spec = format!("{}    identity: {{scheme: SPIFFE}}\n", mesh::mesh_spec(""));
-    c.apply_yaml(&mesh::gateway(port, &spec)).await;
+    // No identity asked for at first: the chain alone is checked and Pods are not watched,
+    // though the cluster has one.
+    c.apply_yaml(&mesh::gateway(port, &mesh::mesh_spec("")))
+        .await;
+    c.apply_yaml(
+        "apiVersion: v1
+kind: Pod
+metadata: {name: unrelated-0, namespace: app}
+spec:
+  serviceAccountName: unrelated
+  containers: [{name: unrelated, image: unrelated}]
+",
+    )
+    .await;
     c.apply_yaml(&format!(
         "apiVersion: v1
 kind: Service
@@ -1180,7 +1193,15 @@ endpoints:
     .await;
     c.apply_yaml(&mesh::route("app", "web", "", "web")).await;
     let pier = start_pier(c.pier_options(LOOPBACK, "replica-a")).await;
+    until_seen(port, "served on the chain alone", |s| s.tls).await;
+    let m = metrics(&pier).await;
+    assert_eq!(sample(&m, "pier_kube_objects{kind=\"Pod\"}"), 0.0, "{m}");
 
+    // The Gateway asks for SPIFFE identities: Pods are watched from now on, and web-0 is
+    // not there yet.
+    let accepted = web.accepted().len();
+    let spec = format!("{}    identity: {{scheme: SPIFFE}}\n", mesh::mesh_spec(""));
+    c.apply_yaml(&mesh::gateway(port, &spec)).await;
     until_status(port, 503).await;
     let deadline = Instant::now() + STATUS_BOUND;
     loop {
@@ -1203,7 +1224,7 @@ endpoints:
         assert!(Instant::now() < deadline, "no NoEndpointIdentity: {s:#}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert_eq!(web.accepted().len(), 0);
+    assert_eq!(web.accepted().len(), accepted);
 
     // The Pod (ServiceAccount `web`) appears: its identity is the workload's.
     c.apply_yaml(
@@ -1242,6 +1263,6 @@ spec:
     .await;
     assert_eq!(web.count(), served, "no request to the wrong identity");
     let m = metrics(&pier).await;
-    assert_eq!(sample(&m, "pier_kube_objects{kind=\"Pod\"}"), 1.0, "{m}");
+    assert_eq!(sample(&m, "pier_kube_objects{kind=\"Pod\"}"), 2.0, "{m}");
     pier.shutdown().await;
 }

@@ -65,9 +65,13 @@
 //!   namespaces. Clusters with many or large ConfigMaps should label the ones pier needs and
 //!   set the selector.
 //! - BackendTLSPolicy (`v1`), ClusterTrustBundle (`v1beta1`): all, cluster-wide; optional.
-//! - Pod: all, cluster-wide, decoded into a slim type ([`PodObject`]: namespace, name,
-//!   ServiceAccount; nothing else is allocated) for per-endpoint mesh identity (an
-//!   EndpointSlice endpoint's `targetRef` Pod -> its ServiceAccount). Updates are ignored (the
+//! - Pod: only once some Gateway's mesh stanza asks for per-endpoint identity
+//!   ([`watch_pods_when_asked`]); then all, cluster-wide, decoded into a slim type
+//!   ([`PodObject`]: namespace, name, ServiceAccount; nothing else is allocated) for
+//!   per-endpoint mesh identity (an EndpointSlice endpoint's `targetRef` Pod -> its
+//!   ServiceAccount). Not narrowed further: which Pods back meshed Services changes with every
+//!   EndpointSlice, and a watch per Pod or per namespace would multiply connections and
+//!   readiness states as for Secrets above. Updates are ignored (the
 //!   ServiceAccount is immutable; Pods change status constantly), only adds and deletes
 //!   re-translate. Without RBAC for Pods (403) pier still becomes ready; endpoints that need
 //!   an identity then get no traffic.
@@ -113,6 +117,7 @@ use crate::translate::api::{
     BackendTlsPolicy, ClusterTrustBundle, ConfigMap, EndpointSlice, GatewayClass, GrpcRoute,
     HttpRoute, ListenerSet, Namespace, ReferenceGrant, Secret, Service, TlsRoute,
 };
+use crate::translate::mesh::{PARAMETERS_MESH_KEY, asks_for_endpoint_identity};
 use crate::translate::{ObjectKey, Resources};
 
 /// Quiet period before a rebuild (as for files).
@@ -475,6 +480,8 @@ impl KubeSource {
             config_maps = config_maps.labels(s);
         }
         let mut tasks = Tasks::default();
+        let pods =
+            kube::runtime::reflector::store::Writer::<DeserializeGuard<PodObject>>::default();
         let (reference_grants, reference_grants_v1beta1) =
             reference_grant::watch(&mut tasks, client.clone(), &ctx);
         use self::WatchKind as W;
@@ -520,13 +527,15 @@ impl KubeSource {
                 Any,
                 watcher(Api::all(c()), all()),
             ),
-            pods: tasks.watch(
-                &ctx,
-                W::Pod,
-                self::watch::Changes::Immutable,
-                watcher(Api::all(c()), all()),
-            ),
+            pods: pods.as_reader(),
         };
+        tasks.spawn(watch_pods_when_asked(
+            ctx.clone(),
+            stores.gateways.clone(),
+            stores.config_maps.clone(),
+            pods,
+            watcher(Api::all(c()), all()),
+        ));
         let (tx, changes) = mpsc::channel(1);
         tasks
             .0
@@ -689,6 +698,81 @@ impl Drop for Tasks {
             t.abort();
         }
     }
+}
+
+/// The Pod watch, started once some Gateway asks for per-endpoint identity
+/// ([`asks_for_endpoint_identity`]) and then kept for the life of the process (turning
+/// identity off again is rare; a restart drops the Pods). Until then the Pod store stays
+/// empty and pier lists no Pod: a cluster that does not use the feature pays neither the API
+/// traffic of Pod status churn nor the store's memory.
+///
+/// At start-up the Pod kind holds the readiness latch until the Gateways and ConfigMaps have
+/// listed and either no Gateway asks (released at once) or the Pods have listed, so the first
+/// snapshot never fails endpoints closed for want of a Pod list. A Gateway that asks later
+/// starts the watch then; its endpoints fail closed (`NoEndpointIdentity`) until the list
+/// lands, about one list's time.
+async fn watch_pods_when_asked<S>(
+    ctx: Ctx,
+    gateways: Store<DeserializeGuard<gateway::GatewayObject>>,
+    config_maps: Store<DeserializeGuard<ConfigMap>>,
+    writer: kube::runtime::reflector::store::Writer<DeserializeGuard<PodObject>>,
+    stream: S,
+) where
+    S: futures::Stream<Item = watcher::Result<watcher::Event<DeserializeGuard<PodObject>>>>
+        + Send
+        + 'static,
+{
+    let asked = || {
+        gateways.state().iter().any(|g| {
+            g.0.as_ref().is_ok_and(|gw| {
+                asks_for_endpoint_identity(gw, |name| {
+                    let ns = gw.metadata.namespace.as_deref().unwrap_or_default();
+                    let key = kube::runtime::reflector::ObjectRef::new(name).within(ns);
+                    let cm = config_maps.get(&key)?;
+                    let cm = cm.0.as_ref().ok()?;
+                    Some(
+                        cm.data
+                            .as_ref()
+                            .and_then(|d| d.get(PARAMETERS_MESH_KEY))
+                            .map(|t| std::borrow::Cow::Owned(t.clone())),
+                    )
+                })
+            })
+        })
+    };
+    let mut config = ctx.config.subscribe();
+    let mut pending = ctx.pending.subscribe();
+    let inputs_listed = pending
+        .wait_for(|p| !p.contains(&WatchKind::Gateway) && !p.contains(&WatchKind::ConfigMap))
+        .await
+        .is_ok();
+    if !inputs_listed {
+        return;
+    }
+    let mut released = false;
+    loop {
+        config.mark_unchanged();
+        if asked() {
+            break;
+        }
+        if !released {
+            tracing::debug!("no Gateway asks for per-endpoint identity: Pods are not watched");
+            self::watch::release(WatchKind::Pod, &ctx);
+            released = true;
+        }
+        if config.changed().await.is_err() {
+            return;
+        }
+    }
+    tracing::info!("a Gateway asks for per-endpoint identity: watching Pods");
+    self::watch::reflect(
+        WatchKind::Pod,
+        self::watch::Changes::Immutable,
+        stream,
+        writer,
+        ctx,
+    )
+    .await;
 }
 
 /// Turns configuration changes into at most one `()` per burst: after [`QUIET`] without

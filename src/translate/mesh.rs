@@ -323,7 +323,18 @@ fn mesh_state(
     gw: &Gateway,
     report: &mut TlsReport,
 ) -> Option<MeshState> {
-    let params = parameters_mesh(resources, gw_ns, gw.spec.base.infrastructure.as_ref());
+    let params = parameters_mesh(gw_ns, gw.spec.base.infrastructure.as_ref(), |name| {
+        let config_map = resources
+            .config_maps
+            .get(&(gw_ns.to_string(), name.to_string()))?;
+        Some(
+            config_map
+                .data
+                .as_ref()
+                .and_then(|d| d.get(PARAMETERS_MESH_KEY))
+                .map(|t| Cow::Borrowed(t.as_str())),
+        )
+    });
     let (spec, origin) = match (gw.spec.mesh.as_ref(), params) {
         (Some(spec), params) => {
             match params {
@@ -406,12 +417,41 @@ fn mesh_state(
     })
 }
 
+/// Whether `gw`'s mesh stanza (`spec.mesh`, else its `infrastructure.parametersRef`
+/// ConfigMap, read as [`mesh_state`] reads them) asks for per-endpoint identity, for which
+/// Pods must be known. `mesh_key(name)`: ConfigMap `name` of the Gateway's namespace, `None`
+/// when there is none, `Some(None)` when it has no `mesh` key. The Kubernetes source watches
+/// Pods only once some Gateway does: a cluster without per-endpoint identity pays nothing
+/// for them.
+pub fn asks_for_endpoint_identity<'a>(
+    gw: &Gateway,
+    mesh_key: impl FnOnce(&str) -> Option<Option<Cow<'a, str>>>,
+) -> bool {
+    let gw_ns = gw.metadata.namespace.as_deref().unwrap_or_default();
+    let params;
+    let spec = match &gw.spec.mesh {
+        Some(spec) => spec,
+        None => {
+            params = parameters_mesh(gw_ns, gw.spec.base.infrastructure.as_ref(), mesh_key);
+            match &params {
+                Params::Mesh(spec, _) => spec,
+                Params::None | Params::Invalid(_) => return false,
+            }
+        }
+    };
+    // The default trust domain does not change whether a scheme is set.
+    spec.identity
+        .as_ref()
+        .is_some_and(|i| matches!(IdentityScheme::parse(i, "cluster.local"), Ok(Some(_))))
+}
+
 /// The mesh stanza of the `infrastructure.parametersRef` ConfigMap (Gateway namespace), if any.
-/// A ConfigMap without a `mesh` key contributes nothing.
-fn parameters_mesh(
-    resources: &Resources,
+/// A ConfigMap without a `mesh` key contributes nothing. `mesh_key`: as in
+/// [`asks_for_endpoint_identity`].
+fn parameters_mesh<'a>(
     gw_ns: &str,
     infra: Option<&GatewayInfrastructure>,
+    mesh_key: impl FnOnce(&str) -> Option<Option<Cow<'a, str>>>,
 ) -> Params {
     let Some(GatewayInfrastructureParametersRef { group, kind, name }) =
         infra.and_then(|i| i.parameters_ref.as_ref())
@@ -425,22 +465,15 @@ fn parameters_mesh(
         ));
     }
     let cm = ObjectRef::new(gw_ns, name);
-    let Some(config_map) = resources
-        .config_maps
-        .get(&(gw_ns.to_string(), name.clone()))
-    else {
+    let Some(text) = mesh_key(name) else {
         return Params::Invalid(format!(
             "infrastructure.parametersRef: ConfigMap {cm} not found"
         ));
     };
-    let Some(text) = config_map
-        .data
-        .as_ref()
-        .and_then(|d| d.get(PARAMETERS_MESH_KEY))
-    else {
+    let Some(text) = text else {
         return Params::None;
     };
-    match serde_saphyr::from_str::<MeshSpec>(text) {
+    match serde_saphyr::from_str::<MeshSpec>(&text) {
         Ok(spec) => Params::Mesh(Box::new(spec), cm),
         Err(e) => Params::Invalid(format!(
             "infrastructure.parametersRef: key {PARAMETERS_MESH_KEY:?} of ConfigMap {cm} is \

@@ -1,7 +1,8 @@
 //! Server-side cost of a full TLS 1.3 handshake with rustls, ring against aws-lc-rs (X25519,
 //! and X25519MLKEM768 with aws-lc-rs), for ECDSA P-256 and RSA-2048 certificates. Client and
 //! server in one thread, in memory; only the server's calls are timed; rounds alternate the
-//! providers. Argument: the number of rounds (300 handshakes each).
+//! providers. Full handshakes (the client keeps no session) and resumed ones (stateless
+//! tickets, PSK with (EC)DHE). Argument: the number of rounds (300 handshakes each).
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -12,8 +13,13 @@ use rustls::{ClientConnection, ServerConnection};
 const PER_ROUND: usize = 300;
 
 fn pair(rsa: bool) -> (CertificateDer<'static>, PrivateKeyDer<'static>) {
-    let alg = if rsa { &rcgen::PKCS_RSA_SHA256 } else { &rcgen::PKCS_ECDSA_P256_SHA256 };
-    let key = rcgen::KeyPair::generate_for(alg).unwrap();
+    // rcgen's `generate_for` refuses RSA (KeyGenerationUnavailable): RSA keys need
+    // `generate_rsa_for` and a size.
+    let key = if rsa {
+        rcgen::KeyPair::generate_rsa_for(&rcgen::PKCS_RSA_SHA256, rcgen::RsaKeySize::_2048).unwrap()
+    } else {
+        rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap()
+    };
     let cert = rcgen::CertificateParams::new(vec!["edge.bench".to_string()])
         .unwrap()
         .self_signed(&key)
@@ -66,44 +72,62 @@ fn main() {
         let (cert, key) = pair(rsa);
         let mut roots = rustls::RootCertStore::empty();
         roots.add(cert.clone()).unwrap();
-        let configs: Vec<_> = providers
-            .iter()
-            .map(|(_, p, group)| {
-                let mut p = p.clone();
-                if let Some(g) = group {
-                    p.kx_groups = vec![*g];
+        // A client that keeps its sessions resumes every handshake after the first one (PSK,
+        // no certificate and no signature); `full` turns resumption off on the client. The
+        // server issues stateless tickets with the provider's ticketer, as pier does.
+        for resumed in [false, true] {
+            let configs: Vec<_> = providers
+                .iter()
+                .map(|(_, p, group)| {
+                    let mut p = p.clone();
+                    if let Some(g) = group {
+                        p.kx_groups = vec![*g];
+                    }
+                    let ticketer = if group.is_some() {
+                        rustls::crypto::aws_lc_rs::Ticketer::new().unwrap()
+                    } else {
+                        rustls::crypto::ring::Ticketer::new().unwrap()
+                    };
+                    let p = Arc::new(p);
+                    let mut server = rustls::ServerConfig::builder_with_provider(p.clone())
+                        .with_protocol_versions(&[&rustls::version::TLS13])
+                        .unwrap()
+                        .with_no_client_auth()
+                        .with_single_cert(vec![cert.clone()], key.clone_key())
+                        .unwrap();
+                    server.ticketer = ticketer;
+                    let mut client = rustls::ClientConfig::builder_with_provider(p)
+                        .with_protocol_versions(&[&rustls::version::TLS13])
+                        .unwrap()
+                        .with_root_certificates(roots.clone())
+                        .with_no_client_auth();
+                    if !resumed {
+                        client.resumption = rustls::client::Resumption::disabled();
+                    }
+                    let (client, server) = (Arc::new(client), Arc::new(server));
+                    handshake(&client, &server); // the first ticket
+                    (client, server)
+                })
+                .collect();
+            let mut samples = vec![Vec::new(); providers.len()];
+            for _ in 0..rounds {
+                for (i, (client, server)) in configs.iter().enumerate() {
+                    let total: Duration =
+                        (0..PER_ROUND).map(|_| handshake(client, server)).sum();
+                    samples[i].push(total.as_secs_f64() * 1e6 / PER_ROUND as f64);
                 }
-                let p = Arc::new(p);
-                let server = rustls::ServerConfig::builder_with_provider(p.clone())
-                    .with_protocol_versions(&[&rustls::version::TLS13])
-                    .unwrap()
-                    .with_no_client_auth()
-                    .with_single_cert(vec![cert.clone()], key.clone_key())
-                    .unwrap();
-                let client = rustls::ClientConfig::builder_with_provider(p)
-                    .with_protocol_versions(&[&rustls::version::TLS13])
-                    .unwrap()
-                    .with_root_certificates(roots.clone())
-                    .with_no_client_auth();
-                (Arc::new(client), Arc::new(server))
-            })
-            .collect();
-        let mut samples = vec![Vec::new(); providers.len()];
-        for _ in 0..rounds {
-            for (i, (client, server)) in configs.iter().enumerate() {
-                let total: Duration = (0..PER_ROUND).map(|_| handshake(client, server)).sum();
-                samples[i].push(total.as_secs_f64() * 1e6 / PER_ROUND as f64);
             }
-        }
-        for ((name, _, _), mut v) in providers.iter().zip(samples) {
-            v.sort_by(f64::total_cmp);
-            println!(
-                "{} {name}: server µs per full handshake: median {:.1} [{:.1}–{:.1}] ({rounds} rounds of {PER_ROUND})",
-                if rsa { "RSA-2048" } else { "ECDSA P-256" },
-                v[v.len() / 2],
-                v[0],
-                v[v.len() - 1],
-            );
+            for ((name, _, _), mut v) in providers.iter().zip(samples) {
+                v.sort_by(f64::total_cmp);
+                println!(
+                    "{} {name}: server µs per {} handshake: median {:.1} [{:.1}–{:.1}] ({rounds} rounds of {PER_ROUND})",
+                    if rsa { "RSA-2048" } else { "ECDSA P-256" },
+                    if resumed { "resumed" } else { "full" },
+                    v[v.len() / 2],
+                    v[0],
+                    v[v.len() - 1],
+                );
+            }
         }
     }
 }

@@ -438,7 +438,7 @@ pub async fn reflect<K, S>(
 }
 
 /// Releases `kind`'s readiness latch.
-fn release(kind: WatchKind, ctx: &Ctx) {
+pub(super) fn release(kind: WatchKind, ctx: &Ctx) {
     ctx.pending.send_modify(|p| {
         p.remove(&kind);
     });

@@ -612,6 +612,39 @@ fn parameters_ref_without_mesh_key_meshes_nothing() {
     assert_eq!(kinds(&t), ["plain"; 3]);
 }
 
+#[test]
+fn only_a_mesh_stanza_with_an_identity_scheme_asks_for_pods() {
+    use std::borrow::Cow;
+    let asks = |spec: &str, mesh_key: Option<Option<&'static str>>| {
+        let gw: Gateway = serde_saphyr::from_str(&gw(spec)).unwrap();
+        asks_for_endpoint_identity(&gw, |name| {
+            assert_eq!(name, "pier-params");
+            mesh_key.map(|k| k.map(Cow::Borrowed))
+        })
+    };
+    let mesh = |identity: &str| format!("  mesh:\n    trustBundle: {{name: mesh-ca}}\n{identity}");
+    assert!(!asks("", None));
+    assert!(!asks(&mesh(""), None));
+    assert!(asks(&mesh("    identity: {scheme: SPIFFE}\n"), None));
+    assert!(asks(&mesh("    identity: {scheme: Linkerd}\n"), None));
+    assert!(!asks(&mesh("    identity: {scheme: None}\n"), None));
+    assert!(!asks(&mesh("    identity: {scheme: Bogus}\n"), None));
+    // From the parametersRef ConfigMap, unless spec.mesh is set.
+    let linkerd = "trustBundle: {name: mesh-ca}\nidentity: {scheme: Linkerd}";
+    assert!(asks(&params_gw(), Some(Some(linkerd))));
+    assert!(!asks(
+        &params_gw(),
+        Some(Some("trustBundle: {name: mesh-ca}"))
+    ));
+    assert!(!asks(&params_gw(), Some(Some("identity: [unclosed"))));
+    assert!(!asks(&params_gw(), Some(None)));
+    assert!(!asks(&params_gw(), None));
+    assert!(!asks(
+        &format!("{}{}", params_gw(), mesh("")),
+        Some(Some(linkerd))
+    ));
+}
+
 // === backends, SNI, ALPN, sharing ===
 
 #[test]
