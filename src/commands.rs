@@ -146,7 +146,14 @@ pub fn spiffe_endpoint(
     const ENV: &str = "SPIFFE_ENDPOINT_SOCKET";
     let (arg, from) = match flag {
         Some(f) => (f.to_string(), "--spiffe-socket"),
-        None if client_cert => return Ok(None),
+        None if client_cert => {
+            if env(ENV).is_some_and(|v| !v.trim().is_empty()) {
+                tracing::info!(
+                    "{ENV} is set but not used: --client-cert/--client-key name pier's identity"
+                );
+            }
+            return Ok(None);
+        }
         None => match env(ENV).filter(|v| !v.trim().is_empty()) {
             Some(v) => (v, ENV),
             None => return Ok(None),
@@ -368,8 +375,24 @@ mod tests {
             spiffe_endpoint(None, false, env).unwrap().as_deref(),
             Some("unix:///env.sock")
         );
-        // An explicit --client-cert wins over the ambient variable.
-        assert_eq!(spiffe_endpoint(None, true, env).unwrap(), None);
+        // An explicit --client-cert wins over the ambient variable, and the log says so.
+        let logged = crate::log_limit::capture::Buf::default();
+        let writer = logged.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        let chosen = tracing::subscriber::with_default(subscriber, || {
+            spiffe_endpoint(None, true, env).unwrap()
+        });
+        assert_eq!(chosen, None);
+        assert!(
+            logged
+                .text()
+                .contains("SPIFFE_ENDPOINT_SOCKET is set but not used"),
+            "{}",
+            logged.text()
+        );
         assert_eq!(spiffe_endpoint(None, false, none).unwrap(), None);
         let err = spiffe_endpoint(Some("unix://host/x"), false, none).unwrap_err();
         assert!(

@@ -190,9 +190,13 @@ fn client_state(
         report.applies = true;
         return match client_certificate(resources, gw_ns, r) {
             Ok((identity, secret)) => {
-                let over = match settings.workload_api {
-                    Some(_) => "; it takes precedence over the SPIFFE Workload API's X.509-SVID",
-                    None => "",
+                // What it overrides, as pier was started (the CLI allows one of the two).
+                let over = match (&settings.client_identity, &settings.workload_api) {
+                    (Some(_), _) => "; it takes precedence over --client-cert/--client-key",
+                    (None, Some(_)) => {
+                        "; it takes precedence over the SPIFFE Workload API's X.509-SVID"
+                    }
+                    (None, None) => "",
                 };
                 report.notes.push(format!(
                     "client certificate from Secret {secret} (tls.backend.clientCertificateRef{over})"

@@ -529,6 +529,14 @@ fn client_certificate_ref_wins_over_settings_identity() {
         trust_key(&by_ref, "app", "api"),
         trust_key(&only_ref, "app", "api")
     );
+    // The status says which identity won and over what.
+    let (_, _, msg) = gw_cond(&by_ref, BACKEND_TLS);
+    assert!(
+        msg.contains("it takes precedence over --client-cert/--client-key"),
+        "{msg}"
+    );
+    let (_, _, msg) = gw_cond(&only_ref, BACKEND_TLS);
+    assert!(!msg.contains("precedence"), "{msg}");
 }
 
 // === parametersRef ===
