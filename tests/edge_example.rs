@@ -13,8 +13,7 @@ use std::sync::Arc;
 
 use pier::proxy::trace::TraceConfig;
 use pier::run::{self, RunOptions};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::pki_types::{CertificateDer, ServerName};
 use support::client::{get as request, send_h1_on};
 use support::mesh::{Cert, Workload};
 use support::otelcol::Collector;
@@ -49,15 +48,7 @@ fn example(https: u16, workload: u16) -> tempfile::TempDir {
 }
 
 fn certs(dir: &tempfile::TempDir, name: &str) -> Vec<CertificateDer<'static>> {
-    let path = dir.path().join(format!("certs/{name}.crt"));
-    CertificateDer::pem_file_iter(&path)
-        .unwrap()
-        .map(Result::unwrap)
-        .collect()
-}
-
-fn key(dir: &tempfile::TempDir, name: &str) -> PrivateKeyDer<'static> {
-    PrivateKeyDer::from_pem_file(dir.path().join(format!("certs/{name}.key"))).unwrap()
+    Cert::from_files(dir.path(), name).chain
 }
 
 /// Every condition `pier check` reports is True, but `Conflicted` (False).
@@ -122,13 +113,7 @@ async fn the_edge_example_serves_a_proxied_mtls_client_over_the_mesh() {
     }
 
     // The meshed workload: the example's workload certificate, pier's CA for clients.
-    let chain = certs(&dir, "web-workload");
-    let workload_cert = Cert {
-        chain: chain.clone(),
-        key: key(&dir, "web-workload"),
-        chain_pem: String::new(),
-        key_pem: String::new(),
-    };
+    let workload_cert = Cert::from_files(dir.path(), "web-workload");
     let pier_ca = certs(&dir, "pier-ca");
     let workload =
         Workload::spawn_trusting_on(local(workload_port), &workload_cert, &pier_ca).await;
@@ -155,7 +140,10 @@ async fn the_edge_example_serves_a_proxied_mtls_client_over_the_mesh() {
     let with_cert = Arc::new(
         rustls::ClientConfig::builder()
             .with_root_certificates(roots.clone())
-            .with_client_auth_cert(certs(&dir, "alice"), key(&dir, "alice"))
+            .with_client_auth_cert(
+                certs(&dir, "alice"),
+                Cert::from_files(dir.path(), "alice").key,
+            )
             .unwrap(),
     );
     let client: SocketAddr = format!("{CLIENT}:40000").parse().unwrap();

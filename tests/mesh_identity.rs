@@ -303,3 +303,75 @@ async fn the_access_log_names_the_workload_identity_pier_checked() {
     assert!(failed.get("workload_identity").is_none(), "{failed}");
     assert_eq!(failed["request_id"].as_str().map(str::len), Some(36));
 }
+
+/// `config/examples/mesh-identity` as its README walkthrough runs it (ports moved to free
+/// ones, certificates from its own `gen-certs.sh`): the SPIFFE Gateway serves the right
+/// workload and refuses the one with another identity; the Linkerd Gateway (its mesh stanza
+/// from the parametersRef ConfigMap) checks the DNS identity and sends it as SNI.
+#[tokio::test]
+async fn the_mesh_identity_example_serves_each_scheme_end_to_end() {
+    const EXAMPLE: &str = "config/examples/mesh-identity";
+    let certs = tempfile::tempdir().unwrap();
+    let made = std::process::Command::new(format!("{EXAMPLE}/gen-certs.sh"))
+        .arg(certs.path())
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{made:?}");
+    let pier_ca = Cert::from_files(certs.path(), "pier-ca").chain;
+    let workload = |name: &str| {
+        let cert = Cert::from_files(certs.path(), name);
+        let roots = pier_ca.clone();
+        async move { Workload::spawn_trusting([127, 0, 0, 1].into(), &cert, &roots, false).await }
+    };
+    let web = workload("web-workload").await;
+    let billing = workload("billing-workload").await;
+    let linkerd = workload("web-linkerd").await;
+
+    let (spiffe_port, linkerd_port) = (free_port(), free_port());
+    let read = |f: &str| std::fs::read_to_string(format!("{EXAMPLE}/{f}")).unwrap();
+    let moved = |text: String, from: u16, to: u16| {
+        let from = format!("port: {from}");
+        assert!(text.contains(&from), "{from} not in the example");
+        text.replace(&from, &format!("port: {to}"))
+    };
+    let gateway = moved(read("00-gateway.yaml"), 8080, spiffe_port);
+    let gateway = moved(gateway, 8081, linkerd_port);
+    let backends = moved(read("10-backends.yaml"), 18443, web.addr.port());
+    let backends = moved(backends, 18444, billing.addr.port());
+    let backends = moved(backends, 18445, linkerd.addr.port());
+    let trust = std::fs::read_to_string(certs.path().join("30-trust.yaml")).unwrap();
+    let files = [
+        ("00-gateway.yaml", gateway),
+        ("10-backends.yaml", backends),
+        ("20-routes.yaml", read("20-routes.yaml")),
+        ("30-trust.yaml", trust),
+    ];
+    let pier = Pier::start(spiffe_port, &files).await;
+
+    // SPIFFE: the right workload answers, over mTLS with pier's client certificate.
+    let s = seen(&pier.get("web.example").await);
+    assert!(s.tls);
+    assert_eq!(s.client_uris, ["spiffe://cluster.local/ns/pier/sa/gateway"]);
+    // A valid mesh certificate of another identity, at an endpoint whose Pod is `web`.
+    let r = pier.get("stale.example").await;
+    assert_eq!(r.status, 502, "{}", r.text());
+    assert_eq!(billing.count(), 0, "no request reaches the wrong identity");
+    pier.assert_metric(
+        r#"pier_proxy_upstream_tls_handshakes_total{backend="shop/stale:443",result="error",reason="identity_mismatch"}"#,
+    )
+    .await;
+    // Linkerd: the DNS identity is checked and sent as SNI.
+    let r = support::web::get(
+        &format!("http://127.0.0.1:{linkerd_port}/"),
+        &[("host", "web-l5d.example")],
+    )
+    .await;
+    let s = seen(&r);
+    assert!(s.tls);
+    assert_eq!(
+        s.sni.as_deref(),
+        Some("web.shop.serviceaccount.identity.linkerd.cluster.local")
+    );
+    assert_eq!(web.count() + linkerd.count(), 2);
+    pier.shutdown().await;
+}

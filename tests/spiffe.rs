@@ -3,7 +3,8 @@
 //! is up fails closed and says why, gets its X.509-SVID once the agent answers, verifies a
 //! meshed workload end to end (the workload's certificate is minted by the same SPIRE server
 //! and its trust bundle comes from the Workload API), refuses a workload outside the trust
-//! domain, and keeps a steady load at zero failures across several SVID rotations.
+//! domain, and keeps a steady load at zero failures across several SVID rotations; and
+//! `config/examples/spire` serves with the socket from `SPIFFE_ENDPOINT_SOCKET`.
 
 mod support;
 
@@ -43,6 +44,16 @@ fn mesh_stanza() -> String {
 /// The pier binary on `dir`, its admin server on `admin`, with extra arguments; output to
 /// `log`.
 fn spawn_pier(dir: &Path, admin: SocketAddr, extra: &[String], log: &Path) -> Proc {
+    spawn_pier_with_env(dir, admin, extra, &[], log)
+}
+
+fn spawn_pier_with_env(
+    dir: &Path,
+    admin: SocketAddr,
+    extra: &[String],
+    env: &[(&str, &str)],
+    log: &Path,
+) -> Proc {
     let mut args = vec![
         "run".to_string(),
         "--manifests".into(),
@@ -53,10 +64,11 @@ fn spawn_pier(dir: &Path, admin: SocketAddr, extra: &[String], log: &Path) -> Pr
         admin.to_string(),
     ];
     args.extend_from_slice(extra);
-    Proc::spawn(
+    Proc::spawn_with_env(
         "pier",
         Path::new(env!("CARGO_BIN_EXE_pier")),
         &args,
+        env,
         log.to_path_buf(),
     )
 }
@@ -227,6 +239,77 @@ async fn pier_gets_its_identity_from_spire_and_rotates_it_under_load() {
         all.len(),
         started.elapsed()
     );
+}
+
+/// `config/examples/spire` as its README runs it (ports moved to free ones; the test's SPIRE
+/// server and agent stand in for the example's `server.conf`/`agent.conf`, same trust
+/// domain), with the Workload API socket from `SPIFFE_ENDPOINT_SOCKET` instead of the flag:
+/// pier presents its SVID to the example's workload, whose certificate SPIRE minted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_spire_example_serves_with_the_socket_from_the_environment() {
+    const EXAMPLE: &str = "config/examples/spire";
+    init();
+    let mut spire = Spire::start_server().await;
+    let uid = std::fs::metadata(spire.dir()).unwrap().uid();
+    spire.register(PIER_ID, &format!("unix:uid:{uid}"), 3600);
+    spire.start_agent().await;
+    let bundle = spire.bundle();
+    let web = Workload::spawn_trusting(
+        [127, 0, 0, 1].into(),
+        &spire.mint("spiffe://example.org/ns/shop/sa/web"),
+        &bundle,
+        false,
+    )
+    .await;
+
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    for (f, from, to) in [
+        ("00-gateway.yaml", "port: 8080", format!("port: {port}")),
+        ("10-backends.yaml", "18443", web.addr.port().to_string()),
+    ] {
+        let text = std::fs::read_to_string(format!("{EXAMPLE}/{f}")).unwrap();
+        assert!(text.contains(from), "{from} not in {f}");
+        std::fs::write(dir.path().join(f), text.replace(from, &to)).unwrap();
+    }
+    let admin = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let socket = format!("unix://{}", spire.agent_socket().display());
+    let mut pier = spawn_pier_with_env(
+        dir.path(),
+        admin,
+        &[],
+        &[("SPIFFE_ENDPOINT_SOCKET", &socket)],
+        &spire.dir().join("pier.log"),
+    );
+    eventually(Duration::from_secs(30), || async {
+        try_get(&format!("http://{admin}/readyz"), &[])
+            .await
+            .is_some_and(|r| r.status == 200)
+    })
+    .await;
+    let backend_tls = || async {
+        conditions(&status(admin).await, "Gateway", "shop-gw", "edge")
+            .remove("pier.dev/BackendTLS")
+            .expect("a pier.dev/BackendTLS condition")
+    };
+    eventually(Duration::from_secs(30), || async {
+        backend_tls().await.0 == "True"
+    })
+    .await;
+    pier.assert_running();
+    let (_, _, msg) = backend_tls().await;
+    assert!(
+        msg.contains(&format!(
+            "client certificate is the X.509-SVID {PIER_ID} from the SPIFFE Workload API at {socket}"
+        )),
+        "{msg}"
+    );
+    let (code, s) = seen(port, "shop.example").await;
+    assert_eq!(code, 200, "{}", pier.tail());
+    let s = s.unwrap();
+    assert!(s.tls);
+    assert_eq!(s.client_uris, [PIER_ID]);
+    assert_eq!(web.count(), 1);
 }
 
 #[test]

@@ -550,6 +550,17 @@ pub struct Proc {
 
 impl Proc {
     pub fn spawn(name: &'static str, bin: &Path, args: &[String], log: PathBuf) -> Self {
+        Self::spawn_with_env(name, bin, args, &[], log)
+    }
+
+    /// [`Proc::spawn`] with extra environment variables.
+    pub fn spawn_with_env(
+        name: &'static str,
+        bin: &Path,
+        args: &[String],
+        env: &[(&str, &str)],
+        log: PathBuf,
+    ) -> Self {
         let out = OpenOptions::new()
             .create(true)
             .append(true)
@@ -568,6 +579,7 @@ impl Proc {
         };
         let child = cmd
             .args(args)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err)

@@ -57,6 +57,26 @@ pub struct Cert {
     pub key_pem: String,
 }
 
+impl Cert {
+    /// `dir/certs/<name>.crt` (the chain) and `.key`, as the examples' `gen-certs.sh` write them.
+    pub fn from_files(dir: &Path, name: &str) -> Self {
+        let read = |ext: &str| {
+            std::fs::read_to_string(dir.join(format!("certs/{name}.{ext}")))
+                .unwrap_or_else(|e| panic!("certs/{name}.{ext}: {e}"))
+        };
+        let (chain_pem, key_pem) = (read("crt"), read("key"));
+        use rustls::pki_types::pem::PemObject;
+        Self {
+            chain: CertificateDer::pem_slice_iter(chain_pem.as_bytes())
+                .map(Result::unwrap)
+                .collect(),
+            key: PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).unwrap(),
+            chain_pem,
+            key_pem,
+        }
+    }
+}
+
 impl Ca {
     pub fn new(cn: &str) -> Self {
         let key = KeyPair::generate().unwrap();
