@@ -195,6 +195,8 @@ pub enum UnresolvedIdentity {
     NoPodRef,
     /// The `targetRef` names a Pod pier does not know (`namespace/name`).
     PodNotFound(String),
+    /// The same, while the API server refuses to let pier list Pods (its RBAC).
+    PodsRefused(String),
     /// The identity made from the Pod's ServiceAccount is not a valid name (`namespace/name`).
     InvalidIdentity(String),
 }
@@ -204,6 +206,11 @@ impl std::fmt::Display for UnresolvedIdentity {
         match self {
             Self::NoPodRef => f.write_str("its EndpointSlice entry has no Pod targetRef"),
             Self::PodNotFound(p) => write!(f, "Pod {p} is unknown"),
+            Self::PodsRefused(p) => write!(
+                f,
+                "Pod {p} is unknown: the API server refuses pier's list/watch of Pods (grant \
+                 `get, list, watch` on `pods`, as config/rbac/clusterrole.yaml does)"
+            ),
             Self::InvalidIdentity(p) => {
                 write!(
                     f,

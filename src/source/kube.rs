@@ -111,7 +111,7 @@ use tokio::task::JoinHandle;
 pub use self::credentials::{CredentialMetrics, Credentials};
 pub use self::pod::PodObject;
 pub use self::reference_grant::ReferenceGrantV1Beta1;
-use self::watch::{ApiServerLog, Changes, Ctx};
+use self::watch::{ApiServerLog, Changes, Ctx, Refused};
 pub use self::watch::{Reconnect, Watched};
 use crate::translate::api::{
     BackendTlsPolicy, ClusterTrustBundle, ConfigMap, EndpointSlice, GatewayClass, GrpcRoute,
@@ -191,6 +191,8 @@ pub struct Stores {
     pub cluster_trust_bundles: Store<DeserializeGuard<ClusterTrustBundle>>,
     /// Slim: namespace, name, ServiceAccount ([`PodObject`]).
     pub pods: Store<DeserializeGuard<PodObject>>,
+    /// The kinds the API server refuses to pier now.
+    pub refused: Arc<Refused>,
 }
 
 /// A running set of watches.
@@ -377,7 +379,8 @@ impl WatchKind {
     /// A kind pier can serve without (fail closed where it is needed): a 403 releases its
     /// readiness latch as an empty list, and the watch keeps retrying. Pods only matter for
     /// per-endpoint mesh identity; a cluster whose RBAC predates it keeps working, and such
-    /// endpoints get no traffic ("Pod ... is unknown" in the Route's status).
+    /// endpoints get no traffic ("Pod ... is unknown: the API server refuses pier's list/watch
+    /// of Pods" in the Route's status, from [`Stores::refused`]).
     pub fn is_optional_without_rbac(self) -> bool {
         matches!(self, Self::Pod)
     }
@@ -468,6 +471,7 @@ impl KubeSource {
             pending: Arc::new(pending_tx),
             metrics,
             api_server: Arc::new(ApiServerLog::new(server)),
+            refused: Arc::default(),
         };
         let all = || watcher::Config::default();
         let c = || client.clone();
@@ -528,6 +532,7 @@ impl KubeSource {
                 watcher(Api::all(c()), all()),
             ),
             pods: pods.as_reader(),
+            refused: ctx.refused.clone(),
         };
         tasks.spawn(watch_pods_when_asked(
             ctx.clone(),
@@ -590,6 +595,7 @@ impl Default for Stores {
             backend_tls_policies: empty(),
             cluster_trust_bundles: empty(),
             pods: empty(),
+            refused: Arc::default(),
         }
     }
 }
@@ -628,6 +634,7 @@ impl Stores {
             cluster_trust_bundles: cluster(&self.cluster_trust_bundles),
             backend_tls_policies: namespaced(&self.backend_tls_policies, Clone::clone),
             pods: namespaced(&self.pods, PodObject::identity),
+            pods_refused: self.refused.contains(WatchKind::Pod),
         }
     }
 }

@@ -280,6 +280,9 @@ impl<'a> Backends<'a> {
                     key.1.clear();
                     key.1.push_str(pod);
                     match self.resources.pods.get(&key) {
+                        None if self.resources.pods_refused => {
+                            Err(UnresolvedIdentity::PodsRefused(format!("{ns}/{pod}")))
+                        }
                         None => Err(UnresolvedIdentity::PodNotFound(format!("{ns}/{pod}"))),
                         Some(p) => plan.scheme.expected(ns, &p.service_account).ok_or_else(|| {
                             UnresolvedIdentity::InvalidIdentity(format!("{ns}/{pod}"))

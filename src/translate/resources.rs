@@ -28,6 +28,9 @@ pub struct Resources {
     pub endpoint_slices: BTreeMap<ObjectKey, EndpointSlice>,
     /// Pods, as far as per-endpoint mesh identity needs them (their ServiceAccount).
     pub pods: BTreeMap<ObjectKey, PodIdentity>,
+    /// The source may not read Pods (the API server refuses pier's `list pods`): an unknown
+    /// Pod is then reported as unreadable, not as missing.
+    pub pods_refused: bool,
     pub secrets: BTreeMap<ObjectKey, Secret>,
     pub config_maps: BTreeMap<ObjectKey, ConfigMap>,
     /// Cluster-scoped: by name (mesh trust bundles).

@@ -35,6 +35,7 @@ fn ctx() -> (Ctx, channel::Receiver<()>, channel::Receiver<()>) {
         pending: Arc::new(pending),
         metrics: KubeMetrics::default(),
         api_server: Arc::default(),
+        refused: Arc::default(),
     };
     (ctx, config_rx, status_rx)
 }
@@ -204,6 +205,38 @@ fn watch_errors_are_classified_by_what_pier_does_about_them() {
         )),
         WatchError::Unavailable
     );
+}
+
+/// A Pod watch refused by RBAC is recorded for translation (and re-translates), until a list
+/// goes through.
+#[tokio::test(start_paused = true)]
+async fn a_refused_pod_watch_is_known_until_it_lists() {
+    let (ctx, mut config, _status) = ctx();
+    let stores = Stores {
+        refused: ctx.refused.clone(),
+        ..Stores::default()
+    };
+    let forbidden = watcher::Error::InitialListFailed(kube::Error::Api(
+        Status::failure("pods is forbidden", "Forbidden")
+            .with_code(403)
+            .boxed(),
+    ));
+    let run = |events: Vec<watcher::Result<Event<DeserializeGuard<PodObject>>>>| {
+        watch::reflect(
+            WatchKind::Pod,
+            Changes::Immutable,
+            futures::stream::iter(events),
+            Writer::default(),
+            ctx.clone(),
+        )
+    };
+    run(vec![Ok(Event::Init), Err(forbidden)]).await;
+    assert!(stores.resources().pods_refused);
+    assert!(config.has_changed().unwrap());
+    config.mark_unchanged();
+    run(vec![Ok(Event::Init), Ok(Event::InitDone)]).await;
+    assert!(!stores.resources().pods_refused);
+    assert!(config.has_changed().unwrap());
 }
 
 /// The driver, fed a scripted stream: the latch drops on the first InitDone, managedFields are

@@ -62,7 +62,14 @@ pub struct Ctx {
     pub metrics: KubeMetrics,
     /// One log for "the API server cannot be reached", whatever kind finds out.
     pub api_server: Arc<ApiServerLog>,
+    /// The kinds whose watch the API server refuses now.
+    pub refused: Arc<Refused>,
 }
+
+/// The kinds whose watch the API server refuses now (401/403, pier's RBAC), so that
+/// translation can say why where it needs one of them (Pods, for per-endpoint identity).
+#[derive(Debug, Default)]
+pub struct Refused(std::sync::Mutex<BTreeSet<WatchKind>>);
 
 /// Logs that the API server cannot be reached once for all kinds (every watch finds out at the
 /// same moment: one line each, every few seconds, would bury the reason) and once a minute,
@@ -102,6 +109,27 @@ pub struct Reconnect {
 pub struct ErrorLog {
     kind: WatchKind,
     last: Option<(WatchError, Instant)>,
+}
+
+// === impl Refused ===
+
+impl Refused {
+    pub fn contains(&self, kind: WatchKind) -> bool {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&kind)
+    }
+
+    /// Records whether `kind` is refused; returns whether that changed.
+    fn set(&self, kind: WatchKind, refused: bool) -> bool {
+        let mut kinds = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if refused {
+            kinds.insert(kind)
+        } else {
+            kinds.remove(&kind)
+        }
+    }
 }
 
 // === impl ApiServerLog ===
@@ -364,6 +392,11 @@ pub async fn reflect<K, S>(
             Ok(event) => event,
             Err(e) => {
                 errors.report(&e, &ctx);
+                // Translation says why where it needs the kind: re-translate on a change.
+                let refused = matches!(classify(&e), WatchError::Forbidden);
+                if ctx.refused.set(kind, refused) {
+                    ctx.config.send_replace(());
+                }
                 let skippable = match classify(&e) {
                     WatchError::NotFound => kind.is_optional(),
                     WatchError::Forbidden => kind.is_optional_without_rbac(),
@@ -393,6 +426,9 @@ pub async fn reflect<K, S>(
         if !matches!(event, Event::Init) {
             // `Init` comes before every list attempt, including those that fail.
             errors.recovered(&ctx);
+            if ctx.refused.set(kind, false) {
+                ctx.config.send_replace(());
+            }
             if expired.is_none_or(|at| at.elapsed() >= EXPIRED_AGAIN) {
                 backoff.reset();
             }
@@ -473,6 +509,7 @@ mod tests {
             pending: Arc::new(watch::channel(pending).0),
             metrics: KubeMetrics::default(),
             api_server: Arc::new(ApiServerLog::new("https://127.0.0.1:6443")),
+            refused: Arc::default(),
         }
     }
 

@@ -621,6 +621,36 @@ fn parameters_ref_without_mesh_key_meshes_nothing() {
 }
 
 #[test]
+fn an_unknown_pod_says_whether_the_api_server_refuses_pods() {
+    let p = pki();
+    let yaml = format!(
+        "{}---\n{}",
+        world(&p),
+        gw(&mesh("    identity: {scheme: SPIFFE}\n"))
+    )
+    .replace(
+        "endpoints: [{addresses: [10.0.0.1]}]",
+        "endpoints: [{addresses: [10.0.0.1], targetRef: {kind: Pod, name: api-0, namespace: app}}]",
+    );
+    let mut r = resources(&yaml);
+    let message = |r: &Resources| {
+        let (ok, reason, msg) = route_tls_cond(&translate(r, &Settings::default()), "app", "api");
+        assert!(!ok);
+        assert_eq!(reason, "NoEndpointIdentity");
+        msg
+    };
+    let msg = message(&r);
+    assert!(msg.contains("Pod app/api-0 is unknown"), "{msg}");
+    assert!(!msg.contains("refuses"), "{msg}");
+    r.pods_refused = true;
+    let msg = message(&r);
+    assert!(
+        msg.contains("Pod app/api-0 is unknown: the API server refuses pier's list/watch of Pods"),
+        "{msg}"
+    );
+}
+
+#[test]
 fn only_a_mesh_stanza_with_an_identity_scheme_asks_for_pods() {
     use std::borrow::Cow;
     let asks = |spec: &str, mesh_key: Option<Option<&'static str>>| {
