@@ -69,7 +69,7 @@ fn leaf(ca: &Ca, spiffe: &str) -> (CertificateDer<'static>, String, KeyPair) {
 /// A loopback mTLS server: per connection, handshake, read one byte, echo it, close.
 async fn server(mesh: &Ca, client_ca: &Ca) -> SocketAddr {
     let (cert, _, key) = leaf(mesh, WORKLOAD_ID);
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let provider = pier::tls::provider::provider();
     let mut roots = RootCertStore::empty();
     roots.add(client_ca.der.clone()).expect("client CA");
     let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())

@@ -115,7 +115,7 @@ async fn origin(tls: Option<TlsAcceptor>) -> SocketAddr {
 /// rustls server config of the mesh workload: its certificate from the mesh CA, and a client
 /// certificate from the gateway CA required.
 fn origin_tls(echo: &Leaf, gateway_ca: &Ca) -> TlsAcceptor {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let provider = pier::tls::provider::provider();
     let mut roots = RootCertStore::empty();
     roots.add(gateway_ca.der.clone()).expect("root");
     let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
@@ -334,7 +334,7 @@ fn run_concurrent(rt: &Runtime, conns: &mut [Client], iters: u64) -> Duration {
 }
 
 fn bench_proxy(c: &mut Criterion) {
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    pier::tls::provider::install_default();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

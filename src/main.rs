@@ -19,7 +19,7 @@ fn main() -> std::process::ExitCode {
     let quiet = matches!(&cli.command, Command::Check(a) if a.kubeconfig.is_some());
     init_logging(format, quiet);
     // One crypto provider for the whole process (kube's client, listeners, upstream TLS).
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    pier::tls::provider::install_default();
     let workers = match worker_threads() {
         Ok(w) => w,
         Err(e) => {

@@ -175,7 +175,7 @@ impl Env {
     fn client(&self, cert: Option<&Leaf>) -> Arc<rustls::ClientConfig> {
         let mut roots = rustls::RootCertStore::empty();
         roots.add(self.server_ca.clone()).unwrap();
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let provider = pier::tls::provider::provider();
         let builder = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .unwrap()

@@ -35,7 +35,7 @@ struct LineServer {
 impl LineServer {
     async fn spawn(name: &'static str, cert: Option<&Cert>) -> Self {
         let acceptor = cert.map(|c| {
-            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            let provider = pier::tls::provider::provider();
             let config = rustls::ServerConfig::builder_with_provider(provider)
                 .with_safe_default_protocol_versions()
                 .unwrap()
@@ -105,7 +105,7 @@ async fn connect(
 ) -> std::io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
     let mut roots = RootCertStore::empty();
     roots.add(ca.der.clone()).unwrap();
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let provider = pier::tls::provider::provider();
     let config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .unwrap()

@@ -111,9 +111,7 @@ pub fn verify_client_chain(chain: &[CertificateDer<'static>]) -> Result<Vec<Stri
     let ee = webpki::EndEntityCert::try_from(leaf).map_err(|_| ChainError::Bad(0))?;
     let at = (leaf_facts.not_before + leaf_facts.not_after) / 2;
     let time = UnixTime::since_unix_epoch(std::time::Duration::from_secs(at.max(0) as u64));
-    let algs = rustls::crypto::ring::default_provider()
-        .signature_verification_algorithms
-        .all;
+    let algs = crate::tls::provider::signature_algorithms().all;
     ee.verify_for_usage(
         algs,
         &anchors,

@@ -45,7 +45,7 @@ impl MeshPki {
         let workload = mesh_ca.issue(None, WORKLOAD_ID)?;
         let client = pier_ca.issue(Some("pier-gateway"), PIER_ID)?;
 
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let provider = crate::tls::provider::provider();
         let mut roots = RootCertStore::empty();
         roots.add(pier_ca.der.clone())?;
         let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(

@@ -56,7 +56,7 @@ fn load_pair(files: &TlsFiles) -> anyhow::Result<(Vec<u8>, Arc<CertifiedKey>)> {
 pub fn server_config(files: &TlsFiles) -> anyhow::Result<Arc<ServerConfig>> {
     let (mut seen, pair) = load_pair(files)?;
     let resolver = Arc::new(Reloading(ArcSwap::new(pair)));
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let provider = crate::tls::provider::provider();
     let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()?;
     let builder = match &files.client_ca {
@@ -124,7 +124,7 @@ mod tests {
         for c in trusted {
             roots.add((*c).clone()).unwrap();
         }
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let provider = crate::tls::provider::provider();
         let config = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .unwrap()

@@ -37,7 +37,7 @@
 //! already): no reqwest, no second TLS stack, no gRPC.
 //!
 //! Endpoints are `http://` or `https://`. Over `https://` the client is hyper-rustls with a
-//! config from [`tls`] (ring, TLS 1.2/1.3, the collector's certificate and name verified
+//! config from [`tls`] (aws-lc-rs, TLS 1.2/1.3, the collector's certificate and name verified
 //! against the host's roots or `--otlp-ca-file`, optionally a client certificate), and the
 //! connector refuses anything but TLS: a failed handshake is a failed export
 //! (`pier_proxy_trace_spans_total{result="failed"}`), never a retry in plaintext.

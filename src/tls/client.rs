@@ -15,7 +15,7 @@
 //! (`spiffe://cluster.local/ns/app/sa/web`), never the Service's DNS name, so the mesh verifier
 //! checks the chain against the mesh trust bundle and skips the DNS name check
 //! ([`PeerCheck::ChainOnly`]); SAN requirements (from a BackendTLSPolicy's `subjectAltNames`)
-//! are checked when given. Signatures are verified with the ring provider's algorithms.
+//! are checked when given. Signatures are verified with the provider's algorithms ([`crate::tls::provider`]).
 //!
 //! Failures keep rustls' error types, so the connector can tell them apart with [`classify`]:
 //!
@@ -313,8 +313,8 @@ impl ClientIdentity {
     ) -> Result<Self, IdentityError> {
         let leaf = chain.first().ok_or(IdentityError::NoCertificate)?;
         ParsedCertificate::try_from(leaf).map_err(|_| IdentityError::BadCertificate)?;
-        let signing = rustls::crypto::ring::sign::any_supported_type(&der)
-            .map_err(IdentityError::KeyUnsupported)?;
+        let signing =
+            crate::tls::provider::signing_key(&der).map_err(IdentityError::KeyUnsupported)?;
         let mut h = Digest::new(b"pier/client-identity/v1");
         for c in &chain {
             h.bytes(c.as_ref());
@@ -438,9 +438,9 @@ impl ConfigSpec<'_> {
     }
 }
 
-/// A new `ClientConfig` for `spec` (ring provider, TLS 1.2 and 1.3).
+/// A new `ClientConfig` for `spec` (pier's provider, TLS 1.2 and 1.3).
 pub fn build_config(spec: &ConfigSpec<'_>) -> Arc<ClientConfig> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let provider = crate::tls::provider::provider();
     let verifier = Arc::new(PeerVerifier {
         roots: spec.roots.roots.clone(),
         check: spec.check.clone(),
@@ -448,7 +448,7 @@ pub fn build_config(spec: &ConfigSpec<'_>) -> Arc<ClientConfig> {
     });
     let builder = ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .expect("the ring provider supports the default protocol versions")
+        .expect("the provider supports the default protocol versions")
         .dangerous()
         .with_custom_certificate_verifier(verifier);
     let mut config = match spec.client {
@@ -695,11 +695,11 @@ impl fmt::Display for HandshakeFailure {
 // === digests ===
 
 /// SHA-256 over length-prefixed fields, with a domain label.
-struct Digest(ring::digest::Context);
+struct Digest(crate::tls::provider::Sha256);
 
 impl Digest {
     fn new(label: &[u8]) -> Self {
-        let mut h = Self(ring::digest::Context::new(&ring::digest::SHA256));
+        let mut h = Self(crate::tls::provider::Sha256::new());
         h.bytes(label);
         h
     }

@@ -3,4 +3,5 @@
 //! translation puts into the snapshot and the connector uses.
 
 pub mod client;
+pub mod provider;
 pub mod server;

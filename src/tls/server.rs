@@ -100,11 +100,11 @@ pub fn client_auth(
     bundle: &TrustBundle,
     mode: ClientAuthMode,
 ) -> Result<ClientAuth, ClientAuthError> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let provider = crate::tls::provider::provider();
     let verifier = WebPkiClientVerifier::builder_with_provider(bundle.roots().clone(), provider)
         .build()
         .map_err(ClientAuthError::Verifier)?;
-    let mut h = ring::digest::Context::new(&ring::digest::SHA256);
+    let mut h = crate::tls::provider::Sha256::new();
     h.update(b"pier/frontend-client-auth/v1");
     h.update(match mode {
         ClientAuthMode::AllowValidOnly => b"valid-only",
@@ -187,7 +187,7 @@ impl SnapshotClientVerifier {
         Self {
             snapshot,
             port,
-            algs: rustls::crypto::ring::default_provider().signature_verification_algorithms,
+            algs: crate::tls::provider::signature_algorithms(),
         }
     }
 
@@ -358,7 +358,7 @@ impl std::fmt::Debug for BoundSessions {
 
 impl Ticketer {
     pub fn new() -> Result<Self, ServerConfigError> {
-        Ok(Self(rustls::crypto::ring::Ticketer::new()?))
+        Ok(Self(crate::tls::provider::ticketer()?))
     }
 }
 
@@ -377,7 +377,7 @@ pub enum Carries {
     Stream,
 }
 
-/// The config for one port: ring, TLS 1.2 and 1.3, ALPN by what it carries, certificates and
+/// The config for one port: pier's provider (aws-lc-rs), TLS 1.2 and 1.3, ALPN by what it carries, certificates and
 /// (HTTPS only) client certificate validation from the snapshot, sessions bound to the
 /// client-auth policy. Built with an explicit provider so it does not depend on a
 /// process-wide default being installed.
@@ -387,7 +387,7 @@ pub fn server_config(
     ticketer: Option<&Ticketer>,
     carries: Carries,
 ) -> Result<Arc<ServerConfig>, ServerConfigError> {
-    let provider: Arc<CryptoProvider> = Arc::new(rustls::crypto::ring::default_provider());
+    let provider: Arc<CryptoProvider> = crate::tls::provider::provider();
     let builder =
         ServerConfig::builder_with_provider(provider).with_safe_default_protocol_versions()?;
     let resolver = Arc::new(SnapshotCertResolver::new(snapshot.clone(), port));

@@ -1260,12 +1260,8 @@ fn rule_session(
     let name = match session_name {
         Some(n) => n.clone(),
         None => {
-            let digest =
-                ring::digest::digest(&ring::digest::SHA256, format!("{route}/{index}").as_bytes());
-            let hex: String = digest.as_ref()[..4]
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect();
+            let digest = crate::tls::provider::sha256(format!("{route}/{index}").as_bytes());
+            let hex: String = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
             format!("pier-session-{hex}")
         }
     };

@@ -184,7 +184,7 @@ fn load_tls_secret(s: &Secret, id: &ObjectRef) -> Result<ServerCert, CertError> 
     let names = dns_names(leaf).ok_or_else(|| CertError::CertificateDer(id.clone()))?;
     let der = PrivateKeyDer::from_pem_slice(data("tls.key")?)
         .map_err(|e| CertError::KeyPem(id.clone(), e))?;
-    let signing = rustls::crypto::ring::sign::any_supported_type(&der)
+    let signing = crate::tls::provider::signing_key(&der)
         .map_err(|e| CertError::KeyUnsupported(id.clone(), e))?;
     let key = CertifiedKey::new(chain, signing);
     match key.keys_match() {

@@ -234,3 +234,48 @@ async fn an_idle_tls_keep_alive_connection_serves_pipelined_and_later_requests()
     assert_eq!(a.connections(), 1);
     bounded(h.proxy.shutdown(BOUND)).await;
 }
+
+/// Listeners offer the post-quantum hybrid X25519MLKEM768 (aws-lc-rs) and prefer it: a client
+/// that sends key shares for it and for X25519, as browsers do, gets the hybrid; a client with
+/// X25519 alone (OpenSSL 3.0, curl) gets X25519 without a retry.
+#[tokio::test]
+async fn listeners_prefer_the_post_quantum_hybrid_key_exchange() {
+    use rustls::NamedGroup;
+    init();
+    let pki = Pki::new();
+    let mut certs = CertTable::default();
+    certs.add(&["a.example.com".into()], pki.leaf(&["a.example.com"]));
+    let a = echo("a").await;
+    let p = free_port();
+    let h = Harness::start(simple_https(p, certs, &backend("a", &[a.addr]))).await;
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(pki.ca_der()).unwrap();
+    let client = |groups: &[NamedGroup]| {
+        let mut provider = rustls::crypto::CryptoProvider::clone(&pier::tls::provider::provider());
+        provider.kx_groups.retain(|g| groups.contains(&g.name()));
+        provider
+            .kx_groups
+            .sort_by_key(|g| groups.iter().position(|n| *n == g.name()));
+        std::sync::Arc::new(
+            rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(provider))
+                .with_protocol_versions(&[&rustls::version::TLS13])
+                .unwrap()
+                .with_root_certificates(roots.clone())
+                .with_no_client_auth(),
+        )
+    };
+    for (offered, negotiated) in [
+        (
+            &[NamedGroup::X25519MLKEM768, NamedGroup::X25519][..],
+            NamedGroup::X25519MLKEM768,
+        ),
+        (&[NamedGroup::X25519][..], NamedGroup::X25519),
+    ] {
+        let tls = bounded(connect_tls(local(p), "a.example.com", client(offered))).await;
+        let group = tls.get_ref().1.negotiated_key_exchange_group().unwrap();
+        assert_eq!(group.name(), negotiated, "offered {offered:?}");
+        let resp = bounded(send_h1_on(tls, get("a.example.com", "/"))).await;
+        assert_eq!(resp.status, 200);
+    }
+    bounded(h.proxy.shutdown(BOUND)).await;
+}

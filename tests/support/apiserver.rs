@@ -140,7 +140,7 @@ impl ControlPlane {
     /// Starts etcd and kube-apiserver and waits until the API server is ready and the
     /// `default` namespace exists. Panics (with the logs) on failure.
     pub async fn start() -> Self {
-        let _ = rustls::crypto::ring::default_provider().install_default();
+        pier::tls::provider::install_default();
         let started = Instant::now();
         let bins = Binaries::find();
         let dir = tempfile::Builder::new()

@@ -55,7 +55,7 @@ impl FaultyApi {
     /// (PEM) verifies.
     pub async fn start(upstream: SocketAddr, upstream_ca: &str) -> Self {
         let cert = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let provider = pier::tls::provider::provider();
         let mut server = rustls::ServerConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
             .unwrap()

@@ -182,8 +182,7 @@ impl Cert {
 }
 
 pub fn sha256_hex(der: &[u8]) -> String {
-    ring::digest::digest(&ring::digest::SHA256, der)
-        .as_ref()
+    pier::tls::provider::sha256(der)
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()
@@ -408,7 +407,7 @@ impl Drop for Workload {
 }
 
 fn server_config(cert: &Cert, client_roots: &Arc<RootCertStore>) -> Arc<rustls::ServerConfig> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let provider = pier::tls::provider::provider();
     let verifier =
         WebPkiClientVerifier::builder_with_provider(client_roots.clone(), provider.clone())
             .build()

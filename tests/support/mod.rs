@@ -40,7 +40,7 @@ pub async fn bounded<F: Future>(f: F) -> F::Output {
 }
 
 pub fn init() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    pier::tls::provider::install_default();
 }
 
 /// The version a build script pins on its `VAR=${PIER_VAR:-X.Y.Z}` line (`script` is the

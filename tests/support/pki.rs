@@ -36,7 +36,7 @@ impl Pki {
     pub fn leaf(&self, names: &[&str]) -> Arc<CertifiedKey> {
         let (cert, key) = self.signed(names);
         let der = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
-        let provider = rustls::crypto::ring::default_provider();
+        let provider = pier::tls::provider::provider();
         Arc::new(CertifiedKey::from_der(vec![cert.der().clone()], der, &provider).unwrap())
     }
 
@@ -44,7 +44,7 @@ impl Pki {
     pub fn client(&self, alpn: &[&[u8]]) -> Arc<rustls::ClientConfig> {
         let mut roots = RootCertStore::empty();
         roots.add(self.ca.clone()).unwrap();
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let provider = pier::tls::provider::provider();
         let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .unwrap()
@@ -115,8 +115,8 @@ impl Pki {
     }
 }
 
-fn ring() -> Arc<CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
+fn provider() -> Arc<CryptoProvider> {
+    pier::tls::provider::provider()
 }
 
 /// An upstream client config as the mesh branch builds one: trusts `roots`, presents `client`,
@@ -126,7 +126,7 @@ pub fn mtls_client(roots: &[&Pki], client: &Leaf, alpn: &[&[u8]]) -> Arc<rustls:
     for p in roots {
         store.add(p.ca_der()).unwrap();
     }
-    let mut cfg = rustls::ClientConfig::builder_with_provider(ring())
+    let mut cfg = rustls::ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .unwrap()
         .with_root_certificates(store)
@@ -140,10 +140,10 @@ pub fn mtls_client(roots: &[&Pki], client: &Leaf, alpn: &[&[u8]]) -> Arc<rustls:
 pub fn mtls_server(server: &Leaf, client_ca: &Pki, alpn: &[&[u8]]) -> Arc<rustls::ServerConfig> {
     let mut store = RootCertStore::empty();
     store.add(client_ca.ca_der()).unwrap();
-    let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(store), ring())
+    let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(store), provider())
         .build()
         .unwrap();
-    let mut cfg = rustls::ServerConfig::builder_with_provider(ring())
+    let mut cfg = rustls::ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .unwrap()
         .with_client_cert_verifier(verifier)

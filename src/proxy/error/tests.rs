@@ -177,7 +177,7 @@ fn a_resolver_without_a_certificate_is_no_certificate() {
             None
         }
     }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let provider = crate::tls::provider::provider();
     let server = rustls::ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .unwrap()

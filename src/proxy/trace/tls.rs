@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! --otlp-ca-file PEM ──────────────┐ (else the host's roots: /etc/ssl/certs, SSL_CERT_FILE/DIR)
-//! --otlp-client-cert/-key (mTLS) ──┼─> ClientConfig (ring, TLS 1.2/1.3, name checked)
+//! --otlp-client-cert/-key (mTLS) ──┼─> ClientConfig (aws-lc-rs, TLS 1.2/1.3, name checked)
 //!                                  └─> hyper-rustls, https only, ALPN h2 + http/1.1
 //! ```
 //!
@@ -16,7 +16,6 @@
 //! clients trust it (`update-ca-certificates` included); a private CA needs no rebuild of pier.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject as _};
 use rustls::{ClientConfig, RootCertStore};
@@ -70,7 +69,7 @@ pub fn client_config(https: bool, files: &TlsFiles) -> Result<Option<ClientConfi
         }
         None => system_roots()?,
     };
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let provider = crate::tls::provider::provider();
     let builder = ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(TlsError::Rustls)?

@@ -198,13 +198,11 @@ fn each_entry_keeps_its_own_tls_sessions_for_the_idle_timeout() {
         idle_timeout: Duration::from_millis(200),
         idle_gauge: Gauge::default(),
     });
-    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(rustls::RootCertStore::empty())
-    .with_no_client_auth();
+    let config = rustls::ClientConfig::builder_with_provider(crate::tls::provider::provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_no_client_auth();
     let name = rustls::pki_types::ServerName::try_from("web.app.svc.cluster.local").unwrap();
     let tls = crate::model::UpstreamTls {
         mode: crate::model::TlsMode::Mesh,

@@ -261,7 +261,7 @@ async fn fingerprint(paths: Vec<PathBuf>) -> Fingerprint {
                 files.extend(named_files(&config));
             }
         }
-        let mut h = ring::digest::Context::new(&ring::digest::SHA256);
+        let mut h = crate::tls::provider::Sha256::new();
         for file in &files {
             let path = file.as_os_str().as_encoded_bytes();
             h.update(&(path.len() as u64).to_le_bytes());

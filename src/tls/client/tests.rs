@@ -84,7 +84,7 @@ fn verifier(ca: &Ca, check: PeerCheck) -> PeerVerifier {
     PeerVerifier {
         roots: ca.bundle().roots,
         check,
-        algs: rustls::crypto::ring::default_provider().signature_verification_algorithms,
+        algs: crate::tls::provider::signature_algorithms(),
     }
 }
 
@@ -375,7 +375,7 @@ fn well_known_roots_load() {
 
 /// A backend requiring client certificates from `client_ca`, serving `leaf`, offering `h2`.
 fn mesh_server(client_ca: &Ca, leaf: &Leaf) -> Arc<rustls::ServerConfig> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let provider = crate::tls::provider::provider();
     let mut roots = RootCertStore::empty();
     roots.add(client_ca.der.clone()).unwrap();
     let client_verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
