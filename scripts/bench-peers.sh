@@ -9,7 +9,8 @@
 # Scenarios: direct nginx pier haproxy nginx-mtls pier-mtls haproxy-mtls
 #            close-direct close-nginx close-pier close-haproxy close-nginx-mtls close-pier-mtls
 #            pier-log pier-trace1 pier-trace100, {,close-}{nginx,pier,haproxy}-{https,rsa}
-#            and {nginx,pier,haproxy}-newtls (not in the default set: name them)
+#            full-{nginx,pier,haproxy}-{https,rsa} and {nginx,pier,haproxy}-newtls (not in the
+#            default set: name them)
 #   (run in this order, so each proxy's run sits next to the one it is paired with)
 #   direct      wrk -> origin (the origin alone on the proxy's CPU): the one-hop limit of the box
 #   *-mtls      the upstream hop is TLS 1.3 with a client certificate, verified both ways
@@ -18,17 +19,21 @@
 #   pier-log    pier with --access-log (text lines to a file)
 #   pier-trace1, pier-trace100   pier with --otlp-endpoint (a sink on the origin's nginx that
 #               answers 200 and discards) and --trace-sample-ratio 0.01 / 1
-#   *-https, *-rsa   client TLS terminated by the proxy (TLS 1.3 from wrk, which does full
-#               handshakes and never resumes), upstream plain; the listener certificate is
-#               ECDSA P-256 (https) or RSA-2048 (rsa). close-*-https: a full handshake per request.
+#   *-https, *-rsa   client TLS terminated by the proxy (TLS 1.3 from wrk), upstream plain; the
+#               listener certificate is ECDSA P-256 (https) or RSA-2048 (rsa). close-*-https: a
+#               new TLS connection per request that wrk *resumes* (its SSL_clear keeps the
+#               session: PSK with ECDHE, no certificate, no signature; the run checks it)
+#   full-*      as close-*, but the proxy keeps no session (nginx ssl_session_tickets off and
+#               ssl_session_cache off, HAProxy no-tls-tickets and tune.ssl.cachesize 0, pier
+#               --no-tls-session-resumption): a full handshake per request (checked)
 #   *-newtls    the mTLS upstream of *-mtls, but the origin closes after every response
 #               (keepalive_timeout 0): a new upstream TLS connection per request, which each
 #               proxy may resume (nginx proxy_ssl_session_reuse on, HAProxy's default, pier's
 #               per-endpoint session cache); the run checks that the origin saw resumed sessions
 #   New upstream TLS connections, one command:
 #     scripts/bench-peers.sh nginx-newtls pier-newtls haproxy-newtls
-#   New TLS connections, one command:
-#     scripts/bench-peers.sh close-nginx-https close-pier-https close-haproxy-https
+#   New TLS connections, resumed and full, one command:
+#     scripts/bench-peers.sh close-{nginx,pier,haproxy}-{https,rsa} full-{nginx,pier,haproxy}-{https,rsa}
 #   The cost of observability, one command (the table's second part: ratios to `pier`, same
 #   rounds):  scripts/bench-peers.sh pier pier-log pier-trace1 pier-trace100
 #
@@ -107,7 +112,7 @@ EDGE=edge.bench
 ALL="direct nginx pier haproxy nginx-mtls pier-mtls haproxy-mtls close-direct close-nginx close-pier close-haproxy close-nginx-mtls close-pier-mtls"
 # Named only: pier with its access log or tracing on, paired with plain `pier`; client TLS
 # terminated by the proxy, kept alive and a new TLS connection per request (issue 19).
-EXTRA="pier-log pier-trace1 pier-trace100 nginx-https pier-https haproxy-https close-nginx-https close-pier-https close-haproxy-https nginx-rsa pier-rsa haproxy-rsa close-nginx-rsa close-pier-rsa close-haproxy-rsa nginx-newtls pier-newtls haproxy-newtls"
+EXTRA="pier-log pier-trace1 pier-trace100 nginx-https pier-https haproxy-https close-nginx-https close-pier-https close-haproxy-https nginx-rsa pier-rsa haproxy-rsa close-nginx-rsa close-pier-rsa close-haproxy-rsa full-nginx-https full-pier-https full-haproxy-https full-nginx-rsa full-pier-rsa full-haproxy-rsa nginx-newtls pier-newtls haproxy-newtls"
 
 # ---------- the table: median of the reps [min-max], ratios to nginx and to direct ----------
 # "vs nginx" columns: the ratio of the two medians, then the paired ratio: per round, this
@@ -575,6 +580,16 @@ proxy_up() { # nginx|haproxy|pier
     nginx) start_bg "$PROXY_CPU" "$RUN/nginx/stderr.log" nginx -p "$RUN/nginx/" -c "$RUN/nginx/nginx.conf" -e stderr ;;
     haproxy) start_bg "$PROXY_CPU" "$RUN/haproxy.log" haproxy -f "$RUN/haproxy.cfg" -db ;;
     pier) pier_up "" warn ;;
+    # No TLS session kept: every client connection a full handshake.
+    nginx-full)
+      sed 's/^  ssl_protocols TLSv1.2 TLSv1.3;/  ssl_protocols TLSv1.2 TLSv1.3; ssl_session_tickets off; ssl_session_cache off;/' \
+        "$RUN/nginx/nginx.conf" >"$RUN/nginx/nginx-full.conf"
+      start_bg "$PROXY_CPU" "$RUN/nginx/stderr.log" nginx -p "$RUN/nginx/" -c "$RUN/nginx/nginx-full.conf" -e stderr ;;
+    haproxy-full)
+      sed -e 's/^    nbthread 1$/    nbthread 1\n    tune.ssl.cachesize 0/' -e 's/ ssl crt / ssl no-tls-tickets crt /' \
+        "$RUN/haproxy.cfg" >"$RUN/haproxy-full.cfg"
+      start_bg "$PROXY_CPU" "$RUN/haproxy.log" haproxy -f "$RUN/haproxy-full.cfg" -db ;;
+    pier-full) pier_up "--no-tls-session-resumption" warn ;;
     pier-log) pier_up "--access-log" "warn,pier::access=info" ;;
     pier-trace1) pier_up "--otlp-endpoint http://127.0.0.1:$P_SINK --trace-sample-ratio 0.01" warn ;;
     pier-trace100) pier_up "--otlp-endpoint http://127.0.0.1:$P_SINK --trace-sample-ratio 1" warn ;;
@@ -589,6 +604,7 @@ pier_up() { # "extra flags" RUST_LOG: pier on the proxy CPU; its stderr (the acc
 proxy_down() { [ -n "$PROXY_PID" ] && stop_pid "$PROXY_PID"; PROXY_PID=""; PROXY_KIND=""; }
 proxy_url() { # scenario -> url
   local sc="${1#close-}"
+  sc="${sc#full-}"
   case "$sc" in
     direct) echo "http://127.0.0.1:$P_ORIGIN/" ;;
     nginx) echo "http://127.0.0.1:$P_NGINX/" ;; nginx-mtls) echo "http://127.0.0.1:$P_NGINX_TLS/" ;;
@@ -606,6 +622,19 @@ check_mtls() { # url: the origin must have verified the proxy's client certifica
   seen=$(curl -s -D - -o /dev/null "${1}debug" | tr -d '\r' | grep -i '^x-client-' | tr '\n' ' ')
   log "  origin saw: $seen"
   [[ "$seen" == *"SUCCESS"* && "$seen" == *"CN=gateway"* ]] || { echo "mTLS check failed via $1: $seen" >&2; exit 1; }
+}
+check_client_resumption() { # url yes|no: does a client that keeps its session resume it?
+  # (a request, so that the client reads the TLS 1.3 ticket that follows the handshake)
+  local host_port="${1#https://}" sess="$RUN/.client-session" first second
+  host_port="${host_port%/}"
+  rm -f "$sess"
+  first=$(printf 'GET / HTTP/1.0\r\n\r\n' | openssl s_client -connect "$host_port" -servername "$EDGE" \
+    -sess_out "$sess" -ign_eof 2>/dev/null | grep -E '^(New|Reused),' | cut -d, -f1 || true)
+  second=$(printf 'GET / HTTP/1.0\r\n\r\n' | openssl s_client -connect "$host_port" -servername "$EDGE" \
+    -sess_in "$sess" -ign_eof 2>/dev/null | grep -E '^(New|Reused),' | cut -d, -f1 || true)
+  log "  a client keeping its session: ${first:-?} then ${second:-?}"
+  if [ "$2" = yes ] && [ "$second" != Reused ]; then echo "$1 resumes no TLS session" >&2; exit 1; fi
+  if [ "$2" = no ] && [ "$second" != New ]; then echo "$1 resumed a TLS session" >&2; exit 1; fi
 }
 check_resumed() { # url: after a first connection, the closing origin sees resumed sessions
   local i seen
@@ -720,8 +749,8 @@ for round in $rounds; do
   if [ "$round" != all ] && [ $((round % 2)) -eq 0 ]; then order=$(echo $SCENARIOS | tr ' ' '\n' | tac | tr '\n' ' '); fi
   for sc in $order; do
     log "== $sc (run ${reps//$'\n'/,} of $REPS)"
-    hdr=""; [[ "$sc" == close-* ]] && hdr="$CLOSE"
-    base="${sc#close-}"
+    hdr=""; [[ "$sc" == close-* || "$sc" == full-* ]] && hdr="$CLOSE"
+    base="${sc#close-}"; base="${base#full-}"
     url=$(proxy_url "$sc")
     if [ "$base" = direct ]; then
       proxy_down; origin_up "$PROXY_CPU"
@@ -733,8 +762,11 @@ for round in $rounds; do
     # A fresh proxy process per scenario and round: every proxy starts each run equally cold.
     proxy_down
     kind="${base%-mtls}"; kind="${kind%-https}"; kind="${kind%-rsa}"; kind="${kind%-newtls}"
+    [[ "$sc" == full-* ]] && kind="$kind-full"
     proxy_up "$kind"
     wait_ok "$url" -k
+    [[ "$sc" == close-*-https || "$sc" == close-*-rsa ]] && check_client_resumption "$url" yes
+    [[ "$sc" == full-* ]] && check_client_resumption "$url" no
     [[ "$base" == *-mtls || "$base" == *-newtls ]] && check_mtls "$url"
     [[ "$base" == *-newtls ]] && check_resumed "$url"
     measure "$sc" "$url" "$(family "$PROXY_PID" | tr '\n' ' ')" "$hdr" "$reps"

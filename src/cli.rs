@@ -198,6 +198,12 @@ pub struct RunArgs {
     /// silently instead of the second failing to bind.
     #[arg(long)]
     pub reuse_port: bool,
+    /// Turn TLS session resumption off on listeners: no session tickets, no session-ID cache,
+    /// so every client connection is a full handshake (nginx's `ssl_session_tickets off` plus
+    /// `ssl_session_cache off`). On by default: a resumed handshake skips the certificate
+    /// signature.
+    #[arg(long)]
+    pub no_tls_session_resumption: bool,
     /// Believe `X-Forwarded-For/-Proto/-Host`, `Forwarded` and `X-Request-Id` from clients at
     /// these addresses (IPs and CIDRs, IPv4 or IPv6; on a PROXY protocol port, the address its
     /// header names); from anyone else pier replaces them [default: nobody].

@@ -94,6 +94,7 @@ async fn run_cmd(a: RunArgs) -> anyhow::Result<()> {
         access_log: a.access_log,
         access_log_fields: a.access_log_fields,
         reuse_port: a.reuse_port,
+        tls_session_resumption: !a.no_tls_session_resumption,
         trusted_proxies: crate::proxy::TrustedProxies::new(a.trusted_proxies.clone()),
         limits: a.limits.limits(),
         tracing: a

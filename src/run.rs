@@ -49,6 +49,8 @@ pub struct RunOptions {
     pub access_log_fields: crate::proxy::AccessLogFields,
     /// Bind listener and admin ports with `SO_REUSEPORT` (zero-downtime restarts).
     pub reuse_port: bool,
+    /// TLS session resumption on listeners (`--no-tls-session-resumption` turns it off).
+    pub tls_session_resumption: bool,
     /// `--trusted-proxies`: whose forwarding headers and request IDs pier believes.
     pub trusted_proxies: crate::proxy::TrustedProxies,
     /// Idle connections, slow request bodies, path normalisation.
@@ -183,6 +185,7 @@ impl RunOptions {
             access_log: false,
             access_log_fields: crate::proxy::AccessLogFields::ALL,
             reuse_port: false,
+            tls_session_resumption: true,
             trusted_proxies: crate::proxy::TrustedProxies::default(),
             limits: crate::proxy::Limits::default(),
             tracing: None,
@@ -339,6 +342,7 @@ pub async fn start(opts: RunOptions) -> anyhow::Result<Running> {
             access_log: opts.access_log,
             access_log_fields: opts.access_log_fields,
             reuse_port: opts.reuse_port,
+            tls_session_resumption: opts.tls_session_resumption,
             trusted_proxies: opts.trusted_proxies.clone(),
             limits: opts.limits.clone(),
             ..ProxyConfig::default()

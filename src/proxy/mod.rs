@@ -82,6 +82,9 @@ pub struct ProxyConfig {
     pub access_log_fields: access::Fields,
     /// Bind ports with `SO_REUSEPORT`, so a new process can take over (zero-downtime restart).
     pub reuse_port: bool,
+    /// TLS session resumption on listeners (stateless tickets and the session-ID cache); off:
+    /// every client connection is a full handshake (`--no-tls-session-resumption`).
+    pub tls_session_resumption: bool,
     /// Clients whose `X-Forwarded-*`, `Forwarded` and `X-Request-Id` pier believes (the
     /// connection's client; on a PROXY protocol port the address the header named). Empty:
     /// nobody's, every request gets pier's own.
@@ -262,6 +265,7 @@ impl Default for ProxyConfig {
             access_log: false,
             access_log_fields: access::Fields::ALL,
             reuse_port: false,
+            tls_session_resumption: true,
             trusted_proxies: forwarded::TrustedProxies::default(),
             header_read_timeout: Duration::from_secs(30),
             tls_handshake_timeout: Duration::from_secs(10),
@@ -312,9 +316,13 @@ impl Proxy {
             .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
             .max_header_list_size(16 * 1024)
             .max_pending_accept_reset_streams(20);
-        let ticketer = Ticketer::new()
-            .inspect_err(|error| tracing::warn!(%error, "TLS session tickets disabled"))
-            .ok();
+        let ticketer = if config.tls_session_resumption {
+            Ticketer::new()
+                .inspect_err(|error| tracing::warn!(%error, "TLS session tickets disabled"))
+                .ok()
+        } else {
+            None
+        };
         let upstream = Upstream::new(&config, metrics.clone(), snapshot.clone());
         let shared = Shared {
             retry_budgets: RetryBudgets::new(config.retry_budget),
@@ -421,11 +429,12 @@ impl Proxy {
         let ip = key.address.unwrap_or(self.shared.config.listen_host);
         let listener = listen(SocketAddr::new(ip, key.port), self.shared.config.reuse_port)?;
         let ticketer = self.lock_ports().ticketer.clone();
+        let resumption = self.shared.config.tls_session_resumption;
         let config = |carries| {
             server_config(
                 self.shared.snapshot.clone(),
                 key,
-                ticketer.as_ref(),
+                resumption.then_some(ticketer.as_ref()),
                 carries,
             )
             .map_err(std::io::Error::other)

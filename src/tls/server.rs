@@ -377,14 +377,16 @@ pub enum Carries {
     Stream,
 }
 
-/// The config for one port: pier's provider (aws-lc-rs), TLS 1.2 and 1.3, ALPN by what it carries, certificates and
-/// (HTTPS only) client certificate validation from the snapshot, sessions bound to the
-/// client-auth policy. Built with an explicit provider so it does not depend on a
-/// process-wide default being installed.
+/// The config for one port: pier's provider (aws-lc-rs), TLS 1.2 and 1.3, ALPN by what it
+/// carries, certificates and (HTTPS only) client certificate validation from the snapshot,
+/// sessions bound to the client-auth policy. Built with an explicit provider so it does not
+/// depend on a process-wide default being installed. `resumption`: `None` turns session
+/// resumption off (every handshake is full); `Some(ticketer)` resumes from the session-ID cache
+/// and, with a ticketer, from stateless tickets.
 pub fn server_config(
     snapshot: Arc<ArcSwap<Snapshot>>,
     port: PortKey,
-    ticketer: Option<&Ticketer>,
+    resumption: Option<Option<&Ticketer>>,
     carries: Carries,
 ) -> Result<Arc<ServerConfig>, ServerConfigError> {
     let provider: Arc<CryptoProvider> = crate::tls::provider::provider();
@@ -409,6 +411,12 @@ pub fn server_config(
         snapshot,
         port,
         carries,
+    };
+    let Some(ticketer) = resumption else {
+        // No resumption: no session stored, no ticket sent.
+        config.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
+        config.send_tls13_tickets = 0;
+        return Ok(Arc::new(config));
     };
     // rustls' default size for the session-ID cache.
     config.session_storage = Arc::new(BoundSessions {

@@ -279,3 +279,36 @@ async fn listeners_prefer_the_post_quantum_hybrid_key_exchange() {
     }
     bounded(h.proxy.shutdown(BOUND)).await;
 }
+
+/// A client that keeps its session resumes on its next connection (no certificate, no
+/// signature); `--no-tls-session-resumption` makes every connection a full handshake, for
+/// operators whose policy forbids tickets and for measuring full handshakes.
+#[tokio::test]
+async fn sessions_resume_unless_resumption_is_turned_off() {
+    use rustls::HandshakeKind::{Full, Resumed};
+    init();
+    let pki = Pki::new();
+    let a = echo("a").await;
+    for (resumption, second) in [(true, Resumed), (false, Full)] {
+        let mut certs = CertTable::default();
+        certs.add(&["a.example.com".into()], pki.leaf(&["a.example.com"]));
+        let p = free_port();
+        let config = pier::proxy::ProxyConfig {
+            tls_session_resumption: resumption,
+            ..config()
+        };
+        let h = Harness::start_with(simple_https(p, certs, &backend("a", &[a.addr])), config).await;
+        let client = pki.client(&[b"http/1.1"]);
+        let mut kinds = Vec::new();
+        for _ in 0..2 {
+            let tls = bounded(connect_tls(local(p), "a.example.com", client.clone())).await;
+            // TLS 1.3 tickets arrive after the handshake: a request makes the client read them.
+            let kind = tls.get_ref().1.handshake_kind().unwrap();
+            let resp = bounded(send_h1_on(tls, get("a.example.com", "/"))).await;
+            assert_eq!(resp.status, 200);
+            kinds.push(kind);
+        }
+        assert_eq!(kinds, [Full, second], "resumption {resumption}");
+        bounded(h.proxy.shutdown(BOUND)).await;
+    }
+}

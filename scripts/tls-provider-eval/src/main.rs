@@ -13,8 +13,6 @@ use rustls::{ClientConnection, ServerConnection};
 const PER_ROUND: usize = 300;
 
 fn pair(rsa: bool) -> (CertificateDer<'static>, PrivateKeyDer<'static>) {
-    // rcgen's `generate_for` refuses RSA (KeyGenerationUnavailable): RSA keys need
-    // `generate_rsa_for` and a size.
     let key = if rsa {
         rcgen::KeyPair::generate_rsa_for(&rcgen::PKCS_RSA_SHA256, rcgen::RsaKeySize::_2048).unwrap()
     } else {
