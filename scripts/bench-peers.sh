@@ -630,11 +630,15 @@ check_client_resumption() { # url yes|no: does a client that keeps its session r
   rm -f "$sess"
   first=$(printf 'GET / HTTP/1.0\r\n\r\n' | openssl s_client -connect "$host_port" -servername "$EDGE" \
     -sess_out "$sess" -ign_eof 2>/dev/null | grep -E '^(New|Reused),' | cut -d, -f1 || true)
-  second=$(printf 'GET / HTTP/1.0\r\n\r\n' | openssl s_client -connect "$host_port" -servername "$EDGE" \
-    -sess_in "$sess" -ign_eof 2>/dev/null | grep -E '^(New|Reused),' | cut -d, -f1 || true)
+  if [ -s "$sess" ]; then
+    second=$(printf 'GET / HTTP/1.0\r\n\r\n' | openssl s_client -connect "$host_port" -servername "$EDGE" \
+      -sess_in "$sess" -ign_eof 2>/dev/null | grep -E '^(New|Reused),' | cut -d, -f1 || true)
+  else
+    second="New (no session was issued)"
+  fi
   log "  a client keeping its session: ${first:-?} then ${second:-?}"
   if [ "$2" = yes ] && [ "$second" != Reused ]; then echo "$1 resumes no TLS session" >&2; exit 1; fi
-  if [ "$2" = no ] && [ "$second" != New ]; then echo "$1 resumed a TLS session" >&2; exit 1; fi
+  if [ "$2" = no ] && [[ "$second" != New* ]]; then echo "$1 resumed a TLS session" >&2; exit 1; fi
 }
 check_resumed() { # url: after a first connection, the closing origin sees resumed sessions
   local i seen
