@@ -1157,16 +1157,8 @@ async fn per_endpoint_identity_follows_pods_in_the_cluster() {
     // though the cluster has one.
     c.apply_yaml(&mesh::gateway(port, &mesh::mesh_spec("")))
         .await;
-    c.apply_yaml(
-        "apiVersion: v1
-kind: Pod
-metadata: {name: unrelated-0, namespace: app}
-spec:
-  serviceAccountName: unrelated
-  containers: [{name: unrelated, image: unrelated}]
-",
-    )
-    .await;
+    c.apply_yaml(&mesh::pod("app", "unrelated-0", "unrelated"))
+        .await;
     c.apply_yaml(&format!(
         "apiVersion: v1
 kind: Service
@@ -1227,16 +1219,7 @@ endpoints:
     assert_eq!(web.accepted().len(), accepted);
 
     // The Pod (ServiceAccount `web`) appears: its identity is the workload's.
-    c.apply_yaml(
-        "apiVersion: v1
-kind: Pod
-metadata: {name: web-0, namespace: app}
-spec:
-  serviceAccountName: web
-  containers: [{name: web, image: web}]
-",
-    )
-    .await;
+    c.apply_yaml(&mesh::pod("app", "web-0", "web")).await;
     let (took, s) = until_seen(port, "served once the Pod is known", |s| s.tls).await;
     assert!(is_pier(&s, &pki), "{s:?}");
     assert_eq!(s.sni.as_deref(), Some("web.app.svc.cluster.local"));

@@ -16,13 +16,6 @@ fn identity_spec(identity: &str) -> String {
     format!("{}    identity: {identity}\n", mesh_spec(""))
 }
 
-fn pod(ns: &str, name: &str, service_account: &str) -> String {
-    format!(
-        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: {ns}}}\n\
-         spec: {{serviceAccountName: {service_account}, containers: [{{name: app, image: app}}]}}\n"
-    )
-}
-
 struct World {
     pier: Pier,
     files: Vec<(&'static str, String)>,

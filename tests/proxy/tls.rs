@@ -3,12 +3,24 @@
 use http::{Request, Version};
 use http_body_util::Full;
 use pier::model::CertTable;
+use pier::proxy::ProxyConfig;
 
 use crate::support::client::{connect_tls, get, send_h1_on, send_h2_on};
 use crate::support::pki::{Pki, san_dns_names};
 use crate::support::raw::Client;
 use crate::support::snap::*;
 use crate::support::*;
+
+/// pier with `config` serving `a.example.com` over HTTPS (a leaf of `pki`) on a free port, to
+/// echo backend `a`: (harness, port, the backend).
+async fn https_to_a(pki: &Pki, config: ProxyConfig) -> (Harness, u16, pier::echo::EchoServer) {
+    let mut certs = CertTable::default();
+    certs.add(&["a.example.com".into()], pki.leaf(&["a.example.com"]));
+    let a = echo("a").await;
+    let p = free_port();
+    let h = Harness::start_with(simple_https(p, certs, &backend("a", &[a.addr])), config).await;
+    (h, p, a)
+}
 
 #[tokio::test]
 async fn https_serves_the_certificate_for_the_sni_and_speaks_both_alpns() {
@@ -243,11 +255,7 @@ async fn listeners_prefer_the_post_quantum_hybrid_key_exchange() {
     use rustls::NamedGroup;
     init();
     let pki = Pki::new();
-    let mut certs = CertTable::default();
-    certs.add(&["a.example.com".into()], pki.leaf(&["a.example.com"]));
-    let a = echo("a").await;
-    let p = free_port();
-    let h = Harness::start(simple_https(p, certs, &backend("a", &[a.addr]))).await;
+    let (h, p, _a) = https_to_a(&pki, config()).await;
     let mut roots = rustls::RootCertStore::empty();
     roots.add(pki.ca_der()).unwrap();
     let client = |groups: &[NamedGroup]| {
@@ -288,16 +296,12 @@ async fn sessions_resume_unless_resumption_is_turned_off() {
     use rustls::HandshakeKind::{Full, Resumed};
     init();
     let pki = Pki::new();
-    let a = echo("a").await;
     for (resumption, second) in [(true, Resumed), (false, Full)] {
-        let mut certs = CertTable::default();
-        certs.add(&["a.example.com".into()], pki.leaf(&["a.example.com"]));
-        let p = free_port();
-        let config = pier::proxy::ProxyConfig {
+        let config = ProxyConfig {
             tls_session_resumption: resumption,
             ..config()
         };
-        let h = Harness::start_with(simple_https(p, certs, &backend("a", &[a.addr])), config).await;
+        let (h, p, _a) = https_to_a(&pki, config).await;
         let client = pki.client(&[b"http/1.1"]);
         let mut kinds = Vec::new();
         for _ in 0..2 {

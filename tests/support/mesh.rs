@@ -720,6 +720,15 @@ pub fn bundle(cas: &[&Ca]) -> String {
     config_map("gw", "mesh-ca", "ca-bundle.crt", &pem)
 }
 
+/// Pod `ns/name` running as ServiceAccount `service_account` (all per-endpoint identity
+/// reads of a Pod).
+pub fn pod(ns: &str, name: &str, service_account: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: {ns}}}\n\
+         spec: {{serviceAccountName: {service_account}, containers: [{{name: app, image: app}}]}}\n"
+    )
+}
+
 // === pier ===
 
 /// pier running in-process from a manifest directory, its listener on `port`.
