@@ -377,22 +377,12 @@ mod tests {
             Some("unix:///env.sock")
         );
         // An explicit --client-cert wins over the ambient variable, and the log says so.
-        let logged = crate::log_limit::capture::Buf::default();
-        let writer = logged.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(move || writer.clone())
-            .with_ansi(false)
-            .finish();
-        let chosen = tracing::subscriber::with_default(subscriber, || {
-            spiffe_endpoint(None, true, env).unwrap()
-        });
+        let (chosen, logged) =
+            crate::log_limit::capture::logged(|| spiffe_endpoint(None, true, env).unwrap());
         assert_eq!(chosen, None);
         assert!(
-            logged
-                .text()
-                .contains("SPIFFE_ENDPOINT_SOCKET is set but not used"),
-            "{}",
-            logged.text()
+            logged.contains("SPIFFE_ENDPOINT_SOCKET is set but not used"),
+            "{logged}"
         );
         assert_eq!(spiffe_endpoint(None, false, none).unwrap(), None);
         let err = spiffe_endpoint(Some("unix://host/x"), false, none).unwrap_err();

@@ -220,6 +220,21 @@ pub(crate) mod capture {
         }
     }
 
+    /// Runs `f` with its log lines (DEBUG and up, plain text, no time) captured: its result and
+    /// the lines.
+    pub fn logged<R>(f: impl FnOnce() -> R) -> (R, String) {
+        let captured = Buf::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_max_level(tracing::Level::DEBUG)
+            .without_time()
+            .with_ansi(false)
+            .finish();
+        let r = tracing::subscriber::with_default(subscriber, f);
+        (r, captured.text())
+    }
+
     impl Write for Buf {
         fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
             self.0.lock().unwrap().extend_from_slice(b);

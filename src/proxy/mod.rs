@@ -316,13 +316,9 @@ impl Proxy {
             .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
             .max_header_list_size(16 * 1024)
             .max_pending_accept_reset_streams(20);
-        let ticketer = if config.tls_session_resumption {
-            Ticketer::new()
-                .inspect_err(|error| tracing::warn!(%error, "TLS session tickets disabled"))
-                .ok()
-        } else {
-            None
-        };
+        let ticketer = Ticketer::new()
+            .inspect_err(|error| tracing::warn!(%error, "TLS session tickets disabled"))
+            .ok();
         let upstream = Upstream::new(&config, metrics.clone(), snapshot.clone());
         let shared = Shared {
             retry_budgets: RetryBudgets::new(config.retry_budget),
@@ -429,12 +425,12 @@ impl Proxy {
         let ip = key.address.unwrap_or(self.shared.config.listen_host);
         let listener = listen(SocketAddr::new(ip, key.port), self.shared.config.reuse_port)?;
         let ticketer = self.lock_ports().ticketer.clone();
-        let resumption = self.shared.config.tls_session_resumption;
         let config = |carries| {
             server_config(
                 self.shared.snapshot.clone(),
                 key,
-                resumption.then_some(ticketer.as_ref()),
+                self.shared.config.tls_session_resumption,
+                ticketer.as_ref(),
                 carries,
             )
             .map_err(std::io::Error::other)

@@ -117,7 +117,7 @@ use crate::translate::api::{
     BackendTlsPolicy, ClusterTrustBundle, ConfigMap, EndpointSlice, GatewayClass, GrpcRoute,
     HttpRoute, ListenerSet, Namespace, ReferenceGrant, Secret, Service, TlsRoute,
 };
-use crate::translate::mesh::{PARAMETERS_MESH_KEY, asks_for_endpoint_identity};
+use crate::translate::mesh::{asks_for_endpoint_identity, mesh_key_of};
 use crate::translate::{ObjectKey, Resources};
 
 /// Quiet period before a rebuild (as for files).
@@ -737,12 +737,7 @@ async fn watch_pods_when_asked<S>(
                     let key = kube::runtime::reflector::ObjectRef::new(name).within(ns);
                     let cm = config_maps.get(&key)?;
                     let cm = cm.0.as_ref().ok()?;
-                    Some(
-                        cm.data
-                            .as_ref()
-                            .and_then(|d| d.get(PARAMETERS_MESH_KEY))
-                            .map(|t| std::borrow::Cow::Owned(t.clone())),
-                    )
+                    Some(mesh_key_of(cm).map(|t| std::borrow::Cow::Owned(t.to_string())))
                 })
             })
         })

@@ -380,13 +380,14 @@ pub enum Carries {
 /// The config for one port: pier's provider (aws-lc-rs), TLS 1.2 and 1.3, ALPN by what it
 /// carries, certificates and (HTTPS only) client certificate validation from the snapshot,
 /// sessions bound to the client-auth policy. Built with an explicit provider so it does not
-/// depend on a process-wide default being installed. `resumption`: `None` turns session
-/// resumption off (every handshake is full); `Some(ticketer)` resumes from the session-ID cache
-/// and, with a ticketer, from stateless tickets.
+/// depend on a process-wide default being installed. With `resumption`, sessions resume from
+/// the session-ID cache and, given a ticketer, from stateless tickets; without it every
+/// handshake is full.
 pub fn server_config(
     snapshot: Arc<ArcSwap<Snapshot>>,
     port: PortKey,
-    resumption: Option<Option<&Ticketer>>,
+    resumption: bool,
+    ticketer: Option<&Ticketer>,
     carries: Carries,
 ) -> Result<Arc<ServerConfig>, ServerConfigError> {
     let provider: Arc<CryptoProvider> = crate::tls::provider::provider();
@@ -412,12 +413,12 @@ pub fn server_config(
         port,
         carries,
     };
-    let Some(ticketer) = resumption else {
-        // No resumption: no session stored, no ticket sent.
+    if !resumption {
+        // No session stored, no ticket sent.
         config.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
         config.send_tls13_tickets = 0;
         return Ok(Arc::new(config));
-    };
+    }
     // rustls' default size for the session-ID cache.
     config.session_storage = Arc::new(BoundSessions {
         inner: ServerSessionMemoryCache::new(256),

@@ -331,13 +331,7 @@ fn mesh_state(
         let config_map = resources
             .config_maps
             .get(&(gw_ns.to_string(), name.to_string()))?;
-        Some(
-            config_map
-                .data
-                .as_ref()
-                .and_then(|d| d.get(PARAMETERS_MESH_KEY))
-                .map(|t| Cow::Borrowed(t.as_str())),
-        )
+        Some(mesh_key_of(config_map).map(Cow::Borrowed))
     });
     let (spec, origin) = match (gw.spec.mesh.as_ref(), params) {
         (Some(spec), params) => {
@@ -447,6 +441,15 @@ pub fn asks_for_endpoint_identity<'a>(
     spec.identity
         .as_ref()
         .is_some_and(|i| matches!(IdentityScheme::parse(i, "cluster.local"), Ok(Some(_))))
+}
+
+/// The mesh stanza's text in a parametersRef ConfigMap (its [`PARAMETERS_MESH_KEY`] key).
+pub fn mesh_key_of(config_map: &ConfigMap) -> Option<&str> {
+    config_map
+        .data
+        .as_ref()?
+        .get(PARAMETERS_MESH_KEY)
+        .map(String::as_str)
 }
 
 /// The mesh stanza of the `infrastructure.parametersRef` ConfigMap (Gateway namespace), if any.

@@ -392,12 +392,12 @@ pub async fn reflect<K, S>(
             Ok(event) => event,
             Err(e) => {
                 errors.report(&e, &ctx);
+                let class = classify(&e);
                 // Translation says why where it needs the kind: re-translate on a change.
-                let refused = matches!(classify(&e), WatchError::Forbidden);
-                if ctx.refused.set(kind, refused) {
+                if ctx.refused.set(kind, class == WatchError::Forbidden) {
                     ctx.config.send_replace(());
                 }
-                let skippable = match classify(&e) {
+                let skippable = match class {
                     WatchError::NotFound => kind.is_optional(),
                     WatchError::Forbidden => kind.is_optional_without_rbac(),
                     _ => false,
@@ -408,7 +408,7 @@ pub async fn reflect<K, S>(
                     listed = true;
                     release(kind, &ctx);
                 }
-                let wait = match classify(&e) {
+                let wait = match class {
                     WatchError::Expired => {
                         let again = expired.is_some_and(|at| at.elapsed() < EXPIRED_AGAIN);
                         expired = Some(Instant::now());
@@ -499,7 +499,7 @@ fn check_decoded<K: Watched>(kind: WatchKind, o: &K, metrics: &KubeMetrics) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::log_limit::capture::Buf;
+    use crate::log_limit::capture::logged;
     use std::collections::BTreeSet;
 
     fn ctx(pending: BTreeSet<WatchKind>) -> Ctx {
@@ -515,16 +515,7 @@ mod tests {
 
     /// The level of the line `report` logs.
     fn level_of(report: impl FnOnce()) -> String {
-        let captured = Buf::default();
-        let writer = captured.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(move || writer.clone())
-            .with_max_level(tracing::Level::DEBUG)
-            .without_time()
-            .with_ansi(false)
-            .finish();
-        tracing::subscriber::with_default(subscriber, report);
-        let text = captured.text();
+        let ((), text) = logged(report);
         text.split_whitespace()
             .next()
             .unwrap_or_default()
