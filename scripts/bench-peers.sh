@@ -9,8 +9,8 @@
 # Scenarios: direct nginx pier haproxy nginx-mtls pier-mtls haproxy-mtls
 #            close-direct close-nginx close-pier close-haproxy close-nginx-mtls close-pier-mtls
 #            pier-log pier-trace1 pier-trace100, {,close-}{nginx,pier,haproxy}-{https,rsa}
-#            full-{nginx,pier,haproxy}-{https,rsa} and {nginx,pier,haproxy}-newtls (not in the
-#            default set: name them)
+#            full-{nginx,pier,haproxy}-{https,rsa}, {nginx,pier,haproxy}-newtls,
+#            {big,up,w2}-{nginx,pier,haproxy} (not in the default set: name them)
 #   (run in this order, so each proxy's run sits next to the one it is paired with)
 #   direct      wrk -> origin (the origin alone on the proxy's CPU): the one-hop limit of the box
 #   *-mtls      the upstream hop is TLS 1.3 with a client certificate, verified both ways
@@ -30,6 +30,17 @@
 #               (keepalive_timeout 0): a new upstream TLS connection per request, which each
 #               proxy may resume (nginx proxy_ssl_session_reuse on, HAProxy's default, pier's
 #               per-endpoint session cache); the run checks that the origin saw resumed sessions
+#   big-*       GET of a 1 MiB response (the origin sends a file with sendfile), keep-alive;
+#               nginx with proxy_max_temp_file_size 0 (its buffers, never a temporary file)
+#   up-*        POST of a 1 MiB body (wrk -s, a Lua script), keep-alive; the origin reads it
+#               whole and answers 200; nginx with proxy_request_buffering off (streamed, as pier
+#               and HAProxy do by default). The table's "MiB/s per core" lines: 1 MiB divided
+#               by the proxy's CPU per request
+#   w2-*        every proxy with 2 workers (pier PIER_WORKER_THREADS=2, nginx
+#               worker_processes 2, HAProxy nbthread 2) on W2_CPUS (0,1), wrk -t2 and the origin
+#               on the same CPUs: the cores shared the same way for every proxy
+#   Large bodies, one command:  scripts/bench-peers.sh big-{nginx,pier,haproxy} up-{nginx,pier,haproxy}
+#   Two workers, one command:   scripts/bench-peers.sh w2-nginx w2-pier w2-haproxy
 #   New upstream TLS connections, one command:
 #     scripts/bench-peers.sh nginx-newtls pier-newtls haproxy-newtls
 #   New TLS connections, resumed and full, one command:
@@ -55,7 +66,7 @@
 #
 # Knobs (env): DURATION=8s REPS=7 CONNS="64 256" WARMUP=2s WRK_CPU=1 PROXY_CPU=0 ORIGIN_CPU=1
 #   LOAD_MAX=0.5 LOAD_WAIT=600 QUIET_PCT=10 QUIET_SECS=2 QUIET_WAIT=300 PROC_MAX=10
-#   FOREIGN_MAX=10 RETRIES=3 FORCE=0 INTERLEAVE=1 PIER_BIN=target/release/pier RUN_DIR=target/bench-peers
+#   FOREIGN_MAX=10 RETRIES=3 FORCE=0 INTERLEAVE=1 W2_CPUS=0,1 PIER_BIN=target/release/pier RUN_DIR=target/bench-peers
 #   PORT_BASE=19000 (ports PORT_BASE+81 .. +104, +443, +444 and +901 on 127.0.0.1)
 # Needs: wrk nginx haproxy openssl curl taskset (installed with apt-get when missing) and a
 # release build of pier (`cargo build --release`).
@@ -78,6 +89,7 @@ FOREIGN_MAX="${FOREIGN_MAX:-10}"
 RETRIES="${RETRIES:-3}"
 FORCE="${FORCE:-0}"
 INTERLEAVE="${INTERLEAVE:-1}"
+W2_CPUS="${W2_CPUS:-0,1}"
 PIER_BIN="${PIER_BIN:-$ROOT/target/release/pier}"
 RUN="${RUN_DIR:-$ROOT/target/bench-peers}"
 PORT_BASE="${PORT_BASE:-19000}"
@@ -112,7 +124,7 @@ EDGE=edge.bench
 ALL="direct nginx pier haproxy nginx-mtls pier-mtls haproxy-mtls close-direct close-nginx close-pier close-haproxy close-nginx-mtls close-pier-mtls"
 # Named only: pier with its access log or tracing on, paired with plain `pier`; client TLS
 # terminated by the proxy, kept alive and a new TLS connection per request (issue 19).
-EXTRA="pier-log pier-trace1 pier-trace100 nginx-https pier-https haproxy-https close-nginx-https close-pier-https close-haproxy-https nginx-rsa pier-rsa haproxy-rsa close-nginx-rsa close-pier-rsa close-haproxy-rsa full-nginx-https full-pier-https full-haproxy-https full-nginx-rsa full-pier-rsa full-haproxy-rsa nginx-newtls pier-newtls haproxy-newtls"
+EXTRA="pier-log pier-trace1 pier-trace100 nginx-https pier-https haproxy-https close-nginx-https close-pier-https close-haproxy-https nginx-rsa pier-rsa haproxy-rsa close-nginx-rsa close-pier-rsa close-haproxy-rsa full-nginx-https full-pier-https full-haproxy-https full-nginx-rsa full-pier-rsa full-haproxy-rsa nginx-newtls pier-newtls haproxy-newtls big-nginx big-pier big-haproxy up-nginx up-pier up-haproxy w2-nginx w2-pier w2-haproxy"
 
 # ---------- the table: median of the reps [min-max], ratios to nginx and to direct ----------
 # "vs nginx" columns: the ratio of the two medians, then the paired ratio: per round, this
@@ -158,7 +170,7 @@ summarize() { # raw.tsv [busy-note]
         mem = (k in rss) && rss[k] > 0 ? sprintf("%.1f MiB", rss[k] / 1024) : "-"
         printf "| %s | %s | %.0f [%.0f–%.0f] | %s | %s [%s–%s] | %s | %s | %s | %s | %s | %s |\n", sc, c, r, rl, rh,
           ms(med(p50[k])), ms(q), ms(ql), ms(qh), cpu, mem, vn, vq, vd, errs[k]
-        if (sc ~ /^(close-)?pier(-mtls|-https|-rsa|-newtls)?$/) {   # the acceptance lines of issue 5, from the paired ratios
+        if (sc ~ /^(close-|full-|big-|up-|w2-)?pier(-mtls|-https|-rsa|-newtls)?$/) {   # the acceptance lines of issue 5, from the paired ratios
           pr = vn; sub(/^[^·]*· /, "", pr); sub(/ .*/, "", pr); pq = vq; sub(/^[^·]*· /, "", pq); sub(/ .*/, "", pq)
           nk = peer(sc, "nginx") SUBSEP c; hk = peer(sc, "haproxy") SUBSEP c
           ph = (hk in m) ? vs(k, hk, R, r, m) : "-"; sub(/^[^·]*· /, "", ph); sub(/ .*/, "", ph)
@@ -167,6 +179,15 @@ summarize() { # raw.tsv [busy-note]
             (rss[nk] > 0 ? rss[k] / rss[nk] : 0), (errs[k] ~ /[1-9]/ ? errs[k] : "none")) } }
       if (na) { print ""; print "Paired medians for pier (acceptance: req/s ≥ 1.0× and p99 ≤ 1.0× nginx, RSS ≤ 2×, no errors):"
         for (i = 1; i <= na; i++) print "- " acc[i] }
+      # Large bodies: 1 MiB per request, so MiB/s per core of the proxy = 1e6 / CPU µs per request.
+      nl = 0
+      for (i = 1; i <= n; i++) { k = order[i]; split(k, kk, SUBSEP); sc = kk[1]; c = kk[2]
+        if (sc !~ /^(big|up)-/ || pc[k] ~ /-/) continue
+        cpu = med(pc[k]); ng = peer(sc, "nginx") SUBSEP c; ncpu = (ng in pc) ? med(pc[ng]) : 0
+        big[++nl] = sprintf("- %s c=%s: %.0f MiB/s per proxy core (CPU %.0f µs per MiB)%s, %.0f MiB/s through, peak RSS %.1f MiB",
+          sc, c, 1e6 / cpu, cpu, (ncpu > 0 && sc !~ /nginx/ ? sprintf(", %.2f× nginx per core", ncpu / cpu) : ""),
+          med(rps[k]), rss[k] / 1024) }
+      if (nl) { print ""; print "Large bodies (1 MiB a request):"; for (i = 1; i <= nl; i++) print big[i] }
       # The cost of observability: pier with the access log or tracing against pier without
       # them, same rounds (issue 16).
       nb = 0
@@ -349,13 +370,21 @@ gen_certs() {
 write_configs() {
   local temps="client_body_temp_path tmp/body; proxy_temp_path tmp/proxy; fastcgi_temp_path tmp/fastcgi; uwsgi_temp_path tmp/uwsgi; scgi_temp_path tmp/scgi;"
   mkdir -p "$RUN/origin/tmp" "$RUN/origin-tls/tmp" "$RUN/nginx/tmp" "$RUN/pier/manifests"
+  head -c 1048576 /dev/urandom >"$RUN/origin/big.bin"
+  printf 'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/octet-stream"\nwrk.body = string.rep("a", 1048576)\n' >"$RUN/up.lua"
   cat >"$RUN/origin/nginx.conf" <<EOF
 # plain origin: 200 with a 13-byte body
 worker_processes 1; daemon off; pid nginx.pid; error_log stderr warn;
 events { worker_connections 8192; }
 http {
   access_log off; default_type text/plain; keepalive_requests 10000000; keepalive_timeout 75s; $temps
-  server { listen 127.0.0.1:$P_ORIGIN backlog=4096; location / { return 200 "hello, world\n"; } }
+  server { listen 127.0.0.1:$P_ORIGIN backlog=4096; location / { return 200 "hello, world\n"; }
+    # big-*: a 1 MiB file; up-*: the body read whole into memory, then 200 from the sink
+    # (the body is not passed on)
+    location = /big { alias $RUN/origin/big.bin; sendfile on; }
+    location = /up { client_max_body_size 2m; client_body_buffer_size 2m; proxy_pass_request_body off;
+      proxy_set_header Content-Length ""; proxy_http_version 1.1; proxy_set_header Connection ""; proxy_pass http://sink/; } }
+  upstream sink { server 127.0.0.1:$P_SINK; keepalive 64; }
   # the OTLP/HTTP sink of the pier-trace* scenarios: accepts every export, discards it (an
   # empty body is an empty ExportTraceServiceResponse)
   server { listen 127.0.0.1:$P_SINK; client_max_body_size 64m; location / { return 200 ""; } }
@@ -401,7 +430,9 @@ http {
   proxy_ssl_trusted_certificate $CERTS/mesh-ca.crt; proxy_ssl_verify on; proxy_ssl_verify_depth 2;
   proxy_ssl_name $SNI; proxy_ssl_server_name on; proxy_ssl_protocols TLSv1.2 TLSv1.3; proxy_ssl_session_reuse on;
   server { listen 127.0.0.1:$P_NGINX backlog=4096;
-    location / { proxy_pass http://plain; proxy_http_version 1.1; proxy_set_header Connection ""; } }
+    location / { proxy_pass http://plain; proxy_http_version 1.1; proxy_set_header Connection ""; }
+    location = /big { proxy_pass http://plain; proxy_http_version 1.1; proxy_set_header Connection ""; proxy_max_temp_file_size 0; }
+    location = /up { proxy_pass http://plain; proxy_http_version 1.1; proxy_set_header Connection ""; proxy_request_buffering off; client_max_body_size 2m; } }
   server { listen 127.0.0.1:$P_NGINX_TLS backlog=4096;
     location / { proxy_pass https://mtls; proxy_http_version 1.1; proxy_set_header Connection ""; } }
   server { listen 127.0.0.1:$P_NGINX_NEWTLS backlog=4096;
@@ -590,6 +621,13 @@ proxy_up() { # nginx|haproxy|pier
         "$RUN/haproxy.cfg" >"$RUN/haproxy-full.cfg"
       start_bg "$PROXY_CPU" "$RUN/haproxy.log" haproxy -f "$RUN/haproxy-full.cfg" -db ;;
     pier-full) pier_up "--no-tls-session-resumption" warn ;;
+    nginx-w2)
+      sed 's/^worker_processes 1;/worker_processes 2;/' "$RUN/nginx/nginx.conf" >"$RUN/nginx/nginx-w2.conf"
+      start_bg "$W2_CPUS" "$RUN/nginx/stderr.log" nginx -p "$RUN/nginx/" -c "$RUN/nginx/nginx-w2.conf" -e stderr ;;
+    haproxy-w2)
+      sed 's/^    nbthread 1$/    nbthread 2/' "$RUN/haproxy.cfg" >"$RUN/haproxy-w2.cfg"
+      start_bg "$W2_CPUS" "$RUN/haproxy.log" haproxy -f "$RUN/haproxy-w2.cfg" -db ;;
+    pier-w2) WORKERS=2 ON="$W2_CPUS" pier_up "" warn ;;
     pier-log) pier_up "--access-log" "warn,pier::access=info" ;;
     pier-trace1) pier_up "--otlp-endpoint http://127.0.0.1:$P_SINK --trace-sample-ratio 0.01" warn ;;
     pier-trace100) pier_up "--otlp-endpoint http://127.0.0.1:$P_SINK --trace-sample-ratio 1" warn ;;
@@ -598,13 +636,18 @@ proxy_up() { # nginx|haproxy|pier
 }
 pier_up() { # "extra flags" RUST_LOG: pier on the proxy CPU; its stderr (the access log) to a file
   # shellcheck disable=SC2086
-  start_bg "$PROXY_CPU" "$RUN/pier/stderr.log" env PIER_WORKER_THREADS=1 RUST_LOG="$2" "$PIER_BIN" run \
+  start_bg "${ON:-$PROXY_CPU}" "$RUN/pier/stderr.log" env PIER_WORKER_THREADS="${WORKERS:-1}" RUST_LOG="$2" "$PIER_BIN" run \
     --manifests "$RUN/pier/manifests" --listen-host 127.0.0.1 --admin "127.0.0.1:$P_ADMIN" $1
 }
 proxy_down() { [ -n "$PROXY_PID" ] && stop_pid "$PROXY_PID"; PROXY_PID=""; PROXY_KIND=""; }
 proxy_url() { # scenario -> url
-  local sc="${1#close-}"
-  sc="${sc#full-}"
+  local sc="${1#close-}" path=""
+  sc="${sc#full-}"; sc="${sc#w2-}"
+  case "$1" in big-*) path=big; sc="${sc#big-}" ;; up-*) path=up; sc="${sc#up-}" ;; esac
+  echo "$(base_url "$sc")$path"
+}
+base_url() {
+  local sc="$1"
   case "$sc" in
     direct) echo "http://127.0.0.1:$P_ORIGIN/" ;;
     nginx) echo "http://127.0.0.1:$P_NGINX/" ;; nginx-mtls) echo "http://127.0.0.1:$P_NGINX_TLS/" ;;
@@ -653,8 +696,9 @@ check_resumed() { # url: after a first connection, the closing origin sees resum
 # scenario conns rep url "proxy pids" header -> appends a line to raw.tsv; returns 1 if contended
 measure_one() {
   local sc="$1" c="$2" rep="$3" url="$4" ppids="$5" hdr="$6"
-  local out="$OUT/$sc-c$c-r$rep.txt" args=(-t1 -c"$c" -d"$DURATION" --latency) secs="${DURATION%s}"
+  local out="$OUT/$sc-c$c-r$rep.txt" args=(-t"$WRK_THREADS" -c"$c" -d"$DURATION" --latency) secs="${DURATION%s}"
   [ -n "$hdr" ] && args+=(-H "$hdr")
+  [ -n "$WRK_SCRIPT" ] && args+=(-s "$WRK_SCRIPT")
   wait_quiet || busy "CPUs not quiet for ${QUIET_SECS}s within ${QUIET_WAIT}s before $sc c=$c rep $rep"
   local p0 p1 a0 a1 s0 s1 ours0 ours1
   s0="$OUT/.snap0"; s1="$OUT/.snap1"
@@ -663,7 +707,7 @@ measure_one() {
   p0=$(ticks $ppids)
   ( sleep "$(awk -v d="$secs" 'BEGIN { print d / 2 }')"; [ -n "$ppids" ] && rss_kb $ppids >"$OUT/.rss" || echo 0 >"$OUT/.rss" ) &
   local sampler=$!
-  taskset -c "$WRK_CPU" wrk "${args[@]}" "$url" >"$out" 2>&1 || true
+  taskset -c "$WRK_ON" wrk "${args[@]}" "$url" >"$out" 2>&1 || true
   wait "$sampler" 2>/dev/null || true
   # shellcheck disable=SC2086
   p1=$(ticks $ppids); a1=$(all_busy); proc_snap >"$s1"
@@ -697,10 +741,11 @@ measure_one() {
   return 0
 }
 measure() { # scenario url "proxy pids" header "reps"
-  local sc="$1" url="$2" ppids="$3" hdr="$4" reps="$5" c rep try warm=(-t1 -c256 -d"$WARMUP")
+  local sc="$1" url="$2" ppids="$3" hdr="$4" reps="$5" c rep try warm=(-t"$WRK_THREADS" -c256 -d"$WARMUP")
   [ -n "$hdr" ] && warm+=(-H "$hdr")
+  [ -n "$WRK_SCRIPT" ] && warm+=(-s "$WRK_SCRIPT")
   log "  warm-up c=256 $WARMUP"
-  taskset -c "$WRK_CPU" wrk "${warm[@]}" "$url" >/dev/null 2>&1 || true
+  taskset -c "$WRK_ON" wrk "${warm[@]}" "$url" >/dev/null 2>&1 || true
   for c in $CONNS; do
     for rep in $reps; do
       for try in $(seq 0 "$RETRIES"); do
@@ -730,7 +775,7 @@ write_configs
   echo "wrk: $(wrk -v 2>&1 | head -1 | awk '{print $2}')"
   echo "openssl: $(openssl version | awk '{print $2}')"
   echo "pier: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null)$(git -C "$ROOT" diff --quiet HEAD 2>/dev/null || echo '+dirty') $PIER_BIN"
-  echo "pinning: proxy cpu $PROXY_CPU (pier PIER_WORKER_THREADS=1, nginx/haproxy 1 worker), wrk -t1 cpu $WRK_CPU, origin cpu $ORIGIN_CPU"
+  echo "pinning: proxy cpu $PROXY_CPU (pier PIER_WORKER_THREADS=1, nginx/haproxy 1 worker), wrk -t1 cpu $WRK_CPU, origin cpu $ORIGIN_CPU; w2-*: all on $W2_CPUS, 2 workers, wrk -t2"
   echo "runs: -d$DURATION x $REPS reps, conns: $CONNS, warm-up c=256 $WARMUP"
 } >"$OUT/machine.txt"
 cat "$OUT/machine.txt" >&2
@@ -754,19 +799,23 @@ for round in $rounds; do
   for sc in $order; do
     log "== $sc (run ${reps//$'\n'/,} of $REPS)"
     hdr=""; [[ "$sc" == close-* || "$sc" == full-* ]] && hdr="$CLOSE"
-    base="${sc#close-}"; base="${base#full-}"
+    base="${sc#close-}"; base="${base#full-}"; base="${base#big-}"; base="${base#up-}"; base="${base#w2-}"
     url=$(proxy_url "$sc")
+    WRK_THREADS=1; WRK_ON="$WRK_CPU"; WRK_SCRIPT=""; origin_on="$ORIGIN_CPU"
+    [[ "$sc" == up-* ]] && WRK_SCRIPT="$RUN/up.lua"
+    [[ "$sc" == w2-* ]] && { WRK_THREADS=2; WRK_ON="$W2_CPUS"; origin_on="$W2_CPUS"; }
     if [ "$base" = direct ]; then
       proxy_down; origin_up "$PROXY_CPU"
       measure "$sc" "$url" "" "$hdr" "$reps"
       continue
     fi
-    origin_up "$ORIGIN_CPU"
+    origin_up "$origin_on"
     [[ "$base" == *-mtls || "$base" == *-newtls ]] && origin_tls_up
     # A fresh proxy process per scenario and round: every proxy starts each run equally cold.
     proxy_down
     kind="${base%-mtls}"; kind="${kind%-https}"; kind="${kind%-rsa}"; kind="${kind%-newtls}"
     [[ "$sc" == full-* ]] && kind="$kind-full"
+    [[ "$sc" == w2-* ]] && kind="$kind-w2"
     proxy_up "$kind"
     wait_ok "$url" -k
     [[ "$sc" == close-*-https || "$sc" == close-*-rsa ]] && check_client_resumption "$url" yes

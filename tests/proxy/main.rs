@@ -5,6 +5,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod bodies;
 mod cors;
 mod errors;
 mod fast_path;

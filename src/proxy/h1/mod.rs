@@ -20,7 +20,8 @@
 //!
 //! Request bodies are small (at most [`head::MAX_BODY`]) and buffered whole before they are
 //! forwarded, like nginx's request buffering; response bodies stream (length, chunked or
-//! until EOF) through one buffer per connection.
+//! until EOF) through one buffer per connection ([`BUF`], [`BODY_BUF`] while a long body is
+//! relayed), so a client that stops reading holds the upstream back.
 
 mod chunked;
 #[cfg(test)]
@@ -69,6 +70,10 @@ use head::{Forwarding, Framing, MAX_HEADERS, Parsed, Tail};
 
 /// Read buffer size per connection (both directions reserve this much when they run low).
 const BUF: usize = 8 * 1024;
+/// A response body longer than this is read in pieces of this size: an eighth of the
+/// syscalls and trips through the loopback or NIC stack of [`BUF`] pieces. Held only while
+/// such a body is relayed (the stock frees buffers this large, [`stock::give`]).
+const BODY_BUF: usize = 64 * 1024;
 /// Response bodies up to this size are copied behind the head and sent with it in one write.
 const COALESCE: usize = 16 * 1024;
 /// The head buffer's first capacity.
@@ -545,8 +550,7 @@ where
         let mut left = n;
         let mut clean = self.send_with_head(&mut left).await?;
         while left > 0 {
-            self.ubuf.clear();
-            self.ubuf.reserve(BUF);
+            body_room(&mut self.ubuf, left > BODY_BUF as u64);
             if up.read_buf(&mut self.ubuf).await? == 0 {
                 return Err(truncated());
             }
@@ -583,12 +587,13 @@ where
         let mut clean = used == self.ubuf.len();
         let mut left = used as u64;
         self.send_with_head(&mut left).await?;
+        let mut filled = false;
         while !chunks.is_done() {
-            self.ubuf.clear();
-            self.ubuf.reserve(BUF);
+            body_room(&mut self.ubuf, filled);
             if up.read_buf(&mut self.ubuf).await? == 0 {
                 return Err(truncated());
             }
+            filled = self.ubuf.len() == self.ubuf.capacity();
             let used = chunks.feed(&self.ubuf).map_err(io::Error::other)?;
             clean &= used == self.ubuf.len();
             // Flushed as it comes: a stream of events must not wait in a TLS buffer.
@@ -603,12 +608,13 @@ where
     /// connection stays usable and a truncation shows.
     async fn relay_eof(&mut self, up: &mut Stream) -> io::Result<()> {
         chunk(&self.ubuf, &mut self.wbuf);
+        let mut filled = false;
         loop {
             self.io.write_all(&self.wbuf).await?;
             self.io.flush().await?;
-            self.ubuf.clear();
-            self.ubuf.reserve(BUF);
+            body_room(&mut self.ubuf, filled);
             let n = up.read_buf(&mut self.ubuf).await?;
+            filled = n == self.ubuf.capacity();
             self.wbuf.clear();
             if n == 0 {
                 self.wbuf.extend_from_slice(b"0\r\n\r\n");
@@ -933,6 +939,13 @@ fn room_to_read(buf: &mut BytesMut) {
     if buf.capacity() - buf.len() < BUF / 4 {
         buf.reserve(BUF);
     }
+}
+
+/// Empties `buf` for the next piece of a response body: [`BODY_BUF`] bytes when `long` (much
+/// of the body is still to come, or the last read filled the buffer), else [`BUF`].
+fn body_room(buf: &mut BytesMut, long: bool) {
+    buf.clear();
+    buf.reserve(if long { BODY_BUF } else { BUF });
 }
 
 /// Starts an empty buffer's window over at the front of its allocation. Consuming a message
