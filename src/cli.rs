@@ -24,10 +24,13 @@ pub struct Cli {
 const ENVIRONMENT: &str = "Environment:
   RUST_LOG                log filter (tracing EnvFilter syntax) [default: info], e.g.
                           RUST_LOG=pier=debug or RUST_LOG=info,pier::access=off
-  PIER_WORKER_THREADS     runtime worker threads [default: one per core]; 1 runs a
-                          single-threaded runtime
+  PIER_WORKER_THREADS     data-plane worker threads [default: one per core]; each runs
+                          its own runtime and accepts on its own SO_REUSEPORT socket
+                          of every port (thread per core); 1: one single-threaded
+                          runtime for everything
+  PIER_WORK_STEALING      1: the workers share one work-stealing runtime instead
   PIER_IDLE_SPIN_US       microseconds a worker spins before it sleeps for I/O, 0-10000
-                          [default: 20; 0 turns it off]
+                          [default: 20 with one worker, 0 with several]
   NO_COLOR                any non-empty value: no colour in text logs (logs are coloured
                           only on a terminal)
   SPIFFE_ENDPOINT_SOCKET  the SPIFFE Workload API for `run` when neither --spiffe-socket nor

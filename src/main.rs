@@ -27,35 +27,39 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    // One worker: a current-thread runtime (no work-stealing queues, no cross-thread wakeups),
-    // as a 1-worker nginx runs one event loop. Otherwise a work-stealing pool.
-    let mut builder = match workers {
-        Some(1) => tokio::runtime::Builder::new_current_thread(),
-        Some(n) => {
-            let mut b = tokio::runtime::Builder::new_multi_thread();
-            b.worker_threads(n);
-            b
-        }
-        None => tokio::runtime::Builder::new_multi_thread(),
-    };
-    let spin = match idle_spin() {
-        Ok(s) => s,
-        Err(e) => {
+    let workers =
+        workers.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let (spin, shared_runtime) = match (idle_spin(workers), work_stealing()) {
+        (Ok(s), Ok(w)) => (s, w),
+        (Err(e), _) | (_, Err(e)) => {
             eprintln!("error: {e}");
             return std::process::ExitCode::FAILURE;
         }
     };
-    if !spin.is_zero() {
-        // Before a worker sleeps in epoll_wait, it spins for `spin`: under load the next
-        // readiness event usually lands within it, and the sleep/wake pair (a context switch
-        // here, an IPI and a wake-up charged to the sender's CPU there) is skipped. The cost is
-        // at most `spin` of CPU per idle transition. BENCHMARKS.md has the measurement.
-        builder.on_thread_park(move || {
-            let start = std::time::Instant::now();
-            while start.elapsed() < spin {
-                std::hint::spin_loop();
+    // One worker: a current-thread runtime (no work-stealing queues, no cross-thread wakeups),
+    // as a 1-worker nginx runs one event loop. Several: thread per core (one current-thread
+    // runtime per worker, each accepting on its own SO_REUSEPORT socket, as nginx's worker
+    // processes), the control plane on the main thread's runtime; or, with
+    // PIER_WORK_STEALING=1, one work-stealing pool for everything.
+    // Commands other than `run` serve no traffic: no worker threads for them.
+    let per_core = workers > 1 && !shared_runtime && matches!(cli.command, Command::Run(_));
+    let mut builder = if workers > 1 && !per_core {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(workers);
+        b
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+    };
+    if per_core {
+        match pier::proxy::workers::Workers::start(workers, spin) {
+            Ok(w) => w.install(),
+            Err(e) => {
+                eprintln!("error: cannot start the worker threads: {e}");
+                return std::process::ExitCode::FAILURE;
             }
-        });
+        }
+    } else {
+        pier::proxy::workers::spin_before_parking(&mut builder, spin);
     }
     let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
@@ -84,11 +88,25 @@ fn worker_threads() -> Result<Option<usize>, String> {
     }
 }
 
+/// `PIER_WORK_STEALING`: 1 runs the data plane on one work-stealing runtime instead of thread
+/// per core (the default with several workers); 0 or unset: thread per core.
+fn work_stealing() -> Result<bool, String> {
+    const NAME: &str = "PIER_WORK_STEALING";
+    match env_number(NAME)? {
+        None | Some(0) => Ok(false),
+        Some(1) => Ok(true),
+        Some(n) => Err(format!("{NAME} must be 0 or 1, got {n}")),
+    }
+}
+
 /// `PIER_IDLE_SPIN_US`: how long a runtime worker spins before it sleeps for I/O, in
-/// microseconds (default 20; 0 turns it off).
-fn idle_spin() -> Result<std::time::Duration, String> {
+/// microseconds; 0 turns it off. Default: 20 with one worker (a pinned single worker owns its
+/// core), 0 with several, where a spinning worker takes the CPU that the other workers, the
+/// kernel's network processing and neighbours need (BENCHMARKS.md, "Two workers").
+fn idle_spin(workers: usize) -> Result<std::time::Duration, String> {
     const NAME: &str = "PIER_IDLE_SPIN_US";
-    match env_number(NAME)?.unwrap_or(20) {
+    let default = if workers > 1 { 0 } else { 20 };
+    match env_number(NAME)?.unwrap_or(default) {
         us if us <= 10_000 => Ok(std::time::Duration::from_micros(us)),
         us => Err(format!(
             "{NAME} must be a number of microseconds from 0 to 10000, got {us}"

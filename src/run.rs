@@ -345,6 +345,7 @@ pub async fn start(opts: RunOptions) -> anyhow::Result<Running> {
             tls_session_resumption: opts.tls_session_resumption,
             trusted_proxies: opts.trusted_proxies.clone(),
             limits: opts.limits.clone(),
+            workers: crate::proxy::workers::installed(),
             ..ProxyConfig::default()
         },
         proxy_metrics,

@@ -564,6 +564,45 @@ async fn one_worker_serves_and_rests_when_idle() {
     assert!(terminate(&mut child).success());
 }
 
+/// The names of a process's threads.
+fn thread_names(pid: u32) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .map(|n| n.trim().to_string())
+        .collect();
+    names.sort();
+    names
+}
+
+/// Several workers: thread per core by default (a runtime per worker thread, each with its own
+/// listening socket), one work-stealing runtime with `PIER_WORK_STEALING=1`.
+#[tokio::test]
+async fn several_workers_run_thread_per_core_unless_work_stealing_is_asked_for() {
+    for (stealing, per_core) in [("", true), ("1", false)] {
+        let (mut child, port, _echo, _dir) = run_one_route(&[
+            ("PIER_WORKER_THREADS", "2"),
+            ("PIER_WORK_STEALING", stealing),
+        ])
+        .await;
+        for _ in 0..20 {
+            let r = get(&format!("http://127.0.0.1:{port}/"), &[]).await;
+            assert_eq!(r.backend(), "a");
+        }
+        let names = thread_names(child.0.id());
+        let workers: Vec<&String> = names
+            .iter()
+            .filter(|n| n.starts_with("pier-worker"))
+            .collect();
+        if per_core {
+            assert_eq!(workers, ["pier-worker-0", "pier-worker-1"], "{names:?}");
+        } else {
+            assert!(workers.is_empty(), "{names:?}");
+        }
+        assert!(terminate(&mut child).success());
+    }
+}
+
 /// The URLs `pier demo` prints on its first two lines: the quickstart, the meshed Gateway,
 /// the gRPC listener, the meshed gRPC listener, and the admin server (`host:port` each).
 fn demo_addresses(stdout: std::process::ChildStdout) -> [String; 5] {
@@ -750,7 +789,12 @@ fn help_documents_every_flag_and_the_environment() {
     for args in [&["--help"][..], &["run", "--help"]] {
         let out = pier().args(args).output().unwrap();
         let help = String::from_utf8_lossy(&out.stdout);
-        for var in ["RUST_LOG", "PIER_WORKER_THREADS", "PIER_IDLE_SPIN_US"] {
+        for var in [
+            "RUST_LOG",
+            "PIER_WORKER_THREADS",
+            "PIER_WORK_STEALING",
+            "PIER_IDLE_SPIN_US",
+        ] {
             assert!(help.contains(var), "{var} not in `pier {args:?}`: {help}");
         }
     }
@@ -801,6 +845,11 @@ fn runtime_environment_variables_are_checked_before_anything_starts() {
         ("PIER_IDLE_SPIN_US", "fast", "PIER_IDLE_SPIN_US must be"),
         ("PIER_IDLE_SPIN_US", "20000", "from 0 to 10000"),
         ("PIER_WORKER_THREADS", "0", "PIER_WORKER_THREADS must be"),
+        (
+            "PIER_WORK_STEALING",
+            "2",
+            "PIER_WORK_STEALING must be 0 or 1",
+        ),
     ] {
         let out = pier()
             .env(var, value)

@@ -5,12 +5,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
+use tokio::runtime::Handle;
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
 use super::Shared;
 use super::conn;
-use super::drain::Drain;
+use super::drain::{Drain, DrainToken};
 use super::reclaim::Reclaim;
 use crate::model::PortKey;
 
@@ -20,26 +21,78 @@ fn reclaim_batch(max_connections: usize) -> usize {
     (max_connections / 256).clamp(1, 32)
 }
 
-/// Accepts connections on `listener` until the drain starts, then drops the socket.
+/// A port's cap on open connections, shared by its accept loops (one per worker, thread per
+/// core).
+#[derive(Clone)]
+pub struct Slots {
+    permits: Arc<Semaphore>,
+    reclaim: Arc<Reclaim>,
+    batch: usize,
+}
+
+impl Slots {
+    pub fn new(max_connections: usize) -> Self {
+        Self {
+            permits: Arc::new(Semaphore::new(max_connections.max(1))),
+            reclaim: Reclaim::new(),
+            batch: reclaim_batch(max_connections),
+        }
+    }
+}
+
+/// What every accept loop of one port shares.
+pub struct Port {
+    pub shared: Arc<Shared>,
+    pub key: PortKey,
+    pub tls: Arc<conn::PortTls>,
+    pub slots: Slots,
+}
+
+/// Accepts connections on `socket` until the drain starts, then drops the socket. The loop
+/// and its connections run on `on` (a worker runtime, thread per core), else on the
+/// caller's runtime.
 pub fn spawn_accept(
-    shared: Arc<Shared>,
-    listener: TcpListener,
-    key: PortKey,
-    tls: Arc<conn::PortTls>,
+    port: Port,
+    socket: std::net::TcpListener,
     drain: &Drain,
+    on: Option<&Handle>,
 ) -> JoinHandle<()> {
+    let token = drain.token();
+    let accept = accept(port, socket, token);
+    match on {
+        Some(runtime) => runtime.spawn(accept),
+        None => tokio::spawn(accept),
+    }
+}
+
+// At the cap, a client that arrives makes room: the loop closes connections that wait on
+// their clients (idle keep-alive, slow heads and handshakes), the longest-waiting first, so
+// slow or idle clients cannot hold every slot; connections with a request in progress are
+// never closed. When every connection is busy, the loop holds the client it accepted and
+// stops accepting (backpressure: the next ones wait in the kernel's accept queue) until a
+// connection closes or goes idle.
+async fn accept(port: Port, socket: std::net::TcpListener, mut token: DrainToken) {
+    let Port {
+        shared,
+        key,
+        tls,
+        slots,
+    } = port;
+    let Slots {
+        permits,
+        reclaim,
+        batch,
+    } = slots;
     let port = key.port;
-    let mut token = drain.token();
-    // At the cap, a client that arrives makes room: the loop closes connections that wait
-    // on their clients (idle keep-alive, slow heads and handshakes), the longest-waiting
-    // first, so slow or idle clients cannot hold every slot; connections with a request in
-    // progress are never closed. When every connection is busy, the loop holds the client it
-    // accepted and stops accepting (backpressure: the next ones wait in the kernel's accept
-    // queue) until a connection closes or goes idle.
-    let permits = Arc::new(Semaphore::new(shared.config.limits.max_connections.max(1)));
-    let reclaim = Reclaim::new();
-    let batch = reclaim_batch(shared.config.limits.max_connections);
-    tokio::spawn(async move {
+    // Registered with the runtime this loop runs on: its connections' events arrive there.
+    let listener = match TcpListener::from_std(socket) {
+        Ok(l) => l,
+        Err(error) => {
+            tracing::error!(port, %error, "cannot register a listening socket");
+            return;
+        }
+    };
+    {
         loop {
             let accepted = tokio::select! {
                 biased;
@@ -91,7 +144,7 @@ pub fn spawn_accept(
             }
         }
         tracing::debug!(port, "stopped accepting");
-    })
+    }
 }
 
 /// At the cap with a client accepted: closes the connections that have waited on their clients

@@ -36,6 +36,7 @@ pub mod trace;
 mod tunnel;
 mod upstream;
 mod validate;
+pub mod workers;
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -105,6 +106,10 @@ pub struct ProxyConfig {
     pub limits: Limits,
     /// How many retries (HTTPRoute `retry`) a backend may receive.
     pub retry_budget: RetryBudgetConfig,
+    /// Thread per core: every port accepts on one `SO_REUSEPORT` socket per worker runtime
+    /// and its connections stay there ([`workers`]). `None`: one socket per port on the
+    /// caller's runtime.
+    pub workers: Option<workers::Workers>,
 }
 
 /// Limits on idle connections, slow request bodies and request paths. Defaults are no
@@ -252,7 +257,8 @@ struct Ports {
 
 struct BoundPort {
     drain: Arc<Drain>,
-    accept: JoinHandle<()>,
+    /// One accept loop per listening socket (one per worker, thread per core).
+    accept: Vec<JoinHandle<()>>,
 }
 
 // === impl ProxyConfig ===
@@ -275,6 +281,7 @@ impl Default for ProxyConfig {
             mirror_timeout: Duration::from_secs(10),
             limits: Limits::default(),
             retry_budget: RetryBudgetConfig::default(),
+            workers: None,
         }
     }
 }
@@ -411,7 +418,7 @@ impl Proxy {
             b.drain.start();
         }
         for (_, b) in bound {
-            let _ = b.accept.await;
+            futures::future::join_all(b.accept).await;
             drains.push(b.drain);
         }
         futures::future::join_all(drains.iter().map(|d| d.drain(grace))).await;
@@ -423,7 +430,18 @@ impl Proxy {
 
     async fn bind(&self, key: PortKey) -> std::io::Result<BoundPort> {
         let ip = key.address.unwrap_or(self.shared.config.listen_host);
-        let listener = listen(SocketAddr::new(ip, key.port), self.shared.config.reuse_port)?;
+        let addr = SocketAddr::new(ip, key.port);
+        let workers = self.shared.config.workers.as_ref();
+        // Thread per core: one socket per worker, bound together (SO_REUSEPORT) before any
+        // accepts, so a port that fails to bind leaves none behind.
+        let listeners = match workers {
+            None => vec![listen(addr, self.shared.config.reuse_port)?.into_std()?],
+            Some(w) => w
+                .handles()
+                .iter()
+                .map(|_| listen(addr, true)?.into_std())
+                .collect::<std::io::Result<Vec<_>>>()?,
+        };
         let ticketer = self.lock_ports().ticketer.clone();
         let config = |carries| {
             server_config(
@@ -440,7 +458,21 @@ impl Proxy {
             stream: config(Carries::Stream)?,
         });
         let drain = Arc::new(Drain::new());
-        let accept = listener::spawn_accept(self.shared.clone(), listener, key, tls, &drain);
+        let slots = listener::Slots::new(self.shared.config.limits.max_connections);
+        let accept = listeners
+            .into_iter()
+            .enumerate()
+            .map(|(i, socket)| {
+                let on = workers.map(|w| &w.handles()[i]);
+                let port = listener::Port {
+                    shared: self.shared.clone(),
+                    key,
+                    tls: tls.clone(),
+                    slots: slots.clone(),
+                };
+                listener::spawn_accept(port, socket, &drain, on)
+            })
+            .collect();
         tracing::info!(port = key.port, address = %ip, "listening");
         Ok(BoundPort { drain, accept })
     }
@@ -449,7 +481,7 @@ impl Proxy {
     /// connections drain in the background.
     async fn retire(&self, port: BoundPort) {
         port.drain.start();
-        let _ = port.accept.await;
+        futures::future::join_all(port.accept).await;
         let drain = port.drain;
         self.lock_ports().retired.push(drain.clone());
         let grace = self.shared.config.drain_timeout;

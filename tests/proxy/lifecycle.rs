@@ -158,3 +158,47 @@ async fn a_silent_tls_client_is_cut_off_by_the_handshake_deadline() {
     assert!(bounded(read_until_closed(tcp)).await.is_empty());
     bounded(h.proxy.shutdown(BOUND)).await;
 }
+
+/// Listening sockets on `port` (any address), from /proc/net/tcp.
+fn listening_sockets(port: u16) -> usize {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    let local = format!(":{port:04X}");
+    table
+        .lines()
+        .skip(1)
+        .filter(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() > 3 && f[1].ends_with(&local) && f[3] == "0A"
+        })
+        .count()
+}
+
+#[tokio::test]
+async fn thread_per_core_accepts_on_a_socket_per_worker_and_drains_them_all() {
+    let a = echo("a").await;
+    let b = backend("a", &[a.addr]);
+    let (p1, p2) = (free_port(), free_port());
+    let workers = pier::proxy::workers::Workers::start(2, Duration::ZERO).unwrap();
+    let mut cfg = config();
+    cfg.workers = Some(workers);
+    let h = Harness::start_with(simple(p1, &b), cfg).await;
+    assert_eq!(listening_sockets(p1), 2, "one socket per worker");
+    // Connections land on both sockets (the kernel hashes each 4-tuple); every one is served.
+    let sends: Vec<_> = (0..32)
+        .map(|_| tokio::spawn(send(local(p1), get("x", "/"))))
+        .collect();
+    for s in sends {
+        assert_eq!(bounded(s).await.unwrap().status, 200);
+    }
+
+    // A removed port closes every worker's socket; the new one gets a socket per worker.
+    h.swap(simple(p2, &b));
+    assert!(bounded(h.proxy.reconcile()).await.is_empty());
+    assert_eq!((listening_sockets(p1), listening_sockets(p2)), (0, 2));
+    let in_flight = tokio::spawn(send(local(p2), get("x", "/delay/300")));
+    bounded(a.wait_for(33)).await;
+    // Shutdown waits for the request in progress on whichever worker has it.
+    bounded(h.proxy.shutdown(Duration::from_secs(5))).await;
+    assert_eq!(bounded(in_flight).await.unwrap().status, 200);
+    assert_eq!(listening_sockets(p2), 0);
+}

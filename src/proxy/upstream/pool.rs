@@ -4,7 +4,8 @@
 //! Pool ── shard[hash(key) → 0..SHARDS]: RwLock<HashMap<ShortKey, [Arc<Entry>]>>
 //!           Entry (one per addr × TLS trust × SNI × protocol)
 //!             ├─ idle: Mutex<VecDeque<IdleConn>>   HTTP/1.1 (hyper), LIFO, capped, timed out
-//!             ├─ raw:  Mutex<VecDeque<IdleRaw>>    HTTP/1.1 sockets of the fast path, same rules
+//!             ├─ raw:  [Mutex<VecDeque<IdleRaw>>]  HTTP/1.1 sockets of the fast path, same rules,
+//!             │                                    one list per worker (thread per core)
 //!             ├─ h2:   Mutex<Option<SendRequest>>  one multiplexed HTTP/2 connection
 //!             ├─ h2_connect: async gate            one HTTP/2 connect at a time
 //!             ├─ tls: the backend's rustls config with this entry's own TLS session cache
@@ -46,6 +47,7 @@ use super::super::body::ProxyBody;
 use super::raw::IdleRaw;
 use crate::model::{AppProtocol, BackendTls, Snapshot, UpstreamTls};
 use crate::proxy::fxhash::FxBuild;
+use crate::proxy::workers;
 
 /// Power of two. Enough that two cores never meet on one shard by accident.
 const SHARDS: usize = 32;
@@ -112,7 +114,10 @@ pub struct Entry {
     mode: AtomicU8,
     retired: AtomicBool,
     idle: Mutex<VecDeque<IdleConn>>,
-    raw: Mutex<VecDeque<IdleRaw>>,
+    /// One list per worker runtime (thread per core, [`workers::lane`]): a socket's
+    /// readiness events arrive on the runtime that opened it, so a worker only takes back
+    /// its own connections, as each nginx worker keeps its own upstream keep-alive cache.
+    raw: Box<[Mutex<VecDeque<IdleRaw>>]>,
     h2: Mutex<Option<H2Sender>>,
     /// Serialises HTTP/2 connects so concurrent requests share one connection; remembers
     /// how the last attempt failed so that requests queued behind it fail fast.
@@ -220,7 +225,7 @@ impl Pool {
         for shard in self.shards.iter() {
             let map = shard.read().unwrap_or_else(PoisonError::into_inner);
             for e in map.values().flatten() {
-                idle += lock(&e.idle).len() + lock(&e.raw).len();
+                idle += lock(&e.idle).len() + e.raw.iter().map(|l| lock(l).len()).sum::<usize>();
                 h2 += usize::from(lock(&e.h2).is_some());
             }
         }
@@ -289,7 +294,7 @@ impl Entry {
             mode: AtomicU8::new(mode as u8),
             retired: AtomicBool::new(false),
             idle: Mutex::default(),
-            raw: Mutex::default(),
+            raw: (0..workers::lanes()).map(|_| Mutex::default()).collect(),
             h2: Mutex::default(),
             h2_connect: tokio::sync::Mutex::default(),
             h2_attempts: AtomicU64::new(0),
@@ -394,7 +399,7 @@ impl Entry {
     /// The most recently used idle raw connection that is still usable (fast path).
     pub fn checkout_raw(&self) -> Option<IdleRaw> {
         let now = Instant::now();
-        let mut raw = lock(&self.raw);
+        let mut raw = lock(self.raw_lane());
         while let Some(mut c) = raw.pop_back() {
             self.settings.idle_gauge.dec();
             if now.duration_since(c.since) < self.settings.idle_timeout && c.usable() {
@@ -404,13 +409,18 @@ impl Entry {
         None
     }
 
+    /// This worker's list of raw connections.
+    fn raw_lane(&self) -> &Mutex<VecDeque<IdleRaw>> {
+        &self.raw[workers::lane() % self.raw.len()]
+    }
+
     /// Pools a raw connection whose exchange ended cleanly; the oldest goes when full. The cap
-    /// counts hyper's idle connections of the entry too.
+    /// (per worker) counts hyper's idle connections of the entry too.
     pub fn push_raw(&self, conn: IdleRaw) {
         let max = self.settings.max_idle;
         let hyper_idle = lock(&self.idle).len();
         let evicted = {
-            let mut raw = lock(&self.raw);
+            let mut raw = lock(self.raw_lane());
             if self.is_retired() || max == 0 {
                 return;
             }
@@ -477,7 +487,11 @@ impl Entry {
     pub fn retire(&self) {
         self.retired.store(true, Ordering::Release);
         let idle = std::mem::take(&mut *lock(&self.idle));
-        let raw = std::mem::take(&mut *lock(&self.raw));
+        let raw: Vec<IdleRaw> = self
+            .raw
+            .iter()
+            .flat_map(|l| std::mem::take(&mut *lock(l)))
+            .collect();
         self.settings
             .idle_gauge
             .dec_by((idle.len() + raw.len()) as i64);
@@ -508,8 +522,9 @@ impl Entry {
         };
         // Raw sockets have no connection task to notice a close: probe each one (once: a
         // probe that read a stray byte has spoiled the connection).
-        let expired_raw: Vec<IdleRaw> = {
-            let mut raw = lock(&self.raw);
+        let mut expired_raw: Vec<IdleRaw> = Vec::new();
+        for lane in &self.raw {
+            let mut raw = lock(lane);
             let bad: Vec<usize> = raw
                 .iter_mut()
                 .enumerate()
@@ -518,13 +533,15 @@ impl Entry {
                 })
                 .collect();
             self.settings.idle_gauge.dec_by(bad.len() as i64);
-            bad.iter().rev().filter_map(|&i| raw.remove(i)).collect()
-        };
+            expired_raw.extend(bad.iter().rev().filter_map(|&i| raw.remove(i)));
+        }
         drop((expired, expired_raw));
     }
 
     fn is_empty(&self) -> bool {
-        lock(&self.idle).is_empty() && lock(&self.raw).is_empty() && lock(&self.h2).is_none()
+        lock(&self.idle).is_empty()
+            && self.raw.iter().all(|l| lock(l).is_empty())
+            && lock(&self.h2).is_none()
     }
 
     /// No pooled connection, and no TLS session opened within the idle timeout: nothing is
