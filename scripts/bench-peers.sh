@@ -10,7 +10,8 @@
 #            close-direct close-nginx close-pier close-haproxy close-nginx-mtls close-pier-mtls
 #            pier-log pier-trace1 pier-trace100, {,close-}{nginx,pier,haproxy}-{https,rsa}
 #            full-{nginx,pier,haproxy}-{https,rsa}, {nginx,pier,haproxy}-newtls,
-#            {big,up,w2}-{nginx,pier,haproxy} (not in the default set: name them)
+#            {big,up,w2}-{nginx,pier,haproxy}, many-{nginx,pier} (not in the default set:
+#            name them)
 #   (run in this order, so each proxy's run sits next to the one it is paired with)
 #   direct      wrk -> origin (the origin alone on the proxy's CPU): the one-hop limit of the box
 #   *-mtls      the upstream hop is TLS 1.3 with a client certificate, verified both ways
@@ -39,6 +40,11 @@
 #   w2-*        every proxy with 2 workers (pier PIER_WORKER_THREADS=2, nginx
 #               worker_processes 2, HAProxy nbthread 2) on W2_CPUS (0,1), wrk -t2 and the origin
 #               on the same CPUs: the cores shared the same way for every proxy
+#   many-*      MANY_CONNS (10000) active keep-alive connections from one wrk (at this host's
+#               hard limit of 20 000 open files a proxy holding 10 000 clients and their
+#               upstream connections fits only if it keeps few upstream connections; HAProxy
+#               reserves two descriptors per connection and cannot, so it is left out); pier
+#               with --max-connections 16384, as nginx's worker_connections
 #   Large bodies, one command:  scripts/bench-peers.sh big-{nginx,pier,haproxy} up-{nginx,pier,haproxy}
 #   Two workers, one command:   scripts/bench-peers.sh w2-nginx w2-pier w2-haproxy
 #   New upstream TLS connections, one command:
@@ -66,7 +72,7 @@
 #
 # Knobs (env): DURATION=8s REPS=7 CONNS="64 256" WARMUP=2s WRK_CPU=1 PROXY_CPU=0 ORIGIN_CPU=1
 #   LOAD_MAX=0.5 LOAD_WAIT=600 QUIET_PCT=10 QUIET_SECS=2 QUIET_WAIT=300 PROC_MAX=10
-#   FOREIGN_MAX=10 RETRIES=3 FORCE=0 INTERLEAVE=1 W2_CPUS=0,1 PIER_BIN=target/release/pier RUN_DIR=target/bench-peers
+#   FOREIGN_MAX=10 RETRIES=3 FORCE=0 INTERLEAVE=1 W2_CPUS=0,1 MANY_CONNS=10000 PIER_BIN=target/release/pier RUN_DIR=target/bench-peers
 #   PORT_BASE=19000 (ports PORT_BASE+81 .. +104, +443, +444 and +901 on 127.0.0.1)
 # Needs: wrk nginx haproxy openssl curl taskset (installed with apt-get when missing) and a
 # release build of pier (`cargo build --release`).
@@ -90,6 +96,7 @@ RETRIES="${RETRIES:-3}"
 FORCE="${FORCE:-0}"
 INTERLEAVE="${INTERLEAVE:-1}"
 W2_CPUS="${W2_CPUS:-0,1}"
+MANY_CONNS="${MANY_CONNS:-10000}"
 PIER_BIN="${PIER_BIN:-$ROOT/target/release/pier}"
 RUN="${RUN_DIR:-$ROOT/target/bench-peers}"
 PORT_BASE="${PORT_BASE:-19000}"
@@ -124,7 +131,7 @@ EDGE=edge.bench
 ALL="direct nginx pier haproxy nginx-mtls pier-mtls haproxy-mtls close-direct close-nginx close-pier close-haproxy close-nginx-mtls close-pier-mtls"
 # Named only: pier with its access log or tracing on, paired with plain `pier`; client TLS
 # terminated by the proxy, kept alive and a new TLS connection per request (issue 19).
-EXTRA="pier-log pier-trace1 pier-trace100 nginx-https pier-https haproxy-https close-nginx-https close-pier-https close-haproxy-https nginx-rsa pier-rsa haproxy-rsa close-nginx-rsa close-pier-rsa close-haproxy-rsa full-nginx-https full-pier-https full-haproxy-https full-nginx-rsa full-pier-rsa full-haproxy-rsa nginx-newtls pier-newtls haproxy-newtls big-nginx big-pier big-haproxy up-nginx up-pier up-haproxy w2-nginx w2-pier w2-haproxy"
+EXTRA="pier-log pier-trace1 pier-trace100 nginx-https pier-https haproxy-https close-nginx-https close-pier-https close-haproxy-https nginx-rsa pier-rsa haproxy-rsa close-nginx-rsa close-pier-rsa close-haproxy-rsa full-nginx-https full-pier-https full-haproxy-https full-nginx-rsa full-pier-rsa full-haproxy-rsa nginx-newtls pier-newtls haproxy-newtls big-nginx big-pier big-haproxy up-nginx up-pier up-haproxy w2-nginx w2-pier w2-haproxy many-nginx many-pier"
 
 # ---------- the table: median of the reps [min-max], ratios to nginx and to direct ----------
 # "vs nginx" columns: the ratio of the two medians, then the paired ratio: per round, this
@@ -628,6 +635,8 @@ proxy_up() { # nginx|haproxy|pier
       sed 's/^    nbthread 1$/    nbthread 2/' "$RUN/haproxy.cfg" >"$RUN/haproxy-w2.cfg"
       start_bg "$W2_CPUS" "$RUN/haproxy.log" haproxy -f "$RUN/haproxy-w2.cfg" -db ;;
     pier-w2) WORKERS=2 ON="$W2_CPUS" pier_up "" warn ;;
+    pier-many) pier_up "--max-connections 16384" warn ;;
+    nginx-many) proxy_up nginx; return ;;
     pier-log) pier_up "--access-log" "warn,pier::access=info" ;;
     pier-trace1) pier_up "--otlp-endpoint http://127.0.0.1:$P_SINK --trace-sample-ratio 0.01" warn ;;
     pier-trace100) pier_up "--otlp-endpoint http://127.0.0.1:$P_SINK --trace-sample-ratio 1" warn ;;
@@ -642,7 +651,7 @@ pier_up() { # "extra flags" RUST_LOG: pier on the proxy CPU; its stderr (the acc
 proxy_down() { [ -n "$PROXY_PID" ] && stop_pid "$PROXY_PID"; PROXY_PID=""; PROXY_KIND=""; }
 proxy_url() { # scenario -> url
   local sc="${1#close-}" path=""
-  sc="${sc#full-}"; sc="${sc#w2-}"
+  sc="${sc#full-}"; sc="${sc#w2-}"; sc="${sc#many-}"
   case "$1" in big-*) path=big; sc="${sc#big-}" ;; up-*) path=up; sc="${sc#up-}" ;; esac
   echo "$(base_url "$sc")$path"
 }
@@ -746,7 +755,9 @@ measure() { # scenario url "proxy pids" header "reps"
   [ -n "$WRK_SCRIPT" ] && warm+=(-s "$WRK_SCRIPT")
   log "  warm-up c=256 $WARMUP"
   taskset -c "$WRK_ON" wrk "${warm[@]}" "$url" >/dev/null 2>&1 || true
-  for c in $CONNS; do
+  local conns="$CONNS"
+  [[ "$sc" == many-* ]] && conns="$MANY_CONNS"
+  for c in $conns; do
     for rep in $reps; do
       for try in $(seq 0 "$RETRIES"); do
         if measure_one "$sc" "$c" "$rep" "$url" "$ppids" "$hdr"; then break; fi
@@ -799,7 +810,7 @@ for round in $rounds; do
   for sc in $order; do
     log "== $sc (run ${reps//$'\n'/,} of $REPS)"
     hdr=""; [[ "$sc" == close-* || "$sc" == full-* ]] && hdr="$CLOSE"
-    base="${sc#close-}"; base="${base#full-}"; base="${base#big-}"; base="${base#up-}"; base="${base#w2-}"
+    base="${sc#close-}"; base="${base#full-}"; base="${base#big-}"; base="${base#up-}"; base="${base#w2-}"; base="${base#many-}"
     url=$(proxy_url "$sc")
     WRK_THREADS=1; WRK_ON="$WRK_CPU"; WRK_SCRIPT=""; origin_on="$ORIGIN_CPU"
     [[ "$sc" == up-* ]] && WRK_SCRIPT="$RUN/up.lua"
@@ -816,6 +827,7 @@ for round in $rounds; do
     kind="${base%-mtls}"; kind="${kind%-https}"; kind="${kind%-rsa}"; kind="${kind%-newtls}"
     [[ "$sc" == full-* ]] && kind="$kind-full"
     [[ "$sc" == w2-* ]] && kind="$kind-w2"
+    [[ "$sc" == many-* ]] && kind="$kind-many"
     proxy_up "$kind"
     wait_ok "$url" -k
     [[ "$sc" == close-*-https || "$sc" == close-*-rsa ]] && check_client_resumption "$url" yes
