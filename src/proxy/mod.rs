@@ -436,11 +436,19 @@ impl Proxy {
         // accepts, so a port that fails to bind leaves none behind.
         let listeners = match workers {
             None => vec![listen(addr, self.shared.config.reuse_port)?.into_std()?],
-            Some(w) => w
-                .handles()
-                .iter()
-                .map(|_| listen(addr, true)?.into_std())
-                .collect::<std::io::Result<Vec<_>>>()?,
+            Some(w) => {
+                if !self.shared.config.reuse_port {
+                    // The workers' sockets share the port with SO_REUSEPORT, which would also
+                    // let them join another process's sockets there (a second pier started
+                    // by mistake). Without --reuse-port that must fail as with one socket: a
+                    // socket without the option cannot bind a port someone listens on.
+                    drop(bind_alone(addr)?);
+                }
+                w.handles()
+                    .iter()
+                    .map(|_| listen(addr, true)?.into_std())
+                    .collect::<std::io::Result<Vec<_>>>()?
+            }
         };
         let ticketer = self.lock_ports().ticketer.clone();
         let config = |carries| {
@@ -511,6 +519,19 @@ pub fn listen(addr: SocketAddr, reuse_port: bool) -> std::io::Result<TcpListener
     }
     socket.bind(addr)?;
     socket.listen(1024)
+}
+
+/// A socket bound to `addr` without `SO_REUSEPORT` (not listening): fails with `AddrInUse`
+/// when anyone listens there.
+fn bind_alone(addr: SocketAddr) -> std::io::Result<tokio::net::TcpSocket> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    Ok(socket)
 }
 
 impl std::fmt::Debug for Proxy {

@@ -181,8 +181,19 @@ async fn thread_per_core_accepts_on_a_socket_per_worker_and_drains_them_all() {
     let workers = pier::proxy::workers::Workers::start(2, Duration::ZERO).unwrap();
     let mut cfg = config();
     cfg.workers = Some(workers);
-    let h = Harness::start_with(simple(p1, &b), cfg).await;
+    let h = Harness::start_with(simple(p1, &b), cfg.clone()).await;
     assert_eq!(listening_sockets(p1), 2, "one socket per worker");
+    // A second proxy on the same port (without `reuse_port`) fails to bind, as with one
+    // socket per port, instead of joining the first one's SO_REUSEPORT group.
+    let second = pier::proxy::Proxy::new(
+        std::sync::Arc::new(arc_swap::ArcSwap::from_pointee(simple(p1, &b))),
+        cfg,
+        Default::default(),
+    );
+    let failed = bounded(second.reconcile()).await;
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert_eq!(failed[0].1.kind(), std::io::ErrorKind::AddrInUse);
+    assert_eq!(listening_sockets(p1), 2);
     // Connections land on both sockets (the kernel hashes each 4-tuple); every one is served.
     let sends: Vec<_> = (0..32)
         .map(|_| tokio::spawn(send(local(p1), get("x", "/"))))
