@@ -22,7 +22,8 @@ fn reclaim_batch(max_connections: usize) -> usize {
 }
 
 /// A port's cap on open connections, shared by its accept loops (one per worker, thread per
-/// core).
+/// core). At the cap each loop holds the one client it accepted until a slot frees, so a full
+/// port has up to one connection per loop waiting beyond the cap.
 #[derive(Clone)]
 pub struct Slots {
     permits: Arc<Semaphore>,
@@ -31,11 +32,13 @@ pub struct Slots {
 }
 
 impl Slots {
-    pub fn new(max_connections: usize) -> Self {
+    /// For `loops` accept loops, which share the closing of waiting connections at the cap
+    /// (each closes its part of the batch).
+    pub fn new(max_connections: usize, loops: usize) -> Self {
         Self {
             permits: Arc::new(Semaphore::new(max_connections.max(1))),
             reclaim: Reclaim::new(),
-            batch: reclaim_batch(max_connections),
+            batch: (reclaim_batch(max_connections) / loops.max(1)).max(1),
         }
     }
 }
@@ -48,17 +51,27 @@ pub struct Port {
     pub slots: Slots,
 }
 
-/// Accepts connections on `socket` until the drain starts, then drops the socket. The loop
-/// and its connections run on `on` (a worker runtime, thread per core), else on the
-/// caller's runtime.
+/// `socket` registered with the runtime `on` (a worker's, thread per core), else with the
+/// caller's: the runtime its accept loop and connections will run on, whose driver then
+/// delivers their events.
+pub fn register(
+    socket: std::net::TcpListener,
+    on: Option<&Handle>,
+) -> std::io::Result<TcpListener> {
+    let _entered = on.map(Handle::enter);
+    TcpListener::from_std(socket)
+}
+
+/// Accepts connections on `listener` until the drain starts, then drops the socket. The loop
+/// and its connections run on `on`, the runtime `listener` was [`register`]ed with.
 pub fn spawn_accept(
     port: Port,
-    socket: std::net::TcpListener,
+    listener: TcpListener,
     drain: &Drain,
     on: Option<&Handle>,
 ) -> JoinHandle<()> {
     let token = drain.token();
-    let accept = accept(port, socket, token);
+    let accept = accept(port, listener, token);
     match on {
         Some(runtime) => runtime.spawn(accept),
         None => tokio::spawn(accept),
@@ -71,7 +84,7 @@ pub fn spawn_accept(
 // never closed. When every connection is busy, the loop holds the client it accepted and
 // stops accepting (backpressure: the next ones wait in the kernel's accept queue) until a
 // connection closes or goes idle.
-async fn accept(port: Port, socket: std::net::TcpListener, mut token: DrainToken) {
+async fn accept(port: Port, listener: TcpListener, mut token: DrainToken) {
     let Port {
         shared,
         key,
@@ -84,14 +97,6 @@ async fn accept(port: Port, socket: std::net::TcpListener, mut token: DrainToken
         batch,
     } = slots;
     let port = key.port;
-    // Registered with the runtime this loop runs on: its connections' events arrive there.
-    let listener = match TcpListener::from_std(socket) {
-        Ok(l) => l,
-        Err(error) => {
-            tracing::error!(port, %error, "cannot register a listening socket");
-            return;
-        }
-    };
     {
         loop {
             let accepted = tokio::select! {

@@ -96,7 +96,9 @@ pub struct ProxyConfig {
     pub tls_handshake_timeout: Duration,
     /// Idle upstream HTTP/1.1 connections are closed after this.
     pub pool_idle_timeout: Duration,
-    /// Idle HTTP/1.1 connections kept per pool key (endpoint, TLS trust and SNI, protocol).
+    /// Idle HTTP/1.1 connections kept per pool key (endpoint, TLS trust and SNI, protocol);
+    /// with thread per core, the fast path's are kept per worker and capped per worker, as
+    /// nginx's `keepalive` is per worker process.
     pub pool_max_idle_per_host: usize,
     /// How long connections on a port removed from the snapshot may finish their requests.
     pub drain_timeout: Duration,
@@ -466,12 +468,20 @@ impl Proxy {
             stream: config(Carries::Stream)?,
         });
         let drain = Arc::new(Drain::new());
-        let slots = listener::Slots::new(self.shared.config.limits.max_connections);
-        let accept = listeners
+        let slots =
+            listener::Slots::new(self.shared.config.limits.max_connections, listeners.len());
+        // Every socket registered before any loop starts: a failure leaves nothing running.
+        let registered = listeners
             .into_iter()
             .enumerate()
             .map(|(i, socket)| {
                 let on = workers.map(|w| &w.handles()[i]);
+                Ok((listener::register(socket, on)?, on))
+            })
+            .collect::<std::io::Result<Vec<_>>>()?;
+        let accept = registered
+            .into_iter()
+            .map(|(socket, on)| {
                 let port = listener::Port {
                     shared: self.shared.clone(),
                     key,
