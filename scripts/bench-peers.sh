@@ -636,7 +636,6 @@ proxy_up() { # nginx|haproxy|pier
       start_bg "$W2_CPUS" "$RUN/haproxy.log" haproxy -f "$RUN/haproxy-w2.cfg" -db ;;
     pier-w2) WORKERS=2 ON="$W2_CPUS" pier_up "" warn ;;
     pier-many) pier_up "--max-connections 16384" warn ;;
-    nginx-many) proxy_up nginx; return ;;
     pier-log) pier_up "--access-log" "warn,pier::access=info" ;;
     pier-trace1) pier_up "--otlp-endpoint http://127.0.0.1:$P_SINK --trace-sample-ratio 0.01" warn ;;
     pier-trace100) pier_up "--otlp-endpoint http://127.0.0.1:$P_SINK --trace-sample-ratio 1" warn ;;
@@ -827,7 +826,7 @@ for round in $rounds; do
     kind="${base%-mtls}"; kind="${kind%-https}"; kind="${kind%-rsa}"; kind="${kind%-newtls}"
     [[ "$sc" == full-* ]] && kind="$kind-full"
     [[ "$sc" == w2-* ]] && kind="$kind-w2"
-    [[ "$sc" == many-* ]] && kind="$kind-many"
+    [[ "$sc" == many-pier ]] && kind=pier-many
     proxy_up "$kind"
     wait_ok "$url" -k
     [[ "$sc" == close-*-https || "$sc" == close-*-rsa ]] && check_client_resumption "$url" yes

@@ -97,59 +97,57 @@ async fn accept(port: Port, listener: TcpListener, mut token: DrainToken) {
         batch,
     } = slots;
     let port = key.port;
-    {
-        loop {
-            let accepted = tokio::select! {
-                biased;
-                _ = token.draining() => break,
-                r = listener.accept() => r,
-            };
-            match accepted {
-                Ok((tcp, peer)) => {
-                    let permit = match permits.clone().try_acquire_owned() {
-                        Ok(p) => p,
-                        Err(_) => {
-                            let permit = tokio::select! {
-                                biased;
-                                _ = token.draining() => break,
-                                p = make_room(&shared, &permits, &reclaim, batch, port) => p,
-                            };
-                            match permit {
-                                Some(p) => p,
-                                None => break,
-                            }
+    loop {
+        let accepted = tokio::select! {
+            biased;
+            _ = token.draining() => break,
+            r = listener.accept() => r,
+        };
+        match accepted {
+            Ok((tcp, peer)) => {
+                let permit = match permits.clone().try_acquire_owned() {
+                    Ok(p) => p,
+                    Err(_) => {
+                        let permit = tokio::select! {
+                            biased;
+                            _ = token.draining() => break,
+                            p = make_room(&shared, &permits, &reclaim, batch, port) => p,
+                        };
+                        match permit {
+                            Some(p) => p,
+                            None => break,
                         }
-                    };
-                    let conn = conn::serve(
-                        shared.clone(),
-                        tcp,
-                        peer,
-                        key,
-                        tls.clone(),
-                        token.clone(),
-                        reclaim.register(),
-                    );
-                    // Boxed: the connection's future is kilobytes, and the runtime moves a
-                    // task's future by value several times between spawn and completion
-                    // (callgrind: ~86 KB of memcpy per connection unboxed; BENCHMARKS.md).
-                    tokio::spawn(Box::pin(async move {
-                        conn.await;
-                        drop(permit);
-                    }));
-                }
-                Err(error) => {
-                    // Out of file descriptors and the like: back off briefly instead of
-                    // spinning; the listener stays open.
-                    tracing::warn!(port, %error, "accept failed");
-                    tokio::select! {
-                        _ = token.draining() => break,
-                        _ = tokio::time::sleep(Duration::from_millis(50)) => {}
                     }
+                };
+                let conn = conn::serve(
+                    shared.clone(),
+                    tcp,
+                    peer,
+                    key,
+                    tls.clone(),
+                    token.clone(),
+                    reclaim.register(),
+                );
+                // Boxed: the connection's future is kilobytes, and the runtime moves a
+                // task's future by value several times between spawn and completion
+                // (callgrind: ~86 KB of memcpy per connection unboxed; BENCHMARKS.md).
+                tokio::spawn(Box::pin(async move {
+                    conn.await;
+                    drop(permit);
+                }));
+            }
+            Err(error) => {
+                // Out of file descriptors and the like: back off briefly instead of
+                // spinning; the listener stays open.
+                tracing::warn!(port, %error, "accept failed");
+                tokio::select! {
+                    _ = token.draining() => break,
+                    _ = tokio::time::sleep(Duration::from_millis(50)) => {}
                 }
             }
         }
-        tracing::debug!(port, "stopped accepting");
     }
+    tracing::debug!(port, "stopped accepting");
 }
 
 /// At the cap with a client accepted: closes the connections that have waited on their clients

@@ -444,7 +444,7 @@ impl Proxy {
                     // let them join another process's sockets there (a second pier started
                     // by mistake). Without --reuse-port that must fail as with one socket: a
                     // socket without the option cannot bind a port someone listens on.
-                    drop(bind_alone(addr)?);
+                    drop(bound(addr, false)?);
                 }
                 w.handles()
                     .iter()
@@ -518,6 +518,12 @@ impl Proxy {
 /// sysctl `net.ipv4.tcp_migrate_req=1` (Linux 5.14+), connections waiting in the accept queue
 /// of a socket that closes move to the other instead of being reset.
 pub fn listen(addr: SocketAddr, reuse_port: bool) -> std::io::Result<TcpListener> {
+    bound(addr, reuse_port)?.listen(1024)
+}
+
+/// A socket bound to `addr` (`SO_REUSEADDR`, and `SO_REUSEPORT` when `reuse_port`), not yet
+/// listening. Without `reuse_port` it fails with `AddrInUse` when anyone listens there.
+fn bound(addr: SocketAddr, reuse_port: bool) -> std::io::Result<tokio::net::TcpSocket> {
     let socket = if addr.is_ipv4() {
         tokio::net::TcpSocket::new_v4()?
     } else {
@@ -527,19 +533,6 @@ pub fn listen(addr: SocketAddr, reuse_port: bool) -> std::io::Result<TcpListener
     if reuse_port {
         socket.set_reuseport(true)?;
     }
-    socket.bind(addr)?;
-    socket.listen(1024)
-}
-
-/// A socket bound to `addr` without `SO_REUSEPORT` (not listening): fails with `AddrInUse`
-/// when anyone listens there.
-fn bind_alone(addr: SocketAddr) -> std::io::Result<tokio::net::TcpSocket> {
-    let socket = if addr.is_ipv4() {
-        tokio::net::TcpSocket::new_v4()?
-    } else {
-        tokio::net::TcpSocket::new_v6()?
-    };
-    socket.set_reuseaddr(true)?;
     socket.bind(addr)?;
     Ok(socket)
 }

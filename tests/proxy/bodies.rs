@@ -39,6 +39,30 @@ async fn settled(counter: &AtomicU64) -> u64 {
     }
 }
 
+/// Asserts that `writer`, whose progress `counter` counts, stops (within [`STALLED_MAX`])
+/// while `reader` reads none of the body.
+async fn held_back(counter: &AtomicU64, writer: &str, reader: &str) {
+    let stalled = bounded(settled(counter)).await;
+    assert!(
+        stalled < STALLED_MAX,
+        "{writer} got {} MiB of a {} MiB body out while {reader} read none",
+        stalled >> 20,
+        BODY >> 20
+    );
+}
+
+/// Reads on until at least [`BODY`] bytes of a body of which `got` were read already have
+/// arrived; how many did.
+async fn read_body(io: &mut (impl AsyncReadExt + Unpin), mut got: u64) -> u64 {
+    let mut chunk = vec![0u8; CHUNK];
+    while got < BODY {
+        let n = io.read(&mut chunk).await.unwrap();
+        assert!(n > 0, "the body ended after {got} bytes");
+        got += n as u64;
+    }
+    got
+}
+
 /// A listener whose accepted sockets keep a small receive buffer (no autotuning).
 fn small_listener() -> TcpListener {
     let socket = TcpSocket::new_v4().unwrap();
@@ -84,13 +108,7 @@ async fn an_upload_to_a_backend_that_stops_reading_holds_the_client_back() {
         let (head, early) = read_head(&mut tcp).await;
         assert!(head.starts_with("POST /upload HTTP/1.1\r\n"), "{head}");
         wait.notified().await;
-        let mut got = early.len() as u64;
-        let mut chunk = vec![0u8; CHUNK];
-        while got < BODY {
-            let n = tcp.read(&mut chunk).await.unwrap();
-            assert!(n > 0, "the body ended after {got} bytes");
-            got += n as u64;
-        }
+        let got = read_body(&mut tcp, early.len() as u64).await;
         let answer = format!(
             "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{got}",
             got.to_string().len()
@@ -114,13 +132,7 @@ async fn an_upload_to_a_backend_that_stops_reading_holds_the_client_back() {
         }
         write
     });
-    let stalled = bounded(settled(&sent)).await;
-    assert!(
-        stalled < STALLED_MAX,
-        "the client got {} MiB of a {} MiB body out while the backend read none",
-        stalled >> 20,
-        BODY >> 20
-    );
+    held_back(&sent, "the client", "the backend").await;
     go.notify_one();
     let _write = bounded(writer).await.unwrap();
     let (head, body) = bounded(read_head(&mut read)).await;
@@ -170,13 +182,7 @@ async fn a_download_to_a_client_that_stops_reading_holds_the_backend_back() {
         .await
         .unwrap();
     // The client reads nothing while the backend writes.
-    let stalled = bounded(settled(&written)).await;
-    assert!(
-        stalled < STALLED_MAX,
-        "the backend got {} MiB of a {} MiB body out while the client read none",
-        stalled >> 20,
-        BODY >> 20
-    );
+    held_back(&written, "the backend", "the client").await;
     let (head, early) = bounded(read_head(&mut client)).await;
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     assert!(
@@ -184,13 +190,7 @@ async fn a_download_to_a_client_that_stops_reading_holds_the_backend_back() {
             .contains(&format!("content-length: {BODY}")),
         "{head}"
     );
-    let mut got = early.len() as u64;
-    let mut chunk = vec![0u8; CHUNK];
-    while got < BODY {
-        let n = bounded(client.read(&mut chunk)).await.unwrap();
-        assert!(n > 0, "the body ended after {got} bytes");
-        got += n as u64;
-    }
+    let got = bounded(read_body(&mut client, early.len() as u64)).await;
     assert_eq!(got, BODY);
     bounded(h.proxy.shutdown(BOUND)).await;
 }
