@@ -1,9 +1,9 @@
 # Sourced by the quick measuring scripts (ab-quick.sh, ab-pair.sh, proxy-common.sh), not run on
 # its own: where scripts/bench-peers.sh left its configs, the harness's ports, and the origins.
-# Expects ROOT. Sets RUN, PORT_BASE, P_NGINX, P_PIER, P_ADMIN.
+# Expects ROOT. Sets RUN, PORT_BASE, P_NGINX, P_PIER, P_RELAY, P_ADMIN.
 RUN="$ROOT/target/bench-peers"
 PORT_BASE="${PORT_BASE:-19000}"
-P_NGINX=$((PORT_BASE + 90)); P_PIER=$((PORT_BASE + 100)); P_ADMIN=$((PORT_BASE + 901))
+P_NGINX=$((PORT_BASE + 90)); P_PIER=$((PORT_BASE + 100)); P_RELAY=$((PORT_BASE + 105)); P_ADMIN=$((PORT_BASE + 901))
 [ -f "$RUN/origin/nginx.conf" ] && [ -f "$RUN/nginx/nginx.conf" ] && [ -d "$RUN/pier/manifests" ] || {
   echo "run scripts/bench-peers.sh once first (it writes $RUN)" >&2; exit 2; }
 

@@ -6,7 +6,7 @@
 #   scripts/bench-peers.sh pier nginx         # only these scenarios
 #   scripts/bench-peers.sh --summary DIR/raw.tsv   # the table again from a saved run
 #
-# Scenarios: direct nginx pier haproxy nginx-mtls pier-mtls haproxy-mtls
+# Scenarios: direct nginx pier haproxy relay nginx-mtls pier-mtls haproxy-mtls
 #            close-direct close-nginx close-pier close-haproxy close-nginx-mtls close-pier-mtls
 #            pier-log pier-trace1 pier-trace100, {,close-}{nginx,pier,haproxy}-{https,rsa}
 #            full-{nginx,pier,haproxy}-{https,rsa}, {nginx,pier,haproxy}-newtls,
@@ -14,6 +14,11 @@
 #            name them)
 #   (run in this order, so each proxy's run sits next to the one it is paired with)
 #   direct      wrk -> origin (the origin alone on the proxy's CPU): the one-hop limit of the box
+#   relay       HAProxy `mode tcp` (1 thread, the proxy's CPU) in front of the plain origin: an L4
+#               relay with no HTTP, each client connection relayed to its own upstream one. The
+#               kernel path of a keep-alive proxy (the same four segments per request) and no
+#               user-space HTTP work: the floor of the plain path's CPU per request. The table's
+#               "L4 relay floor" lines: each proxy's CPU per request over the relay's, per round
 #   *-mtls      the upstream hop is TLS 1.3 with a client certificate, verified both ways
 #   close-*     wrk sends `Connection: close`: a new client TCP connection per request (accept
 #               and TCP handshake cost); upstream connections stay pooled
@@ -73,7 +78,7 @@
 # Knobs (env): DURATION=8s REPS=7 CONNS="64 256" WARMUP=2s WRK_CPU=1 PROXY_CPU=0 ORIGIN_CPU=1
 #   LOAD_MAX=0.5 LOAD_WAIT=600 QUIET_PCT=10 QUIET_SECS=2 QUIET_WAIT=300 PROC_MAX=10
 #   FOREIGN_MAX=10 RETRIES=3 FORCE=0 INTERLEAVE=1 W2_CPUS=0,1 MANY_CONNS=10000 PIER_BIN=target/release/pier RUN_DIR=target/bench-peers
-#   PORT_BASE=19000 (ports PORT_BASE+81 .. +104, +443, +444 and +901 on 127.0.0.1)
+#   PORT_BASE=19000 (ports PORT_BASE+81 .. +105, +443, +444 and +901 on 127.0.0.1)
 # Needs: wrk nginx haproxy openssl curl taskset (installed with apt-get when missing) and a
 # release build of pier (`cargo build --release`).
 set -euo pipefail
@@ -122,13 +127,15 @@ P_PIER_RSA=$((PORT_BASE + 103))
 P_NGINX_NEWTLS=$((PORT_BASE + 94))
 P_HAPROXY_NEWTLS=$((PORT_BASE + 99))
 P_PIER_NEWTLS=$((PORT_BASE + 104))
+# the L4 relay (HAProxy mode tcp) to the plain origin
+P_RELAY=$((PORT_BASE + 105))
 P_ADMIN=$((PORT_BASE + 901))
 SNI=echo.demo.svc.cluster.local
 EDGE=edge.bench
 
 # The order runs pier right next to nginx (and HAProxy right next to pier) in every round, in
 # both directions: a paired ratio compares runs about 15 s apart, not a minute.
-ALL="direct nginx pier haproxy nginx-mtls pier-mtls haproxy-mtls close-direct close-nginx close-pier close-haproxy close-nginx-mtls close-pier-mtls"
+ALL="direct nginx pier haproxy relay nginx-mtls pier-mtls haproxy-mtls close-direct close-nginx close-pier close-haproxy close-nginx-mtls close-pier-mtls"
 # Named only: pier with its access log or tracing on, paired with plain `pier`; client TLS
 # terminated by the proxy, kept alive and a new TLS connection per request (issue 19).
 EXTRA="pier-log pier-trace1 pier-trace100 nginx-https pier-https haproxy-https close-nginx-https close-pier-https close-haproxy-https nginx-rsa pier-rsa haproxy-rsa close-nginx-rsa close-pier-rsa close-haproxy-rsa full-nginx-https full-pier-https full-haproxy-https full-nginx-rsa full-pier-rsa full-haproxy-rsa nginx-newtls pier-newtls haproxy-newtls big-nginx big-pier big-haproxy up-nginx up-pier up-haproxy w2-nginx w2-pier w2-haproxy many-nginx many-pier"
@@ -186,6 +193,19 @@ summarize() { # raw.tsv [busy-note]
             (rss[nk] > 0 ? rss[k] / rss[nk] : 0), (errs[k] ~ /[1-9]/ ? errs[k] : "none")) } }
       if (na) { print ""; print "Paired medians for pier (acceptance: req/s ≥ 1.0× and p99 ≤ 1.0× nginx, RSS ≤ 2×, no errors):"
         for (i = 1; i <= na; i++) print "- " acc[i] }
+      # The L4 relay floor: the CPU per request of each proxy over the relay, paired per round.
+      nf = 0
+      for (i = 1; i <= n; i++) { k = order[i]; split(k, kk, SUBSEP); sc = kk[1]; c = kk[2]
+        if (sc !~ /^(nginx|pier|haproxy)$/ || !(("relay" SUBSEP c) in m)) continue
+        rk = "relay" SUBSEP c; s = ""; nr = split(reps[k], rr, " ")
+        for (x = 1; x <= nr; x++) if ((rk SUBSEP rr[x]) in PC && PC[rk SUBSEP rr[x]] > 0)
+          s = s " " sprintf("%.4f", PC[k SUBSEP rr[x]] / PC[rk SUBSEP rr[x]])
+        if (s == "") continue
+        x = med(s); fa = lo; fb = hi; mine = med(pc[k]); floor_us = med(pc[rk])
+        fl[++nf] = sprintf("- %s c=%s: CPU per request %.2f× the relay (paired: median [%.2f–%.2f]; %.1f against %.1f µs)",
+          sc, c, x, fa, fb, mine, floor_us) }
+      if (nf) { print ""; print "L4 relay floor (HAProxy mode tcp, the same four segments per request, no HTTP):"
+        for (i = 1; i <= nf; i++) print fl[i] }
       # Large bodies: 1 MiB per request, so MiB/s per core of the proxy = 1e6 / CPU µs per request.
       nl = 0
       for (i = 1; i <= n; i++) { k = order[i]; split(k, kk, SUBSEP); sc = kk[1]; c = kk[2]
@@ -243,7 +263,7 @@ if [[ " $SCENARIOS " == *" pier"* || " $SCENARIOS " == *"-pier"* ]] && [ ! -x "$
 fi
 for port in $P_ORIGIN $P_SINK $P_ORIGIN_TLS $P_NGINX $P_NGINX_TLS $P_HAPROXY $P_HAPROXY_TLS $P_PIER $P_PIER_TLS $P_ADMIN \
   $P_NGINX_HTTPS $P_NGINX_RSA $P_HAPROXY_HTTPS $P_HAPROXY_RSA $P_PIER_HTTPS $P_PIER_RSA \
-  $P_ORIGIN_TLS_CLOSE $P_NGINX_NEWTLS $P_HAPROXY_NEWTLS $P_PIER_NEWTLS; do
+  $P_ORIGIN_TLS_CLOSE $P_NGINX_NEWTLS $P_HAPROXY_NEWTLS $P_PIER_NEWTLS $P_RELAY; do
   if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
     echo "port $port is in use on 127.0.0.1 (another run still alive? set PORT_BASE)" >&2; exit 1
   fi
@@ -480,7 +500,14 @@ frontend fe_https
 frontend fe_rsa
     bind 127.0.0.1:$P_HAPROXY_RSA backlog 4096 ssl crt $CERTS/edge-rsa.pem
     default_backend be_plain
+frontend fe_relay
+    mode tcp
+    bind 127.0.0.1:$P_RELAY backlog 4096
+    default_backend be_relay
 backend be_plain
+    server origin 127.0.0.1:$P_ORIGIN maxconn 10000
+backend be_relay
+    mode tcp
     server origin 127.0.0.1:$P_ORIGIN maxconn 10000
 backend be_mtls
     server origin 127.0.0.1:$P_ORIGIN_TLS maxconn 10000 ssl verify required ca-file $CERTS/mesh-ca.crt crt $CERTS/gateway-client.pem sni str($SNI) verifyhost $SNI
@@ -616,7 +643,7 @@ proxy_up() { # nginx|haproxy|pier
   proxy_down; PROXY_KIND="$1"
   case "$1" in
     nginx) start_bg "$PROXY_CPU" "$RUN/nginx/stderr.log" nginx -p "$RUN/nginx/" -c "$RUN/nginx/nginx.conf" -e stderr ;;
-    haproxy) start_bg "$PROXY_CPU" "$RUN/haproxy.log" haproxy -f "$RUN/haproxy.cfg" -db ;;
+    haproxy | relay) start_bg "$PROXY_CPU" "$RUN/haproxy.log" haproxy -f "$RUN/haproxy.cfg" -db ;;
     pier) pier_up "" warn ;;
     # No TLS session kept: every client connection a full handshake.
     nginx-full)
@@ -658,6 +685,7 @@ base_url() {
   local sc="$1"
   case "$sc" in
     direct) echo "http://127.0.0.1:$P_ORIGIN/" ;;
+    relay) echo "http://127.0.0.1:$P_RELAY/" ;;
     nginx) echo "http://127.0.0.1:$P_NGINX/" ;; nginx-mtls) echo "http://127.0.0.1:$P_NGINX_TLS/" ;;
     nginx-newtls) echo "http://127.0.0.1:$P_NGINX_NEWTLS/" ;; haproxy-newtls) echo "http://127.0.0.1:$P_HAPROXY_NEWTLS/" ;;
     pier-newtls) echo "http://127.0.0.1:$P_PIER_NEWTLS/" ;;

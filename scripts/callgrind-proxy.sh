@@ -10,6 +10,7 @@
 #   scripts/callgrind-proxy.sh                 # pier, target/release/pier
 #   scripts/callgrind-proxy.sh pier PIER_BIN   # another pier binary
 #   scripts/callgrind-proxy.sh nginx           # nginx 1 worker, the harness's proxy config
+#   scripts/callgrind-proxy.sh relay           # HAProxy mode tcp (the L4 relay floor)
 #   CLOSE=1 scripts/callgrind-proxy.sh ...     # a new client connection per request
 #                                              # (wrk sends `Connection: close`)
 #   MTLS=1 scripts/callgrind-proxy.sh ...      # the mTLS upstream (TLS 1.3, client certificate)
@@ -36,6 +37,8 @@ CG=(valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$RUN/call
 if [ "$WHO" = pier ]; then
   PIER_WORKER_THREADS=1 RUST_LOG=warn taskset -c 0 "${CG[@]}" "$BIN" run --manifests "$RUN/pier/manifests" \
     --listen-host 127.0.0.1 --admin "127.0.0.1:$P_ADMIN" >"$RUN/callgrind.log" 2>&1 &
+elif [ "$WHO" = relay ]; then
+  taskset -c 0 "${CG[@]}" haproxy -f "$RUN/haproxy.cfg" -db >"$RUN/callgrind.log" 2>&1 &
 else
   # The harness's nginx proxy config, without the master process (callgrind follows one process).
   sed 's/^worker_processes 1; daemon off;/worker_processes 1; daemon off; master_process off;/' \

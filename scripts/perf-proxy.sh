@@ -10,8 +10,8 @@
 #      IPIs per request, on each CPU (these are counts, so they drift far less than req/s).
 # The spin-before-sleep time of pier shows as user time in `[vdso]` (clock_gettime).
 #
-#   scripts/perf-proxy.sh [pier [PIER_BIN] | nginx]      # CONNS=64 (default); MTLS=1: the
-#                                                        # mTLS upstream
+#   scripts/perf-proxy.sh [pier [PIER_BIN] | nginx | relay]   # CONNS=64 (default); MTLS=1:
+#                                     # the mTLS upstream; relay: HAProxy mode tcp, the L4 floor
 #
 # Needs one earlier run of scripts/bench-peers.sh (configs under target/bench-peers/), wrk,
 # nginx, curl, and perf (apt-get installs linux-perf when missing). Leaves perf.data in
@@ -29,6 +29,10 @@ pids+=($!)
 if [ "$WHO" = pier ]; then
   PIER_WORKER_THREADS=1 RUST_LOG=warn taskset -c 0 "$BIN" run --manifests "$RUN/pier/manifests" \
     --listen-host 127.0.0.1 --admin "127.0.0.1:$P_ADMIN" >"$RUN/perf-proxy.log" 2>&1 &
+  pids+=($!)
+  target=$!
+elif [ "$WHO" = relay ]; then
+  taskset -c 0 haproxy -f "$RUN/haproxy.cfg" -db >"$RUN/perf-proxy.log" 2>&1 &
   pids+=($!)
   target=$!
 else
@@ -65,7 +69,7 @@ load 2 >/dev/null
 load 6 >"$RUN/perf-wrk.txt" &
 sleep 1
 ev=context-switches,sched:sched_wakeup,irq_vectors:call_function_single_entry,irq_vectors:reschedule_entry
-for s in epoll_wait recvfrom read sendto write writev getsockopt; do ev="$ev,syscalls:sys_enter_$s"; done
+for s in epoll_wait epoll_ctl recvfrom read sendto write writev getsockopt splice; do ev="$ev,syscalls:sys_enter_$s"; done
 perf stat -a -A -x, -e "$ev" -o "$RUN/perf-stat.txt" -- sleep 4
 wait $!
 rps=$(rate <"$RUN/perf-wrk.txt")

@@ -3,8 +3,14 @@
 //! what it has read) as soon as a request needs it: HTTP/2 by preface (h2c prior knowledge),
 //! upgrades, streamed request bodies and the rest. ALPN `h2` on TLS ports goes to hyper at
 //! once. Graceful shutdown on drain either way. TLS ports (TLSRoute) go to `stream`.
+//!
+//! A connection's task is small: the serving states (kilobytes: TLS handshake, request
+//! exchange, hyper) are boxed while they run. A keep-alive connection idle for
+//! [`h1::PARK_AFTER`] drops them and waits in the task alone ([`idle`]), so 10 000 idle
+//! clients cost their sockets and a few hundred bytes each, not the states of a request.
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -17,13 +23,15 @@ use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 use hyper::rt::{Read, Write};
 use hyper_util::rt::TokioIo;
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsAcceptor;
+use tokio_rustls::server::TlsStream;
 
 use super::conn_info::ConnInfo;
 use super::drain::DrainToken;
 use super::error::DownstreamTlsFailure;
+use super::h1::ReadReady;
 use super::reclaim::Registration;
 use super::{Shared, h1, proxy_protocol, service, stream};
 use crate::model::host::normalize_host;
@@ -39,7 +47,7 @@ pub struct PortTls {
 
 /// Serves one accepted connection until it ends, or until the accept loop closes it while it
 /// waits on its client (at the connection cap: `reclaim`).
-pub async fn serve(
+pub fn serve(
     shared: Arc<Shared>,
     tcp: TcpStream,
     peer: SocketAddr,
@@ -47,17 +55,158 @@ pub async fn serve(
     tls: Arc<PortTls>,
     drain: DrainToken,
     reclaim: Registration,
-) {
-    let _active = shared.metrics.connection(key.port);
+) -> impl Future<Output = ()> + Send + 'static {
+    let active = shared.metrics.connection(key.port);
     // Shared with a hyper-served connection's request tracking (`Activity`).
     let reclaim = Arc::new(reclaim);
-    let reclaimed = tokio::select! {
+    // Boxed: the serving states are kilobytes, and the runtime moves a task's future by
+    // value several times between spawn and completion (callgrind: ~86 KB of memcpy per
+    // connection unboxed; BENCHMARKS.md); they are freed while the connection is parked.
+    // Built here, not in the task's own future, so that the task keeps none of the
+    // arguments it hands over.
+    let serving = Box::pin({
+        let (shared, reclaim) = (shared.clone(), reclaim.clone());
+        async move { serve_conn(&shared, tcp, peer, key, tls, drain, &reclaim).await }
+    });
+    async move {
+        let _active = active;
+        let mut parked = unless_reclaimed(&shared, key.port, &reclaim, serving)
+            .await
+            .flatten();
+        while let Some(p) = parked {
+            parked = idle(&shared, p, &reclaim).await;
+        }
+    }
+}
+
+/// `serving`, unless the accept loop closes the connection first (`None`).
+async fn unless_reclaimed<T>(
+    shared: &Shared,
+    port: u16,
+    reclaim: &Registration,
+    serving: impl Future<Output = T>,
+) -> Option<T> {
+    tokio::select! {
         biased;
-        () = serve_conn(&shared, tcp, peer, key, tls, drain, &reclaim) => false,
-        () = reclaim.closed() => true,
+        out = serving => Some(out),
+        () = reclaim.closed() => {
+            shared.metrics.reclaimed(port);
+            None
+        }
+    }
+}
+
+/// A keep-alive connection idle for [`h1::PARK_AFTER`], outside the fast path's states.
+struct Parked {
+    io: ParkedIo,
+    info: Arc<ConnInfo>,
+    drain: DrainToken,
+    /// When the next request head must have arrived (the idle timeout).
+    deadline: tokio::time::Instant,
+}
+
+enum ParkedIo {
+    Plain(TcpStream),
+    /// Boxed: a rustls connection is over a kilobyte, and plain connections are the many.
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+/// A client stream the fast path can hand back parked.
+trait Park {
+    fn park(self) -> ParkedIo;
+}
+
+impl Park for TcpStream {
+    fn park(self) -> ParkedIo {
+        ParkedIo::Plain(self)
+    }
+}
+
+impl Park for TlsStream<TcpStream> {
+    fn park(self) -> ParkedIo {
+        ParkedIo::Tls(Box::new(self))
+    }
+}
+
+impl ParkedIo {
+    async fn read_ready(&mut self) -> std::io::Result<()> {
+        match self {
+            ParkedIo::Plain(tcp) => tcp.read_ready().await,
+            ParkedIo::Tls(tls) => tls.read_ready().await,
+        }
+    }
+
+    /// FIN, and close_notify on TLS, as the fast path closes.
+    async fn close(&mut self) {
+        let shutdown = async {
+            match self {
+                ParkedIo::Plain(tcp) => tcp.shutdown().await,
+                ParkedIo::Tls(tls) => tls.shutdown().await,
+            }
+        };
+        let _ = tokio::time::timeout(h1::SHUTDOWN_WAIT, shutdown).await;
+    }
+}
+
+/// How a parked connection's wait ended.
+enum Wake {
+    /// The client sent something (or closed, or failed: reading will tell).
+    Ready,
+    /// The idle timeout, or the drain.
+    Close,
+    Reclaimed,
+    Draining,
+}
+
+/// Waits on a parked connection's client, then serves what it sends (the states boxed again)
+/// until the connection closes (`None`) or parks once more. The same limits hold as in the
+/// fast path's own wait: the idle timeout, the accept loop's reclaim at the cap, and on drain
+/// a moment for a request the client may be sending right then (answered with
+/// `Connection: close`).
+async fn idle(shared: &Arc<Shared>, mut p: Parked, reclaim: &Arc<Registration>) -> Option<Parked> {
+    let port = p.info.port;
+    let parked = shared.metrics.parked(port);
+    let mut wake = tokio::select! {
+        biased;
+        () = reclaim.closed() => Wake::Reclaimed,
+        _ = p.io.read_ready() => Wake::Ready,
+        () = tokio::time::sleep_until(p.deadline) => Wake::Close,
+        () = p.drain.draining() => Wake::Draining,
     };
-    if reclaimed {
-        shared.metrics.reclaimed(key.port);
+    if let Wake::Draining = wake {
+        wake = tokio::select! {
+            biased;
+            () = reclaim.closed() => Wake::Reclaimed,
+            _ = p.io.read_ready() => Wake::Ready,
+            () = tokio::time::sleep(h1::DRAIN_IDLE_WAIT) => Wake::Close,
+            () = p.drain.closed() => Wake::Close,
+        };
+    }
+    drop(parked);
+    match wake {
+        Wake::Ready => {
+            let serving = Box::pin(resume(shared, p, reclaim));
+            unless_reclaimed(shared, port, reclaim, serving)
+                .await
+                .flatten()
+        }
+        Wake::Reclaimed => {
+            shared.metrics.reclaimed(port);
+            None
+        }
+        Wake::Close | Wake::Draining => {
+            p.io.close().await;
+            None
+        }
+    }
+}
+
+/// A parked connection back on the fast path.
+async fn resume(shared: &Arc<Shared>, p: Parked, reclaim: &Arc<Registration>) -> Option<Parked> {
+    let due = Some(p.deadline);
+    match p.io {
+        ParkedIo::Plain(tcp) => serve_h1(shared, tcp, p.info, p.drain, reclaim, due).await,
+        ParkedIo::Tls(tls) => serve_h1(shared, *tls, p.info, p.drain, reclaim, due).await,
     }
 }
 
@@ -69,7 +218,7 @@ async fn serve_conn(
     tls: Arc<PortTls>,
     drain: DrainToken,
     reclaim: &Arc<Registration>,
-) {
+) -> Option<Parked> {
     let port = key.port;
     let _ = tcp.set_nodelay(true);
     // The protocol is read per connection, so a port that changes between HTTP and HTTPS
@@ -83,7 +232,7 @@ async fn serve_conn(
         match Box::pin(proxy_header(shared, &mut tcp, peer, port, &drain)).await {
             Some(client) if client != peer => (client, Some(peer)),
             Some(_) => (peer, None),
-            None => return,
+            None => return None,
         }
     } else {
         (peer, None)
@@ -100,8 +249,8 @@ async fn serve_conn(
         drain: drain.clone(),
     });
     match protocol {
-        None => {}
-        Some(Protocol::Http) => serve_h1(shared, tcp, info, drain, reclaim).await,
+        None => None,
+        Some(Protocol::Http) => serve_h1(shared, tcp, info, drain, reclaim, None).await,
         // Boxed, like hyper's fallback below: the TLS states (handshake, rustls connection)
         // would otherwise size every plain connection's future too.
         Some(Protocol::Https) => {
@@ -116,6 +265,7 @@ async fn serve_conn(
             if reclaim.busy() {
                 Box::pin(stream::serve(shared, tcp, info, config, drain)).await
             }
+            None
         }
     }
 }
@@ -172,24 +322,26 @@ async fn serve_tls(
     info: Arc<ConnInfo>,
     mut drain: DrainToken,
     reclaim: &Arc<Registration>,
-) {
+) -> Option<Parked> {
     let (peer, port) = (info.peer, info.port);
     let deadline = shared.config.tls_handshake_timeout;
     let handshake = tokio::select! {
         r = tokio::time::timeout(deadline, tls.accept(tcp)) => r,
-        _ = drain.closed() => return,
+        _ = drain.closed() => return None,
     };
     let stream = match handshake {
         Ok(Ok(stream)) => stream,
         Ok(Err(error)) => {
             let reason = DownstreamTlsFailure::of(&error);
             shared.metrics.downstream_tls_handshake(port, Some(reason));
-            return tracing::debug!(%peer, port, %error, reason = reason.as_str(), "TLS handshake failed");
+            tracing::debug!(%peer, port, %error, reason = reason.as_str(), "TLS handshake failed");
+            return None;
         }
         Err(_) => {
             let reason = DownstreamTlsFailure::Timeout;
             shared.metrics.downstream_tls_handshake(port, Some(reason));
-            return tracing::debug!(%peer, port, "TLS handshake timed out");
+            tracing::debug!(%peer, port, "TLS handshake timed out");
+            return None;
         }
     };
     shared.metrics.downstream_tls_handshake(port, None);
@@ -206,8 +358,11 @@ async fn serve_tls(
         }),
     };
     match tls.alpn_protocol() {
-        Some(b"h2") => serve_http(shared, TokioIo::new(stream), info, drain, reclaim.clone()).await,
-        _ => serve_h1(shared, stream, info, drain, reclaim).await,
+        Some(b"h2") => {
+            serve_http(shared, TokioIo::new(stream), info, drain, reclaim.clone()).await;
+            None
+        }
+        _ => serve_h1(shared, stream, info, drain, reclaim, None).await,
     }
 }
 
@@ -229,21 +384,31 @@ fn client_identity(
 }
 
 /// The fast path first; hyper for the rest of the connection if a request needs it.
+/// `resume`: a parked connection's, with its head's deadline.
 async fn serve_h1<I>(
     shared: &Arc<Shared>,
     io: I,
     info: Arc<ConnInfo>,
     mut drain: DrainToken,
     reclaim: &Arc<Registration>,
-) where
-    I: AsyncRead + AsyncWrite + h1::ReadReady + Unpin + Send + 'static,
+    resume: Option<tokio::time::Instant>,
+) -> Option<Parked>
+where
+    I: AsyncRead + AsyncWrite + ReadReady + Park + Unpin + Send + 'static,
 {
-    match h1::serve(shared, io, &info, &mut drain, reclaim).await {
-        h1::Served::Closed => {}
+    match h1::serve(shared, io, &info, &mut drain, reclaim, resume).await {
+        h1::Served::Closed => None,
         h1::Served::Fallback(io) => {
             let reclaim = reclaim.clone();
-            Box::pin(serve_http(shared, TokioIo::new(io), info, drain, reclaim)).await
+            Box::pin(serve_http(shared, TokioIo::new(io), info, drain, reclaim)).await;
+            None
         }
+        h1::Served::Parked(io, deadline) => Some(Parked {
+            io: io.park(),
+            info,
+            drain,
+            deadline,
+        }),
     }
 }
 
@@ -419,14 +584,23 @@ mod tests {
         std::mem::size_of::<R>()
     }
 
-    /// A connection's task holds its future for its whole life, idle or not; the states of
-    /// TLS, a PROXY header and hyper are boxed when they start, so the HTTP/1.1 request states
-    /// set the size. Boxing those too (the upstream exchange) would bring it to 2.3 KiB, at
-    /// about 1 000 instructions per request in jemalloc (callgrind): not done. This keeps it
-    /// from growing unnoticed (5 912 bytes in a debug build, 2026-11-27).
+    /// The boxed serving states live while a connection is busy or briefly idle: the states
+    /// of TLS, a PROXY header and hyper are boxed again when they start, so the HTTP/1.1
+    /// request states set the size. Boxing those too (the upstream exchange) would bring it
+    /// to 2.3 KiB, at about 1 000 instructions per request in jemalloc (callgrind): not done.
+    /// This keeps it from growing unnoticed (5 912 bytes in a debug build, 2026-11-27).
     #[test]
-    fn a_connections_task_stays_within_its_budget() {
-        let size = future_size(super::serve);
+    fn a_connections_serving_states_stay_within_their_budget() {
+        let size = future_size(super::serve_conn);
         assert!(size <= 6 * 1024, "{size} bytes");
+    }
+
+    /// The task itself holds its future for the connection's whole life, parked or not:
+    /// what a parked (idle keep-alive) connection costs beside its socket (736 bytes in a
+    /// debug build, 2026-11-27; the serving states it boxes are not in it).
+    #[test]
+    fn a_parked_connections_task_stays_small() {
+        let size = future_size(super::serve);
+        assert!(size <= 768, "{size} bytes");
     }
 }

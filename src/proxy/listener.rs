@@ -128,13 +128,11 @@ async fn accept(port: Port, listener: TcpListener, mut token: DrainToken) {
                     token.clone(),
                     reclaim.register(),
                 );
-                // Boxed: the connection's future is kilobytes, and the runtime moves a
-                // task's future by value several times between spawn and completion
-                // (callgrind: ~86 KB of memcpy per connection unboxed; BENCHMARKS.md).
-                tokio::spawn(Box::pin(async move {
+                // Small: `conn::serve` boxes the serving states itself.
+                tokio::spawn(async move {
                     conn.await;
                     drop(permit);
-                }));
+                });
             }
             Err(error) => {
                 // Out of file descriptors and the like: back off briefly instead of

@@ -36,6 +36,7 @@ pub struct ProxyMetrics {
     errors: Family<ErrorLabels, Counter>,
     connect_errors: Family<ConnectErrorLabels, Counter>,
     connections: Family<PortLabels, Gauge>,
+    parked: Family<PortLabels, Gauge>,
     reclaimed: Family<PortLabels, Counter>,
     in_flight: Family<BackendLabels, Gauge>,
     tls_handshakes: Family<TlsHandshakeLabels, Counter>,
@@ -346,6 +347,12 @@ impl ProxyMetrics {
             m.connections.clone(),
         );
         reg.register(
+            "downstream_connections_parked",
+            "Keep-alive client connections idle long enough to be parked (their request \
+             buffers and states freed until the client sends again), by port",
+            m.parked.clone(),
+        );
+        reg.register(
             "downstream_connections_reclaimed",
             "Client connections closed at the connection cap while they waited on their client \
              (idle keep-alive, a slow request head or TLS handshake), by port",
@@ -500,6 +507,13 @@ impl ProxyMetrics {
         ConnectionGuard(g)
     }
 
+    /// Counts a parked connection while it lives.
+    pub fn parked(&self, port: u16) -> ConnectionGuard {
+        let g = self.parked.get_or_create_owned(&PortLabels { port });
+        g.inc();
+        ConnectionGuard(g)
+    }
+
     pub fn reclaimed(&self, port: u16) {
         self.reclaimed.get_or_create(&PortLabels { port }).inc();
     }
@@ -624,6 +638,7 @@ impl Default for ProxyMetrics {
             errors: Family::default(),
             connect_errors: Family::default(),
             connections: Family::default(),
+            parked: Family::default(),
             reclaimed: Family::default(),
             in_flight: Family::default(),
             tls_handshakes: Family::default(),

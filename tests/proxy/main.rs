@@ -14,6 +14,7 @@ mod forwarded;
 mod hostile;
 mod lifecycle;
 mod observability;
+mod parked;
 mod protocols;
 mod retry;
 mod routing;

@@ -88,17 +88,26 @@ const READ_AHEAD: usize = head::MAX_HEAD + head::MAX_BODY;
 /// still cancelled promptly.
 const HANGUP_GRACE: std::time::Duration = std::time::Duration::from_millis(250);
 /// Bound on the TLS close_notify / FIN when the fast path closes a connection.
-const SHUTDOWN_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+pub const SHUTDOWN_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+/// A keep-alive connection that has waited this long for its next request leaves the fast
+/// path ([`Served::Parked`]): its task drops the kilobytes of request states and waits in a
+/// few hundred bytes (`conn::idle`) until the client sends again. Busy clients never wait
+/// this long; the timer that marks it is the idle timeout's own, re-armed per request as
+/// before (a later deadline: no timer-wheel work), so the hot path pays nothing for it.
+pub const PARK_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
 /// When pier drains (shutdown, a port removed), how long an idle keep-alive connection may
 /// still bring one request (answered with `Connection: close`) before it is closed: a client
 /// that sent a request just as the drain began gets its answer instead of a reset.
-const DRAIN_IDLE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+pub const DRAIN_IDLE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// How a connection left the fast path.
 pub enum Served<I> {
     Closed,
     /// Continue with hyper, replaying what was read.
     Fallback(Replay<I>),
+    /// An idle keep-alive connection, nothing buffered, to wait for its client's next bytes
+    /// outside the fast path; the head must then arrive by this deadline (the idle timeout).
+    Parked(I, tokio::time::Instant),
 }
 
 /// Shared between the connection loop and the drain watcher around it.
@@ -113,6 +122,8 @@ enum Next {
     KeepAlive,
     Close,
     Fallback,
+    /// Idle for [`PARK_AFTER`] with the next head due by this deadline.
+    Park(tokio::time::Instant),
 }
 
 struct Conn<'a, I> {
@@ -174,14 +185,16 @@ struct Answer {
     down_close: bool,
 }
 
-/// Serves HTTP/1.1 requests on `io` until the client closes, the connection drains, or a
-/// request needs hyper.
+/// Serves HTTP/1.1 requests on `io` until the client closes, the connection drains, a
+/// request needs hyper, or the connection idles long enough to park. `resume`: a parked
+/// connection whose client sent something, with the deadline of the head it waits for.
 pub async fn serve<I>(
     shared: &Shared,
     io: I,
     info: &ConnInfo,
     drain: &mut DrainToken,
     reclaim: &Registration,
+    resume: Option<tokio::time::Instant>,
 ) -> Served<I>
 where
     I: AsyncRead + AsyncWrite + ReadReady + Unpin + Send,
@@ -200,7 +213,7 @@ where
         reclaim,
     };
     let next = {
-        let run = conn.run();
+        let run = conn.run(resume);
         let mut run = std::pin::pin!(run);
         let early = tokio::select! {
             biased;
@@ -225,7 +238,13 @@ where
     };
     match next {
         Next::Fallback => Served::Fallback(Replay::new(conn.rbuf.freeze(), conn.io)),
-        Next::KeepAlive | Next::Close => {
+        // Parking while draining: the drain's wait for an idle connection is over too.
+        Next::Park(deadline) if !flags.draining.load(Ordering::Relaxed) => {
+            stock::give(std::mem::take(&mut conn.rbuf));
+            stock::give(std::mem::take(&mut conn.ubuf));
+            Served::Parked(conn.io, deadline)
+        }
+        Next::KeepAlive | Next::Close | Next::Park(_) => {
             stock::give(std::mem::take(&mut conn.rbuf));
             stock::give(std::mem::take(&mut conn.ubuf));
             // FIN, and close_notify on TLS, as hyper does when it ends a connection.
@@ -235,18 +254,37 @@ where
     }
 }
 
+/// The wait timer woke while waiting for a head due at `due`: past it the connection closes;
+/// an `idle` one (nothing buffered) parks; one with part of a head waits on until `due`.
+fn woken(
+    due: tokio::time::Instant,
+    idle: bool,
+    timer: std::pin::Pin<&mut tokio::time::Sleep>,
+) -> Option<Next> {
+    if tokio::time::Instant::now() >= due {
+        Some(Next::Close)
+    } else if idle {
+        Some(Next::Park(due))
+    } else {
+        timer.reset(due);
+        None
+    }
+}
+
 impl<I> Conn<'_, I>
 where
     I: AsyncRead + AsyncWrite + ReadReady + Unpin + Send,
 {
-    async fn run(&mut self) -> Next {
+    async fn run(&mut self, mut resume: Option<tokio::time::Instant>) -> Next {
         let header_timeout = self.shared.config.header_read_timeout;
-        let mut timer = std::pin::pin!(tokio::time::sleep(header_timeout));
+        // Armed per request at the park point, never later than the head's deadline.
+        let mut timer = std::pin::pin!(tokio::time::sleep(header_timeout.min(PARK_AFTER)));
         loop {
             if self.flags.draining.load(Ordering::Relaxed) {
                 return Next::Close;
             }
-            let mut armed = false;
+            // When the head being waited for must have arrived (`None`: not waiting yet).
+            let mut deadline = None;
             let mut need = 1;
             let next = loop {
                 if self.rbuf.len() >= need {
@@ -276,13 +314,18 @@ where
                         }
                     }
                 }
-                // The head (and body) must arrive within the header read timeout.
-                if !armed {
-                    let now = tokio::time::Instant::now();
-                    timer.as_mut().reset(now + header_timeout);
-                    self.reclaim.wait(now.into_std());
-                    armed = true;
-                }
+                // The head (and body) must arrive within the header read timeout. The timer
+                // wakes at the park point first (or the deadline, if sooner).
+                let due = match deadline {
+                    Some(due) => due,
+                    None => {
+                        let now = tokio::time::Instant::now();
+                        let due = resume.take().unwrap_or(now + header_timeout);
+                        timer.as_mut().reset(due.min(now + PARK_AFTER));
+                        self.reclaim.wait(now.into_std());
+                        *deadline.insert(due)
+                    }
+                };
                 let idle = self.rbuf.is_empty();
                 self.flags.idle.store(idle, Ordering::Relaxed);
                 if self.rbuf.capacity() == 0 {
@@ -290,7 +333,10 @@ where
                     let ready = tokio::select! {
                         biased;
                         r = self.io.read_ready() => r,
-                        _ = timer.as_mut() => return Next::Close,
+                        _ = timer.as_mut() => match woken(due, true, timer.as_mut()) {
+                            Some(next) => return next,
+                            None => continue,
+                        },
                     };
                     if ready.is_err() {
                         return Next::Close;
@@ -301,7 +347,10 @@ where
                 let read = tokio::select! {
                     biased;
                     r = self.io.read_buf(&mut self.rbuf) => r,
-                    _ = timer.as_mut() => return Next::Close,
+                    _ = timer.as_mut() => match woken(due, self.rbuf.is_empty(), timer.as_mut()) {
+                        Some(next) => return next,
+                        None => continue,
+                    },
                 };
                 self.flags.idle.store(false, Ordering::Relaxed);
                 match read {

@@ -1,0 +1,205 @@
+//! Keep-alive connections idle for a second are parked: their task drops the fast path's
+//! states and waits for the client in a few hundred bytes (`conn::idle`). Every limit of an
+//! idle connection still holds while it is parked, and the next request is served as before.
+
+use std::time::{Duration, Instant};
+
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+use crate::support::client::connect_tls;
+use crate::support::pki::Pki;
+use crate::support::raw::Client;
+use crate::support::snap::*;
+use crate::support::*;
+
+/// Longer than the fast path waits before it parks an idle connection (1 s).
+const PARKED: Duration = Duration::from_millis(1400);
+
+fn parked(h: &Harness, p: u16) -> u64 {
+    let metrics = h.metrics_text();
+    let line = format!("pier_proxy_downstream_connections_parked{{port=\"{p}\"}} ");
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&line))
+        .map_or(0, |v| v.trim().parse().unwrap())
+}
+
+async fn proxy(a: &pier::echo::EchoServer, config: pier::proxy::ProxyConfig) -> (Harness, u16) {
+    let p = free_port();
+    let h = Harness::start_with(simple(p, &backend("a", &[a.addr])), config).await;
+    (h, p)
+}
+
+async fn get_on<S>(c: &mut Client<S>, path: &str) -> crate::support::raw::Raw
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    c.write(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+        .await;
+    bounded(c.response(false)).await
+}
+
+#[tokio::test]
+async fn an_idle_keep_alive_connection_parks_and_serves_its_next_requests() {
+    let a = echo("a").await;
+    let (h, p) = proxy(&a, config()).await;
+    let mut c = bounded(Client::connect(p)).await;
+    assert_eq!(get_on(&mut c, "/one").await.status, 200);
+    assert_eq!(parked(&h, p), 0, "parked at once");
+    tokio::time::sleep(PARKED).await;
+    assert_eq!(parked(&h, p), 1);
+
+    // Back on the fast path: served, and no longer parked.
+    let resp = get_on(&mut c, "/two").await;
+    assert_eq!((resp.status, resp.echo().path.as_str()), (200, "/two"));
+    assert_eq!(parked(&h, p), 0);
+    // A request that needs hyper (HTTP/1.0) after parking is served too.
+    tokio::time::sleep(PARKED).await;
+    assert_eq!(parked(&h, p), 1);
+    c.write(b"GET /three HTTP/1.0\r\nHost: x\r\n\r\n").await;
+    let resp = bounded(c.response(false)).await;
+    assert_eq!((resp.status, resp.echo().path.as_str()), (200, "/three"));
+    assert_eq!(parked(&h, p), 0);
+    bounded(h.proxy.shutdown(BOUND)).await;
+}
+
+#[tokio::test]
+async fn a_parked_tls_connection_serves_its_next_request() {
+    init();
+    let pki = Pki::new();
+    let mut certs = pier::model::CertTable::default();
+    certs.add(&["a.example.com".into()], pki.leaf(&["a.example.com"]));
+    let a = echo("a").await;
+    let p = free_port();
+    let r = rule("ns/r").to(&backend("a", &[a.addr])).build();
+    let listener = listener("https", None).route(&[], prefix("/"), &r).build();
+    let h = Harness::start(snapshot(vec![https_port(p, vec![listener], certs)])).await;
+    let tls = connect_tls(local(p), "a.example.com", pki.client(&[b"http/1.1"]));
+    let mut c = Client::on(bounded(tls).await);
+    for path in ["/one", "/two", "/three"] {
+        c.write(format!("GET {path} HTTP/1.1\r\nHost: a.example.com\r\n\r\n").as_bytes())
+            .await;
+        let resp = bounded(c.response(false)).await;
+        assert_eq!((resp.status, resp.echo().path.as_str()), (200, path));
+        assert_eq!(parked(&h, p), 0);
+        tokio::time::sleep(PARKED).await;
+        assert_eq!(parked(&h, p), 1);
+    }
+    bounded(h.proxy.shutdown(BOUND)).await;
+}
+
+/// The idle timeout (the header read timeout) counts from the end of the last response,
+/// parked or not; a head that starts while parked must still arrive by then.
+#[tokio::test]
+async fn a_parked_connection_keeps_its_idle_timeout() {
+    let a = echo("a").await;
+    let mut config = config();
+    config.header_read_timeout = Duration::from_millis(2500);
+    let (h, p) = proxy(&a, config).await;
+
+    // Silent: closed at the idle timeout, not before.
+    let mut c = bounded(Client::connect(p)).await;
+    assert_eq!(get_on(&mut c, "/").await.status, 200);
+    let idle_from = Instant::now();
+    tokio::time::sleep(PARKED).await;
+    assert_eq!(parked(&h, p), 1);
+    assert!(bounded(c.closed()).await);
+    let closed_after = idle_from.elapsed();
+    assert!(
+        closed_after >= Duration::from_millis(2400) && closed_after < Duration::from_secs(4),
+        "{closed_after:?}"
+    );
+    assert_eq!(parked(&h, p), 0);
+
+    // Part of a head while parked, the rest never: closed at the same deadline.
+    let mut c = bounded(Client::connect(p)).await;
+    assert_eq!(get_on(&mut c, "/").await.status, 200);
+    let idle_from = Instant::now();
+    tokio::time::sleep(PARKED).await;
+    c.write(b"GET / HTTP/1.1\r\nHost: x\r\n").await;
+    assert!(bounded(c.closed()).await);
+    let closed_after = idle_from.elapsed();
+    assert!(
+        closed_after >= Duration::from_millis(2400) && closed_after < Duration::from_secs(4),
+        "{closed_after:?}"
+    );
+    assert_eq!(a.count(), 2);
+    bounded(h.proxy.shutdown(BOUND)).await;
+}
+
+/// A head that stalls for longer than the park point is not idle: the connection keeps
+/// waiting for the rest (until the header timeout), and serves it.
+#[tokio::test]
+async fn a_head_that_stalls_past_the_park_point_is_still_served() {
+    let a = echo("a").await;
+    let mut config = config();
+    config.header_read_timeout = Duration::from_secs(5);
+    let (h, p) = proxy(&a, config).await;
+    let mut c = bounded(Client::connect(p)).await;
+    c.write(b"GET /slow HTTP/1.1\r\n").await;
+    tokio::time::sleep(PARKED).await;
+    assert_eq!(parked(&h, p), 0);
+    c.write(b"Host: x\r\n\r\n").await;
+    let resp = bounded(c.response(false)).await;
+    assert_eq!((resp.status, resp.echo().path.as_str()), (200, "/slow"));
+    bounded(h.proxy.shutdown(BOUND)).await;
+}
+
+/// On shutdown a parked connection gets the same moment as an idle one for a request its
+/// client may be sending right then (answered, with `Connection: close`), and is closed
+/// when nothing comes.
+#[tokio::test]
+async fn shutdown_answers_a_parked_connection_that_sends_then_closes_it() {
+    let a = echo("a").await;
+    let (h, p) = proxy(&a, config()).await;
+    let mut sends = bounded(Client::connect(p)).await;
+    let mut silent = bounded(Client::connect(p)).await;
+    assert_eq!(get_on(&mut sends, "/").await.status, 200);
+    assert_eq!(get_on(&mut silent, "/").await.status, 200);
+    tokio::time::sleep(PARKED).await;
+    assert_eq!(parked(&h, p), 2);
+
+    let proxy = h.proxy.clone();
+    let shutdown = tokio::spawn(async move { proxy.shutdown(Duration::from_secs(5)).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let resp = get_on(&mut sends, "/last").await;
+    assert_eq!(resp.status, 200);
+    assert_eq!(resp.header("connection"), Some("close"));
+    assert!(bounded(sends.closed()).await);
+    assert!(bounded(silent.closed()).await);
+    bounded(shutdown).await.unwrap();
+}
+
+/// At the connection cap a parked connection is one that waits on its client: a new client
+/// takes its place.
+#[tokio::test]
+async fn at_the_connection_cap_a_parked_connection_makes_room() {
+    let a = echo("a").await;
+    let mut config = config();
+    config.limits.max_connections = 1;
+    let (h, p) = proxy(&a, config).await;
+    let mut idle = bounded(Client::connect(p)).await;
+    assert_eq!(get_on(&mut idle, "/").await.status, 200);
+    tokio::time::sleep(PARKED).await;
+    assert_eq!(parked(&h, p), 1);
+
+    let started = Instant::now();
+    let mut next = bounded(TcpStream::connect(local(p))).await.unwrap();
+    next.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut next = Client::on(next);
+    assert_eq!(bounded(next.response(false)).await.status, 200);
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert!(bounded(idle.closed()).await);
+    assert_eq!(parked(&h, p), 0);
+    let metrics = h.metrics_text();
+    assert!(
+        metrics.contains(&format!(
+            "pier_proxy_downstream_connections_reclaimed_total{{port=\"{p}\"}} 1"
+        )),
+        "{metrics}"
+    );
+    bounded(h.proxy.shutdown(BOUND)).await;
+}
