@@ -9,7 +9,8 @@ origin on 127.0.0.1. For each proxy and protocol (http: plain HTTP/1.1; https: T
 ECDSA P-256 listener certificate, HTTP/1.1 by ALPN), the script opens `--conns` keep-alive
 client connections, sends one request on each and reads its answer, then leaves them idle. The
 proxy's RSS (all its processes) is read before the first connection and again once every
-connection is open and idle; the difference divided by the number of connections is the
+connection is open and has idled for `--settle` seconds (12); the difference divided by the
+number of connections is the
 memory one idle connection costs. Afterwards a sample of the connections must still answer a
 second request (none was closed behind the script's back). Every connection is closed and the
 proxy stopped before the next one starts.
@@ -46,6 +47,10 @@ def args():
     p.add_argument("--pier", default="target/release/pier")
     p.add_argument("--port-base", type=int, default=int(os.environ.get("PORT_BASE", "19700")))
     p.add_argument("--cpu", default="0", help="CPU the proxy is pinned to")
+    p.add_argument("--settle", type=float, default=12.0,
+                   help="seconds between the last connection opening and the second RSS reading "
+                        "(pier parks an idle connection after 1 s, and jemalloc returns freed pages "
+                        "over its 10 s decay; under the 30 s keep-alive timeout)")
     return p.parse_args()
 
 
@@ -216,7 +221,7 @@ async def measure(proxy, protocol, d, ports, opts):
         t0 = time.time()
         conns = await open_idle(port, protocol == "https", opts.conns)
         opened = time.time() - t0
-        await asyncio.sleep(2)
+        await asyncio.sleep(opts.settle)
         after = family_rss_kib(p.pid)
         sample = random.sample(conns, min(200, len(conns)))
         statuses = await asyncio.gather(*(exchange(r, w) for r, w in sample), return_exceptions=True)

@@ -31,6 +31,9 @@ const ENVIRONMENT: &str = "Environment:
   PIER_WORK_STEALING      1: the workers share one work-stealing runtime instead
   PIER_IDLE_SPIN_US       microseconds a worker spins before it sleeps for I/O, 0-10000
                           [default: 20 with one worker, 0 with several]
+  _RJEM_MALLOC_CONF       jemalloc options; `run` starts one background thread that
+                          returns freed memory to the system, unless this names
+                          background_thread
   NO_COLOR                any non-empty value: no colour in text logs (logs are coloured
                           only on a terminal)
   SPIFFE_ENDPOINT_SOCKET  the SPIFFE Workload API for `run` when neither --spiffe-socket nor

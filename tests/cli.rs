@@ -603,6 +603,22 @@ async fn several_workers_run_thread_per_core_unless_work_stealing_is_asked_for()
     }
 }
 
+/// `pier run` starts one jemalloc purging thread (an idle gateway gives memory back on a
+/// timer, not only when it allocates again), unless `_RJEM_MALLOC_CONF` chooses otherwise.
+#[cfg(feature = "jemalloc")]
+#[tokio::test]
+async fn run_purges_freed_memory_in_one_background_thread() {
+    for (conf, threads) in [("", 1), ("background_thread:false", 0)] {
+        let (mut child, port, _echo, _dir) = run_one_route(&[("_RJEM_MALLOC_CONF", conf)]).await;
+        let r = get(&format!("http://127.0.0.1:{port}/"), &[]).await;
+        assert_eq!(r.backend(), "a");
+        let names = thread_names(child.0.id());
+        let purgers = names.iter().filter(|n| *n == "jemalloc_bg_thd").count();
+        assert_eq!(purgers, threads, "{conf:?}: {names:?}");
+        assert!(terminate(&mut child).success());
+    }
+}
+
 /// The URLs `pier demo` prints on its first two lines: the quickstart, the meshed Gateway,
 /// the gRPC listener, the meshed gRPC listener, and the admin server (`host:port` each).
 fn demo_addresses(stdout: std::process::ChildStdout) -> [String; 5] {
@@ -794,6 +810,7 @@ fn help_documents_every_flag_and_the_environment() {
             "PIER_WORKER_THREADS",
             "PIER_WORK_STEALING",
             "PIER_IDLE_SPIN_US",
+            "_RJEM_MALLOC_CONF",
         ] {
             assert!(help.contains(var), "{var} not in `pier {args:?}`: {help}");
         }
