@@ -178,7 +178,10 @@ async fn idle(shared: &Arc<Shared>, mut p: Parked, reclaim: &Arc<Registration>) 
             biased;
             () = reclaim.closed() => Wake::Reclaimed,
             _ = p.io.read_ready() => Wake::Ready,
-            () = tokio::time::sleep(h1::DRAIN_IDLE_WAIT) => Wake::Close,
+            // The drain's wait, or the idle timeout if sooner.
+            () = tokio::time::sleep_until(
+                p.deadline.min(tokio::time::Instant::now() + h1::DRAIN_IDLE_WAIT),
+            ) => Wake::Close,
             () = p.drain.closed() => Wake::Close,
         };
     }
@@ -195,7 +198,12 @@ async fn idle(shared: &Arc<Shared>, mut p: Parked, reclaim: &Arc<Registration>) 
             None
         }
         Wake::Close | Wake::Draining => {
-            p.io.close().await;
+            // Counted as closed at once by the accept loop at the cap: so it is.
+            tokio::select! {
+                biased;
+                () = reclaim.closed() => {}
+                () = p.io.close() => {}
+            }
             None
         }
     }
@@ -596,7 +604,7 @@ mod tests {
     }
 
     /// The task itself holds its future for the connection's whole life, parked or not:
-    /// what a parked (idle keep-alive) connection costs beside its socket (736 bytes in a
+    /// what a parked (idle keep-alive) connection costs beside its socket (744 bytes in a
     /// debug build, 2026-11-27; the serving states it boxes are not in it).
     #[test]
     fn a_parked_connections_task_stays_small() {

@@ -81,6 +81,11 @@ impl Default for Drain {
 // === impl DrainToken ===
 
 impl DrainToken {
+    /// Draining has started (or the proxy is gone), as [`Self::draining`] would resolve now.
+    pub fn is_draining(&self) -> bool {
+        *self.rx.borrow() != State::Serving || self.rx.has_changed().is_err()
+    }
+
     /// Resolves once draining has started (or the proxy is gone).
     pub async fn draining(&mut self) {
         let _ = self.rx.wait_for(|s| *s != State::Serving).await;

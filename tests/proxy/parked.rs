@@ -89,6 +89,16 @@ async fn a_parked_tls_connection_serves_its_next_request() {
     bounded(h.proxy.shutdown(BOUND)).await;
 }
 
+/// The connection closes 2.5 s (the test's idle timeout) after `idle_from`, not before.
+async fn closed_at_the_idle_timeout(c: &mut Client, idle_from: Instant) {
+    assert!(bounded(c.closed()).await);
+    let after = idle_from.elapsed();
+    assert!(
+        after >= Duration::from_millis(2400) && after < Duration::from_secs(4),
+        "{after:?}"
+    );
+}
+
 /// The idle timeout (the header read timeout) counts from the end of the last response,
 /// parked or not; a head that starts while parked must still arrive by then.
 #[tokio::test]
@@ -104,12 +114,7 @@ async fn a_parked_connection_keeps_its_idle_timeout() {
     let idle_from = Instant::now();
     tokio::time::sleep(PARKED).await;
     assert_eq!(parked(&h, p), 1);
-    assert!(bounded(c.closed()).await);
-    let closed_after = idle_from.elapsed();
-    assert!(
-        closed_after >= Duration::from_millis(2400) && closed_after < Duration::from_secs(4),
-        "{closed_after:?}"
-    );
+    closed_at_the_idle_timeout(&mut c, idle_from).await;
     assert_eq!(parked(&h, p), 0);
 
     // Part of a head while parked, the rest never: closed at the same deadline.
@@ -118,12 +123,7 @@ async fn a_parked_connection_keeps_its_idle_timeout() {
     let idle_from = Instant::now();
     tokio::time::sleep(PARKED).await;
     c.write(b"GET / HTTP/1.1\r\nHost: x\r\n").await;
-    assert!(bounded(c.closed()).await);
-    let closed_after = idle_from.elapsed();
-    assert!(
-        closed_after >= Duration::from_millis(2400) && closed_after < Duration::from_secs(4),
-        "{closed_after:?}"
-    );
+    closed_at_the_idle_timeout(&mut c, idle_from).await;
     assert_eq!(a.count(), 2);
     bounded(h.proxy.shutdown(BOUND)).await;
 }
@@ -168,6 +168,55 @@ async fn shutdown_answers_a_parked_connection_that_sends_then_closes_it() {
     assert_eq!(resp.header("connection"), Some("close"));
     assert!(bounded(sends.closed()).await);
     assert!(bounded(silent.closed()).await);
+    bounded(shutdown).await.unwrap();
+}
+
+/// A drain that starts just before the park point: the drain's own wait (1 s from its start)
+/// decides, not the park timer, so a request sent 0.6 s into the drain is answered.
+#[tokio::test]
+async fn a_drain_just_before_the_park_point_still_waits_its_whole_grace() {
+    let a = echo("a").await;
+    let (h, p) = proxy(&a, config()).await;
+    let mut c = bounded(Client::connect(p)).await;
+    assert_eq!(get_on(&mut c, "/").await.status, 200);
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let proxy = h.proxy.clone();
+    let shutdown = tokio::spawn(async move { proxy.shutdown(Duration::from_secs(5)).await });
+    // Idle 1.3 s by now, past the park point, and 0.6 s into the drain.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let resp = get_on(&mut c, "/late").await;
+    assert_eq!(
+        (resp.status, resp.header("connection")),
+        (200, Some("close"))
+    );
+    assert!(bounded(c.closed()).await);
+    bounded(shutdown).await.unwrap();
+}
+
+/// pier's own answers (a 404 here) are written before the drain is noticed on the resumed
+/// connection's first poll: they must say `Connection: close` too.
+#[tokio::test]
+async fn during_a_drain_a_resumed_connection_gets_pier_s_own_answer_with_close() {
+    let a = echo("a").await;
+    let p = free_port();
+    let r = rule("ns/r").to(&backend("a", &[a.addr])).build();
+    let listener = listener("http", None)
+        .route(&[], prefix("/app"), &r)
+        .build();
+    let h = Harness::start(snapshot(vec![port(p, vec![listener])])).await;
+    let mut c = bounded(Client::connect(p)).await;
+    assert_eq!(get_on(&mut c, "/app").await.status, 200);
+    tokio::time::sleep(PARKED).await;
+    assert_eq!(parked(&h, p), 1);
+    let proxy = h.proxy.clone();
+    let shutdown = tokio::spawn(async move { proxy.shutdown(Duration::from_secs(5)).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let resp = get_on(&mut c, "/nothing").await;
+    assert_eq!(
+        (resp.status, resp.header("connection")),
+        (404, Some("close"))
+    );
+    assert!(bounded(c.closed()).await);
     bounded(shutdown).await.unwrap();
 }
 

@@ -199,7 +199,13 @@ pub async fn serve<I>(
 where
     I: AsyncRead + AsyncWrite + ReadReady + Unpin + Send,
 {
-    let flags = Flags::default();
+    // A connection that starts (or resumes from parking) during a drain answers with
+    // `Connection: close` from its first request: pier's own answers are written within the
+    // first poll, before the drain below is noticed.
+    let flags = Flags {
+        draining: AtomicBool::new(drain.is_draining()),
+        ..Flags::default()
+    };
     let mut conn = Conn {
         shared,
         info,
@@ -238,7 +244,8 @@ where
     };
     match next {
         Next::Fallback => Served::Fallback(Replay::new(conn.rbuf.freeze(), conn.io)),
-        // Parking while draining: the drain's wait for an idle connection is over too.
+        // Not parked once draining (the drain's own wait for an idle connection decides);
+        // parked just before the drain began, `conn::idle` gives it the same wait.
         Next::Park(deadline) if !flags.draining.load(Ordering::Relaxed) => {
             stock::give(std::mem::take(&mut conn.rbuf));
             stock::give(std::mem::take(&mut conn.ubuf));
@@ -255,15 +262,16 @@ where
 }
 
 /// The wait timer woke while waiting for a head due at `due`: past it the connection closes;
-/// an `idle` one (nothing buffered) parks; one with part of a head waits on until `due`.
+/// a `parkable` one parks; any other (part of a head, or a drain under way) waits on until
+/// `due`.
 fn woken(
     due: tokio::time::Instant,
-    idle: bool,
+    parkable: bool,
     timer: std::pin::Pin<&mut tokio::time::Sleep>,
 ) -> Option<Next> {
     if tokio::time::Instant::now() >= due {
         Some(Next::Close)
-    } else if idle {
+    } else if parkable {
         Some(Next::Park(due))
     } else {
         timer.reset(due);
@@ -280,9 +288,6 @@ where
         // Armed per request at the park point, never later than the head's deadline.
         let mut timer = std::pin::pin!(tokio::time::sleep(header_timeout.min(PARK_AFTER)));
         loop {
-            if self.flags.draining.load(Ordering::Relaxed) {
-                return Next::Close;
-            }
             // When the head being waited for must have arrived (`None`: not waiting yet).
             let mut deadline = None;
             let mut need = 1;
@@ -333,7 +338,7 @@ where
                     let ready = tokio::select! {
                         biased;
                         r = self.io.read_ready() => r,
-                        _ = timer.as_mut() => match woken(due, true, timer.as_mut()) {
+                        _ = timer.as_mut() => match woken(due, self.parkable(), timer.as_mut()) {
                             Some(next) => return next,
                             None => continue,
                         },
@@ -347,7 +352,7 @@ where
                 let read = tokio::select! {
                     biased;
                     r = self.io.read_buf(&mut self.rbuf) => r,
-                    _ = timer.as_mut() => match woken(due, self.rbuf.is_empty(), timer.as_mut()) {
+                    _ = timer.as_mut() => match woken(due, self.parkable(), timer.as_mut()) {
                         Some(next) => return next,
                         None => continue,
                     },
@@ -359,10 +364,20 @@ where
                 }
             };
             match next {
+                // Draining: that response said `Connection: close`.
+                Next::KeepAlive if self.flags.draining.load(Ordering::Relaxed) => {
+                    return Next::Close;
+                }
                 Next::KeepAlive => self.release(),
                 other => return other,
             }
         }
+    }
+
+    /// Nothing buffered, and no drain under way (whose own wait for an idle connection
+    /// decides when it closes).
+    fn parkable(&self) -> bool {
+        self.rbuf.is_empty() && !self.flags.draining.load(Ordering::Relaxed)
     }
 
     /// Between requests: gives back the read and upstream buffers ([`stock`]), so that an
