@@ -40,6 +40,21 @@ where
     bounded(c.response(false)).await
 }
 
+/// A graceful shutdown (5 s grace) under way.
+fn shut_down(h: &Harness) -> tokio::task::JoinHandle<()> {
+    let proxy = h.proxy.clone();
+    tokio::spawn(async move { proxy.shutdown(Duration::from_secs(5)).await })
+}
+
+/// During a drain: `path` is answered with `Connection: close`, then the connection closes;
+/// returns the status.
+async fn last_answer(c: &mut Client, path: &str) -> u16 {
+    let resp = get_on(c, path).await;
+    assert_eq!(resp.header("connection"), Some("close"), "{path}");
+    assert!(bounded(c.closed()).await, "{path}: still open");
+    resp.status
+}
+
 #[tokio::test]
 async fn an_idle_keep_alive_connection_parks_and_serves_its_next_requests() {
     let a = echo("a").await;
@@ -160,13 +175,9 @@ async fn shutdown_answers_a_parked_connection_that_sends_then_closes_it() {
     tokio::time::sleep(PARKED).await;
     assert_eq!(parked(&h, p), 2);
 
-    let proxy = h.proxy.clone();
-    let shutdown = tokio::spawn(async move { proxy.shutdown(Duration::from_secs(5)).await });
+    let shutdown = shut_down(&h);
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let resp = get_on(&mut sends, "/last").await;
-    assert_eq!(resp.status, 200);
-    assert_eq!(resp.header("connection"), Some("close"));
-    assert!(bounded(sends.closed()).await);
+    assert_eq!(last_answer(&mut sends, "/last").await, 200);
     assert!(bounded(silent.closed()).await);
     bounded(shutdown).await.unwrap();
 }
@@ -180,16 +191,10 @@ async fn a_drain_just_before_the_park_point_still_waits_its_whole_grace() {
     let mut c = bounded(Client::connect(p)).await;
     assert_eq!(get_on(&mut c, "/").await.status, 200);
     tokio::time::sleep(Duration::from_millis(700)).await;
-    let proxy = h.proxy.clone();
-    let shutdown = tokio::spawn(async move { proxy.shutdown(Duration::from_secs(5)).await });
+    let shutdown = shut_down(&h);
     // Idle 1.3 s by now, past the park point, and 0.6 s into the drain.
     tokio::time::sleep(Duration::from_millis(600)).await;
-    let resp = get_on(&mut c, "/late").await;
-    assert_eq!(
-        (resp.status, resp.header("connection")),
-        (200, Some("close"))
-    );
-    assert!(bounded(c.closed()).await);
+    assert_eq!(last_answer(&mut c, "/late").await, 200);
     bounded(shutdown).await.unwrap();
 }
 
@@ -208,15 +213,9 @@ async fn during_a_drain_a_resumed_connection_gets_pier_s_own_answer_with_close()
     assert_eq!(get_on(&mut c, "/app").await.status, 200);
     tokio::time::sleep(PARKED).await;
     assert_eq!(parked(&h, p), 1);
-    let proxy = h.proxy.clone();
-    let shutdown = tokio::spawn(async move { proxy.shutdown(Duration::from_secs(5)).await });
+    let shutdown = shut_down(&h);
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let resp = get_on(&mut c, "/nothing").await;
-    assert_eq!(
-        (resp.status, resp.header("connection")),
-        (404, Some("close"))
-    );
-    assert!(bounded(c.closed()).await);
+    assert_eq!(last_answer(&mut c, "/nothing").await, 404);
     bounded(shutdown).await.unwrap();
 }
 
