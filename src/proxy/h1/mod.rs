@@ -242,18 +242,16 @@ where
             }
         }
     };
+    if let Next::Fallback = next {
+        return Served::Fallback(Replay::new(conn.rbuf.freeze(), conn.io));
+    }
+    stock::give(std::mem::take(&mut conn.rbuf));
+    stock::give(std::mem::take(&mut conn.ubuf));
     match next {
-        Next::Fallback => Served::Fallback(Replay::new(conn.rbuf.freeze(), conn.io)),
-        // Not parked once draining (the drain's own wait for an idle connection decides);
-        // parked just before the drain began, `conn::idle` gives it the same wait.
-        Next::Park(deadline) if !flags.draining.load(Ordering::Relaxed) => {
-            stock::give(std::mem::take(&mut conn.rbuf));
-            stock::give(std::mem::take(&mut conn.ubuf));
-            Served::Parked(conn.io, deadline)
-        }
-        Next::KeepAlive | Next::Close | Next::Park(_) => {
-            stock::give(std::mem::take(&mut conn.rbuf));
-            stock::give(std::mem::take(&mut conn.ubuf));
+        // Only before a drain is noticed ([`Conn::parkable`]); one that begins after this
+        // gets the same wait in `conn::idle`.
+        Next::Park(deadline) => Served::Parked(conn.io, deadline),
+        _ => {
             // FIN, and close_notify on TLS, as hyper does when it ends a connection.
             let _ = tokio::time::timeout(SHUTDOWN_WAIT, conn.io.shutdown()).await;
             Served::Closed
