@@ -10,8 +10,7 @@ ECDSA P-256 listener certificate, HTTP/1.1 by ALPN), the script opens `--conns` 
 client connections, sends one request on each and reads its answer, then leaves them idle. The
 proxy's RSS (all its processes) is read before the first connection and again once every
 connection is open and has idled for `--settle` seconds (12); the difference divided by the
-number of connections is the
-memory one idle connection costs. Afterwards a sample of the connections must still answer a
+number of connections is the memory one idle connection costs. Afterwards a sample of the connections must still answer a
 second request (none was closed behind the script's back). Every connection is closed and the
 proxy stopped before the next one starts.
 

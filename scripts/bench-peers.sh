@@ -18,7 +18,8 @@
 #               relay with no HTTP, each client connection relayed to its own upstream one. The
 #               kernel path of a keep-alive proxy (the same four segments per request) and no
 #               user-space HTTP work: the floor of the plain path's CPU per request. The table's
-#               "L4 relay floor" lines: each proxy's CPU per request over the relay's, per round
+#               "L4 relay floor" lines: each proxy's CPU per request over the relay's (ratio of
+#               the medians, then paired per round)
 #   *-mtls      the upstream hop is TLS 1.3 with a client certificate, verified both ways
 #   close-*     wrk sends `Connection: close`: a new client TCP connection per request (accept
 #               and TCP handshake cost); upstream connections stay pooled
@@ -170,7 +171,7 @@ summarize() { # raw.tsv [busy-note]
       if ($9 != "-" && $9 + 0 > rss[k] + 0) rss[k] = $9
       pc[k] = pc[k] " " $10; if ($12 != "ok") busy = 1 }
     END {
-      for (i = 1; i <= n; i++) { k = order[i]; m[k] = med(rps[k]); mq[k] = med(p99[k]) }
+      for (i = 1; i <= n; i++) { k = order[i]; m[k] = med(rps[k]); mq[k] = med(p99[k]); if (pc[k] !~ /-/) mc[k] = med(pc[k]) }
       if (note != "" || busy) print "**not valid: machine busy** (" (note != "" ? note : "contended runs kept with FORCE=1") ")\n"
       print "| scenario | c | req/s median [min–max] | p50 | p99 median [min–max] | proxy CPU µs/req | proxy RSS | req/s vs nginx: medians · paired [min–max] | p99 vs nginx: medians · paired [min–max] | vs direct | non-2xx/socket errors per run |"
       print "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
@@ -193,17 +194,13 @@ summarize() { # raw.tsv [busy-note]
             (rss[nk] > 0 ? rss[k] / rss[nk] : 0), (errs[k] ~ /[1-9]/ ? errs[k] : "none")) } }
       if (na) { print ""; print "Paired medians for pier (acceptance: req/s ≥ 1.0× and p99 ≤ 1.0× nginx, RSS ≤ 2×, no errors):"
         for (i = 1; i <= na; i++) print "- " acc[i] }
-      # The L4 relay floor: the CPU per request of each proxy over the relay, paired per round.
+      # The L4 relay floor: the CPU per request of each proxy over the relay (`vs`: ratio of
+      # the medians, then paired per round).
       nf = 0
-      for (i = 1; i <= n; i++) { k = order[i]; split(k, kk, SUBSEP); sc = kk[1]; c = kk[2]
-        if (sc !~ /^(nginx|pier|haproxy)$/ || !(("relay" SUBSEP c) in m)) continue
-        rk = "relay" SUBSEP c; s = ""; nr = split(reps[k], rr, " ")
-        for (x = 1; x <= nr; x++) if ((rk SUBSEP rr[x]) in PC && PC[rk SUBSEP rr[x]] > 0)
-          s = s " " sprintf("%.4f", PC[k SUBSEP rr[x]] / PC[rk SUBSEP rr[x]])
-        if (s == "") continue
-        x = med(s); fa = lo; fb = hi; mine = med(pc[k]); floor_us = med(pc[rk])
-        fl[++nf] = sprintf("- %s c=%s: CPU per request %.2f× the relay (paired: median [%.2f–%.2f]; %.1f against %.1f µs)",
-          sc, c, x, fa, fb, mine, floor_us) }
+      for (i = 1; i <= n; i++) { k = order[i]; split(k, kk, SUBSEP); sc = kk[1]; c = kk[2]; rk = "relay" SUBSEP c
+        if (sc !~ /^(nginx|pier|haproxy)$/ || !(rk in mc)) continue
+        fl[++nf] = sprintf("- %s c=%s: CPU per request over the relay: %s (%.1f against %.1f µs)",
+          sc, c, vs(k, rk, PC, mc[k], mc), mc[k], mc[rk]) }
       if (nf) { print ""; print "L4 relay floor (HAProxy mode tcp, the same four segments per request, no HTTP):"
         for (i = 1; i <= nf; i++) print fl[i] }
       # Large bodies: 1 MiB per request, so MiB/s per core of the proxy = 1e6 / CPU µs per request.
