@@ -9,7 +9,7 @@
 # Scenarios: direct nginx pier haproxy relay nginx-mtls pier-mtls haproxy-mtls
 #            close-direct close-nginx close-pier close-haproxy close-nginx-mtls close-pier-mtls
 #            pier-log pier-trace1 pier-trace100, {,close-}{nginx,pier,haproxy}-{https,rsa}
-#            full-{nginx,pier,haproxy}-{https,rsa}, {nginx,pier,haproxy}-newtls,
+#            {full,hs,hsr}-{nginx,pier,haproxy}-{https,rsa}, {nginx,pier,haproxy}-newtls,
 #            {big,up,w2}-{nginx,pier,haproxy}, many-{nginx,pier} (not in the default set:
 #            name them)
 #   (run in this order, so each proxy's run sits next to the one it is paired with)
@@ -33,6 +33,13 @@
 #   full-*      as close-*, but the proxy keeps no session (nginx ssl_session_tickets off and
 #               ssl_session_cache off, HAProxy no-tls-tickets and tune.ssl.cachesize 0, pier
 #               --no-tls-session-resumption): a full handshake per request (checked)
+#   hs-*, hsr-* new TLS connections as full-* and close-*, measured by scripts/conn-load
+#               instead of wrk: it times the whole connection (connect, handshake, request,
+#               response), so the time a connection waits to be accepted and handshaken is in
+#               the percentiles (wrk starts its clock after the handshake). hs-*: full
+#               handshakes (proxies as full-*, the client keeps no session); hsr-*: resumed
+#               (proxies as configured, the client keeps its session). The run checks the
+#               handshake kinds conn-load saw (hs: none resumed; hsr: at least 90 % resumed)
 #   *-newtls    the mTLS upstream of *-mtls, but the origin closes after every response
 #               (keepalive_timeout 0): a new upstream TLS connection per request, which each
 #               proxy may resume (nginx proxy_ssl_session_reuse on, HAProxy's default, pier's
@@ -57,6 +64,9 @@
 #     scripts/bench-peers.sh nginx-newtls pier-newtls haproxy-newtls
 #   New TLS connections, resumed and full, one command:
 #     scripts/bench-peers.sh close-{nginx,pier,haproxy}-{https,rsa} full-{nginx,pier,haproxy}-{https,rsa}
+#   The same timed per whole connection (built on first use:
+#   cargo build --release --manifest-path scripts/conn-load/Cargo.toml), one command:
+#     scripts/bench-peers.sh hs-{nginx,pier,haproxy}-{https,rsa} hsr-{nginx,pier,haproxy}-{https,rsa}
 #   The cost of observability, one command (the table's second part: ratios to `pier`, same
 #   rounds):  scripts/bench-peers.sh pier pier-log pier-trace1 pier-trace100
 #
@@ -79,6 +89,7 @@
 # Knobs (env): DURATION=8s REPS=7 CONNS="64 256" WARMUP=2s WRK_CPU=1 PROXY_CPU=0 ORIGIN_CPU=1
 #   LOAD_MAX=0.5 LOAD_WAIT=600 QUIET_PCT=10 QUIET_SECS=2 QUIET_WAIT=300 PROC_MAX=10
 #   FOREIGN_MAX=10 RETRIES=3 FORCE=0 INTERLEAVE=1 W2_CPUS=0,1 MANY_CONNS=10000 PIER_BIN=target/release/pier RUN_DIR=target/bench-peers
+#   CONN_LOAD=scripts/conn-load/target/release/conn-load
 #   PORT_BASE=19000 (ports PORT_BASE+81 .. +105, +443, +444 and +901 on 127.0.0.1)
 # Needs: wrk nginx haproxy openssl curl taskset (installed with apt-get when missing) and a
 # release build of pier (`cargo build --release`).
@@ -104,6 +115,7 @@ INTERLEAVE="${INTERLEAVE:-1}"
 W2_CPUS="${W2_CPUS:-0,1}"
 MANY_CONNS="${MANY_CONNS:-10000}"
 PIER_BIN="${PIER_BIN:-$ROOT/target/release/pier}"
+CONN_LOAD="${CONN_LOAD:-$ROOT/scripts/conn-load/target/release/conn-load}"
 RUN="${RUN_DIR:-$ROOT/target/bench-peers}"
 PORT_BASE="${PORT_BASE:-19000}"
 
@@ -139,7 +151,7 @@ EDGE=edge.bench
 ALL="direct nginx pier haproxy relay nginx-mtls pier-mtls haproxy-mtls close-direct close-nginx close-pier close-haproxy close-nginx-mtls close-pier-mtls"
 # Named only: pier with its access log or tracing on, paired with plain `pier`; client TLS
 # terminated by the proxy, kept alive and a new TLS connection per request (issue 19).
-EXTRA="pier-log pier-trace1 pier-trace100 nginx-https pier-https haproxy-https close-nginx-https close-pier-https close-haproxy-https nginx-rsa pier-rsa haproxy-rsa close-nginx-rsa close-pier-rsa close-haproxy-rsa full-nginx-https full-pier-https full-haproxy-https full-nginx-rsa full-pier-rsa full-haproxy-rsa nginx-newtls pier-newtls haproxy-newtls big-nginx big-pier big-haproxy up-nginx up-pier up-haproxy w2-nginx w2-pier w2-haproxy many-nginx many-pier"
+EXTRA="pier-log pier-trace1 pier-trace100 nginx-https pier-https haproxy-https close-nginx-https close-pier-https close-haproxy-https nginx-rsa pier-rsa haproxy-rsa close-nginx-rsa close-pier-rsa close-haproxy-rsa full-nginx-https full-pier-https full-haproxy-https full-nginx-rsa full-pier-rsa full-haproxy-rsa hs-nginx-https hs-pier-https hs-haproxy-https hs-nginx-rsa hs-pier-rsa hs-haproxy-rsa hsr-nginx-https hsr-pier-https hsr-haproxy-https hsr-nginx-rsa hsr-pier-rsa hsr-haproxy-rsa nginx-newtls pier-newtls haproxy-newtls big-nginx big-pier big-haproxy up-nginx up-pier up-haproxy w2-nginx w2-pier w2-haproxy many-nginx many-pier"
 
 # ---------- the table: median of the reps [min-max], ratios to nginx and to direct ----------
 # "vs nginx" columns: the ratio of the two medians, then the paired ratio: per round, this
@@ -185,7 +197,7 @@ summarize() { # raw.tsv [busy-note]
         mem = (k in rss) && rss[k] > 0 ? sprintf("%.1f MiB", rss[k] / 1024) : "-"
         printf "| %s | %s | %.0f [%.0f–%.0f] | %s | %s [%s–%s] | %s | %s | %s | %s | %s | %s |\n", sc, c, r, rl, rh,
           ms(med(p50[k])), ms(q), ms(ql), ms(qh), cpu, mem, vn, vq, vd, errs[k]
-        if (sc ~ /^(close-|full-|big-|up-|w2-)?pier(-mtls|-https|-rsa|-newtls)?$/) {   # the acceptance lines of issue 5, from the paired ratios
+        if (sc ~ /^(close-|full-|hs-|hsr-|big-|up-|w2-)?pier(-mtls|-https|-rsa|-newtls)?$/) {   # the acceptance lines of issue 5, from the paired ratios
           pr = vn; sub(/^[^·]*· /, "", pr); sub(/ .*/, "", pr); pq = vq; sub(/^[^·]*· /, "", pq); sub(/ .*/, "", pq)
           nk = peer(sc, "nginx") SUBSEP c; hk = peer(sc, "haproxy") SUBSEP c
           ph = (hk in m) ? vs(k, hk, R, r, m) : "-"; sub(/^[^·]*· /, "", ph); sub(/ .*/, "", ph)
@@ -255,6 +267,11 @@ if ((${#need[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${pkgs[@]}" >&2
 fi
 export PATH="$PATH:/usr/sbin"
+if [[ " $SCENARIOS " == *" hs-"* || " $SCENARIOS " == *" hsr-"* ]] && [ ! -x "$CONN_LOAD" ]; then
+  log "building scripts/conn-load (the whole-connection client)"
+  cargo build --release --quiet --manifest-path "$ROOT/scripts/conn-load/Cargo.toml" >&2
+  CONN_LOAD="$ROOT/scripts/conn-load/target/release/conn-load"
+fi
 if [[ " $SCENARIOS " == *" pier"* || " $SCENARIOS " == *"-pier"* ]] && [ ! -x "$PIER_BIN" ]; then
   echo "no pier binary at $PIER_BIN: run cargo build --release first (or set PIER_BIN)" >&2; exit 1
 fi
@@ -674,7 +691,7 @@ pier_up() { # "extra flags" RUST_LOG: pier on the proxy CPU; its stderr (the acc
 proxy_down() { [ -n "$PROXY_PID" ] && stop_pid "$PROXY_PID"; PROXY_PID=""; PROXY_KIND=""; }
 proxy_url() { # scenario -> url
   local sc="${1#close-}" path=""
-  sc="${sc#full-}"; sc="${sc#w2-}"; sc="${sc#many-}"
+  sc="${sc#full-}"; sc="${sc#hs-}"; sc="${sc#hsr-}"; sc="${sc#w2-}"; sc="${sc#many-}"
   case "$1" in big-*) path=big; sc="${sc#big-}" ;; up-*) path=up; sc="${sc#up-}" ;; esac
   echo "$(base_url "$sc")$path"
 }
@@ -725,6 +742,21 @@ check_resumed() { # url: after a first connection, the closing origin sees resum
   [ "$seen" = r ] || { echo "the proxy at $1 did not resume its upstream TLS session (X-Session-Reused: $seen)" >&2; exit 1; }
 }
 
+# ---------- the whole-connection client (hs-*, hsr-*) ----------
+conn_load() { # scenario conns duration url
+  local resume=(); [[ "$1" == hsr-* ]] && resume=(--resume)
+  taskset -c "$WRK_ON" "$CONN_LOAD" -c "$2" -d "$3" --sni "$EDGE" "${resume[@]}" "$4"
+}
+check_handshakes() { # scenario output: the handshakes conn-load saw were of the scenario's kind
+  local full resumed
+  read -r full resumed < <(awk '/^Handshakes:/ { gsub(",", ""); print $3, $5 }' "$2")
+  log "  conn-load handshakes: full ${full:-?}, resumed ${resumed:-?}"
+  if [[ "$1" == hs-* ]] && [ "${resumed:-1}" != 0 ]; then echo "$1: $resumed handshakes resumed" >&2; exit 1; fi
+  if [[ "$1" == hsr-* ]] && ! awk -v f="${full:-1}" -v r="${resumed:-0}" 'BEGIN { exit !(r >= 0.9 * (f + r)) }'; then
+    echo "$1: only $resumed of $((full + resumed)) handshakes resumed" >&2; exit 1
+  fi
+}
+
 # ---------- one measured wrk run ----------
 # scenario conns rep url "proxy pids" header -> appends a line to raw.tsv; returns 1 if contended
 measure_one() {
@@ -740,7 +772,12 @@ measure_one() {
   p0=$(ticks $ppids)
   ( sleep "$(awk -v d="$secs" 'BEGIN { print d / 2 }')"; [ -n "$ppids" ] && rss_kb $ppids >"$OUT/.rss" || echo 0 >"$OUT/.rss" ) &
   local sampler=$!
-  taskset -c "$WRK_ON" wrk "${args[@]}" "$url" >"$out" 2>&1 || true
+  if [[ "$sc" == hs-* || "$sc" == hsr-* ]]; then
+    conn_load "$sc" "$c" "$DURATION" "$url" >"$out" 2>&1 || true
+    check_handshakes "$sc" "$out"
+  else
+    taskset -c "$WRK_ON" wrk "${args[@]}" "$url" >"$out" 2>&1 || true
+  fi
   wait "$sampler" 2>/dev/null || true
   # shellcheck disable=SC2086
   p1=$(ticks $ppids); a1=$(all_busy); proc_snap >"$s1"
@@ -778,7 +815,11 @@ measure() { # scenario url "proxy pids" header "reps"
   [ -n "$hdr" ] && warm+=(-H "$hdr")
   [ -n "$WRK_SCRIPT" ] && warm+=(-s "$WRK_SCRIPT")
   log "  warm-up c=256 $WARMUP"
-  taskset -c "$WRK_ON" wrk "${warm[@]}" "$url" >/dev/null 2>&1 || true
+  if [[ "$sc" == hs-* || "$sc" == hsr-* ]]; then
+    conn_load "$sc" 256 "$WARMUP" "$url" >/dev/null 2>&1 || true
+  else
+    taskset -c "$WRK_ON" wrk "${warm[@]}" "$url" >/dev/null 2>&1 || true
+  fi
   local conns="$CONNS"
   [[ "$sc" == many-* ]] && conns="$MANY_CONNS"
   for c in $conns; do
@@ -834,7 +875,7 @@ for round in $rounds; do
   for sc in $order; do
     log "== $sc (run ${reps//$'\n'/,} of $REPS)"
     hdr=""; [[ "$sc" == close-* || "$sc" == full-* ]] && hdr="$CLOSE"
-    base="${sc#close-}"; base="${base#full-}"; base="${base#big-}"; base="${base#up-}"; base="${base#w2-}"; base="${base#many-}"
+    base="${sc#close-}"; base="${base#full-}"; base="${base#hs-}"; base="${base#hsr-}"; base="${base#big-}"; base="${base#up-}"; base="${base#w2-}"; base="${base#many-}"
     url=$(proxy_url "$sc")
     WRK_THREADS=1; WRK_ON="$WRK_CPU"; WRK_SCRIPT=""; origin_on="$ORIGIN_CPU"
     [[ "$sc" == up-* ]] && WRK_SCRIPT="$RUN/up.lua"
@@ -849,13 +890,13 @@ for round in $rounds; do
     # A fresh proxy process per scenario and round: every proxy starts each run equally cold.
     proxy_down
     kind="${base%-mtls}"; kind="${kind%-https}"; kind="${kind%-rsa}"; kind="${kind%-newtls}"
-    [[ "$sc" == full-* ]] && kind="$kind-full"
+    [[ "$sc" == full-* || "$sc" == hs-* ]] && kind="$kind-full"
     [[ "$sc" == w2-* ]] && kind="$kind-w2"
     [[ "$sc" == many-pier ]] && kind=pier-many
     proxy_up "$kind"
     wait_ok "$url" -k
-    [[ "$sc" == close-*-https || "$sc" == close-*-rsa ]] && check_client_resumption "$url" yes
-    [[ "$sc" == full-* ]] && check_client_resumption "$url" no
+    [[ "$sc" == close-*-https || "$sc" == close-*-rsa || "$sc" == hsr-* ]] && check_client_resumption "$url" yes
+    [[ "$sc" == full-* || "$sc" == hs-* ]] && check_client_resumption "$url" no
     [[ "$base" == *-mtls || "$base" == *-newtls ]] && check_mtls "$url"
     [[ "$base" == *-newtls ]] && check_resumed "$url"
     measure "$sc" "$url" "$(family "$PROXY_PID" | tr '\n' ' ')" "$hdr" "$reps"
