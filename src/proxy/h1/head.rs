@@ -263,8 +263,10 @@ fn request_length(head: &RequestHead<'_>, out: &mut Vec<u8>) {
 }
 
 fn content_length(n: u64, out: &mut Vec<u8>) {
-    use std::io::Write as _;
-    let _ = write!(out, "content-length: {n}\r\n");
+    // `itoa`, not `write!`: the formatting machinery cost ~300 instructions per response.
+    out.extend_from_slice(b"content-length: ");
+    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+    out.extend_from_slice(b"\r\n");
 }
 
 /// Framing headers are pier's to write, never copied from a map or a peer.

@@ -53,7 +53,7 @@ use super::Shared;
 use super::access::{self, LogHead};
 use super::body::ProxyBody;
 use super::conn_info::ConnInfo;
-use super::drain::DrainToken;
+use super::drain::{DrainToken, OnlyWhenWoken};
 use super::error::ProxyError;
 use super::forwarded::Edge;
 use super::metrics::Transport;
@@ -221,10 +221,15 @@ where
     let next = {
         let run = conn.run(resume);
         let mut run = std::pin::pin!(run);
-        let early = tokio::select! {
-            biased;
-            next = run.as_mut() => Some(next),
-            _ = drain.draining() => None,
+        let early = {
+            // Polled on its own wake-ups only, not on the several per request of `run`.
+            let draining = std::pin::pin!(drain.draining());
+            let mut draining = OnlyWhenWoken::new(draining);
+            tokio::select! {
+                biased;
+                next = run.as_mut() => Some(next),
+                _ = &mut draining => None,
+            }
         };
         match early {
             Some(next) => next,

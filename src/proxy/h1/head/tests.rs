@@ -291,3 +291,28 @@ fn a_map_head_writes_every_value() {
     assert_eq!(back.get_all("x-a").iter().count(), 2);
     assert_eq!(back["content-length"], "4");
 }
+
+#[test]
+fn every_hop_by_hop_name_is_seen_in_any_case_and_others_are_not() {
+    for h in &HOP_BY_HOP {
+        let upper = h.as_str().to_ascii_uppercase();
+        assert!(is_hop(h.as_str(), &[], false), "{h}");
+        assert!(is_hop(&upper, &[], false), "{upper}");
+    }
+    for other in [
+        "content-type",
+        "date",
+        "server",
+        "t",
+        "x-upgrade",
+        "connections",
+    ] {
+        assert!(!is_hop(other, &[], false), "{other}");
+    }
+    let named = [Header {
+        name: "Connection",
+        value: b"close, X-Private",
+    }];
+    assert!(is_hop("x-private", &named, true));
+    assert!(!is_hop("x-private", &named, false));
+}
