@@ -119,20 +119,20 @@ async fn accept(port: Port, listener: TcpListener, mut token: DrainToken) {
                         }
                     }
                 };
-                let conn = conn::serve(
+                // Spawned as it is, holding the permit itself: small, since `conn::serve`
+                // boxes the serving states.
+                tokio::spawn(conn::serve(
                     shared.clone(),
                     tcp,
                     peer,
                     key,
                     tls.clone(),
                     token.clone(),
-                    reclaim.register(),
-                );
-                // Small: `conn::serve` boxes the serving states itself.
-                tokio::spawn(async move {
-                    conn.await;
-                    drop(permit);
-                });
+                    conn::Admitted {
+                        reclaim: reclaim.register(),
+                        slot: permit,
+                    },
+                ));
             }
             Err(error) => {
                 // Out of file descriptors and the like: back off briefly instead of
