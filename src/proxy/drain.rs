@@ -112,11 +112,10 @@ pub struct OnlyWhenWoken<'a, F> {
     inner: Pin<&'a mut F>,
     signal: Arc<Signal>,
     waker: Waker,
-    fresh: bool,
 }
 
-#[derive(Default)]
 struct Signal {
+    /// Set by the inner future's waker; starts set, so that the first poll reaches it.
     woken: AtomicBool,
     task: AtomicWaker,
 }
@@ -133,12 +132,14 @@ impl Wake for Signal {
 
 impl<'a, F: Future> OnlyWhenWoken<'a, F> {
     pub fn new(inner: Pin<&'a mut F>) -> Self {
-        let signal = Arc::new(Signal::default());
+        let signal = Arc::new(Signal {
+            woken: AtomicBool::new(true),
+            task: AtomicWaker::new(),
+        });
         Self {
             inner,
             waker: Waker::from(signal.clone()),
             signal,
-            fresh: true,
         }
     }
 }
@@ -150,10 +151,9 @@ impl<F: Future> Future for OnlyWhenWoken<'_, F> {
         let this = self.get_mut();
         // The task's waker first, then the flag: a wake-up in between is not lost.
         this.signal.task.register(cx.waker());
-        if !this.fresh && !this.signal.woken.swap(false, Ordering::AcqRel) {
+        if !this.signal.woken.swap(false, Ordering::AcqRel) {
             return Poll::Pending;
         }
-        this.fresh = false;
         this.inner
             .as_mut()
             .poll(&mut Context::from_waker(&this.waker))

@@ -119,7 +119,7 @@ pub fn host_value_ok(v: &str) -> Result<(), Invalid> {
         }
         return match after {
             "" => Ok(()),
-            p => digits(p.strip_prefix(':').ok_or(Invalid::BadHost)?),
+            p => port_ok(p.strip_prefix(':').ok_or(Invalid::BadHost)?.as_bytes()),
         };
     }
     // One pass (this runs on every request): the last `:` splits off the port; `@` anywhere
@@ -141,12 +141,12 @@ pub fn host_value_ok(v: &str) -> Result<(), Invalid> {
     if host.is_empty() || !host.iter().all(|&b| reg_name_byte(b)) {
         return Err(Invalid::BadHost);
     }
-    digits(std::str::from_utf8(port).map_err(|_| Invalid::BadHost)?)
+    port_ok(port)
 }
 
 /// A port: digits, possibly none (`host:` is allowed, RFC 3986 §3.2.3).
-fn digits(p: &str) -> Result<(), Invalid> {
-    if p.bytes().all(|b| b.is_ascii_digit()) {
+fn port_ok(p: &[u8]) -> Result<(), Invalid> {
+    if p.iter().all(u8::is_ascii_digit) {
         Ok(())
     } else {
         Err(Invalid::BadHost)
