@@ -6,8 +6,10 @@
 //!
 //! A connection's task is small: the serving states (kilobytes: TLS handshake, request
 //! exchange, hyper) are boxed while they run. A keep-alive connection idle for
-//! [`h1::PARK_AFTER`] drops them and waits in the task alone ([`idle`]), so 10 000 idle
-//! clients cost their sockets and a few hundred bytes each, not the states of a request.
+//! [`h1::PARK_AFTER`] drops them: a plain one leaves its task for its accept loop's parking
+//! lot ([`super::lot`]) and gets a new task when its client sends again; a TLS one (its
+//! rustls state stays with it) waits in its task alone ([`idle`]). So 10 000 idle clients
+//! cost their sockets and a few hundred bytes each, not the states of a request.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -33,6 +35,8 @@ use super::conn_info::ConnInfo;
 use super::drain::DrainToken;
 use super::error::DownstreamTlsFailure;
 use super::h1::ReadReady;
+use super::lot::{Lot, Woken};
+use super::metrics::ConnectionGuard;
 use super::reclaim::Registration;
 use super::{Shared, h1, proxy_protocol, service, stream};
 use crate::model::host::normalize_host;
@@ -47,11 +51,30 @@ pub struct PortTls {
 }
 
 /// A connection's place under its port's cap, from the accept loop: the registration through
-/// which the loop may close it while it waits on its client, and the slot it holds until it
-/// ends.
+/// which the loop may close it while it waits on its client, the slot it holds until it
+/// ends, and the lot where it waits when idle.
 pub struct Admitted {
     pub reclaim: Registration,
     pub slot: OwnedSemaphorePermit,
+    pub lot: Arc<PortLot>,
+}
+
+/// An accept loop's parking lot for its idle plain connections.
+pub type PortLot = Lot<Asleep>;
+
+/// What a connection holds for its whole life, in its task or in the lot: its slot under the
+/// port's cap, and its place in the open-connections gauge.
+pub struct Held {
+    _slot: OwnedSemaphorePermit,
+    _active: ConnectionGuard,
+}
+
+/// What a plain connection parked in the lot keeps besides its socket.
+pub struct Asleep {
+    info: Arc<ConnInfo>,
+    drain: DrainToken,
+    held: Held,
+    _parked: ConnectionGuard,
 }
 
 /// Serves one accepted connection until it ends, or until the accept loop closes it while it
@@ -65,8 +88,11 @@ pub fn serve(
     drain: DrainToken,
     admitted: Admitted,
 ) -> impl Future<Output = ()> + Send + 'static {
-    let Admitted { reclaim, slot } = admitted;
-    let active = shared.metrics.connection(key.port);
+    let Admitted { reclaim, slot, lot } = admitted;
+    let held = Held {
+        _slot: slot,
+        _active: shared.metrics.connection(key.port),
+    };
     // Shared with a hyper-served connection's request tracking (`Activity`).
     let reclaim = Arc::new(reclaim);
     // Boxed: the serving states are kilobytes, and the runtime moves a task's future by
@@ -81,17 +107,104 @@ pub fn serve(
     // This is the task's future itself (the accept loop spawns it as it is): a wrapping
     // `async move { conn.await; .. }` would hold it twice, once as the captured value and
     // once as the future it awaits (1 664 bytes a task instead of 896, massif).
-    async move {
-        // The port's connection slot is held for the connection's whole life.
-        let _slot = slot;
-        let _active = active;
-        let mut parked = unless_reclaimed(&shared, key.port, &reclaim, serving)
-            .await
-            .flatten();
-        while let Some(p) = parked {
-            parked = idle(&shared, p, &reclaim).await;
+    live(shared, key.port, held, reclaim, serving, lot)
+}
+
+/// Serves a connection the lot hands back, in a task of its own again.
+pub fn woken(shared: &Arc<Shared>, lot: &Arc<PortLot>, woken: Woken<Asleep>) {
+    match woken {
+        Woken::Ready {
+            tcp,
+            deadline,
+            reclaim,
+            value,
+        } => {
+            let Asleep {
+                info, drain, held, ..
+            } = value;
+            let port = info.port;
+            let p = Parked {
+                io: ParkedIo::Plain(tcp),
+                info,
+                drain,
+                deadline,
+            };
+            let serving = Box::pin({
+                let (shared, reclaim) = (shared.clone(), reclaim.clone());
+                async move { resume(&shared, p, &reclaim).await }
+            });
+            tokio::spawn(live(
+                shared.clone(),
+                port,
+                held,
+                reclaim,
+                serving,
+                lot.clone(),
+            ));
         }
+        Woken::Reclaimed(asleep) => shared.metrics.reclaimed(asleep.info.port),
     }
+}
+
+/// A connection's task: `serving`, then while the connection idles, waiting on its client
+/// (plain ones in the lot, where the task ends; TLS ones, and plain ones the lot refuses, in
+/// the task: [`idle`]).
+async fn live<F>(
+    shared: Arc<Shared>,
+    port: u16,
+    mut held: Held,
+    mut reclaim: Arc<Registration>,
+    serving: Pin<Box<F>>,
+    lot: Arc<PortLot>,
+) where
+    F: Future<Output = Option<Parked>>,
+{
+    let mut parked = unless_reclaimed(&shared, port, &reclaim, serving)
+        .await
+        .flatten();
+    while let Some(idled) = parked {
+        let p;
+        (p, held, reclaim) = match to_lot(&shared, port, &lot, idled, held, reclaim) {
+            Some(back) => back,
+            None => return,
+        };
+        parked = idle(&shared, p, &reclaim).await;
+    }
+}
+
+/// Parks a plain connection in the lot (`None`: parked, or closed if it could not leave the
+/// runtime); gives back what is to wait in the task (a TLS connection, or one the lot
+/// refused).
+fn to_lot(
+    shared: &Shared,
+    port: u16,
+    lot: &PortLot,
+    p: Parked,
+    held: Held,
+    reclaim: Arc<Registration>,
+) -> Option<(Parked, Held, Arc<Registration>)> {
+    let ParkedIo::Plain(tcp) = p.io else {
+        return Some((p, held, reclaim));
+    };
+    let tcp = tcp.into_std().ok()?;
+    let asleep = Asleep {
+        info: p.info,
+        drain: p.drain,
+        held,
+        _parked: shared.metrics.parked(port),
+    };
+    let back = lot.park(tcp, p.deadline, reclaim, asleep).err()?;
+    let tcp = TcpStream::from_std(back.tcp).ok()?;
+    let Asleep {
+        info, drain, held, ..
+    } = back.value;
+    let p = Parked {
+        io: ParkedIo::Plain(tcp),
+        info,
+        drain,
+        deadline: p.deadline,
+    };
+    Some((p, held, back.reclaim))
 }
 
 /// `serving`, unless the accept loop closes the connection first (`None`).
@@ -618,13 +731,13 @@ mod tests {
         assert!(size <= 6 * 1024, "{size} bytes");
     }
 
-    /// The task's future itself (the accept loop spawns it unwrapped), held for the
-    /// connection's whole life, parked or not: what a parked (idle keep-alive) connection
-    /// costs beside its socket and tokio's task header (776 bytes in a debug build,
-    /// 2026-11-27, the port's slot included; the serving states it boxes are not in it).
+    /// The task's future itself (the accept loop spawns it unwrapped), held while the
+    /// connection is served and while a parked TLS one waits (plain ones leave it for the
+    /// lot): 816 bytes in a debug build, 2026-11-28, the port's slot included; the serving
+    /// states it boxes are not in it.
     #[test]
     fn a_parked_connections_task_stays_small() {
         let size = future_size(super::serve);
-        assert!(size <= 800, "{size} bytes");
+        assert!(size <= 832, "{size} bytes");
     }
 }

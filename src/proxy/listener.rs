@@ -10,9 +10,9 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
 use super::Shared;
-use super::conn;
 use super::drain::{Drain, DrainToken};
 use super::reclaim::Reclaim;
+use super::{conn, h1};
 use crate::model::PortKey;
 
 /// How many waiting connections a full accept loop closes at once: nginx drains 32; fewer
@@ -71,10 +71,34 @@ pub fn spawn_accept(
     on: Option<&Handle>,
 ) -> JoinHandle<()> {
     let token = drain.token();
-    let accept = accept(port, listener, token);
+    let (lot, poll) = conn::PortLot::new();
+    // The lot runs beside its accept loop, on its runtime: the connections it hands back are
+    // served there, as they were before they parked.
+    let parking = poll.map(|poll| {
+        let (shared, reclaim, lot) = (port.shared.clone(), port.slots.reclaim.clone(), lot.clone());
+        let to = lot.clone();
+        to.run(
+            poll,
+            drain.token(),
+            reclaim,
+            h1::DRAIN_IDLE_WAIT,
+            move |w| conn::woken(&shared, &lot, w),
+        )
+    });
+    let accept = accept(port, listener, token, lot);
     match on {
-        Some(runtime) => runtime.spawn(accept),
-        None => tokio::spawn(accept),
+        Some(runtime) => {
+            if let Some(parking) = parking {
+                runtime.spawn(parking);
+            }
+            runtime.spawn(accept)
+        }
+        None => {
+            if let Some(parking) = parking {
+                tokio::spawn(parking);
+            }
+            tokio::spawn(accept)
+        }
     }
 }
 
@@ -84,7 +108,7 @@ pub fn spawn_accept(
 // never closed. When every connection is busy, the loop holds the client it accepted and
 // stops accepting (backpressure: the next ones wait in the kernel's accept queue) until a
 // connection closes or goes idle.
-async fn accept(port: Port, listener: TcpListener, mut token: DrainToken) {
+async fn accept(port: Port, listener: TcpListener, mut token: DrainToken, lot: Arc<conn::PortLot>) {
     let Port {
         shared,
         key,
@@ -131,6 +155,7 @@ async fn accept(port: Port, listener: TcpListener, mut token: DrainToken) {
                     conn::Admitted {
                         reclaim: reclaim.register(),
                         slot: permit,
+                        lot: lot.clone(),
                     },
                 ));
             }

@@ -25,6 +25,7 @@ mod fxhash;
 mod h1;
 mod headers;
 mod listener;
+mod lot;
 pub mod metrics;
 mod mirror;
 mod proxy_protocol;

@@ -17,7 +17,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
 use futures::task::AtomicWaker;
@@ -33,6 +33,8 @@ const CLOSED: u64 = u64::MAX;
 pub struct Reclaim {
     slots: Mutex<Slab<Arc<Slot>>>,
     epoch: Instant,
+    /// Connections closed so far (a parking lot looks at its own when this moves).
+    closes: AtomicU64,
 }
 
 /// One connection's state: `BUSY`, `CLOSED`, or the millisecond (since the port's epoch, plus
@@ -56,6 +58,7 @@ impl Reclaim {
         Arc::new(Self {
             slots: Mutex::new(Slab::new()),
             epoch: Instant::now(),
+            closes: AtomicU64::new(0),
         })
     }
 
@@ -99,11 +102,17 @@ impl Reclaim {
                 .compare_exchange(since, CLOSED, Ordering::AcqRel, Ordering::Acquire)
                 .is_ok()
             {
-                slot.waker.wake();
                 closed += 1;
+                self.closes.fetch_add(1, Ordering::AcqRel);
+                slot.waker.wake();
             }
         }
         closed
+    }
+
+    /// How many connections [`Reclaim::close_longest_waiting`] has closed so far.
+    pub fn closes(&self) -> u64 {
+        self.closes.load(Ordering::Acquire)
     }
 
     /// Connections registered (open) on this port.
@@ -153,6 +162,19 @@ impl Registration {
                 (s != CLOSED).then_some(BUSY)
             })
             .is_ok()
+    }
+
+    /// Whether the accept loop has closed this connection.
+    pub fn is_closed(&self) -> bool {
+        self.slot.state.load(Ordering::Acquire) == CLOSED
+    }
+
+    /// `waker` is woken when the accept loop closes this connection (instead of the last
+    /// task that waited on [`Registration::closed`]): a connection waiting outside any task
+    /// of its own, in a parking lot. `true` if it is closed already.
+    pub fn wake_on_close(&self, waker: &Waker) -> bool {
+        self.slot.waker.register(waker);
+        self.is_closed()
     }
 
     /// Resolves once the accept loop has closed this connection.

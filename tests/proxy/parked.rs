@@ -1,6 +1,8 @@
-//! Keep-alive connections idle for a second are parked: their task drops the fast path's
-//! states and waits for the client in a few hundred bytes (`conn::idle`). Every limit of an
-//! idle connection still holds while it is parked, and the next request is served as before.
+//! Keep-alive connections idle for a second are parked: a plain one leaves its task and waits
+//! in its accept loop's parking lot (`proxy::lot`: its socket in the lot's epoll set, no task,
+//! no readiness state in tokio's driver); a TLS one waits in its task, which drops the fast
+//! path's states (`conn::idle`). Every limit of an idle connection still holds while it is
+//! parked, and the next request is served as before.
 
 use std::time::{Duration, Instant};
 
@@ -76,6 +78,40 @@ async fn an_idle_keep_alive_connection_parks_and_serves_its_next_requests() {
     let resp = bounded(c.response(false)).await;
     assert_eq!((resp.status, resp.echo().path.as_str()), (200, "/three"));
     assert_eq!(parked(&h, p), 0);
+    bounded(h.proxy.shutdown(BOUND)).await;
+}
+
+/// Parked plain connections are not tasks: 20 of them idle cost the runtime no task each, and
+/// every one serves its next request (from a task spawned again when its client sends).
+#[tokio::test]
+async fn parked_plain_connections_hold_no_task_of_their_own() {
+    let a = echo("a").await;
+    let (h, p) = proxy(&a, config()).await;
+    let tasks = || {
+        tokio::runtime::Handle::current()
+            .metrics()
+            .num_alive_tasks()
+    };
+    let mut clients = Vec::new();
+    for _ in 0..20 {
+        let mut c = bounded(Client::connect(p)).await;
+        assert_eq!(get_on(&mut c, "/one").await.status, 200);
+        clients.push(c);
+    }
+    let serving = tasks();
+    tokio::time::sleep(PARKED).await;
+    assert_eq!(parked(&h, p), 20);
+    let parked_tasks = tasks();
+    assert!(
+        serving >= parked_tasks + 20,
+        "{serving} tasks with 20 connections idle briefly, {parked_tasks} once parked"
+    );
+    for c in &mut clients {
+        let resp = get_on(c, "/two").await;
+        assert_eq!((resp.status, resp.echo().path.as_str()), (200, "/two"));
+    }
+    assert_eq!(parked(&h, p), 0);
+    assert!(tasks() >= parked_tasks + 20);
     bounded(h.proxy.shutdown(BOUND)).await;
 }
 

@@ -1,0 +1,370 @@
+//! The parking lot: plain keep-alive connections that have idled long enough to park
+//! ([`super::h1::PARK_AFTER`]) wait here, with no task and no registration in tokio's driver
+//! of their own, until their client sends again, their idle deadline passes, the accept loop
+//! closes them at the connection cap, or the drain.
+//!
+//! A parked connection in a task costs the task (~0.9 KiB with tokio's header) and tokio's
+//! per-socket readiness state (`ScheduledIo`, 388 bytes): 1.9 KiB per idle connection in all
+//! (`scripts/bench-idle.py`), against nginx's 0.7. Here it is its socket in a second epoll
+//! set (mio), a slab entry, and a place in a deadline heap. The set itself is registered once
+//! with the runtime, so one task serves every parked connection of an accept loop, as an
+//! nginx worker's event loop holds its idle keep-alive connections.
+//!
+//! Parking costs four `epoll_ctl` calls per idle period (out of tokio's set, into the lot's,
+//! and back), paid only by connections idle for a second: never on the request path.
+//!
+//! The lot knows nothing of HTTP: it hands a woken connection back ([`Woken`]) to the caller's
+//! function, which spawns a task to serve it.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::os::fd::AsRawFd;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::Waker;
+use std::time::Duration;
+
+use mio::unix::SourceFd;
+use mio::{Interest, Token};
+use slab::Slab;
+use tokio::io::unix::AsyncFd;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use super::drain::DrainToken;
+use super::reclaim::{Reclaim, Registration};
+
+/// How many readiness events one look at the lot's epoll set takes.
+const EVENTS: usize = 256;
+
+/// One accept loop's parked connections; `T` is what the caller keeps with each.
+pub struct Lot<T> {
+    /// The lot's epoll set, for parking from any thread (`None`: it could not be made; every
+    /// park is refused).
+    registry: Option<mio::Registry>,
+    state: Mutex<State<T>>,
+    /// A connection parked with a deadline sooner than the lot's timer.
+    sooner: Notify,
+}
+
+struct State<T> {
+    /// Taking connections: until the lot's task ends.
+    open: bool,
+    entries: Slab<Entry<T>>,
+    /// Deadlines, soonest first, as (deadline, entry key, entry serial); entries that left
+    /// stay until popped or swept ([`State::sweep`]).
+    due: BinaryHeap<Reverse<(Instant, usize, u64)>>,
+    serial: u64,
+    /// The lot's task: woken when the accept loop closes a parked connection.
+    waker: Option<Waker>,
+    /// When the lot's task next wakes by its timer.
+    timer: Option<Instant>,
+}
+
+struct Entry<T> {
+    tcp: std::net::TcpStream,
+    serial: u64,
+    deadline: Instant,
+    reclaim: Arc<Registration>,
+    value: T,
+}
+
+/// What the lot hands back.
+pub enum Woken<T> {
+    /// The client sent something (or closed, or failed: reading will tell), before its
+    /// deadline. The stream is registered with the runtime again.
+    Ready {
+        tcp: tokio::net::TcpStream,
+        deadline: Instant,
+        reclaim: Arc<Registration>,
+        value: T,
+    },
+    /// Closed by the accept loop at the connection cap.
+    Reclaimed(T),
+}
+
+/// A connection the lot did not take (its task has ended), given back.
+pub struct Refused<T> {
+    pub tcp: std::net::TcpStream,
+    pub reclaim: Arc<Registration>,
+    pub value: T,
+}
+
+impl<T> Lot<T> {
+    /// A lot and its epoll set, to be run by [`Lot::run`]. Without an epoll set (out of file
+    /// descriptors) the lot refuses every connection: they wait in their own tasks.
+    pub fn new() -> (Arc<Self>, Option<mio::Poll>) {
+        let poll = mio::Poll::new().and_then(|p| Ok((p.registry().try_clone()?, p)));
+        let (registry, poll) = match poll {
+            Ok((registry, poll)) => (Some(registry), Some(poll)),
+            Err(error) => {
+                tracing::warn!(%error, "no parking lot for idle connections");
+                (None, None)
+            }
+        };
+        let lot = Arc::new(Self {
+            registry,
+            state: Mutex::new(State {
+                open: poll.is_some(),
+                entries: Slab::new(),
+                due: BinaryHeap::new(),
+                serial: 0,
+                waker: None,
+                timer: None,
+            }),
+            sooner: Notify::new(),
+        });
+        (lot, poll)
+    }
+
+    /// Parks `tcp` (a stream out of the runtime: nonblocking, nothing buffered by pier) until
+    /// its client sends, `deadline` passes (closed), the accept loop closes it (`reclaim`), or
+    /// the drain.
+    pub fn park(
+        &self,
+        tcp: std::net::TcpStream,
+        deadline: Instant,
+        reclaim: Arc<Registration>,
+        value: T,
+    ) -> Result<(), Refused<T>> {
+        let refused = |tcp, reclaim, value| {
+            Err(Refused {
+                tcp,
+                reclaim,
+                value,
+            })
+        };
+        let Some(registry) = &self.registry else {
+            return refused(tcp, reclaim, value);
+        };
+        let mut state = self.lock();
+        let Some(waker) = state.waker.clone().filter(|_| state.open) else {
+            return refused(tcp, reclaim, value);
+        };
+        let key = state.entries.vacant_key();
+        let fd = tcp.as_raw_fd();
+        if let Err(error) = registry.register(&mut SourceFd(&fd), Token(key), Interest::READABLE) {
+            tracing::debug!(%error, "could not park a connection");
+            return refused(tcp, reclaim, value);
+        }
+        if reclaim.wake_on_close(&waker) {
+            // Closed just before: the close woke the connection's old task, not the lot's.
+            waker.wake_by_ref();
+        }
+        state.serial += 1;
+        let serial = state.serial;
+        state.entries.insert(Entry {
+            tcp,
+            serial,
+            deadline,
+            reclaim,
+            value,
+        });
+        state.due.push(Reverse((deadline, key, serial)));
+        if state.timer.is_none_or(|t| deadline < t) {
+            self.sooner.notify_one();
+        }
+        Ok(())
+    }
+
+    /// Parked connections (for tests and metrics).
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.lock().entries.len()
+    }
+
+    /// The lot's task: runs until the drain closes what is left, or `drain_wait` after the
+    /// drain starts (parked connections get that long to bring one more request, as idle
+    /// ones on the fast path do), then closes every parked connection and refuses new ones.
+    /// `woken` gets each connection that leaves other than by closing.
+    pub async fn run(
+        self: Arc<Self>,
+        poll: mio::Poll,
+        mut drain: DrainToken,
+        reclaim: Arc<Reclaim>,
+        drain_wait: Duration,
+        mut woken: impl FnMut(Woken<T>),
+    ) {
+        // `with_interest` is deprecated for taking any `AsRawFd` without `unsafe` (I/O
+        // safety: the fd must stay open and the same while registered). It holds here: the
+        // fd is the epoll set `mio::Poll` owns, and the `AsyncFd` owns the `Poll` until this
+        // task ends. pier forbids `unsafe`, so the safe (deprecated) form is used.
+        #[allow(deprecated)]
+        let set = AsyncFd::with_interest(poll, tokio::io::Interest::READABLE);
+        let mut set = match set {
+            Ok(set) => set,
+            Err(error) => {
+                tracing::warn!(%error, "no parking lot for idle connections");
+                self.close_all();
+                return;
+            }
+        };
+        let waker = std::future::poll_fn(|cx| std::task::Poll::Ready(cx.waker().clone())).await;
+        self.lock().waker = Some(waker);
+        let mut events = mio::Events::with_capacity(EVENTS);
+        let mut out = Vec::new();
+        let mut closes = reclaim.closes();
+        let mut drain_by: Option<Instant> = None;
+        // A second token, to wait for the drain's end and its start in one `select!`.
+        let mut closing = drain.clone();
+        loop {
+            let timer = {
+                let mut state = self.lock();
+                let next = state.due.peek().map(|Reverse((at, ..))| *at);
+                let timer = match (next, drain_by) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+                state.timer = timer;
+                timer
+            };
+            let sooner = self.sooner.notified();
+            let reclaimed = std::future::poll_fn(|_| {
+                if reclaim.closes() != closes {
+                    std::task::Poll::Ready(())
+                } else {
+                    std::task::Poll::Pending
+                }
+            });
+            let sleep = tokio::time::sleep_until(timer.unwrap_or_else(Instant::now));
+            tokio::select! {
+                biased;
+                () = closing.closed() => break,
+                () = drain.draining(), if drain_by.is_none() => {
+                    drain_by = Some(Instant::now() + drain_wait);
+                }
+                () = reclaimed => {
+                    closes = reclaim.closes();
+                    self.lock().reclaimed(&self.registry, &mut out);
+                }
+                ready = set.readable_mut() => {
+                    let Ok(mut ready) = ready else { break };
+                    loop {
+                        if ready.get_inner_mut().poll(&mut events, Some(Duration::ZERO)).is_err() {
+                            break;
+                        }
+                        if events.is_empty() {
+                            ready.clear_ready();
+                            break;
+                        }
+                        let mut state = self.lock();
+                        for event in events.iter() {
+                            state.ready(&self.registry, event.token().0, &mut out);
+                        }
+                    }
+                }
+                () = sleep, if timer.is_some() => {
+                    let now = Instant::now();
+                    if drain_by.is_some_and(|by| now >= by) {
+                        break;
+                    }
+                    self.lock().expire(&self.registry, now);
+                }
+                () = sooner => {}
+            }
+            for w in out.drain(..) {
+                woken(w);
+            }
+        }
+        self.close_all();
+    }
+
+    /// Refuses new connections and closes the parked ones.
+    fn close_all(&self) {
+        let mut state = self.lock();
+        state.open = false;
+        state.due.clear();
+        for (_, entry) in std::mem::take(&mut state.entries) {
+            if let Some(registry) = &self.registry {
+                let _ = registry.deregister(&mut SourceFd(&entry.tcp.as_raw_fd()));
+            }
+            close(entry);
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State<T>> {
+        // The lock guards no invariant a panic could break halfway.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl<T> State<T> {
+    /// Takes entry `key` out of the lot's epoll set.
+    fn take(&mut self, registry: &Option<mio::Registry>, key: usize) -> Option<Entry<T>> {
+        let entry = self.entries.try_remove(key)?;
+        if let Some(registry) = registry {
+            let _ = registry.deregister(&mut SourceFd(&entry.tcp.as_raw_fd()));
+        }
+        // Its heap entry stays until popped; sweep when the stale ones are the many.
+        if self.due.len() > 2 * self.entries.len() + 64 {
+            self.sweep();
+        }
+        Some(entry)
+    }
+
+    fn sweep(&mut self) {
+        let entries = &self.entries;
+        self.due.retain(|Reverse((_, key, serial))| {
+            entries.get(*key).is_some_and(|e| e.serial == *serial)
+        });
+    }
+
+    /// The client of entry `key` sent something (or hung up).
+    fn ready(&mut self, registry: &Option<mio::Registry>, key: usize, out: &mut Vec<Woken<T>>) {
+        let Some(entry) = self.take(registry, key) else {
+            return;
+        };
+        if entry.reclaim.is_closed() {
+            out.push(Woken::Reclaimed(entry.value));
+            return;
+        }
+        // Back in the runtime this task runs on: the accept loop's, and the connection's.
+        match tokio::net::TcpStream::from_std(entry.tcp) {
+            Ok(tcp) => out.push(Woken::Ready {
+                tcp,
+                deadline: entry.deadline,
+                reclaim: entry.reclaim,
+                value: entry.value,
+            }),
+            Err(error) => tracing::debug!(%error, "could not resume a parked connection"),
+        }
+    }
+
+    /// Hands back the connections the accept loop closed.
+    fn reclaimed(&mut self, registry: &Option<mio::Registry>, out: &mut Vec<Woken<T>>) {
+        let closed: Vec<usize> = self
+            .entries
+            .iter()
+            .filter(|(_, e)| e.reclaim.is_closed())
+            .map(|(key, _)| key)
+            .collect();
+        for key in closed {
+            if let Some(entry) = self.take(registry, key) {
+                out.push(Woken::Reclaimed(entry.value));
+            }
+        }
+    }
+
+    /// Closes the connections whose deadline has passed.
+    fn expire(&mut self, registry: &Option<mio::Registry>, now: Instant) {
+        while let Some(Reverse((at, key, serial))) = self.due.peek().copied() {
+            if at > now {
+                break;
+            }
+            self.due.pop();
+            if self.entries.get(key).is_some_and(|e| e.serial == serial)
+                && let Some(entry) = self.take(registry, key)
+            {
+                close(entry);
+            }
+        }
+    }
+}
+
+/// FIN, as the fast path closes an idle connection (the socket is nonblocking and the
+/// connection idle: this does not wait).
+fn close<T>(entry: Entry<T>) {
+    let _ = entry.tcp.shutdown(std::net::Shutdown::Write);
+}
+
+#[cfg(test)]
+mod tests;
