@@ -59,8 +59,8 @@ pub struct Admitted {
     pub lot: Arc<PortLot>,
 }
 
-/// An accept loop's parking lot for its idle plain connections.
-pub type PortLot = Lot<Asleep>;
+/// An accept loop's parking lot for its idle plain connections, and their port.
+pub type PortLot = Lot<Asleep, PortKey>;
 
 /// What a connection holds for its whole life, in its task or in the lot: its slot under the
 /// port's cap, and its place in the open-connections gauge.
@@ -69,12 +69,60 @@ pub struct Held {
     _active: ConnectionGuard,
 }
 
-/// What a plain connection parked in the lot keeps besides its socket.
+/// What a plain connection parked in the lot keeps besides its socket. Its drain token is
+/// the lot's while it is parked (a new one when it wakes), and its [`ConnInfo`] is built
+/// again when it wakes (from its client's address, and the port's), so a parked connection
+/// costs a slab entry of ~100 bytes and its registration, not ~250 bytes more.
 pub struct Asleep {
-    info: Arc<ConnInfo>,
-    drain: DrainToken,
+    client: Client,
     held: Held,
     _parked: ConnectionGuard,
+}
+
+/// Who a parked connection's client is.
+enum Client {
+    /// The socket's peer: everything else in its [`ConnInfo`] follows from it and the port.
+    Peer(SocketAddr),
+    /// A client a PROXY protocol header named (`via`): kept whole, as such ports are few.
+    Proxied(Arc<ConnInfo>),
+}
+
+impl Client {
+    fn of(info: Arc<ConnInfo>) -> Self {
+        match info.via {
+            None => Client::Peer(info.peer),
+            Some(_) => Client::Proxied(info),
+        }
+    }
+
+    fn info(self, shared: &Shared, key: PortKey, drain: &DrainToken) -> Arc<ConnInfo> {
+        match self {
+            Client::Peer(peer) => Arc::new(conn_info(shared, key, peer, None, drain)),
+            Client::Proxied(info) => info,
+        }
+    }
+}
+
+/// What the request paths know of a plain connection (TLS fills in more after the
+/// handshake).
+fn conn_info(
+    shared: &Shared,
+    key: PortKey,
+    peer: SocketAddr,
+    via: Option<SocketAddr>,
+    drain: &DrainToken,
+) -> ConnInfo {
+    ConnInfo {
+        port: key.port,
+        address: key.address,
+        peer,
+        via,
+        sni: None,
+        forwarded_for: super::headers::forwarded_for(peer.ip()),
+        client_identity: None,
+        trusted_hop: shared.config.trusted_proxies.trusts(peer.ip()),
+        drain: drain.clone(),
+    }
 }
 
 /// Serves one accepted connection until it ends, or until the accept loop closes it while it
@@ -107,11 +155,13 @@ pub fn serve(
     // This is the task's future itself (the accept loop spawns it as it is): a wrapping
     // `async move { conn.await; .. }` would hold it twice, once as the captured value and
     // once as the future it awaits (1 664 bytes a task instead of 896, massif).
-    live(shared, key.port, held, reclaim, serving, lot)
+    live(shared, held, reclaim, serving, lot)
 }
 
-/// Serves a connection the lot hands back, in a task of its own again.
-pub fn woken(shared: &Arc<Shared>, lot: &Arc<PortLot>, woken: Woken<Asleep>) {
+/// Serves a connection the lot hands back, in a task of its own again, with a clone of the
+/// lot's drain token.
+pub fn woken(shared: &Arc<Shared>, lot: &Arc<PortLot>, drain: &DrainToken, woken: Woken<Asleep>) {
+    let key = *lot.owner();
     match woken {
         Woken::Ready {
             tcp,
@@ -119,30 +169,20 @@ pub fn woken(shared: &Arc<Shared>, lot: &Arc<PortLot>, woken: Woken<Asleep>) {
             reclaim,
             value,
         } => {
-            let Asleep {
-                info, drain, held, ..
-            } = value;
-            let port = info.port;
+            let Asleep { client, held, .. } = value;
             let p = Parked {
                 io: ParkedIo::Plain(tcp),
-                info,
-                drain,
+                info: client.info(shared, key, drain),
+                drain: drain.clone(),
                 deadline,
             };
             let serving = Box::pin({
                 let (shared, reclaim) = (shared.clone(), reclaim.clone());
                 async move { resume(&shared, p, &reclaim).await }
             });
-            tokio::spawn(live(
-                shared.clone(),
-                port,
-                held,
-                reclaim,
-                serving,
-                lot.clone(),
-            ));
+            tokio::spawn(live(shared.clone(), held, reclaim, serving, lot.clone()));
         }
-        Woken::Reclaimed(asleep) => shared.metrics.reclaimed(asleep.info.port),
+        Woken::Reclaimed(_) => shared.metrics.reclaimed(key.port),
     }
 }
 
@@ -151,7 +191,6 @@ pub fn woken(shared: &Arc<Shared>, lot: &Arc<PortLot>, woken: Woken<Asleep>) {
 /// the task: [`idle`]).
 async fn live<F>(
     shared: Arc<Shared>,
-    port: u16,
     mut held: Held,
     mut reclaim: Arc<Registration>,
     serving: Pin<Box<F>>,
@@ -159,12 +198,12 @@ async fn live<F>(
 ) where
     F: Future<Output = Option<Parked>>,
 {
-    let mut parked = unless_reclaimed(&shared, port, &reclaim, serving)
+    let mut parked = unless_reclaimed(&shared, lot.owner().port, &reclaim, serving)
         .await
         .flatten();
     while let Some(idled) = parked {
         let p;
-        (p, held, reclaim) = match to_lot(&shared, port, &lot, idled, held, reclaim) {
+        (p, held, reclaim) = match to_lot(&shared, &lot, idled, held, reclaim) {
             Some(back) => back,
             None => return,
         };
@@ -177,7 +216,6 @@ async fn live<F>(
 /// refused).
 fn to_lot(
     shared: &Shared,
-    port: u16,
     lot: &PortLot,
     p: Parked,
     held: Held,
@@ -186,22 +224,20 @@ fn to_lot(
     let ParkedIo::Plain(tcp) = p.io else {
         return Some((p, held, reclaim));
     };
+    let key = *lot.owner();
     let tcp = tcp.into_std().ok()?;
     let asleep = Asleep {
-        info: p.info,
-        drain: p.drain,
+        client: Client::of(p.info),
         held,
-        _parked: shared.metrics.parked(port),
+        _parked: shared.metrics.parked(key.port),
     };
     let back = lot.park(tcp, p.deadline, reclaim, asleep).err()?;
     let tcp = TcpStream::from_std(back.tcp).ok()?;
-    let Asleep {
-        info, drain, held, ..
-    } = back.value;
+    let Asleep { client, held, .. } = back.value;
     let p = Parked {
         io: ParkedIo::Plain(tcp),
-        info,
-        drain,
+        info: client.info(shared, key, &p.drain),
+        drain: p.drain,
         deadline: p.deadline,
     };
     Some((p, held, back.reclaim))
@@ -373,17 +409,7 @@ async fn serve_conn(
     } else {
         (peer, None)
     };
-    let info = Arc::new(ConnInfo {
-        port,
-        address: key.address,
-        peer,
-        via,
-        sni: None,
-        forwarded_for: super::headers::forwarded_for(peer.ip()),
-        client_identity: None,
-        trusted_hop: shared.config.trusted_proxies.trusts(peer.ip()),
-        drain: drain.clone(),
-    });
+    let info = Arc::new(conn_info(shared, key, peer, via, &drain));
     match protocol {
         None => None,
         Some(Protocol::Http) => serve_h1(shared, tcp, info, drain, reclaim, None).await,
@@ -733,11 +759,20 @@ mod tests {
 
     /// The task's future itself (the accept loop spawns it unwrapped), held while the
     /// connection is served and while a parked TLS one waits (plain ones leave it for the
-    /// lot): 816 bytes in a debug build, 2026-11-28, the port's slot included; the serving
+    /// lot): 808 bytes in a debug build, 2026-11-28, the port's slot included; the serving
     /// states it boxes are not in it.
     #[test]
     fn a_parked_connections_task_stays_small() {
         let size = future_size(super::serve);
-        assert!(size <= 832, "{size} bytes");
+        assert!(size <= 816, "{size} bytes");
+    }
+
+    /// A parked plain connection's entry in its lot (the slab entry; besides it: its
+    /// registration's 96 bytes and the deadline heap's 32): 104 bytes, 2026-11-28. It was
+    /// a task with tokio's readiness state and its `ConnInfo`, ~1.4 KiB in all.
+    #[test]
+    fn a_parked_connections_lot_entry_stays_small() {
+        let size = super::PortLot::ENTRY_SIZE;
+        assert!(size <= 112, "{size} bytes");
     }
 }

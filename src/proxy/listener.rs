@@ -71,18 +71,19 @@ pub fn spawn_accept(
     on: Option<&Handle>,
 ) -> JoinHandle<()> {
     let token = drain.token();
-    let (lot, poll) = conn::PortLot::new();
+    let (lot, poll) = conn::PortLot::new(port.key);
     // The lot runs beside its accept loop, on its runtime: the connections it hands back are
     // served there, as they were before they parked.
     let parking = poll.map(|poll| {
-        let (shared, reclaim, lot) = (port.shared.clone(), port.slots.reclaim.clone(), lot.clone());
-        let to = lot.clone();
-        to.run(
+        let (shared, lot) = (port.shared.clone(), lot.clone());
+        let (reclaim, drain) = (port.slots.reclaim.clone(), drain.token());
+        let run = lot.clone();
+        run.run(
             poll,
-            drain.token(),
+            drain.clone(),
             reclaim,
             h1::DRAIN_IDLE_WAIT,
-            move |w| conn::woken(&shared, &lot, w),
+            move |w| conn::woken(&shared, &lot, &drain, w),
         )
     });
     let accept = accept(port, listener, token, lot);

@@ -36,8 +36,10 @@ use super::reclaim::{Reclaim, Registration};
 /// How many readiness events one look at the lot's epoll set takes.
 const EVENTS: usize = 256;
 
-/// One accept loop's parked connections; `T` is what the caller keeps with each.
-pub struct Lot<T> {
+/// One accept loop's parked connections; `T` is what the caller keeps with each, `O` what it
+/// keeps for all (the port they arrived on).
+pub struct Lot<T, O = ()> {
+    owner: O,
     /// The lot's epoll set, for parking from any thread (`None`: it could not be made; every
     /// park is refused).
     registry: Option<mio::Registry>,
@@ -89,10 +91,10 @@ pub struct Refused<T> {
     pub value: T,
 }
 
-impl<T> Lot<T> {
+impl<T, O> Lot<T, O> {
     /// A lot and its epoll set, to be run by [`Lot::run`]. Without an epoll set (out of file
     /// descriptors) the lot refuses every connection: they wait in their own tasks.
-    pub fn new() -> (Arc<Self>, Option<mio::Poll>) {
+    pub fn new(owner: O) -> (Arc<Self>, Option<mio::Poll>) {
         let poll = mio::Poll::new().and_then(|p| Ok((p.registry().try_clone()?, p)));
         let (registry, poll) = match poll {
             Ok((registry, poll)) => (Some(registry), Some(poll)),
@@ -102,6 +104,7 @@ impl<T> Lot<T> {
             }
         };
         let lot = Arc::new(Self {
+            owner,
             registry,
             state: Mutex::new(State {
                 open: poll.is_some(),
@@ -114,6 +117,11 @@ impl<T> Lot<T> {
             sooner: Notify::new(),
         });
         (lot, poll)
+    }
+
+    /// What the lot's connections share.
+    pub fn owner(&self) -> &O {
+        &self.owner
     }
 
     /// Parks `tcp` (a stream out of the runtime: nonblocking, nothing buffered by pier) until
@@ -165,6 +173,10 @@ impl<T> Lot<T> {
         }
         Ok(())
     }
+
+    /// The size of one parked connection's slab entry.
+    #[cfg(test)]
+    pub const ENTRY_SIZE: usize = std::mem::size_of::<Entry<T>>();
 
     /// Parked connections (for tests and metrics).
     #[cfg(test)]

@@ -115,6 +115,69 @@ async fn parked_plain_connections_hold_no_task_of_their_own() {
     bounded(h.proxy.shutdown(BOUND)).await;
 }
 
+/// The client's address as the echo backend saw it (`X-Forwarded-For`).
+fn forwarded_for(resp: &crate::support::raw::Raw) -> Vec<String> {
+    let echo = resp.echo();
+    echo.headers
+        .get("x-forwarded-for")
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// A connection from `source` (any 127/8 address is local on Linux).
+async fn connect_from(source: [u8; 4], p: u16) -> TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind((source, 0).into()).unwrap();
+    bounded(socket.connect(local(p))).await.unwrap()
+}
+
+/// A parked plain connection keeps only its client's address; what the request path knows of
+/// the connection is built again when it wakes, and says the same: the client the socket
+/// came from, or on a PROXY protocol port the client its header named.
+#[tokio::test]
+async fn a_woken_connection_still_knows_its_client() {
+    let a = echo("a").await;
+    let (h, p) = proxy(&a, config()).await;
+    let mut c = Client::on(connect_from([127, 0, 0, 7], p).await);
+    assert_eq!(forwarded_for(&get_on(&mut c, "/one").await), ["127.0.0.7"]);
+    tokio::time::sleep(PARKED).await;
+    assert_eq!(parked(&h, p), 1);
+    assert_eq!(forwarded_for(&get_on(&mut c, "/two").await), ["127.0.0.7"]);
+    bounded(h.proxy.shutdown(BOUND)).await;
+
+    let p = free_port();
+    let mut port = port(
+        p,
+        vec![
+            listener("http", None)
+                .route(
+                    &[],
+                    prefix("/"),
+                    &rule("ns/r").to(&backend("a", &[a.addr])).build(),
+                )
+                .build(),
+        ],
+    );
+    port.proxy_protocol = true;
+    let h = Harness::start(snapshot(vec![port])).await;
+    let mut tcp = connect_from([127, 0, 0, 8], p).await;
+    tcp.write_all(b"PROXY TCP4 203.0.113.9 127.0.0.1 40000 80\r\n")
+        .await
+        .unwrap();
+    let mut c = Client::on(tcp);
+    assert_eq!(
+        forwarded_for(&get_on(&mut c, "/one").await),
+        ["203.0.113.9"]
+    );
+    tokio::time::sleep(PARKED).await;
+    assert_eq!(parked(&h, p), 1);
+    assert_eq!(
+        forwarded_for(&get_on(&mut c, "/two").await),
+        ["203.0.113.9"]
+    );
+    bounded(h.proxy.shutdown(BOUND)).await;
+}
+
 #[tokio::test]
 async fn a_parked_tls_connection_serves_its_next_request() {
     init();

@@ -18,7 +18,7 @@ struct Fixture {
 }
 
 async fn fixture(drain_wait: Duration) -> Fixture {
-    let (lot, poll) = Lot::new();
+    let (lot, poll) = Lot::new(());
     let drain = Drain::new();
     let reclaim = Reclaim::new();
     let (tx, woken) = mpsc::unbounded_channel();
