@@ -72,7 +72,7 @@ pub struct Held {
 /// What a plain connection parked in the lot keeps besides its socket. Its drain token is
 /// the lot's while it is parked (a new one when it wakes), and its [`ConnInfo`] is built
 /// again when it wakes (from its client's address, and the port's), so a parked connection
-/// costs a slab entry of ~100 bytes and its registration, not ~250 bytes more.
+/// costs a slab entry of 88 bytes and its registration, not ~250 bytes more.
 pub struct Asleep {
     client: Client,
     held: Held,
@@ -141,8 +141,6 @@ pub fn serve(
         _slot: slot,
         _active: shared.metrics.connection(key.port),
     };
-    // Shared with a hyper-served connection's request tracking (`Activity`).
-    let reclaim = Arc::new(reclaim);
     // Boxed: the serving states are kilobytes, and the runtime moves a task's future by
     // value several times between spawn and completion (callgrind: ~86 KB of memcpy per
     // connection unboxed; BENCHMARKS.md); they are freed while the connection is parked.
@@ -192,7 +190,7 @@ pub fn woken(shared: &Arc<Shared>, lot: &Arc<PortLot>, drain: &DrainToken, woken
 async fn live<F>(
     shared: Arc<Shared>,
     mut held: Held,
-    mut reclaim: Arc<Registration>,
+    mut reclaim: Registration,
     serving: Pin<Box<F>>,
     lot: Arc<PortLot>,
 ) where
@@ -219,8 +217,8 @@ fn to_lot(
     lot: &PortLot,
     p: Parked,
     held: Held,
-    reclaim: Arc<Registration>,
-) -> Option<(Parked, Held, Arc<Registration>)> {
+    reclaim: Registration,
+) -> Option<(Parked, Held, Registration)> {
     let ParkedIo::Plain(tcp) = p.io else {
         return Some((p, held, reclaim));
     };
@@ -327,7 +325,7 @@ enum Wake {
 /// fast path's own wait: the idle timeout, the accept loop's reclaim at the cap, and on drain
 /// a moment for a request the client may be sending right then (answered with
 /// `Connection: close`).
-async fn idle(shared: &Arc<Shared>, mut p: Parked, reclaim: &Arc<Registration>) -> Option<Parked> {
+async fn idle(shared: &Arc<Shared>, mut p: Parked, reclaim: &Registration) -> Option<Parked> {
     let port = p.info.port;
     let parked = shared.metrics.parked(port);
     let mut wake = tokio::select! {
@@ -374,7 +372,7 @@ async fn idle(shared: &Arc<Shared>, mut p: Parked, reclaim: &Arc<Registration>) 
 }
 
 /// A parked connection back on the fast path.
-async fn resume(shared: &Arc<Shared>, p: Parked, reclaim: &Arc<Registration>) -> Option<Parked> {
+async fn resume(shared: &Arc<Shared>, p: Parked, reclaim: &Registration) -> Option<Parked> {
     let due = Some(p.deadline);
     match p.io {
         ParkedIo::Plain(tcp) => serve_h1(shared, tcp, p.info, p.drain, reclaim, due).await,
@@ -389,7 +387,7 @@ async fn serve_conn(
     key: PortKey,
     tls: Arc<PortTls>,
     drain: DrainToken,
-    reclaim: &Arc<Registration>,
+    reclaim: &Registration,
 ) -> Option<Parked> {
     let port = key.port;
     let _ = tcp.set_nodelay(true);
@@ -483,7 +481,7 @@ async fn serve_tls(
     tls: TlsAcceptor,
     info: Arc<ConnInfo>,
     mut drain: DrainToken,
-    reclaim: &Arc<Registration>,
+    reclaim: &Registration,
 ) -> Option<Parked> {
     let (peer, port) = (info.peer, info.port);
     let deadline = shared.config.tls_handshake_timeout;
@@ -552,7 +550,7 @@ async fn serve_h1<I>(
     io: I,
     info: Arc<ConnInfo>,
     mut drain: DrainToken,
-    reclaim: &Arc<Registration>,
+    reclaim: &Registration,
     resume: Option<tokio::time::Instant>,
 ) -> Option<Parked>
 where
@@ -582,7 +580,7 @@ async fn serve_http<I>(
     io: I,
     info: Arc<ConnInfo>,
     mut drain: DrainToken,
-    reclaim: Arc<Registration>,
+    reclaim: Registration,
 ) where
     I: Read + Write + Unpin + Send + 'static,
 {
@@ -646,14 +644,14 @@ struct Activity {
     /// Milliseconds after `start` when `active` last dropped to zero.
     idle_since: AtomicU64,
     /// Busy while `active` > 0, waiting on the client otherwise.
-    reclaim: Arc<Registration>,
+    reclaim: Registration,
 }
 
 /// Keeps its connection busy while it lives.
 struct Busy(Arc<Activity>);
 
 impl Activity {
-    fn new(reclaim: Arc<Registration>) -> Self {
+    fn new(reclaim: Registration) -> Self {
         let start = tokio::time::Instant::now();
         // From the hand-over until its first request: a request the fast path read is
         // served within microseconds; an HTTP/2 client may send nothing.
@@ -768,11 +766,11 @@ mod tests {
     }
 
     /// A parked plain connection's entry in its lot (the slab entry; besides it: its
-    /// registration's 96 bytes and the deadline heap's 32): 104 bytes, 2026-11-28. It was
-    /// a task with tokio's readiness state and its `ConnInfo`, ~1.4 KiB in all.
+    /// registration's 64-byte slot and 16 bytes in the deadline heap): 88 bytes, 2026-11-28.
+    /// It was a task with tokio's readiness state and its `ConnInfo`, ~1.4 KiB in all.
     #[test]
     fn a_parked_connections_lot_entry_stays_small() {
         let size = super::PortLot::ENTRY_SIZE;
-        assert!(size <= 112, "{size} bytes");
+        assert!(size <= 88, "{size} bytes");
     }
 }

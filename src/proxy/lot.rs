@@ -3,12 +3,13 @@
 //! of their own, until their client sends again, their idle deadline passes, the accept loop
 //! closes them at the connection cap, or the drain.
 //!
-//! A parked connection in a task costs the task (~0.9 KiB with tokio's header) and tokio's
-//! per-socket readiness state (`ScheduledIo`, 388 bytes): 1.9 KiB per idle connection in all
-//! (`scripts/bench-idle.py`), against nginx's 0.7. Here it is its socket in a second epoll
-//! set (mio), a slab entry, and a place in a deadline heap. The set itself is registered once
-//! with the runtime, so one task serves every parked connection of an accept loop, as an
-//! nginx worker's event loop holds its idle keep-alive connections.
+//! Parked in its own task, a connection cost the task (~0.9 KiB with tokio's header), tokio's
+//! per-socket readiness state (`ScheduledIo`, 388 bytes) and its `ConnInfo`: 1.9 KiB per idle
+//! connection in all (`scripts/bench-idle.py`), against nginx's 0.6. Here it is its socket in
+//! a second epoll set (mio), a slab entry of 88 bytes, 16 bytes in a deadline heap, and its
+//! registration for the connection cap (64 bytes): 0.5–0.6 KiB of RSS. The set itself is
+//! registered once with the runtime, so one task serves every parked connection of an accept
+//! loop, as an nginx worker's event loop holds its idle keep-alive connections.
 //!
 //! Parking costs four `epoll_ctl` calls per idle period (out of tokio's set, into the lot's,
 //! and back), paid only by connections idle for a second: never on the request path.
@@ -54,8 +55,10 @@ struct State<T> {
     entries: Slab<Entry<T>>,
     /// Deadlines, soonest first, as (deadline, entry key, entry serial); entries that left
     /// stay until popped or swept ([`State::sweep`]).
-    due: BinaryHeap<Reverse<(Instant, usize, u64)>>,
-    serial: u64,
+    due: BinaryHeap<Reverse<(u64, u32, u32)>>,
+    serial: u32,
+    /// Deadlines are kept as milliseconds after this (rounded up): 8 bytes, not 16.
+    epoch: Instant,
     /// The lot's task: woken when the accept loop closes a parked connection.
     waker: Option<Waker>,
     /// When the lot's task next wakes by its timer.
@@ -64,9 +67,10 @@ struct State<T> {
 
 struct Entry<T> {
     tcp: std::net::TcpStream,
-    serial: u64,
-    deadline: Instant,
-    reclaim: Arc<Registration>,
+    serial: u32,
+    /// Milliseconds after the lot's epoch.
+    deadline: u64,
+    reclaim: Registration,
     value: T,
 }
 
@@ -77,7 +81,7 @@ pub enum Woken<T> {
     Ready {
         tcp: tokio::net::TcpStream,
         deadline: Instant,
-        reclaim: Arc<Registration>,
+        reclaim: Registration,
         value: T,
     },
     /// Closed by the accept loop at the connection cap.
@@ -87,7 +91,7 @@ pub enum Woken<T> {
 /// A connection the lot did not take (its task has ended), given back.
 pub struct Refused<T> {
     pub tcp: std::net::TcpStream,
-    pub reclaim: Arc<Registration>,
+    pub reclaim: Registration,
     pub value: T,
 }
 
@@ -111,6 +115,7 @@ impl<T, O> Lot<T, O> {
                 entries: Slab::new(),
                 due: BinaryHeap::new(),
                 serial: 0,
+                epoch: Instant::now(),
                 waker: None,
                 timer: None,
             }),
@@ -131,7 +136,7 @@ impl<T, O> Lot<T, O> {
         &self,
         tcp: std::net::TcpStream,
         deadline: Instant,
-        reclaim: Arc<Registration>,
+        reclaim: Registration,
         value: T,
     ) -> Result<(), Refused<T>> {
         let refused = |tcp, reclaim, value| {
@@ -149,6 +154,9 @@ impl<T, O> Lot<T, O> {
             return refused(tcp, reclaim, value);
         };
         let key = state.entries.vacant_key();
+        let Ok(heap_key) = u32::try_from(key) else {
+            return refused(tcp, reclaim, value);
+        };
         let fd = tcp.as_raw_fd();
         if let Err(error) = registry.register(&mut SourceFd(&fd), Token(key), Interest::READABLE) {
             tracing::debug!(%error, "could not park a connection");
@@ -158,16 +166,17 @@ impl<T, O> Lot<T, O> {
             // Closed just before: the close woke the connection's old task, not the lot's.
             waker.wake_by_ref();
         }
-        state.serial += 1;
+        state.serial = state.serial.wrapping_add(1);
         let serial = state.serial;
+        let at = state.millis(deadline);
         state.entries.insert(Entry {
             tcp,
             serial,
-            deadline,
+            deadline: at,
             reclaim,
             value,
         });
-        state.due.push(Reverse((deadline, key, serial)));
+        state.due.push(Reverse((at, heap_key, serial)));
         if state.timer.is_none_or(|t| deadline < t) {
             self.sooner.notify_one();
         }
@@ -221,7 +230,7 @@ impl<T, O> Lot<T, O> {
         loop {
             let timer = {
                 let mut state = self.lock();
-                let next = state.due.peek().map(|Reverse((at, ..))| *at);
+                let next = state.due.peek().map(|Reverse((at, ..))| state.instant(*at));
                 let timer = match (next, drain_by) {
                     (Some(a), Some(b)) => Some(a.min(b)),
                     (a, b) => a.or(b),
@@ -300,6 +309,16 @@ impl<T, O> Lot<T, O> {
 }
 
 impl<T> State<T> {
+    /// `at` as milliseconds after the epoch, rounded up (never closed early).
+    fn millis(&self, at: Instant) -> u64 {
+        let after = at.saturating_duration_since(self.epoch);
+        after.as_millis() as u64 + u64::from(!after.subsec_nanos().is_multiple_of(1_000_000))
+    }
+
+    fn instant(&self, millis: u64) -> Instant {
+        self.epoch + Duration::from_millis(millis)
+    }
+
     /// Takes entry `key` out of the lot's epoll set.
     fn take(&mut self, registry: &Option<mio::Registry>, key: usize) -> Option<Entry<T>> {
         let entry = self.entries.try_remove(key)?;
@@ -316,7 +335,9 @@ impl<T> State<T> {
     fn sweep(&mut self) {
         let entries = &self.entries;
         self.due.retain(|Reverse((_, key, serial))| {
-            entries.get(*key).is_some_and(|e| e.serial == *serial)
+            entries
+                .get(*key as usize)
+                .is_some_and(|e| e.serial == *serial)
         });
     }
 
@@ -333,7 +354,7 @@ impl<T> State<T> {
         match tokio::net::TcpStream::from_std(entry.tcp) {
             Ok(tcp) => out.push(Woken::Ready {
                 tcp,
-                deadline: entry.deadline,
+                deadline: self.instant(entry.deadline),
                 reclaim: entry.reclaim,
                 value: entry.value,
             }),
@@ -358,11 +379,13 @@ impl<T> State<T> {
 
     /// Closes the connections whose deadline has passed.
     fn expire(&mut self, registry: &Option<mio::Registry>, now: Instant) {
+        let now = now.saturating_duration_since(self.epoch).as_millis() as u64;
         while let Some(Reverse((at, key, serial))) = self.due.peek().copied() {
             if at > now {
                 break;
             }
             self.due.pop();
+            let key = key as usize;
             if self.entries.get(key).is_some_and(|e| e.serial == serial)
                 && let Some(entry) = self.take(registry, key)
             {

@@ -11,12 +11,13 @@
 //!
 //! Hot path cost: two atomic stores per request (`wait`, `busy`) and one atomic-waker
 //! registration per poll of the connection task; the registry lock is taken once per
-//! connection (register, unregister) and at the cap.
+//! connection (register, unregister) and at the cap. A registration is one allocation (its
+//! slot, shared by the clones a connection hands around); the registry holds it weakly.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
@@ -31,23 +32,26 @@ const CLOSED: u64 = u64::MAX;
 
 /// One port's waiting connections.
 pub struct Reclaim {
-    slots: Mutex<Slab<Arc<Slot>>>,
+    slots: Mutex<Slab<Weak<Slot>>>,
     epoch: Instant,
     /// Connections closed so far (a parking lot looks at its own when this moves).
     closes: AtomicU64,
 }
 
 /// One connection's state: `BUSY`, `CLOSED`, or the millisecond (since the port's epoch, plus
-/// one) it started waiting on its client.
+/// one) it started waiting on its client. Leaves its port's registry when the connection's
+/// last [`Registration`] is dropped.
 pub struct Slot {
     state: AtomicU64,
     waker: AtomicWaker,
+    key: usize,
+    reclaim: Arc<Reclaim>,
 }
 
-/// A connection's place in its port's registry; leaves it when dropped.
+/// A connection's place in its port's registry; clones share it, and the last one dropped
+/// leaves the registry.
+#[derive(Clone)]
 pub struct Registration {
-    reclaim: Arc<Reclaim>,
-    key: usize,
     slot: Arc<Slot>,
 }
 
@@ -64,16 +68,17 @@ impl Reclaim {
 
     /// Registers a connection just accepted: it waits on its client from now.
     pub fn register(self: &Arc<Self>) -> Registration {
+        let state = AtomicU64::new(self.stamp(Instant::now()));
+        let mut slots = self.lock();
+        let entry = slots.vacant_entry();
         let slot = Arc::new(Slot {
-            state: AtomicU64::new(self.stamp(Instant::now())),
+            state,
             waker: AtomicWaker::new(),
-        });
-        let key = self.lock().insert(slot.clone());
-        Registration {
+            key: entry.key(),
             reclaim: self.clone(),
-            key,
-            slot,
-        }
+        });
+        entry.insert(Arc::downgrade(&slot));
+        Registration { slot }
     }
 
     /// Closes up to `n` of the connections that have waited on their client the longest;
@@ -82,10 +87,16 @@ impl Reclaim {
         if n == 0 {
             return 0;
         }
-        let slots = self.lock();
-        let mut waiting: Vec<(u64, &Arc<Slot>)> = slots
+        // Taken out under the lock, looked at and let go of outside it: the last reference
+        // to a slot may be one of these, and dropping it takes the lock.
+        let open: Vec<Arc<Slot>> = self
+            .lock()
             .iter()
-            .filter_map(|(_, s)| {
+            .filter_map(|(_, s)| s.upgrade())
+            .collect();
+        let mut waiting: Vec<(u64, &Arc<Slot>)> = open
+            .iter()
+            .filter_map(|s| {
                 let state = s.state.load(Ordering::Acquire);
                 (state != BUSY && state != CLOSED).then_some((state, s))
             })
@@ -131,7 +142,7 @@ impl Reclaim {
         at.saturating_duration_since(self.epoch).as_millis() as u64 + 1
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Slab<Arc<Slot>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Slab<Weak<Slot>>> {
         // The lock guards no invariant a panic could break halfway.
         self.slots.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -145,7 +156,7 @@ impl Registration {
     pub fn wait(&self, now: Instant) {
         let _ = self.slot.state.compare_exchange(
             BUSY,
-            self.reclaim.stamp(now),
+            self.slot.reclaim.stamp(now),
             Ordering::AcqRel,
             Ordering::Relaxed,
         );
@@ -183,7 +194,7 @@ impl Registration {
     }
 }
 
-impl Drop for Registration {
+impl Drop for Slot {
     fn drop(&mut self) {
         let mut slots = self.reclaim.lock();
         if slots.contains(self.key) {

@@ -52,13 +52,9 @@ impl Fixture {
     }
 
     /// A connection parked with `value`, its deadline `after` from now.
-    async fn parked(
-        &self,
-        value: u32,
-        after: Duration,
-    ) -> (tokio::net::TcpStream, Arc<Registration>) {
+    async fn parked(&self, value: u32, after: Duration) -> (tokio::net::TcpStream, Registration) {
         let (client, server) = self.pair().await;
-        let reclaim = Arc::new(self.reclaim.register());
+        let reclaim = self.reclaim.register();
         reclaim.wait(std::time::Instant::now());
         let parked = self
             .lot
@@ -185,7 +181,7 @@ async fn a_connection_the_accept_loop_closes_is_handed_back_as_reclaimed() {
 async fn a_connection_closed_by_the_accept_loop_just_before_it_parks_is_reclaimed() {
     let mut f = fixture(Duration::from_secs(1)).await;
     let (_client, server) = f.pair().await;
-    let reclaim = Arc::new(f.reclaim.register());
+    let reclaim = f.reclaim.register();
     reclaim.wait(std::time::Instant::now());
     // Closed while the connection's own task still waited: its waker, not the lot's.
     assert_eq!(f.reclaim.close_longest_waiting(1), 1);
@@ -217,7 +213,7 @@ async fn on_drain_parked_connections_get_the_drain_wait_then_close_and_parking_s
     // The lot's task has ended: a connection that would park now waits in its own task.
     tokio::time::timeout(BOUND, f.woken.recv()).await.unwrap();
     let (_client, server) = f.pair().await;
-    let reclaim = Arc::new(f.reclaim.register());
+    let reclaim = f.reclaim.register();
     assert!(
         f.lot
             .park(server, Instant::now() + Duration::from_secs(30), reclaim, 5)
@@ -245,7 +241,7 @@ async fn when_the_drain_closes_every_parked_connection_is_closed() {
 async fn deadlines_of_woken_connections_do_not_pile_up() {
     let mut f = fixture(Duration::from_secs(1)).await;
     let (mut client, server) = f.pair().await;
-    let reclaim = Arc::new(f.reclaim.register());
+    let reclaim = f.reclaim.register();
     let mut server = Some(server);
     for round in 0..500u32 {
         let parked = f.lot.park(

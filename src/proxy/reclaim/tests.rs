@@ -73,3 +73,24 @@ fn closing_wakes_the_connection() {
         assert_eq!(closer.await.unwrap(), 1);
     });
 }
+
+/// Clones of a registration share one slot: closing it closes them all, and the registry
+/// keeps it until the last clone is dropped.
+#[test]
+fn clones_share_one_slot_which_leaves_with_the_last_of_them() {
+    let reclaim = Reclaim::new();
+    let a = reclaim.register();
+    let b = a.clone();
+    assert_eq!(reclaim.len(), 1);
+    assert_eq!(reclaim.close_longest_waiting(1), 1);
+    assert!(a.is_closed() && b.is_closed() && ready(b.closed()));
+    drop(a);
+    assert_eq!(reclaim.len(), 1);
+    assert_eq!(reclaim.close_longest_waiting(1), 0);
+    drop(b);
+    assert!(reclaim.is_empty());
+    // The slot's key is free again.
+    let c = reclaim.register();
+    assert!(!c.is_closed());
+    assert_eq!(reclaim.len(), 1);
+}
