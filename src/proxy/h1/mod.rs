@@ -90,8 +90,9 @@ const HANGUP_GRACE: std::time::Duration = std::time::Duration::from_millis(250);
 /// Bound on the TLS close_notify / FIN when the fast path closes a connection.
 pub const SHUTDOWN_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 /// A keep-alive connection that has waited this long for its next request leaves the fast
-/// path ([`Served::Parked`]): its task drops the kilobytes of request states and waits in a
-/// few hundred bytes (`conn::idle`) until the client sends again. Busy clients never wait
+/// path ([`Served::Parked`]): the kilobytes of request states are dropped, and it waits in
+/// its accept loop's parking lot (plain: `proxy::lot`, no task) or in its task alone (TLS:
+/// `conn::idle`) until the client sends again. Busy clients never wait
 /// this long; the timer that marks it is the idle timeout's own, re-armed per request as
 /// before (a later deadline: no timer-wheel work), so the hot path pays nothing for it.
 pub const PARK_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
