@@ -127,7 +127,7 @@ impl LogHead {
             client = on(Field::Client).then_some(client),
             peer = peer.filter(|_| on(Field::Peer)),
             via = conn.via.filter(|_| on(Field::Via)).map(display),
-            request_id = on(Field::RequestId).then(|| edge.request_id.to_str().unwrap_or_default()),
+            request_id = on(Field::RequestId).then(|| edge.request_id.as_str()),
             trace_id = edge.trace.as_ref().filter(|_| on(Field::TraceId)).map(|t| display(t.trace_id())),
             method = on(Field::Method).then(|| display(&self.method)),
             host = on(Field::Host).then(|| display(&self.host)),

@@ -36,6 +36,8 @@ use super::reclaim::{Reclaim, Registration};
 
 /// How many readiness events one look at the lot's epoll set takes.
 const EVENTS: usize = 256;
+/// An empty lot keeps a slab of up to this many entries (22 KiB) for the next ones.
+const KEEP_EMPTY: usize = 256;
 
 /// One accept loop's parked connections; `T` is what the caller keeps with each, `O` what it
 /// keeps for all (the port they arrived on).
@@ -325,8 +327,13 @@ impl<T> State<T> {
         if let Some(registry) = registry {
             let _ = registry.deregister(&mut SourceFd(&entry.tcp.as_raw_fd()));
         }
-        // Its heap entry stays until popped; sweep when the stale ones are the many.
-        if self.due.len() > 2 * self.entries.len() + 64 {
+        if self.entries.is_empty() && self.entries.capacity() > KEEP_EMPTY {
+            // The last one left after a crowd: give back the slab and heap it needed (a slab
+            // cannot shrink below its highest key while any entry is parked).
+            self.entries = Slab::new();
+            self.due = BinaryHeap::new();
+        } else if self.due.len() > 2 * self.entries.len() + 64 {
+            // Its heap entry stays until popped; sweep when the stale ones are the many.
             self.sweep();
         }
         Some(entry)
@@ -339,6 +346,9 @@ impl<T> State<T> {
                 .get(*key as usize)
                 .is_some_and(|e| e.serial == *serial)
         });
+        if self.due.capacity() > 4 * self.due.len() + KEEP_EMPTY {
+            self.due.shrink_to_fit();
+        }
     }
 
     /// The client of entry `key` sent something (or hung up).

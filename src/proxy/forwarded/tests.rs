@@ -174,7 +174,8 @@ fn an_unusable_request_id_from_a_trusted_hop_is_replaced() {
     for bad in ["", "has space", long.as_str()] {
         let edge = read(&p, "10.0.0.1", &[("x-request-id", bad)]);
         assert_ne!(edge.request_id, bad);
-        assert_eq!(edge.request_id.len(), 36, "{bad:?}");
+        assert_eq!(edge.request_id.as_bytes().len(), 36, "{bad:?}");
+        assert!(matches!(edge.request_id, RequestId::Uuid(_)), "{bad:?}");
     }
 }
 
@@ -184,7 +185,7 @@ fn request_ids_are_version_4_uuids() {
     let b = new_request_id();
     assert_ne!(a, b);
     for id in [a, b] {
-        let text = id.to_str().unwrap();
+        let text = id.as_str();
         let groups: Vec<&str> = text.split('-').collect();
         assert_eq!(
             groups.iter().map(|g| g.len()).collect::<Vec<_>>(),
@@ -237,5 +238,5 @@ fn apply_replaces_every_line_in_a_map() {
         map[FORWARDED],
         r#"for=127.0.0.1;host="h.example";proto=http"#
     );
-    assert_eq!(map[X_REQUEST_ID], edge.request_id);
+    assert_eq!(map[X_REQUEST_ID].as_bytes(), edge.request_id.as_bytes());
 }

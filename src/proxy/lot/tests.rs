@@ -263,3 +263,32 @@ async fn deadlines_of_woken_connections_do_not_pile_up() {
     let due = f.lot.lock().due.len();
     assert!(due <= 2 * 64 + 2, "{due} deadlines kept for one connection");
 }
+
+/// A crowd of parked connections that all leave gives back the slab and heap it needed.
+#[tokio::test]
+async fn an_emptied_lot_gives_back_what_a_crowd_needed() {
+    let mut f = fixture(Duration::from_secs(1)).await;
+    let mut clients = Vec::new();
+    for i in 0..300u32 {
+        clients.push(f.parked(i, Duration::from_secs(30)).await.0);
+    }
+    assert!(f.lot.lock().entries.capacity() >= 300);
+    for c in &mut clients {
+        c.write_all(b"x").await.unwrap();
+    }
+    for _ in 0..300 {
+        assert!(matches!(f.next().await, Woken::Ready { .. }));
+    }
+    let state = f.lot.lock();
+    assert!(state.entries.is_empty());
+    assert!(
+        state.entries.capacity() <= KEEP_EMPTY,
+        "{}",
+        state.entries.capacity()
+    );
+    assert!(
+        state.due.capacity() <= KEEP_EMPTY,
+        "{}",
+        state.due.capacity()
+    );
+}
