@@ -119,14 +119,16 @@ impl std::fmt::Display for HostnameMatch {
 /// lower-cases. Borrows when nothing changes (the common case). One pass over a name (the port
 /// and the case found together; ~320 instructions as `rfind` and a second scan, callgrind).
 pub fn normalize_host(raw: &str) -> std::borrow::Cow<'_, str> {
-    let host = if raw.starts_with('[') {
+    let (host, upper) = if raw.starts_with('[') {
         // IPv6 literal: keep the brackets, drop the port.
-        match raw.find(']') {
+        let host = match raw.find(']') {
             Some(end) => &raw[..=end],
             None => raw,
-        }
+        };
+        (host, host.bytes().any(|b| b.is_ascii_uppercase()))
     } else {
-        // Where the port starts: the last ':' with only digits after it.
+        // Where the port starts: the last ':' with only digits after it. Capitals can only
+        // be before it.
         let mut port = None;
         let mut upper = false;
         for (i, &b) in raw.as_bytes().iter().enumerate() {
@@ -137,16 +139,10 @@ pub fn normalize_host(raw: &str) -> std::borrow::Cow<'_, str> {
                 upper |= b.is_ascii_uppercase();
             }
         }
-        let host = &raw[..port.unwrap_or(raw.len())];
-        let host = host.strip_suffix('.').unwrap_or(host);
-        return if upper {
-            std::borrow::Cow::Owned(host.to_ascii_lowercase())
-        } else {
-            std::borrow::Cow::Borrowed(host)
-        };
+        (&raw[..port.unwrap_or(raw.len())], upper)
     };
     let host = host.strip_suffix('.').unwrap_or(host);
-    if host.bytes().any(|b| b.is_ascii_uppercase()) {
+    if upper {
         std::borrow::Cow::Owned(host.to_ascii_lowercase())
     } else {
         std::borrow::Cow::Borrowed(host)

@@ -74,32 +74,30 @@ pub fn spawn_accept(
     let (lot, poll) = conn::PortLot::new(port.key);
     // The lot runs beside its accept loop, on its runtime: the connections it hands back are
     // served there, as they were before they parked.
-    let parking = poll.map(|poll| {
-        let (shared, lot) = (port.shared.clone(), lot.clone());
-        let (reclaim, drain) = (port.slots.reclaim.clone(), drain.token());
-        let run = lot.clone();
-        run.run(
+    if let Some(poll) = poll {
+        let (shared, woken_lot) = (port.shared.clone(), lot.clone());
+        let drain = drain.token();
+        let parking = lot.clone().run(
             poll,
             drain.clone(),
-            reclaim,
+            port.slots.reclaim.clone(),
             h1::DRAIN_IDLE_WAIT,
-            move |w| conn::woken(&shared, &lot, &drain, w),
-        )
-    });
-    let accept = accept(port, listener, token, lot);
+            move |w| conn::woken(&shared, &woken_lot, &drain, w),
+        );
+        spawn_on(on, parking);
+    }
+    spawn_on(on, accept(port, listener, token, lot))
+}
+
+/// `task` on the runtime `on`, else on the caller's.
+fn spawn_on<F>(on: Option<&Handle>, task: F) -> JoinHandle<F::Output>
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
     match on {
-        Some(runtime) => {
-            if let Some(parking) = parking {
-                runtime.spawn(parking);
-            }
-            runtime.spawn(accept)
-        }
-        None => {
-            if let Some(parking) = parking {
-                tokio::spawn(parking);
-            }
-            tokio::spawn(accept)
-        }
+        Some(runtime) => runtime.spawn(task),
+        None => tokio::spawn(task),
     }
 }
 

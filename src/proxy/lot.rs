@@ -189,7 +189,7 @@ impl<T, O> Lot<T, O> {
     #[cfg(test)]
     pub const ENTRY_SIZE: usize = std::mem::size_of::<Entry<T>>();
 
-    /// Parked connections (for tests and metrics).
+    /// Parked connections.
     #[cfg(test)]
     pub fn len(&self) -> usize {
         self.lock().entries.len()
@@ -241,6 +241,8 @@ impl<T, O> Lot<T, O> {
                 timer
             };
             let sooner = self.sooner.notified();
+            // Registers no waker of its own: every parked connection's registration wakes
+            // this task when the accept loop closes it (`Lot::park`).
             let reclaimed = std::future::poll_fn(|_| {
                 if reclaim.closes() != closes {
                     std::task::Poll::Ready(())
