@@ -53,11 +53,15 @@
 #   w2-*        every proxy with 2 workers (pier PIER_WORKER_THREADS=2, nginx
 #               worker_processes 2, HAProxy nbthread 2) on W2_CPUS (0,1), wrk -t2 and the origin
 #               on the same CPUs: the cores shared the same way for every proxy
-#   many-*      MANY_CONNS (10000) active keep-alive connections from one wrk (at this host's
-#               hard limit of 20 000 open files a proxy holding 10 000 clients and their
-#               upstream connections fits only if it keeps few upstream connections; HAProxy
-#               reserves two descriptors per connection and cannot, so it is left out); pier
-#               with --max-connections 16384, as nginx's worker_connections
+#   many-*      MANY_CONNS (10000) active keep-alive connections from one wrk. A proxy holding
+#               10 000 clients with a request each in flight also holds up to 10 000 upstream
+#               connections, more than one process may open under this host's hard limit of
+#               20 000 open files (not raisable here). So every proxy runs as two processes on
+#               PROXY_CPU, each with half the clients: nginx with worker_processes 2, pier as
+#               two processes sharing the port with --reuse-port (SO_REUSEPORT spreads the
+#               clients between them), each with 1 worker and --max-connections 16384, as
+#               nginx's worker_connections; the origin with two workers on ORIGIN_CPU. CPU and
+#               RSS are the two processes' sum. HAProxy is left out: it runs as one process
 #   Large bodies, one command:  scripts/bench-peers.sh big-{nginx,pier,haproxy} up-{nginx,pier,haproxy}
 #   Two workers, one command:   scripts/bench-peers.sh w2-nginx w2-pier w2-haproxy
 #   New upstream TLS connections, one command:
@@ -90,7 +94,7 @@
 #   LOAD_MAX=0.5 LOAD_WAIT=600 QUIET_PCT=10 QUIET_SECS=2 QUIET_WAIT=300 PROC_MAX=10
 #   FOREIGN_MAX=10 RETRIES=3 FORCE=0 INTERLEAVE=1 W2_CPUS=0,1 MANY_CONNS=10000 PIER_BIN=target/release/pier RUN_DIR=target/bench-peers
 #   CONN_LOAD=scripts/conn-load/target/release/conn-load
-#   PORT_BASE=19000 (ports PORT_BASE+81 .. +105, +443, +444 and +901 on 127.0.0.1)
+#   PORT_BASE=19000 (ports PORT_BASE+81 .. +105, +443, +444, +901 and +902 on 127.0.0.1)
 # Needs: wrk nginx haproxy openssl curl taskset (installed with apt-get when missing) and a
 # release build of pier (`cargo build --release`).
 set -euo pipefail
@@ -277,7 +281,7 @@ if [[ " $SCENARIOS " == *" pier"* || " $SCENARIOS " == *"-pier"* ]] && [ ! -x "$
 fi
 for port in $P_ORIGIN $P_SINK $P_ORIGIN_TLS $P_NGINX $P_NGINX_TLS $P_HAPROXY $P_HAPROXY_TLS $P_PIER $P_PIER_TLS $P_ADMIN \
   $P_NGINX_HTTPS $P_NGINX_RSA $P_HAPROXY_HTTPS $P_HAPROXY_RSA $P_PIER_HTTPS $P_PIER_RSA \
-  $P_ORIGIN_TLS_CLOSE $P_NGINX_NEWTLS $P_HAPROXY_NEWTLS $P_PIER_NEWTLS $P_RELAY; do
+  $P_ORIGIN_TLS_CLOSE $P_NGINX_NEWTLS $P_HAPROXY_NEWTLS $P_PIER_NEWTLS $P_RELAY $((P_ADMIN + 1)); do
   if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
     echo "port $port is in use on 127.0.0.1 (another run still alive? set PORT_BASE)" >&2; exit 1
   fi
@@ -431,6 +435,9 @@ http {
   server { listen 127.0.0.1:$P_SINK; client_max_body_size 64m; location / { return 200 ""; } }
 }
 EOF
+  # many-*: two workers, each able to hold half of MANY_CONNS upstream connections
+  sed -e 's/^worker_processes 1;/worker_processes 2; worker_rlimit_nofile 20000;/' \
+    -e 's/worker_connections 8192;/worker_connections 16384;/' "$RUN/origin/nginx.conf" >"$RUN/origin/nginx-many.conf"
   cat >"$RUN/origin-tls/nginx.conf" <<EOF
 # mTLS origin: mesh workload certificate, requires a client certificate from the gateway CA
 worker_processes 1; daemon off; pid nginx.pid; error_log stderr warn;
@@ -637,11 +644,12 @@ EOF
 
 # ---------- origins and proxies ----------
 ORIGIN_PID=""; ORIGIN_ON=""; TLS_PID=""
-origin_up() { # cpu
-  [ -n "$ORIGIN_PID" ] && [ "$ORIGIN_ON" = "$1" ] && return 0
+origin_up() { # cpu [config, default nginx.conf]
+  local conf="${2:-nginx.conf}"
+  [ -n "$ORIGIN_PID" ] && [ "$ORIGIN_ON" = "$1 $conf" ] && return 0
   [ -n "$ORIGIN_PID" ] && stop_pid "$ORIGIN_PID"
-  start_bg "$1" "$RUN/origin/stderr.log" nginx -p "$RUN/origin/" -c "$RUN/origin/nginx.conf" -e stderr
-  ORIGIN_PID=$LAST_PID; ORIGIN_ON="$1"
+  start_bg "$1" "$RUN/origin/stderr.log" nginx -p "$RUN/origin/" -c "$RUN/origin/$conf" -e stderr
+  ORIGIN_PID=$LAST_PID; ORIGIN_ON="$1 $conf"
   wait_ok "http://127.0.0.1:$P_ORIGIN/"
 }
 origin_tls_up() {
@@ -676,7 +684,18 @@ proxy_up() { # nginx|haproxy|pier
       sed 's/^    nbthread 1$/    nbthread 2/' "$RUN/haproxy.cfg" >"$RUN/haproxy-w2.cfg"
       start_bg "$W2_CPUS" "$RUN/haproxy.log" haproxy -f "$RUN/haproxy-w2.cfg" -db ;;
     pier-w2) WORKERS=2 ON="$W2_CPUS" pier_up "" warn ;;
-    pier-many) pier_up "--max-connections 16384" warn ;;
+    # many-*: two processes each (the host's per-process open-files limit; see the header)
+    nginx-many)
+      sed -e 's/^worker_processes 1;/worker_processes 2;/' "$RUN/nginx/nginx.conf" >"$RUN/nginx/nginx-many.conf"
+      start_bg "$PROXY_CPU" "$RUN/nginx/stderr.log" nginx -p "$RUN/nginx/" -c "$RUN/nginx/nginx-many.conf" -e stderr ;;
+    pier-many)
+      # one parent for both, so that stopping it stops them and its family is their sum
+      start_bg "$PROXY_CPU" "$RUN/pier/stderr.log" env PIER_WORKER_THREADS=1 RUST_LOG=warn PIER_BIN="$PIER_BIN" RUN="$RUN" bash -c '
+        for admin in "$@"; do
+          "$PIER_BIN" run --manifests "$RUN/pier/manifests" --listen-host 127.0.0.1 --admin "127.0.0.1:$admin" \
+            --reuse-port --max-connections 16384 & kids+=($!)
+        done
+        trap "kill \${kids[*]}; wait" TERM; wait' many "$P_ADMIN" "$((P_ADMIN + 1))" ;;
     pier-log) pier_up "--access-log" "warn,pier::access=info" ;;
     pier-trace1) pier_up "--otlp-endpoint http://127.0.0.1:$P_SINK --trace-sample-ratio 0.01" warn ;;
     pier-trace100) pier_up "--otlp-endpoint http://127.0.0.1:$P_SINK --trace-sample-ratio 1" warn ;;
@@ -880,19 +899,20 @@ for round in $rounds; do
     WRK_THREADS=1; WRK_ON="$WRK_CPU"; WRK_SCRIPT=""; origin_on="$ORIGIN_CPU"
     [[ "$sc" == up-* ]] && WRK_SCRIPT="$RUN/up.lua"
     [[ "$sc" == w2-* ]] && { WRK_THREADS=2; WRK_ON="$W2_CPUS"; origin_on="$W2_CPUS"; }
+    origin_conf=nginx.conf; [[ "$sc" == many-* ]] && origin_conf=nginx-many.conf
     if [ "$base" = direct ]; then
       proxy_down; origin_up "$PROXY_CPU"
       measure "$sc" "$url" "" "$hdr" "$reps"
       continue
     fi
-    origin_up "$origin_on"
+    origin_up "$origin_on" "$origin_conf"
     [[ "$base" == *-mtls || "$base" == *-newtls ]] && origin_tls_up
     # A fresh proxy process per scenario and round: every proxy starts each run equally cold.
     proxy_down
     kind="${base%-mtls}"; kind="${kind%-https}"; kind="${kind%-rsa}"; kind="${kind%-newtls}"
     [[ "$sc" == full-* || "$sc" == hs-* ]] && kind="$kind-full"
     [[ "$sc" == w2-* ]] && kind="$kind-w2"
-    [[ "$sc" == many-pier ]] && kind=pier-many
+    [[ "$sc" == many-* ]] && kind="$kind-many"
     proxy_up "$kind"
     wait_ok "$url" -k
     [[ "$sc" == close-*-https || "$sc" == close-*-rsa || "$sc" == hsr-* ]] && check_client_resumption "$url" yes
