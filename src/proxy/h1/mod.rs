@@ -34,6 +34,7 @@ mod stock;
 use std::borrow::Cow;
 use std::cell::RefCell;
 use std::io;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -312,14 +313,25 @@ where
                     if !matches!(plan, Plan::Partial(_)) && !self.reclaim.busy() {
                         return Next::Close;
                     }
-                    match plan {
+                    // `common` and `fwd` stay in `plan`, and the futures below borrow them:
+                    // moved into each future, they would be stored twice there (its argument
+                    // and its local). A failed forward is answered here, not from within
+                    // `forward`, so that its future does not hold `respond`'s too.
+                    let mut plan = plan;
+                    match &mut plan {
                         Plan::Partial(total) => need = total.unwrap_or(self.rbuf.len() + 1),
                         Plan::Fallback => return Next::Fallback,
                         Plan::Respond(common, resp) => {
+                            let resp = std::mem::replace(resp, Err(ProxyError::NoEndpoints));
                             break self.respond(&snapshot, common, resp, started).await;
                         }
                         Plan::Forward(common, fwd) => {
-                            break self.forward(&snapshot, common, fwd, started).await;
+                            match self.forward(&snapshot, common, fwd, started).await {
+                                Ok(next) => break next,
+                                Err(e) => {
+                                    break self.respond(&snapshot, common, Err(e), started).await;
+                                }
+                            }
                         }
                     }
                 }
@@ -403,12 +415,11 @@ where
     async fn respond(
         &mut self,
         snapshot: &Arc<Snapshot>,
-        common: Common<'_>,
+        common: &mut Common<'_>,
         resp: Result<Response<ProxyBody>, ProxyError>,
         started: Instant,
     ) -> Next {
         let shared = self.shared;
-        let mut common = common;
         let resp = resp.unwrap_or_else(|error| {
             shared.metrics.error(error.kind(), error.side());
             common.seen.failure = Some(super::service::Failure::of(&error));
@@ -440,7 +451,7 @@ where
         } else {
             body.len() as u64
         };
-        self.finish(snapshot, &common, (parts.status, Some(bytes_out)), started);
+        self.finish(snapshot, common, (parts.status, Some(bytes_out)), started);
         let written = self.write_out().await;
         self.rbuf.advance(common.consumed);
         match written {
@@ -449,13 +460,15 @@ where
         }
     }
 
-    async fn forward(
+    /// Forwards the request in `wbuf` and relays the response. `Err`: no response came
+    /// (no endpoint, not admitted, the exchange failed); the caller answers with the error.
+    async fn forward<'s>(
         &mut self,
         snapshot: &Arc<Snapshot>,
-        mut common: Common<'_>,
-        fwd: Forward<'_>,
+        common: &mut Common<'s>,
+        fwd: &Forward<'s>,
         started: Instant,
-    ) -> Next {
+    ) -> Result<Next, ProxyError> {
         let shared = self.shared;
         let backend = fwd.backend;
         let endpoint = {
@@ -463,9 +476,7 @@ where
             backend.pick(shared.clock.now_ms(), rng.random(), rng.random())
         };
         let Some(endpoint) = endpoint else {
-            return self
-                .respond(snapshot, common, Err(ProxyError::NoEndpoints), started)
-                .await;
+            return Err(ProxyError::NoEndpoints);
         };
         common.seen.endpoint(endpoint);
         let target = Target {
@@ -473,18 +484,7 @@ where
             endpoint,
             upgrade: false,
         };
-        let in_flight = match shared.admit(snapshot, backend, endpoint).await {
-            Ok(in_flight) => in_flight,
-            Err(e) => return self.respond(snapshot, common, Err(e), started).await,
-        };
-        let exchange = exchange(
-            shared,
-            &mut self.ubuf,
-            &mut self.wbuf,
-            target,
-            &fwd,
-            self.flags,
-        );
+        let in_flight = shared.admit(snapshot, backend, endpoint).await?;
         // `timeouts.request` runs from the request's arrival, `backendRequest` from now; both
         // end at the response head, as on the hyper path.
         let request = fwd.rule.timeouts.request.map(|t| started + t);
@@ -499,57 +499,46 @@ where
             (None, Some(b)) => Some((b, ProxyError::BackendTimeout)),
             (None, None) => None,
         };
-        let exchange = async move {
-            match deadline {
-                Some((at, timeout)) => tokio::time::timeout_at(at.into(), exchange)
-                    .await
-                    .unwrap_or(Err(timeout)),
-                None => exchange.await,
+        // Built and pinned within this block, awaited once: its state (the largest part of a
+        // forwarding request's) then shares its space with the states of the other awaits.
+        // Combinators, not an `async` block: one would store the exchange twice.
+        let watched = {
+            use futures::FutureExt as _;
+            let exchange = exchange(
+                shared,
+                &mut self.ubuf,
+                &mut self.wbuf,
+                target,
+                fwd,
+                self.flags,
+            );
+            let bounded = match deadline {
+                Some((at, timeout)) => futures::future::Either::Left(
+                    tokio::time::timeout_at(at.into(), exchange).map(|r| r.unwrap_or(Err(timeout))),
+                ),
+                None => futures::future::Either::Right(exchange),
+            };
+            watching(&mut self.io, &mut self.rbuf, std::pin::pin!(bounded)).await
+        };
+        let result = match watched {
+            Watched::Done(result) => result,
+            Watched::ClientGone(result) => {
+                // Nobody is left to send the response to; a whole one keeps its connection.
+                if let Some(Ok(Some((conn, answer)))) = result
+                    && self.whole(&answer)
+                {
+                    conn.release();
+                }
+                return Ok(Next::Close);
             }
         };
-        // Meanwhile the client socket is read: a client that hangs up cancels the exchange
-        // (after `HANGUP_GRACE`), as dropping hyper's request future does. What it sends
-        // meanwhile (a pipelined request) stays buffered.
-        let mut client_gone = false;
-        let result = {
-            let mut exchange = std::pin::pin!(exchange);
-            loop {
-                if client_gone {
-                    match tokio::time::timeout(HANGUP_GRACE, exchange.as_mut()).await {
-                        Ok(r) => break r,
-                        Err(_) => return Next::Close,
-                    }
-                }
-                if self.rbuf.len() >= READ_AHEAD {
-                    break exchange.await;
-                }
-                room_to_read(&mut self.rbuf);
-                tokio::select! {
-                    biased;
-                    r = exchange.as_mut() => break r,
-                    read = self.io.read_buf(&mut self.rbuf) => match read {
-                        Ok(0) | Err(_) => client_gone = true,
-                        Ok(_) => {}
-                    },
-                }
-            }
-        };
-        if client_gone {
-            // Nobody is left to send the response to; a whole one keeps its connection.
-            if let Ok(Some((conn, answer))) = result
-                && self.whole(&answer)
-            {
-                conn.release();
-            }
-            return Next::Close;
-        }
         let (conn, answer) = match result {
             Ok(Some(exchanged)) => exchanged,
             // The endpoint speaks HTTP/2: hyper takes the connection, this request included.
-            Ok(None) => return Next::Fallback,
+            Ok(None) => return Ok(Next::Fallback),
             Err(e) => {
                 service::outcome(shared, backend, endpoint, Err(&e));
-                return self.respond(snapshot, common, Err(e), started).await;
+                return Err(e);
             }
         };
         service::outcome(shared, backend, endpoint, Ok(answer.status));
@@ -558,14 +547,14 @@ where
             Framing::Empty => Some(0),
             Framing::Chunked | Framing::Eof => None,
         };
-        self.finish(snapshot, &common, (answer.status, bytes_out), started);
+        self.finish(snapshot, common, (answer.status, bytes_out), started);
         self.rbuf.advance(common.consumed);
         let relayed = self.relay(conn, &answer).await;
         drop(in_flight);
-        match relayed {
+        Ok(match relayed {
             Ok(()) if !answer.down_close => Next::KeepAlive,
             _ => Next::Close,
-        }
+        })
     }
 
     /// True if the whole response (head and exactly its body) is in `ubuf` and the upstream
@@ -950,6 +939,44 @@ fn upstream_head(
     };
     head::write_request(req, &fwd, wbuf);
     Ok(())
+}
+
+/// How [`watching`] ended.
+enum Watched<R> {
+    Done(R),
+    /// The client hung up; the exchange's result if it ended within [`HANGUP_GRACE`] after.
+    ClientGone(Option<R>),
+}
+
+/// Runs `exchange` while reading the client socket into `rbuf`: a client that hangs up
+/// cancels the exchange (after [`HANGUP_GRACE`]), as dropping hyper's request future does.
+/// What it sends meanwhile (a pipelined request) stays buffered, up to [`READ_AHEAD`].
+async fn watching<I, F>(
+    io: &mut I,
+    rbuf: &mut BytesMut,
+    mut exchange: Pin<&mut F>,
+) -> Watched<F::Output>
+where
+    I: AsyncRead + Unpin,
+    F: Future,
+{
+    loop {
+        if rbuf.len() >= READ_AHEAD {
+            return Watched::Done(exchange.await);
+        }
+        room_to_read(rbuf);
+        tokio::select! {
+            biased;
+            r = exchange.as_mut() => return Watched::Done(r),
+            read = io.read_buf(rbuf) => match read {
+                Ok(0) | Err(_) => {
+                    let r = tokio::time::timeout(HANGUP_GRACE, exchange).await.ok();
+                    return Watched::ClientGone(r);
+                }
+                Ok(_) => {}
+            },
+        }
+    }
 }
 
 /// Sends the request in `wbuf` on a raw connection and reads the response head, writing the
