@@ -59,9 +59,11 @@
 #               20 000 open files (not raisable here). So every proxy runs as two processes on
 #               PROXY_CPU, each with half the clients: nginx with worker_processes 2, pier as
 #               two processes sharing the port with --reuse-port (SO_REUSEPORT spreads the
-#               clients between them), each with 1 worker and --max-connections 16384, as
+#               clients between them), each with 1 worker, PIER_IDLE_SPIN_US=0 (as pier's
+#               default for workers sharing cores) and --max-connections 16384, as
 #               nginx's worker_connections; the origin with two workers on ORIGIN_CPU. CPU and
-#               RSS are the two processes' sum. HAProxy is left out: it runs as one process
+#               RSS are the two processes' sum. HAProxy is left out: it runs as one process.
+#               MANY_PROCS=1: one process each (up to ~6 000 connections here)
 #   Large bodies, one command:  scripts/bench-peers.sh big-{nginx,pier,haproxy} up-{nginx,pier,haproxy}
 #   Two workers, one command:   scripts/bench-peers.sh w2-nginx w2-pier w2-haproxy
 #   New upstream TLS connections, one command:
@@ -92,7 +94,7 @@
 #
 # Knobs (env): DURATION=8s REPS=7 CONNS="64 256" WARMUP=2s WRK_CPU=1 PROXY_CPU=0 ORIGIN_CPU=1
 #   LOAD_MAX=0.5 LOAD_WAIT=600 QUIET_PCT=10 QUIET_SECS=2 QUIET_WAIT=300 PROC_MAX=10
-#   FOREIGN_MAX=10 RETRIES=3 FORCE=0 INTERLEAVE=1 W2_CPUS=0,1 MANY_CONNS=10000 PIER_BIN=target/release/pier RUN_DIR=target/bench-peers
+#   FOREIGN_MAX=10 RETRIES=3 FORCE=0 INTERLEAVE=1 W2_CPUS=0,1 MANY_CONNS=10000 MANY_PROCS=2 PIER_BIN=target/release/pier RUN_DIR=target/bench-peers
 #   CONN_LOAD=scripts/conn-load/target/release/conn-load
 #   PORT_BASE=19000 (ports PORT_BASE+81 .. +105, +443, +444, +901 and +902 on 127.0.0.1)
 # Needs: wrk nginx haproxy openssl curl taskset (installed with apt-get when missing) and a
@@ -118,6 +120,7 @@ FORCE="${FORCE:-0}"
 INTERLEAVE="${INTERLEAVE:-1}"
 W2_CPUS="${W2_CPUS:-0,1}"
 MANY_CONNS="${MANY_CONNS:-10000}"
+MANY_PROCS="${MANY_PROCS:-2}"
 PIER_BIN="${PIER_BIN:-$ROOT/target/release/pier}"
 CONN_LOAD="${CONN_LOAD:-$ROOT/scripts/conn-load/target/release/conn-load}"
 RUN="${RUN_DIR:-$ROOT/target/bench-peers}"
@@ -686,16 +689,18 @@ proxy_up() { # nginx|haproxy|pier
     pier-w2) WORKERS=2 ON="$W2_CPUS" pier_up "" warn ;;
     # many-*: two processes each (the host's per-process open-files limit; see the header)
     nginx-many)
-      sed -e 's/^worker_processes 1;/worker_processes 2;/' "$RUN/nginx/nginx.conf" >"$RUN/nginx/nginx-many.conf"
+      sed -e "s/^worker_processes 1;/worker_processes $MANY_PROCS;/" "$RUN/nginx/nginx.conf" >"$RUN/nginx/nginx-many.conf"
       start_bg "$PROXY_CPU" "$RUN/nginx/stderr.log" nginx -p "$RUN/nginx/" -c "$RUN/nginx/nginx-many.conf" -e stderr ;;
     pier-many)
-      # one parent for both, so that stopping it stops them and its family is their sum
-      start_bg "$PROXY_CPU" "$RUN/pier/stderr.log" env PIER_WORKER_THREADS=1 RUST_LOG=warn PIER_BIN="$PIER_BIN" RUN="$RUN" bash -c '
+      # one parent for both, so that stopping it stops them and its family is their sum; no
+      # spin before sleeping (PIER_IDLE_SPIN_US=0, pier's default when workers share cores):
+      # one process's spin would take the CPU from the other
+      start_bg "$PROXY_CPU" "$RUN/pier/stderr.log" env PIER_WORKER_THREADS=1 PIER_IDLE_SPIN_US=0 RUST_LOG=warn PIER_BIN="$PIER_BIN" RUN="$RUN" bash -c '
         for admin in "$@"; do
           "$PIER_BIN" run --manifests "$RUN/pier/manifests" --listen-host 127.0.0.1 --admin "127.0.0.1:$admin" \
             --reuse-port --max-connections 16384 & kids+=($!)
         done
-        trap "kill \${kids[*]}; wait" TERM; wait' many "$P_ADMIN" "$((P_ADMIN + 1))" ;;
+        trap "kill \${kids[*]}; wait" TERM; wait' many "$P_ADMIN" $([ "$MANY_PROCS" = 1 ] || echo "$((P_ADMIN + 1))") ;;
     pier-log) pier_up "--access-log" "warn,pier::access=info" ;;
     pier-trace1) pier_up "--otlp-endpoint http://127.0.0.1:$P_SINK --trace-sample-ratio 0.01" warn ;;
     pier-trace100) pier_up "--otlp-endpoint http://127.0.0.1:$P_SINK --trace-sample-ratio 1" warn ;;
