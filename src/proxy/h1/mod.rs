@@ -1003,9 +1003,6 @@ async fn exchange(
             }
             Raw::Http2 => return Ok(None),
         };
-        if ubuf.capacity() == 0 {
-            *ubuf = stock::take();
-        }
         ubuf.clear();
         let sent = send(conn.io(), wbuf).await;
         let answer = match sent {
@@ -1034,6 +1031,18 @@ fn room_to_read(buf: &mut BytesMut) {
     if buf.capacity() - buf.len() < BUF / 4 {
         buf.reserve(BUF);
     }
+}
+
+/// Readies `ubuf` for the next read of a response. Without one yet, it waits until the
+/// upstream has sent something before it takes a buffer: a request waiting on its upstream
+/// holds none (8 KiB each, at thousands of requests in flight; BENCHMARKS.md).
+async fn response_room<S: ReadReady>(up: &mut S, ubuf: &mut BytesMut) -> io::Result<()> {
+    if ubuf.capacity() == 0 {
+        up.read_ready().await?;
+        *ubuf = stock::take();
+    }
+    room_to_read(ubuf);
+    Ok(())
 }
 
 /// Empties `buf` for the next piece of a response body: [`BODY_BUF`] bytes when `long` (much
@@ -1092,7 +1101,7 @@ async fn read_head(
                 Err(e) => return Err(ReadError::Bad(e)),
             }
         }
-        room_to_read(ubuf);
+        response_room(up, ubuf).await.map_err(ReadError::Io)?;
         match up.read_buf(ubuf).await {
             Ok(0) => return Err(ReadError::Io(truncated())),
             Ok(_) => {}
@@ -1181,6 +1190,33 @@ fn http_date() -> [u8; 29] {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_request_waiting_for_its_response_holds_no_upstream_buffer() {
+        use std::task::Poll;
+        use tokio::io::AsyncWriteExt as _;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = tokio::net::TcpStream::connect(listener.local_addr().unwrap());
+        let (client, accepted) = tokio::join!(client, listener.accept());
+        let (mut origin, _) = accepted.unwrap();
+        let mut up: Stream = Stream::Left(client.unwrap());
+        let mut ubuf = BytesMut::new();
+        {
+            let room = response_room(&mut up, &mut ubuf);
+            let mut room = std::pin::pin!(room);
+            let polled = std::future::poll_fn(|cx| Poll::Ready(room.as_mut().poll(cx))).await;
+            assert!(polled.is_pending(), "nothing from the upstream yet");
+        }
+        assert_eq!(ubuf.capacity(), 0, "no buffer taken while waiting");
+        origin.write_all(b"HTTP/1.1 200 OK\r\n").await.unwrap();
+        response_room(&mut up, &mut ubuf).await.unwrap();
+        assert!(
+            ubuf.capacity() >= BUF / 4,
+            "a buffer once the response arrives"
+        );
+        let read = up.read_buf(&mut ubuf).await.unwrap();
+        assert_eq!(&ubuf[..read], b"HTTP/1.1 200 OK\r\n");
+    }
 
     #[test]
     fn rewind_reuses_the_front_of_an_emptied_buffer_without_allocating() {

@@ -1,16 +1,20 @@
-//! Waiting for a keep-alive client's next request without holding a read buffer.
+//! Waiting for bytes without holding a read buffer.
 //!
 //! Between requests the fast path gives back its read and upstream buffers (16 KiB, to a
 //! per-thread stock: [`super::stock`]) and waits for the client's next bytes here, then takes
 //! a read buffer again; nginx frees its buffers on an idle keep-alive connection the same
 //! way. With 9 000 idle clients that took pier from 22 to 14 KiB per connection
-//! (BENCHMARKS.md).
+//! (BENCHMARKS.md). A request waiting for its upstream's response takes the upstream buffer
+//! only when the response starts to arrive, the same way.
 
 use std::future::Future;
 use std::io;
 
+use rustls::{ConnectionCommon, SideData};
 use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
+
+use super::super::upstream::Stream;
 
 /// A client stream that can say when a read would find something.
 pub trait ReadReady {
@@ -30,15 +34,37 @@ impl ReadReady for TcpStream {
 
 impl ReadReady for TlsStream<TcpStream> {
     async fn read_ready(&mut self) -> io::Result<()> {
-        // rustls may hold plaintext it decrypted already (a pipelined request, or a close
-        // notification): that is ready now. Otherwise any complete record was processed when
-        // it was read, so the next plaintext needs bytes from the socket.
         let (tcp, tls) = self.get_mut();
-        match tls.process_new_packets() {
-            Ok(state) if state.plaintext_bytes_to_read() == 0 && !state.peer_has_closed() => {
-                tcp.read_ready().await
-            }
-            _ => Ok(()),
+        if has_plaintext(tls) {
+            return Ok(());
         }
+        tcp.read_ready().await
     }
+}
+
+/// An upstream connection, plain or TLS.
+impl ReadReady for Stream {
+    async fn read_ready(&mut self) -> io::Result<()> {
+        let tcp = match self {
+            Stream::Left(tcp) => tcp,
+            Stream::Right(tls) => {
+                let (tcp, tls) = tls.get_mut();
+                if has_plaintext(tls) {
+                    return Ok(());
+                }
+                tcp
+            }
+        };
+        tcp.read_ready().await
+    }
+}
+
+/// rustls may hold plaintext it decrypted already (a pipelined message, or a close
+/// notification, or an error to report): a read finds that now. Otherwise any complete
+/// record was processed when it was read, so the next plaintext needs bytes from the socket.
+fn has_plaintext<D: SideData>(tls: &mut ConnectionCommon<D>) -> bool {
+    !matches!(
+        tls.process_new_packets(),
+        Ok(state) if state.plaintext_bytes_to_read() == 0 && !state.peer_has_closed()
+    )
 }
