@@ -322,6 +322,8 @@ where
                         Plan::Partial(total) => need = total.unwrap_or(self.rbuf.len() + 1),
                         Plan::Fallback => return Next::Fallback,
                         Plan::Respond(common, resp) => {
+                            // Taken out of the plan, which is not read again: the
+                            // placeholder left behind is never answered.
                             let resp = std::mem::replace(resp, Err(ProxyError::NoEndpoints));
                             break self.respond(&snapshot, common, resp, started).await;
                         }
