@@ -63,7 +63,7 @@
 #               default for workers sharing cores) and --max-connections 16384, as
 #               nginx's worker_connections; the origin with two workers on ORIGIN_CPU. CPU and
 #               RSS are the two processes' sum. HAProxy is left out: it runs as one process.
-#               MANY_PROCS=1: one process each (up to ~6 000 connections here)
+#               MANY_PROCS=1: one process each (up to ~6 000 connections here); 1 or 2
 #   Large bodies, one command:  scripts/bench-peers.sh big-{nginx,pier,haproxy} up-{nginx,pier,haproxy}
 #   Two workers, one command:   scripts/bench-peers.sh w2-nginx w2-pier w2-haproxy
 #   New upstream TLS connections, one command:
@@ -121,6 +121,7 @@ INTERLEAVE="${INTERLEAVE:-1}"
 W2_CPUS="${W2_CPUS:-0,1}"
 MANY_CONNS="${MANY_CONNS:-10000}"
 MANY_PROCS="${MANY_PROCS:-2}"
+case "$MANY_PROCS" in 1 | 2) ;; *) echo "MANY_PROCS must be 1 or 2 (pier's admin ports are PORT_BASE+901 and +902)" >&2; exit 2 ;; esac
 PIER_BIN="${PIER_BIN:-$ROOT/target/release/pier}"
 CONN_LOAD="${CONN_LOAD:-$ROOT/scripts/conn-load/target/release/conn-load}"
 RUN="${RUN_DIR:-$ROOT/target/bench-peers}"
