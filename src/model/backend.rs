@@ -11,6 +11,7 @@
 //! defaults ([`CONSECUTIVE_FAILURES`], [`EJECTION`]), `--outlier-*` flags, or a Service's
 //! annotations ([`Backend::outlier`]).
 
+use std::cell::LazyCell;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -479,27 +480,30 @@ impl Backend {
         }
     }
 
-    /// Power of two choices over the endpoints that are not ejected at `now_ms`.
+    /// Power of two choices over the endpoints that are not ejected at `now_ms` (read only
+    /// when an endpoint to choose from was ever ejected: most requests need no clock).
     /// `r1`, `r2` are independent uniform random numbers.
-    pub fn pick(&self, now_ms: u64, r1: u32, r2: u32) -> Option<&Endpoint> {
+    pub fn pick(&self, now_ms: impl FnOnce() -> u64, r1: u32, r2: u32) -> Option<&Endpoint> {
         let eps = &self.endpoints;
         match eps.len() {
             0 => return None,
             1 => return eps.first(),
             _ => {}
         }
+        let now = LazyCell::new(now_ms);
+        let available = |e: &Endpoint| e.never_ejected() || e.available(*now);
         let n = eps.len();
         let a = &eps[r1 as usize % n];
         // The second choice is distinct from the first.
         let b = &eps[(r1 as usize % n + 1 + r2 as usize % (n - 1)) % n];
-        match (a.available(now_ms), b.available(now_ms)) {
+        match (available(a), available(b)) {
             (true, true) => Some(if b.load() < a.load() { b } else { a }),
             (true, false) => Some(a),
             (false, true) => Some(b),
             // Both ejected: scan for any available endpoint, else use the least loaded.
             (false, false) => eps
                 .iter()
-                .find(|e| e.available(now_ms))
+                .find(|e| available(e))
                 .or_else(|| eps.iter().min_by_key(|e| e.load())),
         }
     }
@@ -522,7 +526,7 @@ impl Backend {
         r2: u32,
         avoid: SocketAddr,
     ) -> Option<&Endpoint> {
-        let first = self.pick(now_ms, r1, r2)?;
+        let first = self.pick(|| now_ms, r1, r2)?;
         let eps = &self.endpoints;
         if first.addr != avoid || eps.len() < 2 {
             return Some(first);
@@ -577,6 +581,11 @@ impl Endpoint {
         self.stats.ejected_until_ms.load(Ordering::Relaxed) <= now_ms
     }
 
+    /// Never ejected since it was made: available at any time.
+    pub fn never_ejected(&self) -> bool {
+        self.stats.ejected_until_ms.load(Ordering::Relaxed) == 0
+    }
+
     /// Leaves the endpoint out for its next ejection's length (see [`Outlier`]), unless it is
     /// out already: failures of requests that were in flight when it was ejected do not make
     /// the ejection longer. Returns true when this call ejected it.
@@ -606,8 +615,9 @@ impl Endpoint {
 
     /// Passive outlier detection: one exchange's outcome. [`Outlier::consecutive_failures`]
     /// gateway failures in a row eject the endpoint; any success resets the count and the
-    /// ejection length. Returns true when this outcome ejected it.
-    pub fn record(&self, failed: bool, now_ms: u64, outlier: &Outlier) -> bool {
+    /// ejection length. Returns true when this outcome ejected it. `now_ms` is read only on
+    /// an ejection.
+    pub fn record(&self, failed: bool, now_ms: impl FnOnce() -> u64, outlier: &Outlier) -> bool {
         let failures = &self.stats.failures;
         if !failed {
             // Read first: most responses succeed, and a store would dirty the line each time.
@@ -624,7 +634,7 @@ impl Endpoint {
         }
         if failures.fetch_add(1, Ordering::Relaxed) + 1 >= outlier.consecutive_failures {
             failures.store(0, Ordering::Relaxed);
-            return self.eject(now_ms, outlier);
+            return self.eject(now_ms(), outlier);
         }
         false
     }
@@ -660,7 +670,7 @@ mod tests {
         let b = backend(2);
         b.endpoints[0].stats.in_flight.store(5, Ordering::Relaxed);
         for r in 0..10 {
-            assert_eq!(b.pick(0, r, r * 7).unwrap().addr.port(), 1001);
+            assert_eq!(b.pick(|| 0, r, r * 7).unwrap().addr.port(), 1001);
         }
     }
 
@@ -670,14 +680,14 @@ mod tests {
         let e = &b.endpoints[0];
         let o = Outlier::default();
         for _ in 0..CONSECUTIVE_FAILURES - 1 {
-            assert!(!e.record(true, 0, &o));
+            assert!(!e.record(true, || 0, &o));
         }
-        assert!(!e.record(false, 0, &o), "a success in between");
+        assert!(!e.record(false, || 0, &o), "a success in between");
         for _ in 0..CONSECUTIVE_FAILURES - 1 {
-            assert!(!e.record(true, 0, &o));
+            assert!(!e.record(true, || 0, &o));
         }
         assert!(e.available(0));
-        assert!(e.record(true, 1000, &o), "the fifth in a row ejects");
+        assert!(e.record(true, || 1000, &o), "the fifth in a row ejects");
         assert!(!e.available(1000 + EJECTION.as_millis() as u64 - 1));
         assert!(e.available(1000 + EJECTION.as_millis() as u64));
     }
@@ -689,14 +699,14 @@ mod tests {
             consecutive_failures: 1,
             ejection: Duration::from_millis(100),
         };
-        assert!(e.record(true, 0, &one), "one failure ejects");
+        assert!(e.record(true, || 0, &one), "one failure ejects");
         assert!(!e.available(99) && e.available(100));
         let off = Outlier {
             consecutive_failures: 0,
             ..one
         };
         for _ in 0..100 {
-            assert!(!e.record(true, 1000, &off));
+            assert!(!e.record(true, || 1000, &off));
         }
         assert!(e.available(1000));
     }
@@ -710,15 +720,15 @@ mod tests {
         };
         let mut now = 0;
         for n in 1..=3u64 {
-            assert!(e.record(true, now, &o));
+            assert!(e.record(true, || now, &o));
             // A request that was in flight fails too: no longer ejection.
             assert!(!e.eject(now + 1, &o));
             assert!(!e.available(now + n * 10_000 - 1), "ejection {n}");
             now += n * 10_000;
             assert!(e.available(now), "ejection {n} is {n} x 10 s");
         }
-        assert!(!e.record(false, now, &o), "a success resets the length");
-        assert!(e.record(true, now, &o));
+        assert!(!e.record(false, || now, &o), "a success resets the length");
+        assert!(e.record(true, || now, &o));
         assert!(e.available(now + 10_000));
         // However many: at most MAX_EJECTION.
         for _ in 0..100 {
@@ -735,7 +745,7 @@ mod tests {
         b.endpoints[0].stats.in_flight.store(1, Ordering::Relaxed);
         // r1 picks endpoint 0; whatever r2 is, the second choice is another endpoint.
         for r2 in 0..10 {
-            assert_ne!(b.pick(0, 0, r2).unwrap().addr.port(), 1000);
+            assert_ne!(b.pick(|| 0, 0, r2).unwrap().addr.port(), 1000);
         }
     }
 
@@ -744,11 +754,33 @@ mod tests {
         let b = backend(2);
         b.endpoints[1].eject(1000, &Outlier::default());
         for r in 0..10 {
-            assert_eq!(b.pick(1000, r, r).unwrap().addr.port(), 1000);
+            assert_eq!(b.pick(|| 1000, r, r).unwrap().addr.port(), 1000);
         }
         let after = 1000 + EJECTION.as_millis() as u64;
         b.endpoints[0].stats.in_flight.store(3, Ordering::Relaxed);
-        assert_eq!(b.pick(after, 0, 0).unwrap().addr.port(), 1001);
+        assert_eq!(b.pick(|| after, 0, 0).unwrap().addr.port(), 1001);
+    }
+
+    #[test]
+    fn the_clock_is_read_only_when_a_choice_was_ever_ejected() {
+        let b = backend(3);
+        for r in 0..10 {
+            assert!(b.pick(|| panic!("clock read"), r, r + 1).is_some());
+        }
+        b.endpoints[2].eject(1000, &Outlier::default());
+        let reads = std::cell::Cell::new(0);
+        for r in 0..30 {
+            let now = || {
+                reads.set(reads.get() + 1);
+                1000
+            };
+            assert_ne!(b.pick(now, r, r * 7).unwrap().addr.port(), 1002);
+        }
+        assert!(
+            reads.get() > 0,
+            "an ejected endpoint is checked against the clock"
+        );
+        assert!(reads.get() <= 30, "at most one read per pick");
     }
 
     #[test]
@@ -757,7 +789,7 @@ mod tests {
         for e in &b.endpoints {
             e.eject(0, &Outlier::default());
         }
-        assert!(b.pick(1, 0, 0).is_some());
+        assert!(b.pick(|| 1, 0, 0).is_some());
     }
 
     #[test]
@@ -783,7 +815,7 @@ mod tests {
 
     #[test]
     fn no_endpoints_picks_nothing() {
-        assert!(backend(0).pick(0, 0, 0).is_none());
+        assert!(backend(0).pick(|| 0, 0, 0).is_none());
     }
 
     #[test]

@@ -107,7 +107,7 @@ impl MirrorTask {
         let backend = &mirror.backend;
         let endpoint = {
             let mut rng = rand::rng();
-            backend.pick(self.clock.now_ms(), rng.random(), rng.random())
+            backend.pick(|| self.clock.now_ms(), rng.random(), rng.random())
         };
         let Some(endpoint) = endpoint else { return };
         let head = Parts::clone_head(&self.head);

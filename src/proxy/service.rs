@@ -633,10 +633,9 @@ pub(super) fn pick_endpoint<'b>(
     shared: &Shared,
     backend: &'b Backend,
 ) -> Result<&'b Endpoint, ProxyError> {
-    let now = shared.clock.now_ms();
     let mut rng = rand::rng();
     backend
-        .pick(now, rng.random(), rng.random())
+        .pick(|| shared.clock.now_ms(), rng.random(), rng.random())
         .ok_or(ProxyError::NoEndpoints)
 }
 
@@ -679,14 +678,14 @@ pub(super) fn outcome(
     endpoint: &Endpoint,
     result: Result<StatusCode, &ProxyError>,
 ) {
-    let now = shared.clock.now_ms();
+    let now = || shared.clock.now_ms();
     let outlier = backend.outlier.over(shared.config.limits.outlier);
     let failed = match result {
         Ok(status) => matches!(status.as_u16(), 502..=504),
         Err(ProxyError::Connect { reason, .. }) => {
             shared.metrics.connect_error(&backend.id, *reason);
             if matches!(reason, ConnectReason::Refused | ConnectReason::Timeout) {
-                if endpoint.eject(now, &outlier) {
+                if endpoint.eject(now(), &outlier) {
                     tracing::debug!(backend = %backend.id, endpoint = %endpoint.addr, ?reason, "endpoint ejected: connect failed");
                 }
                 return;

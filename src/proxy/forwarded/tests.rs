@@ -240,3 +240,14 @@ fn apply_replaces_every_line_in_a_map() {
     );
     assert_eq!(map[X_REQUEST_ID].as_bytes(), edge.request_id.as_bytes());
 }
+
+#[test]
+fn every_edge_header_is_seen_in_any_case_and_others_are_not() {
+    for h in &EDGE_HEADERS {
+        assert!(is_edge_header(h.as_str()), "{h}");
+        assert!(is_edge_header(&h.as_str().to_ascii_uppercase()), "{h}");
+    }
+    for other in ["x-forwarded", "forwarde", "x-request-ids", "host", "via"] {
+        assert!(!is_edge_header(other), "{other}");
+    }
+}

@@ -168,7 +168,7 @@ enum Verdict {
 }
 
 fn fast_path(input: &[u8]) -> Verdict {
-    let mut storage = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut storage = storage();
     match parse_request(input, &mut storage) {
         Parsed::Partial => Verdict::Partial,
         Parsed::Body(n) => Verdict::Body(n),

@@ -13,12 +13,21 @@
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 
 use super::super::forwarded::{Edge, is_edge_header};
-use super::super::headers::HOP_BY_HOP;
 use super::super::trace::is_trace_header;
 use httparse::Header;
+use std::mem::MaybeUninit;
 
 /// Most header lines a head may have (hyper's default too).
 pub const MAX_HEADERS: usize = 100;
+
+/// Room for a head's header lines, filled by the parser. Left uninitialised: writing 100
+/// empty lines (3.2 KiB) before every parse cost more than parsing a short head.
+pub type Storage<'b> = [MaybeUninit<Header<'b>>; MAX_HEADERS];
+
+/// An empty [`Storage`].
+pub fn storage<'b>() -> Storage<'b> {
+    [const { MaybeUninit::uninit() }; MAX_HEADERS]
+}
 /// Largest request head handled here; a larger one goes to hyper (which answers 431).
 pub const MAX_HEAD: usize = 64 * 1024;
 /// Largest request body buffered here before forwarding (like nginx's request buffering);
@@ -37,6 +46,9 @@ pub struct RequestHead<'b> {
     /// The Host header as sent (port included).
     pub host: &'b str,
     pub headers: &'b [Header<'b>],
+    /// The head as received (`head_len` bytes): header lines laid out as pier writes them
+    /// are copied from here in runs ([`copy_lines`]).
+    pub raw: &'b [u8],
     pub head_len: usize,
     pub body_len: usize,
     /// The client sent a `Content-Length` (the upstream gets one too, with `body_len`).
@@ -62,12 +74,9 @@ pub enum Parsed<T> {
 
 /// Parses the request head at the start of `buf`; `Ready` once the whole head and its
 /// (small) body are in `buf`.
-pub fn parse_request<'b>(
-    buf: &'b [u8],
-    storage: &'b mut [Header<'b>; MAX_HEADERS],
-) -> Parsed<RequestHead<'b>> {
-    let mut req = httparse::Request::new(storage);
-    let head_len = match req.parse(buf) {
+pub fn parse_request<'b>(buf: &'b [u8], storage: &'b mut Storage<'b>) -> Parsed<RequestHead<'b>> {
+    let mut req = httparse::Request::new(&mut []);
+    let head_len = match req.parse_with_uninit_headers(buf, storage) {
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) if buf.len() < MAX_HEAD => return Parsed::Partial,
         _ => return Parsed::Fallback,
@@ -89,30 +98,30 @@ pub fn parse_request<'b>(
     let mut body_len: Option<usize> = None;
     let mut connection = ConnectionTokens::default();
     for h in headers {
-        let name = h.name;
-        if name.eq_ignore_ascii_case("host") {
-            if host.is_some() {
-                return Parsed::Fallback;
+        match Name::of(h.name) {
+            Name::Host => {
+                if host.is_some() {
+                    return Parsed::Fallback;
+                }
+                match std::str::from_utf8(h.value) {
+                    Ok(v) if !v.is_empty() && v.bytes().all(|b| b.is_ascii_graphic()) => {
+                        host = Some(v);
+                    }
+                    _ => return Parsed::Fallback,
+                }
             }
-            match std::str::from_utf8(h.value) {
-                Ok(v) if !v.is_empty() && v.bytes().all(|b| b.is_ascii_graphic()) => host = Some(v),
-                _ => return Parsed::Fallback,
+            Name::ContentLength => {
+                let Some(n) = parse_length(h.value) else {
+                    return Parsed::Fallback;
+                };
+                if body_len.is_some_and(|m| m != n) {
+                    return Parsed::Fallback;
+                }
+                body_len = Some(n);
             }
-        } else if name.eq_ignore_ascii_case("content-length") {
-            let Some(n) = parse_length(h.value) else {
-                return Parsed::Fallback;
-            };
-            if body_len.is_some_and(|m| m != n) {
-                return Parsed::Fallback;
-            }
-            body_len = Some(n);
-        } else if name.eq_ignore_ascii_case("connection") {
-            connection.read(h.value);
-        } else if name.eq_ignore_ascii_case("transfer-encoding")
-            || name.eq_ignore_ascii_case("upgrade")
-            || name.eq_ignore_ascii_case("expect")
-        {
-            return Parsed::Fallback;
+            Name::Connection => connection.read(h.value),
+            Name::TransferEncoding | Name::Upgrade | Name::Expect => return Parsed::Fallback,
+            Name::Date | Name::OtherHop | Name::Other => {}
         }
     }
     let Some(host) = host else {
@@ -141,6 +150,7 @@ pub fn parse_request<'b>(
         query,
         host,
         headers,
+        raw: &buf[..head_len],
         head_len,
         body_len,
         has_length,
@@ -187,7 +197,9 @@ fn parse_length(v: &[u8]) -> Option<usize> {
     if v.is_empty() || v.len() > 19 || !v.iter().all(u8::is_ascii_digit) {
         return None;
     }
-    std::str::from_utf8(v).ok()?.parse().ok()
+    // At most 19 digits: below `u64::MAX`.
+    let n = v.iter().fold(0u64, |n, d| n * 10 + u64::from(d - b'0'));
+    usize::try_from(n).ok()
 }
 
 /// The comma-separated tokens of a header value, trimmed.
@@ -197,17 +209,90 @@ fn tokens(v: &[u8]) -> impl DoubleEndedIterator<Item = &[u8]> {
         .filter(|t| !t.is_empty())
 }
 
-/// Not forwarded: hop-by-hop, or named by `Connection` (checked only when it names any).
-fn is_hop(name: &str, headers: &[Header<'_>], connection_names: bool) -> bool {
-    HOP_BY_HOP
-        .iter()
-        .any(|h| name.eq_ignore_ascii_case(h.as_str()))
-        || (connection_names
-            && headers
-                .iter()
-                .filter(|h| h.name.eq_ignore_ascii_case("connection"))
-                .flat_map(|h| tokens(h.value))
-                .any(|t| t.eq_ignore_ascii_case(name.as_bytes())))
+/// What a header line's name means to the fast path. Every line of every request and
+/// response is told apart here, by its length first, so most names cost one comparison.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Name {
+    Host,
+    ContentLength,
+    TransferEncoding,
+    Connection,
+    Upgrade,
+    Expect,
+    Date,
+    /// `Keep-Alive`, `Proxy-Connection`, `TE`, `Trailer`: hop-by-hop, nothing more to read.
+    OtherHop,
+    Other,
+}
+
+impl Name {
+    fn of(name: &str) -> Name {
+        let is = |n: &str| lower_eq(name.as_bytes(), n.as_bytes());
+        match name.len() {
+            2 if is("te") => Name::OtherHop,
+            4 if is("host") => Name::Host,
+            4 if is("date") => Name::Date,
+            6 if is("expect") => Name::Expect,
+            7 if is("upgrade") => Name::Upgrade,
+            7 if is("trailer") => Name::OtherHop,
+            10 if is("connection") => Name::Connection,
+            10 if is("keep-alive") => Name::OtherHop,
+            14 if is("content-length") => Name::ContentLength,
+            16 if is("proxy-connection") => Name::OtherHop,
+            17 if is("transfer-encoding") => Name::TransferEncoding,
+            _ => Name::Other,
+        }
+    }
+
+    /// Always hop-by-hop ([`HOP_BY_HOP`](super::super::headers::HOP_BY_HOP)).
+    fn is_hop(self) -> bool {
+        matches!(
+            self,
+            Name::Connection | Name::Upgrade | Name::TransferEncoding | Name::OtherHop
+        )
+    }
+
+    /// Framing, which pier writes itself.
+    fn is_framing(self) -> bool {
+        matches!(self, Name::ContentLength | Name::TransferEncoding)
+    }
+}
+
+/// `name` in any case equals `lower`, a name of lowercase letters and `-` of the same length.
+/// A byte matches a letter in either case, and `-` as itself or as CR, which no header name
+/// holds (the parser takes names as tokens). Eight bytes at a time: `eq_ignore_ascii_case`
+/// lowered each byte of both sides, and this runs for every header line (twice).
+fn lower_eq(name: &[u8], lower: &[u8]) -> bool {
+    const CASE: u64 = 0x2020_2020_2020_2020;
+    fn word(b: &[u8]) -> u64 {
+        u64::from_le_bytes(b.try_into().unwrap_or_default())
+    }
+    let n = name.len();
+    if n != lower.len() {
+        return false;
+    }
+    if n < 8 {
+        return name.iter().zip(lower).all(|(a, b)| a | 0x20 == *b);
+    }
+    // Whole words from the front, then one word ending at the last byte (it may overlap).
+    let mut i = 0;
+    while i + 8 <= n {
+        if word(&name[i..i + 8]) | CASE != word(&lower[i..i + 8]) {
+            return false;
+        }
+        i += 8;
+    }
+    i == n || word(&name[n - 8..]) | CASE == word(&lower[n - 8..])
+}
+
+/// Named by a `Connection` line of `headers` (checked only when one names any header).
+fn named_by_connection(name: &str, headers: &[Header<'_>], connection_names: bool) -> bool {
+    connection_names
+        && headers
+            .iter()
+            .filter(|h| h.name.eq_ignore_ascii_case("connection"))
+            .flat_map(|h| tokens(h.value))
+            .any(|t| t.eq_ignore_ascii_case(name.as_bytes()))
 }
 
 /// What the request to the upstream says besides the client's own header lines.
@@ -234,18 +319,14 @@ pub fn write_request(head: &RequestHead<'_>, fwd: &Forwarding<'_>, out: &mut Vec
     out.extend_from_slice(b" HTTP/1.1\r\n");
     // With tracing on, pier writes `traceparent` and `tracestate` itself.
     let traced = fwd.edge.trace.is_some();
-    for h in head.headers {
-        let name = h.name;
-        if is_hop(name, head.headers, head.connection_names)
-            || name.eq_ignore_ascii_case("host")
+    copy_lines(head.raw, head.headers, out, |name| {
+        let kind = Name::of(name);
+        !(kind.is_hop()
+            || matches!(kind, Name::Host | Name::ContentLength)
             || is_edge_header(name)
-            || name.eq_ignore_ascii_case("content-length")
             || (traced && is_trace_header(name))
-        {
-            continue;
-        }
-        line(out, name.as_bytes(), h.value);
-    }
+            || named_by_connection(name, head.headers, head.connection_names))
+    });
     line(out, b"host", fwd.host);
     fwd.edge
         .each(fwd.scheme, Some(fwd.client_host), |name, value| {
@@ -270,8 +351,8 @@ fn content_length(n: u64, out: &mut Vec<u8>) {
 }
 
 /// Framing headers are pier's to write, never copied from a map or a peer.
-fn is_framing(name: &[u8]) -> bool {
-    name.eq_ignore_ascii_case(b"content-length") || name.eq_ignore_ascii_case(b"transfer-encoding")
+fn is_framing(name: &str) -> bool {
+    Name::of(name).is_framing()
 }
 
 /// The client's header lines as a map (for header matches and request header filters).
@@ -299,12 +380,49 @@ pub fn write_request_map(
     out.extend_from_slice(target.as_bytes());
     out.extend_from_slice(b" HTTP/1.1\r\n");
     for (name, value) in headers {
-        if !is_framing(name.as_str().as_bytes()) {
+        if !is_framing(name.as_str()) {
             line(out, name.as_str().as_bytes(), value.as_bytes());
         }
     }
     request_length(head, out);
     out.extend_from_slice(b"\r\n");
+}
+
+/// Writes the header lines that `keep` keeps, each as [`line`] writes it. Consecutive kept
+/// lines that `raw` (the head they were parsed from) already holds in exactly that form
+/// (`name: value` and CRLF, as most peers write them) are copied from it as one piece: the
+/// same bytes, with one copy per run instead of four per line.
+fn copy_lines(raw: &[u8], headers: &[Header<'_>], out: &mut Vec<u8>, keep: impl Fn(&str) -> bool) {
+    let base = raw.as_ptr() as usize;
+    // The run of `raw` not yet copied out.
+    let mut run = 0..0;
+    for h in headers {
+        if !keep(h.name) {
+            out.extend_from_slice(&raw[run.clone()]);
+            run = 0..0;
+            continue;
+        }
+        // Where the line sits in `raw`, if it is there as `line` would write it.
+        let start = (h.name.as_ptr() as usize).wrapping_sub(base);
+        let colon = start.wrapping_add(h.name.len());
+        let value = (h.value.as_ptr() as usize).wrapping_sub(base);
+        let end = value.wrapping_add(h.value.len());
+        let exact = start < colon
+            && value == colon.wrapping_add(2)
+            && raw.get(colon..value) == Some(b": ")
+            && raw.get(end..end.wrapping_add(2)) == Some(b"\r\n");
+        if !exact {
+            out.extend_from_slice(&raw[run.clone()]);
+            run = 0..0;
+            line(out, h.name.as_bytes(), h.value);
+        } else if run.end == start && !run.is_empty() {
+            run.end = end + 2;
+        } else {
+            out.extend_from_slice(&raw[run.clone()]);
+            run = start..end + 2;
+        }
+    }
+    out.extend_from_slice(&raw[run]);
 }
 
 fn line(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
@@ -330,6 +448,8 @@ pub enum Framing {
 pub struct ResponseHead<'b> {
     pub status: StatusCode,
     pub headers: &'b [Header<'b>],
+    /// The head as received (`head_len` bytes).
+    pub raw: &'b [u8],
     pub head_len: usize,
     pub framing: Framing,
     /// The upstream will not take another request on this connection.
@@ -357,11 +477,13 @@ pub enum Response<'b> {
 /// whatever the head says.
 pub fn parse_response<'b>(
     buf: &'b [u8],
-    storage: &'b mut [Header<'b>; MAX_HEADERS],
+    storage: &'b mut Storage<'b>,
     head_request: bool,
 ) -> Result<Response<'b>, BadResponse> {
-    let mut resp = httparse::Response::new(storage);
-    let head_len = match resp.parse(buf) {
+    let mut resp = httparse::Response::new(&mut []);
+    let head_len = match httparse::ParserConfig::default()
+        .parse_response_with_uninit_headers(&mut resp, buf, storage)
+    {
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) if buf.len() < MAX_HEAD => return Ok(Response::Partial),
         Ok(httparse::Status::Partial) => return Err(BadResponse("head too large")),
@@ -381,21 +503,22 @@ pub fn parse_response<'b>(
     let mut chunked = None;
     let mut has_date = false;
     for h in headers {
-        let name = h.name;
-        if name.eq_ignore_ascii_case("content-length") {
-            let n = parse_length(h.value).ok_or(BadResponse("bad content-length"))? as u64;
-            if length.is_some_and(|m| m != n) {
-                return Err(BadResponse("conflicting content-length"));
+        match Name::of(h.name) {
+            Name::ContentLength => {
+                let n = parse_length(h.value).ok_or(BadResponse("bad content-length"))? as u64;
+                if length.is_some_and(|m| m != n) {
+                    return Err(BadResponse("conflicting content-length"));
+                }
+                length = Some(n);
             }
-            length = Some(n);
-        } else if name.eq_ignore_ascii_case("transfer-encoding") {
-            // Chunked only if it is the last coding.
-            let last = tokens(h.value).next_back();
-            chunked = Some(last.is_some_and(|t| t.eq_ignore_ascii_case(b"chunked")));
-        } else if name.eq_ignore_ascii_case("connection") {
-            connection.read(h.value);
-        } else if name.eq_ignore_ascii_case("date") {
-            has_date = true;
+            Name::TransferEncoding => {
+                // Chunked only if it is the last coding.
+                let last = tokens(h.value).next_back();
+                chunked = Some(last.is_some_and(|t| t.eq_ignore_ascii_case(b"chunked")));
+            }
+            Name::Connection => connection.read(h.value),
+            Name::Date => has_date = true,
+            _ => {}
         }
     }
     let no_body =
@@ -416,6 +539,7 @@ pub fn parse_response<'b>(
     Ok(Response::Final(ResponseHead {
         status,
         headers,
+        raw: &buf[..head_len],
         head_len,
         framing,
         close,
@@ -451,14 +575,12 @@ pub fn write_status(status: StatusCode, out: &mut Vec<u8>) {
 /// ones and the framing (which [`Tail`] writes).
 pub fn write_response(head: &ResponseHead<'_>, tail: Tail<'_>, out: &mut Vec<u8>) {
     write_status(head.status, out);
-    for h in head.headers {
-        if is_hop(h.name, head.headers, head.connection_names)
-            || (tail.framing != Framing::Empty && is_framing(h.name.as_bytes()))
-        {
-            continue;
-        }
-        line(out, h.name.as_bytes(), h.value);
-    }
+    copy_lines(head.raw, head.headers, out, |name| {
+        let kind = Name::of(name);
+        !(kind.is_hop()
+            || (tail.framing != Framing::Empty && kind.is_framing())
+            || named_by_connection(name, head.headers, head.connection_names))
+    });
     write_tail(tail, out);
 }
 
@@ -472,7 +594,7 @@ pub fn write_response_map(
 ) {
     write_status(status, out);
     for (name, value) in headers {
-        if tail.framing != Framing::Empty && is_framing(name.as_str().as_bytes()) {
+        if tail.framing != Framing::Empty && is_framing(name.as_str()) {
             continue;
         }
         line(out, name.as_str().as_bytes(), value.as_bytes());

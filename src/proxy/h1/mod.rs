@@ -67,7 +67,7 @@ use crate::model::filter::CorsResponse;
 use crate::model::host::normalize_host;
 use crate::model::{AppProtocol, Backend, BackendTarget, Rule, Snapshot, WeightedBackend};
 use chunked::Chunked;
-use head::{Forwarding, Framing, MAX_HEADERS, Parsed, Tail};
+use head::{Forwarding, Framing, Parsed, Tail};
 
 /// Read buffer size per connection (both directions reserve this much when they run low).
 const BUF: usize = 8 * 1024;
@@ -475,7 +475,7 @@ where
         let backend = fwd.backend;
         let endpoint = {
             let mut rng = rand::rng();
-            backend.pick(shared.clock.now_ms(), rng.random(), rng.random())
+            backend.pick(|| shared.clock.now_ms(), rng.random(), rng.random())
         };
         let Some(endpoint) = endpoint else {
             return Err(ProxyError::NoEndpoints);
@@ -739,7 +739,7 @@ fn plan<'s>(
     rbuf: &[u8],
     wbuf: &mut Vec<u8>,
 ) -> Plan<'s> {
-    let mut storage = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut storage = head::storage();
     let req = match head::parse_request(rbuf, &mut storage) {
         Parsed::Ready(req) => req,
         Parsed::Partial => return Plan::Partial(None),
@@ -1090,7 +1090,7 @@ async fn read_head(
 ) -> Result<Answer, ReadError> {
     loop {
         if !ubuf.is_empty() {
-            let mut storage = [httparse::EMPTY_HEADER; MAX_HEADERS];
+            let mut storage = head::storage();
             match head::parse_response(ubuf, &mut storage, fwd.head_request) {
                 Ok(head::Response::Final(head)) => {
                     return downstream_head(&head, wbuf, fwd, flags).map_err(ReadError::Bad);

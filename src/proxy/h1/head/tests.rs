@@ -1,7 +1,8 @@
 use super::*;
+use crate::proxy::headers::HOP_BY_HOP;
 
 fn request(raw: &[u8]) -> Parsed<(usize, usize, bool, String, String)> {
-    let mut storage = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut storage = storage();
     match parse_request(raw, &mut storage) {
         Parsed::Body(n) => Parsed::Body(n),
         Parsed::Ready(h) => Parsed::Ready((
@@ -106,7 +107,7 @@ fn a_head_larger_than_the_limit_goes_to_hyper() {
 #[test]
 fn the_upstream_request_drops_hop_by_hop_headers_and_adds_forwarded_ones() {
     let raw = b"GET /p?q HTTP/1.1\r\nHost: app.example\r\nConnection: keep-alive, x-secret\r\nX-Secret: 1\r\nKeep-Alive: timeout=5\r\nTE: trailers\r\nProxy-Connection: x\r\nX-Forwarded-For: 10.0.0.1\r\nX-Forwarded-Proto: https\r\nX-Forwarded-Host: evil\r\nAccept: */*\r\nContent-Length: 0\r\n\r\n";
-    let mut storage = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut storage = storage();
     let Parsed::Ready(head) = parse_request(raw, &mut storage) else {
         panic!("not ready")
     };
@@ -158,7 +159,7 @@ fn the_upstream_request_drops_hop_by_hop_headers_and_adds_forwarded_ones() {
 type Summary = Result<(StatusCode, Framing, bool), Option<usize>>;
 
 fn response(raw: &[u8], head_request: bool) -> Result<Summary, BadResponse> {
-    let mut storage = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut storage = storage();
     Ok(match parse_response(raw, &mut storage, head_request)? {
         Response::Partial => Err(None),
         Response::Informational(n) => Err(Some(n)),
@@ -250,7 +251,7 @@ fn informational_and_bad_responses() {
 #[test]
 fn the_downstream_response_is_reframed_and_cleaned() {
     let raw = b"HTTP/1.1 200 OK\r\nServer: o\r\nConnection: keep-alive, x-hop\r\nX-Hop: 1\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\nKeep-Alive: timeout=5\r\n\r\n";
-    let mut storage = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut storage = storage();
     let Ok(Response::Final(head)) = parse_response(raw, &mut storage, false) else {
         panic!("not parsed")
     };
@@ -296,23 +297,126 @@ fn a_map_head_writes_every_value() {
 fn every_hop_by_hop_name_is_seen_in_any_case_and_others_are_not() {
     for h in &HOP_BY_HOP {
         let upper = h.as_str().to_ascii_uppercase();
-        assert!(is_hop(h.as_str(), &[], false), "{h}");
-        assert!(is_hop(&upper, &[], false), "{upper}");
+        assert!(Name::of(h.as_str()).is_hop(), "{h}");
+        assert!(Name::of(&upper).is_hop(), "{upper}");
     }
     for other in [
         "content-type",
         "date",
         "server",
         "t",
+        "tf",
         "x-upgrade",
         "connections",
+        "keep-alivE2",
+        "content-length",
     ] {
-        assert!(!is_hop(other, &[], false), "{other}");
+        assert!(!Name::of(other).is_hop(), "{other}");
+    }
+    for (name, kind) in [
+        ("Host", Name::Host),
+        ("CONTENT-LENGTH", Name::ContentLength),
+        ("Transfer-Encoding", Name::TransferEncoding),
+        ("expect", Name::Expect),
+        ("Date", Name::Date),
+        ("hosts", Name::Other),
+        ("content-lengtH ", Name::Other),
+        ("dat", Name::Other),
+    ] {
+        assert_eq!(Name::of(name), kind, "{name}");
     }
     let named = [Header {
         name: "Connection",
         value: b"close, X-Private",
     }];
-    assert!(is_hop("x-private", &named, true));
-    assert!(!is_hop("x-private", &named, false));
+    assert!(named_by_connection("x-private", &named, true));
+    assert!(!named_by_connection("x-private", &named, false));
+    assert!(!named_by_connection("x-other", &named, true));
+}
+
+#[test]
+fn lower_eq_is_eq_ignore_ascii_case_for_names() {
+    let names = [
+        "te",
+        "host",
+        "date",
+        "expect",
+        "upgrade",
+        "trailer",
+        "connection",
+        "keep-alive",
+        "content-length",
+        "proxy-connection",
+        "transfer-encoding",
+    ];
+    let others = [
+        "TE",
+        "Te",
+        "tE",
+        "ts",
+        "hosT",
+        "h0st",
+        "Content-Length",
+        "CONTENT-LENGTH",
+        "content_length",
+        "content-lengtx",
+        "xontent-length",
+        "Transfer-EncodinG",
+        "transfer-encodinh",
+        "keep_alive",
+        "Proxy-Connection",
+        "proxy-connectioN",
+        "proxy-connectiom",
+        "x",
+        "",
+        "upgrade!",
+    ];
+    for lower in names {
+        for name in names.iter().chain(&others) {
+            assert_eq!(
+                lower_eq(name.as_bytes(), lower.as_bytes()),
+                name.eq_ignore_ascii_case(lower),
+                "{name} against {lower}"
+            );
+        }
+    }
+}
+
+/// The header lines `write_response` writes, one `line` each: what `copy_lines` must equal.
+fn lines_one_by_one(headers: &[Header<'_>], keep: impl Fn(&str) -> bool) -> Vec<u8> {
+    let mut out = Vec::new();
+    for h in headers.iter().filter(|h| keep(h.name)) {
+        line(&mut out, h.name.as_bytes(), h.value);
+    }
+    out
+}
+
+#[test]
+fn header_lines_copied_in_runs_are_the_lines_written_one_by_one() {
+    // Lines as pier writes them (copied in runs), others (re-written), and dropped ones between.
+    let raw: &[u8] = b"HTTP/1.1 200 OK\r\nServer: a\r\nDate: b\r\nX-Tight:c\r\nX-Wide:   d  \r\n\
+        Connection: keep-alive\r\nX-E: e\r\nX-Empty: \r\nX-F: f\r\nContent-Length: 1\r\n\
+        X-Bare: g\nX-Last: h\r\n\r\n";
+    let mut storage = storage();
+    let Ok(Response::Final(head)) = parse_response(raw, &mut storage, false) else {
+        panic!("not parsed");
+    };
+    let keeps: [&dyn Fn(&str) -> bool; 4] = [
+        &|_| true,
+        &|_| false,
+        &|n| !Name::of(n).is_hop() && !Name::of(n).is_framing(),
+        &|n| n.starts_with("X-"),
+    ];
+    for keep in keeps {
+        let mut out = Vec::new();
+        copy_lines(head.raw, head.headers, &mut out, keep);
+        assert_eq!(
+            String::from_utf8_lossy(&out),
+            String::from_utf8_lossy(&lines_one_by_one(head.headers, keep))
+        );
+    }
+    // And the copy did take the laid-out lines as they were.
+    let mut out = Vec::new();
+    copy_lines(head.raw, head.headers, &mut out, |_| true);
+    assert!(out.starts_with(b"Server: a\r\nDate: b\r\nX-Tight: c\r\nX-Wide: d\r\n"));
 }
