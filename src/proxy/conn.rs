@@ -749,11 +749,14 @@ mod tests {
     /// request states set the size. This keeps it from growing unnoticed: 3 056 bytes in a
     /// debug build and 2 984 in a release build, 2026-11-28 (5 784 and 5 712 before
     /// `respond` and `forward` borrowed the request's common part instead of storing it
-    /// twice each, and before the exchange got a future of its own, `h1::watching`).
+    /// twice each, and before the exchange got a future of its own, `h1::watching`); 3 192
+    /// in a debug build since a forwarded request is set aside (`h1::Conn::set_aside`: its
+    /// copy, and `watching`'s wait for the client before it takes a read buffer), which
+    /// saves the 8 KiB read buffer.
     #[test]
     fn a_connections_serving_states_stay_within_their_budget() {
         let size = future_size(super::serve_conn);
-        assert!(size <= 3 * 1024 + 64, "{size} bytes");
+        assert!(size <= 3 * 1024 + 128, "{size} bytes");
     }
 
     /// The task's future itself (the accept loop spawns it unwrapped), held while the

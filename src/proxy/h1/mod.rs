@@ -487,6 +487,8 @@ where
             upgrade: false,
         };
         let in_flight = shared.admit(snapshot, backend, endpoint).await?;
+        // The request is in `wbuf` now: its read buffer is not held while the upstream works.
+        let request_bytes = self.set_aside(common);
         // `timeouts.request` runs from the request's arrival, `backendRequest` from now; both
         // end at the response head, as on the hyper path.
         let request = fwd.rule.timeouts.request.map(|t| started + t);
@@ -537,7 +539,10 @@ where
         let (conn, answer) = match result {
             Ok(Some(exchanged)) => exchanged,
             // The endpoint speaks HTTP/2: hyper takes the connection, this request included.
-            Ok(None) => return Ok(Next::Fallback),
+            Ok(None) => {
+                self.rbuf = put_back(&request_bytes, &self.rbuf);
+                return Ok(Next::Fallback);
+            }
             Err(e) => {
                 service::outcome(shared, backend, endpoint, Err(&e));
                 return Err(e);
@@ -557,6 +562,22 @@ where
             Ok(()) if !answer.down_close => Next::KeepAlive,
             _ => Next::Close,
         })
+    }
+
+    /// Takes the request (`common.consumed` bytes, already copied into `wbuf`) out of the read
+    /// buffer, and gives the buffer back to the [`stock`] when nothing else is in it: a
+    /// request waiting on its upstream holds no 8 KiB read buffer (at thousands of requests
+    /// in flight, most of a connection's memory; BENCHMARKS.md). [`watching`] takes one again
+    /// when the client sends more. Returns a copy of the request, which the HTTP/2 fallback
+    /// replays ([`put_back`]); it is no longer counted in `consumed`.
+    fn set_aside(&mut self, common: &mut Common<'_>) -> Box<[u8]> {
+        let request: Box<[u8]> = self.rbuf[..common.consumed].into();
+        self.rbuf.advance(common.consumed);
+        common.consumed = 0;
+        if self.rbuf.is_empty() {
+            stock::give(std::mem::take(&mut self.rbuf));
+        }
+        request
     }
 
     /// True if the whole response (head and exactly its body) is in `ubuf` and the upstream
@@ -959,12 +980,27 @@ async fn watching<I, F>(
     mut exchange: Pin<&mut F>,
 ) -> Watched<F::Output>
 where
-    I: AsyncRead + Unpin,
+    I: AsyncRead + ReadReady + Unpin,
     F: Future,
 {
     loop {
         if rbuf.len() >= READ_AHEAD {
             return Watched::Done(exchange.await);
+        }
+        if rbuf.capacity() == 0 {
+            // No buffer while the client is quiet ([`Conn::set_aside`]): one once it sends
+            // something or hangs up.
+            tokio::select! {
+                biased;
+                r = exchange.as_mut() => return Watched::Done(r),
+                ready = io.read_ready() => match ready {
+                    Ok(()) => *rbuf = stock::take(),
+                    Err(_) => {
+                        let r = tokio::time::timeout(HANGUP_GRACE, exchange).await.ok();
+                        return Watched::ClientGone(r);
+                    }
+                },
+            }
         }
         room_to_read(rbuf);
         tokio::select! {
@@ -1024,6 +1060,15 @@ async fn exchange(
         };
         return Ok(Some((conn, answer)));
     }
+}
+
+/// The read buffer as it was before [`Conn::set_aside`]: `request`, then what `rest` holds
+/// (read meanwhile).
+fn put_back(request: &[u8], rest: &[u8]) -> BytesMut {
+    let mut buf = BytesMut::with_capacity(request.len() + rest.len());
+    buf.extend_from_slice(request);
+    buf.extend_from_slice(rest);
+    buf
 }
 
 /// Readies a read buffer for the next socket read: an emptied one starts over at its front
@@ -1218,6 +1263,45 @@ mod tests {
         );
         let read = up.read_buf(&mut ubuf).await.unwrap();
         assert_eq!(&ubuf[..read], b"HTTP/1.1 200 OK\r\n");
+    }
+
+    #[tokio::test]
+    async fn a_request_waiting_for_its_response_holds_no_client_buffer() {
+        use std::task::Poll;
+        use tokio::io::AsyncWriteExt as _;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = tokio::net::TcpStream::connect(listener.local_addr().unwrap());
+        let (client, accepted) = tokio::join!(client, listener.accept());
+        let (mut client, mut io) = (client.unwrap(), accepted.unwrap().0);
+        // The request was read (up to the socket's end, which clears its read readiness) and
+        // the read buffer given back ([`Conn::set_aside`]); the response is not here yet.
+        let blocked = io.try_read(&mut [0; 16]).unwrap_err();
+        assert_eq!(blocked.kind(), io::ErrorKind::WouldBlock);
+        let mut rbuf = BytesMut::new();
+        let (_tx, rx) = tokio::sync::oneshot::channel::<()>();
+        {
+            let exchange = std::pin::pin!(rx);
+            let watched = watching(&mut io, &mut rbuf, exchange);
+            let mut watched = std::pin::pin!(watched);
+            let polled = std::future::poll_fn(|cx| Poll::Ready(watched.as_mut().poll(cx))).await;
+            assert!(polled.is_pending(), "the exchange goes on");
+        }
+        assert_eq!(rbuf.capacity(), 0, "no buffer while the client is quiet");
+        // The client pipelines its next request meanwhile: read ahead, into a buffer taken then.
+        client.write_all(b"GET /next HTTP/1.1\r\n").await.unwrap();
+        let exchange = std::pin::pin!(std::future::pending::<()>());
+        let watched = watching(&mut io, &mut rbuf, exchange);
+        let read = tokio::time::timeout(std::time::Duration::from_millis(200), watched).await;
+        assert!(read.is_err(), "still watching: the exchange never ends");
+        assert_eq!(&rbuf[..], b"GET /next HTTP/1.1\r\n");
+        assert!(rbuf.capacity() >= BUF / 4, "a buffer once the client sent");
+    }
+
+    #[test]
+    fn a_request_set_aside_is_put_back_in_front_of_what_followed() {
+        let back = put_back(b"GET / HTTP/1.1\r\n\r\n", b"GET /2");
+        assert_eq!(&back[..], b"GET / HTTP/1.1\r\n\r\nGET /2");
+        assert!(put_back(b"", b"").is_empty());
     }
 
     #[test]
