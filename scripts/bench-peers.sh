@@ -63,7 +63,12 @@
 #               default for workers sharing cores) and --max-connections 16384, as
 #               nginx's worker_connections; the origin with two workers on ORIGIN_CPU. CPU and
 #               RSS are the two processes' sum. HAProxy is left out: it runs as one process.
-#               MANY_PROCS=1: one process each (up to ~6 000 connections here); 1 or 2
+#               MANY_PROCS=1: one process each (up to ~6 000 connections here); 1 or 2.
+#               Both proxies keep up to 1 024 idle upstream connections per worker (nginx
+#               `keepalive 1024`, pier's default); nginx closes one above that on release,
+#               pier once it has sat unused for 5 s. NGINX_KEEPALIVE=8192 raises nginx's cache
+#               (the nginx proxy's `keepalive` in every scenario) so that neither closes any
+#               under this load.
 #   Large bodies, one command:  scripts/bench-peers.sh big-{nginx,pier,haproxy} up-{nginx,pier,haproxy}
 #   Two workers, one command:   scripts/bench-peers.sh w2-nginx w2-pier w2-haproxy
 #   New upstream TLS connections, one command:
@@ -94,7 +99,7 @@
 #
 # Knobs (env): DURATION=8s REPS=7 CONNS="64 256" WARMUP=2s WRK_CPU=1 PROXY_CPU=0 ORIGIN_CPU=1
 #   LOAD_MAX=0.5 LOAD_WAIT=600 QUIET_PCT=10 QUIET_SECS=2 QUIET_WAIT=300 PROC_MAX=10
-#   FOREIGN_MAX=10 RETRIES=3 FORCE=0 INTERLEAVE=1 W2_CPUS=0,1 MANY_CONNS=10000 MANY_PROCS=2 PIER_BIN=target/release/pier RUN_DIR=target/bench-peers
+#   FOREIGN_MAX=10 RETRIES=3 FORCE=0 INTERLEAVE=1 W2_CPUS=0,1 MANY_CONNS=10000 MANY_PROCS=2 NGINX_KEEPALIVE=1024 PIER_BIN=target/release/pier RUN_DIR=target/bench-peers
 #   CONN_LOAD=scripts/conn-load/target/release/conn-load
 #   PORT_BASE=19000 (ports PORT_BASE+81 .. +105, +443, +444, +901 and +902 on 127.0.0.1)
 # Needs: wrk nginx haproxy openssl curl taskset (installed with apt-get when missing) and a
@@ -121,6 +126,7 @@ INTERLEAVE="${INTERLEAVE:-1}"
 W2_CPUS="${W2_CPUS:-0,1}"
 MANY_CONNS="${MANY_CONNS:-10000}"
 MANY_PROCS="${MANY_PROCS:-2}"
+NGINX_KEEPALIVE="${NGINX_KEEPALIVE:-1024}"
 case "$MANY_PROCS" in 1 | 2) ;; *) echo "MANY_PROCS must be 1 or 2 (pier's admin ports are PORT_BASE+901 and +902)" >&2; exit 2 ;; esac
 PIER_BIN="${PIER_BIN:-$ROOT/target/release/pier}"
 CONN_LOAD="${CONN_LOAD:-$ROOT/scripts/conn-load/target/release/conn-load}"
@@ -475,8 +481,8 @@ worker_processes 1; daemon off; pid nginx.pid; error_log stderr warn; worker_rli
 events { worker_connections 16384; }
 http {
   access_log off; keepalive_requests 10000000; keepalive_timeout 75s; $temps
-  upstream plain { server 127.0.0.1:$P_ORIGIN; keepalive 1024; keepalive_requests 10000000; }
-  upstream mtls  { server 127.0.0.1:$P_ORIGIN_TLS; keepalive 1024; keepalive_requests 10000000; }
+  upstream plain { server 127.0.0.1:$P_ORIGIN; keepalive $NGINX_KEEPALIVE; keepalive_requests 10000000; }
+  upstream mtls  { server 127.0.0.1:$P_ORIGIN_TLS; keepalive $NGINX_KEEPALIVE; keepalive_requests 10000000; }
   upstream mtls_close { server 127.0.0.1:$P_ORIGIN_TLS_CLOSE; }
   proxy_ssl_certificate $CERTS/gateway-client.crt; proxy_ssl_certificate_key $CERTS/gateway-client.key;
   proxy_ssl_trusted_certificate $CERTS/mesh-ca.crt; proxy_ssl_verify on; proxy_ssl_verify_depth 2;

@@ -97,10 +97,14 @@ pub struct ProxyConfig {
     pub tls_handshake_timeout: Duration,
     /// Idle upstream HTTP/1.1 connections are closed after this.
     pub pool_idle_timeout: Duration,
-    /// Idle HTTP/1.1 connections kept per pool key (endpoint, TLS trust and SNI, protocol);
-    /// with thread per core, the fast path's are kept per worker and capped per worker, as
-    /// nginx's `keepalive` is per worker process.
+    /// Idle HTTP/1.1 connections kept per pool key (endpoint, TLS trust and SNI, protocol)
+    /// for longer than `pool_surplus_idle`: a burst's connections above it stay pooled while
+    /// the load reuses them (`upstream::pool`). With thread per core, the fast path's are
+    /// kept per worker and capped per worker, as nginx's `keepalive` is per worker process.
     pub pool_max_idle_per_host: usize,
+    /// How long an idle connection above `pool_max_idle_per_host` stays pooled unused before
+    /// it closes (HAProxy's `pool-purge-delay`, 5 s by default too).
+    pub pool_surplus_idle: Duration,
     /// How long connections on a port removed from the snapshot may finish their requests.
     pub drain_timeout: Duration,
     /// Bound on a mirrored request, body wait included.
@@ -280,6 +284,7 @@ impl Default for ProxyConfig {
             tls_handshake_timeout: Duration::from_secs(10),
             pool_idle_timeout: Duration::from_secs(90),
             pool_max_idle_per_host: 1024,
+            pool_surplus_idle: Duration::from_secs(5),
             drain_timeout: Duration::from_secs(30),
             mirror_timeout: Duration::from_secs(10),
             limits: Limits::default(),

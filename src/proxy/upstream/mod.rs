@@ -129,6 +129,7 @@ impl Upstream {
         let pool = Pool::new(pool::Settings {
             max_idle: config.pool_max_idle_per_host,
             idle_timeout: config.pool_idle_timeout,
+            surplus_idle: config.pool_surplus_idle,
             idle_gauge: metrics.upstream_idle(),
         });
         let tick = (config.pool_idle_timeout / 2).clamp(Duration::from_millis(10), RETIRE_BOUND);

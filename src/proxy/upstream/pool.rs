@@ -24,6 +24,20 @@
 //! entry. The map key is a small `Copy` value (no allocation per lookup); the SNI, which is
 //! rarely different for one address and trust, is compared in the short list behind it.
 //!
+//! The idle cap ([`Settings::max_idle`]) is for connections that go unused, not for a
+//! burst's: a release always pools its connection, and the sweep (every
+//! [`super::RETIRE_BOUND`] at most) closes, oldest first, the connections above the cap that
+//! have been idle for [`Settings::surplus_idle`]. Checkouts take the most recently used, so the
+//! oldest are those the load did not need. Under a load whose concurrency swings above the
+//! cap, the connections it keeps reusing stay open instead of closing on release and opening
+//! again a moment later (at 10 000 active clients, a cap of 1 024 applied on release closed
+//! and reopened ~3 000 upstream connections a second, and the requests that waited for those
+//! connects made the latency tail; BENCHMARKS.md). When the load falls, the list is back at
+//! the cap within `surplus_idle` and a sweep. This is HAProxy's way with idle server
+//! connections (`pool-purge-delay`), not nginx's fixed `keepalive` cache. The connections
+//! kept above the cap were all in use at once moments before, so pooling them opens nothing
+//! the load did not already hold.
+//!
 //! Retiring: [`Entry::retire`] sets `retired` and empties both lists under their locks, so a
 //! connection released or installed concurrently is dropped instead of pooled. Requests
 //! already using a retired connection finish; HTTP/2 keeps the connection open until its last
@@ -85,6 +99,8 @@ type Shard = HashMap<ShortKey, Vec<Arc<Entry>>, FxBuild>;
 pub struct Settings {
     pub max_idle: usize,
     pub idle_timeout: Duration,
+    /// Idle connections above `max_idle` close once idle this long.
+    pub surplus_idle: Duration,
     pub idle_gauge: Gauge,
 }
 
@@ -373,27 +389,16 @@ impl Entry {
         });
     }
 
+    /// Pools a connection whose exchange ended. The cap is the sweep's to apply (module
+    /// docs).
     fn push_idle(&self, tx: H1Sender) {
-        let max = self.settings.max_idle;
-        let evicted = {
-            let mut idle = lock(&self.idle);
-            if self.is_retired() || max == 0 {
-                return;
-            }
-            let evicted = if idle.len() >= max {
-                self.settings.idle_gauge.dec();
-                idle.pop_front()
-            } else {
-                None
-            };
-            idle.push_back(IdleConn {
-                tx,
-                since: Instant::now(),
-            });
-            self.settings.idle_gauge.inc();
-            evicted
-        };
-        drop(evicted);
+        let since = Instant::now();
+        let mut idle = lock(&self.idle);
+        if self.is_retired() || self.settings.max_idle == 0 {
+            return;
+        }
+        idle.push_back(IdleConn { tx, since });
+        self.settings.idle_gauge.inc();
     }
 
     /// The most recently used idle raw connection that is still usable (fast path).
@@ -414,27 +419,15 @@ impl Entry {
         &self.raw[workers::lane() % self.raw.len()]
     }
 
-    /// Pools a raw connection whose exchange ended cleanly; the oldest goes when full. The cap
-    /// (per worker) counts hyper's idle connections of the entry too.
+    /// Pools a raw connection whose exchange ended cleanly. The cap (per worker, counting
+    /// hyper's idle connections of the entry too) is the sweep's to apply (module docs).
     pub fn push_raw(&self, conn: IdleRaw) {
-        let max = self.settings.max_idle;
-        let hyper_idle = lock(&self.idle).len();
-        let evicted = {
-            let mut raw = lock(self.raw_lane());
-            if self.is_retired() || max == 0 {
-                return;
-            }
-            let evicted = if raw.len() + hyper_idle >= max && !raw.is_empty() {
-                self.settings.idle_gauge.dec();
-                raw.pop_front()
-            } else {
-                None
-            };
-            raw.push_back(conn);
-            self.settings.idle_gauge.inc();
-            evicted
-        };
-        drop(evicted);
+        let mut raw = lock(self.raw_lane());
+        if self.is_retired() || self.settings.max_idle == 0 {
+            return;
+        }
+        raw.push_back(conn);
+        self.settings.idle_gauge.inc();
     }
 
     /// The shared HTTP/2 connection, if open.
@@ -508,23 +501,46 @@ impl Entry {
                 .is_some_and(|k| !live.trust_keys.contains(&k))
     }
 
+    /// Closes the idle connections past the idle timeout, closed by their peer, or above the
+    /// cap and idle for `surplus_idle` (module docs).
     fn expire_idle(&self, now: Instant) {
-        let timeout = self.settings.idle_timeout;
-        let expired: Vec<IdleConn> = {
+        let Settings {
+            max_idle,
+            idle_timeout: timeout,
+            surplus_idle,
+            ..
+        } = *self.settings;
+        let (expired, hyper_idle): (Vec<IdleConn>, usize) = {
             let mut idle = lock(&self.idle);
-            // Oldest first: stop at the first connection still fresh and open.
+            // Oldest first: stop at the first connection that stays.
+            let len = idle.len();
             let n = idle
                 .iter()
-                .take_while(|c| now.duration_since(c.since) >= timeout || c.tx.is_closed())
+                .enumerate()
+                .take_while(|&(i, c)| {
+                    let age = now.duration_since(c.since);
+                    age >= timeout
+                        || c.tx.is_closed()
+                        || (len - i > max_idle && age >= surplus_idle)
+                })
                 .count();
             self.settings.idle_gauge.dec_by(n as i64);
-            idle.drain(..n).collect()
+            (idle.drain(..n).collect(), len - n)
         };
         // Raw sockets have no connection task to notice a close: probe each one (once: a
         // probe that read a stray byte has spoiled the connection).
         let mut expired_raw: Vec<IdleRaw> = Vec::new();
         for lane in &self.raw {
             let mut raw = lock(lane);
+            let cap = max_idle.saturating_sub(hyper_idle);
+            while raw.len() > cap
+                && raw
+                    .front()
+                    .is_some_and(|c| now.duration_since(c.since) >= surplus_idle)
+            {
+                self.settings.idle_gauge.dec();
+                expired_raw.extend(raw.pop_front());
+            }
             let bad: Vec<usize> = raw
                 .iter_mut()
                 .enumerate()

@@ -120,16 +120,32 @@ async fn an_unread_response_body_never_returns_its_connection() {
     assert_eq!(echo.connections(), 2);
 }
 
+/// Waits until the pool holds `n` idle connections.
+async fn idle(up: &Upstream, n: usize) {
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while up.pool().counts().0 != n {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{n} idle connections, not {}", up.pool().counts().0));
+}
+
+/// A cap of two, and connections above it kept 300 ms unused.
+fn capped() -> ProxyConfig {
+    ProxyConfig {
+        pool_max_idle_per_host: 2,
+        pool_surplus_idle: Duration::from_millis(300),
+        ..ProxyConfig::default()
+    }
+}
+
 #[tokio::test]
-async fn idle_connections_are_capped_per_key() {
+async fn idle_connections_above_the_cap_close_once_unused_for_the_surplus_time() {
     let echo = crate::echo::spawn(([127, 0, 0, 1], 0).into(), "e")
         .await
         .unwrap();
-    let config = ProxyConfig {
-        pool_max_idle_per_host: 2,
-        ..ProxyConfig::default()
-    };
-    let up = upstream(&config);
+    let up = upstream(&capped());
     let b = backend(AppProtocol::Http1);
     let ep = Endpoint::new(echo.addr);
     let target = Target {
@@ -137,7 +153,8 @@ async fn idle_connections_are_capped_per_key() {
         endpoint: &ep,
         upgrade: false,
     };
-    // Three responses open at once need three connections; only two stay idle.
+    // Three responses open at once need three connections, and all three are pooled: the
+    // load may need them again at once.
     let mut open = Vec::new();
     for _ in 0..3 {
         open.push(up.send(target, get("a", "/")).await.unwrap());
@@ -145,20 +162,79 @@ async fn idle_connections_are_capped_per_key() {
     for resp in open {
         read(resp).await;
     }
-    tokio::time::timeout(Duration::from_secs(5), async {
-        while up.pool().counts().0 != 2 {
-            tokio::task::yield_now().await;
-        }
-    })
-    .await
-    .expect("two idle connections");
+    idle(&up, 3).await;
+    up.pool().sweep(None);
+    assert_eq!(up.pool().counts().0, 3, "not yet unused for long");
+    // Three at once again: no new connection.
+    let mut open = Vec::new();
+    for _ in 0..3 {
+        open.push(up.send(target, get("a", "/")).await.unwrap());
+    }
+    for resp in open {
+        read(resp).await;
+    }
+    idle(&up, 3).await;
     assert_eq!(echo.connections(), 3);
+    // Unused for the surplus time, the one above the cap closes; the cap stays.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    up.pool().sweep(None);
+    assert_eq!(up.pool().counts().0, 2);
+    up.pool().sweep(None);
+    assert_eq!(up.pool().counts().0, 2);
+}
+
+#[tokio::test]
+async fn raw_connections_above_the_cap_close_once_unused_for_the_surplus_time() {
+    let echo = crate::echo::spawn(([127, 0, 0, 1], 0).into(), "e")
+        .await
+        .unwrap();
+    let up = upstream(&capped());
+    let b = backend(AppProtocol::Http1);
+    let ep = Endpoint::new(echo.addr);
+    let target = Target {
+        backend: &b,
+        endpoint: &ep,
+        upgrade: false,
+    };
+    let checkout = async || {
+        let mut conns = Vec::new();
+        for _ in 0..4 {
+            match up.raw(target).await.unwrap() {
+                Raw::Conn(c) => conns.push(c),
+                Raw::Http2 => panic!("plain HTTP/1.1 endpoint"),
+            }
+        }
+        conns
+    };
+    // Four at once, all released: all four pooled.
+    checkout().await.into_iter().for_each(RawConn::release);
+    assert_eq!(up.pool().counts().0, 4);
+    up.pool().sweep(None);
+    assert_eq!(up.pool().counts().0, 4, "not yet unused for long");
+    // Needed again: reused, none opened.
+    let again = checkout().await;
+    assert!(again.iter().all(|c| c.reused));
+    again.into_iter().for_each(RawConn::release);
+    assert_eq!(echo.connections(), 4);
+    // The load needs one at a time for longer than the surplus time: the two oldest close.
+    for _ in 0..4 {
+        let Raw::Conn(c) = up.raw(target).await.unwrap() else {
+            panic!("plain HTTP/1.1 endpoint")
+        };
+        assert!(c.reused);
+        c.release();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    up.pool().sweep(None);
+    assert_eq!(up.pool().counts().0, 2);
+    assert_eq!(echo.connections(), 4);
 }
 
 #[tokio::test]
 async fn sweeping_retires_stale_trust_and_forgets_unused_entries() {
     let pool = Pool::new(pool::Settings {
         max_idle: 4,
+        surplus_idle: Duration::from_secs(5),
         idle_timeout: Duration::from_secs(60),
         idle_gauge: Gauge::default(),
     });
@@ -195,6 +271,7 @@ async fn sweeping_retires_stale_trust_and_forgets_unused_entries() {
 fn each_entry_keeps_its_own_tls_sessions_for_the_idle_timeout() {
     let pool = Pool::new(pool::Settings {
         max_idle: 4,
+        surplus_idle: Duration::from_secs(5),
         idle_timeout: Duration::from_millis(200),
         idle_gauge: Gauge::default(),
     });
