@@ -285,6 +285,13 @@ fn lower_eq(name: &[u8], lower: &[u8]) -> bool {
     i == n || word(&name[n - 8..]) | CASE == word(&lower[n - 8..])
 }
 
+/// What a header line of a head that pier forwards is, or `None` when the line stops here: a
+/// hop-by-hop name ([`Name::is_hop`]) or one a `Connection` line of the same head names.
+fn end_to_end(name: &str, headers: &[Header<'_>], connection_names: bool) -> Option<Name> {
+    let kind = Name::of(name);
+    (!kind.is_hop() && !named_by_connection(name, headers, connection_names)).then_some(kind)
+}
+
 /// Named by a `Connection` line of `headers` (checked only when one names any header).
 fn named_by_connection(name: &str, headers: &[Header<'_>], connection_names: bool) -> bool {
     connection_names
@@ -320,12 +327,11 @@ pub fn write_request(head: &RequestHead<'_>, fwd: &Forwarding<'_>, out: &mut Vec
     // With tracing on, pier writes `traceparent` and `tracestate` itself.
     let traced = fwd.edge.trace.is_some();
     copy_lines(head.raw, head.headers, out, |name| {
-        let kind = Name::of(name);
-        !(kind.is_hop()
-            || matches!(kind, Name::Host | Name::ContentLength)
-            || is_edge_header(name)
-            || (traced && is_trace_header(name))
-            || named_by_connection(name, head.headers, head.connection_names))
+        end_to_end(name, head.headers, head.connection_names).is_some_and(|kind| {
+            !(matches!(kind, Name::Host | Name::ContentLength)
+                || is_edge_header(name)
+                || (traced && is_trace_header(name)))
+        })
     });
     line(out, b"host", fwd.host);
     fwd.edge
@@ -576,10 +582,8 @@ pub fn write_status(status: StatusCode, out: &mut Vec<u8>) {
 pub fn write_response(head: &ResponseHead<'_>, tail: Tail<'_>, out: &mut Vec<u8>) {
     write_status(head.status, out);
     copy_lines(head.raw, head.headers, out, |name| {
-        let kind = Name::of(name);
-        !(kind.is_hop()
-            || (tail.framing != Framing::Empty && kind.is_framing())
-            || named_by_connection(name, head.headers, head.connection_names))
+        end_to_end(name, head.headers, head.connection_names)
+            .is_some_and(|kind| tail.framing == Framing::Empty || !kind.is_framing())
     });
     write_tail(tail, out);
 }
