@@ -131,23 +131,24 @@ async fn idle(up: &Upstream, n: usize) {
     .unwrap_or_else(|_| panic!("{n} idle connections, not {}", up.pool().counts().0));
 }
 
-/// A cap of two, and connections above it kept 300 ms unused.
-fn capped() -> ProxyConfig {
-    ProxyConfig {
+/// An echo server, and an upstream with a cap of two idle connections whose connections
+/// above it stay 300 ms unused.
+async fn capped() -> (crate::echo::EchoServer, Upstream, Backend, Endpoint) {
+    let echo = crate::echo::spawn(([127, 0, 0, 1], 0).into(), "e")
+        .await
+        .unwrap();
+    let up = upstream(&ProxyConfig {
         pool_max_idle_per_host: 2,
         pool_surplus_idle: Duration::from_millis(300),
         ..ProxyConfig::default()
-    }
+    });
+    let ep = Endpoint::new(echo.addr);
+    (echo, up, backend(AppProtocol::Http1), ep)
 }
 
 #[tokio::test]
 async fn idle_connections_above_the_cap_close_once_unused_for_the_surplus_time() {
-    let echo = crate::echo::spawn(([127, 0, 0, 1], 0).into(), "e")
-        .await
-        .unwrap();
-    let up = upstream(&capped());
-    let b = backend(AppProtocol::Http1);
-    let ep = Endpoint::new(echo.addr);
+    let (echo, up, b, ep) = capped().await;
     let target = Target {
         backend: &b,
         endpoint: &ep,
@@ -155,25 +156,21 @@ async fn idle_connections_above_the_cap_close_once_unused_for_the_surplus_time()
     };
     // Three responses open at once need three connections, and all three are pooled: the
     // load may need them again at once.
-    let mut open = Vec::new();
-    for _ in 0..3 {
-        open.push(up.send(target, get("a", "/")).await.unwrap());
-    }
-    for resp in open {
-        read(resp).await;
-    }
-    idle(&up, 3).await;
+    let three_at_once = async || {
+        let mut open = Vec::new();
+        for _ in 0..3 {
+            open.push(up.send(target, get("a", "/")).await.unwrap());
+        }
+        for resp in open {
+            read(resp).await;
+        }
+        idle(&up, 3).await;
+    };
+    three_at_once().await;
     up.pool().sweep(None);
     assert_eq!(up.pool().counts().0, 3, "not yet unused for long");
-    // Three at once again: no new connection.
-    let mut open = Vec::new();
-    for _ in 0..3 {
-        open.push(up.send(target, get("a", "/")).await.unwrap());
-    }
-    for resp in open {
-        read(resp).await;
-    }
-    idle(&up, 3).await;
+    // Needed again: no new connection.
+    three_at_once().await;
     assert_eq!(echo.connections(), 3);
     // Unused for the surplus time, the one above the cap closes; the cap stays.
     tokio::time::sleep(Duration::from_millis(400)).await;
@@ -185,12 +182,7 @@ async fn idle_connections_above_the_cap_close_once_unused_for_the_surplus_time()
 
 #[tokio::test]
 async fn raw_connections_above_the_cap_close_once_unused_for_the_surplus_time() {
-    let echo = crate::echo::spawn(([127, 0, 0, 1], 0).into(), "e")
-        .await
-        .unwrap();
-    let up = upstream(&capped());
-    let b = backend(AppProtocol::Http1);
-    let ep = Endpoint::new(echo.addr);
+    let (echo, up, b, ep) = capped().await;
     let target = Target {
         backend: &b,
         endpoint: &ep,
