@@ -265,6 +265,24 @@ pub fn shard_of(key: &ShortKey) -> usize {
     (h >> 32) as usize & (SHARDS - 1)
 }
 
+/// Takes out, oldest first (the front), the idle connections above `cap` that have been idle
+/// for `after`: the cap's rule for both lists (module docs).
+fn surplus<T>(
+    list: &mut VecDeque<T>,
+    cap: usize,
+    after: Duration,
+    now: Instant,
+    since: impl Fn(&T) -> Instant,
+) -> Vec<T> {
+    let over = list.len().saturating_sub(cap);
+    let n = list
+        .iter()
+        .take(over)
+        .take_while(|c| now.duration_since(since(c)) >= after)
+        .count();
+    list.drain(..n).collect()
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // Critical sections only move values; a panic inside one leaves consistent data.
     m.lock().unwrap_or_else(PoisonError::into_inner)
@@ -512,20 +530,15 @@ impl Entry {
         } = *self.settings;
         let (expired, hyper_idle): (Vec<IdleConn>, usize) = {
             let mut idle = lock(&self.idle);
-            // Oldest first: stop at the first connection that stays.
-            let len = idle.len();
+            let mut gone = surplus(&mut idle, max_idle, surplus_idle, now, |c| c.since);
+            // Oldest first: stop at the first connection still fresh and open.
             let n = idle
                 .iter()
-                .enumerate()
-                .take_while(|&(i, c)| {
-                    let age = now.duration_since(c.since);
-                    age >= timeout
-                        || c.tx.is_closed()
-                        || (len - i > max_idle && age >= surplus_idle)
-                })
+                .take_while(|c| now.duration_since(c.since) >= timeout || c.tx.is_closed())
                 .count();
-            self.settings.idle_gauge.dec_by(n as i64);
-            (idle.drain(..n).collect(), len - n)
+            gone.extend(idle.drain(..n));
+            self.settings.idle_gauge.dec_by(gone.len() as i64);
+            (gone, idle.len())
         };
         // Raw sockets have no connection task to notice a close: probe each one (once: a
         // probe that read a stray byte has spoiled the connection).
@@ -533,14 +546,9 @@ impl Entry {
         for lane in &self.raw {
             let mut raw = lock(lane);
             let cap = max_idle.saturating_sub(hyper_idle);
-            while raw.len() > cap
-                && raw
-                    .front()
-                    .is_some_and(|c| now.duration_since(c.since) >= surplus_idle)
-            {
-                self.settings.idle_gauge.dec();
-                expired_raw.extend(raw.pop_front());
-            }
+            let over = surplus(&mut raw, cap, surplus_idle, now, |c| c.since);
+            self.settings.idle_gauge.dec_by(over.len() as i64);
+            expired_raw.extend(over);
             let bad: Vec<usize> = raw
                 .iter_mut()
                 .enumerate()
