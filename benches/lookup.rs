@@ -27,6 +27,7 @@ fn rule(i: usize) -> Arc<Rule> {
         timeouts: Timeouts::default(),
         retry: None,
         session: None,
+        access: None,
     })
 }
 

@@ -16,7 +16,7 @@
 # building, a private Go module and build cache (go/, ~3.4 GB). go/ is deleted after a
 # successful build unless PIER_CONTROL_PLANE_KEEP_GO_CACHE=1: the binaries are what is reused.
 # `rm -rf` of the cache directory undoes everything.
-# See docs/control-plane.md for why it is done this way and what it costs.
+# See docs/src/control-plane.md for why it is done this way and what it costs.
 set -euo pipefail
 
 # Pinned versions. tests/support/apiserver.rs reads KUBE_VERSION from this line to find the

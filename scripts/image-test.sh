@@ -4,8 +4,9 @@
 # (no registry, no second release build), then runs it twice, each time --read-only, with no
 # capabilities and as its own user (uid 65532):
 #
-#  0. the README's "Run the container" command: `pier demo` in the container (its echo
-#     backends inside too), a request through the published port must reach echo-a.
+#  0. the manual's "Run the container" command (docs/src/operations/container.md): `pier demo`
+#     in the container (its echo backends inside too), a request through the published port
+#     must reach echo-a.
 #  1. standalone: the quickstart manifests mounted at the default CMD's directory, the
 #     container's port 8080 published on loopback, the three echo backends in containers of
 #     the same image sharing its network namespace; requests through the published port must
@@ -23,8 +24,9 @@
 # Which podman configuration runs here: `podman run` is tried with the defaults first. Where
 # that fails (this CI's sandbox: no CAP_SYS_RESOURCE even for root, and a cgroup v1/v2 hybrid
 # that crun refuses) it runs with runc and explicit --ulimit values no higher than podman's
-# own limits; see docs/container.md for why. Environment: PIER_IMAGE_BINARY (default: the
-# newest target/deb/pier_*.deb if newer than target/release/pier, else target/release/pier).
+# own limits; see docs/src/operations/container.md for why. Environment: PIER_IMAGE_BINARY
+# (default: the newest target/deb/pier_*.deb if newer than target/release/pier, else
+# target/release/pier).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$(pwd)
@@ -144,16 +146,17 @@ else
   log "podman run with its defaults failed: $(tail -1 "$RUN/probe.log")"
   RUNTIME=(--runtime runc --ulimit "nofile=$nofile:$nofile" --ulimit "nproc=$nproc:$nproc")
   podman run --rm "${RUNTIME[@]}" "$IMAGE" --version >"$RUN/probe.log" 2>&1 ||
-    die "podman run fails with ${RUNTIME[*]} too: $(tail -1 "$RUN/probe.log") (docs/container.md)"
+    die "podman run fails with ${RUNTIME[*]} too: $(tail -1 "$RUN/probe.log") (docs/src/operations/container.md)"
   log "podman run works with ${RUNTIME[*]}"
 fi
 grep -q "^pier " "$RUN/probe.log" || die "pier --version in the container printed: $(cat "$RUN/probe.log")"
 # Every container: a read-only root filesystem, no capabilities, no privilege gain.
 HARDEN=(--read-only --cap-drop=all --security-opt=no-new-privileges)
 
-# --- 0. the README's command: the demo ----------------------------------------------------------
-# As README.md "Run the container" gives it, with a free host port and the runtime options
-# found above. podman's --read-only mounts a tmpfs on /tmp, where the demo writes its manifests.
+# --- 0. the manual's command: the demo ----------------------------------------------------------
+# As docs/src/operations/container.md "Run the container" gives it, with a free host port and
+# the runtime options found above. podman's --read-only mounts a tmpfs on /tmp, where the demo
+# writes its manifests.
 t0=$(date +%s)
 port=$(free_port)
 podman run -d --name "$id-demo" "${RUNTIME[@]}" --read-only --network slirp4netns \

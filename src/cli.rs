@@ -200,8 +200,8 @@ pub struct RunArgs {
     pub access_log_fields: crate::proxy::AccessLogFields,
     /// Bind listener ports (and the admin port) with `SO_REUSEPORT`, so a new pier can bind
     /// them while this one runs: start the new one, wait until it is ready, then SIGTERM this
-    /// one (zero-downtime restart; README). Off by default: two instances would share traffic
-    /// silently instead of the second failing to bind.
+    /// one (zero-downtime restart; docs/src/operations/restarts.md). Off by default: two
+    /// instances would share traffic silently instead of the second failing to bind.
     #[arg(long)]
     pub reuse_port: bool,
     /// Turn TLS session resumption off on listeners: no session tickets, no session-ID cache,

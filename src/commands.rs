@@ -5,6 +5,7 @@ use anyhow::Context;
 use crate::cli::{
     CheckArgs, CheckOutput, ClusterArgs, Command, CommonArgs, ExportTrustArgs, MeshCommand, RunArgs,
 };
+use crate::process::{print_stdout, shutdown_signal};
 use crate::run::{self, ClusterOptions, RunOptions, Source};
 use crate::source::kube::{Connect, WatchScope};
 use crate::status_writer::{self, LeaseOptions, StatusOptions};
@@ -40,19 +41,6 @@ pub async fn dispatch(cmd: Command) -> anyhow::Result<()> {
         }
         Command::Mesh(MeshCommand::ExportTrust(a)) => print_stdout(&export_trust(&a)?),
         Command::Crds(a) => print_stdout(&crds_yaml(a.mesh)?),
-    }
-}
-
-/// Writes `text` to stdout. A reader that stops early (`pier crds | head`) closes the pipe:
-/// that ends the output, as for any Unix filter, and is not an error (`print!` would panic).
-pub(crate) fn print_stdout(text: &str) -> anyhow::Result<()> {
-    use std::io::Write;
-    let mut out = std::io::stdout().lock();
-    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
-            Err(anyhow::Error::new(e).context("cannot write to stdout"))
-        }
-        _ => Ok(()),
     }
 }
 
@@ -335,28 +323,6 @@ fn gateway_client_cert(
         .and_then(|d| d.get("tls.crt"))
         .with_context(|| format!("Secret {ns}/{} has no tls.crt", r.name))?;
     Ok(crt.0.clone())
-}
-
-/// Ctrl-C or SIGTERM.
-pub async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(_) => {
-                    let _ = ctrl_c.await;
-                    return;
-                }
-            };
-        tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = ctrl_c.await;
 }
 
 #[cfg(test)]

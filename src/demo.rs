@@ -237,7 +237,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     let call = "printf '\\0\\0\\0\\0\\0' | curl -s --http2-prior-knowledge \
       -H 'content-type: application/grpc' -H 'te: trailers' --data-binary @- --output -";
     // Through `print_stdout`: a reader that closes stdout early must not stop the demo.
-    crate::commands::print_stdout(&format!(
+    crate::process::print_stdout(&format!(
         "pier demo is serving {base} (admin: http://{admin})
 also: meshed {mesh}, gRPC {grpc}, meshed gRPC {mesh_grpc}; echo backends on 127.0.0.1 ports {backends}
 manifests: {dir} (edit them: changes apply within a second)
@@ -265,7 +265,7 @@ Ctrl-C to stop.
 ",
         dir = dir.0.display()
     ))?;
-    crate::commands::shutdown_signal().await;
+    crate::process::shutdown_signal().await;
     running.shutdown().await;
     drop(echoes);
     Ok(())

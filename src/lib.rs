@@ -37,6 +37,7 @@ pub mod echo;
 pub mod log_limit;
 pub mod metrics;
 pub mod model;
+pub mod process;
 pub mod proxy;
 pub mod publish;
 pub mod run;

@@ -106,7 +106,7 @@ fn work_stealing() -> Result<bool, String> {
 /// `PIER_IDLE_SPIN_US`: how long a runtime worker spins before it sleeps for I/O, in
 /// microseconds; 0 turns it off. Default: 20 with one worker (a pinned single worker owns its
 /// core), 0 with several, where a spinning worker takes the CPU that the other workers, the
-/// kernel's network processing and neighbours need (BENCHMARKS.md, "Two workers").
+/// kernel's network processing and neighbours need (docs/src/history/benchmarks.md, "Two workers").
 fn idle_spin(workers: usize) -> Result<std::time::Duration, String> {
     const NAME: &str = "PIER_IDLE_SPIN_US";
     let default = if workers > 1 { 0 } else { 20 };

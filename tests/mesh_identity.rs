@@ -297,7 +297,7 @@ async fn the_access_log_names_the_workload_identity_pier_checked() {
     assert_eq!(failed["request_id"].as_str().map(str::len), Some(36));
 }
 
-/// `config/examples/mesh-identity` as its README walkthrough runs it (ports moved to free
+/// `config/examples/mesh-identity` as the manual's walkthrough (docs/src/mesh.md) runs it (ports moved to free
 /// ones, certificates from its own `gen-certs.sh`): the SPIFFE Gateway serves the right
 /// workload and refuses the one with another identity; the Linkerd Gateway (its mesh stanza
 /// from the parametersRef ConfigMap) checks the DNS identity and sends it as SNI.

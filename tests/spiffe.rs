@@ -241,7 +241,7 @@ async fn pier_gets_its_identity_from_spire_and_rotates_it_under_load() {
     );
 }
 
-/// `config/examples/spire` as its README runs it (ports moved to free ones; the test's SPIRE
+/// `config/examples/spire` as the manual (docs/src/spire.md) runs it (ports moved to free ones; the test's SPIRE
 /// server and agent stand in for the example's `server.conf`/`agent.conf`, same trust
 /// domain), with the Workload API socket from `SPIFFE_ENDPOINT_SOCKET` instead of the flag:
 /// pier presents its SVID to the example's workload, whose certificate SPIRE minted.

@@ -20,7 +20,6 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::ObjectRef;
-use super::filter::Filters;
 
 /// How long an endpoint is left out the first time (by default).
 pub const EJECTION: Duration = Duration::from_secs(5);
@@ -342,31 +341,6 @@ pub struct EndpointStats {
     pub ejections: AtomicU32,
 }
 
-/// What a weighted backendRef resolved to.
-#[derive(Clone, Debug, Serialize)]
-pub enum BackendTarget {
-    Service(Arc<Backend>),
-    /// A reference that did not resolve (missing Service, cross-namespace without
-    /// ReferenceGrant, unsupported kind): its share of the traffic gets a 500.
-    Invalid,
-}
-
-#[derive(Clone, Debug, Serialize)]
-pub struct WeightedBackend {
-    pub weight: u32,
-    pub target: BackendTarget,
-    #[serde(skip_serializing_if = "Filters::is_empty")]
-    pub filters: Filters,
-}
-
-/// The backendRefs of a rule. An empty set (or all weights zero) answers 500.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct BackendSet {
-    pub backends: Vec<WeightedBackend>,
-    #[serde(skip)]
-    pub total_weight: u32,
-}
-
 /// HTTPRoute `timeouts`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Timeouts {
@@ -432,31 +406,6 @@ impl EndpointPool {
 
     pub fn is_empty(&self) -> bool {
         self.endpoints.is_empty()
-    }
-}
-
-// === impl BackendSet ===
-
-impl BackendSet {
-    pub fn new(backends: Vec<WeightedBackend>) -> Self {
-        let total_weight = backends.iter().map(|b| b.weight).sum();
-        Self {
-            backends,
-            total_weight,
-        }
-    }
-
-    /// Picks a backend by weight; `roll` is uniform in `[0, total_weight)`. `None` when the
-    /// set is empty or every weight is zero.
-    pub fn pick(&self, roll: u32) -> Option<&WeightedBackend> {
-        let mut acc = 0;
-        for b in &self.backends {
-            acc += b.weight;
-            if roll < acc {
-                return Some(b);
-            }
-        }
-        None
     }
 }
 
@@ -816,19 +765,5 @@ mod tests {
     #[test]
     fn no_endpoints_picks_nothing() {
         assert!(backend(0).pick(|| 0, 0, 0).is_none());
-    }
-
-    #[test]
-    fn weighted_pick_follows_weights() {
-        let wb = |w| WeightedBackend {
-            weight: w,
-            target: BackendTarget::Invalid,
-            filters: Filters::default(),
-        };
-        let set = BackendSet::new(vec![wb(1), wb(0), wb(3)]);
-        assert_eq!(set.total_weight, 4);
-        let picks: Vec<_> = (0..4).map(|r| set.pick(r).unwrap().weight).collect();
-        assert_eq!(picks, vec![1, 3, 3, 3]);
-        assert!(BackendSet::new(vec![wb(0)]).pick(0).is_none());
     }
 }

@@ -13,6 +13,8 @@ pub mod backend;
 pub mod filter;
 pub mod host;
 pub mod matcher;
+pub mod net;
+pub mod policy;
 pub mod retry;
 pub mod route;
 pub mod session;
@@ -24,18 +26,18 @@ use std::fmt;
 use serde::Serialize;
 
 pub use backend::{
-    AppProtocol, Backend, BackendId, BackendLoad, BackendSet, BackendTarget, BackendTls,
-    CONSECUTIVE_FAILURES, Carried, EJECTION, Endpoint, EndpointIdentities, EndpointPool,
-    EndpointStats, MAX_EJECTION, Outlier, OutlierOverride, Timeouts, TlsMode, TlsUnavailable,
-    UnresolvedIdentity, UpstreamTls, WeightedBackend,
+    AppProtocol, Backend, BackendId, BackendLoad, BackendTls, CONSECUTIVE_FAILURES, Carried,
+    EJECTION, Endpoint, EndpointIdentities, EndpointPool, EndpointStats, MAX_EJECTION, Outlier,
+    OutlierOverride, Timeouts, TlsMode, TlsUnavailable, UnresolvedIdentity, UpstreamTls,
 };
 pub use filter::{Cors, Filters, HeaderModifier, Mirror, PathModifier, Redirect, UrlRewrite};
 pub use host::{HostRank, HostnameMatch};
 pub use matcher::{
     GrpcRank, HeaderMatch, MatchRank, PathMatch, QueryMatch, RequestMatch, ValueMatch,
 };
+pub use policy::AccessPolicy;
 pub use retry::RetryPolicy;
-pub use route::{Entry, RouteTable, Rule};
+pub use route::{BackendSet, BackendTarget, Entry, RouteTable, Rule, WeightedBackend};
 pub use session::{Carrier, Session, SessionPolicy};
 pub use snapshot::{Listener, ListenerId, Port, PortKey, Protocol, Snapshot};
 pub use tls::{CertTable, ClientAuth, ClientAuthMode};

@@ -20,10 +20,11 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use super::ObjectRef;
-use super::backend::{BackendSet, Timeouts};
+use super::backend::{Backend, Timeouts};
 use super::filter::Filters;
 use super::host::HostnameMatch;
 use super::matcher::{MatchRank, PathMatch, RequestMatch, RequestParts};
+use super::policy::AccessPolicy;
 use super::retry::RetryPolicy;
 use super::session::SessionPolicy;
 
@@ -45,6 +46,35 @@ pub struct Rule {
     /// GEP-1619 session persistence: requests with a live session go to its endpoint.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub session: Option<SessionPolicy>,
+    /// Who may come in (`proxy::phase` checks it after routing); `None`: anyone, at the cost
+    /// of one branch.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub access: Option<Arc<AccessPolicy>>,
+}
+
+/// What a weighted backendRef resolved to.
+#[derive(Clone, Debug, Serialize)]
+pub enum BackendTarget {
+    Service(Arc<Backend>),
+    /// A reference that did not resolve (missing Service, cross-namespace without
+    /// ReferenceGrant, unsupported kind): its share of the traffic gets a 500.
+    Invalid,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct WeightedBackend {
+    pub weight: u32,
+    pub target: BackendTarget,
+    #[serde(skip_serializing_if = "Filters::is_empty")]
+    pub filters: Filters,
+}
+
+/// The backendRefs of a rule. An empty set (or all weights zero) answers 500.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct BackendSet {
+    pub backends: Vec<WeightedBackend>,
+    #[serde(skip)]
+    pub total_weight: u32,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -330,6 +360,31 @@ impl RouteTableBuilder {
             wildcard,
             any: sorted(self.any),
         }
+    }
+}
+
+// === impl BackendSet ===
+
+impl BackendSet {
+    pub fn new(backends: Vec<WeightedBackend>) -> Self {
+        let total_weight = backends.iter().map(|b| b.weight).sum();
+        Self {
+            backends,
+            total_weight,
+        }
+    }
+
+    /// Picks a backend by weight; `roll` is uniform in `[0, total_weight)`. `None` when the
+    /// set is empty or every weight is zero.
+    pub fn pick(&self, roll: u32) -> Option<&WeightedBackend> {
+        let mut acc = 0;
+        for b in &self.backends {
+            acc += b.weight;
+            if roll < acc {
+                return Some(b);
+            }
+        }
+        None
     }
 }
 

@@ -152,7 +152,7 @@ impl Snapshot {
 
     /// Every backend this snapshot routes or mirrors to (once per reference).
     pub fn for_each_backend(&self, mut add: impl FnMut(&super::backend::Backend)) {
-        use super::backend::BackendTarget;
+        use super::route::BackendTarget;
         for entry in self
             .ports
             .iter()

@@ -1,9 +1,23 @@
 //! What the request paths (`h1`, `service`) know of the downstream connection a request
 //! arrived on; `conn` fills it in.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
-use super::drain::DrainToken;
+use http::HeaderValue;
+
+use crate::proxy::drain::DrainToken;
+
+/// The hop a request arrived from: the connection's client ([`ConnInfo::peer`]).
+///
+/// [`ConnInfo::peer`]: ConnInfo::peer
+#[derive(Clone, Copy, Debug)]
+pub struct Hop<'a> {
+    pub addr: IpAddr,
+    /// `addr` as an `X-Forwarded-For` entry (formatted once per connection).
+    pub forwarded_for: &'a HeaderValue,
+    /// `addr` is a trusted proxy (decided once per connection).
+    pub trusted: bool,
+}
 
 /// What the request path needs to know about the connection it arrived on.
 #[derive(Clone, Debug)]
@@ -26,7 +40,7 @@ pub struct ConnInfo {
     /// in the handshake (the value of a listener's `client_cert_header`).
     pub client_identity: Option<http::HeaderValue>,
     /// `peer` is one of `--trusted-proxies`: its forwarding headers and request ID are
-    /// believed (`proxy::forwarded`). Decided once per connection.
+    /// believed (`observe::forwarded`). Decided once per connection.
     pub trusted_hop: bool,
     /// Upgrade tunnels take a clone so that draining waits for them too.
     pub drain: DrainToken,
@@ -42,8 +56,8 @@ impl ConnInfo {
     }
 
     /// The hop requests on this connection come from, for `forwarded::Edge`.
-    pub fn hop(&self) -> super::forwarded::Hop<'_> {
-        super::forwarded::Hop {
+    pub fn hop(&self) -> Hop<'_> {
+        Hop {
             addr: self.peer.ip(),
             forwarded_for: &self.forwarded_for,
             trusted: self.trusted_hop,

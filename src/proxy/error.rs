@@ -14,11 +14,13 @@ use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode, header};
 use prometheus_client::encoding::EncodeLabelValue;
 
-use super::body::{self, BodyFault, ProxyBody};
-use super::validate::Invalid;
-use crate::model::TlsUnavailable;
+use rustls::CertificateError;
 
-pub(crate) use super::body::BoxError;
+use crate::model::TlsUnavailable;
+use crate::proxy::body::{self, BodyFault, ProxyBody};
+use crate::proxy::validate::Invalid;
+
+pub(crate) use crate::proxy::body::BoxError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProxyError {
@@ -79,6 +81,9 @@ pub enum ProxyError {
     /// sent.
     #[error("the backend has its maximum of requests in flight")]
     BackendOverflow,
+    /// The rule's access policy denied the client (authorization).
+    #[error("the route's access policy denied the request")]
+    Forbidden,
 }
 
 /// Why a connection to an upstream endpoint failed.
@@ -134,7 +139,7 @@ pub enum DownstreamTlsFailure {
 
 impl DownstreamTlsFailure {
     /// Why the handshake failed, from what tokio-rustls returned. The certificate reasons come
-    /// from the upstream side's mapping ([`super::upstream::classify_tls`]).
+    /// from the upstream side's mapping ([`classify_tls`]).
     pub fn of(e: &std::io::Error) -> Self {
         match e.get_ref().and_then(|e| e.downcast_ref::<rustls::Error>()) {
             Some(e) => Self::classify(e),
@@ -152,7 +157,7 @@ impl DownstreamTlsFailure {
             E::General(m) if m == NO_SERVER_CERTIFICATE => return Self::NoCertificate,
             _ => {}
         }
-        match super::upstream::classify_tls(e) {
+        match classify_tls(e) {
             TlsFailure::UnknownCa => Self::UnknownCa,
             TlsFailure::Expired => Self::Expired,
             TlsFailure::NotTls => Self::Protocol,
@@ -208,6 +213,7 @@ pub enum ErrorKind {
     RequestBodyTooLarge,
     UriTooLong,
     BackendOverflow,
+    Forbidden,
 }
 
 /// Whose fault an error is.
@@ -251,6 +257,7 @@ impl ProxyError {
             Self::ClientBody(BodyFault::TooSlow) => ErrorKind::RequestBodyTimeout,
             Self::ClientBody(BodyFault::TooLarge) => ErrorKind::RequestBodyTooLarge,
             Self::BackendOverflow => ErrorKind::BackendOverflow,
+            Self::Forbidden => ErrorKind::Forbidden,
         }
     }
 
@@ -273,7 +280,8 @@ impl ProxyError {
             | ErrorKind::BadRequestBody
             | ErrorKind::RequestBodyTimeout
             | ErrorKind::RequestBodyTooLarge
-            | ErrorKind::UriTooLong => ErrorSide::Downstream,
+            | ErrorKind::UriTooLong
+            | ErrorKind::Forbidden => ErrorSide::Downstream,
             // A missing trust bundle or client certificate is pier's configuration.
             ErrorKind::NoBackends
             | ErrorKind::InvalidBackend
@@ -300,6 +308,7 @@ impl ProxyError {
             ErrorKind::RequestBodyTimeout => StatusCode::REQUEST_TIMEOUT,
             ErrorKind::RequestBodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ErrorKind::UriTooLong => StatusCode::URI_TOO_LONG,
+            ErrorKind::Forbidden => StatusCode::FORBIDDEN,
             // Gateway API: a rule whose backends are all invalid, or a pick that lands on an
             // invalid one, answers 500.
             ErrorKind::NoBackends | ErrorKind::InvalidBackend | ErrorKind::InvalidTarget => {
@@ -340,6 +349,7 @@ impl ProxyError {
 #[repr(u8)]
 pub enum GrpcCode {
     DeadlineExceeded = 4,
+    PermissionDenied = 7,
     ResourceExhausted = 8,
     Unimplemented = 12,
     Internal = 13,
@@ -358,6 +368,7 @@ impl ProxyError {
             | ErrorKind::UnsupportedTransferCoding
             | ErrorKind::InvalidTarget => GrpcCode::Internal,
             ErrorKind::RequestBodyTooLarge | ErrorKind::UriTooLong => GrpcCode::ResourceExhausted,
+            ErrorKind::Forbidden => GrpcCode::PermissionDenied,
             ErrorKind::RequestBodyTimeout
             | ErrorKind::BackendTimeout
             | ErrorKind::RequestTimeout => GrpcCode::DeadlineExceeded,
@@ -435,6 +446,36 @@ impl TlsFailure {
             Self::Timeout => "timeout",
             Self::Other => "other",
         }
+    }
+}
+
+/// The one mapping from rustls errors to bounded reasons. (Keep it the only place that looks inside `rustls::Error`, with the downstream
+/// reasons' few additions in `DownstreamTlsFailure::classify`, which builds on it.)
+pub fn classify_tls(e: &rustls::Error) -> TlsFailure {
+    use rustls::Error as E;
+    if crate::tls::client::is_identity_mismatch(e) {
+        return TlsFailure::IdentityMismatch;
+    }
+    match e {
+        E::InvalidCertificate(c) => match c {
+            CertificateError::UnknownIssuer | CertificateError::BadSignature => {
+                TlsFailure::UnknownCa
+            }
+            CertificateError::Expired
+            | CertificateError::ExpiredContext { .. }
+            | CertificateError::NotValidYet
+            | CertificateError::NotValidYetContext { .. } => TlsFailure::Expired,
+            CertificateError::NotValidForName
+            | CertificateError::NotValidForNameContext { .. }
+            | CertificateError::ApplicationVerificationFailure => TlsFailure::SanMismatch,
+            _ => TlsFailure::Other,
+        },
+        // Bytes that are not TLS records: a plaintext peer (an HTTP response to our
+        // ClientHello), or garbage.
+        E::InvalidMessage(_) | E::InappropriateMessage { .. } | E::PeerSentOversizedRecord => {
+            TlsFailure::NotTls
+        }
+        _ => TlsFailure::Other,
     }
 }
 

@@ -1,7 +1,7 @@
 //! The one place pier chooses rustls' cryptography: every server and client config, signing
 //! key, session ticketer and SHA-256 digest comes from here.
 //!
-//! **aws-lc-rs, not ring.** Measured with `scripts/tls-provider-eval` (BENCHMARKS.md, "rustls
+//! **aws-lc-rs, not ring.** Measured with `scripts/tls-provider-eval` (docs/src/history/benchmarks.md, "rustls
 //! provider"): the server's CPU per full TLS 1.3 handshake is about 0.6× ring's with an
 //! RSA-2048 certificate and 0.87× with ECDSA P-256, resumed handshakes cost the same or less,
 //! and only aws-lc-rs offers the post-quantum hybrid X25519MLKEM768, which pier prefers when a

@@ -41,9 +41,7 @@ mod allowed_routes;
 mod frontend;
 mod listener_set;
 
-pub use allowed_routes::{
-    AllowedRoutes, LabelSelector, NamespacePolicy, RouteKind, namespace_policy,
-};
+pub use allowed_routes::{AllowedRoutes, NamespacePolicy, RouteKind, namespace_policy};
 pub use listener_set::SetState;
 
 /// An in-scope Gateway, as route attachment and the snapshot need it.

@@ -1017,6 +1017,8 @@ fn compile_rule(
         timeouts: if valid { timeouts } else { Timeouts::default() },
         retry: if valid { retry } else { None },
         session: if valid { session } else { None },
+        // Policies (SecurityPolicy) attach here once translation reads them (issue 38).
+        access: None,
     };
     (
         CompiledRule {

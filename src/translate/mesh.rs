@@ -27,9 +27,9 @@ use super::api::{
     GatewayInfrastructureParametersRef, GatewaySpec, GatewayTls as ApiGatewayTls,
     GatewayTlsBackend, GatewayTlsBackendClientCertificateRef, MeshSpec, TrustBundleRef,
 };
-use super::gateway::LabelSelector;
 use super::refs::{self, RefFrom, RefTo, TLS_SECRET_TYPE};
 use super::resources::Resources;
+use super::selector::LabelSelector;
 use super::status::{GatewayCondReason, GatewayCondType, GatewayCondition};
 use super::{Settings, error_chain, group_kind, spiffe};
 use crate::model::{ObjectRef, TlsUnavailable};

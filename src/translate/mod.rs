@@ -34,6 +34,7 @@ pub mod mesh;
 mod refs;
 pub mod resources;
 pub mod scope;
+pub mod selector;
 pub mod spiffe;
 pub mod status;
 #[cfg(test)]

@@ -11,9 +11,9 @@
 //!           name: <trust domain>} resolves to that trust domain's streamed bundle
 //! ```
 //!
-//! Precedence (also in the README): a Gateway's `spec.tls.backend.clientCertificateRef` wins
-//! over the process-wide identity; the process-wide identity is `--client-cert` *or*
-//! `--spiffe-socket` (the CLI refuses both). Until the first X.509-SVID arrives, a Gateway that
+//! Precedence (also in the manual, docs/src/spire.md): a Gateway's
+//! `spec.tls.backend.clientCertificateRef` wins over the process-wide identity; the
+//! process-wide identity is `--client-cert` *or* `--spiffe-socket` (the CLI refuses both). Until the first X.509-SVID arrives, a Gateway that
 //! would present it fails closed (503 for meshed routes) and its `pier.dev/BackendTLS`
 //! condition says it is waiting for the Workload API and why.
 //!

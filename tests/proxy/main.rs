@@ -15,6 +15,7 @@ mod hostile;
 mod lifecycle;
 mod observability;
 mod parked;
+mod phases;
 mod protocols;
 mod retry;
 mod routing;

@@ -61,6 +61,7 @@ pub struct RuleBuilder {
     timeouts: Timeouts,
     retry: Option<RetryPolicy>,
     session: Option<pier::model::SessionPolicy>,
+    access: Option<Arc<pier::model::AccessPolicy>>,
 }
 
 pub fn rule(route: &str) -> RuleBuilder {
@@ -71,6 +72,7 @@ pub fn rule(route: &str) -> RuleBuilder {
         timeouts: Timeouts::default(),
         retry: None,
         session: None,
+        access: None,
     }
 }
 
@@ -118,6 +120,12 @@ impl RuleBuilder {
         self
     }
 
+    /// The rule's effective access policy (what translation makes of a SecurityPolicy).
+    pub fn access(mut self, policy: pier::model::AccessPolicy) -> Self {
+        self.access = Some(Arc::new(policy));
+        self
+    }
+
     pub fn session(mut self, policy: pier::model::SessionPolicy) -> Self {
         self.session = Some(policy);
         self
@@ -139,6 +147,7 @@ impl RuleBuilder {
             timeouts: self.timeouts,
             retry: self.retry,
             session: self.session,
+            access: self.access,
         })
     }
 }

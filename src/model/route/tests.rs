@@ -15,6 +15,7 @@ fn rule(route: &str, index: usize) -> Arc<Rule> {
         timeouts: Timeouts::default(),
         retry: None,
         session: None,
+        access: None,
     })
 }
 
@@ -361,4 +362,18 @@ fn the_path_index_agrees_with_a_scan() {
             }
         }
     }
+}
+
+#[test]
+fn weighted_pick_follows_weights() {
+    let wb = |w| WeightedBackend {
+        weight: w,
+        target: BackendTarget::Invalid,
+        filters: Filters::default(),
+    };
+    let set = BackendSet::new(vec![wb(1), wb(0), wb(3)]);
+    assert_eq!(set.total_weight, 4);
+    let picks: Vec<_> = (0..4).map(|r| set.pick(r).unwrap().weight).collect();
+    assert_eq!(picks, vec![1, 3, 3, 3]);
+    assert!(BackendSet::new(vec![wb(0)]).pick(0).is_none());
 }

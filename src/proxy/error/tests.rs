@@ -201,3 +201,14 @@ fn a_resolver_without_a_certificate_is_no_certificate() {
         DownstreamTlsFailure::NoCertificate
     );
 }
+
+#[test]
+fn forbidden_is_403_downstream_and_permission_denied_for_grpc() {
+    check(ProxyError::Forbidden, 403, ErrorSide::Downstream);
+    assert_eq!(
+        ProxyError::Forbidden.grpc_code(),
+        GrpcCode::PermissionDenied
+    );
+    let resp = ProxyError::Forbidden.to_grpc_response();
+    assert_eq!(resp.headers()["grpc-status"], "7");
+}

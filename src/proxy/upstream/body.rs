@@ -11,7 +11,8 @@ use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 
 use super::InFlight;
-use super::pool::{Entry, H1Sender};
+use super::connect::H1Sender;
+use super::pool::Entry;
 
 pub struct UpstreamBody {
     inner: Incoming,

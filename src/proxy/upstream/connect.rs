@@ -18,17 +18,23 @@ use std::time::Duration;
 
 use hyper::client::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use rustls::CertificateError;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tokio_rustls::TlsConnector;
+use tokio_rustls::client::TlsStream;
+use tokio_util::either::Either;
 
-use super::super::ProxyMetrics;
-use super::super::error::{BoxError, ConnectReason, ProxyError, TlsFailure};
-use super::super::metrics::{Transport, UpstreamProtocol};
-use super::pool::{H1Sender, H2Sender};
-use super::raw::Stream;
 use crate::model::{AppProtocol, BackendId, UpstreamTls};
+use crate::proxy::body::ProxyBody;
+use crate::proxy::error::{BoxError, ConnectReason, ProxyError, TlsFailure, classify_tls};
+use crate::proxy::observe::metrics::{ProxyMetrics, Transport, UpstreamProtocol};
+
+/// An upstream socket: TCP, or rustls over TCP.
+pub type Stream = Either<TcpStream, Box<TlsStream<TcpStream>>>;
+
+/// hyper's request senders over an upstream connection, made by the handshake.
+pub type H1Sender = http1::SendRequest<ProxyBody>;
+pub type H2Sender = http2::SendRequest<ProxyBody>;
 
 const ALPN_H2: &[u8] = b"h2";
 
@@ -216,7 +222,7 @@ fn hyper_failed(e: hyper::Error) -> ProxyError {
 /// Why a handshake failed, from what tokio-rustls returned.
 fn tls_failure(e: &io::Error) -> TlsFailure {
     match e.get_ref().and_then(|e| e.downcast_ref::<rustls::Error>()) {
-        Some(e) => classify(e),
+        Some(e) => classify_tls(e),
         // The peer closed (or reset) instead of answering the ClientHello: a plaintext server
         // giving up on what it read as a bad request.
         None if matches!(
@@ -227,37 +233,6 @@ fn tls_failure(e: &io::Error) -> TlsFailure {
             TlsFailure::NotTls
         }
         None => TlsFailure::Other,
-    }
-}
-
-/// The one mapping from rustls errors to bounded reasons. (The mesh branch's `classify` will
-/// replace it; keep it the only place that looks inside `rustls::Error`, with the downstream
-/// reasons' few additions in `DownstreamTlsFailure::classify`, which builds on it.)
-pub(in crate::proxy) fn classify(e: &rustls::Error) -> TlsFailure {
-    use rustls::Error as E;
-    if crate::tls::client::is_identity_mismatch(e) {
-        return TlsFailure::IdentityMismatch;
-    }
-    match e {
-        E::InvalidCertificate(c) => match c {
-            CertificateError::UnknownIssuer | CertificateError::BadSignature => {
-                TlsFailure::UnknownCa
-            }
-            CertificateError::Expired
-            | CertificateError::ExpiredContext { .. }
-            | CertificateError::NotValidYet
-            | CertificateError::NotValidYetContext { .. } => TlsFailure::Expired,
-            CertificateError::NotValidForName
-            | CertificateError::NotValidForNameContext { .. }
-            | CertificateError::ApplicationVerificationFailure => TlsFailure::SanMismatch,
-            _ => TlsFailure::Other,
-        },
-        // Bytes that are not TLS records: a plaintext peer (an HTTP response to our
-        // ClientHello), or garbage.
-        E::InvalidMessage(_) | E::InappropriateMessage { .. } | E::PeerSentOversizedRecord => {
-            TlsFailure::NotTls
-        }
-        _ => TlsFailure::Other,
     }
 }
 
@@ -303,6 +278,7 @@ impl ConnectError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rustls::CertificateError;
 
     #[test]
     fn connect_errors_are_classified_by_io_kind() {
@@ -315,7 +291,7 @@ mod tests {
     #[test]
     fn rustls_errors_map_to_bounded_reasons() {
         use rustls::Error as E;
-        let cert = |c| classify(&E::InvalidCertificate(c));
+        let cert = |c| classify_tls(&E::InvalidCertificate(c));
         assert_eq!(cert(CertificateError::UnknownIssuer), TlsFailure::UnknownCa);
         assert_eq!(cert(CertificateError::Expired), TlsFailure::Expired);
         assert_eq!(cert(CertificateError::NotValidYet), TlsFailure::Expired);
@@ -335,12 +311,12 @@ mod tests {
             TlsFailure::IdentityMismatch
         );
         assert_eq!(
-            classify(&E::InvalidMessage(
+            classify_tls(&E::InvalidMessage(
                 rustls::InvalidMessage::InvalidContentType
             )),
             TlsFailure::NotTls
         );
-        assert_eq!(classify(&E::DecryptError), TlsFailure::Other);
+        assert_eq!(classify_tls(&E::DecryptError), TlsFailure::Other);
     }
 
     #[test]

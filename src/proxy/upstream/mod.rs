@@ -29,8 +29,6 @@ mod raw;
 #[cfg(test)]
 mod tests;
 
-pub(in crate::proxy) use connect::classify as classify_tls;
-
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -44,17 +42,18 @@ use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::Notify;
 
 pub use body::UpstreamBody;
-pub use raw::{Raw, RawConn, Stream};
+pub use connect::Stream;
+pub use raw::{Raw, RawConn};
 
-use super::body::ProxyBody;
-use super::error::ProxyError;
-use super::metrics::{ConnectionGuard, Transport, UpstreamProtocol};
-use super::{ProxyConfig, ProxyMetrics};
 use crate::model::{
     AppProtocol, Backend, BackendId, BackendLoad, Endpoint, EndpointStats, Snapshot, UpstreamTls,
 };
-use connect::{Conn, Connector, Dial, Failed};
-use pool::{Entry, H1Sender, H2Sender, Mode, Pool, ShortKey};
+use crate::proxy::body::ProxyBody;
+use crate::proxy::config::ProxyConfig;
+use crate::proxy::error::ProxyError;
+use crate::proxy::observe::metrics::{ConnectionGuard, ProxyMetrics, Transport, UpstreamProtocol};
+use connect::{Conn, Connector, Dial, Failed, H1Sender, H2Sender};
+use pool::{Entry, Mode, Pool, ShortKey};
 
 /// Upper bound between a snapshot swap and the retirement of connections whose trust left it.
 pub const RETIRE_BOUND: Duration = Duration::from_millis(500);

@@ -47,20 +47,22 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::{BuildHasher, Hash};
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, RwLock};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use hyper::client::conn::{http1, http2};
 use prometheus_client::metrics::gauge::Gauge;
 use rustls::ClientConfig;
 use rustls::client::Resumption;
 use rustls::pki_types::ServerName;
+use tokio::io::{AsyncRead, ReadBuf};
 
-use super::super::body::ProxyBody;
-use super::raw::IdleRaw;
+use super::connect::{Failed, H1Sender, H2Sender, Stream};
 use crate::model::{AppProtocol, BackendTls, Snapshot, UpstreamTls};
 use crate::proxy::fxhash::FxBuild;
+use crate::proxy::observe::metrics::ConnectionGuard;
 use crate::proxy::workers;
 
 /// Power of two. Enough that two cores never meet on one shard by accident.
@@ -74,9 +76,6 @@ const READY_WAIT: Duration = Duration::from_secs(5);
 /// An entry has one server name; rustls keeps up to 8 TLS 1.3 tickets per server name and
 /// sizes its cache in tickets, so 8 holds exactly one server.
 const SESSIONS_PER_ENTRY: usize = 8;
-
-pub type H1Sender = http1::SendRequest<ProxyBody>;
-pub type H2Sender = http2::SendRequest<ProxyBody>;
 
 pub struct Pool {
     shards: Box<[RwLock<Shard>]>,
@@ -137,7 +136,7 @@ pub struct Entry {
     h2: Mutex<Option<H2Sender>>,
     /// Serialises HTTP/2 connects so concurrent requests share one connection; remembers
     /// how the last attempt failed so that requests queued behind it fail fast.
-    h2_connect: tokio::sync::Mutex<Option<super::connect::Failed>>,
+    h2_connect: tokio::sync::Mutex<Option<Failed>>,
     /// Bumped after every HTTP/2 connect attempt.
     h2_attempts: AtomicU64,
     /// The backend's rustls config with a session cache of this entry's own, made on the
@@ -482,7 +481,7 @@ impl Entry {
         }
     }
 
-    pub fn h2_gate(&self) -> &tokio::sync::Mutex<Option<super::connect::Failed>> {
+    pub fn h2_gate(&self) -> &tokio::sync::Mutex<Option<Failed>> {
         &self.h2_connect
     }
 
@@ -575,4 +574,34 @@ impl Entry {
             && lock(&self.last_tls)
                 .is_none_or(|t| now.duration_since(t) >= self.settings.idle_timeout)
     }
+}
+
+/// A raw connection waiting in the pool.
+pub struct IdleRaw {
+    pub(super) io: Stream,
+    pub(super) open: ConnectionGuard,
+    pub since: Instant,
+}
+
+// === impl IdleRaw ===
+
+impl IdleRaw {
+    /// Still open and quiet: reading from it would block (no EOF, no reset, no stray bytes).
+    /// Checked at checkout and by the pool's sweep, so a connection the backend closed while
+    /// idle is neither used nor kept. Cheap: tokio clears a socket's read readiness after the
+    /// short read that ended the last response, so a quiet socket answers without a syscall.
+    /// (A backend that closes just as a request goes out is covered by the one retry of
+    /// idempotent requests in `h1::exchange`.)
+    pub fn usable(&mut self) -> bool {
+        would_block(&mut self.io)
+    }
+}
+
+/// One non-blocking read: `true` when it would block. A TLS stream processes what is buffered
+/// (a session ticket, an alert) on the way.
+fn would_block(io: &mut Stream) -> bool {
+    let mut cx = Context::from_waker(futures::task::noop_waker_ref());
+    let mut byte = [0u8; 1];
+    let mut buf = ReadBuf::new(&mut byte);
+    matches!(Pin::new(io).poll_read(&mut cx, &mut buf), Poll::Pending)
 }

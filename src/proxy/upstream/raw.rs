@@ -10,24 +10,14 @@
 //! RawConn::release ──> back to the entry (unless retired, or the response said close)
 //! ```
 
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Instant;
 
-use tokio::io::{AsyncRead, ReadBuf};
-use tokio::net::TcpStream;
-use tokio_rustls::client::TlsStream;
-use tokio_util::either::Either;
-
-use super::super::metrics::{ConnectionGuard, Transport, UpstreamProtocol};
-use super::connect::{Conn, Dial, offers_h2};
-use super::pool::{Entry, Mode, ShortKey};
+use super::connect::{Conn, Dial, Stream, offers_h2};
+use super::pool::{Entry, IdleRaw, Mode, ShortKey};
 use super::{Target, Upstream};
 use crate::proxy::error::ProxyError;
-
-/// An upstream socket: TCP, or rustls over TCP.
-pub type Stream = Either<TcpStream, Box<TlsStream<TcpStream>>>;
+use crate::proxy::observe::metrics::{ConnectionGuard, Transport, UpstreamProtocol};
 
 /// What [`Upstream::raw`] found for a target.
 pub enum Raw {
@@ -43,13 +33,6 @@ pub struct RawConn {
     open: ConnectionGuard,
     /// Came from the pool (a failure before any response byte may be a stale connection).
     pub reused: bool,
-}
-
-/// A raw connection waiting in the pool.
-pub struct IdleRaw {
-    io: Stream,
-    open: ConnectionGuard,
-    pub since: Instant,
 }
 
 // === impl Upstream ===
@@ -150,29 +133,4 @@ impl RawConn {
             since: Instant::now(),
         });
     }
-}
-
-// === impl IdleRaw ===
-
-impl IdleRaw {
-    /// Still open and quiet: reading from it would block (no EOF, no reset, no stray bytes).
-    /// Checked at checkout and by the pool's sweep, so a connection the backend closed while
-    /// idle is neither used nor kept. Cheap: tokio clears a socket's read readiness after the
-    /// short read that ended the last response, so a quiet socket answers without a syscall.
-    /// (A backend that closes just as a request goes out is covered by the one retry of
-    /// idempotent requests in `h1::exchange`.)
-    pub fn usable(&mut self) -> bool {
-        would_block(&mut self.io)
-    }
-}
-
-// === impl Stream ===
-
-/// One non-blocking read: `true` when it would block. A TLS stream processes what is buffered
-/// (a session ticket, an alert) on the way.
-fn would_block(io: &mut Stream) -> bool {
-    let mut cx = Context::from_waker(futures::task::noop_waker_ref());
-    let mut byte = [0u8; 1];
-    let mut buf = ReadBuf::new(&mut byte);
-    matches!(Pin::new(io).poll_read(&mut cx, &mut buf), Poll::Pending)
 }

@@ -1,15 +1,15 @@
 //! `allowedRoutes.namespaces`: which namespaces may attach routes to a listener (Same, All,
-//! or a label Selector with matchLabels and In/NotIn/Exists/DoesNotExist expressions). The
-//! same [`LabelSelector`] selects meshed Routes and Namespaces (`spec.mesh`).
+//! or a label Selector with matchLabels and In/NotIn/Exists/DoesNotExist expressions, a
+//! [`LabelSelector`], the same one that selects meshed Routes and Namespaces).
 
 use std::collections::BTreeMap;
 
 use crate::translate::api::{
     GatewayListenersAllowedRoutesNamespaces, GatewayListenersAllowedRoutesNamespacesFrom,
     GatewayListenersAllowedRoutesNamespacesSelector,
-    GatewayListenersAllowedRoutesNamespacesSelectorMatchExpressions,
-    LabelSelector as ApiLabelSelector, LabelSelectorRequirement, Namespace,
+    GatewayListenersAllowedRoutesNamespacesSelectorMatchExpressions, Namespace,
 };
+use crate::translate::selector::{InvalidSelector, LabelSelector, requirement};
 
 /// `allowedRoutes`, parsed.
 #[derive(Debug)]
@@ -62,30 +62,6 @@ pub enum NamespacePolicy {
     Nothing,
 }
 
-#[derive(Debug, Default, PartialEq, Eq)]
-pub struct LabelSelector {
-    pub labels: BTreeMap<String, String>,
-    pub expressions: Vec<Requirement>,
-}
-
-#[derive(Debug, PartialEq, Eq)]
-pub enum Requirement {
-    In(String, Vec<String>),
-    NotIn(String, Vec<String>),
-    Exists(String),
-    DoesNotExist(String),
-}
-
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum InvalidSelector {
-    #[error("matchExpressions operator {0:?} is not In, NotIn, Exists or DoesNotExist")]
-    Operator(String),
-    #[error("matchExpressions {0:?}: In and NotIn need values")]
-    MissingValues(String),
-    #[error("matchExpressions {0:?}: Exists and DoesNotExist take no values")]
-    UnexpectedValues(String),
-}
-
 pub fn namespace_policy(
     ns: Option<&GatewayListenersAllowedRoutesNamespaces>,
 ) -> Result<NamespacePolicy, InvalidSelector> {
@@ -124,26 +100,6 @@ fn label_selector(
     Ok(LabelSelector {
         labels: match_labels.clone().unwrap_or_default(),
         expressions,
-    })
-}
-
-fn requirement(
-    key: &str,
-    operator: &str,
-    values: &[String],
-) -> Result<Requirement, InvalidSelector> {
-    let key = key.to_string();
-    let values = values.to_vec();
-    Ok(match operator {
-        "In" | "NotIn" if values.is_empty() => return Err(InvalidSelector::MissingValues(key)),
-        "Exists" | "DoesNotExist" if !values.is_empty() => {
-            return Err(InvalidSelector::UnexpectedValues(key));
-        }
-        "In" => Requirement::In(key, values),
-        "NotIn" => Requirement::NotIn(key, values),
-        "Exists" => Requirement::Exists(key),
-        "DoesNotExist" => Requirement::DoesNotExist(key),
-        other => return Err(InvalidSelector::Operator(other.to_string())),
     })
 }
 
@@ -188,43 +144,5 @@ impl NamespacePolicy {
                 s.matches(labels)
             }
         }
-    }
-}
-
-impl LabelSelector {
-    /// A Kubernetes `LabelSelector` (the mesh selector). The empty selector matches everything.
-    pub fn from_api(
-        ApiLabelSelector {
-            match_expressions,
-            match_labels,
-        }: &ApiLabelSelector,
-    ) -> Result<Self, InvalidSelector> {
-        let expressions = match_expressions
-            .iter()
-            .flatten()
-            .map(
-                |LabelSelectorRequirement {
-                     key,
-                     operator,
-                     values,
-                 }| {
-                    requirement(key, operator, values.as_deref().unwrap_or_default())
-                },
-            )
-            .collect::<Result<_, _>>()?;
-        Ok(Self {
-            labels: match_labels.clone().unwrap_or_default(),
-            expressions,
-        })
-    }
-
-    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
-        self.labels.iter().all(|(k, v)| labels.get(k) == Some(v))
-            && self.expressions.iter().all(|r| match r {
-                Requirement::In(k, vs) => labels.get(k).is_some_and(|v| vs.contains(v)),
-                Requirement::NotIn(k, vs) => labels.get(k).is_none_or(|v| !vs.contains(v)),
-                Requirement::Exists(k) => labels.contains_key(k),
-                Requirement::DoesNotExist(k) => !labels.contains_key(k),
-            })
     }
 }

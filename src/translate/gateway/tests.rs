@@ -1,8 +1,8 @@
 //! GatewayClasses, Gateways and listeners, each test named after the rule it pins.
 
-use super::allowed_routes::{InvalidSelector, LabelSelector};
 use super::*;
 use crate::translate::api::GatewayListenersAllowedRoutesNamespaces;
+use crate::translate::selector::{InvalidSelector, LabelSelector};
 use crate::translate::test_support::{
     BASE, gateway, listener, listener_cond, resources, run, run_with_base, self_signed, tls_secret,
 };

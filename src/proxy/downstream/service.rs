@@ -1,0 +1,355 @@
+//! hyper's request path (HTTP/2, and HTTP/1.1 that the fast path hands over): one request,
+//! through `phase`'s steps in the order the fast path takes them too, forwarded to one endpoint
+//! of one weighted backend, and its outcome recorded.
+//!
+//! ```text
+//! handle ─> phase::arrive ─> dispatch: checks, phase::listener (client identity header),
+//!           phase::route (404), phase::decide (CORS preflight, access policies 403,
+//!           redirect) ─> forward (within timeouts.request): backend (500 invalid),
+//!           phase::request_head ─> mirrors ─> endpoint (503 none) ─> exchange::send
+//!           (502/503/504) ─> phase::response_head ─> phase::log
+//!           (a rule with `retry`: the attempts loop in `exchange::retry`)
+//! ```
+//!
+//! The snapshot is loaded once per request (`load_full`, so the request can hold it across
+//! awaits): a swap mid-request never mixes two configurations, and the request finishes with
+//! the backend it was routed to.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::time::Instant;
+
+use http::header::HOST;
+use http::uri::PathAndQuery;
+use http::{Method, Request, Response, StatusCode, Uri, Version};
+use http_body::Body as _;
+use hyper::body::Incoming;
+use hyper::upgrade::OnUpgrade;
+
+use super::tunnel;
+use crate::model::filter::CorsResponse;
+use crate::model::host::normalize_host;
+use crate::model::{AppProtocol, BackendTarget, Snapshot};
+use crate::model::{Rule, WeightedBackend};
+use crate::proxy::body::{self, ClientBody, FaultCell, ProxyBody};
+use crate::proxy::config::Limits;
+use crate::proxy::conn_info::ConnInfo;
+use crate::proxy::error::{ProxyError, is_grpc};
+use crate::proxy::exchange::retry::{self, Retried};
+use crate::proxy::exchange::send::{exchange, pick_endpoint};
+use crate::proxy::exchange::session::{SessionReq, unix_now};
+use crate::proxy::exchange::{Shared, mirror};
+use crate::proxy::headers;
+use crate::proxy::observe::access::LogHead;
+use crate::proxy::observe::forwarded::Edge;
+use crate::proxy::observe::metrics::Transport;
+use crate::proxy::observe::record::{Seen, request_authority};
+use crate::proxy::observe::trace::RequestLine;
+use crate::proxy::phase::{self, Decision, RouteInput, Routed};
+use crate::proxy::policy::head::client_identity;
+use crate::proxy::upstream::{self, InFlight, Target, UpstreamBody};
+use crate::proxy::validate::{self, Invalid};
+
+pub async fn handle(
+    shared: Arc<Shared>,
+    conn: Arc<ConnInfo>,
+    req: Request<Incoming>,
+) -> Response<ProxyBody> {
+    let started = Instant::now();
+    let snapshot = shared.snapshot.load_full();
+    shared.upstream.observe(snapshot.generation);
+    let line = RequestLine {
+        method: req.method(),
+        host: request_authority(&req),
+        path: req.uri().path(),
+    };
+    let (edge, log_head) = phase::arrive(
+        &shared,
+        &snapshot,
+        &conn,
+        || phase::map_lines(req.headers()),
+        line,
+        || LogHead::of(&req),
+    );
+    let grpc = is_grpc(req.headers());
+    let mut seen = Seen::default();
+    let resp = match dispatch(&shared, &snapshot, &conn, (req, &edge), &mut seen, started).await {
+        Ok(resp) => resp,
+        Err(error) => {
+            phase::failed(&shared, &mut seen, &error, conn.port);
+            error.response(grpc)
+        }
+    };
+    // A streamed body (chunked, HTTP/2 without a length): the bytes read from the client by
+    // the time the response head came back.
+    let log_head = match (log_head, &seen.body) {
+        (Some(head), Some(body)) => Some(head.with_bytes_in(body.read())),
+        (head, _) => head,
+    };
+    phase::log(
+        &shared,
+        &snapshot,
+        &conn,
+        &edge,
+        &seen,
+        log_head.as_ref(),
+        (resp.status(), resp.body().size_hint().exact()),
+        started.elapsed(),
+    );
+    resp
+}
+
+async fn dispatch<'s>(
+    shared: &Shared,
+    snapshot: &'s Arc<Snapshot>,
+    conn: &ConnInfo,
+    (req, edge): (Request<Incoming>, &Edge),
+    seen: &mut Seen<'s>,
+    started: Instant,
+) -> Result<Response<ProxyBody>, ProxyError> {
+    // CONNECT (authority-form, no path) is not something an HTTPRoute can match.
+    if req.method() == Method::CONNECT {
+        return Err(ProxyError::NoRoute);
+    }
+    let mut req = checked(req, &shared.config.limits).map_err(ProxyError::Invalid)?;
+    let found = {
+        let host = normalize_host(routing_host(&req).unwrap_or(""));
+        phase::listener(snapshot, conn, &host)?
+    };
+    if let Some(name) = &found.1.client_cert_header {
+        // Before routing, so that header matches see the verified identity, never the
+        // client's own value.
+        client_identity(req.headers_mut(), name, conn);
+    }
+    let host = normalize_host(routing_host(&req).unwrap_or(""));
+    let input = RouteInput {
+        method: req.method(),
+        host: routing_host(&req).unwrap_or(""),
+        path: req.uri().path(),
+        query: req.uri().query(),
+        headers: req.headers(),
+    };
+    let routed = phase::route(found, &host, &input, seen)?;
+    let rule = &routed.entry.rule;
+    let (weighted, cors) = match phase::decide(&routed, &input, edge)? {
+        Decision::Respond(resp) => return Ok(resp),
+        Decision::Forward(weighted, cors) => (weighted, cors),
+    };
+    // The future is built in each arm rather than once before the match: a future moved into
+    // `timeout_at` would need room for both copies in this one, and every request moves it.
+    match rule.timeouts.request {
+        // `request` runs from the request's arrival, so time spent routing counts too.
+        Some(t) => tokio::time::timeout_at(
+            (started + t).into(),
+            forward(
+                shared,
+                snapshot,
+                conn,
+                &routed,
+                (weighted, cors),
+                (req, edge),
+                seen,
+            ),
+        )
+        .await
+        .map_err(|_| ProxyError::RequestTimeout)?,
+        None => {
+            forward(
+                shared,
+                snapshot,
+                conn,
+                &routed,
+                (weighted, cors),
+                (req, edge),
+                seen,
+            )
+            .await
+        }
+    }
+}
+
+/// The request if it passes `validate`'s checks, with its path normalised.
+fn checked<B: http_body::Body>(
+    mut req: Request<B>,
+    limits: &Limits,
+) -> Result<Request<B>, Invalid> {
+    validate::check_host(req.version(), req.headers(), req.uri().authority())?;
+    validate::check_transfer_coding(req.headers())?;
+    let target_len = req.uri().path_and_query().map_or(0, |pq| pq.as_str().len());
+    validate::check_sizes(
+        target_len,
+        req.body().size_hint().exact(),
+        limits.max_request_target,
+        limits.max_request_body,
+    )?;
+    let normal = match validate::normalize_path(req.uri().path(), limits.merge_slashes)? {
+        Cow::Borrowed(_) => return Ok(req),
+        Cow::Owned(p) => p,
+    };
+    let target = match req.uri().query() {
+        Some(q) => format!("{normal}?{q}"),
+        None => normal,
+    };
+    let mut parts = req.uri().clone().into_parts();
+    parts.path_and_query = Some(PathAndQuery::try_from(target).map_err(|_| Invalid::BadPath)?);
+    *req.uri_mut() = Uri::from_parts(parts).map_err(|_| Invalid::BadPath)?;
+    Ok(req)
+}
+
+/// HTTP/2 `:authority` (or an HTTP/1.1 absolute-form target), else the Host header.
+fn routing_host<B>(req: &Request<B>) -> Option<&str> {
+    match req.uri().authority() {
+        Some(a) => Some(a.host()),
+        None => req.headers().get(HOST).and_then(|v| v.to_str().ok()),
+    }
+}
+
+async fn forward<'s>(
+    shared: &Shared,
+    snapshot: &Arc<Snapshot>,
+    conn: &ConnInfo,
+    routed: &Routed<'s>,
+    (weighted, cors): (&'s WeightedBackend, Option<CorsResponse<'s>>),
+    (req, edge): (Request<Incoming>, &Edge),
+    seen: &mut Seen<'s>,
+) -> Result<Response<ProxyBody>, ProxyError> {
+    let rule = &*routed.entry.rule;
+    let BackendTarget::Service(backend) = &weighted.target else {
+        return Err(ProxyError::InvalidBackend);
+    };
+    seen.reached.backend = Some(&backend.id);
+    seen.reached.tls = Transport::of(&backend.tls);
+    let (mut parts, body) = req.into_parts();
+    let upgrade = parts.version == Version::HTTP_11
+        && headers::is_upgrade(&parts.headers)
+        && backend.protocol != AppProtocol::H2c;
+    let on_upgrade = if upgrade {
+        parts.extensions.remove::<OnUpgrade>()
+    } else {
+        None
+    };
+    let path = phase::request_head(edge, routed, weighted, backend, &mut parts, upgrade)?;
+    let https = routed.port.protocol != crate::model::Protocol::Http;
+    let session = rule.session.as_ref().map(|p| {
+        let now = unix_now();
+        SessionReq {
+            policy: p,
+            now,
+            carried: p.find(&parts.headers, now),
+            https,
+        }
+    });
+    if let Some(policy) = rule.retries()
+        && !upgrade
+        && retry::replayable(&body)
+    {
+        let req = Retried {
+            rule,
+            policy,
+            weighted,
+            backend,
+            parts: &parts,
+            path: &path,
+            pinned: session.as_ref().and_then(|s| s.carried).map(|c| c.endpoint),
+        };
+        // Boxed: the retry loop's state is only paid for by requests that may retry.
+        let (resp, in_flight) = Box::pin(retry::forward(shared, snapshot, req, body, seen)).await?;
+        let mut resp = finish_response(resp, rule, weighted, cors.as_ref(), in_flight);
+        // The first attempt goes to the session's endpoint; the one that answered (after any
+        // retries) carries the session on.
+        if let (Some(s), Some(addr)) = (&session, seen.upstream) {
+            s.answer(&mut resp, addr);
+        }
+        return Ok(resp);
+    }
+    // A body that fails is the client's fault (400, 408), not the backend's: `fault` says so.
+    let fault = (!upgrade && !body.is_end_stream()).then(Arc::<FaultCell>::default);
+    seen.body = fault.clone();
+    let body = match &fault {
+        Some(fault) => {
+            // A slow body to an HTTP/1.1 upstream holds a whole connection: bound its pace.
+            let pace = match backend.protocol {
+                AppProtocol::H2c => None,
+                _ => shared.config.limits.body_pace,
+            };
+            let max = shared.config.limits.max_request_body;
+            body::boxed(ClientBody::new(body, fault.clone(), pace, max))
+        }
+        None => body::boxed(body),
+    };
+    let body = if upgrade {
+        body
+    } else {
+        let mirrors = rule.filters.mirrors.iter().chain(&weighted.filters.mirrors);
+        mirror::dispatch(shared, mirrors, &parts, &path, body)
+    };
+    let pinned = session
+        .as_ref()
+        .and_then(|s| s.carried)
+        .and_then(|c| backend.available_at(c.endpoint, shared.clock.now_ms()));
+    let endpoint = match pinned {
+        Some(e) => e,
+        None => pick_endpoint(shared, backend)?,
+    };
+    seen.endpoint(endpoint);
+    let up = upstream::request(parts, body, path);
+    let target = Target {
+        backend,
+        endpoint,
+        upgrade,
+    };
+    let in_flight = shared.admit(snapshot, backend, endpoint).await?;
+    let (mut resp, in_flight) = exchange(shared, rule, target, endpoint, up, in_flight)
+        .await
+        .map_err(|e| match fault.as_ref().and_then(|f| f.get()) {
+            Some(f) => ProxyError::ClientBody(f),
+            None => e,
+        })?;
+    if resp.status() == StatusCode::SWITCHING_PROTOCOLS
+        && let Some(down) = on_upgrade
+    {
+        tunnel::spawn(down, hyper::upgrade::on(&mut resp), conn.drain.clone());
+    }
+    let mut resp = finish_response(resp, rule, weighted, cors.as_ref(), in_flight);
+    if let Some(s) = &session {
+        s.answer(&mut resp, endpoint.addr);
+    }
+    Ok(resp)
+}
+
+fn finish_response(
+    resp: Response<UpstreamBody>,
+    rule: &Rule,
+    weighted: &WeightedBackend,
+    cors: Option<&CorsResponse<'_>>,
+    in_flight: InFlight,
+) -> Response<ProxyBody> {
+    let (mut parts, body) = resp.into_parts();
+    let upgrade = parts.status == StatusCode::SWITCHING_PROTOCOLS;
+    phase::response_head(&mut parts.headers, rule, weighted, cors, upgrade);
+    // The downstream connection decides its own version.
+    parts.version = Version::default();
+    Response::from_parts(parts, body::boxed(body.with_in_flight(in_flight)))
+}
+
+/// Hop hygiene, the CORS headers, and the response header modifiers (rule, then backendRef:
+/// after CORS, so a modifier has the last word) on a response head.
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routing_host_prefers_the_authority() {
+        let req = Request::get("http://a.example.com:8080/x")
+            .header(HOST, "b.example.com")
+            .body(())
+            .unwrap();
+        assert_eq!(routing_host(&req), Some("a.example.com"));
+        let req = Request::get("/x")
+            .header(HOST, "b.example.com:80")
+            .body(())
+            .unwrap();
+        assert_eq!(routing_host(&req), Some("b.example.com:80"));
+    }
+}

@@ -1,0 +1,13 @@
+//! The exchange stage: what happens between a routed request and its upstream connection.
+//! [`Shared`] (what every connection and request reads) and admission; [`send`]: the endpoint
+//! pick, one attempt within its timeout and passive outlier detection on its outcome;
+//! [`retry`] (attempts, budgets), [`mirror`] (copies, fire and forget) and [`session`]
+//! (session persistence). Below `downstream` and `phase`; calls `upstream` and `observe`.
+
+pub mod mirror;
+pub mod retry;
+pub mod send;
+pub mod session;
+mod shared;
+
+pub use shared::Shared;

@@ -1,0 +1,84 @@
+//! The request record: how far one request got ([`Seen`]: listener, route, backend, endpoint,
+//! why pier answered itself), filled in by the request path and read once at the end by the
+//! metrics, the access log and the span. Borrowed from the snapshot.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use http::Request;
+use http::header::HOST;
+
+use crate::model::{Endpoint, Entry, Listener, PathMatch, Rule};
+use crate::proxy::body::FaultCell;
+use crate::proxy::error::{ErrorKind, ProxyError};
+use crate::proxy::observe::metrics::Reached;
+
+/// How far a request got, for metrics and the access log. Borrowed from the snapshot.
+#[derive(Default)]
+pub struct Seen<'s> {
+    /// Listener, route, backend and transport: the metric labels.
+    pub reached: Reached<'s>,
+    pub upstream: Option<SocketAddr>,
+    /// The rule that matched, for the access log.
+    pub rule: Option<&'s Rule>,
+    /// The path match of the entry that matched (the span's `http.route`).
+    pub path_match: Option<&'s PathMatch>,
+    /// The workload identity the upstream's certificate was checked against (per-endpoint
+    /// mesh identity), for the access log.
+    pub identity: Option<&'s str>,
+    /// The listener's access log setting (`pier.dev/access-log`), once one is reached.
+    pub access_log: Option<bool>,
+    /// Why pier answered the request itself, for the access log.
+    pub failure: Option<Failure>,
+    /// The streamed request body's shared state: the bytes it read from the client, for the
+    /// access log's `bytes_in`. `None` without a body, or when it was read whole first (a
+    /// retry's buffer: its length is declared).
+    pub body: Option<Arc<FaultCell>>,
+}
+
+impl<'s> Seen<'s> {
+    /// The listener and rule routing reached.
+    pub fn routed(&mut self, listener: &'s Listener, entry: &'s Entry) {
+        self.reached.listener = Some(&listener.id);
+        self.reached.route = Some(&entry.rule.route);
+        self.rule = Some(&entry.rule);
+        self.path_match = Some(&entry.matcher.path);
+        self.access_log = listener.access_log;
+    }
+
+    /// The endpoint the request is sent to.
+    pub fn endpoint(&mut self, endpoint: &'s Endpoint) {
+        self.upstream = Some(endpoint.addr);
+        self.identity = endpoint.tls.as_ref().and_then(|t| t.identity.as_deref());
+    }
+}
+
+/// A request pier failed: the error kind, and the TLS reason where there is one
+/// (`identity_mismatch`, `unknown_ca`, `no_endpoint_identity`, ...).
+#[derive(Clone, Copy, Debug)]
+pub struct Failure {
+    pub kind: ErrorKind,
+    pub detail: Option<&'static str>,
+}
+
+impl Failure {
+    pub fn of(e: &ProxyError) -> Self {
+        Self {
+            kind: e.kind(),
+            detail: e.tls_reason(),
+        }
+    }
+}
+
+/// The authority as sent (HTTP/2 `:authority`, an absolute-form URI's, else Host), port
+/// included.
+pub fn request_authority<B>(req: &Request<B>) -> &str {
+    match req.uri().authority() {
+        Some(a) => a.as_str(),
+        None => req
+            .headers()
+            .get(HOST)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or(""),
+    }
+}

@@ -1,0 +1,238 @@
+//! The request path's phases: each step of a request is done here, once, and both request
+//! paths (`downstream::h1`, the HTTP/1.1 fast path, and `downstream::service`, hyper's) call
+//! these functions in this order, so a route's policies, filters and records cannot differ
+//! between them. A new kind of policy enters at one of these functions and nowhere else.
+//!
+//! ```text
+//! arrive         the request's identity: client, request ID, trace context; the log head
+//! listener       port and listener (listener isolation; 421 when the SNI chose another)
+//! route          the route table's rule, recorded in the request's `Seen`
+//! decide         CORS preflight ─> access (authorization; authentication and rate limits
+//!                next) ─> redirect, or the backendRef to forward to
+//! request_head   request header filters, URL rewrite, hop hygiene, forwarding headers
+//!    ... exchange (admission, endpoint, send, outcome): `exchange`, or h1's raw exchange
+//! response_head  hop hygiene, CORS headers, response header filters (compression next)
+//! failed / log   pier's own answer recorded; metrics, the access log, the span
+//! ```
+//!
+//! What a rule needs is decided at translation: a rule without an access policy has
+//! `Rule::access == None`, and `access` costs it one branch. The fast path writes the request
+//! head itself when `request_head` has nothing to do ([`rewrites_request`]) and the response
+//! head when `response_head` has nothing to do ([`rewrites_response`]); otherwise it calls
+//! them on a header map like the hyper path.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::request::Parts;
+use http::uri::PathAndQuery;
+use http::{HeaderMap, HeaderName, Response, StatusCode};
+
+use crate::model::filter::CorsResponse;
+use crate::model::{Backend, Listener, Port, Rule, Snapshot, WeightedBackend};
+use crate::proxy::body::ProxyBody;
+use crate::proxy::conn_info::ConnInfo;
+use crate::proxy::error::ProxyError;
+use crate::proxy::exchange::Shared;
+use crate::proxy::headers::{X_FORWARDED_FOR, X_FORWARDED_HOST, X_FORWARDED_PROTO};
+use crate::proxy::observe::access::{self, Done, LogHead};
+use crate::proxy::observe::forwarded::{Edge, FORWARDED, X_REQUEST_ID};
+use crate::proxy::observe::record::{Failure, Seen};
+use crate::proxy::observe::trace::{self, RequestLine, TRACEPARENT, TRACESTATE};
+use crate::proxy::policy::route::Decided;
+use crate::proxy::policy::{access as access_policy, head, route as routing};
+
+pub use crate::proxy::policy::route::{RouteInput, Routed};
+
+/// What a routed request comes to, its access policies passed.
+pub enum Decision<'s> {
+    /// pier answers itself (a CORS preflight, a redirect).
+    Respond(Response<ProxyBody>),
+    /// To this backendRef; the CORS headers for its response when a CORS filter applies.
+    Forward(&'s WeightedBackend, Option<CorsResponse<'s>>),
+}
+
+/// The header names [`arrive`] reads: the forwarding headers and the trace context.
+static ARRIVAL_HEADERS: [HeaderName; 7] = [
+    X_FORWARDED_FOR,
+    X_FORWARDED_PROTO,
+    X_FORWARDED_HOST,
+    FORWARDED,
+    X_REQUEST_ID,
+    TRACEPARENT,
+    TRACESTATE,
+];
+
+/// Arrive: the request's forwarding identity (client, request ID, what a trusted hop sent),
+/// its trace context when tracing is on, and its log head when the access log may be on.
+/// `lines` gives the request's header lines (`(name, value)`, names in any case) each time it
+/// is called.
+#[inline]
+pub fn arrive<'h, I>(
+    shared: &Shared,
+    snapshot: &Snapshot,
+    conn: &ConnInfo,
+    lines: impl Fn() -> I,
+    line: RequestLine<'_>,
+    log: impl FnOnce() -> LogHead,
+) -> (Edge, Option<LogHead>)
+where
+    I: Iterator<Item = (&'h str, &'h [u8])>,
+{
+    let log = access::may_log(shared.config.access_log, snapshot, conn).then(log);
+    let mut edge = Edge::read(&shared.config.trusted_proxies, conn.hop(), lines());
+    edge.trace = trace::start(shared.tracer.as_ref(), conn.trusted_hop, lines(), line);
+    (edge, log)
+}
+
+/// The lines of a header map that [`arrive`] reads (the hyper path).
+pub fn map_lines(headers: &HeaderMap) -> impl Iterator<Item = (&str, &[u8])> {
+    ARRIVAL_HEADERS.iter().flat_map(move |name| {
+        headers
+            .get_all(name)
+            .iter()
+            .map(move |v| (name.as_str(), v.as_bytes()))
+    })
+}
+
+/// Listener: the port the connection arrived on and its listener for the normalised `host`.
+#[inline]
+pub fn listener<'s>(
+    snapshot: &'s Snapshot,
+    conn: &ConnInfo,
+    host: &str,
+) -> Result<(&'s Port, &'s Listener), ProxyError> {
+    routing::listener_for(snapshot, conn, host)
+}
+
+/// Route: the listener's rule for the request (normalised `host`), recorded in `seen`.
+#[inline]
+pub fn route<'s>(
+    (port, listener): (&'s Port, &'s Listener),
+    host: &str,
+    input: &RouteInput<'_>,
+    seen: &mut Seen<'s>,
+) -> Result<Routed<'s>, ProxyError> {
+    let routed = routing::route_on(port, listener, host, input)?;
+    seen.routed(routed.listener, routed.entry);
+    Ok(routed)
+}
+
+/// Decide: what the rule comes to. A CORS preflight is answered first (browsers send it
+/// without credentials); then the rule's access policies ([`access`]) must let the request
+/// in; then a redirect is answered, or the request goes to a backendRef.
+///
+/// `input.headers` must hold the request's headers when [`Rule::has_cors`].
+#[inline]
+pub fn decide<'s>(
+    routed: &Routed<'s>,
+    input: &RouteInput<'_>,
+    edge: &Edge,
+) -> Result<Decision<'s>, ProxyError> {
+    let decided = routing::decide(routed, input);
+    if !matches!(decided, Ok(Decided::Preflight(_))) {
+        access(&routed.entry.rule, edge)?;
+    }
+    match decided? {
+        Decided::Preflight(resp) | Decided::Redirect(resp) => Ok(Decision::Respond(resp)),
+        Decided::Forward(weighted, cors) => Ok(Decision::Forward(weighted, cors)),
+    }
+}
+
+/// Access: whether the rule's access policies let the request in (`Forbidden`: 403). A rule
+/// without any pays this one branch.
+#[inline]
+pub fn access(rule: &Rule, edge: &Edge) -> Result<(), ProxyError> {
+    match &rule.access {
+        None => Ok(()),
+        Some(policy) => access_policy::check(policy, edge.client),
+    }
+}
+
+/// Request head: the rule's and the backendRef's request filters, the URL rewrite, hop
+/// hygiene, forwarding headers and Host on `parts`. Returns the path and query to send.
+#[inline]
+pub fn request_head(
+    edge: &Edge,
+    routed: &Routed<'_>,
+    weighted: &WeightedBackend,
+    backend: &Backend,
+    parts: &mut Parts,
+    upgrade: bool,
+) -> Result<PathAndQuery, ProxyError> {
+    head::prepare_head(edge, routed, weighted, backend, parts, upgrade)
+}
+
+/// Whether [`request_head`] has header filters to apply (else the fast path writes the
+/// client's lines with the forwarding headers itself).
+#[inline]
+pub fn rewrites_request(rule: &Rule, weighted: &WeightedBackend) -> bool {
+    rule.filters.request_headers.is_some() || weighted.filters.request_headers.is_some()
+}
+
+/// Response head: hop hygiene, the CORS headers, the response header filters.
+#[inline]
+pub fn response_head(
+    headers: &mut HeaderMap,
+    rule: &Rule,
+    weighted: &WeightedBackend,
+    cors: Option<&CorsResponse<'_>>,
+    upgrade: bool,
+) {
+    head::response_head(headers, rule, weighted, cors, upgrade);
+}
+
+/// Whether [`response_head`] has more to do than hop hygiene (else the fast path copies the
+/// upstream's lines itself).
+#[inline]
+pub fn rewrites_response(
+    rule: &Rule,
+    weighted: &WeightedBackend,
+    cors: Option<&CorsResponse<'_>>,
+) -> bool {
+    cors.is_some() || head::response_modifiers(rule, weighted).next().is_some()
+}
+
+/// Failed: pier answers the request itself with `error`; counted, and recorded for the log.
+pub fn failed(shared: &Shared, seen: &mut Seen<'_>, error: &ProxyError, port: u16) {
+    shared.metrics.error(error.kind(), error.side());
+    seen.failure = Some(Failure::of(error));
+    tracing::debug!(%error, port, "request failed");
+}
+
+/// Log: once the response head is known, the request's metrics, its access log line (when
+/// its listener or `--access-log` wants one) and its span (when sampled).
+#[allow(clippy::too_many_arguments)]
+pub fn log(
+    shared: &Shared,
+    snapshot: &Arc<Snapshot>,
+    conn: &ConnInfo,
+    edge: &Edge,
+    seen: &Seen<'_>,
+    head: Option<&LogHead>,
+    (status, bytes_out): (StatusCode, Option<u64>),
+    elapsed: Duration,
+) {
+    shared
+        .metrics
+        .request_done(snapshot, seen.reached, status, elapsed.as_secs_f64());
+    if let Some(head) = head
+        && access::wanted(shared.config.access_log, seen)
+    {
+        let done = Done {
+            status,
+            bytes_out,
+            elapsed,
+        };
+        head.log(shared.config.access_log_fields, conn, edge, seen, done);
+    }
+    trace::finish(
+        shared.tracer.as_ref(),
+        trace::End {
+            conn,
+            edge,
+            seen,
+            status,
+        },
+    );
+}
