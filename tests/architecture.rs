@@ -209,6 +209,9 @@ impl<'ast> Visit<'ast> for Paths {
             .extend(leaves.into_iter().filter(|p| anchored(p)));
     }
 
+    /// `pub(super)`, `pub(in crate::a)`: who may see an item, not an import.
+    fn visit_visibility(&mut self, _: &'ast syn::Visibility) {}
+
     fn visit_path(&mut self, p: &'ast syn::Path) {
         let segments: Vec<String> = p.segments.iter().map(|s| s.ident.to_string()).collect();
         if anchored(&segments) {

@@ -566,6 +566,7 @@ impl Endpoint {
     /// gateway failures in a row eject the endpoint; any success resets the count and the
     /// ejection length. Returns true when this outcome ejected it. `now_ms` is read only on
     /// an ejection.
+    #[inline]
     pub fn record(&self, failed: bool, now_ms: impl FnOnce() -> u64, outlier: &Outlier) -> bool {
         let failures = &self.stats.failures;
         if !failed {

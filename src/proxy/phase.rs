@@ -24,13 +24,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::request::Parts;
-use http::uri::PathAndQuery;
-use http::{HeaderMap, HeaderName, Response, StatusCode};
+use http::{HeaderMap, HeaderName, StatusCode};
 
 use crate::model::filter::CorsResponse;
-use crate::model::{Backend, Listener, Port, Rule, Snapshot, WeightedBackend};
-use crate::proxy::body::ProxyBody;
+use crate::model::{Listener, Port, Rule, Snapshot, WeightedBackend};
 use crate::proxy::conn_info::ConnInfo;
 use crate::proxy::error::ProxyError;
 use crate::proxy::exchange::Shared;
@@ -39,18 +36,16 @@ use crate::proxy::observe::access::{self, Done, LogHead};
 use crate::proxy::observe::forwarded::{Edge, FORWARDED, X_REQUEST_ID};
 use crate::proxy::observe::record::{Failure, Seen};
 use crate::proxy::observe::trace::{self, RequestLine, TRACEPARENT, TRACESTATE};
-use crate::proxy::policy::route::Decided;
 use crate::proxy::policy::{access as access_policy, head, route as routing};
 
-pub use crate::proxy::policy::route::{RouteInput, Routed};
+pub use crate::proxy::policy::route::{Decision, RouteInput, Routed};
 
-/// What a routed request comes to, its access policies passed.
-pub enum Decision<'s> {
-    /// pier answers itself (a CORS preflight, a redirect).
-    Respond(Response<ProxyBody>),
-    /// To this backendRef; the CORS headers for its response when a CORS filter applies.
-    Forward(&'s WeightedBackend, Option<CorsResponse<'s>>),
-}
+/// Request head: the rule's and the backendRef's request filters, the URL rewrite, hop
+/// hygiene, forwarding headers and Host on the head's parts; the path and query to send.
+pub use crate::proxy::policy::head::prepare_head as request_head;
+
+/// Response head: hop hygiene, the CORS headers, the response header filters.
+pub use crate::proxy::policy::head::response_head;
 
 /// The header names [`arrive`] reads: the forwarding headers and the trace context.
 static ARRIVAL_HEADERS: [HeaderName; 7] = [
@@ -63,11 +58,18 @@ static ARRIVAL_HEADERS: [HeaderName; 7] = [
     TRACESTATE,
 ];
 
-/// Arrive: the request's forwarding identity (client, request ID, what a trusted hop sent),
-/// its trace context when tracing is on, and its log head when the access log may be on.
-/// `lines` gives the request's header lines (`(name, value)`, names in any case) each time it
-/// is called.
-#[inline]
+/// What [`arrive`] makes of a request: its forwarding identity (client, request ID, what a
+/// trusted hop sent, the trace context when tracing is on) and its log head when the access
+/// log may be on.
+pub struct Arrival {
+    pub edge: Edge,
+    pub log: Option<LogHead>,
+}
+
+/// Arrive: the request's [`Arrival`]. `lines` gives the request's header lines (`(name,
+/// value)`, names in any case) each time it is called; `log` makes the log head. Built in
+/// place where the caller keeps it (inlined: the fast path's per-request state holds it).
+#[inline(always)]
 pub fn arrive<'h, I>(
     shared: &Shared,
     snapshot: &Snapshot,
@@ -75,14 +77,16 @@ pub fn arrive<'h, I>(
     lines: impl Fn() -> I,
     line: RequestLine<'_>,
     log: impl FnOnce() -> LogHead,
-) -> (Edge, Option<LogHead>)
+) -> Arrival
 where
     I: Iterator<Item = (&'h str, &'h [u8])>,
 {
-    let log = access::may_log(shared.config.access_log, snapshot, conn).then(log);
-    let mut edge = Edge::read(&shared.config.trusted_proxies, conn.hop(), lines());
-    edge.trace = trace::start(shared.tracer.as_ref(), conn.trusted_hop, lines(), line);
-    (edge, log)
+    let mut arrival = Arrival {
+        log: access::may_log(shared.config.access_log, snapshot, conn).then(log),
+        edge: Edge::read(&shared.config.trusted_proxies, conn.hop(), lines()),
+    };
+    arrival.edge.trace = trace::start(shared.tracer.as_ref(), conn.trusted_hop, lines(), line);
+    arrival
 }
 
 /// The lines of a header map that [`arrive`] reads (the hyper path).
@@ -96,7 +100,7 @@ pub fn map_lines(headers: &HeaderMap) -> impl Iterator<Item = (&str, &[u8])> {
 }
 
 /// Listener: the port the connection arrived on and its listener for the normalised `host`.
-#[inline]
+#[inline(always)]
 pub fn listener<'s>(
     snapshot: &'s Snapshot,
     conn: &ConnInfo,
@@ -106,7 +110,7 @@ pub fn listener<'s>(
 }
 
 /// Route: the listener's rule for the request (normalised `host`), recorded in `seen`.
-#[inline]
+#[inline(always)]
 pub fn route<'s>(
     (port, listener): (&'s Port, &'s Listener),
     host: &str,
@@ -123,25 +127,22 @@ pub fn route<'s>(
 /// in; then a redirect is answered, or the request goes to a backendRef.
 ///
 /// `input.headers` must hold the request's headers when [`Rule::has_cors`].
-#[inline]
+#[inline(always)]
 pub fn decide<'s>(
     routed: &Routed<'s>,
     input: &RouteInput<'_>,
     edge: &Edge,
 ) -> Result<Decision<'s>, ProxyError> {
     let decided = routing::decide(routed, input);
-    if !matches!(decided, Ok(Decided::Preflight(_))) {
+    if !matches!(decided, Ok(Decision::Preflight(_))) {
         access(&routed.entry.rule, edge)?;
     }
-    match decided? {
-        Decided::Preflight(resp) | Decided::Redirect(resp) => Ok(Decision::Respond(resp)),
-        Decided::Forward(weighted, cors) => Ok(Decision::Forward(weighted, cors)),
-    }
+    decided
 }
 
 /// Access: whether the rule's access policies let the request in (`Forbidden`: 403). A rule
 /// without any pays this one branch.
-#[inline]
+#[inline(always)]
 pub fn access(rule: &Rule, edge: &Edge) -> Result<(), ProxyError> {
     match &rule.access {
         None => Ok(()),
@@ -149,42 +150,16 @@ pub fn access(rule: &Rule, edge: &Edge) -> Result<(), ProxyError> {
     }
 }
 
-/// Request head: the rule's and the backendRef's request filters, the URL rewrite, hop
-/// hygiene, forwarding headers and Host on `parts`. Returns the path and query to send.
-#[inline]
-pub fn request_head(
-    edge: &Edge,
-    routed: &Routed<'_>,
-    weighted: &WeightedBackend,
-    backend: &Backend,
-    parts: &mut Parts,
-    upgrade: bool,
-) -> Result<PathAndQuery, ProxyError> {
-    head::prepare_head(edge, routed, weighted, backend, parts, upgrade)
-}
-
 /// Whether [`request_head`] has header filters to apply (else the fast path writes the
 /// client's lines with the forwarding headers itself).
-#[inline]
+#[inline(always)]
 pub fn rewrites_request(rule: &Rule, weighted: &WeightedBackend) -> bool {
     rule.filters.request_headers.is_some() || weighted.filters.request_headers.is_some()
 }
 
-/// Response head: hop hygiene, the CORS headers, the response header filters.
-#[inline]
-pub fn response_head(
-    headers: &mut HeaderMap,
-    rule: &Rule,
-    weighted: &WeightedBackend,
-    cors: Option<&CorsResponse<'_>>,
-    upgrade: bool,
-) {
-    head::response_head(headers, rule, weighted, cors, upgrade);
-}
-
 /// Whether [`response_head`] has more to do than hop hygiene (else the fast path copies the
 /// upstream's lines itself).
-#[inline]
+#[inline(always)]
 pub fn rewrites_response(
     rule: &Rule,
     weighted: &WeightedBackend,

@@ -50,6 +50,8 @@ use crate::proxy::policy::head::client_identity;
 use crate::proxy::upstream::{self, InFlight, Target, UpstreamBody};
 use crate::proxy::validate::{self, Invalid};
 
+/// One request on hyper's path, answered whatever happens: pier's own answer for an error
+/// (as gRPC for a gRPC call), recorded by `phase::log`.
 pub async fn handle(
     shared: Arc<Shared>,
     conn: Arc<ConnInfo>,
@@ -63,7 +65,10 @@ pub async fn handle(
         host: request_authority(&req),
         path: req.uri().path(),
     };
-    let (edge, log_head) = phase::arrive(
+    let phase::Arrival {
+        edge,
+        log: log_head,
+    } = phase::arrive(
         &shared,
         &snapshot,
         &conn,
@@ -132,7 +137,7 @@ async fn dispatch<'s>(
     let routed = phase::route(found, &host, &input, seen)?;
     let rule = &routed.entry.rule;
     let (weighted, cors) = match phase::decide(&routed, &input, edge)? {
-        Decision::Respond(resp) => return Ok(resp),
+        Decision::Preflight(resp) | Decision::Redirect(resp) => return Ok(resp),
         Decision::Forward(weighted, cors) => (weighted, cors),
     };
     // The future is built in each arm rather than once before the match: a future moved into
@@ -331,9 +336,6 @@ fn finish_response(
     parts.version = Version::default();
     Response::from_parts(parts, body::boxed(body.with_in_flight(in_flight)))
 }
-
-/// Hop hygiene, the CORS headers, and the response header modifiers (rule, then backendRef:
-/// after CORS, so a modifier has the last word) on a response head.
 
 #[cfg(test)]
 mod tests {

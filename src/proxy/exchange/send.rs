@@ -13,7 +13,7 @@ use crate::proxy::upstream::{Clock, InFlight, Target, UpstreamBody};
 
 /// One endpoint of `backend` by power of two choices (`NoEndpoints`: 503). Every request
 /// path picks here (h1, hyper, retries, TLS streams).
-#[inline]
+#[inline(always)]
 pub fn pick_endpoint<'b>(
     shared: &Shared,
     backend: &'b Backend,
@@ -23,7 +23,7 @@ pub fn pick_endpoint<'b>(
 
 /// [`pick_endpoint`] on `clock` (mirrors, which run outside the request, hold a clock of
 /// their own).
-#[inline]
+#[inline(always)]
 pub fn pick<'b>(backend: &'b Backend, clock: &Clock) -> Option<&'b Endpoint> {
     let mut rng = rand::rng();
     backend.pick(|| clock.now_ms(), rng.random(), rng.random())
@@ -62,6 +62,7 @@ pub async fn exchange(
 /// [`Outlier`](crate::model::Outlier) threshold (its Service's, else `--outlier-*`); anything
 /// else resets the count. Slow answers and the
 /// application's own errors are not reasons to eject.
+#[inline]
 pub fn outcome(
     shared: &Shared,
     backend: &Backend,

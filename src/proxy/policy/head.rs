@@ -116,6 +116,8 @@ pub fn rewritten_target(
     Some(PathAndQuery::try_from(target).map_err(|e| ProxyError::InvalidTarget(e.into())))
 }
 
+/// Hop hygiene, the CORS headers, and the response header modifiers (rule, then backendRef:
+/// after CORS, so a modifier has the last word) on a response head.
 pub fn response_head(
     headers: &mut http::HeaderMap,
     rule: &Rule,

@@ -79,6 +79,7 @@ pub fn route_on<'s>(
     })
 }
 
+/// pier's answer for a RequestRedirect: its status and `Location`, built from the request.
 pub fn redirect_response(
     redirect: &Redirect,
     routed: &Routed<'_>,
@@ -109,9 +110,9 @@ fn preflight_response(preflight: Preflight) -> Response<ProxyBody> {
     resp
 }
 
-/// What a routed request's rule comes to, before access policies (`phase::decide` runs them
-/// between a preflight and the rest).
-pub enum Decided<'s> {
+/// What a routed request's rule comes to. `phase::decide` runs the access policies between a
+/// preflight and the rest: a request they refuse never gets a redirect or a backend.
+pub enum Decision<'s> {
     /// pier answers a CORS preflight itself.
     Preflight(Response<ProxyBody>),
     /// pier answers with a redirect.
@@ -127,7 +128,7 @@ pub enum Decided<'s> {
 /// without a usable backendRef still answers preflights: they never reach a backend.
 ///
 /// `input.headers` must hold the request's headers when [`Rule::has_cors`].
-pub fn decide<'s>(routed: &Routed<'s>, input: &RouteInput<'_>) -> Result<Decided<'s>, ProxyError> {
+pub fn decide<'s>(routed: &Routed<'s>, input: &RouteInput<'_>) -> Result<Decision<'s>, ProxyError> {
     let rule: &'s Rule = &routed.entry.rule;
     // A live session stays with the backendRef of its endpoint (the endpoint itself is
     // checked when it is picked). The fast path hands session rules to hyper: only the hyper
@@ -148,7 +149,7 @@ pub fn decide<'s>(routed: &Routed<'s>, input: &RouteInput<'_>) -> Result<Decided
         .map(|policy| policy.check(input.method, input.headers));
     let cors = match cors {
         Some(CorsCheck::Preflight(preflight)) => {
-            return Ok(Decided::Preflight(preflight_response(preflight)));
+            return Ok(Decision::Preflight(preflight_response(preflight)));
         }
         Some(CorsCheck::Actual(cors)) => Some(cors),
         None => None,
@@ -163,10 +164,10 @@ pub fn decide<'s>(routed: &Routed<'s>, input: &RouteInput<'_>) -> Result<Decided
         if let Some(cors) = &cors {
             cors.apply(resp.headers_mut());
         }
-        return Ok(Decided::Redirect(resp));
+        return Ok(Decision::Redirect(resp));
     }
     let weighted = picked?.ok_or(ProxyError::NoBackends)?;
-    Ok(Decided::Forward(weighted, cors))
+    Ok(Decision::Forward(weighted, cors))
 }
 
 /// The backendRef of `rule` whose backend has the session's endpoint.

@@ -64,7 +64,7 @@ use crate::proxy::observe::forwarded::Edge;
 use crate::proxy::observe::metrics::Transport;
 use crate::proxy::observe::record::Seen;
 use crate::proxy::observe::trace::RequestLine;
-use crate::proxy::phase::{self, Decision, RouteInput, Routed};
+use crate::proxy::phase::{self, Arrival, Decision, RouteInput, Routed};
 use crate::proxy::policy::head::{rewrite_of, rewritten_target};
 use crate::proxy::reclaim::Registration;
 use crate::proxy::upstream::{Raw, RawConn, Stream, Target};
@@ -163,9 +163,8 @@ struct Common<'s> {
     /// The client asked to close after this response.
     close: bool,
     head_request: bool,
-    log: Option<LogHead>,
-    /// Forwarding headers, request ID and client (`forwarded`).
-    edge: Edge,
+    /// Forwarding headers, request ID, client and trace context; the log head.
+    arrival: Arrival,
 }
 
 struct Forward<'s> {
@@ -717,9 +716,9 @@ where
             self.shared,
             snapshot,
             self.info,
-            &common.edge,
+            &common.arrival.edge,
             &common.seen,
-            common.log.as_ref(),
+            common.arrival.log.as_ref(),
             head,
             started.elapsed(),
         );
@@ -742,26 +741,26 @@ fn plan<'s>(
         Parsed::Body(total) => return Plan::Partial(Some(total)),
         Parsed::Fallback => return Plan::Fallback,
     };
-    let line = RequestLine {
-        method: &req.method,
-        host: req.host,
-        path: req.path,
-    };
-    let (edge, log) = phase::arrive(
-        shared,
-        snapshot,
-        info,
-        || req.headers.iter().map(|h| (h.name, h.value)),
-        line,
-        || LogHead::new(req.method.clone(), req.host, req.path).with_bytes_in(req.body_len as u64),
-    );
     let mut common = Common {
         seen: Seen::default(),
         consumed: req.head_len + req.body_len,
         close: req.close,
         head_request: req.method == Method::HEAD,
-        log,
-        edge,
+        arrival: phase::arrive(
+            shared,
+            snapshot,
+            info,
+            || req.headers.iter().map(|h| (h.name, h.value)),
+            RequestLine {
+                method: &req.method,
+                host: req.host,
+                path: req.path,
+            },
+            || {
+                LogHead::new(req.method.clone(), req.host, req.path)
+                    .with_bytes_in(req.body_len as u64)
+            },
+        ),
     };
     let limits = &shared.config.limits;
     let sizes = validate::check_sizes(
@@ -826,9 +825,11 @@ fn plan<'s>(
         headers: cors_map.as_ref().unwrap_or(&map),
         ..input
     };
-    let (weighted, cors) = match phase::decide(&routed, &input, &common.edge) {
+    let (weighted, cors) = match phase::decide(&routed, &input, &common.arrival.edge) {
         Ok(Decision::Forward(w, cors)) => (w, cors),
-        Ok(Decision::Respond(resp)) => return Plan::Respond(common, Ok(resp)),
+        Ok(Decision::Preflight(resp) | Decision::Redirect(resp)) => {
+            return Plan::Respond(common, Ok(resp));
+        }
         Err(e) => return Plan::Respond(common, Err(e)),
     };
     // Mirrors copy the body through hyper's body types; retries (`service` → `retry`) send
@@ -851,7 +852,7 @@ fn plan<'s>(
     common.seen.reached.tls = Transport::of(&backend.tls);
     wbuf.clear();
     let uri = (&*path, &*target);
-    let edge = &common.edge;
+    let edge = &common.arrival.edge;
     if let Err(e) = upstream_head(edge, &routed, weighted, backend, &req, uri, map, wbuf) {
         return match e {
             Prepare::Fallback => Plan::Fallback,
