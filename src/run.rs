@@ -396,7 +396,8 @@ pub async fn start(opts: RunOptions) -> anyhow::Result<Running> {
                 Err(e) => return fail(anyhow::Error::new(e).context("cannot load the manifests")),
             };
             log_loaded(&loaded);
-            let (guard, changes) = match files::watch(&dir, files::is_manifest) {
+            let reads = files::ManifestFiles::new(&dir);
+            let (guard, changes) = match files::watch(&dir, move |p, e| reads.relevant(p, e)) {
                 Ok(w) => w,
                 Err(e) => {
                     return fail(
@@ -861,8 +862,9 @@ impl CertWatch {
         let mut guards = Vec::new();
         for dir in files.dirs() {
             let names = files.names();
-            let (g, rx) = files::watch(&dir, move |p| {
-                p.file_name().is_some_and(|n| names.iter().any(|m| m == n))
+            let (g, rx) = files::watch(&dir, move |p, e| {
+                e == files::Entry::File
+                    && p.file_name().is_some_and(|n| names.iter().any(|m| m == n))
             })
             .with_context(|| format!("cannot watch {}", dir.display()))?;
             guards.push(g);
