@@ -433,6 +433,10 @@ pub struct CheckArgs {
     /// The kubeconfig context to use instead of its current one.
     #[arg(long, value_name = "NAME", conflicts_with = "manifests")]
     pub context: Option<String>,
+    /// `--manifests`: write the status YAML to this file instead of stdout. A file the next
+    /// load of the directory would read (a `*.yaml` / `*.yml` inside it) is refused.
+    #[arg(long, value_name = "FILE", conflicts_with = "kubeconfig")]
+    pub output_file: Option<PathBuf>,
     /// `--kubeconfig` report format: one line per check, or JSON for machines.
     #[arg(
         short = 'o',

@@ -194,6 +194,74 @@ fn check_fails_on_a_missing_directory() {
     );
 }
 
+/// `--output-file`: the status YAML goes to the file, nothing to stdout.
+#[test]
+fn check_writes_the_status_to_the_output_file() {
+    let out_dir = tempfile::tempdir().unwrap();
+    let file = out_dir.path().join("status.yaml");
+    let out = pier()
+        .args([
+            "check",
+            "--manifests",
+            "config/examples/quickstart",
+            "--output-file",
+        ])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(out.stdout.is_empty(), "{out:?}");
+    let yaml = std::fs::read_to_string(&file).unwrap();
+    assert!(yaml.contains("kind: HTTPRoute"), "{yaml}");
+}
+
+/// A status file written where the next load would read it as a manifest is refused, naming
+/// both paths, before anything is written; a file the load does not read is fine.
+#[test]
+fn check_refuses_an_output_file_the_next_load_of_the_manifests_would_read() {
+    let dir = tempfile::tempdir().unwrap();
+    for f in std::fs::read_dir("config/examples/quickstart").unwrap() {
+        let f = f.unwrap().path();
+        std::fs::copy(&f, dir.path().join(f.file_name().unwrap())).unwrap();
+    }
+    std::fs::create_dir(dir.path().join("sub")).unwrap();
+    for (cwd, manifests, output) in [
+        (".", dir.path().to_str().unwrap(), "check.yaml"),
+        (".", dir.path().to_str().unwrap(), "sub/check.yml"),
+        ("sub", "..", "../check.yaml"),
+    ] {
+        let output_path = dir.path().join(output);
+        let output = if cwd == "." {
+            output_path.to_str().unwrap().to_string()
+        } else {
+            output.to_string()
+        };
+        let out = pier()
+            .current_dir(dir.path().join(cwd))
+            .args(["check", "--manifests", manifests, "--output-file", &output])
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{output}: {out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains(&format!(
+                "--output-file {output} is inside --manifests {manifests}, where the next load \
+                 would read it as a manifest"
+            )),
+            "{stderr}"
+        );
+        assert!(!dir.path().join("check.yaml").exists());
+        assert!(!dir.path().join("sub/check.yml").exists());
+    }
+    let out = pier()
+        .current_dir(dir.path())
+        .args(["check", "--manifests", ".", "--output-file", "check.txt"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(dir.path().join("check.txt").exists());
+}
+
 struct Child(std::process::Child);
 
 impl Drop for Child {
