@@ -340,8 +340,11 @@ pub fn check(a: &CheckArgs) -> anyhow::Result<String> {
         .as_deref()
         .context("give --manifests DIR or --kubeconfig [PATH]")?;
     let loaded = crate::source::files::load(dir, &a.manifest_limits.limits())?;
-    for (path, kind) in &loaded.skipped {
-        eprintln!("skipped {kind} in {}", path.display());
+    for (path, skipped) in &loaded.skipped {
+        match skipped.mistake() {
+            Some(mistake) => eprintln!("warning: {}:{}: {mistake}", path.display(), skipped.line),
+            None => eprintln!("skipped {skipped} in {}", path.display()),
+        }
     }
     for d in &loaded.duplicates {
         eprintln!(

@@ -828,8 +828,22 @@ async fn explain_listing(
 }
 
 fn log_loaded(loaded: &files::Loaded) {
-    for (path, kind) in &loaded.skipped {
-        tracing::info!(file = %path.display(), kind = %kind, "skipping a kind pier does not read");
+    for (path, skipped) in &loaded.skipped {
+        match skipped.mistake() {
+            // A kind of a group pier reads: most likely misspelt, and the user's routes are
+            // missing because of it.
+            Some(mistake) => tracing::warn!(
+                file = %path.display(),
+                line = skipped.line,
+                kind = %skipped,
+                "{mistake}"
+            ),
+            None => tracing::info!(
+                file = %path.display(),
+                kind = %skipped,
+                "skipping a kind pier does not read"
+            ),
+        }
     }
     for d in &loaded.duplicates {
         tracing::warn!(
@@ -884,3 +898,6 @@ impl CertWatch {
         ev.map(|()| self.files.clone())
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -262,6 +262,33 @@ fn check_refuses_an_output_file_the_next_load_of_the_manifests_would_read() {
     assert!(dir.path().join("check.txt").exists());
 }
 
+/// A kind of a group pier reads that it does not read (a misspelling) is a warning naming the
+/// file, its line, and the kind likely meant.
+#[test]
+fn check_warns_of_a_misspelled_kind_with_the_nearest_kind() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("routes.yaml");
+    std::fs::write(
+        &file,
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: shop}\n---\n\
+         apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRout\nmetadata: {name: web}\n",
+    )
+    .unwrap();
+    let out = pier()
+        .args(["check", "--manifests"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let want = format!(
+        "warning: {}:5: HTTPRout is not a kind of gateway.networking.k8s.io that pier reads \
+         (did you mean HTTPRoute?)",
+        file.display()
+    );
+    assert!(stderr.contains(&want), "{stderr}");
+}
+
 struct Child(std::process::Child);
 
 impl Drop for Child {

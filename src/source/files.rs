@@ -34,7 +34,7 @@ use notify::{RecursiveMode, Watcher};
 use tokio::sync::mpsc;
 
 use crate::translate::Resources;
-use crate::translate::manifest::{self, ManifestError};
+use crate::translate::manifest::{self, ManifestError, SkippedKind};
 
 pub const QUIET: Duration = Duration::from_millis(100);
 pub const MAX_DELAY: Duration = Duration::from_millis(500);
@@ -141,8 +141,8 @@ impl LoadError {
 pub struct Loaded {
     pub resources: Resources,
     pub files: usize,
-    /// `(file, apiVersion/kind)` of documents pier does not read.
-    pub skipped: Vec<(PathBuf, String)>,
+    /// Documents of kinds pier does not read, with their files.
+    pub skipped: Vec<(PathBuf, SkippedKind)>,
     /// Objects defined more than once (files are read in path order; the last one wins).
     pub duplicates: Vec<Duplicate>,
 }
@@ -232,7 +232,7 @@ pub fn load(dir: &Path, limits: &Limits) -> Result<Loaded, LoadError> {
                 }
             })?;
         out.skipped
-            .extend(parsed.skipped.iter().map(|k| (path.clone(), k.to_string())));
+            .extend(parsed.skipped.into_iter().map(|k| (path.clone(), k)));
         for o in parsed.objects {
             let winner = Place {
                 path: path.clone(),
