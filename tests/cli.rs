@@ -572,7 +572,7 @@ async fn readyz_says_why_it_is_not_ready() {
     std::fs::write(dir.path().join("gw.yaml"), gateway(port)).unwrap();
     let (mut child, admin, _read) = run_logged(dir.path(), &[]);
     let url = format!("http://{admin}/readyz");
-    let want = format!("not ready: cannot listen on port {port} (");
+    let want = format!("not ready: cannot listen on 127.0.0.1:{port} (");
     eventually(Duration::from_secs(10), || async {
         try_get(&url, &[])
             .await
@@ -580,6 +580,75 @@ async fn readyz_says_why_it_is_not_ready() {
     })
     .await;
     assert!(terminate(&mut child).success());
+}
+
+/// A port that is taken is retried under the address pier tried (`--listen-host` and the
+/// port), not `*:PORT`; and a run on loopback does not claim to listen on all interfaces.
+#[tokio::test]
+async fn a_taken_port_is_retried_naming_the_address_tried() {
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = busy.local_addr().unwrap().port();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("gw.yaml"), gateway(port)).unwrap();
+    let (mut child, _admin, read) = run_logged(dir.path(), &[]);
+    eventually(Duration::from_secs(10), || async {
+        read().contains("cannot bind listener port")
+    })
+    .await;
+    assert!(terminate(&mut child).success());
+    let log = read();
+    let line = log
+        .lines()
+        .find(|l| l.contains("cannot bind listener port"))
+        .unwrap();
+    assert!(
+        line.contains(&format!("address=127.0.0.1:{port}")),
+        "{line}"
+    );
+    assert!(line.contains("retrying every 2 s"), "{line}");
+    assert!(!line.contains("*:"), "{line}");
+    assert!(!log.contains("all interfaces"), "{log}");
+}
+
+/// `pier run --manifests` with the default `--listen-host` serves every interface: one INFO
+/// line says so and how to stay local, and each port's line names the address bound.
+#[tokio::test]
+async fn run_on_all_interfaces_says_so_and_how_to_stay_local() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    std::fs::write(dir.path().join("gw.yaml"), gateway(port)).unwrap();
+    let log_path = dir.path().join("stderr.log");
+    let mut child = Child(
+        pier()
+            .args(["run", "--admin", &format!("127.0.0.1:{}", free_port())])
+            .arg("--manifests")
+            .arg(dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(std::fs::File::create(&log_path).unwrap()))
+            .spawn()
+            .unwrap(),
+    );
+    let read = || std::fs::read_to_string(&log_path).unwrap_or_default();
+    eventually(Duration::from_secs(10), || async {
+        read().contains(" ready ")
+    })
+    .await;
+    assert!(terminate(&mut child).success());
+    let log = read();
+    let note = log
+        .lines()
+        .find(|l| l.contains("all interfaces"))
+        .unwrap_or_else(|| panic!("no line about all interfaces in {log}"));
+    assert!(note.contains("INFO"), "{note}");
+    assert!(
+        note.contains("--listen-host 127.0.0.1 keeps them local"),
+        "{note}"
+    );
+    assert!(note.contains("address=0.0.0.0"), "{note}");
+    assert!(
+        log.contains(&format!("listening address=0.0.0.0 port={port}")),
+        "{log}"
+    );
 }
 
 /// An API server that cannot be reached: a few lines naming its URL, not one per kind and
