@@ -81,8 +81,9 @@ pub fn watch_token(
         _ => std::path::PathBuf::from("."),
     };
     let name = path.file_name().map(ToOwned::to_owned);
-    let (guard, mut changes) = crate::source::files::watch(&dir, move |p| {
-        p.file_name().is_some_and(|n| Some(n) == name.as_deref())
+    let (guard, mut changes) = crate::source::files::watch(&dir, move |p, e| {
+        e == crate::source::files::Entry::File
+            && p.file_name().is_some_and(|n| Some(n) == name.as_deref())
     })
     .with_context(|| {
         format!(

@@ -167,7 +167,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "IP", default_value = "0.0.0.0")]
     pub listen_host: IpAddr,
     /// Admin server address (/healthz /readyz /metrics /config /status).
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9901")]
+    #[arg(long, value_name = "IP:PORT", default_value = "127.0.0.1:9901", value_parser = parse_socket_addr)]
     pub admin: SocketAddr,
     /// A file holding a token the admin server then requires as `Authorization: Bearer` on
     /// everything but /healthz and /readyz.
@@ -433,6 +433,10 @@ pub struct CheckArgs {
     /// The kubeconfig context to use instead of its current one.
     #[arg(long, value_name = "NAME", conflicts_with = "manifests")]
     pub context: Option<String>,
+    /// `--manifests`: write the status YAML to this file instead of stdout. A file the next
+    /// load of the directory would read (a `*.yaml` / `*.yml` inside it) is refused.
+    #[arg(long, value_name = "FILE", conflicts_with = "kubeconfig")]
+    pub output_file: Option<PathBuf>,
     /// `--kubeconfig` report format: one line per check, or JSON for machines.
     #[arg(
         short = 'o',
@@ -502,14 +506,14 @@ pub struct DemoArgs {
     #[arg(long, value_name = "PORT", default_value_t = 18081)]
     pub backend_port: u16,
     /// Admin server address (/readyz /metrics /status /config).
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9901")]
+    #[arg(long, value_name = "IP:PORT", default_value = "127.0.0.1:9901", value_parser = parse_socket_addr)]
     pub admin: SocketAddr,
 }
 
 #[derive(Debug, clap::Args)]
 pub struct EchoArgs {
     /// Address to listen on, e.g. 127.0.0.1:18081.
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, value_name = "IP:PORT", value_parser = parse_socket_addr)]
     pub listen: SocketAddr,
     /// Reported in every response as `backend`.
     #[arg(long, default_value = "echo")]
@@ -551,6 +555,35 @@ fn parse_bytes(s: &str) -> Result<u64, String> {
         .map_err(|_| format!("{s:?} is not a size (a number, optionally followed by K, M or G)"))?;
     n.checked_mul(1 << shift)
         .ok_or_else(|| format!("{s:?} is too large"))
+}
+
+/// `IP:PORT` (`[IPv6]:PORT`). What was given is in clap's message (`invalid value '9901' for
+/// '--admin <IP:PORT>'`); this says what is missing and what to write instead. The address
+/// suggested is loopback: these flags serve pier's own endpoints, and reaching them from
+/// other hosts must be a choice someone makes, not one an error message made for them.
+fn parse_socket_addr(s: &str) -> Result<SocketAddr, String> {
+    if let Ok(addr) = s.parse() {
+        return Ok(addr);
+    }
+    if let Ok(ip) = s.parse::<IpAddr>() {
+        let example = SocketAddr::new(ip, 9901);
+        return Err(format!(
+            "an address without a port; give IP:PORT, e.g. {example}"
+        ));
+    }
+    if let Ok(port) = s.strip_prefix(':').unwrap_or(s).parse::<u16>() {
+        return Err(format!(
+            "a port without an address; give IP:PORT, e.g. 127.0.0.1:{port} to listen on \
+             loopback only"
+        ));
+    }
+    let example = match s.rsplit_once(':').map(|(_, p)| p.parse::<u16>()) {
+        Some(Ok(port)) => format!("127.0.0.1:{port}"),
+        _ => "127.0.0.1:9901".to_string(),
+    };
+    Err(format!(
+        "not an IP:PORT address (host names are not resolved); give e.g. {example}"
+    ))
 }
 
 fn parse_object_ref(s: &str) -> Result<ObjectRef, String> {
@@ -629,6 +662,51 @@ mod tests {
         };
         assert_eq!(c.manifest_limits.limits().objects, 5);
         assert_eq!(c.manifest_limits.limits().file_bytes, 1024);
+    }
+
+    /// What `parse_socket_addr` says when `args` (with `value`) are parsed.
+    fn address_error(args: &[&str], value: &str) -> String {
+        let err = Cli::try_parse_from(["pier"].iter().chain(args).chain([&value]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(&format!("'{value}'")),
+            "the value given: {err}"
+        );
+        err
+    }
+
+    #[test]
+    fn a_bare_port_for_an_address_flag_suggests_its_loopback_address() {
+        for (args, port) in [
+            (&["run", "--manifests", "d", "--admin"][..], "9901"),
+            (&["demo", "--admin"], "9902"),
+            (&["echo", "--listen"], "18081"),
+        ] {
+            let err = address_error(args, port);
+            assert!(err.contains(&format!("e.g. 127.0.0.1:{port} ")), "{err}");
+            assert!(!err.contains("0.0.0.0"), "{err}");
+            assert!(!err.contains("invalid socket address syntax"), "{err}");
+        }
+        let err = address_error(&["run", "--manifests", "d", "--admin"], ":9901");
+        assert!(err.contains("e.g. 127.0.0.1:9901 "), "{err}");
+    }
+
+    #[test]
+    fn an_address_flag_without_a_port_or_with_a_host_name_says_what_to_write() {
+        let run = &["run", "--manifests", "d", "--admin"][..];
+        let err = address_error(run, "127.0.0.1");
+        assert!(
+            err.contains("without a port; give IP:PORT, e.g. 127.0.0.1:9901"),
+            "{err}"
+        );
+        let err = address_error(run, "::1");
+        assert!(err.contains("e.g. [::1]:9901"), "{err}");
+        let err = address_error(run, "localhost:9902");
+        assert!(err.contains("host names are not resolved"), "{err}");
+        assert!(err.contains("e.g. 127.0.0.1:9902"), "{err}");
+        let a = run_args(&["--manifests", "d", "--admin", "[::1]:9901"]).unwrap();
+        assert_eq!(a.admin.to_string(), "[::1]:9901");
     }
 
     #[test]

@@ -19,7 +19,18 @@ pub async fn dispatch(cmd: Command) -> anyhow::Result<()> {
     match cmd {
         Command::Run(a) => run_cmd(a).await,
         Command::Check(a) if a.kubeconfig.is_some() => check_cluster(&a).await,
-        Command::Check(a) => print_stdout(&check(&a)?),
+        Command::Check(a) => {
+            let output = a
+                .output_file
+                .as_deref()
+                .map(|f| CheckOutputFile::new(f, &a));
+            let output = output.transpose()?;
+            let yaml = check(&a)?;
+            match output {
+                Some(file) => file.write(&yaml),
+                None => print_stdout(&yaml),
+            }
+        }
         Command::Demo(a) => crate::demo::run(a).await,
         Command::Echo(a) => {
             let server = match (a.tls_cert, a.tls_key) {
@@ -253,6 +264,75 @@ pub fn check_options(a: &CheckArgs) -> crate::check::Options {
     }
 }
 
+/// `pier check --manifests DIR --output-file FILE`: where the status YAML goes, checked before
+/// anything is loaded.
+#[derive(Debug)]
+struct CheckOutputFile(std::path::PathBuf);
+
+/// Why `--output-file` cannot be written.
+#[derive(Debug, thiserror::Error)]
+pub enum OutputFileError {
+    /// The file is a manifest of the directory: the next `pier check` or `pier run` of it
+    /// would read the status YAML as manifests (and fail on it, or worse, read it).
+    #[error(
+        "--output-file {output} is inside --manifests {dir}, where the next load would read it \
+         as a manifest; write it outside that directory"
+    )]
+    InsideManifests {
+        output: std::path::PathBuf,
+        dir: std::path::PathBuf,
+    },
+    #[error("cannot write --output-file {path}")]
+    Write {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl CheckOutputFile {
+    /// Refuses a file that a load of `--manifests` would read.
+    fn new(path: &std::path::Path, a: &CheckArgs) -> Result<Self, OutputFileError> {
+        if let Some(dir) = &a.manifests
+            && output_is_read_by_load(path, dir)
+        {
+            return Err(OutputFileError::InsideManifests {
+                output: path.to_path_buf(),
+                dir: dir.clone(),
+            });
+        }
+        Ok(Self(path.to_path_buf()))
+    }
+
+    fn write(&self, yaml: &str) -> anyhow::Result<()> {
+        std::fs::write(&self.0, yaml).map_err(|source| OutputFileError::Write {
+            path: self.0.clone(),
+            source,
+        })?;
+        Ok(())
+    }
+}
+
+/// Whether a load of `dir` would read `output` once written. Both are resolved (symlinks,
+/// `..`, relative paths), so `--manifests . --output-file ./x/../check.yaml` is caught; a
+/// file whose directory does not exist cannot be written and is left to the write to report.
+fn output_is_read_by_load(output: &std::path::Path, dir: &std::path::Path) -> bool {
+    let Ok(dir) = std::fs::canonicalize(dir) else {
+        return false;
+    };
+    let resolved = std::fs::canonicalize(output).or_else(|_| {
+        let parent = match output.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => std::path::Path::new("."),
+        };
+        let name = output.file_name().ok_or(std::io::ErrorKind::InvalidInput)?;
+        std::fs::canonicalize(parent).map(|p| p.join(name))
+    });
+    resolved.is_ok_and(|out| {
+        out.starts_with(&dir) && crate::source::files::ManifestFiles::new(&dir).reads(&out)
+    })
+}
+
 /// `pier check`: load, translate, render every computed status as YAML.
 pub fn check(a: &CheckArgs) -> anyhow::Result<String> {
     let dir = a
@@ -260,8 +340,11 @@ pub fn check(a: &CheckArgs) -> anyhow::Result<String> {
         .as_deref()
         .context("give --manifests DIR or --kubeconfig [PATH]")?;
     let loaded = crate::source::files::load(dir, &a.manifest_limits.limits())?;
-    for (path, kind) in &loaded.skipped {
-        eprintln!("skipped {kind} in {}", path.display());
+    for (path, skipped) in &loaded.skipped {
+        match skipped.mistake() {
+            Some(mistake) => eprintln!("warning: {}:{}: {mistake}", path.display(), skipped.line),
+            None => eprintln!("skipped {skipped} in {}", path.display()),
+        }
     }
     for d in &loaded.duplicates {
         eprintln!(

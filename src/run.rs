@@ -386,6 +386,19 @@ pub async fn start(opts: RunOptions) -> anyhow::Result<Running> {
 
     let (feed, changes, leader) = match opts.source {
         Source::Manifests(dir) => {
+            // The demo and the examples bind loopback; a directory of manifests run as they
+            // are (the default --listen-host) is served to the whole network: say so first.
+            if opts.listen_host.is_unspecified() {
+                let local = match opts.listen_host {
+                    IpAddr::V4(_) => IpAddr::from([127, 0, 0, 1]),
+                    IpAddr::V6(_) => IpAddr::from(std::net::Ipv6Addr::LOCALHOST),
+                };
+                tracing::info!(
+                    address = %opts.listen_host,
+                    "listeners bind all interfaces, reachable from other hosts; \
+                     --listen-host {local} keeps them local"
+                );
+            }
             let limits = opts.manifest_limits;
             let loaded = {
                 let dir = dir.clone();
@@ -396,7 +409,8 @@ pub async fn start(opts: RunOptions) -> anyhow::Result<Running> {
                 Err(e) => return fail(anyhow::Error::new(e).context("cannot load the manifests")),
             };
             log_loaded(&loaded);
-            let (guard, changes) = match files::watch(&dir, files::is_manifest) {
+            let reads = files::ManifestFiles::new(&dir);
+            let (guard, changes) = match files::watch(&dir, move |p, e| reads.relevant(p, e)) {
                 Ok(w) => w,
                 Err(e) => {
                     return fail(
@@ -450,7 +464,7 @@ pub async fn start(opts: RunOptions) -> anyhow::Result<Running> {
     // With manifests the first configuration is published above; a cluster publishes on its
     // first `()`, once every kind has listed.
     let published = matches!(feed, Feed::Files { .. });
-    let bound = published && bind(&proxy, &shared).await;
+    let bound = published && bind(&proxy, &shared, opts.listen_host).await;
 
     let reach = opts.probe_interval.map(|every| {
         let (tx, rx) = watch::channel(Default::default());
@@ -476,6 +490,7 @@ pub async fn start(opts: RunOptions) -> anyhow::Result<Running> {
         (published, bound),
         Identity { cert_watch, spiffe },
         reach,
+        opts.listen_host,
     ));
     Ok(Running {
         admin_addr,
@@ -607,6 +622,7 @@ async fn apply_change(
     publisher: &mut Publisher,
     proxy: &Proxy,
     shared: &Shared,
+    listen_host: IpAddr,
 ) -> Option<bool> {
     let started = tokio::time::Instant::now();
     let resources = feed.load(control).await?;
@@ -619,7 +635,7 @@ async fn apply_change(
         translate_ms = (started.elapsed() - loaded).as_millis() as u64,
         "configuration published"
     );
-    Some(bind(proxy, shared).await)
+    Some(bind(proxy, shared, listen_host).await)
 }
 
 /// Re-reads `--client-cert`/`--client-key`; a bad pair keeps the last good one.
@@ -654,12 +670,13 @@ async fn run_loop(
         mut spiffe,
     }: Identity,
     mut reach: Option<watch::Receiver<Reachabilities>>,
+    listen_host: IpAddr,
 ) {
     let mut rebind = tokio::time::interval(REBIND_EVERY);
     loop {
         tokio::select! {
             Some(()) = changes.recv() => {
-                if let Some(b) = apply_change(&feed, &control, &mut publisher, &proxy, &shared).await {
+                if let Some(b) = apply_change(&feed, &control, &mut publisher, &proxy, &shared, listen_host).await {
                     (published, bound) = (true, b);
                 }
             }
@@ -671,7 +688,7 @@ async fn run_loop(
                 if let Some(w) = &cert_watch {
                     reload_client_cert(w.files.clone(), &mut publisher).await;
                 }
-                if let Some(b) = apply_change(&feed, &control, &mut publisher, &proxy, &shared).await {
+                if let Some(b) = apply_change(&feed, &control, &mut publisher, &proxy, &shared, listen_host).await {
                     (published, bound) = (true, b);
                 }
             }
@@ -695,7 +712,7 @@ async fn run_loop(
                     tracing::debug!(generation, "published pod network reachability");
                 }
             }
-            _ = rebind.tick(), if published && !bound => bound = bind(&proxy, &shared).await,
+            _ = rebind.tick(), if published && !bound => bound = bind(&proxy, &shared, listen_host).await,
             () = async { let _ = shutdown.wait_for(|s| *s).await; } => break,
         }
     }
@@ -766,7 +783,6 @@ impl Feed {
     }
 }
 
-/// Reconciles listening sockets; ready once every port is bound after the first publish.
 /// The TLS client config for an `https://` OTLP endpoint (`None` for `http://`), read off the
 /// runtime: it reads the CA, client certificate and key files, or the host's trust store.
 async fn trace_tls(
@@ -776,18 +792,23 @@ async fn trace_tls(
     Ok(tokio::task::spawn_blocking(move || config.client_tls()).await??)
 }
 
-async fn bind(proxy: &Proxy, shared: &Shared) -> bool {
+/// Binds the ports of the current snapshot; logs and puts into `/readyz` those that failed,
+/// each with the address tried: a port of no Gateway address of its own is bound on
+/// `listen_host`, and `*:8080` would hide that pier tried `127.0.0.1:8080`.
+async fn bind(proxy: &Proxy, shared: &Shared, listen_host: IpAddr) -> bool {
     let failed = proxy.reconcile().await;
     for (port, e) in &failed {
-        tracing::error!(port = %port, error = %e, "cannot bind listener port; retrying");
+        tracing::error!(
+            address = %tried(port, listen_host),
+            error = %e,
+            "cannot bind listener port; retrying every {} s",
+            REBIND_EVERY.as_secs()
+        );
     }
     if !failed.is_empty() {
         let ports: Vec<String> = failed
             .iter()
-            .map(|(p, e)| match p.address {
-                None => format!("port {} ({e})", p.port),
-                Some(_) => format!("{p} ({e})"),
-            })
+            .map(|(p, e)| format!("{} ({e})", tried(p, listen_host)))
             .collect();
         shared.set_unready_reason(format!(
             "cannot listen on {}; retrying every {} s",
@@ -799,6 +820,11 @@ async fn bind(proxy: &Proxy, shared: &Shared) -> bool {
         tracing::info!(ports = ?proxy.bound_ports(), "ready");
     }
     failed.is_empty()
+}
+
+/// The address a listener port is bound on.
+fn tried(port: &crate::model::PortKey, listen_host: IpAddr) -> SocketAddr {
+    SocketAddr::new(port.address.unwrap_or(listen_host), port.port)
 }
 
 /// Until every kind has listed once, `/readyz` says which kinds it still waits for.
@@ -827,8 +853,22 @@ async fn explain_listing(
 }
 
 fn log_loaded(loaded: &files::Loaded) {
-    for (path, kind) in &loaded.skipped {
-        tracing::info!(file = %path.display(), kind = %kind, "skipping a kind pier does not read");
+    for (path, skipped) in &loaded.skipped {
+        match skipped.mistake() {
+            // A kind of a group pier reads: most likely misspelt, and the user's routes are
+            // missing because of it.
+            Some(mistake) => tracing::warn!(
+                file = %path.display(),
+                line = skipped.line,
+                kind = %skipped,
+                "{mistake}"
+            ),
+            None => tracing::info!(
+                file = %path.display(),
+                kind = %skipped,
+                "skipping a kind pier does not read"
+            ),
+        }
     }
     for d in &loaded.duplicates {
         tracing::warn!(
@@ -861,8 +901,9 @@ impl CertWatch {
         let mut guards = Vec::new();
         for dir in files.dirs() {
             let names = files.names();
-            let (g, rx) = files::watch(&dir, move |p| {
-                p.file_name().is_some_and(|n| names.iter().any(|m| m == n))
+            let (g, rx) = files::watch(&dir, move |p, e| {
+                e == files::Entry::File
+                    && p.file_name().is_some_and(|n| names.iter().any(|m| m == n))
             })
             .with_context(|| format!("cannot watch {}", dir.display()))?;
             guards.push(g);
@@ -882,3 +923,6 @@ impl CertWatch {
         ev.map(|()| self.files.clone())
     }
 }
+
+#[cfg(test)]
+mod tests;

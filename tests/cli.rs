@@ -194,6 +194,101 @@ fn check_fails_on_a_missing_directory() {
     );
 }
 
+/// `--output-file`: the status YAML goes to the file, nothing to stdout.
+#[test]
+fn check_writes_the_status_to_the_output_file() {
+    let out_dir = tempfile::tempdir().unwrap();
+    let file = out_dir.path().join("status.yaml");
+    let out = pier()
+        .args([
+            "check",
+            "--manifests",
+            "config/examples/quickstart",
+            "--output-file",
+        ])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(out.stdout.is_empty(), "{out:?}");
+    let yaml = std::fs::read_to_string(&file).unwrap();
+    assert!(yaml.contains("kind: HTTPRoute"), "{yaml}");
+}
+
+/// A status file written where the next load would read it as a manifest is refused, naming
+/// both paths, before anything is written; a file the load does not read is fine.
+#[test]
+fn check_refuses_an_output_file_the_next_load_of_the_manifests_would_read() {
+    let dir = tempfile::tempdir().unwrap();
+    for f in std::fs::read_dir("config/examples/quickstart").unwrap() {
+        let f = f.unwrap().path();
+        std::fs::copy(&f, dir.path().join(f.file_name().unwrap())).unwrap();
+    }
+    std::fs::create_dir(dir.path().join("sub")).unwrap();
+    for (cwd, manifests, output) in [
+        (".", dir.path().to_str().unwrap(), "check.yaml"),
+        (".", dir.path().to_str().unwrap(), "sub/check.yml"),
+        ("sub", "..", "../check.yaml"),
+    ] {
+        let output_path = dir.path().join(output);
+        let output = if cwd == "." {
+            output_path.to_str().unwrap().to_string()
+        } else {
+            output.to_string()
+        };
+        let out = pier()
+            .current_dir(dir.path().join(cwd))
+            .args(["check", "--manifests", manifests, "--output-file", &output])
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{output}: {out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains(&format!(
+                "--output-file {output} is inside --manifests {manifests}, where the next load \
+                 would read it as a manifest"
+            )),
+            "{stderr}"
+        );
+        assert!(!dir.path().join("check.yaml").exists());
+        assert!(!dir.path().join("sub/check.yml").exists());
+    }
+    let out = pier()
+        .current_dir(dir.path())
+        .args(["check", "--manifests", ".", "--output-file", "check.txt"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(dir.path().join("check.txt").exists());
+}
+
+/// A kind of a group pier reads that it does not read (a misspelling) is a warning naming the
+/// file, its line, and the kind likely meant.
+#[test]
+fn check_warns_of_a_misspelled_kind_with_the_nearest_kind() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("routes.yaml");
+    std::fs::write(
+        &file,
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: shop}\n---\n\
+         apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRout\nmetadata: {name: web}\n",
+    )
+    .unwrap();
+    let out = pier()
+        .args(["check", "--manifests"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let want = format!(
+        "warning: {}:5: HTTPRout is not a kind of gateway.networking.k8s.io that pier reads \
+         (did you mean HTTPRoute?)",
+        file.display()
+    );
+    assert!(stderr.contains(&want), "{stderr}");
+}
+
 struct Child(std::process::Child);
 
 impl Drop for Child {
@@ -477,7 +572,7 @@ async fn readyz_says_why_it_is_not_ready() {
     std::fs::write(dir.path().join("gw.yaml"), gateway(port)).unwrap();
     let (mut child, admin, _read) = run_logged(dir.path(), &[]);
     let url = format!("http://{admin}/readyz");
-    let want = format!("not ready: cannot listen on port {port} (");
+    let want = format!("not ready: cannot listen on 127.0.0.1:{port} (");
     eventually(Duration::from_secs(10), || async {
         try_get(&url, &[])
             .await
@@ -485,6 +580,75 @@ async fn readyz_says_why_it_is_not_ready() {
     })
     .await;
     assert!(terminate(&mut child).success());
+}
+
+/// A port that is taken is retried under the address pier tried (`--listen-host` and the
+/// port), not `*:PORT`; and a run on loopback does not claim to listen on all interfaces.
+#[tokio::test]
+async fn a_taken_port_is_retried_naming_the_address_tried() {
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = busy.local_addr().unwrap().port();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("gw.yaml"), gateway(port)).unwrap();
+    let (mut child, _admin, read) = run_logged(dir.path(), &[]);
+    eventually(Duration::from_secs(10), || async {
+        read().contains("cannot bind listener port")
+    })
+    .await;
+    assert!(terminate(&mut child).success());
+    let log = read();
+    let line = log
+        .lines()
+        .find(|l| l.contains("cannot bind listener port"))
+        .unwrap();
+    assert!(
+        line.contains(&format!("address=127.0.0.1:{port}")),
+        "{line}"
+    );
+    assert!(line.contains("retrying every 2 s"), "{line}");
+    assert!(!line.contains("*:"), "{line}");
+    assert!(!log.contains("all interfaces"), "{log}");
+}
+
+/// `pier run --manifests` with the default `--listen-host` serves every interface: one INFO
+/// line says so and how to stay local, and each port's line names the address bound.
+#[tokio::test]
+async fn run_on_all_interfaces_says_so_and_how_to_stay_local() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    std::fs::write(dir.path().join("gw.yaml"), gateway(port)).unwrap();
+    let log_path = dir.path().join("stderr.log");
+    let mut child = Child(
+        pier()
+            .args(["run", "--admin", &format!("127.0.0.1:{}", free_port())])
+            .arg("--manifests")
+            .arg(dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(std::fs::File::create(&log_path).unwrap()))
+            .spawn()
+            .unwrap(),
+    );
+    let read = || std::fs::read_to_string(&log_path).unwrap_or_default();
+    eventually(Duration::from_secs(10), || async {
+        read().contains(" ready ")
+    })
+    .await;
+    assert!(terminate(&mut child).success());
+    let log = read();
+    let note = log
+        .lines()
+        .find(|l| l.contains("all interfaces"))
+        .unwrap_or_else(|| panic!("no line about all interfaces in {log}"));
+    assert!(note.contains("INFO"), "{note}");
+    assert!(
+        note.contains("--listen-host 127.0.0.1 keeps them local"),
+        "{note}"
+    );
+    assert!(note.contains("address=0.0.0.0"), "{note}");
+    assert!(
+        log.contains(&format!("listening address=0.0.0.0 port={port}")),
+        "{log}"
+    );
 }
 
 /// An API server that cannot be reached: a few lines naming its URL, not one per kind and

@@ -308,7 +308,7 @@ impl Proxy {
                 accept::spawn_accept(port, socket, &drain, on)
             })
             .collect();
-        tracing::info!(port = key.port, address = %ip, "listening");
+        tracing::info!(address = %ip, port = key.port, "listening");
         Ok(BoundPort { drain, accept })
     }
 

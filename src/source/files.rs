@@ -2,10 +2,19 @@
 //!
 //! Names starting with `.` are skipped (editor swap files, atomic-write temp files, the
 //! `..data` indirection of a Kubernetes ConfigMap volume — the visible names are symlinks into
-//! it and are followed). The directory, not each file, is watched, so a file replaced by rename
-//! is seen like any other change. Changes are coalesced: a reload runs after [`QUIET`] without
-//! events, and at the latest [`MAX_DELAY`] after the first one, so a constant stream of writes
-//! cannot hold a change back.
+//! it and are followed), and so are pier's own stdout and stderr when they are redirected to a
+//! file in the directory ([`ManifestFiles`]). The directory, not each file, is watched, so a
+//! file replaced by rename is seen like any other change.
+//!
+//! The watcher reacts only to what a load would read: a change to a manifest, a directory
+//! (not hidden) created, removed or renamed, and the rename of a `..data` link by which a
+//! Kubernetes volume swaps all its files at once. Anything else in the directory (`notes.txt`,
+//! `sub/data.json`, an editor's `.route.yaml.swp`, a log pier writes there) is ignored: with
+//! `pier run --manifests . > run.out`, each log line would otherwise reload, and the reload's
+//! log line would trigger the next one.
+//!
+//! Changes are coalesced: a reload runs after [`QUIET`] without events, and at the latest
+//! [`MAX_DELAY`] after the first one, so a constant stream of writes cannot hold a change back.
 //!
 //! Half-written files: a tool that rewrites a file in place (open with truncate, write, close)
 //! leaves a valid-looking prefix on disk while it writes; a pause longer than [`QUIET`] would
@@ -16,15 +25,16 @@
 //! of a writer that dies, so a crash does not wait for the limit. Rename-into-place needs none
 //! of this: the name switches from the complete old file to the complete new one.
 
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::collections::{HashMap, HashSet};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
 use notify::{RecursiveMode, Watcher};
 use tokio::sync::mpsc;
 
 use crate::translate::Resources;
-use crate::translate::manifest::{self, ManifestError};
+use crate::translate::manifest::{self, ManifestError, SkippedKind};
 
 pub const QUIET: Duration = Duration::from_millis(100);
 pub const MAX_DELAY: Duration = Duration::from_millis(500);
@@ -131,8 +141,8 @@ impl LoadError {
 pub struct Loaded {
     pub resources: Resources,
     pub files: usize,
-    /// `(file, apiVersion/kind)` of documents pier does not read.
-    pub skipped: Vec<(PathBuf, String)>,
+    /// Documents of kinds pier does not read, with their files.
+    pub skipped: Vec<(PathBuf, SkippedKind)>,
     /// Objects defined more than once (files are read in path order; the last one wins).
     pub duplicates: Vec<Duplicate>,
 }
@@ -171,7 +181,7 @@ pub fn load(dir: &Path, limits: &Limits) -> Result<Loaded, LoadError> {
         return Err(LoadError::NotADirectory(dir.to_path_buf()));
     }
     let mut files = Vec::new();
-    collect(dir, &mut files)?;
+    collect(&ManifestFiles::new(dir), dir, &mut files)?;
     files.sort();
     let mut total: u64 = 0;
     for (path, size) in &files {
@@ -222,7 +232,7 @@ pub fn load(dir: &Path, limits: &Limits) -> Result<Loaded, LoadError> {
                 }
             })?;
         out.skipped
-            .extend(parsed.skipped.iter().map(|k| (path.clone(), k.to_string())));
+            .extend(parsed.skipped.into_iter().map(|k| (path.clone(), k)));
         for o in parsed.objects {
             let winner = Place {
                 path: path.clone(),
@@ -266,7 +276,11 @@ fn read_bounded(path: &Path, limit: u64) -> Result<String, LoadError> {
 }
 
 /// Every manifest below `dir` with its size.
-fn collect(dir: &Path, out: &mut Vec<(PathBuf, u64)>) -> Result<(), LoadError> {
+fn collect(
+    reads: &ManifestFiles,
+    dir: &Path,
+    out: &mut Vec<(PathBuf, u64)>,
+) -> Result<(), LoadError> {
     let entries = std::fs::read_dir(dir).map_err(|source| LoadError::Read {
         path: dir.to_path_buf(),
         source,
@@ -286,8 +300,12 @@ fn collect(dir: &Path, out: &mut Vec<(PathBuf, u64)>) -> Result<(), LoadError> {
             continue;
         };
         if meta.is_dir() {
-            collect(&path, out)?;
+            collect(reads, &path, out)?;
         } else if is_manifest(&path) {
+            if reads.is_own(&meta) {
+                tracing::info!(file = %path.display(), "not reading pier's own output as a manifest");
+                continue;
+            }
             out.push((path, meta.len()));
         }
     }
@@ -306,6 +324,7 @@ enum Raw {
 }
 
 /// Whether `path` names a file [`load`] reads (a `*.yaml` / `*.yml` not starting with `.`).
+/// [`ManifestFiles::reads`] also looks at the directories above it.
 pub fn is_manifest(path: &Path) -> bool {
     let hidden = path
         .file_name()
@@ -317,56 +336,105 @@ pub fn is_manifest(path: &Path) -> bool {
         )
 }
 
-/// Watches `dir` and sends `()` once per coalesced burst of changes. The watcher lives as long
-/// as the returned guard.
+/// What a watcher event is about, for the relevance filter of [`watch`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Entry {
+    /// A file, or an entry gone before its event was seen that was not a known directory.
+    File,
+    /// A directory created, removed or renamed.
+    Dir,
+}
+
+/// The files [`load`] reads below a directory, and so the changes [`watch`] of that directory
+/// must react to: manifests with no hidden path component below the directory, except files
+/// pier itself writes.
+#[derive(Clone, Debug)]
+pub struct ManifestFiles {
+    dir: PathBuf,
+    /// `(device, inode)` of files pier writes: its stdout and stderr when they are regular
+    /// files. A log redirected into the directory as `run.yaml` would otherwise be read as a
+    /// manifest (and fail), and each line written would be a change.
+    own: Vec<(u64, u64)>,
+}
+
+impl ManifestFiles {
+    /// The manifests below `dir`, not counting this process's stdout and stderr.
+    pub fn new(dir: &Path) -> Self {
+        use std::os::fd::AsFd;
+        let out = std::io::stdout();
+        let err = std::io::stderr();
+        let own = [
+            out.as_fd().try_clone_to_owned(),
+            err.as_fd().try_clone_to_owned(),
+        ]
+        .into_iter()
+        .filter_map(|fd| std::fs::File::from(fd.ok()?).metadata().ok())
+        .filter(std::fs::Metadata::is_file)
+        .map(|m| (m.dev(), m.ino()))
+        .collect();
+        Self {
+            dir: dir.to_path_buf(),
+            own,
+        }
+    }
+
+    /// Also leaves out `path`, a file pier writes (if it exists).
+    pub fn ignoring(mut self, path: &Path) -> Self {
+        if let Ok(m) = std::fs::metadata(path) {
+            self.own.push((m.dev(), m.ino()));
+        }
+        self
+    }
+
+    /// Whether [`load`] reads `path` (when it exists).
+    pub fn reads(&self, path: &Path) -> bool {
+        is_manifest(path)
+            && !self.hidden(path)
+            && (self.own.is_empty() || !std::fs::metadata(path).is_ok_and(|m| self.is_own(&m)))
+    }
+
+    /// The filter for [`watch`]: manifests [`load`] reads, and directories they may be in.
+    pub fn relevant(&self, path: &Path, entry: Entry) -> bool {
+        match entry {
+            Entry::File => self.reads(path),
+            Entry::Dir => !self.hidden(path),
+        }
+    }
+
+    /// Whether a component of `path` below the directory starts with `.`. A path not below it
+    /// (a watcher may report it otherwise spelt) is judged by its file name only.
+    fn hidden(&self, path: &Path) -> bool {
+        let below = match path.strip_prefix(&self.dir) {
+            Ok(below) => below,
+            Err(_) => path.file_name().map_or(path, Path::new),
+        };
+        below
+            .components()
+            .any(|c| matches!(c, Component::Normal(n) if n.to_string_lossy().starts_with('.')))
+    }
+
+    fn is_own(&self, meta: &std::fs::Metadata) -> bool {
+        self.own.contains(&(meta.dev(), meta.ino()))
+    }
+}
+
+/// Watches `dir` and sends `()` once per coalesced burst of changes that `relevant` accepts
+/// (or that may hide one: a watcher error, the swap of a Kubernetes volume's `..data` link).
+/// The watcher lives as long as the returned guard.
 ///
-/// A file for which `relevant` is true and that was written in place but not yet closed
-/// (inotify's `IN_CLOSE_WRITE`) holds the reload back until it is closed, or at most
-/// [`OPEN_WRITE_LIMIT`]: a writer that stalls halfway must not get half a file published. Only
-/// inotify reports closes; with another backend only the quiet period applies.
+/// `relevant` is asked about files (any event) and directories (created, removed, renamed:
+/// they may hold files that matter); for a manifests directory it is
+/// [`ManifestFiles::relevant`].
+///
+/// A relevant file written in place but not yet closed (inotify's `IN_CLOSE_WRITE`) holds the
+/// reload back until it is closed, or at most [`OPEN_WRITE_LIMIT`]: a writer that stalls
+/// halfway must not get half a file published. Only inotify reports closes; with another
+/// backend only the quiet period applies.
 pub fn watch(
     dir: &Path,
-    relevant: impl Fn(&Path) -> bool + Send + 'static,
+    relevant: impl Fn(&Path, Entry) -> bool + Send + 'static,
 ) -> notify::Result<(WatchGuard, mpsc::Receiver<()>)> {
-    use notify::event::{AccessKind, AccessMode, CreateKind, EventKind, ModifyKind};
-
-    let tracks_closes = matches!(
-        notify::RecommendedWatcher::kind(),
-        notify::WatcherKind::Inotify
-    );
-    let (raw_tx, raw_rx) = mpsc::unbounded_channel::<Raw>();
-    let mut watcher = notify::recommended_watcher(move |ev: notify::Result<notify::Event>| {
-        // An error (an inotify queue overflow) may hide any change: reload.
-        let Ok(ev) = ev else {
-            let _ = raw_tx.send(Raw::Changed);
-            return;
-        };
-        let writing = match ev.kind {
-            EventKind::Access(AccessKind::Close(AccessMode::Write)) => Some(false),
-            // Our own reads (open, close-without-write) are not changes.
-            EventKind::Access(_) => return,
-            EventKind::Create(CreateKind::File | CreateKind::Any)
-            | EventKind::Modify(ModifyKind::Data(_) | ModifyKind::Any) => Some(true),
-            EventKind::Remove(_) | EventKind::Modify(ModifyKind::Name(_)) => Some(false),
-            _ => None,
-        };
-        let mut sent = false;
-        if let (true, Some(writing)) = (tracks_closes, writing) {
-            for path in ev.paths.iter().filter(|p| relevant(p)) {
-                let raw = if writing {
-                    Raw::Writing(path.clone())
-                } else {
-                    Raw::Done(path.clone())
-                };
-                let _ = raw_tx.send(raw);
-                sent = true;
-            }
-        }
-        if !sent {
-            let _ = raw_tx.send(Raw::Changed);
-        }
-    })?;
-    watcher.watch(dir, RecursiveMode::Recursive)?;
+    let (watcher, raw_rx) = watch_raw(dir, relevant)?;
     let (tx, rx) = mpsc::channel(1);
     let task = tokio::spawn(coalesce(raw_rx, tx));
     Ok((
@@ -376,6 +444,130 @@ pub fn watch(
         },
         rx,
     ))
+}
+
+/// [`watch`] before coalescing: one [`Raw`] per relevant change, in the order of the events.
+fn watch_raw(
+    dir: &Path,
+    relevant: impl Fn(&Path, Entry) -> bool + Send + 'static,
+) -> notify::Result<(notify::RecommendedWatcher, mpsc::UnboundedReceiver<Raw>)> {
+    let tracks_closes = matches!(
+        notify::RecommendedWatcher::kind(),
+        notify::WatcherKind::Inotify
+    );
+    let mut classify = Classify::new(dir, relevant, tracks_closes);
+    let (raw_tx, raw_rx) = mpsc::unbounded_channel::<Raw>();
+    let mut watcher = notify::recommended_watcher(move |ev: notify::Result<notify::Event>| {
+        for raw in classify.event(ev) {
+            let _ = raw_tx.send(raw);
+        }
+    })?;
+    watcher.watch(dir, RecursiveMode::Recursive)?;
+    Ok((watcher, raw_rx))
+}
+
+/// Turns watcher events into [`Raw`]s, keeping only those about relevant entries.
+struct Classify<F> {
+    relevant: F,
+    tracks_closes: bool,
+    /// The watched directory and the relevant directories below it, from a walk at the start
+    /// and from events since: a directory removed or renamed away is gone when its event is
+    /// seen (and inotify does not say a rename was of a directory), so this says it was one.
+    dirs: HashSet<PathBuf>,
+}
+
+impl<F: Fn(&Path, Entry) -> bool> Classify<F> {
+    fn new(dir: &Path, relevant: F, tracks_closes: bool) -> Self {
+        let mut c = Self {
+            relevant,
+            tracks_closes,
+            dirs: HashSet::new(),
+        };
+        c.add_tree(dir);
+        c
+    }
+
+    fn event(&mut self, ev: notify::Result<notify::Event>) -> Vec<Raw> {
+        use notify::event::{AccessKind, AccessMode, CreateKind, EventKind, ModifyKind};
+
+        // An error (an inotify queue overflow) may hide any change: reload.
+        let Ok(ev) = ev else {
+            return vec![Raw::Changed];
+        };
+        let writing = match ev.kind {
+            EventKind::Access(AccessKind::Close(AccessMode::Write)) => Some(false),
+            // Our own reads (open, close-without-write) are not changes.
+            EventKind::Access(_) => return Vec::new(),
+            EventKind::Create(CreateKind::File | CreateKind::Any)
+            | EventKind::Modify(ModifyKind::Data(_) | ModifyKind::Any) => Some(true),
+            EventKind::Remove(_) | EventKind::Modify(ModifyKind::Name(_)) => Some(false),
+            _ => None,
+        };
+        let mut out = Vec::new();
+        for path in &ev.paths {
+            if is_volume_swap(path) || self.directory_changed(&ev.kind, path) {
+                out.push(Raw::Changed);
+            } else if (self.relevant)(path, Entry::File) {
+                out.push(match (self.tracks_closes, writing) {
+                    (true, Some(true)) => Raw::Writing(path.clone()),
+                    (true, Some(false)) => Raw::Done(path.clone()),
+                    _ => Raw::Changed,
+                });
+            }
+        }
+        out
+    }
+
+    /// Whether the event is a relevant directory appearing or going away (which may add or
+    /// remove many files with no event of their own).
+    fn directory_changed(&mut self, kind: &notify::EventKind, path: &Path) -> bool {
+        use notify::event::{CreateKind, EventKind, ModifyKind, RemoveKind};
+
+        // Files written in place and closed are no directories: no need to look.
+        let maybe_dir = matches!(
+            kind,
+            EventKind::Create(CreateKind::Folder | CreateKind::Any | CreateKind::Other)
+                | EventKind::Remove(RemoveKind::Folder | RemoveKind::Any | RemoveKind::Other)
+                | EventKind::Modify(ModifyKind::Name(_))
+        );
+        if !maybe_dir {
+            return false;
+        }
+        if path.is_dir() {
+            if !(self.relevant)(path, Entry::Dir) {
+                return false;
+            }
+            self.add_tree(path);
+            return true;
+        }
+        let before = self.dirs.len();
+        self.dirs.retain(|d| !d.starts_with(path));
+        self.dirs.len() != before
+    }
+
+    /// Notes `dir` and the relevant directories below it (symlinks are not followed, so a
+    /// link loop cannot hold the watcher up).
+    fn add_tree(&mut self, dir: &Path) {
+        self.dirs.insert(dir.to_path_buf());
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if entry.file_type().is_ok_and(|t| t.is_dir()) && (self.relevant)(&path, Entry::Dir) {
+                self.add_tree(&path);
+            }
+        }
+    }
+}
+
+/// Whether `path` is (or is below) the `..data` link of a Kubernetes ConfigMap or Secret
+/// volume. The kubelet writes a new hidden directory and renames a new `..data` link over the
+/// old one; the visible names are links through `..data`, so that rename is the only event
+/// for a change of all of them.
+fn is_volume_swap(path: &Path) -> bool {
+    path.components()
+        .any(|c| matches!(c, Component::Normal(n) if n == "..data"))
 }
 
 /// Sends one `()` per burst of raw events: after [`QUIET`] without events or [`MAX_DELAY`]

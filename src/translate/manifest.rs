@@ -4,7 +4,9 @@
 //! Documents are separated by lines that are exactly `---`. Each document's `apiVersion` and
 //! `kind` are read first through a tiny [`TypeMeta`], then the document is deserialized
 //! straight into the typed API struct (never into an untyped value). Kinds pier does not read
-//! are returned as [`SkippedKind`]s, not errors. Namespaced objects without a namespace land in
+//! are returned as [`SkippedKind`]s, not errors; one of a group pier reads
+//! (`gateway.networking.k8s.io`, `pier.dev`) is most likely a mistake, and
+//! [`SkippedKind::mistake`] says so, with the nearest kind pier reads. Namespaced objects without a namespace land in
 //! `default`, as kubectl would put them. A later object with the same key replaces an earlier
 //! (the file source warns, naming both places: [`parse_manifests_placed`]).
 
@@ -17,6 +19,7 @@ use super::api::{
     Namespace, ObjectMeta, PierGatewaySpec, ReferenceGrant, Secret, Service, TlsRoute,
 };
 use super::resources::{ObjectKey, Resources};
+use super::spiffe::PIER_GROUP;
 
 /// A document of a kind pier does not read.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -35,6 +38,24 @@ impl std::fmt::Display for SkippedKind {
         write!(f, "{}/{}", self.api_version, self.kind)
     }
 }
+
+/// Why a skipped document of a group pier reads is most likely not what its author meant.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KindMistake {
+    /// Not a kind pier reads of the group: misspelt (`HTTPRout`, `Httproute`, `Gateways`) when
+    /// `nearest` is given, else a kind the group does not have.
+    Unknown {
+        kind: String,
+        group: &'static str,
+        nearest: Option<&'static str>,
+    },
+    /// A kind the Gateway API defines that pier does not serve (`TCPRoute`).
+    NotServed { kind: String, group: &'static str },
+}
+
+/// Kinds of `gateway.networking.k8s.io` pier does not serve: named as such, never taken for a
+/// misspelling of one it does (`TCPRoute` is two edits from `TLSRoute`).
+const GATEWAY_KINDS_NOT_SERVED: &[&str] = &["TCPRoute", "UDPRoute", "BackendLBPolicy"];
 
 /// What [`parse_manifests_placed`] read from one text.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -447,6 +468,137 @@ fn merge_string_data(s: &mut Secret) {
         data.insert(k, ByteString(v.into_bytes()));
     }
 }
+
+// === impl SkippedKind ===
+
+impl SkippedKind {
+    /// Why skipping this document is most likely a mistake: its group is one pier reads
+    /// (`None` for a kind of another group, such as a Deployment, skipped as expected).
+    pub fn mistake(&self) -> Option<KindMistake> {
+        let group = self.api_version.rsplit_once('/').map_or("", |(g, _)| g);
+        let group = [GATEWAY_GROUP, PIER_GROUP]
+            .into_iter()
+            .find(|g| *g == group)?;
+        let kind = self.kind.clone();
+        if group == GATEWAY_GROUP && GATEWAY_KINDS_NOT_SERVED.contains(&self.kind.as_str()) {
+            return Some(KindMistake::NotServed { kind, group });
+        }
+        Some(KindMistake::Unknown {
+            nearest: nearest_kind(group, &self.kind),
+            kind,
+            group,
+        })
+    }
+}
+
+// === impl KindMistake ===
+
+/// One sentence for a log line or `pier check`: the kind, its group, and what to write.
+impl std::fmt::Display for KindMistake {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Unknown {
+                kind,
+                group,
+                nearest: Some(nearest),
+            } => write!(
+                f,
+                "{kind} is not a kind of {group} that pier reads (did you mean {nearest}?); \
+                 the object is ignored"
+            ),
+            Self::Unknown {
+                kind,
+                group,
+                nearest: None,
+            } => {
+                let read = kinds_read(group);
+                if read.is_empty() {
+                    write!(
+                        f,
+                        "{kind} is not a kind pier reads: it reads no objects of {group}; the \
+                         object is ignored"
+                    )
+                } else {
+                    write!(
+                        f,
+                        "{kind} is not a kind of {group} that pier reads ({}); the object is \
+                         ignored",
+                        read.join(", ")
+                    )
+                }
+            }
+            Self::NotServed { kind, group } => write!(
+                f,
+                "pier does not serve {kind} ({group}); the object is ignored"
+            ),
+        }
+    }
+}
+
+/// The kind pier reads of `group` nearest to `kind`, if it is close enough to be a misspelling
+/// of it: at most 2 edits (1 for kinds of up to 4 letters) ignoring case, where an edit is an
+/// insertion, a deletion, a substitution or a swap of two adjacent letters. The first of the
+/// nearest wins a tie.
+pub fn nearest_kind(group: &str, kind: &str) -> Option<&'static str> {
+    let bound = if kind.chars().count() <= 4 { 1 } else { 2 };
+    let kind = kind.to_ascii_lowercase();
+    kinds_read(group)
+        .into_iter()
+        .map(|k| (edit_distance(&kind, &k.to_ascii_lowercase()), k))
+        .filter(|(d, _)| *d <= bound)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, k)| k)
+}
+
+/// The kinds pier reads of `group`, in [`KIND_NAMES`] order.
+fn kinds_read(group: &str) -> Vec<&'static str> {
+    KIND_NAMES
+        .iter()
+        .copied()
+        .filter(|k| Kind::of(group, k).is_some())
+        .collect()
+}
+
+/// Edits (insert, delete, substitute, swap adjacent) turning `a` into `b`: the optimal string
+/// alignment distance, over chars.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
+    let b: Vec<char> = b.chars().collect();
+    // Three rows of the (a.len()+1) x (b.len()+1) table: two back is needed for swaps.
+    let mut before: Vec<usize> = vec![0; b.len() + 1];
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for i in 1..=a.len() {
+        let mut row = vec![i; b.len() + 1];
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            row[j] = (prev[j] + 1).min(row[j - 1] + 1).min(prev[j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                row[j] = row[j].min(before[j - 2] + 1);
+            }
+        }
+        before = std::mem::replace(&mut prev, row);
+    }
+    prev[b.len()]
+}
+
+/// Every kind name [`Kind::of`] knows, for suggestions.
+const KIND_NAMES: &[&str] = &[
+    "GatewayClass",
+    "Gateway",
+    "HTTPRoute",
+    "GRPCRoute",
+    "TLSRoute",
+    "ListenerSet",
+    "ReferenceGrant",
+    "BackendTLSPolicy",
+    "Namespace",
+    "Service",
+    "Secret",
+    "ConfigMap",
+    "Pod",
+    "EndpointSlice",
+    "ClusterTrustBundle",
+];
 
 // === impl Kind ===
 

@@ -4,7 +4,10 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::{Limits, LoadError, MAX_DELAY, OPEN_WRITE_LIMIT, QUIET, Raw, coalesce, load};
+use super::{
+    Entry, Limits, LoadError, MAX_DELAY, ManifestFiles, OPEN_WRITE_LIMIT, QUIET, Raw, coalesce,
+    load, watch, watch_raw,
+};
 
 /// Feeds `raw` events (each after its delay) to [`coalesce`]; returns when the first reload
 /// signal came, counted from the start.
@@ -208,5 +211,164 @@ fn a_missing_directory_says_the_os_reason_once() {
     assert!(
         chain.starts_with("cannot read /nonexistent/pier: "),
         "{chain}"
+    );
+}
+
+// === the watcher ===
+
+/// How long a test waits for an event that must come (a positive control).
+const EVENT: Duration = Duration::from_secs(10);
+
+/// The raw events of a watcher over `dir` with the manifest filter, until `until` is true of
+/// one (included). Events come in the order of the changes, so the ones before it are all the
+/// earlier changes gave.
+async fn raw_until(
+    rx: &mut mpsc::UnboundedReceiver<Raw>,
+    until: impl Fn(&Raw) -> bool,
+) -> Vec<Raw> {
+    let mut seen = Vec::new();
+    loop {
+        let raw = tokio::time::timeout(EVENT, rx.recv())
+            .await
+            .unwrap_or_else(|_| panic!("no expected event within {EVENT:?}; saw {seen:?}"))
+            .expect("watcher gone");
+        let done = until(&raw);
+        seen.push(raw);
+        if done {
+            return seen;
+        }
+    }
+}
+
+/// Writes the files of a manifests directory that pier does not read: an editor's swap file,
+/// a text file, JSON in a subdirectory, a manifest in a hidden directory.
+fn write_unread_files(dir: &std::path::Path) {
+    std::fs::write(dir.join(".route.yaml.swp"), "swap").unwrap();
+    std::fs::write(dir.join("notes.txt"), "notes").unwrap();
+    std::fs::write(dir.join("sub/data.json"), "{}").unwrap();
+    std::fs::write(dir.join(".git/config.yaml"), "a: b").unwrap();
+    std::fs::write(dir.join("sub/.x.yml"), "a: b").unwrap();
+}
+
+/// A manifests directory with `sub/` and `.git/`, and a `run.yaml` standing for pier's own
+/// output redirected into it; the filter leaves that file out.
+fn manifests_dir() -> (tempfile::TempDir, ManifestFiles) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("sub")).unwrap();
+    std::fs::create_dir(dir.path().join(".git")).unwrap();
+    std::fs::write(dir.path().join("run.yaml"), "").unwrap();
+    let reads = ManifestFiles::new(dir.path()).ignoring(&dir.path().join("run.yaml"));
+    (dir, reads)
+}
+
+fn append(path: &std::path::Path, text: &str) {
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new().append(true).open(path).unwrap();
+    f.write_all(text.as_bytes()).unwrap();
+}
+
+#[test]
+fn the_manifest_filter_reads_visible_yaml_files_only() {
+    let (dir, reads) = manifests_dir();
+    let d = dir.path();
+    for yes in ["a.yaml", "a.yml", "sub/a.yaml", "sub/deeper/a.yml"] {
+        assert!(reads.relevant(&d.join(yes), Entry::File), "{yes}");
+    }
+    for no in [
+        ".a.yaml",
+        ".route.yaml.swp",
+        "notes.txt",
+        "sub/data.json",
+        ".git/config.yaml",
+        "sub/.hidden/a.yaml",
+        "run.yaml",
+    ] {
+        assert!(!reads.relevant(&d.join(no), Entry::File), "{no}");
+    }
+    assert!(reads.relevant(&d.join("sub"), Entry::Dir));
+    assert!(!reads.relevant(&d.join(".git"), Entry::Dir));
+    assert!(!reads.relevant(&d.join("sub/.cache"), Entry::Dir));
+    // Hidden directories above the manifests directory do not matter.
+    let under_hidden = ManifestFiles::new(&d.join(".git"));
+    assert!(under_hidden.relevant(&d.join(".git/a.yaml"), Entry::File));
+}
+
+/// pier's own output, redirected into the directory under a manifest's name, is not read.
+#[test]
+fn a_load_does_not_read_pier_s_own_output() {
+    let (dir, reads) = manifests_dir();
+    append(
+        &dir.path().join("run.yaml"),
+        "INFO pier: configuration loaded\n",
+    );
+    let mut files = Vec::new();
+    super::collect(&reads, dir.path(), &mut files).unwrap();
+    assert!(files.is_empty(), "{files:?}");
+}
+
+/// Changes to files pier does not read give the coalescer nothing: every raw event up to a
+/// manifest's write is about that manifest.
+#[tokio::test]
+async fn only_changes_to_manifests_reach_the_coalescer() {
+    let (dir, reads) = manifests_dir();
+    let (_watcher, mut rx) = watch_raw(dir.path(), move |p, e| reads.relevant(p, e)).unwrap();
+    write_unread_files(dir.path());
+    append(&dir.path().join("run.yaml"), "INFO pier: listening\n");
+    std::fs::create_dir(dir.path().join(".cache")).unwrap();
+    let route = dir.path().join("sub/route.yaml");
+    std::fs::write(&route, config_maps("r", 1)).unwrap();
+    let seen = raw_until(&mut rx, |r| matches!(r, Raw::Done(p) if *p == route)).await;
+    assert!(
+        seen.iter()
+            .all(|r| matches!(r, Raw::Writing(p) | Raw::Done(p) if *p == route)),
+        "{seen:?}"
+    );
+}
+
+/// A directory moved in or out may add or remove many manifests with no event of their own;
+/// the swap of a Kubernetes volume's `..data` link changes every file behind it.
+#[tokio::test]
+async fn directories_and_volume_swaps_still_reload() {
+    let (dir, reads) = manifests_dir();
+    let d = dir.path();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::create_dir(outside.path().join("more")).unwrap();
+    std::fs::write(outside.path().join("more/a.yaml"), config_maps("a", 1)).unwrap();
+    std::fs::create_dir(d.join("..2026_01")).unwrap();
+    std::os::unix::fs::symlink("..2026_01", d.join("..data")).unwrap();
+    let (_watcher, mut rx) = watch_raw(d, move |p, e| reads.relevant(p, e)).unwrap();
+    let changed = |r: &Raw| matches!(r, Raw::Changed);
+
+    std::fs::rename(outside.path().join("more"), d.join("more")).unwrap();
+    raw_until(&mut rx, changed).await;
+    std::fs::rename(d.join("sub"), outside.path().join("sub")).unwrap();
+    raw_until(&mut rx, changed).await;
+    std::fs::create_dir(d.join("..2026_02")).unwrap();
+    std::os::unix::fs::symlink("..2026_02", d.join("..data_tmp")).unwrap();
+    std::fs::rename(d.join("..data_tmp"), d.join("..data")).unwrap();
+    raw_until(&mut rx, changed).await;
+}
+
+/// End to end through the coalescer: a manifest written reloads once; then files pier does not
+/// read (its own output among them) give no reload.
+#[tokio::test]
+async fn files_pier_does_not_read_do_not_reload() {
+    let (dir, reads) = manifests_dir();
+    let (_guard, mut rx) = watch(dir.path(), move |p, e| reads.relevant(p, e)).unwrap();
+    std::fs::write(dir.path().join("route.yaml"), config_maps("r", 1)).unwrap();
+    tokio::time::timeout(EVENT, rx.recv())
+        .await
+        .expect("a manifest written reloads")
+        .unwrap();
+    write_unread_files(dir.path());
+    append(
+        &dir.path().join("run.yaml"),
+        "INFO pier: configuration loaded\n",
+    );
+    // Longer than a reload of these changes would take to come.
+    let wait = QUIET + MAX_DELAY + Duration::from_millis(400);
+    assert!(
+        tokio::time::timeout(wait, rx.recv()).await.is_err(),
+        "a change pier does not read reloaded"
     );
 }

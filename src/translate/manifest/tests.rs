@@ -396,3 +396,154 @@ fn an_alias_bomb_is_refused() {
     let err = out.expect_err("10^12 expanded nodes must not be accepted");
     assert!(!err.to_string().is_empty());
 }
+
+// === kinds of groups pier reads ===
+
+/// `(group, kind as written, nearest kind pier reads)`.
+macro_rules! nearest {
+    ($name:ident, group = $group:expr, kind = $kind:expr, expected = $expected:expr) => {
+        #[test]
+        fn $name() {
+            assert_eq!(nearest_kind($group, $kind), $expected, "{}", $kind);
+        }
+    };
+}
+
+nearest!(
+    a_missing_letter_is_one_edit,
+    group = GATEWAY_GROUP,
+    kind = "HTTPRout",
+    expected = Some("HTTPRoute")
+);
+nearest!(
+    case_is_not_an_edit,
+    group = GATEWAY_GROUP,
+    kind = "HttpRoute",
+    expected = Some("HTTPRoute")
+);
+nearest!(
+    a_plural_is_one_edit,
+    group = GATEWAY_GROUP,
+    kind = "Gateways",
+    expected = Some("Gateway")
+);
+nearest!(
+    a_swap_of_adjacent_letters_is_one_edit,
+    group = GATEWAY_GROUP,
+    kind = "HTTPRotue",
+    expected = Some("HTTPRoute")
+);
+nearest!(
+    two_edits_are_still_suggested,
+    group = GATEWAY_GROUP,
+    kind = "GatwayClas",
+    expected = Some("GatewayClass")
+);
+nearest!(
+    three_edits_are_too_far,
+    group = GATEWAY_GROUP,
+    kind = "HTPRut",
+    expected = None
+);
+nearest!(
+    a_short_kind_takes_one_edit,
+    group = "",
+    kind = "Pdo",
+    expected = Some("Pod")
+);
+nearest!(
+    a_short_kind_takes_no_more_than_one_edit,
+    group = "",
+    kind = "Pxx",
+    expected = None
+);
+nearest!(
+    only_kinds_of_the_same_group_are_suggested,
+    group = GATEWAY_GROUP,
+    kind = "Servce",
+    expected = None
+);
+nearest!(
+    a_group_without_kinds_suggests_none,
+    group = PIER_GROUP,
+    kind = "Gateway",
+    expected = None
+);
+
+#[test]
+fn edit_distance_counts_insertions_deletions_substitutions_and_swaps() {
+    for (a, b, d) in [
+        ("", "", 0),
+        ("", "abc", 3),
+        ("abc", "", 3),
+        ("abc", "abc", 0),
+        ("abc", "abd", 1),
+        ("abc", "acb", 1),
+        ("abc", "ab", 1),
+        ("ca", "abc", 3),
+        ("httproute", "grpcroute", 4),
+    ] {
+        assert_eq!(edit_distance(a, b), d, "{a} -> {b}");
+        assert_eq!(edit_distance(b, a), d, "{b} -> {a}");
+    }
+}
+
+fn skipped(api_version: &str, kind: &str) -> SkippedKind {
+    SkippedKind {
+        document: 1,
+        line: 1,
+        api_version: api_version.into(),
+        kind: kind.into(),
+    }
+}
+
+/// A kind of a group pier reads that it does not read is a mistake to report, with the kind it
+/// likely meant; a kind of another group (a Deployment next to the routes) is not.
+#[test]
+fn an_unknown_kind_of_a_group_pier_reads_is_a_mistake_with_the_nearest_kind() {
+    let gw = "gateway.networking.k8s.io/v1";
+    let m = skipped(gw, "HTTPRout").mistake().unwrap();
+    assert_eq!(
+        m.to_string(),
+        "HTTPRout is not a kind of gateway.networking.k8s.io that pier reads (did you mean \
+         HTTPRoute?); the object is ignored"
+    );
+    let m = skipped(gw, "Frobnicator").mistake().unwrap();
+    assert!(
+        m.to_string()
+            .contains("(GatewayClass, Gateway, HTTPRoute, GRPCRoute, TLSRoute"),
+        "{m}"
+    );
+    let m = skipped(gw, "TCPRoute").mistake().unwrap();
+    assert_eq!(
+        m.to_string(),
+        "pier does not serve TCPRoute (gateway.networking.k8s.io); the object is ignored"
+    );
+    let m = skipped("pier.dev/v1", "SPIFFEWorkloadAPI")
+        .mistake()
+        .unwrap();
+    assert!(
+        m.to_string().contains("reads no objects of pier.dev"),
+        "{m}"
+    );
+    assert_eq!(skipped("apps/v1", "Deployment").mistake(), None);
+    assert_eq!(skipped("v1", "ServiceAccount").mistake(), None);
+    assert_eq!(
+        skipped("gateway.networking.x-k8s.io/v1alpha1", "XMesh").mistake(),
+        None
+    );
+}
+
+#[test]
+fn every_kind_pier_reads_is_a_suggestion() {
+    for group in [GATEWAY_GROUP, "", "discovery.k8s.io", CERTIFICATES_GROUP] {
+        for kind in KIND_NAMES.iter().filter(|k| Kind::of(group, k).is_some()) {
+            assert_eq!(nearest_kind(group, kind), Some(*kind));
+        }
+    }
+    let read = [GATEWAY_GROUP, "", "discovery.k8s.io", CERTIFICATES_GROUP]
+        .iter()
+        .map(|g| kinds_read(g).len())
+        .sum::<usize>();
+    assert_eq!(read, KIND_NAMES.len());
+}
