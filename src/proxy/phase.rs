@@ -81,12 +81,11 @@ pub fn arrive<'h, I>(
 where
     I: Iterator<Item = (&'h str, &'h [u8])>,
 {
-    let mut arrival = Arrival {
+    let trace = trace::start(shared.tracer.as_ref(), conn.trusted_hop, lines(), line);
+    Arrival {
         log: access::may_log(shared.config.access_log, snapshot, conn).then(log),
-        edge: Edge::read(&shared.config.trusted_proxies, conn.hop(), lines()),
-    };
-    arrival.edge.trace = trace::start(shared.tracer.as_ref(), conn.trusted_hop, lines(), line);
-    arrival
+        edge: Edge::read_traced(&shared.config.trusted_proxies, conn.hop(), lines(), trace),
+    }
 }
 
 /// The lines of a header map that [`arrive`] reads (the hyper path).

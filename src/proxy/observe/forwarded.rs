@@ -100,6 +100,18 @@ impl Edge {
         hop: Hop<'_>,
         lines: impl Iterator<Item = (&'h str, &'h [u8])>,
     ) -> Self {
+        Self::read_traced(proxies, hop, lines, None)
+    }
+
+    /// [`Edge::read`], carrying the request's trace context (`trace::start`): built whole, so
+    /// that the request path's state holds it without a copy.
+    #[inline]
+    pub fn read_traced<'h>(
+        proxies: &TrustedProxies,
+        hop: Hop<'_>,
+        lines: impl Iterator<Item = (&'h str, &'h [u8])>,
+        trace: Option<Box<Span>>,
+    ) -> Self {
         let mut seen = Sent::default();
         for (name, value) in lines {
             seen.line(name, value);
@@ -114,7 +126,7 @@ impl Edge {
                 request_id: new_request_id(),
                 kept: Kept::default(),
                 forwarded_sent: !seen.forwarded.is_empty(),
-                trace: None,
+                trace,
             };
         }
         let client = client_of(proxies, &seen.xff, peer);
@@ -137,7 +149,7 @@ impl Edge {
                 forwarded: joined(&seen.forwarded),
             },
             forwarded_sent: !seen.forwarded.is_empty(),
-            trace: None,
+            trace,
         }
     }
 
