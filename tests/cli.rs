@@ -1012,11 +1012,23 @@ fn run_takes_exactly_one_source() {
         .output()
         .unwrap();
     assert!(!missing.status.success());
+    let stderr = String::from_utf8_lossy(&missing.stderr);
+    // One sentence: the path once, unquoted, and the cause once.
     assert!(
-        String::from_utf8_lossy(&missing.stderr)
-            .contains("cannot read kubeconfig /nonexistent/kubeconfig"),
-        "{}",
-        String::from_utf8_lossy(&missing.stderr)
+        stderr.contains(
+            "error: cannot read kubeconfig /nonexistent/kubeconfig: No such file or directory"
+        ),
+        "{stderr}"
+    );
+    assert_eq!(
+        stderr.matches("No such file or directory").count(),
+        1,
+        "{stderr}"
+    );
+    assert_eq!(
+        stderr.matches("/nonexistent/kubeconfig").count(),
+        1,
+        "{stderr}"
     );
 }
 

@@ -273,8 +273,15 @@ impl Connect {
         };
         let mut config = match (&self.kubeconfig, &self.context) {
             (Some(path), _) => {
-                let kubeconfig = Kubeconfig::read_from(path)
-                    .with_context(|| format!("cannot read kubeconfig {}", path.display()))?;
+                // kube's own message repeats the path (Debug-quoted) and then its cause, which
+                // the chain prints again: say the path once, and the innermost cause.
+                let kubeconfig = Kubeconfig::read_from(path).map_err(|e| {
+                    let mut cause: &(dyn std::error::Error + 'static) = &e;
+                    while let Some(next) = cause.source() {
+                        cause = next;
+                    }
+                    anyhow::anyhow!("cannot read kubeconfig {}: {cause}", path.display())
+                })?;
                 kube::Config::from_custom_kubeconfig(kubeconfig, &options)
                     .await
                     .with_context(|| format!("invalid kubeconfig {}", path.display()))?
