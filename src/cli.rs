@@ -91,6 +91,7 @@ pub struct ExportTrustArgs {
 }
 
 #[derive(Debug, clap::Args)]
+#[command(next_help_heading = "Gateways")]
 pub struct CommonArgs {
     /// Serve only this Gateway.
     #[arg(long, value_name = "NS/NAME", value_parser = parse_object_ref)]
@@ -106,12 +107,17 @@ pub struct CommonArgs {
     /// The addresses clients reach pier at (an edge VM's or its load balancer's IPs), written
     /// to Gateway `status.addresses` and checked against `spec.addresses` [default:
     /// `--listen-host` when it is a concrete IP].
-    #[arg(long, value_name = "IP[,IP]", value_delimiter = ',')]
+    #[arg(
+        long,
+        value_name = "IP[,IP]",
+        value_delimiter = ',',
+        help_heading = "Gateways"
+    )]
     pub advertise_address: Vec<IpAddr>,
     /// Give each Gateway an address of its own from these (IPs and IPv4 CIDR blocks), which
     /// its listeners bind and its status reports, so Gateways may share port numbers. The
     /// addresses must be configured on this host.
-    #[arg(long, value_name = "IP|CIDR[,...]", value_delimiter = ',', value_parser = parse_pool_entry)]
+    #[arg(long, value_name = "IP|CIDR[,...]", value_delimiter = ',', value_parser = parse_pool_entry, help_heading = "Gateways")]
     pub gateway_address_pool: Vec<PoolEntry>,
 }
 
@@ -126,6 +132,7 @@ fn parse_pool_entry(s: &str) -> Result<PoolEntry, String> {
 /// pier's own client identity for backend (mesh) mTLS, from the edge VM's PKI. A Gateway's
 /// `spec.tls.backend.clientCertificateRef` takes precedence. Watched and reloaded.
 #[derive(Clone, Debug, Default, clap::Args)]
+#[command(next_help_heading = "Mesh identity")]
 pub struct ClientCertArgs {
     /// PEM certificate chain (leaf first) pier presents to meshed backends.
     #[arg(long, value_name = "FILE", requires = "client_key")]
@@ -152,30 +159,40 @@ impl ClientCertArgs {
 pub struct RunArgs {
     /// Standalone: a directory of manifests (every *.yaml / *.yml below it), watched for
     /// changes.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", help_heading = "Source")]
     pub manifests: Option<PathBuf>,
     /// Cluster mode: watch the cluster of this kubeconfig. Without a value: `KUBECONFIG`, then
     /// `~/.kube/config`, then the in-cluster service account (when run as a pod).
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", help_heading = "Source")]
     pub kubeconfig: Option<Option<PathBuf>>,
     /// The kubeconfig context to use instead of its current one.
-    #[arg(long, value_name = "NAME", conflicts_with = "manifests")]
+    #[arg(
+        long,
+        value_name = "NAME",
+        conflicts_with = "manifests",
+        help_heading = "Source"
+    )]
     pub context: Option<String>,
     #[command(flatten)]
     pub cluster: ClusterArgs,
     /// Address the listeners bind to.
-    #[arg(long, value_name = "IP", default_value = "0.0.0.0")]
+    #[arg(
+        long,
+        value_name = "IP",
+        default_value = "0.0.0.0",
+        help_heading = "Listeners and TLS"
+    )]
     pub listen_host: IpAddr,
     /// Admin server address (/healthz /readyz /metrics /config /status).
-    #[arg(long, value_name = "IP:PORT", default_value = "127.0.0.1:9901", value_parser = parse_socket_addr)]
+    #[arg(long, value_name = "IP:PORT", default_value = "127.0.0.1:9901", value_parser = parse_socket_addr, help_heading = "Admin")]
     pub admin: SocketAddr,
     /// A file holding a token the admin server then requires as `Authorization: Bearer` on
     /// everything but /healthz and /readyz.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", help_heading = "Admin")]
     pub admin_token_file: Option<PathBuf>,
     /// Also serve the admin API on this Unix socket (mode 0660: its owner and group may use
     /// it), for operators who must reach it from beyond loopback without a TCP port.
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", help_heading = "Admin")]
     pub admin_socket: Option<PathBuf>,
     #[command(flatten)]
     pub common: CommonArgs,
@@ -183,44 +200,59 @@ pub struct RunArgs {
     /// trust bundle references from the SPIFFE Workload API at this socket (a path,
     /// `unix:///path`), streamed and rotated without a restart [default: `SPIFFE_ENDPOINT_SOCKET`
     /// unless `--client-cert` is given]. A Gateway's `clientCertificateRef` still wins.
-    #[arg(long, value_name = "PATH", conflicts_with_all = ["client_cert", "client_key"])]
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["client_cert", "client_key"], help_heading = "Mesh identity")]
     pub spiffe_socket: Option<String>,
     /// Log lines as plain text or as one JSON object per line (to stderr).
-    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, help_heading = "Observability")]
     pub log_format: LogFormat,
     /// Log one line per request (target `pier::access`); a Gateway's `pier.dev/access-log`
     /// annotation overrides it for its listeners.
-    #[arg(long)]
+    #[arg(long, help_heading = "Observability")]
     pub access_log: bool,
     /// The fields of an access log line, comma-separated (`all`, or some of: client, peer, via,
     /// request_id, trace_id, method, host, path, status, bytes_in, bytes_out, listener, route,
     /// rule, backend, upstream, workload_identity, duration_ms, error, tls_failure). Time,
     /// level and target are always there.
-    #[arg(long, value_name = "LIST", default_value = "all")]
+    #[arg(
+        long,
+        value_name = "LIST",
+        default_value = "all",
+        help_heading = "Observability"
+    )]
     pub access_log_fields: crate::proxy::AccessLogFields,
     /// Bind listener ports (and the admin port) with `SO_REUSEPORT`, so a new pier can bind
     /// them while this one runs: start the new one, wait until it is ready, then SIGTERM this
     /// one (zero-downtime restart; docs/src/operations/restarts.md). Off by default: two
     /// instances would share traffic silently instead of the second failing to bind.
-    #[arg(long)]
+    #[arg(long, help_heading = "Listeners and TLS")]
     pub reuse_port: bool,
     /// Turn TLS session resumption off on listeners: no session tickets, no session-ID cache,
     /// so every client connection is a full handshake (nginx's `ssl_session_tickets off` plus
     /// `ssl_session_cache off`). On by default: a resumed handshake skips the certificate
     /// signature.
-    #[arg(long)]
+    #[arg(long, help_heading = "Listeners and TLS")]
     pub no_tls_session_resumption: bool,
     /// Believe `X-Forwarded-For/-Proto/-Host`, `Forwarded` and `X-Request-Id` from clients at
     /// these addresses (IPs and CIDRs, IPv4 or IPv6; on a PROXY protocol port, the address its
     /// header names); from anyone else pier replaces them [default: nobody].
-    #[arg(long, value_name = "CIDR[,...]", value_delimiter = ',')]
+    #[arg(
+        long,
+        value_name = "CIDR[,...]",
+        value_delimiter = ',',
+        help_heading = "Listeners and TLS"
+    )]
     pub trusted_proxies: Vec<crate::proxy::Cidr>,
     /// Trace requests: continue W3C `traceparent`/`tracestate` (pier's span becomes the
     /// parent upstream) and export sampled spans over OTLP/HTTP protobuf to this `http://` or
     /// `https://` URL (`/v1/traces` is added when it has no path; `https://` verifies the
     /// collector's certificate and name against the host's roots, e.g. /etc/ssl/certs). Off
     /// by default: trace headers pass through untouched.
-    #[arg(long, value_name = "URL", env = "PIER_OTLP_ENDPOINT")]
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "PIER_OTLP_ENDPOINT",
+        help_heading = "Observability"
+    )]
     pub otlp_endpoint: Option<crate::proxy::trace::OtlpEndpoint>,
     /// Trust only the CA certificates in this PEM file for the `https://` OTLP endpoint,
     /// instead of the host's roots.
@@ -228,7 +260,8 @@ pub struct RunArgs {
         long,
         value_name = "FILE",
         env = "PIER_OTLP_CA_FILE",
-        requires = "otlp_endpoint"
+        requires = "otlp_endpoint",
+        help_heading = "Observability"
     )]
     pub otlp_ca_file: Option<PathBuf>,
     /// Present this certificate chain (PEM, leaf first) to the `https://` OTLP endpoint (mTLS);
@@ -237,15 +270,15 @@ pub struct RunArgs {
         long,
         value_name = "FILE",
         env = "PIER_OTLP_CLIENT_CERT",
-        requires_all = ["otlp_endpoint", "otlp_client_key"]
-    )]
+        requires_all = ["otlp_endpoint", "otlp_client_key"], help_heading = "Observability")]
     pub otlp_client_cert: Option<PathBuf>,
     /// The private key (PEM) of `--otlp-client-cert`.
     #[arg(
         long,
         value_name = "FILE",
         env = "PIER_OTLP_CLIENT_KEY",
-        requires = "otlp_client_cert"
+        requires = "otlp_client_cert",
+        help_heading = "Observability"
     )]
     pub otlp_client_key: Option<PathBuf>,
     /// The fraction of new traces pier samples (0 to 1). A parent's sampled flag is honoured
@@ -255,8 +288,7 @@ pub struct RunArgs {
         value_name = "RATIO",
         env = "PIER_TRACE_SAMPLE_RATIO",
         default_value_t = crate::proxy::trace::SampleRatio::DEFAULT,
-        requires = "otlp_endpoint"
-    )]
+        requires = "otlp_endpoint", help_heading = "Observability")]
     pub trace_sample_ratio: crate::proxy::trace::SampleRatio,
     #[command(flatten)]
     pub limits: LimitArgs,
@@ -265,12 +297,18 @@ pub struct RunArgs {
     /// Every this many seconds, probe up to 8 endpoint addresses of each Gateway's routes from
     /// this host (TCP, and the TLS handshake of meshed routes), as `pier check --kubeconfig`
     /// does: `pier_pod_network_*` metrics, and a warning when one becomes unreachable (0: off).
-    #[arg(long, value_name = "SECS", default_value_t = 60)]
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value_t = 60,
+        help_heading = "Cluster mode (--kubeconfig)"
+    )]
     pub probe_interval: u64,
 }
 
 /// Limits on what a client may make pier hold (`proxy::Limits`).
 #[derive(Debug, clap::Args)]
+#[command(next_help_heading = "Limits and timeouts")]
 pub struct LimitArgs {
     /// Close an HTTP/2 (or hyper-served HTTP/1.1) connection with no request in progress for
     /// this many seconds.
@@ -362,6 +400,7 @@ impl LimitArgs {
 /// Bounds on what one load of `--manifests` reads (a load over them fails with an error
 /// naming the limit, and `run` keeps the last good configuration).
 #[derive(Clone, Debug, clap::Args)]
+#[command(next_help_heading = "Manifests (--manifests)")]
 pub struct ManifestLimitArgs {
     /// Most bytes of all manifest files together (suffixes K, M, G: powers of 1024).
     #[arg(long, value_name = "BYTES", default_value = "64M", value_parser = parse_bytes)]
@@ -386,6 +425,7 @@ impl ManifestLimitArgs {
 
 /// Flags for cluster mode only.
 #[derive(Debug, clap::Args)]
+#[command(next_help_heading = "Cluster mode (--kubeconfig)")]
 pub struct ClusterArgs {
     /// Namespace of the status-writer Lease [default: the pod's namespace when run in a
     /// cluster, else pier-system].

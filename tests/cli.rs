@@ -1362,3 +1362,48 @@ async fn run_raises_the_open_files_limit_and_warns_when_the_cap_needs_more() {
         "{text}"
     );
 }
+
+/// `pier run --help` groups its flags under headings (issue 42): each flag under the heading of
+/// what it is for, not one flat list.
+#[test]
+fn run_help_groups_its_flags_under_headings() {
+    let out = pier().args(["run", "--help"]).output().unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    let mut heading = "";
+    let mut under = std::collections::BTreeMap::new();
+    for line in help.lines() {
+        if !line.starts_with(' ') && line.ends_with(':') {
+            heading = line.trim_end_matches(':');
+        } else if let Some(flag) = line.strip_prefix("      --") {
+            // A flag's own line (its description lines are indented further).
+            let name = flag
+                .split([' ', '='])
+                .next()
+                .unwrap_or_default()
+                .to_string();
+            under.insert(name, heading.to_string());
+        }
+    }
+    for (flag, expected) in [
+        ("manifests", "Source"),
+        ("lease-name", "Cluster mode (--kubeconfig)"),
+        ("listen-host", "Listeners and TLS"),
+        ("trusted-proxies", "Listeners and TLS"),
+        ("admin", "Admin"),
+        ("gateway", "Gateways"),
+        ("advertise-address", "Gateways"),
+        ("client-cert", "Mesh identity"),
+        ("spiffe-socket", "Mesh identity"),
+        ("access-log", "Observability"),
+        ("otlp-endpoint", "Observability"),
+        ("max-connections", "Limits and timeouts"),
+        ("max-manifest-bytes", "Manifests (--manifests)"),
+    ] {
+        assert_eq!(
+            under.get(flag).map(String::as_str),
+            Some(expected),
+            "--{flag} in:\n{help}"
+        );
+    }
+}
