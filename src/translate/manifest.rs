@@ -560,25 +560,9 @@ fn kinds_read(group: &str) -> Vec<&'static str> {
 }
 
 /// Edits (insert, delete, substitute, swap adjacent) turning `a` into `b`: the optimal string
-/// alignment distance, over chars.
+/// alignment distance, over chars (strsim's, the crate clap's own suggestions use).
 fn edit_distance(a: &str, b: &str) -> usize {
-    let a: Vec<char> = a.chars().collect();
-    let b: Vec<char> = b.chars().collect();
-    // Three rows of the (a.len()+1) x (b.len()+1) table: two back is needed for swaps.
-    let mut before: Vec<usize> = vec![0; b.len() + 1];
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for i in 1..=a.len() {
-        let mut row = vec![i; b.len() + 1];
-        for j in 1..=b.len() {
-            let cost = usize::from(a[i - 1] != b[j - 1]);
-            row[j] = (prev[j] + 1).min(row[j - 1] + 1).min(prev[j - 1] + cost);
-            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
-                row[j] = row[j].min(before[j - 2] + 1);
-            }
-        }
-        before = std::mem::replace(&mut prev, row);
-    }
-    prev[b.len()]
+    strsim::osa_distance(a, b)
 }
 
 /// Every kind name [`Kind::of`] knows, for suggestions.

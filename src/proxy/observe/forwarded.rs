@@ -153,18 +153,6 @@ impl Edge {
         }
     }
 
-    /// [`Edge::read`] over a header map (the hyper path).
-    pub fn read_map(proxies: &TrustedProxies, hop: Hop<'_>, headers: &HeaderMap) -> Self {
-        let names = EDGE_HEADERS;
-        let lines = names.iter().flat_map(|name| {
-            headers
-                .get_all(name)
-                .iter()
-                .map(move |v| (name.as_str(), v.as_bytes()))
-        });
-        Self::read(proxies, hop, lines)
-    }
-
     /// The forwarding headers to send upstream, in order. `scheme` and `client_host` are what
     /// the client used (the port's protocol; its Host or `:authority`).
     pub fn each(

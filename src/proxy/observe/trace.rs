@@ -47,7 +47,6 @@ use std::str::FromStr;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
-use http::header::HeaderMap;
 use http::{Method, StatusCode};
 use opentelemetry::trace::{
     SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState,
@@ -260,24 +259,6 @@ pub fn start<'h>(
     req: RequestLine<'_>,
 ) -> Option<Box<Span>> {
     let tracer = tracer?;
-    Some(tracer.span(trusted, &Received::read(lines), req))
-}
-
-/// [`start`] over a header map (the hyper path).
-pub fn start_map(
-    tracer: Option<&Tracer>,
-    trusted: bool,
-    headers: &HeaderMap,
-    req: RequestLine<'_>,
-) -> Option<Box<Span>> {
-    let tracer = tracer?;
-    let names = [TRACEPARENT, TRACESTATE];
-    let lines = names.iter().flat_map(|name| {
-        headers
-            .get_all(name)
-            .iter()
-            .map(move |v| (name.as_str(), v.as_bytes()))
-    });
     Some(tracer.span(trusted, &Received::read(lines), req))
 }
 

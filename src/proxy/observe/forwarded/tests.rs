@@ -229,7 +229,7 @@ fn apply_replaces_every_line_in_a_map() {
         forwarded_for: &entry,
         trusted: false,
     };
-    let edge = Edge::read_map(&p, hop, &map);
+    let edge = Edge::read(&p, hop, crate::proxy::phase::map_lines(&map));
     let host = HeaderValue::from_static("h.example");
     edge.apply(&mut map, "http", Some(&host));
     assert_eq!(map.get_all(X_FORWARDED_FOR).iter().count(), 1);
