@@ -311,6 +311,28 @@ fn terminate(child: &mut Child) -> std::process::ExitStatus {
     panic!("pier did not exit after SIGTERM");
 }
 
+/// `pier run ARGS --manifests DIR` with its log in `DIR/stderr.log` (which pier never reads as
+/// a manifest): waits until the log says `ready`, stops pier with SIGTERM (it must exit
+/// cleanly), and returns the log.
+async fn run_until_ready(dir: &std::path::Path, args: &[&str], ready: &str) -> String {
+    let log_path = dir.join("stderr.log");
+    let mut child = Child(
+        pier()
+            .arg("run")
+            .args(args)
+            .arg("--manifests")
+            .arg(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(std::fs::File::create(&log_path).unwrap()))
+            .spawn()
+            .unwrap(),
+    );
+    let read = || std::fs::read_to_string(&log_path).unwrap_or_default();
+    eventually(Duration::from_secs(10), || async { read().contains(ready) }).await;
+    assert!(terminate(&mut child).success());
+    read()
+}
+
 /// An echo backend and a manifest directory routing a Gateway on a free port (returned) to it;
 /// both must outlive the pier that serves them.
 async fn one_route() -> (pier::echo::EchoServer, tempfile::TempDir, u16) {
@@ -356,31 +378,12 @@ async fn text_logs_off_a_terminal_have_no_colour_codes() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     std::fs::write(dir.path().join("gw.yaml"), gateway(port)).unwrap();
-    let log_path = dir.path().join("stderr.log");
-    let log = std::fs::File::create(&log_path).unwrap();
-    let mut child = Child(
-        pier()
-            .args([
-                "run",
-                "--listen-host",
-                "127.0.0.1",
-                "--admin",
-                "127.0.0.1:0",
-            ])
-            .arg("--manifests")
-            .arg(dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(log))
-            .spawn()
-            .unwrap(),
-    );
-    let read = || std::fs::read_to_string(&log_path).unwrap_or_default();
-    eventually(Duration::from_secs(10), || async {
-        read().contains("ready")
-    })
+    let text = run_until_ready(
+        dir.path(),
+        &["--listen-host", "127.0.0.1", "--admin", "127.0.0.1:0"],
+        "ready",
+    )
     .await;
-    assert!(terminate(&mut child).success());
-    let text = read();
     assert!(text.contains(" INFO "), "{text}");
     assert!(!text.contains('\x1b'), "ANSI escapes in {text:?}");
 }
@@ -617,24 +620,8 @@ async fn run_on_all_interfaces_says_so_and_how_to_stay_local() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     std::fs::write(dir.path().join("gw.yaml"), gateway(port)).unwrap();
-    let log_path = dir.path().join("stderr.log");
-    let mut child = Child(
-        pier()
-            .args(["run", "--admin", &format!("127.0.0.1:{}", free_port())])
-            .arg("--manifests")
-            .arg(dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(std::fs::File::create(&log_path).unwrap()))
-            .spawn()
-            .unwrap(),
-    );
-    let read = || std::fs::read_to_string(&log_path).unwrap_or_default();
-    eventually(Duration::from_secs(10), || async {
-        read().contains(" ready ")
-    })
-    .await;
-    assert!(terminate(&mut child).success());
-    let log = read();
+    let admin = format!("127.0.0.1:{}", free_port());
+    let log = run_until_ready(dir.path(), &["--admin", &admin], " ready ").await;
     let note = log
         .lines()
         .find(|l| l.contains("all interfaces"))
