@@ -346,6 +346,9 @@ pub fn check(a: &CheckArgs) -> anyhow::Result<String> {
             None => eprintln!("skipped {skipped} in {}", path.display()),
         }
     }
+    for (path, u) in &loaded.unknown {
+        eprintln!("warning: {}:{}: {u}", path.display(), u.line);
+    }
     for d in &loaded.duplicates {
         eprintln!(
             "warning: {} {} is defined twice: using {}, ignoring {} (files are read in path order)",

@@ -870,6 +870,13 @@ fn log_loaded(loaded: &files::Loaded) {
             ),
         }
     }
+    for (path, u) in &loaded.unknown {
+        tracing::warn!(
+            file = %path.display(),
+            line = u.line,
+            "{u}"
+        );
+    }
     for d in &loaded.duplicates {
         tracing::warn!(
             kind = %d.kind,

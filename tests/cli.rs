@@ -289,6 +289,54 @@ fn check_warns_of_a_misspelled_kind_with_the_nearest_kind() {
     assert!(stderr.contains(&want), "{stderr}");
 }
 
+/// A misspelt field (`backendRef:` for `backendRefs:`) is not dropped silently: `pier check`
+/// warns with the file, the object, the field's path and the field meant, and the route's
+/// status carries `pier.dev/UnknownFields`.
+#[test]
+fn check_warns_of_a_misspelt_field_with_its_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("routes.yaml");
+    std::fs::write(
+        &file,
+        r#"apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {name: pier}
+spec: {controllerName: pier.dev/gateway-controller}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gw}
+spec:
+  gatewayClassName: pier
+  listeners: [{name: http, protocol: HTTP, port: 80}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: web}
+spec:
+  parentRefs: [{name: gw}]
+  rules:
+  - backendRef: [{name: svc, port: 80}]
+"#,
+    )
+    .unwrap();
+    let out = pier()
+        .args(["check", "--manifests"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let want = format!(
+        "warning: {}:13: HTTPRoute default/web: unknown field spec.rules[0].backendRef (did \
+         you mean backendRefs?); it is ignored",
+        file.display()
+    );
+    assert!(stderr.contains(&want), "{stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("type: pier.dev/UnknownFields"), "{stdout}");
+}
+
 struct Child(std::process::Child);
 
 impl Drop for Child {

@@ -34,7 +34,7 @@ use notify::{RecursiveMode, Watcher};
 use tokio::sync::mpsc;
 
 use crate::translate::Resources;
-use crate::translate::manifest::{self, ManifestError, SkippedKind};
+use crate::translate::manifest::{self, ManifestError, SkippedKind, UnknownFields};
 
 pub const QUIET: Duration = Duration::from_millis(100);
 pub const MAX_DELAY: Duration = Duration::from_millis(500);
@@ -145,6 +145,8 @@ pub struct Loaded {
     pub skipped: Vec<(PathBuf, SkippedKind)>,
     /// Objects defined more than once (files are read in path order; the last one wins).
     pub duplicates: Vec<Duplicate>,
+    /// Objects with fields their kinds do not have, with their files.
+    pub unknown: Vec<(PathBuf, UnknownFields)>,
 }
 
 /// An object (kind, namespace and name) found in two places: `winner` replaced `replaced`.
@@ -233,6 +235,8 @@ pub fn load(dir: &Path, limits: &Limits) -> Result<Loaded, LoadError> {
             })?;
         out.skipped
             .extend(parsed.skipped.into_iter().map(|k| (path.clone(), k)));
+        out.unknown
+            .extend(parsed.unknown.into_iter().map(|u| (path.clone(), u)));
         for o in parsed.objects {
             let winner = Place {
                 path: path.clone(),

@@ -21,6 +21,11 @@ use super::api::{
 use super::resources::{ObjectKey, Resources};
 use super::spiffe::PIER_GROUP;
 
+mod fields;
+
+use fields::SchemaOf;
+pub use fields::{Path as FieldPathShown, Step, UnknownField};
+
 /// A document of a kind pier does not read.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SkippedKind {
@@ -63,6 +68,44 @@ pub struct Manifests {
     pub skipped: Vec<SkippedKind>,
     /// Every object read, in document order.
     pub objects: Vec<Placed>,
+    /// Objects with fields their kind does not have, in document order.
+    pub unknown: Vec<UnknownFields>,
+}
+
+/// An object with fields its kind does not have: each is ignored (as the API server prunes
+/// them), and named (as `kubectl --validate=strict` does), never dropped silently.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnknownFields {
+    /// As written (`HTTPRoute`).
+    pub kind: String,
+    /// `namespace/name`, or `name` for cluster-scoped kinds.
+    pub name: String,
+    /// 1-based document number in the text.
+    pub document: usize,
+    /// 1-based line where the document starts.
+    pub line: usize,
+    pub fields: Vec<UnknownField>,
+}
+
+/// `HTTPRoute shop/web: unknown field spec.rules[0].backendRef (did you mean backendRefs?),
+/// ignored`.
+impl std::fmt::Display for UnknownFields {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = if self.fields.len() == 1 { "" } else { "s" };
+        write!(f, "{} {}: unknown field{s} ", self.kind, self.name)?;
+        for (i, field) in self.fields.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{field}")?;
+        }
+        let them = if self.fields.len() == 1 {
+            "it is"
+        } else {
+            "they are"
+        };
+        write!(f, "; {them} ignored")
+    }
 }
 
 /// An object read, and where.
@@ -81,7 +124,7 @@ pub struct Placed {
 /// One document's outcome.
 enum Parsed {
     Skipped(SkippedKind),
-    Object(Placed),
+    Object(Placed, Option<UnknownFields>),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -251,7 +294,10 @@ pub fn parse_manifests_placed(
     for doc in documents(text) {
         match parse_document(&doc, resources)? {
             Parsed::Skipped(s) => out.skipped.push(s),
-            Parsed::Object(p) => out.objects.push(p),
+            Parsed::Object(p, unknown) => {
+                out.objects.push(p);
+                out.unknown.extend(unknown);
+            }
         }
     }
     Ok(out)
@@ -339,24 +385,45 @@ fn parse_document(doc: &Doc<'_>, resources: &mut Resources) -> Result<Parsed, Ma
         });
     }
     let k = tm.kind.as_str();
-    let name = match kind {
+    // Paths of the fields the typed struct skipped.
+    let mut ignored: Vec<Vec<Step>> = Vec::new();
+    let ig = &mut ignored;
+    let key: ObjectKey = match kind {
         Kind::GatewayClass => {
-            let mut o: GatewayClass = doc.parse(k)?;
+            let mut o: GatewayClass = doc.parse(k, ig)?;
             let name = doc.name(k, &mut o.metadata)?;
             resources.gateway_classes.insert(name.clone(), o);
-            name
+            (String::new(), name)
         }
         Kind::Namespace => {
-            let mut o: Namespace = doc.parse(k)?;
+            let mut o: Namespace = doc.parse(k, ig)?;
             let name = doc.name(k, &mut o.metadata)?;
             resources.namespaces.insert(name.clone(), o);
-            name
+            (String::new(), name)
         }
         Kind::Gateway => {
             // Two typed passes rather than `Gateway`'s `#[serde(flatten)]`: flatten buffers the
             // spec untyped, which loses error locations and reads YAML scalars by guesswork.
-            let base: GatewayDoc = doc.parse(k)?;
-            let mesh: GatewayMeshDoc = doc.parse(k)?;
+            // The first skips `spec.mesh` (and the type fields), the second all but it.
+            let mut base_ignored = Vec::new();
+            let base: GatewayDoc = doc.parse(k, &mut base_ignored)?;
+            let mut mesh_ignored = Vec::new();
+            let mesh: GatewayMeshDoc = doc.parse(k, &mut mesh_ignored)?;
+            let key = |p: &[Step], at: usize| match p.get(at) {
+                Some(Step::Key(key)) => Some(key.clone()),
+                _ => None,
+            };
+            ignored.extend(base_ignored.into_iter().filter(|p| {
+                let top = key(p, 0);
+                let in_mesh =
+                    top.as_deref() == Some("spec") && key(p, 1).as_deref() == Some("mesh");
+                !in_mesh && !matches!(top.as_deref(), Some("apiVersion" | "kind" | "status"))
+            }));
+            ignored.extend(mesh_ignored.into_iter().filter(|p| {
+                p.len() > 2
+                    && key(p, 0).as_deref() == Some("spec")
+                    && key(p, 1).as_deref() == Some("mesh")
+            }));
             let mut o = Gateway {
                 metadata: base.metadata,
                 spec: PierGatewaySpec {
@@ -367,94 +434,133 @@ fn parse_document(doc: &Doc<'_>, resources: &mut Resources) -> Result<Parsed, Ma
             };
             let key = doc.key(k, &mut o.metadata)?;
             resources.gateways.insert(key.clone(), o);
-            shown(&key)
+            key
         }
         Kind::HttpRoute => {
-            let mut o: HttpRoute = doc.parse(k)?;
+            let mut o: HttpRoute = doc.parse(k, ig)?;
             let key = doc.key(k, &mut o.metadata)?;
             resources.http_routes.insert(key.clone(), o);
-            shown(&key)
+            key
         }
         Kind::GrpcRoute => {
-            let mut o: GrpcRoute = doc.parse(k)?;
+            let mut o: GrpcRoute = doc.parse(k, ig)?;
             let key = doc.key(k, &mut o.metadata)?;
             resources.grpc_routes.insert(key.clone(), o);
-            shown(&key)
+            key
         }
         Kind::ListenerSet => {
-            let mut o: ListenerSet = doc.parse(k)?;
+            let mut o: ListenerSet = doc.parse(k, ig)?;
             let key = doc.key(k, &mut o.metadata)?;
             resources.listener_sets.insert(key.clone(), o);
-            shown(&key)
+            key
         }
         Kind::TlsRoute => {
-            let mut o: TlsRoute = doc.parse(k)?;
+            let mut o: TlsRoute = doc.parse(k, ig)?;
             let key = doc.key(k, &mut o.metadata)?;
             resources.tls_routes.insert(key.clone(), o);
-            shown(&key)
+            key
         }
         Kind::ReferenceGrant => {
-            let mut o: ReferenceGrant = doc.parse(k)?;
+            let mut o: ReferenceGrant = doc.parse(k, ig)?;
             let key = doc.key(k, &mut o.metadata)?;
             resources.reference_grants.insert(key.clone(), o);
-            shown(&key)
+            key
         }
         Kind::Service => {
-            let mut o: Service = doc.parse(k)?;
+            let mut o: Service = doc.parse(k, ig)?;
             let key = doc.key(k, &mut o.metadata)?;
             resources.services.insert(key.clone(), o);
-            shown(&key)
+            key
         }
         Kind::EndpointSlice => {
-            let mut o: EndpointSlice = doc.parse(k)?;
+            let mut o: EndpointSlice = doc.parse(k, ig)?;
             let key = doc.key(k, &mut o.metadata)?;
             resources.endpoint_slices.insert(key.clone(), o);
-            shown(&key)
+            key
         }
         Kind::Secret => {
-            let mut o: Secret = doc.parse(k)?;
+            let mut o: Secret = doc.parse(k, ig)?;
             merge_string_data(&mut o);
             let key = doc.key(k, &mut o.metadata)?;
             resources.secrets.insert(key.clone(), o);
-            shown(&key)
+            key
         }
         Kind::ConfigMap => {
-            let mut o: ConfigMap = doc.parse(k)?;
+            let mut o: ConfigMap = doc.parse(k, ig)?;
             let key = doc.key(k, &mut o.metadata)?;
             resources.config_maps.insert(key.clone(), o);
-            shown(&key)
+            key
         }
         Kind::ClusterTrustBundle => {
-            let mut o: ClusterTrustBundle = doc.parse(k)?;
+            let mut o: ClusterTrustBundle = doc.parse(k, ig)?;
             let name = doc.name(k, &mut o.metadata)?;
             resources.cluster_trust_bundles.insert(name.clone(), o);
-            name
+            (String::new(), name)
         }
         Kind::BackendTlsPolicy => {
-            let mut o: BackendTlsPolicy = doc.parse(k)?;
+            let mut o: BackendTlsPolicy = doc.parse(k, ig)?;
             let key = doc.key(k, &mut o.metadata)?;
             resources.backend_tls_policies.insert(key.clone(), o);
-            shown(&key)
+            key
         }
         Kind::Pod => {
-            let mut o: PodDoc = doc.parse(k)?;
+            // Only the ServiceAccount is read of a Pod: the rest is skipped by design, not
+            // unknown.
+            let mut o: PodDoc = doc.parse(k, &mut Vec::new())?;
             let identity = o.spec.take().unwrap_or_default().identity();
             let key = doc.key(k, &mut o.metadata)?;
             resources.pods.insert(key.clone(), identity);
-            shown(&key)
+            key
         }
     };
-    Ok(Parsed::Object(Placed {
-        kind: tm.kind,
-        name,
-        document: doc.number,
-        line: doc.line,
-    }))
+    // `apiVersion` and `kind` were read above (some generated types skip them).
+    ignored.retain(|p| !matches!(p.as_slice(), [Step::Key(k)] if k == "apiVersion" || k == "kind"));
+    let name = shown(&key);
+    let unknown = kind
+        .schema()
+        .filter(|_| !ignored.is_empty())
+        .map(|of| UnknownFields {
+            kind: tm.kind.clone(),
+            name: name.clone(),
+            document: doc.number,
+            line: doc.line,
+            fields: ignored
+                .into_iter()
+                .map(|path| UnknownField {
+                    nearest: fields::nearest(of, &path),
+                    path,
+                })
+                .collect(),
+        });
+    // A later copy of the object replaces an earlier one, its unknown fields too.
+    let slot = (tm.kind.clone(), key);
+    match &unknown {
+        Some(u) => {
+            resources.unknown_fields.insert(slot, u.fields.clone());
+        }
+        None => {
+            resources.unknown_fields.remove(&slot);
+        }
+    }
+    Ok(Parsed::Object(
+        Placed {
+            kind: tm.kind,
+            name,
+            document: doc.number,
+            line: doc.line,
+        },
+        unknown,
+    ))
 }
 
-/// `namespace/name`, as messages show an object.
+/// `namespace/name` as messages show an object, or `name` for a cluster-scoped one (an
+/// empty namespace).
 fn shown((ns, name): &ObjectKey) -> String {
-    format!("{ns}/{name}")
+    if ns.is_empty() {
+        name.clone()
+    } else {
+        format!("{ns}/{name}")
+    }
 }
 
 /// `stringData` is write-only sugar for `data`; the API server merges it (stringData wins),
@@ -615,6 +721,28 @@ impl Kind {
             .find_map(|g| Self::of(g, kind))
     }
 
+    /// The schema unknown fields are looked up in (`None`: a Pod, of which pier reads one
+    /// field by design).
+    fn schema(self) -> Option<SchemaOf> {
+        Some(match self {
+            Self::GatewayClass => SchemaOf::GatewayClass,
+            Self::Gateway => SchemaOf::Gateway,
+            Self::HttpRoute => SchemaOf::HttpRoute,
+            Self::GrpcRoute => SchemaOf::GrpcRoute,
+            Self::TlsRoute => SchemaOf::TlsRoute,
+            Self::ListenerSet => SchemaOf::ListenerSet,
+            Self::ReferenceGrant => SchemaOf::ReferenceGrant,
+            Self::BackendTlsPolicy => SchemaOf::BackendTlsPolicy,
+            Self::Namespace => SchemaOf::Namespace,
+            Self::Service => SchemaOf::Service,
+            Self::Secret => SchemaOf::Secret,
+            Self::ConfigMap => SchemaOf::ConfigMap,
+            Self::EndpointSlice => SchemaOf::EndpointSlice,
+            Self::ClusterTrustBundle => SchemaOf::ClusterTrustBundle,
+            Self::Pod => return None,
+        })
+    }
+
     /// Whether objects of this kind live in a namespace.
     fn namespaced(self) -> bool {
         !matches!(
@@ -679,8 +807,17 @@ fn plain_message(e: &serde_saphyr::Error) -> String {
 // === impl Doc ===
 
 impl Doc<'_> {
-    fn parse<T: DeserializeOwned>(&self, kind: &str) -> Result<T, ManifestError> {
-        serde_saphyr::from_str(self.text).map_err(|e| self.object_error::<T>(kind, e))
+    /// Decodes the document as `T`, adding the path of every field `T` does not have to
+    /// `ignored`.
+    fn parse<T: DeserializeOwned>(
+        &self,
+        kind: &str,
+        ignored: &mut Vec<Vec<Step>>,
+    ) -> Result<T, ManifestError> {
+        serde_saphyr::with_deserializer_from_str(self.text, |de| {
+            serde_ignored::deserialize(de, |path| ignored.push(fields::steps(&path)))
+        })
+        .map_err(|e| self.object_error::<T>(kind, e))
     }
 
     /// Decodes again, tracking the field path, to say where `e` happened. Only on failure:

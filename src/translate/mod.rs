@@ -275,6 +275,7 @@ pub fn translate_with(
         }
         status.gateways.insert(gw.key.clone(), gw_status);
     }
+    status.mark_unknown_fields(&resources.unknown_fields);
     let tls = gateways
         .iter()
         .map(|gw| tls_summary(&gw.key, &gw.tls))

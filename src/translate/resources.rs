@@ -8,6 +8,7 @@ use super::api::{
     GrpcRoute, HttpRoute, ListenerSet, Namespace, PodIdentity, ReferenceGrant, Secret, Service,
     TlsRoute,
 };
+use super::manifest::UnknownField;
 
 /// `(namespace, name)`.
 pub type ObjectKey = (String, String);
@@ -36,4 +37,8 @@ pub struct Resources {
     /// Cluster-scoped: by name (mesh trust bundles).
     pub cluster_trust_bundles: BTreeMap<String, ClusterTrustBundle>,
     pub backend_tls_policies: BTreeMap<ObjectKey, BackendTlsPolicy>,
+    /// Fields objects have that their kinds do not, by `(kind, (namespace, name))` (an empty
+    /// namespace for cluster-scoped kinds). Only manifests have them: the API server prunes
+    /// unknown fields before pier sees an object.
+    pub unknown_fields: BTreeMap<(String, ObjectKey), Vec<UnknownField>>,
 }

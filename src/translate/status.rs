@@ -19,6 +19,7 @@ use super::api::{
     GATEWAY_GROUP, GatewayClassConditionReason, GatewayClassConditionType, GatewayConditionReason,
     GatewayConditionType, ListenerConditionType,
 };
+use super::manifest::UnknownField;
 use crate::model::ObjectRef;
 
 /// The apiVersion status objects are written with.
@@ -72,6 +73,8 @@ pub enum ListenerReason {
 pub enum SetConditionType {
     Accepted,
     Programmed,
+    /// [`UNKNOWN_FIELDS_CONDITION`].
+    UnknownFields,
 }
 
 /// ListenerSet condition reasons (`ListenerSetConditionReason` in the Go API).
@@ -84,6 +87,8 @@ pub enum SetConditionReason {
     ParentNotAccepted,
     ListenersNotValid,
     Invalid,
+    /// [`UNKNOWN_FIELDS_CONDITION`] True.
+    UnknownFields,
 }
 
 /// BackendTLSPolicy condition types (GEP-713 policy status).
@@ -91,6 +96,8 @@ pub enum SetConditionReason {
 pub enum PolicyConditionType {
     Accepted,
     ResolvedRefs,
+    /// [`UNKNOWN_FIELDS_CONDITION`].
+    UnknownFields,
 }
 
 /// BackendTLSPolicy condition reasons.
@@ -106,6 +113,8 @@ pub enum PolicyConditionReason {
     InvalidKind,
     /// An older policy targets the same Service (and section): this one is not applied.
     Conflicted,
+    /// [`UNKNOWN_FIELDS_CONDITION`] True.
+    UnknownFields,
 }
 
 /// GatewayClass condition types: upstream's, plus `SupportedVersion`, which the implementers
@@ -130,6 +139,11 @@ pub const BACKEND_TLS_CONDITION: &str = "pier.dev/BackendTLS";
 /// of their endpoint addresses from pier's host (the pod network checks of `pier check`).
 pub const POD_NETWORK_CONDITION: &str = "pier.dev/PodNetworkReachable";
 
+/// The condition type pier adds, in manifest mode, to objects with fields their kind does not
+/// have (True, reason `UnknownFields`, the fields in the message). The API server prunes such
+/// fields, so objects from a cluster never carry it.
+pub const UNKNOWN_FIELDS_CONDITION: &str = "pier.dev/UnknownFields";
+
 /// Gateway condition types: upstream's, plus `ResolvedRefs` (GEP-3155's
 /// `clientCertificateRef`, and the mesh trust bundle references) and `pier.dev/BackendTLS`.
 #[derive(Debug, PartialEq, Eq)]
@@ -142,6 +156,8 @@ pub enum GatewayCondType {
     InsecureFrontendValidationMode,
     /// [`POD_NETWORK_CONDITION`].
     PodNetwork,
+    /// [`UNKNOWN_FIELDS_CONDITION`].
+    UnknownFields,
 }
 
 /// Gateway condition reasons: upstream's plus the GEP-3155 ones and pier's backend TLS ones.
@@ -166,6 +182,8 @@ pub enum GatewayCondReason {
     Reachable,
     /// [`POD_NETWORK_CONDITION`] False: some did not (TCP, or the TLS handshake).
     Unreachable,
+    /// [`UNKNOWN_FIELDS_CONDITION`] True.
+    UnknownFields,
 }
 
 /// Route condition types (`RouteConditionType` in the Go API), plus `pier.dev/BackendTLS`.
@@ -177,6 +195,8 @@ pub enum RouteConditionType {
     PartiallyInvalid,
     /// Whether the backends this parent's rules reach can be reached over the TLS they need.
     BackendTls,
+    /// [`UNKNOWN_FIELDS_CONDITION`].
+    UnknownFields,
 }
 
 /// Route condition reasons (`RouteConditionReason` in the Go API).
@@ -200,6 +220,8 @@ pub enum RouteConditionReason {
     /// Per-endpoint identity is on and some endpoints have no resolvable identity (no Pod,
     /// unknown Pod): they get no traffic.
     NoEndpointIdentity,
+    /// [`UNKNOWN_FIELDS_CONDITION`] True.
+    UnknownFields,
 }
 
 #[derive(Debug, Default, PartialEq)]
@@ -434,6 +456,7 @@ impl fmt::Display for RouteConditionType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::BackendTls => f.write_str(BACKEND_TLS_CONDITION),
+            Self::UnknownFields => f.write_str(UNKNOWN_FIELDS_CONDITION),
             other => fmt::Debug::fmt(other, f),
         }
     }
@@ -447,7 +470,10 @@ impl fmt::Display for ListenerReason {
 
 impl fmt::Display for SetConditionType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(self, f)
+        match self {
+            Self::UnknownFields => f.write_str(UNKNOWN_FIELDS_CONDITION),
+            other => fmt::Debug::fmt(other, f),
+        }
     }
 }
 
@@ -459,7 +485,10 @@ impl fmt::Display for SetConditionReason {
 
 impl fmt::Display for PolicyConditionType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(self, f)
+        match self {
+            Self::UnknownFields => f.write_str(UNKNOWN_FIELDS_CONDITION),
+            other => fmt::Debug::fmt(other, f),
+        }
     }
 }
 
@@ -477,6 +506,7 @@ impl fmt::Display for GatewayCondType {
             Self::BackendTls => f.write_str(BACKEND_TLS_CONDITION),
             Self::InsecureFrontendValidationMode => f.write_str("InsecureFrontendValidationMode"),
             Self::PodNetwork => f.write_str(POD_NETWORK_CONDITION),
+            Self::UnknownFields => f.write_str(UNKNOWN_FIELDS_CONDITION),
         }
     }
 }
@@ -511,6 +541,79 @@ impl RouteGroupKind {
 // === impl Statuses ===
 
 impl Statuses {
+    /// Adds [`UNKNOWN_FIELDS_CONDITION`] to the status of every object in `unknown` that has
+    /// one here (Gateways, Routes for each parent, ListenerSets, BackendTLSPolicies for each
+    /// ancestor); other kinds have no status pier writes.
+    pub fn mark_unknown_fields(
+        &mut self,
+        unknown: &BTreeMap<(String, super::resources::ObjectKey), Vec<UnknownField>>,
+    ) {
+        for ((kind, (ns, name)), fields) in unknown {
+            let key = ObjectRef::new(ns, name);
+            let message = unknown_fields_message(fields);
+            match kind.as_str() {
+                "Gateway" => {
+                    if let Some(s) = self.gateways.get_mut(&key) {
+                        let g = s.generation;
+                        s.conditions.push(Condition::new(
+                            GatewayCondType::UnknownFields,
+                            true,
+                            GatewayCondReason::UnknownFields,
+                            message,
+                            g,
+                        ));
+                    }
+                }
+                "HTTPRoute" | "GRPCRoute" | "TLSRoute" => {
+                    let routes = match kind.as_str() {
+                        "HTTPRoute" => &mut self.http_routes,
+                        "GRPCRoute" => &mut self.grpc_routes,
+                        _ => &mut self.tls_routes,
+                    };
+                    if let Some(s) = routes.get_mut(&key) {
+                        let g = s.generation;
+                        for p in &mut s.parents {
+                            p.conditions.push(Condition::new(
+                                RouteConditionType::UnknownFields,
+                                true,
+                                RouteConditionReason::UnknownFields,
+                                message.clone(),
+                                g,
+                            ));
+                        }
+                    }
+                }
+                "ListenerSet" => {
+                    if let Some(s) = self.listener_sets.get_mut(&key) {
+                        let g = s.generation;
+                        s.conditions.push(Condition::new(
+                            SetConditionType::UnknownFields,
+                            true,
+                            SetConditionReason::UnknownFields,
+                            message,
+                            g,
+                        ));
+                    }
+                }
+                "BackendTLSPolicy" => {
+                    if let Some(s) = self.backend_tls_policies.get_mut(&key) {
+                        let g = s.generation;
+                        for a in &mut s.ancestors {
+                            a.conditions.push(Condition::new(
+                                PolicyConditionType::UnknownFields,
+                                true,
+                                PolicyConditionReason::UnknownFields,
+                                message.clone(),
+                                g,
+                            ));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
     /// Every status as an API object: GatewayClasses, then Gateways, then ListenerSets, then HTTPRoutes, then
     /// GRPCRoutes, then TLSRoutes, then BackendTLSPolicies, each sorted by (namespace, name).
     pub fn objects(&self) -> Vec<StatusObject<'_>> {
@@ -578,6 +681,16 @@ impl Statuses {
             .chain(policies)
             .collect()
     }
+}
+
+/// `fields this kind does not have, ignored: spec.rules[0].backendRef (did you mean
+/// backendRefs?)`.
+fn unknown_fields_message(fields: &[UnknownField]) -> String {
+    let shown: Vec<String> = fields.iter().map(ToString::to_string).collect();
+    format!(
+        "fields this kind does not have, ignored: {}",
+        shown.join(", ")
+    )
 }
 
 impl StatusMeta {

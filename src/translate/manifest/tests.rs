@@ -547,3 +547,80 @@ fn every_kind_pier_reads_is_a_suggestion() {
         .sum::<usize>();
     assert_eq!(read, KIND_NAMES.len());
 }
+
+/// The unknown fields `text` has, as shown.
+fn unknown_fields(text: &str) -> (Resources, Vec<String>) {
+    let mut r = Resources::default();
+    let m = parse_manifests_placed(text, &mut r).unwrap();
+    let shown = m.unknown.iter().map(ToString::to_string).collect();
+    (r, shown)
+}
+
+#[test]
+fn a_misspelt_field_is_named_with_its_path_and_the_field_meant() {
+    let (r, shown) = unknown_fields(
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\n\
+         metadata: {name: web, namespace: shop}\n\
+         spec:\n  hostname: [a.example]\n  rules:\n  - backendRefs: [{name: a, port: 80}]\n  \
+         - backendRef: [{name: b, port: 80}]\n    timeouts: {request: 1s, bakend: 2s}\n",
+    );
+    assert_eq!(
+        shown,
+        vec![
+            "HTTPRoute shop/web: unknown fields spec.hostname (did you mean hostnames?), \
+             spec.rules[1].backendRef (did you mean backendRefs?), \
+             spec.rules[1].timeouts.bakend; they are ignored"
+        ]
+    );
+    let key = ("HTTPRoute".to_string(), ("shop".into(), "web".into()));
+    assert_eq!(r.unknown_fields[&key].len(), 3);
+}
+
+#[test]
+fn known_fields_of_every_kind_are_not_unknown() {
+    // apiVersion, kind, status and metadata's fields are known; a Pod is read for one field
+    // by design, the rest of it is not "unknown".
+    let (r, shown) = unknown_fields(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n\
+         spec: {serviceAccountName: web, containers: [{name: c, image: x}]}\n---\n\
+         apiVersion: v1\nkind: Secret\nmetadata: {name: s, labels: {a: b}}\ntype: Opaque\n\
+         stringData: {x: y}\n---\n\
+         apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\n\
+         metadata: {name: g, annotations: {a: b}}\n\
+         spec:\n  gatewayClassName: pier\n  listeners: [{name: h, port: 80, protocol: HTTP}]\n  \
+         mesh: {selector: {matchLabels: {m: y}}, trustBundle: {name: ca}}\n\
+         status: {conditions: []}\n",
+    );
+    assert_eq!(shown, Vec::<String>::new());
+    assert!(r.unknown_fields.is_empty());
+}
+
+#[test]
+fn unknown_fields_of_the_gateway_and_its_mesh_stanza_are_named() {
+    let (_, shown) = unknown_fields(
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: g}\n\
+         spec:\n  gatewayClassName: pier\n  listeners: []\n  infrastucture: {}\n  \
+         mesh: {selectr: {matchLabels: {m: y}}, trustBundle: {name: ca}}\n",
+    );
+    assert_eq!(
+        shown,
+        vec![
+            "Gateway default/g: unknown fields spec.infrastucture (did you mean infrastructure?), \
+             spec.mesh.selectr; they are ignored"
+        ]
+    );
+}
+
+#[test]
+fn a_later_copy_without_unknown_fields_clears_them() {
+    let bad = "apiVersion: v1\nkind: Namespace\nmetadata: {name: a}\nspc: {}\n";
+    let good = "apiVersion: v1\nkind: Namespace\nmetadata: {name: a}\n";
+    let (r, shown) = unknown_fields(bad);
+    assert_eq!(
+        shown,
+        vec!["Namespace a: unknown field spc (did you mean spec?); it is ignored"]
+    );
+    assert_eq!(r.unknown_fields.len(), 1);
+    let (r, _) = unknown_fields(&format!("{bad}---\n{good}"));
+    assert!(r.unknown_fields.is_empty());
+}

@@ -76,3 +76,35 @@ fn objects_are_classes_then_gateways_then_routes_with_kinds() {
     let v = serde_json::to_value(&objs[0]).unwrap();
     assert!(v["metadata"].get("namespace").is_none());
 }
+
+#[test]
+fn an_object_with_unknown_fields_says_so_in_its_status() {
+    use crate::translate::test_support::{cond_of, gateway, route, run_with_base};
+    let t = run_with_base(
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\n\
+         metadata: {name: web, namespace: default, generation: 4}\n\
+         spec:\n  parentRefs: [{name: gw}]\n  rules:\n  - backendRef: [{name: svc, port: 80}]\n",
+    );
+    let r = route(&t, "default", "web");
+    let (status, reason, message) =
+        cond_of(&r.parents[0].conditions, RouteConditionType::UnknownFields);
+    assert!(status);
+    assert_eq!(reason, "UnknownFields");
+    assert_eq!(
+        message,
+        "fields this kind does not have, ignored: spec.rules[0].backendRef (did you mean \
+         backendRefs?)"
+    );
+    let v = serde_json::to_value(&r.parents[0].conditions).unwrap();
+    assert!(
+        v.to_string().contains(r#""type":"pier.dev/UnknownFields""#),
+        "{v}"
+    );
+    // The Gateway has none, so says nothing of them.
+    let g = gateway(&t, "default", "gw");
+    assert!(
+        g.conditions
+            .iter()
+            .all(|c| c.type_ != GatewayCondType::UnknownFields)
+    );
+}

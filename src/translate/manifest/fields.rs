@@ -1,0 +1,192 @@
+//! Fields a manifest has that its kind does not: the path of each (`spec.rules[0].backendRef`,
+//! as `kubectl --validate=strict` names it) and, when one is close, the field the author most
+//! likely meant, read from the kind's JSON schema (the same generated types pier decodes into).
+//!
+//! Decoding goes through `serde_ignored`, which reports every map key the typed struct skipped;
+//! the schema is generated once per kind, and only when a document has an unknown field.
+
+use std::fmt;
+use std::sync::OnceLock;
+
+use serde_json::Value;
+
+/// One step of a field path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    Key(String),
+    Index(usize),
+}
+
+/// A field the object's kind does not have (ignored, as the API server would prune it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnknownField {
+    pub path: Vec<Step>,
+    /// The field of the same object the author most likely meant (`backendRefs`).
+    pub nearest: Option<String>,
+}
+
+/// Which schema to look suggestions up in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum SchemaOf {
+    GatewayClass,
+    Gateway,
+    HttpRoute,
+    GrpcRoute,
+    TlsRoute,
+    ListenerSet,
+    ReferenceGrant,
+    BackendTlsPolicy,
+    Namespace,
+    Service,
+    Secret,
+    ConfigMap,
+    EndpointSlice,
+    ClusterTrustBundle,
+}
+
+/// The path serde_ignored reports, as [`Step`]s (options and newtypes add no step).
+pub(super) fn steps(path: &serde_ignored::Path<'_>) -> Vec<Step> {
+    let mut out = Vec::new();
+    push_steps(path, &mut out);
+    out
+}
+
+fn push_steps(path: &serde_ignored::Path<'_>, out: &mut Vec<Step>) {
+    use serde_ignored::Path;
+    match path {
+        Path::Root => {}
+        Path::Seq { parent, index } => {
+            push_steps(parent, out);
+            out.push(Step::Index(*index));
+        }
+        Path::Map { parent, key } => {
+            push_steps(parent, out);
+            out.push(Step::Key(key.clone()));
+        }
+        Path::Some { parent }
+        | Path::NewtypeStruct { parent }
+        | Path::NewtypeVariant { parent } => push_steps(parent, out),
+    }
+}
+
+/// The field of the object at `path`'s parent nearest to its last key (`backendRefs` for
+/// `backendRef`): at most 2 edits (1 for names of up to 4 letters) ignoring case.
+pub(super) fn nearest(of: SchemaOf, path: &[Step]) -> Option<String> {
+    let (Step::Key(unknown), parent) = path.split_last()? else {
+        return None;
+    };
+    let mut at = schema(of);
+    for step in parent {
+        at = child(at, step)?;
+    }
+    let mut known = Vec::new();
+    properties(at, &mut known);
+    let unknown_lower = unknown.to_ascii_lowercase();
+    let bound = if unknown.chars().count() <= 4 { 1 } else { 2 };
+    known
+        .into_iter()
+        .filter(|k| k != unknown)
+        .map(|k| {
+            let d = strsim::osa_distance(&unknown_lower, &k.to_ascii_lowercase());
+            (d, k)
+        })
+        .filter(|(d, _)| *d <= bound)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, k)| k)
+}
+
+/// The schema of the field `step` below `at` (through options, unions and array items).
+fn child<'v>(at: &'v Value, step: &Step) -> Option<&'v Value> {
+    match step {
+        Step::Key(key) => {
+            if let Some(v) = at.get("properties").and_then(|p| p.get(key)) {
+                return Some(v);
+            }
+            if let Some(v) = at.get("additionalProperties").filter(|v| v.is_object()) {
+                return Some(v);
+            }
+        }
+        Step::Index(_) => {
+            if let Some(v) = at.get("items").filter(|v| v.is_object()) {
+                return Some(v);
+            }
+        }
+    }
+    ["anyOf", "oneOf", "allOf"]
+        .iter()
+        .filter_map(|k| at.get(*k)?.as_array())
+        .flatten()
+        .find_map(|alt| child(alt, step))
+}
+
+/// Every property name `at` (or one of its alternatives) has.
+fn properties(at: &Value, out: &mut Vec<String>) {
+    if let Some(p) = at.get("properties").and_then(Value::as_object) {
+        out.extend(p.keys().cloned());
+    }
+    for alt in ["anyOf", "oneOf", "allOf"]
+        .iter()
+        .filter_map(|k| at.get(*k)?.as_array())
+        .flatten()
+    {
+        properties(alt, out);
+    }
+}
+
+/// The kind's JSON schema, every subschema inlined; made once.
+fn schema(of: SchemaOf) -> &'static Value {
+    static SCHEMAS: [OnceLock<Value>; 14] = [const { OnceLock::new() }; 14];
+    SCHEMAS[of as usize].get_or_init(|| match of {
+        SchemaOf::GatewayClass => make::<super::GatewayClass>(),
+        SchemaOf::Gateway => make::<super::super::api::UpstreamGateway>(),
+        SchemaOf::HttpRoute => make::<super::HttpRoute>(),
+        SchemaOf::GrpcRoute => make::<super::GrpcRoute>(),
+        SchemaOf::TlsRoute => make::<super::TlsRoute>(),
+        SchemaOf::ListenerSet => make::<super::ListenerSet>(),
+        SchemaOf::ReferenceGrant => make::<super::ReferenceGrant>(),
+        SchemaOf::BackendTlsPolicy => make::<super::BackendTlsPolicy>(),
+        SchemaOf::Namespace => make::<super::Namespace>(),
+        SchemaOf::Service => make::<super::Service>(),
+        SchemaOf::Secret => make::<super::Secret>(),
+        SchemaOf::ConfigMap => make::<super::ConfigMap>(),
+        SchemaOf::EndpointSlice => make::<super::EndpointSlice>(),
+        SchemaOf::ClusterTrustBundle => make::<super::ClusterTrustBundle>(),
+    })
+}
+
+fn make<T: schemars::JsonSchema>() -> Value {
+    schemars::generate::SchemaSettings::draft2020_12()
+        .with(|s| s.inline_subschemas = true)
+        .into_generator()
+        .into_root_schema_for::<T>()
+        .to_value()
+}
+
+// === impl UnknownField ===
+
+/// `spec.rules[0].backendRef (did you mean backendRefs?)`.
+impl fmt::Display for UnknownField {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", Path(&self.path))?;
+        if let Some(n) = &self.nearest {
+            write!(f, " (did you mean {n}?)")?;
+        }
+        Ok(())
+    }
+}
+
+/// A field path as kubectl writes it: `spec.rules[0].backendRef`.
+pub struct Path<'p>(pub &'p [Step]);
+
+impl fmt::Display for Path<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, step) in self.0.iter().enumerate() {
+            match step {
+                Step::Key(k) if i == 0 => f.write_str(k)?,
+                Step::Key(k) => write!(f, ".{k}")?,
+                Step::Index(n) => write!(f, "[{n}]")?,
+            }
+        }
+        Ok(())
+    }
+}
