@@ -175,6 +175,8 @@ case $args in
 esac
 EOF
 chmod +x "$WORK/bin/cargo"
+# pier on PATH, as Getting started leaves it for the chapters after it.
+ln -s "$PIER" "$WORK/bin/pier"
 export PIER_WALKTHROUGH_CARGO_HOME=$WORK/cargo-home
 mkdir -p "$WORK/cargo-home/bin"
 
