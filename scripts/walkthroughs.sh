@@ -14,7 +14,8 @@
 # - Its ```sh blocks run in one fresh `bash` (`set -Eeuo pipefail`: every command must exit 0,
 #   no variable may be used undefined), in order, from the top of a copy of the checkout (the
 #   tracked and untracked-but-not-ignored files of this one, as `git clone` of a commit with
-#   them would give), with stdin from /dev/null, within ${PIER_WALKTHROUGH_TIMEOUT:-120} s.
+#   them would give), with stdin from /dev/null, within ${PIER_WALKTHROUGH_TIMEOUT:-60} s, with
+#   `pier` on PATH (the --pier binary, as Getting started leaves it for the chapters after it).
 #   A block preceded by the line `<!-- walkthrough: not run: REASON -->` is not run (the
 #   reason is printed); every other ```sh block of a chapter in RUN is.
 # - A ```text block that follows a ```sh block (nothing but blank lines between) is that
@@ -81,6 +82,11 @@ while (($#)); do
     *) only+=("$1"); shift ;;
   esac
 done
+missing=()
+for tool in curl jq openssl haproxy ss timeout git; do
+  command -v "$tool" >/dev/null 2>&1 || [ -x "/usr/sbin/$tool" ] || missing+=("$tool")
+done
+((${#missing[@]} == 0)) || die "the walkthroughs need ${missing[*]}: scripts/test installs them (apt-get install curl jq openssl haproxy iproute2)"
 PIER=$(realpath "$PIER" 2>/dev/null) || die "no pier binary at $PIER: cargo build, or pass --pier PATH"
 [ -x "$PIER" ] || die "$PIER is not executable"
 export PIER_WALKTHROUGH_PIER=$PIER
@@ -257,11 +263,11 @@ for c in "${chapters[@]}"; do
   rc=0
   (cd "$WORK/checkout" && exec env PIER_WALKTHROUGH_RUN="$token" TMPDIR="$WORK/tmp" \
     PATH="$WORK/bin:$WORK/cargo-home/bin:$PATH" \
-    timeout --kill-after=5 "${PIER_WALKTHROUGH_TIMEOUT:-120}" bash "$dir/chapter.sh" </dev/null 2>"$dir/stderr") || rc=$?
+    timeout --kill-after=5 "${PIER_WALKTHROUGH_TIMEOUT:-60}" bash "$dir/chapter.sh" </dev/null 2>"$dir/stderr") || rc=$?
   secs=$(($(date +%s) - t0))
   problems=()
   if ((rc == 124)); then
-    problems+=("timed out after ${PIER_WALKTHROUGH_TIMEOUT:-120} s")
+    problems+=("timed out after ${PIER_WALKTHROUGH_TIMEOUT:-60} s")
   elif ((rc != 0)); then
     problems+=("its shell exited with status $rc")
   fi
