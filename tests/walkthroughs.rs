@@ -1,5 +1,5 @@
 //! The manual's walkthroughs run as written: `scripts/walkthroughs.sh` runs the ```sh blocks
-//! of each chapter (getting started, manifests, mesh, the edge chapters, restarts), in
+//! of each chapter (getting started, manifests, mesh, the edge chapters and tracing, restarts), in
 //! SUMMARY.md order, each chapter in one fresh bash from the top of a copy of the checkout,
 //! with this build's `pier` on PATH, compares each block's output with the ```text block after
 //! it, and checks that the chapter stopped every process it started and left no port bound.
@@ -10,7 +10,8 @@
 //! network namespace of its own: as root (`scripts/test`, CI) or in a user namespace. Where it
 //! can create neither, it fails saying so, unless `PIER_WALKTHROUGHS_NETNS=host` asks to run in
 //! this one (its ports must be free then); nothing is skipped. Needs curl, jq, openssl and
-//! haproxy (`scripts/test` installs them). About 20-40 s on two cores.
+//! haproxy (`scripts/test` installs them) and the OpenTelemetry Collector that
+//! `scripts/otelcol.sh build` makes (as tests/tracing.rs does). About 20-40 s on two cores.
 
 use std::path::Path;
 use std::process::Command;
@@ -48,6 +49,7 @@ fn the_manuals_walkthroughs_run_as_written_and_clean_up() {
         "edge/frontend-mtls.md",
         "edge/example.md",
         "edge/trusted-proxies.md",
+        "edge/tracing.md",
         "operations/restarts.md",
     ] {
         assert!(
