@@ -227,7 +227,8 @@ compose() { # DIR
       printf 'echo "walkthroughs: %s: not run: %s" >&2\n' "$where" "$(sed 's/["$`\\]/\\&/g' "$dir/$n.skip")"
       continue
     fi
-    printf '__walk_block=%d; __walk_where=%q\n{\n' "$n" "$where"
+    printf '__walk_block=%d; __walk_where=%q\n' "$n" "$where"
+    printf 'echo "walkthroughs: block %d (%s)" >&2\n{\n' "$n" "$where"
     cat "$dir/$n.sh"
     printf '\n} >%q\n' "$dir/$n.out"
     if [ -f "$dir/$n.expected" ]; then
@@ -240,6 +241,9 @@ compose() { # DIR
 leftover_pids() { # TOKEN
   grep -lzxF "PIER_WALKTHROUGH_RUN=$1" /proc/[0-9]*/environ 2>/dev/null | cut -d/ -f3 | grep -vxF "$$" || true
 }
+
+# Listening TCP sockets (in our own namespace, none but a chapter's).
+listening() { ss -Hltn 2>/dev/null | awk '{print $4}' | sort -u; }
 
 failed=()
 total_start=$(date +%s)
@@ -264,6 +268,7 @@ for c in "${chapters[@]}"; do
   fi
   compose "$dir" >"$dir/chapter.sh"
   token="$c.$$.$RANDOM"
+  listening_before=$(listening)
   log "$c: running"
   t0=$(date +%s)
   rc=0
@@ -288,9 +293,9 @@ for c in "${chapters[@]}"; do
     for p in "${pids[@]}"; do left+=" $p:$(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | cut -c1-120)"; done
     problems+=("processes it started are still running (not stopped by the walkthrough):$left")
   fi
-  listening=$(ss -Hltn 2>/dev/null | awk '{print $4}' | sort -u | tr '\n' ' ')
-  if [ -n "$listening" ]; then
-    problems+=("ports still listening after it: $listening")
+  left_listening=$(comm -13 <(echo "$listening_before") <(listening) | tr '\n' ' ')
+  if [ -n "${left_listening// /}" ]; then
+    problems+=("ports still listening after it: $left_listening")
   fi
   if ((${#pids[@]})); then
     kill -KILL "${pids[@]}" 2>/dev/null || true
