@@ -15,6 +15,8 @@ use crate::metrics::ControlMetrics;
 use crate::model::Snapshot;
 use crate::translate::{self, ListenerCerts, Resources, Statuses, Translation};
 
+mod problems;
+
 /// State shared between the publisher, the data plane and the admin server.
 #[derive(Debug, Default)]
 pub struct Shared {
@@ -65,6 +67,8 @@ pub struct Publisher {
     /// What the last publish left unserved (listeners and their reasons, or why there is no
     /// listener at all), so each is logged once when it starts, not on every publish.
     unserved: BTreeSet<String>,
+    /// What the last publish's status said is wrong, so each problem is logged once.
+    problems: problems::Problems,
 }
 
 impl Publisher {
@@ -81,6 +85,7 @@ impl Publisher {
             last: None,
             last_good_certs: Arc::default(),
             unserved: BTreeSet::new(),
+            problems: problems::Problems::default(),
         }
     }
 
@@ -212,7 +217,10 @@ impl Publisher {
         self.last_good_certs = Arc::new(listener_certs);
         self.metrics.set_tls(&tls, unix_now());
         match serde_json::to_value(status.objects()) {
-            Ok(v) => self.shared.translation_status.store(Arc::new(v)),
+            Ok(v) => {
+                self.problems.update(problems::of(&v));
+                self.shared.translation_status.store(Arc::new(v));
+            }
             Err(e) => tracing::error!(error = %e, "cannot render status"),
         }
         self.shared.statuses.send_replace(Arc::new(status));

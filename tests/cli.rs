@@ -381,6 +381,75 @@ async fn run_until_ready(dir: &std::path::Path, args: &[&str], ready: &str) -> S
     read()
 }
 
+/// A problem the status reports (a Route's backend not found) is logged at WARN once, with the
+/// object and the reason, not on every reload; when it goes away, that is logged too.
+#[tokio::test]
+async fn run_logs_a_route_problem_once_and_its_resolution() {
+    let echo = pier::echo::spawn("127.0.0.1:0".parse().unwrap(), "a")
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    std::fs::write(dir.path().join("gw.yaml"), gateway(port)).unwrap();
+    std::fs::write(dir.path().join("route.yaml"), route("r", "/", "a")).unwrap();
+    let log_dir = tempfile::tempdir().unwrap();
+    let log_path = log_dir.path().join("stderr.log");
+    let mut child = Child(
+        pier()
+            .args([
+                "run",
+                "--listen-host",
+                "127.0.0.1",
+                "--admin",
+                "127.0.0.1:0",
+            ])
+            .arg("--manifests")
+            .arg(dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(std::fs::File::create(&log_path).unwrap()))
+            .spawn()
+            .unwrap(),
+    );
+    let read = || std::fs::read_to_string(&log_path).unwrap_or_default();
+    let lines = |text: &str, what: &str| text.lines().filter(|l| l.contains(what)).count();
+    eventually(Duration::from_secs(10), || async {
+        read().contains("reason=BackendNotFound")
+    })
+    .await;
+    // Another reload with the problem still there (an unrelated file): not logged again.
+    std::fs::write(
+        dir.path().join("ns.yaml"),
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: x}\n",
+    )
+    .unwrap();
+    eventually(Duration::from_secs(10), || async {
+        lines(&read(), "manifests reloaded") >= 1
+    })
+    .await;
+    std::fs::write(dir.path().join("svc.yaml"), service("a", echo.addr)).unwrap();
+    eventually(Duration::from_secs(10), || async {
+        read().contains("resolved")
+    })
+    .await;
+    assert!(terminate(&mut child).success());
+    let text = read();
+    let warned: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("reason=BackendNotFound"))
+        .collect();
+    assert_eq!(warned.len(), 2, "one WARN and one resolved line: {text}");
+    assert!(warned[0].contains(" WARN "), "{text}");
+    assert!(
+        warned[0].contains("kind=HTTPRoute object=default/r"),
+        "{text}"
+    );
+    assert!(warned[0].contains("condition=ResolvedRefs"), "{text}");
+    assert!(
+        warned[1].contains(" INFO ") && warned[1].contains("resolved"),
+        "{text}"
+    );
+}
+
 /// An echo backend and a manifest directory routing a Gateway on a free port (returned) to it;
 /// both must outlive the pier that serves them.
 async fn one_route() -> (pier::echo::EchoServer, tempfile::TempDir, u16) {

@@ -326,7 +326,14 @@ async fn kubernetes_api(r: &mut Report, opts: &Options) -> Option<Client> {
         }
     };
     r.ok(K, "kubeconfig", format!("loaded {from}: server {server}"));
-    match bounded(opts.api_timeout, client.apiserver_version()).await {
+    // The socket, DNS or TLS cause, not `ServiceError: client error (Connect)`.
+    let version = client.apiserver_version();
+    let version = bounded(opts.api_timeout, async move {
+        version
+            .await
+            .map_err(|e| crate::source::kube::reach::describe(&e))
+    });
+    match version.await {
         Ok(v) => {
             r.ok(K, "api-server", format!("{server} is reachable"));
             r.ok(

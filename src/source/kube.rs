@@ -86,6 +86,7 @@
 mod credentials;
 mod gateway;
 mod pod;
+pub mod reach;
 mod reference_grant;
 mod watch;
 

@@ -75,7 +75,7 @@ pub async fn run(
                     tracing::warn!(
                         lease = %opts.name,
                         namespace = %opts.namespace,
-                        error = %e,
+                        error = %crate::source::kube::reach::describe(&e),
                         "cannot use the status-writer Lease; retrying (status is not written meanwhile)"
                     );
                 }

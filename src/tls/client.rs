@@ -64,7 +64,7 @@ pub struct TrustBundle {
 #[derive(Debug, thiserror::Error)]
 pub enum BundleError {
     #[error("not valid PEM")]
-    Pem(#[source] rustls::pki_types::pem::Error),
+    Pem(#[source] super::pem::PemError),
     #[error("holds no PEM certificate")]
     Empty,
     #[error("certificate {0} cannot be used as a trust anchor")]
@@ -83,13 +83,13 @@ pub struct ClientIdentity {
 #[derive(Debug, thiserror::Error)]
 pub enum IdentityError {
     #[error("the certificate is not valid PEM")]
-    CertificatePem(#[source] rustls::pki_types::pem::Error),
+    CertificatePem(#[source] super::pem::PemError),
     #[error("the certificate file holds no PEM certificate")]
     NoCertificate,
     #[error("the certificate is not a valid X.509 certificate")]
     BadCertificate,
     #[error("the key is not a valid PEM private key")]
-    KeyPem(#[source] rustls::pki_types::pem::Error),
+    KeyPem(#[source] super::pem::PemError),
     #[error("the key is not a supported private key")]
     KeyUnsupported(#[source] Error),
     #[error("the key does not match the certificate")]
@@ -278,7 +278,7 @@ impl fmt::Debug for TrustBundle {
 pub fn parse_pem_certs(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, BundleError> {
     let certs = CertificateDer::pem_slice_iter(pem)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(BundleError::Pem)?;
+        .map_err(|e| BundleError::Pem(e.into()))?;
     check_anchors(&certs)?;
     Ok(certs)
 }
@@ -301,8 +301,9 @@ impl ClientIdentity {
     pub fn from_pem(cert_pem: &[u8], key_pem: &[u8]) -> Result<Self, IdentityError> {
         let chain = CertificateDer::pem_slice_iter(cert_pem)
             .collect::<Result<Vec<_>, _>>()
-            .map_err(IdentityError::CertificatePem)?;
-        let der = PrivateKeyDer::from_pem_slice(key_pem).map_err(IdentityError::KeyPem)?;
+            .map_err(|e| IdentityError::CertificatePem(e.into()))?;
+        let der =
+            PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| IdentityError::KeyPem(e.into()))?;
         Self::from_der(chain, der)
     }
 

@@ -3,5 +3,6 @@
 //! translation puts into the snapshot and the connector uses.
 
 pub mod client;
+pub mod pem;
 pub mod provider;
 pub mod server;

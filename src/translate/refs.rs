@@ -53,11 +53,11 @@ pub enum CertError {
     #[error("Secret {0}: tls.crt holds no PEM certificate")]
     NoCertificate(ObjectRef),
     #[error("Secret {0}: tls.crt is not valid PEM")]
-    CertificatePem(ObjectRef, #[source] rustls_pki_types::pem::Error),
+    CertificatePem(ObjectRef, #[source] crate::tls::pem::PemError),
     #[error("Secret {0}: tls.crt is not a valid X.509 certificate")]
     CertificateDer(ObjectRef),
     #[error("Secret {0}: tls.key is not a valid PEM private key")]
-    KeyPem(ObjectRef, #[source] rustls_pki_types::pem::Error),
+    KeyPem(ObjectRef, #[source] crate::tls::pem::PemError),
     #[error("Secret {0}: tls.key is not a supported private key")]
     KeyUnsupported(ObjectRef, #[source] rustls::Error),
     #[error("Secret {0}: tls.key does not match the certificate")]
@@ -177,13 +177,13 @@ fn load_tls_secret(s: &Secret, id: &ObjectRef) -> Result<ServerCert, CertError> 
     };
     let chain = CertificateDer::pem_slice_iter(data("tls.crt")?)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| CertError::CertificatePem(id.clone(), e))?;
+        .map_err(|e| CertError::CertificatePem(id.clone(), e.into()))?;
     let leaf = chain
         .first()
         .ok_or_else(|| CertError::NoCertificate(id.clone()))?;
     let names = dns_names(leaf).ok_or_else(|| CertError::CertificateDer(id.clone()))?;
     let der = PrivateKeyDer::from_pem_slice(data("tls.key")?)
-        .map_err(|e| CertError::KeyPem(id.clone(), e))?;
+        .map_err(|e| CertError::KeyPem(id.clone(), e.into()))?;
     let signing = crate::tls::provider::signing_key(&der)
         .map_err(|e| CertError::KeyUnsupported(id.clone(), e))?;
     let key = CertifiedKey::new(chain, signing);

@@ -90,7 +90,14 @@ async fn run(
         match served(&client).await {
             Ok(Some(v)) => break v,
             Ok(None) => errors.report_reason(WatchError::NotFound, "not in API discovery", &ctx),
-            Err(e) => errors.report_reason(watch::classify_client(&e), &e.to_string(), &ctx),
+            Err(e) => {
+                let reason = watch::classify_client(&e);
+                let error = match reason {
+                    super::WatchError::Unavailable => super::reach::describe(&e),
+                    _ => e.to_string(),
+                };
+                errors.report_reason(reason, &error, &ctx)
+            }
         }
         tokio::time::sleep(backoff.next().unwrap_or_default()).await;
     };

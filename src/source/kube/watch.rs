@@ -155,15 +155,17 @@ impl ApiServerLog {
             tracing::warn!(
                 server = %self.server,
                 %error,
-                "cannot reach the Kubernetes API server: serving the last good configuration, \
-                 retrying"
+                "cannot reach the Kubernetes API server at {}: {error}; serving the last good \
+                 configuration, retrying",
+                self.server
             );
         } else {
             tracing::error!(
                 server = %self.server,
                 %error,
-                "cannot reach the Kubernetes API server: no configuration yet, so nothing is \
-                 served and /readyz says 503 until it answers; retrying"
+                "cannot reach the Kubernetes API server at {}: {error}; no configuration yet, so \
+                 nothing is served and /readyz says 503 until it answers; retrying",
+                self.server
             );
         }
         true
@@ -267,7 +269,13 @@ impl ErrorLog {
     }
 
     pub fn report(&mut self, e: &watcher::Error, ctx: &Ctx) {
-        self.report_reason(classify(e), &e.to_string(), ctx);
+        let reason = classify(e);
+        let error = match reason {
+            // The socket, DNS or TLS cause, not `ServiceError: client error (Connect)`.
+            WatchError::Unavailable => super::reach::describe(e),
+            _ => e.to_string(),
+        };
+        self.report_reason(reason, &error, ctx);
     }
 
     pub fn report_reason(&mut self, reason: WatchError, error: &str, ctx: &Ctx) {

@@ -16,7 +16,7 @@ pub const MESH_KIND: &str = "XMesh";
 #[derive(Debug, thiserror::Error)]
 pub enum ExportError {
     #[error("the certificate chain is not valid PEM")]
-    Pem(#[source] rustls_pki_types::pem::Error),
+    Pem(#[source] crate::tls::pem::PemError),
     #[error("the certificate chain holds no PEM certificate")]
     Empty,
     #[error("certificate {0} of the chain is not a valid X.509 certificate")]
@@ -94,7 +94,7 @@ pub fn export_trust(
     }
     let chain = CertificateDer::pem_slice_iter(cert_chain_pem)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(ExportError::Pem)?;
+        .map_err(|e| ExportError::Pem(e.into()))?;
     if chain.is_empty() {
         return Err(ExportError::Empty);
     }

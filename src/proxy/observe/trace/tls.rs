@@ -118,8 +118,8 @@ fn identity(
     let key_pem = read(key)?;
     let bad = |e| TlsError::Identity(cert.to_path_buf(), key.to_path_buf(), e);
     let checked = ClientIdentity::from_pem(&cert_pem, &key_pem).map_err(bad)?;
-    let key_der =
-        PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| bad(IdentityError::KeyPem(e)))?;
+    let key_der = PrivateKeyDer::from_pem_slice(&key_pem)
+        .map_err(|e| bad(IdentityError::KeyPem(e.into())))?;
     Ok((checked.chain().to_vec(), key_der))
 }
 
