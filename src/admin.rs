@@ -20,7 +20,7 @@ use prometheus_client::registry::Registry;
 use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::watch;
 
-use crate::publish::Shared;
+use crate::publish::{Readiness, Shared};
 
 pub struct AdminState {
     pub shared: Arc<Shared>,
@@ -250,14 +250,14 @@ fn handle(state: &AdminState, req: &Request<Incoming>) -> Response<Full<Bytes>> 
     }
     match req.uri().path() {
         "/healthz" => text(StatusCode::OK, "ok\n"),
-        "/readyz" => {
-            if state.shared.is_ready() {
-                text(StatusCode::OK, "ready\n")
-            } else {
-                let why = format!("not ready: {}\n", state.shared.unready_reason());
-                text(StatusCode::SERVICE_UNAVAILABLE, why)
-            }
-        }
+        "/readyz" => match state.shared.readiness() {
+            Readiness::Ready => text(StatusCode::OK, "ready\n"),
+            Readiness::ServingNothing(why) => text(StatusCode::OK, format!("ready, {why}\n")),
+            Readiness::NotReady(why) => text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("not ready: {why}\n"),
+            ),
+        },
         "/metrics" => {
             let mut out = String::new();
             match prometheus_client::encoding::text::encode(&mut out, &state.registry) {

@@ -194,6 +194,12 @@ pub struct RunArgs {
     /// it), for operators who must reach it from beyond loopback without a TCP port.
     #[arg(long, value_name = "PATH", help_heading = "Admin")]
     pub admin_socket: Option<PathBuf>,
+    /// /readyz answers 503 while the configuration serves no listener (no Gateway, or none of
+    /// its listeners can be served: a missing certificate Secret, say), for a health check
+    /// that must take such an instance out of a load balancer. Off by default: /readyz is 200
+    /// once the configuration is served, and its body says when that is no listener.
+    #[arg(long, env = "PIER_READY_REQUIRES_LISTENER", help_heading = "Admin")]
+    pub ready_requires_listener: bool,
     #[command(flatten)]
     pub common: CommonArgs,
     /// pier's client certificate (its X.509-SVID) and the bundles of `pier.dev/SPIFFEWorkloadAPI`

@@ -116,6 +116,7 @@ async fn run_cmd(a: RunArgs) -> anyhow::Result<()> {
         manifest_limits: a.manifest_limits.limits(),
         probe_interval: (a.probe_interval > 0)
             .then(|| std::time::Duration::from_secs(a.probe_interval)),
+        ready_requires_listener: a.ready_requires_listener,
     })
     .await?;
     tracing::info!(admin = %running.admin_addr, "admin server listening");

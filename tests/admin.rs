@@ -247,6 +247,78 @@ async fn private_keys_never_appear_in_config_status_or_logs() {
     pier.shutdown().await;
 }
 
+/// A Gateway `default/gw` whose one listener is HTTPS on a free port with certificate Secret
+/// `default/cert` (missing until written).
+fn https_only_gateway() -> String {
+    format!(
+        "{GATEWAY_CLASS}---\napiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\n\
+         metadata: {{name: gw, namespace: default}}\nspec:\n  gatewayClassName: pier\n  \
+         listeners:\n  - name: https\n    protocol: HTTPS\n    port: {}\n    \
+         tls: {{certificateRefs: [{{name: cert}}]}}\n",
+        free_port()
+    )
+}
+
+/// When the configuration serves no listener (its one listener's Secret is missing), `/readyz`
+/// stays 200 but says so and why; with `--ready-requires-listener` it is 503 until a listener
+/// is served, and again when a change leaves none.
+#[tokio::test]
+async fn readyz_says_when_no_listener_is_served_and_can_require_one() {
+    init();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("gateway.yaml"), https_only_gateway()).unwrap();
+    let pier = run::start(options(dir.path())).await.unwrap();
+    let r = get(&format!("http://{}/readyz", pier.admin_addr), &[]).await;
+    let body = r.text();
+    assert_eq!(r.status, 200, "{body}");
+    assert!(body.starts_with("ready, serving no listener: "), "{body}");
+    assert!(
+        body.contains("listener default/gw/https: ") && body.contains("default/cert"),
+        "the listener and its missing Secret: {body}"
+    );
+    assert!(pier.is_ready());
+    pier.shutdown().await;
+
+    let pier = run::start(RunOptions {
+        ready_requires_listener: true,
+        ..options(dir.path())
+    })
+    .await
+    .unwrap();
+    let url = format!("http://{}/readyz", pier.admin_addr);
+    let r = get(&url, &[]).await;
+    let body = r.text();
+    assert_eq!(r.status, 503, "{body}");
+    assert!(
+        body.starts_with("not ready: serving no listener: ") && body.contains("default/cert"),
+        "{body}"
+    );
+    assert!(!pier.is_ready());
+    // The Secret appears: the listener is served, and pier is ready.
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["gw.example.com".to_string()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    std::fs::write(
+        dir.path().join("secret.yaml"),
+        tls_secret("cert", &cert.pem(), &key.serialize_pem()),
+    )
+    .unwrap();
+    eventually(Duration::from_secs(10), || async {
+        let r = get(&url, &[]).await;
+        r.status == 200 && r.text() == "ready\n"
+    })
+    .await;
+    // The Gateway goes: not ready again.
+    std::fs::remove_file(dir.path().join("gateway.yaml")).unwrap();
+    eventually(Duration::from_secs(10), || async {
+        get(&url, &[]).await.status == 503
+    })
+    .await;
+    pier.shutdown().await;
+}
+
 // === Prometheus: config/prometheus and config/grafana against a running pier ===
 
 /// A real Prometheus (Debian's) scraping one target every second, evaluating `rules` every

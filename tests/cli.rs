@@ -489,6 +489,11 @@ async fn serving_nothing_is_warned_with_the_reason() {
         .await;
         let r = get(&format!("http://{admin}/readyz"), &[]).await;
         assert_eq!(r.status, 200);
+        let body = r.text();
+        assert!(
+            body.starts_with("ready, serving no listener: ") && body.contains(reason),
+            "{body}"
+        );
         assert!(terminate(&mut child).success());
         let log = read();
         let warn = log
@@ -497,6 +502,30 @@ async fn serving_nothing_is_warned_with_the_reason() {
             .unwrap_or_else(|| panic!("no warning in {log}"));
         assert!(warn.contains(reason), "{warn}");
     }
+}
+
+/// `--ready-requires-listener` (here from its environment variable): with nothing to serve,
+/// `/readyz` is 503 and says why, and the log says that it is.
+#[tokio::test]
+async fn ready_requires_listener_makes_serving_nothing_not_ready() {
+    let empty = tempfile::tempdir().unwrap();
+    let mut command = pier();
+    command.env("PIER_READY_REQUIRES_LISTENER", "true");
+    let (mut child, admin, read) = run_logged_by(command, empty.path(), &[]);
+    let url = format!("http://{admin}/readyz");
+    eventually(Duration::from_secs(10), || async {
+        try_get(&url, &[]).await.is_some_and(|r| {
+            r.status == 503
+                && r.text()
+                    == "not ready: serving no listener: there is no Gateway in the configuration\n"
+        })
+    })
+    .await;
+    eventually(Duration::from_secs(10), || async {
+        read().contains("/readyz says 503 until one is served")
+    })
+    .await;
+    assert!(terminate(&mut child).success());
 }
 
 /// A listener left unserved (an HTTPS listener whose Secret is missing) is logged, once, with
