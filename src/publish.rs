@@ -30,6 +30,8 @@ pub struct Shared {
     ready_requires_listener: bool,
     /// What the latest configuration leaves unserved, for `/readyz` and `/config`.
     pub unserved: ArcSwap<Unserved>,
+    /// Each Gateway's backend TLS in the latest configuration, for `/config`.
+    pub mesh: ArcSwap<Vec<crate::admin::summary::MeshSummary>>,
 }
 
 /// What a configuration leaves unserved.
@@ -300,6 +302,9 @@ impl Publisher {
         }
         self.last_good_certs = Arc::new(listener_certs);
         self.metrics.set_tls(&tls, unix_now());
+        self.shared
+            .mesh
+            .store(Arc::new(crate::admin::summary::mesh(&tls, &status)));
         match serde_json::to_value(status.objects()) {
             Ok(v) => self.shared.translation_status.store(Arc::new(v)),
             Err(e) => tracing::error!(error = %e, "cannot render status"),

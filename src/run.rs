@@ -290,6 +290,7 @@ pub async fn start(opts: RunOptions) -> anyhow::Result<Running> {
     };
     let admin_state = Arc::new(crate::admin::AdminState {
         shared: shared.clone(),
+        listen_host: opts.listen_host,
         registry,
         token: arc_swap::ArcSwapOption::new(token),
     });
