@@ -21,6 +21,7 @@ fn rule(i: usize) -> Arc<Rule> {
     Arc::new(Rule {
         route: ObjectRef::new("bench", format!("route-{i}")),
         index: 0,
+        kind: "HTTPRoute",
         name: None,
         filters: Filters::default(),
         backends: BackendSet::default(),

@@ -1,6 +1,7 @@
 //! The admin server: `/healthz`, `/readyz`, `/metrics`, `/config`, `/status`.
-//! Loopback by default (`--admin 127.0.0.1:9901`). `/config` shows the active snapshot, which
-//! by construction holds no key material (certificates are shown by name only). With a token
+//! Loopback by default (`--admin 127.0.0.1:9901`). `/config` summarises the active configuration
+//! ([`summary`]); `/config?full` shows the whole snapshot, which by construction holds no key
+//! material (certificates are shown by name only). With a token
 //! (`--admin-token-file`) every path but the probes (`/healthz`, `/readyz`) needs
 //! `Authorization: Bearer <token>`, for operators who expose the admin port beyond loopback.
 
@@ -20,10 +21,14 @@ use prometheus_client::registry::Registry;
 use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::watch;
 
-use crate::publish::Shared;
+use crate::publish::{Readiness, Shared};
+
+pub mod summary;
 
 pub struct AdminState {
     pub shared: Arc<Shared>,
+    /// `--listen-host`: where ports without a Gateway address of their own are bound.
+    pub listen_host: std::net::IpAddr,
     pub registry: Registry,
     /// Required as a bearer token on everything but the probes, when set; replaced when its
     /// file changes ([`watch_token`]).
@@ -250,14 +255,14 @@ fn handle(state: &AdminState, req: &Request<Incoming>) -> Response<Full<Bytes>> 
     }
     match req.uri().path() {
         "/healthz" => text(StatusCode::OK, "ok\n"),
-        "/readyz" => {
-            if state.shared.is_ready() {
-                text(StatusCode::OK, "ready\n")
-            } else {
-                let why = format!("not ready: {}\n", state.shared.unready_reason());
-                text(StatusCode::SERVICE_UNAVAILABLE, why)
-            }
-        }
+        "/readyz" => match state.shared.readiness() {
+            Readiness::Ready => text(StatusCode::OK, "ready\n"),
+            Readiness::ServingNothing(why) => text(StatusCode::OK, format!("ready, {why}\n")),
+            Readiness::NotReady(why) => text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("not ready: {why}\n"),
+            ),
+        },
         "/metrics" => {
             let mut out = String::new();
             match prometheus_client::encoding::text::encode(&mut out, &state.registry) {
@@ -274,13 +279,31 @@ fn handle(state: &AdminState, req: &Request<Incoming>) -> Response<Full<Bytes>> 
                 ),
             }
         }
-        "/config" => json(&*state.shared.snapshot.load_full()),
+        "/config" if wants_full(req.uri().query()) => json(&*state.shared.snapshot.load_full()),
+        "/config" => json(&summary::summary(
+            &state.shared.snapshot.load_full(),
+            &state.shared.unserved.load(),
+            &state.shared.mesh.load(),
+            state.listen_host,
+            unix_now(),
+        )),
         "/status" => json(&**state.shared.translation_status.load()),
         _ => text(
             StatusCode::NOT_FOUND,
             "not found: try /healthz /readyz /metrics /config /status\n",
         ),
     }
+}
+
+/// `/config?full` (any value, e.g. `?full=1`): the whole snapshot instead of the summary.
+fn wants_full(query: Option<&str>) -> bool {
+    query.is_some_and(|q| q.split('&').any(|kv| kv.split('=').next() == Some("full")))
+}
+
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
 }
 
 fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<Full<Bytes>> {

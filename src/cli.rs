@@ -83,20 +83,20 @@ pub struct ExportTrustArgs {
     #[arg(long, value_name = "NS/NAME", value_parser = parse_object_ref, requires = "manifests")]
     pub gateway: Option<ObjectRef>,
     /// Namespace of the emitted ConfigMap and Mesh.
-    #[arg(long, default_value = "istio-system")]
+    #[arg(long, value_name = "NS", default_value = "istio-system")]
     pub namespace: String,
     /// Name of the emitted ConfigMap and Mesh.
-    #[arg(long, default_value = "pier-gateway-trust")]
+    #[arg(long, value_name = "NAME", default_value = "pier-gateway-trust")]
     pub name: String,
 }
 
 #[derive(Debug, clap::Args)]
 #[command(next_help_heading = "Gateways")]
 pub struct CommonArgs {
-    /// Serve only this Gateway.
+    /// Only this Gateway: `run` serves it alone, `check` checks it alone.
     #[arg(long, value_name = "NS/NAME", value_parser = parse_object_ref)]
     pub gateway: Option<ObjectRef>,
-    /// Serve Gateways whose GatewayClass has this `spec.controllerName`.
+    /// pier's Gateways are those whose GatewayClass has this `spec.controllerName`.
     #[arg(long, value_name = "NAME", default_value = crate::DEFAULT_CONTROLLER_NAME)]
     pub controller_name: String,
     /// Cluster DNS domain, for the SNI of meshed backends (`<svc>.<ns>.svc.<domain>`).
@@ -109,7 +109,7 @@ pub struct CommonArgs {
     /// `--listen-host` when it is a concrete IP].
     #[arg(
         long,
-        value_name = "IP[,IP]",
+        value_name = "IP[,...]",
         value_delimiter = ',',
         help_heading = "Gateways"
     )]
@@ -194,6 +194,12 @@ pub struct RunArgs {
     /// it), for operators who must reach it from beyond loopback without a TCP port.
     #[arg(long, value_name = "PATH", help_heading = "Admin")]
     pub admin_socket: Option<PathBuf>,
+    /// /readyz answers 503 while the configuration serves no listener (no Gateway, or none of
+    /// its listeners can be served: a missing certificate Secret, say), for a health check
+    /// that must take such an instance out of a load balancer. Off by default: /readyz is 200
+    /// once the configuration is served, and its body says when that is no listener.
+    #[arg(long, env = "PIER_READY_REQUIRES_LISTENER", help_heading = "Admin")]
+    pub ready_requires_listener: bool,
     #[command(flatten)]
     pub common: CommonArgs,
     /// pier's client certificate (its X.509-SVID) and the bundles of `pier.dev/SPIFFEWorkloadAPI`
@@ -203,7 +209,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "PATH", conflicts_with_all = ["client_cert", "client_key"], help_heading = "Mesh identity")]
     pub spiffe_socket: Option<String>,
     /// Log lines as plain text or as one JSON object per line (to stderr).
-    #[arg(long, value_enum, default_value_t = LogFormat::Text, help_heading = "Observability")]
+    #[arg(long, value_enum, value_name = "FORMAT", default_value_t = LogFormat::Text, help_heading = "Observability")]
     pub log_format: LogFormat,
     /// Log one line per request (target `pier::access`); a Gateway's `pier.dev/access-log`
     /// annotation overrides it for its listeners.
@@ -215,7 +221,7 @@ pub struct RunArgs {
     /// level and target are always there.
     #[arg(
         long,
-        value_name = "LIST",
+        value_name = "FIELD[,...]",
         default_value = "all",
         help_heading = "Observability"
     )]
@@ -423,7 +429,7 @@ impl ManifestLimitArgs {
     }
 }
 
-/// Flags for cluster mode only.
+/// `pier run` flags for cluster mode only.
 #[derive(Debug, clap::Args)]
 #[command(next_help_heading = "Cluster mode (--kubeconfig)")]
 pub struct ClusterArgs {
@@ -440,6 +446,30 @@ pub struct ClusterArgs {
     /// Never write status (and take no Lease): for a read-only identity.
     #[arg(long, conflicts_with = "manifests")]
     pub no_status: bool,
+    #[command(flatten)]
+    pub watch: WatchArgs,
+}
+
+/// `pier check --kubeconfig` flags that say how `pier run --kubeconfig` will use the cluster
+/// (what its RBAC must allow), without those of serving only (the Lease's name and holder).
+#[derive(Debug, clap::Args)]
+#[command(next_help_heading = "Cluster mode (--kubeconfig)")]
+pub struct CheckClusterArgs {
+    /// The namespace of the status-writer Lease `pier run` takes, where its RBAC is checked
+    /// [default: the pod's namespace when run in a cluster, else pier-system].
+    #[arg(long, value_name = "NS", conflicts_with = "manifests")]
+    pub lease_namespace: Option<String>,
+    /// Check for a `pier run --no-status`: no status or Lease writes are needed.
+    #[arg(long, conflicts_with = "manifests")]
+    pub no_status: bool,
+    #[command(flatten)]
+    pub watch: WatchArgs,
+}
+
+/// What pier watches in a cluster (`run` and `check`).
+#[derive(Debug, clap::Args)]
+#[command(next_help_heading = "Cluster mode (--kubeconfig)")]
+pub struct WatchArgs {
     /// Watch only the ConfigMaps with these labels (a label selector) [default: all].
     #[arg(long, value_name = "SELECTOR", conflicts_with = "manifests")]
     pub configmap_label_selector: Option<String>,
@@ -482,6 +512,7 @@ pub struct CheckArgs {
         short = 'o',
         long,
         value_enum,
+        value_name = "FORMAT",
         default_value_t = CheckOutput::Text,
         conflicts_with = "manifests"
     )]
@@ -512,7 +543,7 @@ pub struct CheckArgs {
     )]
     pub api_timeout: u64,
     #[command(flatten)]
-    pub cluster: ClusterArgs,
+    pub cluster: CheckClusterArgs,
     #[command(flatten)]
     pub common: CommonArgs,
     #[command(flatten)]
@@ -556,7 +587,7 @@ pub struct EchoArgs {
     #[arg(long, value_name = "IP:PORT", value_parser = parse_socket_addr)]
     pub listen: SocketAddr,
     /// Reported in every response as `backend`.
-    #[arg(long, default_value = "echo")]
+    #[arg(long, value_name = "NAME", default_value = "echo")]
     pub name: String,
     /// Serve TLS with this PEM certificate chain (leaf first), read again when it changes.
     #[arg(long, value_name = "FILE", requires = "tls_key")]

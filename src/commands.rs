@@ -3,7 +3,8 @@
 use anyhow::Context;
 
 use crate::cli::{
-    CheckArgs, CheckOutput, ClusterArgs, Command, CommonArgs, ExportTrustArgs, MeshCommand, RunArgs,
+    CheckArgs, CheckOutput, ClusterArgs, Command, CommonArgs, ExportTrustArgs, MeshCommand,
+    RunArgs, WatchArgs,
 };
 use crate::process::{print_stdout, shutdown_signal};
 use crate::run::{self, ClusterOptions, RunOptions, Source};
@@ -116,6 +117,7 @@ async fn run_cmd(a: RunArgs) -> anyhow::Result<()> {
         manifest_limits: a.manifest_limits.limits(),
         probe_interval: (a.probe_interval > 0)
             .then(|| std::time::Duration::from_secs(a.probe_interval)),
+        ready_requires_listener: a.ready_requires_listener,
     })
     .await?;
     tracing::info!(admin = %running.admin_addr, "admin server listening");
@@ -180,11 +182,15 @@ fn cluster_options(connect: Connect, c: &ClusterArgs, common: &CommonArgs) -> Cl
     };
     ClusterOptions {
         connect,
-        scope: WatchScope {
-            config_maps_label_selector: c.configmap_label_selector.clone(),
-            secrets_field_selector: Some(c.secret_field_selector.clone()).filter(|s| !s.is_empty()),
-        },
+        scope: watch_scope(&c.watch),
         status: (!c.no_status).then(|| StatusOptions::new(lease)),
+    }
+}
+
+fn watch_scope(w: &WatchArgs) -> WatchScope {
+    WatchScope {
+        config_maps_label_selector: w.configmap_label_selector.clone(),
+        secrets_field_selector: Some(w.secret_field_selector.clone()).filter(|s| !s.is_empty()),
     }
 }
 
@@ -239,18 +245,18 @@ pub fn check_options(a: &CheckArgs) -> crate::check::Options {
         kubeconfig: a.kubeconfig.clone().flatten(),
         context: a.context.clone(),
     };
-    let cluster = cluster_options(connect, &a.cluster, &a.common);
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64);
     crate::check::Options {
-        lease_namespace: cluster
-            .status
-            .as_ref()
-            .map_or_else(default_lease_namespace, |s| s.lease.namespace.clone()),
-        status_writes: cluster.status.is_some(),
-        connect: cluster.connect,
-        scope: cluster.scope,
+        lease_namespace: a
+            .cluster
+            .lease_namespace
+            .clone()
+            .unwrap_or_else(default_lease_namespace),
+        status_writes: !a.cluster.no_status,
+        connect,
+        scope: watch_scope(&a.cluster.watch),
         settings: a.common.translate_settings(),
         client_cert: a
             .common

@@ -28,11 +28,74 @@ pub struct Shared {
     pub ready: AtomicBool,
     /// Until ready: why not (what is awaited, or which port cannot be bound), for `/readyz`.
     unready: ArcSwap<String>,
+    /// `--ready-requires-listener`: `/readyz` is 503 while the configuration serves no listener.
+    ready_requires_listener: bool,
+    /// What the latest configuration leaves unserved, for `/readyz` and `/config`.
+    pub unserved: ArcSwap<Unserved>,
+    /// Each Gateway's backend TLS in the latest configuration, for `/config`.
+    pub mesh: ArcSwap<Vec<crate::admin::summary::MeshSummary>>,
+}
+
+/// What a configuration leaves unserved.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Unserved {
+    /// Why no listener at all is served (`None` while one is).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nothing: Option<String>,
+    /// Listeners that cannot be served, with the reason their status gives.
+    pub listeners: Vec<UnservedListener>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+pub struct UnservedListener {
+    pub gateway: String,
+    pub listener: String,
+    pub reason: String,
+}
+
+/// What `/readyz` answers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Readiness {
+    /// Serving the configuration, with at least one listener.
+    Ready,
+    /// Serving the configuration, which gives no listener (why), and
+    /// `--ready-requires-listener` is off.
+    ServingNothing(String),
+    /// Why not (503).
+    NotReady(String),
 }
 
 impl Shared {
+    /// `ready_requires_listener`: `--ready-requires-listener`.
+    pub fn new(ready_requires_listener: bool) -> Self {
+        Self {
+            ready_requires_listener,
+            ..Self::default()
+        }
+    }
+
+    /// Whether `/readyz` says 200.
     pub fn is_ready(&self) -> bool {
-        self.ready.load(Ordering::Acquire)
+        !matches!(self.readiness(), Readiness::NotReady(_))
+    }
+
+    /// What `/readyz` says: not ready until the first configuration is published and every
+    /// listener is bound; then ready, unless the configuration serves no listener and
+    /// `--ready-requires-listener` is set (then readiness follows the configuration: it turns
+    /// false again when a change leaves no listener).
+    pub fn readiness(&self) -> Readiness {
+        if !self.ready.load(Ordering::Acquire) {
+            return Readiness::NotReady(self.unready_reason());
+        }
+        if !self.snapshot.load().ports.is_empty() {
+            return Readiness::Ready;
+        }
+        let why = format!("serving no listener: {}", self.unserved.load().explain());
+        if self.ready_requires_listener {
+            Readiness::NotReady(why)
+        } else {
+            Readiness::ServingNothing(why)
+        }
     }
 
     /// Why `/readyz` says 503 (meaningless once ready).
@@ -50,6 +113,23 @@ impl Shared {
         if !self.is_ready() {
             self.unready.store(Arc::new(why));
         }
+    }
+}
+
+impl Unserved {
+    /// Why nothing is served, and each listener not served with its reason (one a line).
+    pub fn explain(&self) -> String {
+        let mut out = self
+            .nothing
+            .clone()
+            .unwrap_or_else(|| "the configuration gives no listener".to_string());
+        for l in &self.listeners {
+            out.push_str(&format!(
+                "\n  listener {}/{}: {}",
+                l.gateway, l.listener, l.reason
+            ));
+        }
+        out
     }
 }
 
@@ -160,6 +240,10 @@ impl Publisher {
     /// otherwise it is only in the status, and a first run looks healthy while serving nothing.
     fn log_unserved(&mut self, nothing: Option<String>, status: &Statuses) {
         let mut now = BTreeSet::new();
+        let mut unserved = Unserved {
+            nothing: nothing.clone(),
+            listeners: vec![],
+        };
         if let Some(why) = nothing {
             if !self.unserved.contains(&why) {
                 tracing::warn!(reason = %why, "serving no listener");
@@ -182,6 +266,11 @@ impl Publisher {
                     .map(|c| c.message.as_str())
                     .collect();
                 let why = why.join("; ");
+                unserved.listeners.push(UnservedListener {
+                    gateway: gateway.to_string(),
+                    listener: l.name.clone(),
+                    reason: why.clone(),
+                });
                 let line = format!("{gateway} {}: {why}", l.name);
                 if !self.unserved.contains(&line) {
                     tracing::warn!(
@@ -195,6 +284,8 @@ impl Publisher {
             }
         }
         self.unserved = now;
+        unserved.listeners.sort();
+        self.shared.unserved.store(Arc::new(unserved));
     }
 
     fn store(&mut self, translation: Translation) -> u64 {
@@ -216,6 +307,9 @@ impl Publisher {
         }
         self.last_good_certs = Arc::new(listener_certs);
         self.metrics.set_tls(&tls, unix_now());
+        self.shared
+            .mesh
+            .store(Arc::new(crate::admin::summary::mesh(&tls, &status)));
         match serde_json::to_value(status.objects()) {
             Ok(v) => {
                 self.problems.update(problems::of(&v));

@@ -73,6 +73,9 @@ pub struct RunOptions {
     /// `--probe-interval`: probe a sample of each Gateway's endpoint addresses this often
     /// (`pier_pod_network_*` metrics, a warning when one becomes unreachable); `None`: never.
     pub probe_interval: Option<Duration>,
+    /// `--ready-requires-listener`: `/readyz` is 503 while the configuration serves no
+    /// listener (by default it is 200 and says so).
+    pub ready_requires_listener: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -194,6 +197,7 @@ impl RunOptions {
             spiffe_endpoint: None,
             manifest_limits: files::Limits::default(),
             probe_interval: None,
+            ready_requires_listener: false,
         }
     }
 }
@@ -273,7 +277,7 @@ pub async fn start(opts: RunOptions) -> anyhow::Result<Running> {
     let kube_metrics = KubeMetrics::register(&mut registry);
     let status_metrics = StatusMetrics::register(&mut registry);
     let reach_metrics = metrics::ReachabilityMetrics::register(&mut registry);
-    let shared = Arc::new(Shared::default());
+    let shared = Arc::new(Shared::new(opts.ready_requires_listener));
 
     let admin_listener = crate::admin::bind(opts.admin, opts.reuse_port)
         .await
@@ -286,6 +290,7 @@ pub async fn start(opts: RunOptions) -> anyhow::Result<Running> {
     };
     let admin_state = Arc::new(crate::admin::AdminState {
         shared: shared.clone(),
+        listen_host: opts.listen_host,
         registry,
         token: arc_swap::ArcSwapOption::new(token),
     });
@@ -817,7 +822,13 @@ async fn bind(proxy: &Proxy, shared: &Shared, listen_host: IpAddr) -> bool {
         ));
     }
     if failed.is_empty() && !shared.ready.swap(true, Ordering::AcqRel) {
-        tracing::info!(ports = ?proxy.bound_ports(), "ready");
+        match shared.readiness() {
+            crate::publish::Readiness::NotReady(_) => tracing::warn!(
+                "serving no listener: /readyz says 503 until one is served \
+                 (--ready-requires-listener)"
+            ),
+            _ => tracing::info!(ports = ?proxy.bound_ports(), "ready"),
+        }
     }
     failed.is_empty()
 }

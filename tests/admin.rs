@@ -223,8 +223,10 @@ async fn private_keys_never_appear_in_config_status_or_logs() {
     let pier = run::start(options(dir.path())).await.unwrap();
     let url = |p: &str| format!("http://{}{p}", pier.admin_addr);
     let config = get(&url("/config"), &[]).await.text();
+    let full = get(&url("/config?full"), &[]).await.text();
     let status = get(&url("/status"), &[]).await.text();
     assert!(config.contains("\"port\""), "{config}");
+    assert!(full.contains("serverNames"), "{full}");
     assert!(
         status.contains("broken"),
         "the broken Secret is reported: {status}"
@@ -237,12 +239,228 @@ async fn private_keys_never_appear_in_config_status_or_logs() {
     );
     for (what, text) in [
         ("/config", &config),
+        ("/config?full", &full),
         ("/status", &status),
         ("logs", &logged),
     ] {
         assert!(!text.contains(&secret_line), "key material in {what}");
         assert!(!text.contains(&other_line), "key material in {what}");
         assert!(!text.contains("PRIVATE KEY"), "a key in {what}");
+    }
+    pier.shutdown().await;
+}
+
+/// A Gateway `default/gw` whose one listener is HTTPS on a free port with certificate Secret
+/// `default/cert` (missing until written).
+fn https_only_gateway() -> String {
+    format!(
+        "{GATEWAY_CLASS}---\napiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\n\
+         metadata: {{name: gw, namespace: default}}\nspec:\n  gatewayClassName: pier\n  \
+         listeners:\n  - name: https\n    protocol: HTTPS\n    port: {}\n    \
+         tls: {{certificateRefs: [{{name: cert}}]}}\n",
+        free_port()
+    )
+}
+
+/// When the configuration serves no listener (its one listener's Secret is missing), `/readyz`
+/// stays 200 but says so and why; with `--ready-requires-listener` it is 503 until a listener
+/// is served, and again when a change leaves none.
+#[tokio::test]
+async fn readyz_says_when_no_listener_is_served_and_can_require_one() {
+    init();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("gateway.yaml"), https_only_gateway()).unwrap();
+    let pier = run::start(options(dir.path())).await.unwrap();
+    let r = get(&format!("http://{}/readyz", pier.admin_addr), &[]).await;
+    let body = r.text();
+    assert_eq!(r.status, 200, "{body}");
+    assert!(body.starts_with("ready, serving no listener: "), "{body}");
+    assert!(
+        body.contains("listener default/gw/https: ") && body.contains("default/cert"),
+        "the listener and its missing Secret: {body}"
+    );
+    assert!(pier.is_ready());
+    pier.shutdown().await;
+
+    let pier = run::start(RunOptions {
+        ready_requires_listener: true,
+        ..options(dir.path())
+    })
+    .await
+    .unwrap();
+    let url = format!("http://{}/readyz", pier.admin_addr);
+    let r = get(&url, &[]).await;
+    let body = r.text();
+    assert_eq!(r.status, 503, "{body}");
+    assert!(
+        body.starts_with("not ready: serving no listener: ") && body.contains("default/cert"),
+        "{body}"
+    );
+    assert!(!pier.is_ready());
+    // The Secret appears: the listener is served, and pier is ready.
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["gw.example.com".to_string()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    std::fs::write(
+        dir.path().join("secret.yaml"),
+        tls_secret("cert", &cert.pem(), &key.serialize_pem()),
+    )
+    .unwrap();
+    eventually(Duration::from_secs(10), || async {
+        let r = get(&url, &[]).await;
+        r.status == 200 && r.text() == "ready\n"
+    })
+    .await;
+    // The Gateway goes: not ready again.
+    std::fs::remove_file(dir.path().join("gateway.yaml")).unwrap();
+    eventually(Duration::from_secs(10), || async {
+        get(&url, &[]).await.status == 503
+    })
+    .await;
+    pier.shutdown().await;
+}
+
+/// `/config` is a summary in the words of the Gateway API: listeners (address, port, protocol,
+/// hostname, TLS by certificate name), their routes with matches as written (`PathPrefix /`,
+/// not the stored empty prefix) and backendRefs, the backends' ready endpoints, and each
+/// Gateway's mesh state with pier's client certificate identity and expiry, never a key.
+/// `/config?full` is the whole snapshot.
+#[tokio::test]
+async fn config_summarises_listeners_routes_backends_and_mesh_state() {
+    init();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["gw.example.com".to_string()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    let client_key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(vec![]).unwrap();
+    params.subject_alt_names = vec![rcgen::SanType::URI(
+        "spiffe://example.org/pier".try_into().unwrap(),
+    )];
+    let client = params.self_signed(&client_key).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (http, https) = (free_port(), free_port());
+    std::fs::write(
+        dir.path().join("gateway.yaml"),
+        format!(
+            "{}    - {{name: https, protocol: HTTPS, port: {https}, hostname: gw.example.com, \
+             tls: {{certificateRefs: [{{name: good}}]}}}}\n---\n{}---\n{}---\n{}",
+            gateway(http),
+            tls_secret("good", &cert.pem(), &key.serialize_pem()),
+            service("a", "127.0.0.1:1".parse().unwrap()),
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\n\
+             metadata: {name: r, namespace: default}\nspec:\n  parentRefs: [{name: gw}]\n  \
+             rules:\n  - backendRefs: [{name: a, port: 80}]\n  \
+             - matches: [{path: {type: Exact, value: /login}, method: POST}]\n    \
+             backendRefs: [{name: a, port: 80, weight: 3}, {name: gone, port: 80}]\n"
+        ),
+    )
+    .unwrap();
+    let files = tempfile::tempdir().unwrap();
+    std::fs::write(files.path().join("tls.crt"), client.pem()).unwrap();
+    std::fs::write(files.path().join("tls.key"), client_key.serialize_pem()).unwrap();
+    let pier = run::start(RunOptions {
+        client_cert: Some(run::ClientCertFiles {
+            cert: files.path().join("tls.crt"),
+            key: files.path().join("tls.key"),
+        }),
+        ..options(dir.path())
+    })
+    .await
+    .unwrap();
+    let url = |p: &str| format!("http://{}{p}", pier.admin_addr);
+    let text = get(&url("/config"), &[]).await.text();
+    let config: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(config["generation"], 1, "{text}");
+    let listener = |name: &str| {
+        config["listeners"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["name"] == name)
+            .unwrap_or_else(|| panic!("no listener {name}: {text}"))
+            .clone()
+    };
+    let plain = listener("http");
+    assert_eq!(plain["gateway"], "default/gw");
+    assert_eq!(plain["address"], "127.0.0.1");
+    assert_eq!(plain["port"], http);
+    assert_eq!(plain["protocol"], "HTTP");
+    assert!(plain.get("tls").is_none(), "{plain:#}");
+    assert_eq!(
+        plain["routes"],
+        serde_json::json!([{
+            "kind": "HTTPRoute",
+            "name": "default/r",
+            "rules": [
+                {"rule": 0, "matches": ["PathPrefix /"],
+                 "backendRefs": [{"name": "default/a", "port": 80, "weight": 1}]},
+                {"rule": 1, "matches": ["Exact /login, method POST"],
+                 "backendRefs": [{"name": "default/a", "port": 80, "weight": 3},
+                                 {"weight": 1, "unresolved": true}]},
+            ],
+        }]),
+        "{plain:#}"
+    );
+    let secure = listener("https");
+    assert_eq!(secure["protocol"], "HTTPS");
+    assert_eq!(secure["hostname"], "gw.example.com");
+    assert_eq!(secure["tls"]["mode"], "Terminate");
+    assert_eq!(
+        secure["tls"]["certificates"],
+        serde_json::json!(["gw.example.com"])
+    );
+    assert_eq!(
+        secure["routes"][0]["hostnames"],
+        serde_json::json!(["gw.example.com"])
+    );
+    assert_eq!(
+        config["backends"],
+        serde_json::json!([
+            {"name": "default/a", "port": 80, "readyEndpoints": 1, "tls": "plaintext"}
+        ]),
+        "{text}"
+    );
+    let mesh = &config["mesh"][0];
+    assert_eq!(mesh["gateway"], "default/gw", "{text}");
+    assert_eq!(mesh["enabled"], false);
+    assert_eq!(mesh["trustBundleLoaded"], false);
+    let identity = &mesh["clientCertificate"];
+    // The subject, and the SPIFFE ID in its URI SAN.
+    assert!(
+        identity["identity"]
+            .as_str()
+            .unwrap()
+            .ends_with("(spiffe://example.org/pier)"),
+        "{text}"
+    );
+    assert_eq!(identity["expired"], false);
+    assert!(
+        identity["expires"].as_str().unwrap().ends_with('Z'),
+        "{identity}"
+    );
+    // Not the internals: no stored empty prefix, no rule timeouts; a page, not 19 KB.
+    assert!(!text.contains("\"Prefix\""), "{text}");
+    assert!(!text.contains("timeouts"), "{text}");
+    assert!(text.len() < 4096, "{} bytes: {text}", text.len());
+
+    // The whole snapshot, on request.
+    let full = get(&url("/config?full"), &[]).await.json();
+    assert_eq!(full["ports"].as_array().unwrap().len(), 2, "{full:#}");
+    assert_eq!(
+        get(&url("/config?full=1"), &[]).await.json()["generation"],
+        1
+    );
+
+    for text in [text, full.to_string()] {
+        assert!(!text.contains("PRIVATE KEY"), "a key in {text}");
+        for k in [&key, &client_key] {
+            let line = k.serialize_pem().lines().nth(2).unwrap().to_string();
+            assert!(!text.contains(&line), "key material in {text}");
+        }
     }
     pier.shutdown().await;
 }

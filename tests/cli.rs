@@ -606,6 +606,11 @@ async fn serving_nothing_is_warned_with_the_reason() {
         .await;
         let r = get(&format!("http://{admin}/readyz"), &[]).await;
         assert_eq!(r.status, 200);
+        let body = r.text();
+        assert!(
+            body.starts_with("ready, serving no listener: ") && body.contains(reason),
+            "{body}"
+        );
         assert!(terminate(&mut child).success());
         let log = read();
         let warn = log
@@ -614,6 +619,30 @@ async fn serving_nothing_is_warned_with_the_reason() {
             .unwrap_or_else(|| panic!("no warning in {log}"));
         assert!(warn.contains(reason), "{warn}");
     }
+}
+
+/// `--ready-requires-listener` (here from its environment variable): with nothing to serve,
+/// `/readyz` is 503 and says why, and the log says that it is.
+#[tokio::test]
+async fn ready_requires_listener_makes_serving_nothing_not_ready() {
+    let empty = tempfile::tempdir().unwrap();
+    let mut command = pier();
+    command.env("PIER_READY_REQUIRES_LISTENER", "true");
+    let (mut child, admin, read) = run_logged_by(command, empty.path(), &[]);
+    let url = format!("http://{admin}/readyz");
+    eventually(Duration::from_secs(10), || async {
+        try_get(&url, &[]).await.is_some_and(|r| {
+            r.status == 503
+                && r.text()
+                    == "not ready: serving no listener: there is no Gateway in the configuration\n"
+        })
+    })
+    .await;
+    eventually(Duration::from_secs(10), || async {
+        read().contains("/readyz says 503 until one is served")
+    })
+    .await;
+    assert!(terminate(&mut child).success());
 }
 
 /// A listener left unserved (an HTTPS listener whose Secret is missing) is logged, once, with
@@ -1474,21 +1503,7 @@ fn run_help_groups_its_flags_under_headings() {
     let out = pier().args(["run", "--help"]).output().unwrap();
     assert!(out.status.success());
     let help = String::from_utf8_lossy(&out.stdout);
-    let mut heading = "";
-    let mut under = std::collections::BTreeMap::new();
-    for line in help.lines() {
-        if !line.starts_with(' ') && line.ends_with(':') {
-            heading = line.trim_end_matches(':');
-        } else if let Some(flag) = line.strip_prefix("      --") {
-            // A flag's own line (its description lines are indented further).
-            let name = flag
-                .split([' ', '='])
-                .next()
-                .unwrap_or_default()
-                .to_string();
-            under.insert(name, heading.to_string());
-        }
-    }
+    let under = flags_by_heading(&help);
     for (flag, expected) in [
         ("manifests", "Source"),
         ("lease-name", "Cluster mode (--kubeconfig)"),
@@ -1509,5 +1524,140 @@ fn run_help_groups_its_flags_under_headings() {
             Some(expected),
             "--{flag} in:\n{help}"
         );
+    }
+}
+
+/// The flags a `--help` lists (long names), by the heading they are under.
+fn flags_by_heading(help: &str) -> std::collections::BTreeMap<String, String> {
+    let mut heading = "";
+    let mut under = std::collections::BTreeMap::new();
+    for line in help.lines() {
+        if !line.starts_with(' ') && line.ends_with(':') {
+            heading = line.trim_end_matches(':');
+            continue;
+        }
+        // A flag's own line (`      --name`, `  -o, --output`); its description lines are
+        // indented further.
+        let flag = line.strip_prefix("      --").or_else(|| {
+            line.strip_prefix("  -")
+                .and_then(|l| l.split_once(", --"))
+                .map(|(_, f)| f)
+        });
+        if let Some(flag) = flag {
+            let name = flag.split([' ', '=']).next().unwrap_or_default();
+            under.insert(name.to_string(), heading.to_string());
+        }
+    }
+    under
+}
+
+/// Value placeholders share one style (issue 42): upper case, one name a kind of value, lists
+/// as `X[,...]`.
+const PLACEHOLDERS: &[&str] = &[
+    "BYTES",
+    "CIDR[,...]",
+    "DIR",
+    "DOMAIN",
+    "FIELD[,...]",
+    "FILE",
+    "FORMAT",
+    "ID",
+    "IP",
+    "IP:PORT",
+    "IP[,...]",
+    "IP|CIDR[,...]",
+    "MS",
+    "N",
+    "NAME",
+    "NS",
+    "NS/NAME",
+    "PATH",
+    "PORT",
+    "RATIO",
+    "SECS",
+    "SELECTOR",
+    "URL",
+];
+
+/// `pier check --help` lists no flag of serving only (the Lease's name and holder, listeners,
+/// the admin server) and no "serve" wording (issue 42); and every subcommand's value
+/// placeholders, as declared and as `--help` prints them, are from [`PLACEHOLDERS`].
+#[test]
+fn check_help_has_no_serving_flags_and_placeholders_share_one_style() {
+    let out = pier().args(["check", "--help"]).output().unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    let flags = flags_by_heading(&help);
+    for serving in [
+        "lease-name",
+        "lease-identity",
+        "listen-host",
+        "admin",
+        "probe-interval",
+        "ready-requires-listener",
+    ] {
+        assert!(!flags.contains_key(serving), "--{serving} in:\n{help}");
+    }
+    for kept in [
+        "manifests",
+        "kubeconfig",
+        "gateway",
+        "no-status",
+        "lease-namespace",
+        "secret-field-selector",
+        "client-cert",
+    ] {
+        assert!(flags.contains_key(kept), "no --{kept} in:\n{help}");
+    }
+    assert!(!help.contains("Serve"), "{help}");
+
+    use clap::CommandFactory;
+    fn walk(cmd: &clap::Command, path: &str, found: &mut Vec<String>) {
+        for arg in cmd.get_arguments() {
+            if !arg.get_action().takes_values() {
+                continue;
+            }
+            match arg.get_value_names() {
+                None => found.push(format!("{path} --{}: no value name", arg.get_id())),
+                Some(names) => found.extend(
+                    names
+                        .iter()
+                        .filter(|n| !PLACEHOLDERS.contains(&n.as_str()))
+                        .map(|n| format!("{path} --{}: {n}", arg.get_id())),
+                ),
+            }
+        }
+        for sub in cmd.get_subcommands() {
+            walk(sub, &format!("{path} {}", sub.get_name()), found);
+        }
+    }
+    let mut odd = vec![];
+    walk(&pier::cli::Cli::command(), "pier", &mut odd);
+    assert!(odd.is_empty(), "placeholders outside the style: {odd:?}");
+    for args in [
+        &["run", "--help"][..],
+        &["check", "--help"],
+        &["demo", "--help"],
+        &["echo", "--help"],
+        &["mesh", "export-trust", "--help"],
+        &["crds", "--help"],
+    ] {
+        let out = pier().args(args).output().unwrap();
+        let help = String::from_utf8_lossy(&out.stdout);
+        // A flag's own line, up to its description: `--admin <IP:PORT>`, `--kubeconfig [<PATH>]`.
+        let heads = help
+            .lines()
+            .map(str::trim_start)
+            .filter(|l| l.starts_with('-'))
+            .map(|l| l.split("  ").next().unwrap_or_default());
+        for head in heads {
+            for placeholder in head.split('<').skip(1).filter_map(|s| s.split_once('>')) {
+                assert!(
+                    PLACEHOLDERS.contains(&placeholder.0),
+                    "<{}> in `pier {args:?}`: {head}",
+                    placeholder.0
+                );
+            }
+        }
     }
 }

@@ -58,6 +58,7 @@ async fn client_certificate_is_loaded_watched_and_a_bad_rotation_keeps_the_last_
         spiffe_endpoint: None,
         manifest_limits: Default::default(),
         probe_interval: None,
+        ready_requires_listener: false,
     })
     .await
     .unwrap();
@@ -116,6 +117,7 @@ async fn startup_fails_on_an_unusable_client_certificate() {
         spiffe_endpoint: None,
         manifest_limits: Default::default(),
         probe_interval: None,
+        ready_requires_listener: false,
     })
     .await
     .err()

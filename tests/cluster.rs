@@ -683,8 +683,8 @@ async fn experimental_route_fields_work_through_the_api_server() {
     let r = get(&w.url(LOOPBACK, "/s"), &[]).await;
     let cookie = r.headers["set-cookie"].to_str().unwrap().to_string();
     assert!(cookie.starts_with("sid="), "{cookie}");
-    // /config shows both policies as pier runs them.
-    let config = get(&format!("http://{}/config", pier.admin_addr), &[])
+    // /config?full shows both policies as pier runs them.
+    let config = get(&format!("http://{}/config?full", pier.admin_addr), &[])
         .await
         .json();
     let text = config.to_string();

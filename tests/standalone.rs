@@ -95,7 +95,11 @@ async fn admin_endpoints_report_health_config_status_and_metrics() {
     assert_eq!(get(&env.admin("/healthz"), &[]).await.status, 200);
     let config = get(&env.admin("/config"), &[]).await.json();
     assert_eq!(config["generation"], 1);
-    assert_eq!(config["ports"][0]["port"], env.port);
+    assert_eq!(config["listeners"][0]["port"], env.port);
+    assert_eq!(
+        config["listeners"][0]["routes"][0]["rules"][0]["matches"][0],
+        "PathPrefix /"
+    );
     let status = get(&env.admin("/status"), &[]).await;
     assert_eq!(status.status, 200);
     assert!(status.text().contains("Accepted"), "{}", status.text());

@@ -32,6 +32,8 @@ use super::session::SessionPolicy;
 #[derive(Debug, Serialize)]
 pub struct Rule {
     pub route: ObjectRef,
+    /// The Route's kind: `HTTPRoute`, `GRPCRoute` or `TLSRoute` (for `/config`).
+    pub kind: &'static str,
     pub index: usize,
     /// The rule's `name` (Gateway API named route rules), for `/config` and logs.
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -61,7 +61,8 @@ impl CertTable {
         self.default.is_none()
     }
 
-    fn names(&self) -> Vec<String> {
+    /// The names certificates are served under (`*.example.com` for wildcards), sorted.
+    pub fn names(&self) -> Vec<String> {
         let mut v: Vec<String> = self
             .exact
             .keys()

@@ -1002,6 +1002,7 @@ fn compile_rule(
     // Invalid: no filters, no backends, so it answers 500 (see the module docs).
     let rule = Rule {
         route: key.clone(),
+        kind: route.kind.name(),
         index,
         name: name.clone(),
         filters: if valid {

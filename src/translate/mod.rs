@@ -145,6 +145,8 @@ pub struct Translation {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GatewayTlsSummary {
     pub gateway: ObjectRef,
+    /// The Gateway has a mesh configuration (`spec.mesh` or its parametersRef).
+    pub mesh: bool,
     /// Certificates in the mesh trust bundle; `None` without mesh or without a usable bundle.
     pub trust_bundle_certs: Option<usize>,
     /// `notAfter` of the client certificate (Unix seconds); `None` when none is usable.
@@ -351,6 +353,7 @@ fn tls_summary(gateway: &ObjectRef, tls: &mesh::GatewayTls) -> GatewayTlsSummary
     };
     GatewayTlsSummary {
         gateway: gateway.clone(),
+        mesh: tls.mesh.is_some(),
         trust_bundle_certs,
         client_cert_not_after,
         trust_bundle,

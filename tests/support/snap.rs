@@ -141,6 +141,7 @@ impl RuleBuilder {
         Arc::new(Rule {
             route: self.route,
             index: 0,
+            kind: "HTTPRoute",
             name: None,
             filters: self.filters,
             backends: BackendSet::new(self.backends),

@@ -8,6 +8,7 @@ use crate::model::matcher::{HeaderMatch, PathMatch, QueryMatch, ValueMatch};
 fn rule(route: &str, index: usize) -> Arc<Rule> {
     Arc::new(Rule {
         route: ObjectRef::new("ns", route),
+        kind: "HTTPRoute",
         index,
         name: None,
         filters: Filters::default(),
