@@ -61,6 +61,7 @@ declare -A NOT_RUN=(
   [operations/container.md]="builds and runs the container image; scripts/image-build.sh and scripts/image-test.sh"
   [conformance.md]="runs the upstream conformance suite against a cluster (scripts/conformance.sh)"
   [control-plane.md]="builds kube-apiserver, etcd and kubectl from Go sources (scripts/control-plane.sh)"
+  [operations/admin.md]="a reference of the endpoints of a running pier, not a walkthrough; tests/admin.rs checks each (/config, /readyz, the token, the Unix socket)"
   [performance.md]="benchmarks (scripts/ab-pair.sh and friends): minutes each, on a quiet machine"
   [history/benchmarks.md]="the record of benchmark runs (minutes each, on a quiet machine)"
   [history/reliability.md]="the record of reliability runs (soak, outages: minutes to hours)"
