@@ -643,6 +643,7 @@ impl Stores {
             backend_tls_policies: namespaced(&self.backend_tls_policies, Clone::clone),
             pods: namespaced(&self.pods, PodObject::identity),
             pods_refused: self.refused.contains(WatchKind::Pod),
+            security_policies: BTreeMap::new(),
             // The API server pruned them (kubectl's strict field validation names them).
             unknown_fields: BTreeMap::new(),
         }

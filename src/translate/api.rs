@@ -6,6 +6,10 @@
 //! with its `spec.mesh` stanza (GEP-3951 / GEP-3792), which the generated `GatewaySpec` would
 //! drop as an unknown field.
 
+mod security_policy;
+
+pub use security_policy::*;
+
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 

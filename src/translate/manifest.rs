@@ -16,7 +16,8 @@ use serde::de::DeserializeOwned;
 use super::api::{
     BackendTlsPolicy, ByteString, CERTIFICATES_GROUP, ClusterTrustBundle, ConfigMap, EndpointSlice,
     GATEWAY_GROUP, Gateway, GatewayClass, GatewaySpec, GrpcRoute, HttpRoute, ListenerSet, MeshSpec,
-    Namespace, ObjectMeta, PierGatewaySpec, ReferenceGrant, Secret, Service, TlsRoute,
+    Namespace, ObjectMeta, PierGatewaySpec, ReferenceGrant, Secret, SecurityPolicy, Service,
+    TlsRoute,
 };
 use super::resources::{ObjectKey, Resources};
 use super::spiffe::PIER_GROUP;
@@ -253,6 +254,7 @@ enum Kind {
     EndpointSlice,
     ClusterTrustBundle,
     BackendTlsPolicy,
+    SecurityPolicy,
     Pod,
 }
 
@@ -503,6 +505,12 @@ fn parse_document(doc: &Doc<'_>, resources: &mut Resources) -> Result<Parsed, Ma
             resources.backend_tls_policies.insert(key.clone(), o);
             key
         }
+        Kind::SecurityPolicy => {
+            let mut o: SecurityPolicy = doc.parse(k, ig)?;
+            let key = doc.key(k, &mut o.metadata)?;
+            resources.security_policies.insert(key.clone(), o);
+            key
+        }
         Kind::Pod => {
             // Only the ServiceAccount is read of a Pod: the rest is skipped by design, not
             // unknown.
@@ -688,6 +696,7 @@ const KIND_NAMES: &[&str] = &[
     "Pod",
     "EndpointSlice",
     "ClusterTrustBundle",
+    "SecurityPolicy",
 ];
 
 // === impl Kind ===
@@ -710,15 +719,22 @@ impl Kind {
             ("discovery.k8s.io", "EndpointSlice") => Self::EndpointSlice,
             (CERTIFICATES_GROUP, "ClusterTrustBundle") => Self::ClusterTrustBundle,
             (GATEWAY_GROUP, "BackendTLSPolicy") => Self::BackendTlsPolicy,
+            (PIER_GROUP, "SecurityPolicy") => Self::SecurityPolicy,
             _ => return None,
         })
     }
 
     /// The kind of an object error's `kind` (as written in the document).
     fn of_name(kind: &str) -> Option<Self> {
-        [GATEWAY_GROUP, "", "discovery.k8s.io", CERTIFICATES_GROUP]
-            .iter()
-            .find_map(|g| Self::of(g, kind))
+        [
+            GATEWAY_GROUP,
+            "",
+            "discovery.k8s.io",
+            CERTIFICATES_GROUP,
+            PIER_GROUP,
+        ]
+        .iter()
+        .find_map(|g| Self::of(g, kind))
     }
 
     /// The schema unknown fields are looked up in (`None`: a Pod, of which pier reads one
@@ -739,6 +755,7 @@ impl Kind {
             Self::ConfigMap => SchemaOf::ConfigMap,
             Self::EndpointSlice => SchemaOf::EndpointSlice,
             Self::ClusterTrustBundle => SchemaOf::ClusterTrustBundle,
+            Self::SecurityPolicy => SchemaOf::SecurityPolicy,
             Self::Pod => return None,
         })
     }
@@ -769,6 +786,7 @@ impl Kind {
             Self::ClusterTrustBundle => &["v1beta1", "v1alpha1"],
             // v1alpha3 has the same shape as v1 for what pier reads.
             Self::BackendTlsPolicy => &["v1", "v1alpha3"],
+            Self::SecurityPolicy => &["v1alpha1"],
         }
     }
 }

@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 
 use super::api::{
     BackendTlsPolicy, ClusterTrustBundle, ConfigMap, EndpointSlice, Gateway, GatewayClass,
-    GrpcRoute, HttpRoute, ListenerSet, Namespace, PodIdentity, ReferenceGrant, Secret, Service,
-    TlsRoute,
+    GrpcRoute, HttpRoute, ListenerSet, Namespace, PodIdentity, ReferenceGrant, Secret,
+    SecurityPolicy, Service, TlsRoute,
 };
 use super::manifest::UnknownField;
 
@@ -37,6 +37,8 @@ pub struct Resources {
     /// Cluster-scoped: by name (mesh trust bundles).
     pub cluster_trust_bundles: BTreeMap<String, ClusterTrustBundle>,
     pub backend_tls_policies: BTreeMap<ObjectKey, BackendTlsPolicy>,
+    /// pier's own `SecurityPolicy` (`pier.dev/v1alpha1`).
+    pub security_policies: BTreeMap<ObjectKey, SecurityPolicy>,
     /// Fields objects have that their kinds do not, by `(kind, (namespace, name))` (an empty
     /// namespace for cluster-scoped kinds). Only manifests have them: the API server prunes
     /// unknown fields before pier sees an object.

@@ -24,6 +24,8 @@ use crate::model::ObjectRef;
 
 /// The apiVersion status objects are written with.
 pub const GATEWAY_API_VERSION: &str = "gateway.networking.k8s.io/v1";
+/// The apiVersion of pier's own policies.
+pub const PIER_POLICY_API_VERSION: &str = "pier.dev/v1alpha1";
 
 /// One condition. `T` and `R` are the condition type and reason enums of the object kind.
 #[derive(Debug, PartialEq, Eq)]
@@ -96,6 +98,9 @@ pub enum SetConditionReason {
 pub enum PolicyConditionType {
     Accepted,
     ResolvedRefs,
+    /// A narrower policy of the same kind replaces this one for some target (Envoy
+    /// Gateway's condition; True, reason `Overridden`).
+    Overridden,
     /// [`UNKNOWN_FIELDS_CONDITION`].
     UnknownFields,
 }
@@ -113,6 +118,10 @@ pub enum PolicyConditionReason {
     InvalidKind,
     /// An older policy targets the same Service (and section): this one is not applied.
     Conflicted,
+    /// No target of the policy exists.
+    TargetNotFound,
+    /// `Overridden` True.
+    Overridden,
     /// [`UNKNOWN_FIELDS_CONDITION`] True.
     UnknownFields,
 }
@@ -240,6 +249,9 @@ pub struct Statuses {
     pub listener_sets: BTreeMap<ObjectRef, ListenerSetStatus>,
     /// Only policies applied to a backend of an in-scope Gateway's routes.
     pub backend_tls_policies: BTreeMap<ObjectRef, BackendTlsPolicyStatus>,
+    /// SecurityPolicies (`pier.dev/v1alpha1`) with a target under an in-scope Gateway: one
+    /// ancestor entry per Gateway (the same shape as BackendTLSPolicy's).
+    pub security_policies: BTreeMap<ObjectRef, BackendTlsPolicyStatus>,
 }
 
 #[derive(Debug, Default, PartialEq)]
@@ -354,6 +366,7 @@ pub enum StatusKind {
     ListenerSet,
     #[serde(rename = "BackendTLSPolicy")]
     BackendTlsPolicy,
+    SecurityPolicy,
 }
 
 #[derive(Debug, Serialize)]
@@ -615,7 +628,8 @@ impl Statuses {
     }
 
     /// Every status as an API object: GatewayClasses, then Gateways, then ListenerSets, then HTTPRoutes, then
-    /// GRPCRoutes, then TLSRoutes, then BackendTLSPolicies, each sorted by (namespace, name).
+    /// GRPCRoutes, then TLSRoutes, then BackendTLSPolicies, then SecurityPolicies, each sorted
+    /// by (namespace, name).
     pub fn objects(&self) -> Vec<StatusObject<'_>> {
         let classes = self.gateway_classes.iter().map(|(name, s)| StatusObject {
             api_version: GATEWAY_API_VERSION,
@@ -674,11 +688,20 @@ impl Statuses {
                     ancestors: &s.ancestors,
                 },
             });
+        let security = self.security_policies.iter().map(|(key, s)| StatusObject {
+            api_version: PIER_POLICY_API_VERSION,
+            kind: StatusKind::SecurityPolicy,
+            metadata: StatusMeta::namespaced(key, s.generation),
+            status: ObjectStatus::BackendTlsPolicy {
+                ancestors: &s.ancestors,
+            },
+        });
         classes
             .chain(gateways)
             .chain(sets)
             .chain(routes)
             .chain(policies)
+            .chain(security)
             .collect()
     }
 }

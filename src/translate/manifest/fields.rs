@@ -42,6 +42,7 @@ pub(super) enum SchemaOf {
     ConfigMap,
     EndpointSlice,
     ClusterTrustBundle,
+    SecurityPolicy,
 }
 
 /// The path serde_ignored reports, as [`Step`]s (options and newtypes add no step).
@@ -135,7 +136,7 @@ fn properties(at: &Value, out: &mut Vec<String>) {
 
 /// The kind's JSON schema, every subschema inlined; made once.
 fn schema(of: SchemaOf) -> &'static Value {
-    static SCHEMAS: [OnceLock<Value>; 14] = [const { OnceLock::new() }; 14];
+    static SCHEMAS: [OnceLock<Value>; 15] = [const { OnceLock::new() }; 15];
     SCHEMAS[of as usize].get_or_init(|| match of {
         SchemaOf::GatewayClass => make::<super::GatewayClass>(),
         SchemaOf::Gateway => make::<super::super::api::UpstreamGateway>(),
@@ -151,6 +152,7 @@ fn schema(of: SchemaOf) -> &'static Value {
         SchemaOf::ConfigMap => make::<super::ConfigMap>(),
         SchemaOf::EndpointSlice => make::<super::EndpointSlice>(),
         SchemaOf::ClusterTrustBundle => make::<super::ClusterTrustBundle>(),
+        SchemaOf::SecurityPolicy => make::<super::SecurityPolicy>(),
     })
 }
 

@@ -1,0 +1,275 @@
+//! `SecurityPolicy` (`pier.dev/v1alpha1`): who may come in, attached to Gateways, listeners,
+//! ListenerSets, Routes and Route rules by GEP-713 `targetRefs`. Field names are Envoy
+//! Gateway's (`gateway.envoyproxy.io/v1alpha1` SecurityPolicy) where the concept is the same,
+//! so policies move over by changing `apiVersion`.
+//!
+//! The CRD is generated from these types (`kube::CustomResource`), so what the API server
+//! stores is what pier decodes.
+
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// `spec` of a SecurityPolicy.
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "pier.dev",
+    version = "v1alpha1",
+    kind = "SecurityPolicy",
+    plural = "securitypolicies",
+    namespaced,
+    status = "PolicyStatus"
+)]
+#[serde(rename_all = "camelCase")]
+pub struct SecurityPolicySpec {
+    /// What the policy applies to: Gateways (a listener with `sectionName`), ListenerSets,
+    /// HTTPRoutes and GRPCRoutes (a named rule with `sectionName`), in the policy's namespace.
+    pub target_refs: Vec<PolicyTargetRef>,
+    /// Username and password (RFC 7617) checked against an htpasswd Secret.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub basic_auth: Option<BasicAuth>,
+    /// API keys from headers, query parameters or cookies, checked against Secrets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key_auth: Option<ApiKeyAuth>,
+    /// JSON Web Tokens verified against JWKS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jwt: Option<Jwt>,
+    /// Allow or deny by client address, method, headers and JWT claims.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub authorization: Option<Authorization>,
+}
+
+/// A GEP-713 `LocalPolicyTargetReferenceWithSectionName`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyTargetRef {
+    pub group: String,
+    pub kind: String,
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub section_name: Option<String>,
+}
+
+/// A reference to a Secret (or ConfigMap), in the policy's namespace unless `namespace` is set
+/// (then a ReferenceGrant must allow it).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretObjectReference {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BasicAuth {
+    /// A Secret whose key `.htpasswd` holds `user:hash` lines (bcrypt, SHA-256/512-crypt,
+    /// apr1 or `{SHA}`; plaintext lines are refused).
+    pub users: SecretObjectReference,
+    /// Send the authenticated username upstream in this header.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forward_username_header: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ApiKeyAuth {
+    /// Secrets whose data maps a client ID to its key.
+    pub credential_refs: Vec<SecretObjectReference>,
+    /// Where the key is read from; the first place that has one is used.
+    pub extract_from: Vec<ExtractFrom>,
+    /// Send the client ID of the key upstream in this header.
+    #[serde(
+        default,
+        rename = "forwardClientIDHeader",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub forward_client_id_header: Option<String>,
+    /// Remove the key from the request before it goes upstream.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sanitize: Option<bool>,
+}
+
+/// Where a credential is read from.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ExtractFrom {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub headers: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub params: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cookies: Vec<String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Jwt {
+    /// A request without a token passes (one with a bad token does not).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub optional: Option<bool>,
+    pub providers: Vec<JwtProvider>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct JwtProvider {
+    pub name: String,
+    /// The `iss` claim must equal this, when set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub issuer: Option<String>,
+    /// The `aud` claim must name one of these, when set.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub audiences: Vec<String>,
+    #[serde(
+        default,
+        rename = "remoteJWKS",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub remote_jwks: Option<RemoteJwks>,
+    #[serde(default, rename = "localJWKS", skip_serializing_if = "Option::is_none")]
+    pub local_jwks: Option<LocalJwks>,
+    /// Claims copied into request headers (`a.b` for nested claims).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub claim_to_headers: Vec<ClaimToHeader>,
+    /// Where the token is read from (default: `Authorization: Bearer`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extract_from: Option<JwtExtractor>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RemoteJwks {
+    pub uri: String,
+    /// How long fetched keys are used before they are fetched again (default 5m).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_duration: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LocalJwks {
+    /// `Inline` or `ValueRef`.
+    #[serde(rename = "type")]
+    pub type_: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inline: Option<String>,
+    /// A ConfigMap in the policy's namespace whose key `jwks` holds the set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value_ref: Option<LocalObjectReference>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LocalObjectReference {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    pub name: String,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimToHeader {
+    pub header: String,
+    pub claim: String,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct JwtExtractor {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub headers: Vec<JwtHeaderExtractor>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cookies: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub params: Vec<String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct JwtHeaderExtractor {
+    pub name: String,
+    /// The value starts with this (`Bearer `), which is removed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value_prefix: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Authorization {
+    /// `Allow` or `Deny` (default `Deny`): what happens when no rule matches.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_action: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rules: Vec<AuthorizationRule>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AuthorizationRule {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// `Allow` or `Deny`.
+    pub action: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operation: Option<Operation>,
+    pub principal: Principal,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Operation {
+    /// HTTP methods the rule is about (any, when empty).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub methods: Vec<String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Principal {
+    #[serde(default, rename = "clientCIDRs", skip_serializing_if = "Vec::is_empty")]
+    pub client_cidrs: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jwt: Option<JwtPrincipal>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub headers: Vec<HeaderPrincipal>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct JwtPrincipal {
+    /// The JWT provider (of this policy's `jwt.providers`) that verified the token.
+    pub provider: String,
+    /// Every one of these must be in the token's `scope` (or `scp`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub scopes: Vec<String>,
+    /// Every claim listed must have one of its values.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub claims: Vec<JwtClaim>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct JwtClaim {
+    /// `a.b` for nested claims.
+    pub name: String,
+    pub values: Vec<String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HeaderPrincipal {
+    pub name: String,
+    /// The header must have one of these values.
+    pub values: Vec<String>,
+}
+
+/// GEP-713 policy status: one entry per ancestor (the Gateway a target hangs off), the same
+/// shape as BackendTLSPolicy's.
+pub type PolicyStatus = gateway_api::backendtlspolicies::BackendTlsPolicyStatus;
