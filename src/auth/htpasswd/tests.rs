@@ -152,6 +152,15 @@ fn refused_lines_name_the_line_and_user_but_not_the_hash() {
             "x:$2y$05$SF6YLz9Sj.6FYScmnOfyJePr84T9jtMrUHa45AHAHsh37KV2R5u4",
             ParseErrorKind::Malformed("bcrypt"),
         ),
+        // Found by the property test: `str::parse` reads `+4` as 4, and so does bcrypt.
+        (
+            "x:$2y$+4$oOsx8moqy22BxB2A4ok/WOepfroTUwNQ.U3WhMrODvoi0D6Iy8.yS",
+            ParseErrorKind::Malformed("bcrypt"),
+        ),
+        (
+            "x:$5$rounds=+1000$pier$bz5ImbftM2VN508QaPj/oVdrOYoav3Z9Ddc1gPxdxL/",
+            ParseErrorKind::Malformed("SHA-crypt"),
+        ),
         (
             "x:$5$rounds=999$pier$bz5ImbftM2VN508QaPj/oVdrOYoav3Z9Ddc1gPxdxL/",
             ParseErrorKind::ShaCryptRounds,
@@ -338,6 +347,8 @@ mod props {
             .unwrap_or(64);
         Config {
             cases,
+            // `prop_assume!` drops the few edits that change nothing.
+            max_global_rejects: cases / 4 + 1024,
             failure_persistence: None,
             ..Config::default()
         }
@@ -385,10 +396,13 @@ mod props {
         fn a_changed_hash_does_not_verify(which in 0..VECTORS.len(), at in any::<usize>(), byte in prop::sample::select(b"./09AZaz$:{}=+x".to_vec())) {
             let (user, password, line) = VECTORS[which];
             // bcrypt above cost 4 is slow in debug builds; its last character carries two
-            // unused bits, so a change there may name the same hash.
+            // unused bits, so a change there may name the same hash; and `$2a$`, `$2b$` and
+            // `$2y$` are one algorithm (bcrypt's 8-bit bug was crypt_blowfish's, not theirs).
             prop_assume!(!line.contains("$2y$05$"));
             let start = user.len() + 1;
-            let end = if line.contains("$2y$") { line.len() - 1 } else { line.len() };
+            let bcrypt = line.contains("$2y$");
+            prop_assume!(!(bcrypt && at % (line.len() - 1 - start) == 2 && b"ab".contains(&byte)));
+            let end = if bcrypt { line.len() - 1 } else { line.len() };
             let at = start + at % (end - start);
             let mut changed = line.as_bytes().to_vec();
             prop_assume!(changed[at] != byte);
@@ -406,5 +420,22 @@ mod props {
             let _ = basic_credentials(&value);
             let _ = basic_credentials(&with_scheme);
         }
+    }
+}
+
+/// What one check of each vector's scheme costs (run in release):
+/// `cargo test --release --lib auth::htpasswd::tests::cost_of_each_scheme -- --ignored --nocapture`.
+#[test]
+#[ignore = "a measurement, not a check"]
+fn cost_of_each_scheme() {
+    let file = Htpasswd::parse(&file()).unwrap();
+    for (user, password, line) in VECTORS {
+        let runs = 20;
+        let start = Instant::now();
+        for _ in 0..runs {
+            assert!(file.verify(user, password.as_bytes()));
+        }
+        let scheme = line[user.len() + 1..].get(..10).unwrap_or_default();
+        println!("{scheme:<10} {:?} per check", start.elapsed() / runs);
     }
 }

@@ -580,6 +580,34 @@ fn jwks_skips_unusable_keys_and_keeps_the_rest() {
 
 const MAX: usize = crate::auth::jwks::MAX_KEYS;
 
+/// What one verification costs per algorithm (run in release):
+/// `cargo test --release --lib auth::jwt::tests::cost_of_each_algorithm -- --ignored --nocapture`.
+#[test]
+#[ignore = "a measurement, not a check"]
+fn cost_of_each_algorithm() {
+    let set = jwks();
+    let rules = Validation::default();
+    for (alg, kid) in [
+        ("RS256", "rsa"),
+        ("PS256", "rsa"),
+        ("ES256", "p256"),
+        ("ES384", "p384"),
+        ("EdDSA", "ed"),
+    ] {
+        let t = token(alg, kid, &claims());
+        let runs = 2000;
+        let start = std::time::Instant::now();
+        for _ in 0..runs {
+            assert!(verify(t.as_bytes(), &set, &rules, NOW).is_ok());
+        }
+        println!(
+            "{alg:<6} {:?} per token ({} bytes)",
+            start.elapsed() / runs,
+            t.len()
+        );
+    }
+}
+
 mod props {
     //! No input panics the verifier, and no change to a good token passes. Cases:
     //! `PROPTEST_CASES` (default 64); at 10⁶, in release:
@@ -597,6 +625,8 @@ mod props {
             .unwrap_or(64);
         Config {
             cases,
+            // `prop_assume!` drops the few edits that change nothing.
+            max_global_rejects: cases / 4 + 1024,
             failure_persistence: None,
             ..Config::default()
         }
@@ -724,4 +754,14 @@ mod props {
             prop_assert!(result.is_ok() || !is_object || matches!(result, Err(JwtError::Claim(_) | JwtError::Expired | JwtError::NotYetValid)));
         }
     }
+}
+
+/// A key set and a password file are shared across workers (behind an `ArcSwap`).
+#[test]
+fn sets_and_files_are_send_and_sync() {
+    fn shared<T: Send + Sync + 'static>() {}
+    shared::<Jwks>();
+    shared::<Claims>();
+    shared::<crate::auth::htpasswd::Htpasswd>();
+    shared::<crate::auth::htpasswd::VerifiedCache>();
 }
