@@ -29,7 +29,7 @@ use super::retry::RetryPolicy;
 use super::session::SessionPolicy;
 
 /// One HTTPRoute rule as the data plane runs it.
-#[derive(Debug, Serialize)]
+#[derive(Clone, Debug, Serialize)]
 pub struct Rule {
     pub route: ObjectRef,
     /// The Route's kind: `HTTPRoute`, `GRPCRoute` or `TLSRoute` (for `/config`).
@@ -90,6 +90,15 @@ impl Rule {
     /// The retry policy, when it allows a retry (`attempts: 0` retries nothing).
     pub fn retries(&self) -> Option<&RetryPolicy> {
         self.retry.as_ref().filter(|p| p.attempts > 0)
+    }
+
+    /// This rule under an access policy (a SecurityPolicy attached to it, its route, its
+    /// listener or its Gateway).
+    pub fn with_access(&self, policy: Arc<AccessPolicy>) -> Self {
+        Self {
+            access: Some(policy),
+            ..self.clone()
+        }
     }
 
     /// Whether deciding the request reads its headers whatever the rule matches on: a CORS

@@ -34,6 +34,7 @@ pub mod mesh;
 mod refs;
 pub mod resources;
 pub mod scope;
+mod security_policy;
 pub mod selector;
 pub mod spiffe;
 pub mod status;
@@ -244,6 +245,7 @@ pub fn translate_with(
             .collect()
     };
 
+    let mut policies = security_policy::Policies::new(resources);
     let mut tables: BTreeMap<(usize, usize), RouteTableBuilder> = BTreeMap::new();
     for (order, key, kind, outcome) in outcomes {
         for group in &outcome.groups {
@@ -251,8 +253,18 @@ pub fn translate_with(
                 gateways[a.gateway].listeners[a.listener].attached_routes += 1;
                 let table = tables.entry((a.gateway, a.listener)).or_default();
                 for r in &group.rules {
+                    // The rule with its effective SecurityPolicy on this listener, if any.
+                    let at = security_policy::RuleAt {
+                        kind: kind.name(),
+                        route: &key,
+                        rule_name: r.rule.name.as_deref(),
+                    };
+                    let rule = match policies.effective(&gateways[a.gateway], a.listener, &at) {
+                        Some(policy) => std::sync::Arc::new(r.rule.with_access(policy)),
+                        None => r.rule.clone(),
+                    };
                     for (j, m) in r.matches.iter().enumerate() {
-                        table.add(&a.hostnames, m.clone(), &r.rule, (order, r.rule.index, j));
+                        table.add(&a.hostnames, m.clone(), &rule, (order, r.rule.index, j));
                     }
                 }
             }
@@ -265,6 +277,16 @@ pub fn translate_with(
     }
 
     status.backend_tls_policies = backends.tls.statuses(&settings.controller_name);
+    let route_statuses = security_policy::RouteStatuses {
+        http: &status.http_routes,
+        grpc: &status.grpc_routes,
+    };
+    status.security_policies = policies.statuses(
+        resources,
+        &gateways,
+        &route_statuses,
+        &settings.controller_name,
+    );
     let snapshot = snapshot(&gateways, tables);
     for gw in &gateways {
         let mut gw_status = gw.status();

@@ -326,7 +326,7 @@ pub struct RouteParentStatus {
 }
 
 /// A parentRef echoed back exactly as the Route spelled it (absent fields stay absent).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ParentRef {
     #[serde(skip_serializing_if = "Option::is_none")]
