@@ -423,19 +423,3 @@ mod props {
     }
 }
 
-/// What one check of each vector's scheme costs (run in release):
-/// `cargo test --release --lib auth::htpasswd::tests::cost_of_each_scheme -- --ignored --nocapture`.
-#[test]
-#[ignore = "a measurement, not a check"]
-fn cost_of_each_scheme() {
-    let file = Htpasswd::parse(&file()).unwrap();
-    for (user, password, line) in VECTORS {
-        let runs = 20;
-        let start = Instant::now();
-        for _ in 0..runs {
-            assert!(file.verify(user, password.as_bytes()));
-        }
-        let scheme = line[user.len() + 1..].get(..10).unwrap_or_default();
-        println!("{scheme:<10} {:?} per check", start.elapsed() / runs);
-    }
-}

@@ -580,34 +580,6 @@ fn jwks_skips_unusable_keys_and_keeps_the_rest() {
 
 const MAX: usize = crate::auth::jwks::MAX_KEYS;
 
-/// What one verification costs per algorithm (run in release):
-/// `cargo test --release --lib auth::jwt::tests::cost_of_each_algorithm -- --ignored --nocapture`.
-#[test]
-#[ignore = "a measurement, not a check"]
-fn cost_of_each_algorithm() {
-    let set = jwks();
-    let rules = Validation::default();
-    for (alg, kid) in [
-        ("RS256", "rsa"),
-        ("PS256", "rsa"),
-        ("ES256", "p256"),
-        ("ES384", "p384"),
-        ("EdDSA", "ed"),
-    ] {
-        let t = token(alg, kid, &claims());
-        let runs = 2000;
-        let start = std::time::Instant::now();
-        for _ in 0..runs {
-            assert!(verify(t.as_bytes(), &set, &rules, NOW).is_ok());
-        }
-        println!(
-            "{alg:<6} {:?} per token ({} bytes)",
-            start.elapsed() / runs,
-            t.len()
-        );
-    }
-}
-
 mod props {
     //! No input panics the verifier, and no change to a good token passes. Cases:
     //! `PROPTEST_CASES` (default 64); at 10⁶, in release:

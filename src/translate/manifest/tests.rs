@@ -523,7 +523,8 @@ fn an_unknown_kind_of_a_group_pier_reads_is_a_mistake_with_the_nearest_kind() {
         .mistake()
         .unwrap();
     assert!(
-        m.to_string().contains("reads no objects of pier.dev"),
+        m.to_string()
+            .contains("not a kind of pier.dev that pier reads (SecurityPolicy)"),
         "{m}"
     );
     assert_eq!(skipped("apps/v1", "Deployment").mistake(), None);
@@ -536,13 +537,25 @@ fn an_unknown_kind_of_a_group_pier_reads_is_a_mistake_with_the_nearest_kind() {
 
 #[test]
 fn every_kind_pier_reads_is_a_suggestion() {
-    for group in [GATEWAY_GROUP, "", "discovery.k8s.io", CERTIFICATES_GROUP] {
+    for group in [
+        GATEWAY_GROUP,
+        "",
+        "discovery.k8s.io",
+        CERTIFICATES_GROUP,
+        PIER_GROUP,
+    ] {
         for kind in KIND_NAMES.iter().filter(|k| Kind::of(group, k).is_some()) {
             assert_eq!(nearest_kind(group, kind), Some(*kind));
         }
     }
-    let read = [GATEWAY_GROUP, "", "discovery.k8s.io", CERTIFICATES_GROUP]
-        .iter()
+    let read = [
+        GATEWAY_GROUP,
+        "",
+        "discovery.k8s.io",
+        CERTIFICATES_GROUP,
+        PIER_GROUP,
+    ]
+    .iter()
         .map(|g| kinds_read(g).len())
         .sum::<usize>();
     assert_eq!(read, KIND_NAMES.len());
