@@ -556,8 +556,8 @@ fn every_kind_pier_reads_is_a_suggestion() {
         PIER_GROUP,
     ]
     .iter()
-        .map(|g| kinds_read(g).len())
-        .sum::<usize>();
+    .map(|g| kinds_read(g).len())
+    .sum::<usize>();
     assert_eq!(read, KIND_NAMES.len());
 }
 
