@@ -2,19 +2,25 @@
 //! direct attachment; precedence rule > route > listener > Gateway). The data plane reads only
 //! this effective policy: a rule without one has `Rule::access == None` and pays one branch.
 //!
-//! Today: authorization (Envoy Gateway's `SecurityPolicy.authorization`) by client address,
-//! method and request headers. Authentication (JWT, OIDC, basic, API keys, external
-//! authorization) and rate limits join here, each evaluated by `proxy::phase`.
+//! Today: authentication by JSON Web Token and API key, and authorization (Envoy Gateway's
+//! `SecurityPolicy.authorization`) by client address, method, request headers and JWT
+//! claims. Basic auth, OIDC, external authorization and rate limits join here, each
+//! evaluated by `proxy::phase`.
 
+use std::collections::HashMap;
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use http::{HeaderMap, HeaderName, HeaderValue, Method};
 use serde::Serialize;
 
 use super::net::Cidr;
+use crate::auth::claims::Claims;
+use crate::auth::jwks::Jwks;
+use crate::auth::jwt::Validation;
 
 /// Who may come in on a rule.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Serialize)]
 pub struct AccessPolicy {
     /// Where the policy came from (`namespace/name` of the policy object), for logs and
     /// `/config`.
@@ -22,8 +28,76 @@ pub struct AccessPolicy {
     /// The policy is invalid (its status says why): every request gets a 500, never a pass.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub invalid: Option<String>,
+    /// JSON Web Tokens (`spec.jwt`); checked before API keys.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub jwt: Option<JwtAuthn>,
+    /// API keys (`spec.apiKeyAuth`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub api_key: Option<ApiKeyAuthn>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub authorization: Option<Authorization>,
+}
+
+/// `spec.jwt`: a token from the first place that has one, verified by the first provider
+/// that accepts it.
+#[derive(Clone, Debug, Serialize)]
+pub struct JwtAuthn {
+    /// A request without a token passes (one with a bad token never does).
+    pub optional: bool,
+    pub providers: Vec<JwtProvider>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JwtProvider {
+    pub name: String,
+    /// The keys (from `localJWKS`); never shown.
+    #[serde(skip)]
+    pub keys: Arc<Jwks>,
+    #[serde(skip)]
+    pub validation: Validation,
+    /// Claims copied into request headers (`a.b` for nested claims).
+    #[serde(serialize_with = "claim_headers")]
+    pub claim_to_headers: Vec<(HeaderName, String)>,
+    /// Where the token is read from, in order.
+    pub extract_from: Vec<CredentialSource>,
+}
+
+/// `spec.apiKeyAuth`.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApiKeyAuthn {
+    /// SHA-256 of each key, to its client ID; the keys themselves are not kept.
+    #[serde(skip)]
+    pub keys: Arc<HashMap<[u8; 32], String>>,
+    pub extract_from: Vec<CredentialSource>,
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "opt_header")]
+    pub forward_client_id_header: Option<HeaderName>,
+    /// Remove the key from the request before it goes upstream.
+    pub sanitize: bool,
+}
+
+/// Where a credential is read from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub enum CredentialSource {
+    /// A header; its value must start with `prefix` (`Bearer `), which is removed.
+    Header {
+        #[serde(serialize_with = "header_name")]
+        name: HeaderName,
+        prefix: Option<String>,
+    },
+    Cookie(String),
+    /// A query parameter.
+    Param(String),
+}
+
+/// Who authentication found the client to be.
+#[derive(Clone, Debug, Default)]
+pub struct Authenticated {
+    /// `jwt:<provider>:<sub>`, `apikey:<clientID>`: for the access log.
+    pub principal: Option<String>,
+    /// The provider that verified the token, and its claims.
+    pub jwt: Option<(String, Claims)>,
 }
 
 /// What access decisions read of a request.
@@ -34,6 +108,10 @@ pub struct AccessRequest<'r> {
     pub method: &'r Method,
     /// The request's headers; empty unless [`AccessPolicy::needs_headers`].
     pub headers: &'r HeaderMap,
+    /// The query string (API keys and tokens may be parameters).
+    pub query: Option<&'r str>,
+    /// What authentication found, for JWT principals.
+    pub authenticated: Option<&'r Authenticated>,
 }
 
 /// Authorization rules: the first rule whose principal matches decides; none matching, the
@@ -70,6 +148,19 @@ pub struct Principal {
         serialize_with = "header_principals"
     )]
     pub headers: Vec<(HeaderName, Vec<HeaderValue>)>,
+    /// The request carried a token verified by this JWT provider, with these scopes and
+    /// claims.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub jwt: Option<JwtPrincipal>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct JwtPrincipal {
+    pub provider: String,
+    /// Every one of these is in `scope` (or `scp`).
+    pub scopes: Vec<String>,
+    /// Each claim has one of its values.
+    pub claims: Vec<(String, Vec<String>)>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -85,16 +176,33 @@ pub struct Verdict<'a> {
     pub rule: Option<&'a AuthorizationRule>,
 }
 
-// === impl Authorization ===
+// === impl AccessPolicy ===
 
 impl AccessPolicy {
     /// Whether decisions read request headers (the HTTP/1.1 fast path then builds a map).
     pub fn needs_headers(&self) -> bool {
-        self.authorization
+        self.jwt.is_some()
+            || self.api_key.is_some()
+            || self
+                .authorization
+                .as_ref()
+                .is_some_and(|a| a.rules.iter().any(|r| !r.principal.headers.is_empty()))
+    }
+
+    /// Whether a request it lets in is changed on its way upstream (claims to headers, the
+    /// client ID forwarded, a key removed): the HTTP/1.1 fast path leaves those to hyper's.
+    pub fn edits_request(&self) -> bool {
+        self.jwt
             .as_ref()
-            .is_some_and(|a| a.rules.iter().any(|r| !r.principal.headers.is_empty()))
+            .is_some_and(|j| j.providers.iter().any(|p| !p.claim_to_headers.is_empty()))
+            || self
+                .api_key
+                .as_ref()
+                .is_some_and(|k| k.forward_client_id_header.is_some() || k.sanitize)
     }
 }
+
+// === impl Authorization ===
 
 impl Authorization {
     /// The first rule whose operation and principal match the request decides.
@@ -102,7 +210,7 @@ impl Authorization {
         let client = req.client.to_canonical();
         let found = self.rules.iter().find(|r| {
             (r.methods.is_empty() || r.methods.contains(req.method))
-                && r.principal.matches(client, req.headers)
+                && r.principal.matches(client, req.headers, req.authenticated)
         });
         match found {
             Some(rule) => Verdict {
@@ -118,7 +226,17 @@ impl Authorization {
 }
 
 impl Principal {
-    fn matches(&self, client: IpAddr, headers: &HeaderMap) -> bool {
+    fn matches(
+        &self,
+        client: IpAddr,
+        headers: &HeaderMap,
+        authenticated: Option<&Authenticated>,
+    ) -> bool {
+        if let Some(want) = &self.jwt
+            && !want.matches(authenticated)
+        {
+            return false;
+        }
         (self.client_cidrs.is_empty() || self.client_cidrs.iter().any(|c| c.contains(client)))
             && self.headers.iter().all(|(name, values)| {
                 headers
@@ -126,6 +244,39 @@ impl Principal {
                     .iter()
                     .any(|sent| values.iter().any(|v| v == sent))
             })
+    }
+}
+
+impl JwtPrincipal {
+    fn matches(&self, authenticated: Option<&Authenticated>) -> bool {
+        let Some((provider, claims)) = authenticated.and_then(|a| a.jwt.as_ref()) else {
+            return false;
+        };
+        *provider == self.provider
+            && claims.has_scopes(self.scopes.iter().map(String::as_str))
+            && self.claims.iter().all(|(name, values)| {
+                claims
+                    .strings(name)
+                    .is_some_and(|have| have.iter().any(|h| values.iter().any(|v| v == h)))
+            })
+    }
+}
+
+fn claim_headers<S: serde::Serializer>(
+    list: &[(HeaderName, String)],
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    s.collect_map(list.iter().map(|(h, c)| (h.as_str(), c)))
+}
+
+fn header_name<S: serde::Serializer>(h: &HeaderName, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(h.as_str())
+}
+
+fn opt_header<S: serde::Serializer>(h: &Option<HeaderName>, s: S) -> Result<S::Ok, S::Error> {
+    match h {
+        Some(h) => s.serialize_some(h.as_str()),
+        None => s.serialize_none(),
     }
 }
 
@@ -155,6 +306,7 @@ mod tests {
             principal: Principal {
                 client_cidrs: cidrs.iter().map(|c| c.parse().unwrap()).collect(),
                 headers: vec![],
+                jwt: None,
             },
         }
     }
@@ -165,6 +317,8 @@ mod tests {
             client: ip.parse().unwrap(),
             method: &Method::GET,
             headers: &headers,
+            query: None,
+            authenticated: None,
         })
     }
 
@@ -221,6 +375,8 @@ mod tests {
                     client: "192.0.2.1".parse().unwrap(),
                     method: &method,
                     headers: &headers,
+                    query: None,
+                    authenticated: None,
                 })
                 .action
         };

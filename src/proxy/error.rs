@@ -87,6 +87,29 @@ pub enum ProxyError {
     /// The rule's SecurityPolicy is invalid (its status says why): fail closed.
     #[error("the route's security policy is invalid")]
     PolicyInvalid,
+    /// The rule's access policy wants credentials the request lacks or that are bad: 401
+    /// with the challenge.
+    #[error("the request's credentials are missing or invalid")]
+    Unauthenticated(Challenge),
+}
+
+/// What a 401 asks the client for (`WWW-Authenticate`, RFC 9110 §11.6.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Challenge {
+    /// A bearer token (RFC 6750); `invalid`: one was sent and refused.
+    Bearer { invalid: bool },
+    /// An API key.
+    ApiKey,
+}
+
+impl Challenge {
+    fn header(self) -> HeaderValue {
+        HeaderValue::from_static(match self {
+            Self::Bearer { invalid: false } => "Bearer realm=\"pier\"",
+            Self::Bearer { invalid: true } => "Bearer realm=\"pier\", error=\"invalid_token\"",
+            Self::ApiKey => "APIKey realm=\"pier\"",
+        })
+    }
 }
 
 /// Why a connection to an upstream endpoint failed.
@@ -218,6 +241,7 @@ pub enum ErrorKind {
     BackendOverflow,
     Forbidden,
     PolicyInvalid,
+    Unauthenticated,
 }
 
 /// Whose fault an error is.
@@ -263,6 +287,7 @@ impl ProxyError {
             Self::BackendOverflow => ErrorKind::BackendOverflow,
             Self::Forbidden => ErrorKind::Forbidden,
             Self::PolicyInvalid => ErrorKind::PolicyInvalid,
+            Self::Unauthenticated(_) => ErrorKind::Unauthenticated,
         }
     }
 
@@ -286,7 +311,8 @@ impl ProxyError {
             | ErrorKind::RequestBodyTimeout
             | ErrorKind::RequestBodyTooLarge
             | ErrorKind::UriTooLong
-            | ErrorKind::Forbidden => ErrorSide::Downstream,
+            | ErrorKind::Forbidden
+            | ErrorKind::Unauthenticated => ErrorSide::Downstream,
             // A missing trust bundle or client certificate is pier's configuration.
             ErrorKind::NoBackends
             | ErrorKind::InvalidBackend
@@ -315,6 +341,7 @@ impl ProxyError {
             ErrorKind::RequestBodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ErrorKind::UriTooLong => StatusCode::URI_TOO_LONG,
             ErrorKind::Forbidden => StatusCode::FORBIDDEN,
+            ErrorKind::Unauthenticated => StatusCode::UNAUTHORIZED,
             // Gateway API: a rule whose backends are all invalid, or a pick that lands on an
             // invalid one, answers 500.
             // An invalid security policy fails closed, as Envoy Gateway answers it.
@@ -348,6 +375,10 @@ impl ProxyError {
             header::CONTENT_TYPE,
             HeaderValue::from_static("text/plain; charset=utf-8"),
         );
+        if let Self::Unauthenticated(c) = self {
+            resp.headers_mut()
+                .insert(header::WWW_AUTHENTICATE, c.header());
+        }
         resp
     }
 }
@@ -362,6 +393,7 @@ pub enum GrpcCode {
     Unimplemented = 12,
     Internal = 13,
     Unavailable = 14,
+    Unauthenticated = 16,
 }
 
 impl ProxyError {
@@ -378,6 +410,7 @@ impl ProxyError {
             | ErrorKind::PolicyInvalid => GrpcCode::Internal,
             ErrorKind::RequestBodyTooLarge | ErrorKind::UriTooLong => GrpcCode::ResourceExhausted,
             ErrorKind::Forbidden => GrpcCode::PermissionDenied,
+            ErrorKind::Unauthenticated => GrpcCode::Unauthenticated,
             ErrorKind::RequestBodyTimeout
             | ErrorKind::BackendTimeout
             | ErrorKind::RequestTimeout => GrpcCode::DeadlineExceeded,

@@ -39,6 +39,7 @@ use crate::proxy::observe::record::{Failure, Seen};
 use crate::proxy::observe::trace::{self, RequestLine, TRACEPARENT, TRACESTATE};
 use crate::proxy::policy::{access as access_policy, head, route as routing};
 
+pub use crate::proxy::policy::access::{Admitted, Edit};
 pub use crate::proxy::policy::route::{Decision, RouteInput, Routed};
 
 /// Request head: the rule's and the backendRef's request filters, the URL rewrite, hop
@@ -132,29 +133,52 @@ pub fn decide<'s>(
     routed: &Routed<'s>,
     input: &RouteInput<'_>,
     edge: &Edge,
+    admitted: &mut Option<Admitted>,
 ) -> Result<Decision<'s>, ProxyError> {
     let decided = routing::decide(routed, input);
     if !matches!(decided, Ok(Decision::Preflight(_))) {
-        access(&routed.entry.rule, edge, input)?;
+        *admitted = access(&routed.entry.rule, edge, input)?;
     }
     decided
 }
 
-/// Access: whether the rule's access policies let the request in (`Forbidden`: 403; an
-/// invalid policy: 500). A rule without any pays this one branch. `input.headers` must hold
-/// the request's headers when [`Rule::needs_headers`].
+/// Access: whether the rule's access policies let the request in (missing or bad
+/// credentials: 401; denied: 403; an invalid policy: 500), and what it brings along (who,
+/// and header changes: [`apply`] them before [`request_head`]). A rule without any pays this
+/// one branch. `input.headers` must hold the request's headers when [`Rule::needs_headers`].
 #[inline(always)]
-pub fn access(rule: &Rule, edge: &Edge, input: &RouteInput<'_>) -> Result<(), ProxyError> {
+pub fn access(
+    rule: &Rule,
+    edge: &Edge,
+    input: &RouteInput<'_>,
+) -> Result<Option<Admitted>, ProxyError> {
     match &rule.access {
-        None => Ok(()),
+        None => Ok(None),
         Some(policy) => access_policy::check(
             policy,
             &AccessRequest {
                 client: edge.client,
                 method: input.method,
                 headers: input.headers,
+                query: input.query,
+                authenticated: None,
             },
-        ),
+        )
+        .map(Some),
+    }
+}
+
+/// The header changes access asked for (claims to headers, a client ID, a key removed).
+pub fn apply(admitted: &Admitted, headers: &mut HeaderMap) {
+    for e in &admitted.edits {
+        match e {
+            Edit::Set(name, value) => {
+                headers.insert(name.clone(), value.clone());
+            }
+            Edit::Remove(name) => {
+                headers.remove(name);
+            }
+        }
     }
 }
 

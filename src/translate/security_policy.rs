@@ -28,7 +28,11 @@ use super::status::{
     PolicyConditionReason, PolicyConditionType,
 };
 use crate::model::ObjectRef;
-use crate::model::policy::{AccessPolicy, Action, Authorization, AuthorizationRule, Principal};
+use crate::model::policy::{
+    AccessPolicy, Action, Authorization, AuthorizationRule, JwtPrincipal, Principal,
+};
+
+mod authn;
 
 /// What a policy attaches to (the policy's namespace is the target's).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -80,7 +84,7 @@ impl Policies {
         let mut entries: Vec<Entry> = resources
             .security_policies
             .iter()
-            .map(|((ns, name), p)| entry(ObjectRef::new(ns, name), p))
+            .map(|((ns, name), p)| entry(ObjectRef::new(ns, name), p, resources))
             .collect();
         // Oldest first, then namespace/name: the first to claim a target keeps it.
         entries.sort_by(|a, b| (&a.created, &a.key).cmp(&(&b.created, &b.key)));
@@ -446,14 +450,16 @@ fn conditions(e: &Entry, v: &Verdict, overridden: bool) -> Vec<PolicyCondition> 
 
 // === Reading a policy ===
 
-fn entry(key: ObjectRef, p: &SecurityPolicy) -> Entry {
+fn entry(key: ObjectRef, p: &SecurityPolicy, resources: &Resources) -> Entry {
     let targets = p.spec.target_refs.iter().map(|t| target(&key, t)).collect();
-    let (policy, invalid) = match access_policy(&key, &p.spec) {
+    let (policy, invalid) = match access_policy(&key, &p.spec, resources) {
         Ok(policy) => (policy, None),
         Err(why) => (
             AccessPolicy {
                 source: key.to_string(),
                 invalid: Some(why.clone()),
+                jwt: None,
+                api_key: None,
                 authorization: None,
             },
             Some(why),
@@ -506,31 +512,53 @@ fn target(key: &ObjectRef, t: &api::PolicyTargetRef) -> Result<Target, Box<(Pare
 }
 
 /// The spec as the data plane enforces it, or why it cannot be (then it fails closed).
-fn access_policy(key: &ObjectRef, spec: &SecurityPolicySpec) -> Result<AccessPolicy, String> {
+fn access_policy(
+    key: &ObjectRef,
+    spec: &SecurityPolicySpec,
+    resources: &Resources,
+) -> Result<AccessPolicy, String> {
     if spec.target_refs.is_empty() {
         return Err("targetRefs is empty".into());
     }
-    for (set, what) in [
-        (spec.basic_auth.is_some(), "basicAuth"),
-        (spec.api_key_auth.is_some(), "apiKeyAuth"),
-        (spec.jwt.is_some(), "jwt"),
-    ] {
-        if set {
-            return Err(format!(
-                "{what} is not implemented by this version of pier: the policy is not applied \
-                 and the routes it targets answer 500 (fail closed)"
-            ));
-        }
+    if spec.basic_auth.is_some() {
+        return Err(
+            "basicAuth is not implemented by this version of pier: the policy is not applied \
+             and the routes it targets answer 500 (fail closed)"
+                .into(),
+        );
     }
-    let authorization = spec.authorization.as_ref().map(authorization).transpose()?;
+    let jwt = spec
+        .jwt
+        .as_ref()
+        .map(|j| authn::jwt(key, j, resources))
+        .transpose()
+        .map_err(|e| format!("jwt.{e}"))?;
+    let api_key = spec
+        .api_key_auth
+        .as_ref()
+        .map(|k| authn::api_key(key, k, resources))
+        .transpose()
+        .map_err(|e| format!("apiKeyAuth.{e}"))?;
+    let providers: Vec<&str> = jwt
+        .iter()
+        .flat_map(|j| &j.providers)
+        .map(|p| p.name.as_str())
+        .collect();
+    let authorization = spec
+        .authorization
+        .as_ref()
+        .map(|a| authorization(a, &providers))
+        .transpose()?;
     Ok(AccessPolicy {
         source: key.to_string(),
         invalid: None,
+        jwt,
+        api_key,
         authorization,
     })
 }
 
-fn authorization(a: &api::Authorization) -> Result<Authorization, String> {
+fn authorization(a: &api::Authorization, providers: &[&str]) -> Result<Authorization, String> {
     let default_action = match a.default_action.as_deref() {
         None => Action::Deny,
         Some(s) => action(s).map_err(|e| format!("authorization.defaultAction: {e}"))?,
@@ -539,7 +567,7 @@ fn authorization(a: &api::Authorization) -> Result<Authorization, String> {
         .rules
         .iter()
         .enumerate()
-        .map(|(i, r)| rule(r).map_err(|e| format!("authorization.rules[{i}].{e}")))
+        .map(|(i, r)| rule(r, providers).map_err(|e| format!("authorization.rules[{i}].{e}")))
         .collect::<Result<_, _>>()?;
     Ok(Authorization {
         default_action,
@@ -555,7 +583,7 @@ fn action(s: &str) -> Result<Action, String> {
     }
 }
 
-fn rule(r: &api::AuthorizationRule) -> Result<AuthorizationRule, String> {
+fn rule(r: &api::AuthorizationRule, providers: &[&str]) -> Result<AuthorizationRule, String> {
     let action = action(&r.action).map_err(|e| format!("action: {e}"))?;
     let methods = r
         .operation
@@ -569,13 +597,27 @@ fn rule(r: &api::AuthorizationRule) -> Result<AuthorizationRule, String> {
         })
         .collect::<Result<_, _>>()?;
     let p = &r.principal;
-    if p.jwt.is_some() {
-        return Err(
-            "principal.jwt: JWT principals need jwt authentication, which this version of \
-             pier does not implement"
-                .into(),
-        );
-    }
+    let jwt = p
+        .jwt
+        .as_ref()
+        .map(|j| {
+            if !providers.contains(&j.provider.as_str()) {
+                return Err(format!(
+                    "principal.jwt.provider: {:?} is not a provider of this policy's jwt",
+                    j.provider
+                ));
+            }
+            Ok(JwtPrincipal {
+                provider: j.provider.clone(),
+                scopes: j.scopes.clone(),
+                claims: j
+                    .claims
+                    .iter()
+                    .map(|c| (c.name.clone(), c.values.clone()))
+                    .collect(),
+            })
+        })
+        .transpose()?;
     let client_cidrs = p
         .client_cidrs
         .iter()
@@ -605,7 +647,7 @@ fn rule(r: &api::AuthorizationRule) -> Result<AuthorizationRule, String> {
             Ok((name, values))
         })
         .collect::<Result<Vec<_>, String>>()?;
-    if client_cidrs.is_empty() && headers.is_empty() {
+    if client_cidrs.is_empty() && headers.is_empty() && jwt.is_none() {
         return Err("principal: give clientCIDRs, headers or jwt".into());
     }
     Ok(AuthorizationRule {
@@ -615,6 +657,7 @@ fn rule(r: &api::AuthorizationRule) -> Result<AuthorizationRule, String> {
         principal: Principal {
             client_cidrs,
             headers,
+            jwt,
         },
     })
 }

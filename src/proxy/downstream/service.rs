@@ -136,10 +136,14 @@ async fn dispatch<'s>(
     };
     let routed = phase::route(found, &host, &input, seen)?;
     let rule = &routed.entry.rule;
-    let (weighted, cors) = match phase::decide(&routed, &input, edge)? {
+    let mut admitted = None;
+    let (weighted, cors) = match phase::decide(&routed, &input, edge, &mut admitted)? {
         Decision::Preflight(resp) | Decision::Redirect(resp) => return Ok(resp),
         Decision::Forward(weighted, cors) => (weighted, cors),
     };
+    if let Some(a) = &admitted {
+        phase::apply(a, req.headers_mut());
+    }
     // The future is built in each arm rather than once before the match: a future moved into
     // `timeout_at` would need room for both copies in this one, and every request moves it.
     match rule.timeouts.request {

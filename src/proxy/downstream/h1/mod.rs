@@ -812,6 +812,10 @@ fn plan<'s>(
         Err(e) => return Plan::Respond(common, Err(e)),
     };
     let rule: &'s Rule = &routed.entry.rule;
+    // Access that changes the request's headers (claims to headers): hyper's path applies it.
+    if rule.access.as_ref().is_some_and(|a| a.edits_request()) {
+        return Plan::Fallback;
+    }
     // A CORS filter or an access policy reads the request's headers, which routing alone may
     // not have needed.
     let cors_map = if map.is_empty() && rule.needs_headers() {
@@ -826,7 +830,10 @@ fn plan<'s>(
         headers: cors_map.as_ref().unwrap_or(&map),
         ..input
     };
-    let (weighted, cors) = match phase::decide(&routed, &input, &common.arrival.edge) {
+    // Nothing to apply: a policy that edits the request went to hyper's path above.
+    let mut admitted = None;
+    let decided = phase::decide(&routed, &input, &common.arrival.edge, &mut admitted);
+    let (weighted, cors) = match decided {
         Ok(Decision::Forward(w, cors)) => (w, cors),
         Ok(Decision::Preflight(resp) | Decision::Redirect(resp)) => {
             return Plan::Respond(common, Ok(resp));
