@@ -22,6 +22,8 @@ fn policy(cidr: &str, action: Action, default: Action) -> AccessPolicy {
     AccessPolicy {
         source: "ns/policy".into(),
         invalid: None,
+        jwt: None,
+        api_key: None,
         authorization: Some(Authorization {
             default_action: default,
             rules: vec![AuthorizationRule {
@@ -31,6 +33,7 @@ fn policy(cidr: &str, action: Action, default: Action) -> AccessPolicy {
                 principal: Principal {
                     client_cidrs: vec![cidr.parse().unwrap()],
                     headers: vec![],
+                    jwt: None,
                 },
             }],
         }),
