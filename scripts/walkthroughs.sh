@@ -45,6 +45,7 @@ RUN=(
   getting-started.md
   manifests.md
   mesh.md
+  edge/security-policy.md
   edge/proxy-protocol.md
   edge/frontend-mtls.md
   edge/example.md
