@@ -54,6 +54,7 @@ async fn policies_allow_deny_and_fail_closed_on_both_request_paths() {
         ("elsewhere", "/elsewhere"),
         ("team", "/team"),
         ("basic", "/basic"),
+        ("plain", "/plain"),
     ] {
         manifests.push_str(&route(name, prefix, "a"));
         manifests.push_str("---\n");
@@ -83,8 +84,26 @@ async fn policies_allow_deny_and_fail_closed_on_both_request_paths() {
     manifests.push_str(&policy(
         "basic",
         &route_ref("basic"),
-        "  basicAuth: {users: {name: users}}\n",
+        "  basicAuth: {users: {name: users}, forwardUsernameHeader: x-user}\n",
     ));
+    // alice: bcrypt (cost 5), bob: SHA-512-crypt, as `htpasswd -B` and `openssl passwd -6`
+    // write them.
+    manifests.push_str(
+        "apiVersion: v1\nkind: Secret\nmetadata: {name: users, namespace: default}\n\
+         stringData:\n  .htpasswd: |\n    \
+         alice:$2y$05$51qmlbO/MaGUMHLQc5Nq2.bO6dGx.siUnH30tf8a5VLwZwhZNEUsO\n    \
+         bob:$6$abcdefgh$e1o..VsKRS0O4M9J1Qb9u.strxNEAfDkCXcaYc5TsDrJFctQCTMkPeis45vy3ZQtqt4dqG4vXTonFJKbQgR2Q1\n\
+         ---\n",
+    );
+    manifests.push_str(&policy(
+        "plain",
+        &route_ref("plain"),
+        "  basicAuth: {users: {name: plain-users}}\n",
+    ));
+    manifests.push_str(
+        "apiVersion: v1\nkind: Secret\nmetadata: {name: plain-users, namespace: default}\n\
+         stringData: {.htpasswd: \"carol:secret\\n\"}\n---\n",
+    );
     std::fs::write(dir.path().join("all.yaml"), manifests).unwrap();
 
     let _pier = Child(
@@ -127,8 +146,29 @@ async fn policies_allow_deny_and_fail_closed_on_both_request_paths() {
         ("/team", ops, 200),
         ("/team", dev, 403),
         ("/team", &[][..], 403),
-        // A mechanism this pier does not implement: the policy is invalid, fail closed.
-        ("/basic", &[][..], 500),
+        // alice:wonderland and bob:wonderland; a wrong password; none.
+        (
+            "/basic",
+            &[("authorization", "Basic YWxpY2U6d29uZGVybGFuZA==")][..],
+            200,
+        ),
+        (
+            "/basic",
+            &[("authorization", "Basic Ym9iOndvbmRlcmxhbmQ=")][..],
+            200,
+        ),
+        (
+            "/basic",
+            &[("authorization", "Basic YWxpY2U6d3Jvbmc=")][..],
+            401,
+        ),
+        ("/basic", &[][..], 401),
+        // A plaintext password line is refused: the policy is invalid, fail closed.
+        (
+            "/plain",
+            &[("authorization", "Basic Y2Fyb2w6c2VjcmV0")][..],
+            500,
+        ),
     ] {
         assert_eq!(h1(path, headers).await, want, "HTTP/1.1 {path} {headers:?}");
         assert_eq!(h2(path, headers).await, want, "HTTP/2 {path} {headers:?}");
@@ -152,9 +192,29 @@ async fn policies_allow_deny_and_fail_closed_on_both_request_paths() {
         of("loopback")["status"]["ancestors"][0]["ancestorRef"]["name"],
         "gw"
     );
-    assert_eq!(accepted("basic")["status"], "False");
-    assert_eq!(accepted("basic")["reason"], "Invalid");
-    assert_eq!(of("basic")["apiVersion"], "pier.dev/v1alpha1");
+    assert_eq!(accepted("basic")["status"], "True");
+    assert_eq!(accepted("plain")["status"], "False");
+    assert_eq!(accepted("plain")["reason"], "Invalid");
+    let message = accepted("plain")["message"].as_str().unwrap().to_string();
+    assert!(message.contains("basicAuth.users"), "{message}");
+    assert!(
+        !message.contains("secret"),
+        "the password is never shown: {message}"
+    );
+    assert_eq!(of("plain")["apiVersion"], "pier.dev/v1alpha1");
+    // The username reaches the backend; a header of that name from the client does not.
+    let r = get(
+        &format!("{base}/basic"),
+        &[
+            ("authorization", "Basic YWxpY2U6d29uZGVybGFuZA=="),
+            ("x-user", "mallory"),
+        ],
+    )
+    .await;
+    assert_eq!(r.echo().headers["x-user"], vec!["alice".to_string()]);
+    let r = get(&format!("{base}/basic"), &[]).await;
+    let challenge = r.headers.get("www-authenticate").unwrap().to_str().unwrap();
+    assert!(challenge.starts_with("Basic realm="), "{challenge}");
 }
 
 /// A request path, its headers, and the status it must get.

@@ -2,10 +2,10 @@
 //! direct attachment; precedence rule > route > listener > Gateway). The data plane reads only
 //! this effective policy: a rule without one has `Rule::access == None` and pays one branch.
 //!
-//! Today: authentication by JSON Web Token and API key, and authorization (Envoy Gateway's
-//! `SecurityPolicy.authorization`) by client address, method, request headers and JWT
-//! claims. Basic auth, OIDC, external authorization and rate limits join here, each
-//! evaluated by `proxy::phase`.
+//! Today: authentication by JSON Web Token, API key and username/password (basic auth), and
+//! authorization (Envoy Gateway's `SecurityPolicy.authorization`) by client address, method,
+//! request headers and JWT claims. OIDC, external authorization and rate limits join here,
+//! each evaluated by `proxy::phase`.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -16,6 +16,7 @@ use serde::Serialize;
 
 use super::net::Cidr;
 use crate::auth::claims::Claims;
+use crate::auth::htpasswd::{Htpasswd, VerifiedCache};
 use crate::auth::jwks::Jwks;
 use crate::auth::jwt::Validation;
 
@@ -34,6 +35,9 @@ pub struct AccessPolicy {
     /// API keys (`spec.apiKeyAuth`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub api_key: Option<ApiKeyAuthn>,
+    /// Username and password (`spec.basicAuth`), verified off the request path's threads.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub basic: Option<BasicAuthn>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub authorization: Option<Authorization>,
 }
@@ -77,6 +81,35 @@ pub struct ApiKeyAuthn {
     pub sanitize: bool,
 }
 
+/// `spec.basicAuth`.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BasicAuthn {
+    /// The users (from the Secret's `.htpasswd`); never shown.
+    #[serde(skip)]
+    pub users: Arc<Htpasswd>,
+    /// Passwords verified lately, so a client that sends the same credentials on every
+    /// request costs one hash per TTL, not one per request.
+    #[serde(skip)]
+    pub verified: Arc<VerifiedCache>,
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "opt_header")]
+    pub forward_username_header: Option<HeaderName>,
+}
+
+/// What checking a request's `Authorization: Basic` came to (done before [`AccessRequest`]
+/// is decided on, because it may hash).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BasicVerdict {
+    /// No `Authorization: Basic` header (or not one that parses).
+    Missing,
+    /// The password is wrong, or the user unknown.
+    Refused,
+    /// Too many verifications at once: try again later.
+    Busy,
+    /// This user.
+    User(String),
+}
+
 /// Where a credential is read from.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub enum CredentialSource {
@@ -112,6 +145,8 @@ pub struct AccessRequest<'r> {
     pub query: Option<&'r str>,
     /// What authentication found, for JWT principals.
     pub authenticated: Option<&'r Authenticated>,
+    /// Basic auth's verdict, when the policy has basic auth (`None`: not checked, refused).
+    pub basic: Option<&'r BasicVerdict>,
 }
 
 /// Authorization rules: the first rule whose principal matches decides; none matching, the
@@ -183,6 +218,7 @@ impl AccessPolicy {
     pub fn needs_headers(&self) -> bool {
         self.jwt.is_some()
             || self.api_key.is_some()
+            || self.basic.is_some()
             || self
                 .authorization
                 .as_ref()
@@ -199,6 +235,8 @@ impl AccessPolicy {
                 .api_key
                 .as_ref()
                 .is_some_and(|k| k.forward_client_id_header.is_some() || k.sanitize)
+            // Basic auth may hash: hyper's path verifies it off the request threads.
+            || self.basic.is_some()
     }
 }
 
@@ -319,6 +357,7 @@ mod tests {
             headers: &headers,
             query: None,
             authenticated: None,
+            basic: None,
         })
     }
 
@@ -377,6 +416,7 @@ mod tests {
                     headers: &headers,
                     query: None,
                     authenticated: None,
+                    basic: None,
                 })
                 .action
         };

@@ -91,6 +91,9 @@ pub enum ProxyError {
     /// with the challenge.
     #[error("the request's credentials are missing or invalid")]
     Unauthenticated(Challenge),
+    /// Too many password verifications at once (basic auth): 503, try again.
+    #[error("too many password verifications at once")]
+    AuthBusy,
 }
 
 /// What a 401 asks the client for (`WWW-Authenticate`, RFC 9110 §11.6.1).
@@ -100,6 +103,8 @@ pub enum Challenge {
     Bearer { invalid: bool },
     /// An API key.
     ApiKey,
+    /// A username and password (RFC 7617).
+    Basic,
 }
 
 impl Challenge {
@@ -108,6 +113,7 @@ impl Challenge {
             Self::Bearer { invalid: false } => "Bearer realm=\"pier\"",
             Self::Bearer { invalid: true } => "Bearer realm=\"pier\", error=\"invalid_token\"",
             Self::ApiKey => "APIKey realm=\"pier\"",
+            Self::Basic => "Basic realm=\"pier\", charset=\"UTF-8\"",
         })
     }
 }
@@ -242,6 +248,7 @@ pub enum ErrorKind {
     Forbidden,
     PolicyInvalid,
     Unauthenticated,
+    AuthBusy,
 }
 
 /// Whose fault an error is.
@@ -288,6 +295,7 @@ impl ProxyError {
             Self::Forbidden => ErrorKind::Forbidden,
             Self::PolicyInvalid => ErrorKind::PolicyInvalid,
             Self::Unauthenticated(_) => ErrorKind::Unauthenticated,
+            Self::AuthBusy => ErrorKind::AuthBusy,
         }
     }
 
@@ -318,6 +326,7 @@ impl ProxyError {
             | ErrorKind::InvalidBackend
             | ErrorKind::InvalidTarget
             | ErrorKind::PolicyInvalid
+            | ErrorKind::AuthBusy
             | ErrorKind::TlsUnavailable => ErrorSide::Internal,
             ErrorKind::NoEndpoints
             | ErrorKind::ConnectRefused
@@ -350,7 +359,9 @@ impl ProxyError {
             | ErrorKind::InvalidTarget
             | ErrorKind::PolicyInvalid => StatusCode::INTERNAL_SERVER_ERROR,
             // Nothing was sent: safe to retry later, as Envoy answers an overflow.
-            ErrorKind::NoEndpoints | ErrorKind::BackendOverflow => StatusCode::SERVICE_UNAVAILABLE,
+            ErrorKind::NoEndpoints | ErrorKind::BackendOverflow | ErrorKind::AuthBusy => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             // Usually transient (a Secret not loaded yet) and nothing was sent: unavailable,
             // like an empty endpoint set, rather than 500.
             ErrorKind::TlsUnavailable => StatusCode::SERVICE_UNAVAILABLE,
@@ -424,6 +435,7 @@ impl ProxyError {
             | ErrorKind::ConnectOther
             | ErrorKind::TlsHandshake
             | ErrorKind::Upstream
+            | ErrorKind::AuthBusy
             | ErrorKind::BackendOverflow => GrpcCode::Unavailable,
         }
     }

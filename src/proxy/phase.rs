@@ -27,7 +27,7 @@ use std::time::Duration;
 use http::{HeaderMap, HeaderName, StatusCode};
 
 use crate::model::filter::CorsResponse;
-use crate::model::policy::AccessRequest;
+use crate::model::policy::{AccessRequest, BasicVerdict};
 use crate::model::{Listener, Port, Rule, Snapshot, WeightedBackend};
 use crate::proxy::conn_info::ConnInfo;
 use crate::proxy::error::ProxyError;
@@ -133,13 +133,62 @@ pub fn decide<'s>(
     routed: &Routed<'s>,
     input: &RouteInput<'_>,
     edge: &Edge,
+    basic: Option<&BasicVerdict>,
     admitted: &mut Option<Admitted>,
 ) -> Result<Decision<'s>, ProxyError> {
     let decided = routing::decide(routed, input);
     if !matches!(decided, Ok(Decision::Preflight(_))) {
-        *admitted = access(&routed.entry.rule, edge, input)?;
+        *admitted = access(&routed.entry.rule, edge, input, basic)?;
     }
     decided
+}
+
+/// Password verifications (bcrypt, SHA-crypt) running at once, at most: one per core, so a
+/// flood of wrong passwords takes those threads of the blocking pool and nothing else.
+fn hashing() -> &'static tokio::sync::Semaphore {
+    static HASHING: std::sync::OnceLock<tokio::sync::Semaphore> = std::sync::OnceLock::new();
+    HASHING.get_or_init(|| {
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        tokio::sync::Semaphore::new(cores)
+    })
+}
+
+/// How long a request waits for a turn to have its password verified before it gets a 503.
+const HASHING_WAIT: Duration = Duration::from_millis(500);
+
+/// Basic auth, before [`decide`]: the verdict on the request's `Authorization: Basic`, for a
+/// rule whose policy has basic auth (`None` otherwise). Passwords verified in the last
+/// minute come from a cache (no hash); others are hashed on the blocking pool, at most one
+/// per core at once, a request waiting at most [`HASHING_WAIT`] for its turn (then `Busy`:
+/// 503). The HTTP/1.1 fast path leaves such rules to hyper's path.
+pub async fn verify_basic(rule: &Rule, headers: &HeaderMap) -> Option<BasicVerdict> {
+    let b = rule.access.as_ref()?.basic.as_ref()?;
+    let Some((user, password)) = headers
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| crate::auth::htpasswd::basic_credentials(v.as_bytes()))
+    else {
+        return Some(BasicVerdict::Missing);
+    };
+    let now = std::time::Instant::now();
+    if b.verified.contains(&user, &password, now) {
+        return Some(BasicVerdict::User(user));
+    }
+    let Ok(Ok(_permit)) = tokio::time::timeout(HASHING_WAIT, hashing().acquire()).await else {
+        return Some(BasicVerdict::Busy);
+    };
+    let users = b.users.clone();
+    let verified = b.verified.clone();
+    let verdict = tokio::task::spawn_blocking(move || {
+        if users.verify(&user, &password) {
+            verified.insert(&user, &password, now);
+            BasicVerdict::User(user)
+        } else {
+            BasicVerdict::Refused
+        }
+    })
+    .await
+    .unwrap_or(BasicVerdict::Busy);
+    Some(verdict)
 }
 
 /// Access: whether the rule's access policies let the request in (missing or bad
@@ -151,6 +200,7 @@ pub fn access(
     rule: &Rule,
     edge: &Edge,
     input: &RouteInput<'_>,
+    basic: Option<&BasicVerdict>,
 ) -> Result<Option<Admitted>, ProxyError> {
     match &rule.access {
         None => Ok(None),
@@ -162,6 +212,7 @@ pub fn access(
                 headers: input.headers,
                 query: input.query,
                 authenticated: None,
+                basic,
             },
         )
         .map(Some),

@@ -460,6 +460,7 @@ fn entry(key: ObjectRef, p: &SecurityPolicy, resources: &Resources) -> Entry {
                 invalid: Some(why.clone()),
                 jwt: None,
                 api_key: None,
+                basic: None,
                 authorization: None,
             },
             Some(why),
@@ -520,13 +521,6 @@ fn access_policy(
     if spec.target_refs.is_empty() {
         return Err("targetRefs is empty".into());
     }
-    if spec.basic_auth.is_some() {
-        return Err(
-            "basicAuth is not implemented by this version of pier: the policy is not applied \
-             and the routes it targets answer 500 (fail closed)"
-                .into(),
-        );
-    }
     let jwt = spec
         .jwt
         .as_ref()
@@ -539,6 +533,12 @@ fn access_policy(
         .map(|k| authn::api_key(key, k, resources))
         .transpose()
         .map_err(|e| format!("apiKeyAuth.{e}"))?;
+    let basic = spec
+        .basic_auth
+        .as_ref()
+        .map(|b| authn::basic(key, b, resources))
+        .transpose()
+        .map_err(|e| format!("basicAuth.{e}"))?;
     let providers: Vec<&str> = jwt
         .iter()
         .flat_map(|j| &j.providers)
@@ -554,6 +554,7 @@ fn access_policy(
         invalid: None,
         jwt,
         api_key,
+        basic,
         authorization,
     })
 }

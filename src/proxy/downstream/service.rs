@@ -136,11 +136,13 @@ async fn dispatch<'s>(
     };
     let routed = phase::route(found, &host, &input, seen)?;
     let rule = &routed.entry.rule;
+    let basic = phase::verify_basic(rule, input.headers).await;
     let mut admitted = None;
-    let (weighted, cors) = match phase::decide(&routed, &input, edge, &mut admitted)? {
-        Decision::Preflight(resp) | Decision::Redirect(resp) => return Ok(resp),
-        Decision::Forward(weighted, cors) => (weighted, cors),
-    };
+    let (weighted, cors) =
+        match phase::decide(&routed, &input, edge, basic.as_ref(), &mut admitted)? {
+            Decision::Preflight(resp) | Decision::Redirect(resp) => return Ok(resp),
+            Decision::Forward(weighted, cors) => (weighted, cors),
+        };
     if let Some(a) = &admitted {
         phase::apply(a, req.headers_mut());
     }

@@ -1,5 +1,5 @@
 //! The rule's access policies, evaluated purely on what the request path derived:
-//! authentication (a JSON Web Token, an API key) and then authorization by client address,
+//! authentication (a JSON Web Token, an API key, a password) and then authorization by client address,
 //! method, headers and JWT claims (`model::policy`). Missing or bad credentials: 401 with
 //! `WWW-Authenticate` (gRPC: UNAUTHENTICATED); denied: 403 (gRPC: PERMISSION_DENIED); an
 //! invalid policy: 500, never a pass. Credentials are never logged.
@@ -8,7 +8,8 @@ use http::{HeaderName, HeaderValue, header};
 
 use crate::auth::jwt;
 use crate::model::policy::{
-    AccessPolicy, AccessRequest, Action, ApiKeyAuthn, Authenticated, CredentialSource, JwtAuthn,
+    AccessPolicy, AccessRequest, Action, ApiKeyAuthn, Authenticated, BasicAuthn, BasicVerdict,
+    CredentialSource, JwtAuthn,
 };
 use crate::proxy::error::{Challenge, ProxyError};
 
@@ -39,6 +40,9 @@ pub fn check(policy: &AccessPolicy, req: &AccessRequest<'_>) -> Result<Admitted,
     }
     if let Some(k) = &policy.api_key {
         api_key_authn(k, req, &mut admitted)?;
+    }
+    if let Some(b) = &policy.basic {
+        basic_authn(b, req, &mut admitted)?;
     }
     let Some(authz) = &policy.authorization else {
         return Ok(admitted);
@@ -146,6 +150,31 @@ fn api_key_authn(
         admitted.edits.push(Edit::Remove(name.clone()));
     }
     Ok(())
+}
+
+/// Basic auth's verdict, worked out before (it may hash: `phase::verify_basic`).
+fn basic_authn(
+    b: &BasicAuthn,
+    req: &AccessRequest<'_>,
+    admitted: &mut Admitted,
+) -> Result<(), ProxyError> {
+    match req.basic {
+        Some(BasicVerdict::User(user)) => {
+            if admitted.authenticated.principal.is_none() {
+                admitted.authenticated.principal = Some(format!("basic:{user}"));
+            }
+            if let Some(h) = &b.forward_username_header
+                && let Ok(v) = HeaderValue::from_str(user)
+            {
+                admitted.edits.push(Edit::Set(h.clone(), v));
+            }
+            Ok(())
+        }
+        Some(BasicVerdict::Busy) => Err(ProxyError::AuthBusy),
+        Some(BasicVerdict::Missing | BasicVerdict::Refused) | None => {
+            Err(ProxyError::Unauthenticated(Challenge::Basic))
+        }
+    }
 }
 
 /// The credential `source` names in the request, if it is there (and not empty).

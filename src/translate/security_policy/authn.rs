@@ -8,12 +8,13 @@ use std::sync::Arc;
 
 use http::HeaderName;
 
-use super::super::api::{self, ApiKeyAuth, Jwt, JwtProvider as ApiJwtProvider};
+use super::super::api::{self, ApiKeyAuth, BasicAuth, Jwt, JwtProvider as ApiJwtProvider};
 use super::super::resources::Resources;
+use crate::auth::htpasswd::{Htpasswd, VerifiedCache};
 use crate::auth::jwks::Jwks;
 use crate::auth::jwt::Validation;
 use crate::model::ObjectRef;
-use crate::model::policy::{ApiKeyAuthn, CredentialSource, JwtAuthn, JwtProvider};
+use crate::model::policy::{ApiKeyAuthn, BasicAuthn, CredentialSource, JwtAuthn, JwtProvider};
 
 /// The key a ConfigMap referenced by `localJWKS.valueRef` holds the set under.
 pub const JWKS_KEY: &str = "jwks";
@@ -223,6 +224,58 @@ pub fn api_key(
         extract_from,
         forward_client_id_header,
         sanitize,
+    })
+}
+
+/// The key of the Secret `basicAuth.users` names that holds the users.
+pub const HTPASSWD_KEY: &str = ".htpasswd";
+
+/// How long a verified password is taken as verified (no hash).
+const VERIFIED_TTL: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// At most this many verified passwords are remembered per policy.
+const VERIFIED_CAPACITY: usize = 10_000;
+
+pub fn basic(key: &ObjectRef, b: &BasicAuth, resources: &Resources) -> Result<BasicAuthn, String> {
+    let r = &b.users;
+    if !matches!(r.kind.as_deref(), None | Some("Secret"))
+        || !matches!(r.group.as_deref(), None | Some(""))
+    {
+        return Err("users: only a Secret holds the users".into());
+    }
+    if r.namespace.as_deref().is_some_and(|ns| ns != key.namespace) {
+        return Err(format!(
+            "users: a Secret in another namespace is not supported yet (put it in {})",
+            key.namespace
+        ));
+    }
+    let secret = resources
+        .secrets
+        .get(&(key.namespace.clone(), r.name.clone()))
+        .ok_or_else(|| format!("users: Secret {}/{} not found", key.namespace, r.name))?;
+    let text = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(HTPASSWD_KEY))
+        .ok_or_else(|| {
+            format!(
+                "users: Secret {}/{} has no key {HTPASSWD_KEY}",
+                key.namespace, r.name
+            )
+        })?;
+    let text =
+        std::str::from_utf8(&text.0).map_err(|_| format!("users: {HTPASSWD_KEY} is not UTF-8"))?;
+    // The error names the line and the user, never the hash.
+    let users = Htpasswd::parse(text).map_err(|e| format!("users: {HTPASSWD_KEY}: {e}"))?;
+    let forward_username_header = b
+        .forward_username_header
+        .as_deref()
+        .map(|h| header_name(h, "forwardUsernameHeader"))
+        .transpose()?;
+    Ok(BasicAuthn {
+        users: Arc::new(users),
+        verified: Arc::new(VerifiedCache::new(VERIFIED_TTL, VERIFIED_CAPACITY)),
+        forward_username_header,
     })
 }
 

@@ -20,6 +20,7 @@ fn api_key_policy(sanitize: bool) -> AccessPolicy {
         source: "ns/keys".into(),
         invalid: None,
         jwt: None,
+        basic: None,
         api_key: Some(ApiKeyAuthn {
             keys: Arc::new(keys),
             extract_from: vec![
@@ -54,6 +55,7 @@ fn run(
             headers: &map,
             query,
             authenticated: None,
+            basic: None,
         },
     )
 }
@@ -128,6 +130,7 @@ fn a_bearer_prefix_is_matched_without_case_and_removed() {
         headers: &map,
         query: None,
         authenticated: None,
+        basic: None,
     };
     assert_eq!(credential(&source, &req), Some(&b"abc.def"[..]));
     let mut basic = HeaderMap::new();
