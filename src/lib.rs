@@ -28,6 +28,7 @@
 #![forbid(unsafe_code)]
 
 pub mod admin;
+pub mod auth;
 pub mod check;
 pub mod cli;
 pub mod commands;

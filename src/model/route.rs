@@ -92,8 +92,13 @@ impl Rule {
         self.retry.as_ref().filter(|p| p.attempts > 0)
     }
 
-    /// Whether the rule or one of its backendRefs has a CORS filter: then the request's
-    /// headers are needed (Origin, Access-Control-Request-*) whatever the rule matches on.
+    /// Whether deciding the request reads its headers whatever the rule matches on: a CORS
+    /// filter (Origin, Access-Control-Request-*) or an access policy that reads headers.
+    pub fn needs_headers(&self) -> bool {
+        self.has_cors() || self.access.as_ref().is_some_and(|a| a.needs_headers())
+    }
+
+    /// Whether the rule or one of its backendRefs has a CORS filter.
     pub fn has_cors(&self) -> bool {
         self.filters.cors.is_some()
             || self

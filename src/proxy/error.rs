@@ -84,6 +84,9 @@ pub enum ProxyError {
     /// The rule's access policy denied the client (authorization).
     #[error("the route's access policy denied the request")]
     Forbidden,
+    /// The rule's SecurityPolicy is invalid (its status says why): fail closed.
+    #[error("the route's security policy is invalid")]
+    PolicyInvalid,
 }
 
 /// Why a connection to an upstream endpoint failed.
@@ -214,6 +217,7 @@ pub enum ErrorKind {
     UriTooLong,
     BackendOverflow,
     Forbidden,
+    PolicyInvalid,
 }
 
 /// Whose fault an error is.
@@ -258,6 +262,7 @@ impl ProxyError {
             Self::ClientBody(BodyFault::TooLarge) => ErrorKind::RequestBodyTooLarge,
             Self::BackendOverflow => ErrorKind::BackendOverflow,
             Self::Forbidden => ErrorKind::Forbidden,
+            Self::PolicyInvalid => ErrorKind::PolicyInvalid,
         }
     }
 
@@ -286,6 +291,7 @@ impl ProxyError {
             ErrorKind::NoBackends
             | ErrorKind::InvalidBackend
             | ErrorKind::InvalidTarget
+            | ErrorKind::PolicyInvalid
             | ErrorKind::TlsUnavailable => ErrorSide::Internal,
             ErrorKind::NoEndpoints
             | ErrorKind::ConnectRefused
@@ -311,9 +317,11 @@ impl ProxyError {
             ErrorKind::Forbidden => StatusCode::FORBIDDEN,
             // Gateway API: a rule whose backends are all invalid, or a pick that lands on an
             // invalid one, answers 500.
-            ErrorKind::NoBackends | ErrorKind::InvalidBackend | ErrorKind::InvalidTarget => {
-                StatusCode::INTERNAL_SERVER_ERROR
-            }
+            // An invalid security policy fails closed, as Envoy Gateway answers it.
+            ErrorKind::NoBackends
+            | ErrorKind::InvalidBackend
+            | ErrorKind::InvalidTarget
+            | ErrorKind::PolicyInvalid => StatusCode::INTERNAL_SERVER_ERROR,
             // Nothing was sent: safe to retry later, as Envoy answers an overflow.
             ErrorKind::NoEndpoints | ErrorKind::BackendOverflow => StatusCode::SERVICE_UNAVAILABLE,
             // Usually transient (a Secret not loaded yet) and nothing was sent: unavailable,
@@ -366,7 +374,8 @@ impl ProxyError {
             ErrorKind::BadRequest
             | ErrorKind::BadRequestBody
             | ErrorKind::UnsupportedTransferCoding
-            | ErrorKind::InvalidTarget => GrpcCode::Internal,
+            | ErrorKind::InvalidTarget
+            | ErrorKind::PolicyInvalid => GrpcCode::Internal,
             ErrorKind::RequestBodyTooLarge | ErrorKind::UriTooLong => GrpcCode::ResourceExhausted,
             ErrorKind::Forbidden => GrpcCode::PermissionDenied,
             ErrorKind::RequestBodyTimeout

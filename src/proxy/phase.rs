@@ -27,6 +27,7 @@ use std::time::Duration;
 use http::{HeaderMap, HeaderName, StatusCode};
 
 use crate::model::filter::CorsResponse;
+use crate::model::policy::AccessRequest;
 use crate::model::{Listener, Port, Rule, Snapshot, WeightedBackend};
 use crate::proxy::conn_info::ConnInfo;
 use crate::proxy::error::ProxyError;
@@ -125,7 +126,7 @@ pub fn route<'s>(
 /// without credentials); then the rule's access policies ([`access`]) must let the request
 /// in; then a redirect is answered, or the request goes to a backendRef.
 ///
-/// `input.headers` must hold the request's headers when [`Rule::has_cors`].
+/// `input.headers` must hold the request's headers when [`Rule::needs_headers`].
 #[inline(always)]
 pub fn decide<'s>(
     routed: &Routed<'s>,
@@ -134,18 +135,26 @@ pub fn decide<'s>(
 ) -> Result<Decision<'s>, ProxyError> {
     let decided = routing::decide(routed, input);
     if !matches!(decided, Ok(Decision::Preflight(_))) {
-        access(&routed.entry.rule, edge)?;
+        access(&routed.entry.rule, edge, input)?;
     }
     decided
 }
 
-/// Access: whether the rule's access policies let the request in (`Forbidden`: 403). A rule
-/// without any pays this one branch.
+/// Access: whether the rule's access policies let the request in (`Forbidden`: 403; an
+/// invalid policy: 500). A rule without any pays this one branch. `input.headers` must hold
+/// the request's headers when [`Rule::needs_headers`].
 #[inline(always)]
-pub fn access(rule: &Rule, edge: &Edge) -> Result<(), ProxyError> {
+pub fn access(rule: &Rule, edge: &Edge, input: &RouteInput<'_>) -> Result<(), ProxyError> {
     match &rule.access {
         None => Ok(()),
-        Some(policy) => access_policy::check(policy, edge.client),
+        Some(policy) => access_policy::check(
+            policy,
+            &AccessRequest {
+                client: edge.client,
+                method: input.method,
+                headers: input.headers,
+            },
+        ),
     }
 }
 

@@ -21,13 +21,16 @@ use crate::support::*;
 fn policy(cidr: &str, action: Action, default: Action) -> AccessPolicy {
     AccessPolicy {
         source: "ns/policy".into(),
+        invalid: None,
         authorization: Some(Authorization {
             default_action: default,
             rules: vec![AuthorizationRule {
                 name: Some("loopback".into()),
                 action,
+                methods: vec![],
                 principal: Principal {
                     client_cidrs: vec![cidr.parse().unwrap()],
+                    headers: vec![],
                 },
             }],
         }),

@@ -812,8 +812,9 @@ fn plan<'s>(
         Err(e) => return Plan::Respond(common, Err(e)),
     };
     let rule: &'s Rule = &routed.entry.rule;
-    // A CORS filter reads the request's headers, which routing alone may not have needed.
-    let cors_map = if map.is_empty() && rule.has_cors() {
+    // A CORS filter or an access policy reads the request's headers, which routing alone may
+    // not have needed.
+    let cors_map = if map.is_empty() && rule.needs_headers() {
         match head::header_map(req.headers) {
             Some(map) => Some(map),
             None => return Plan::Fallback,
