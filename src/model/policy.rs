@@ -65,7 +65,10 @@ pub struct Principal {
     /// Translation refuses a principal with no part at all.
     pub client_cidrs: Vec<Cidr>,
     /// Each header named has one of its values (a header sent several times: any of them).
-    #[serde(skip_serializing_if = "Vec::is_empty", serialize_with = "header_principals")]
+    #[serde(
+        skip_serializing_if = "Vec::is_empty",
+        serialize_with = "header_principals"
+    )]
     pub headers: Vec<(HeaderName, Vec<HeaderValue>)>,
 }
 
@@ -221,8 +224,16 @@ mod tests {
                 })
                 .action
         };
-        assert_eq!(at(Method::GET, Some("ops")), Action::Allow, "any of its values");
-        assert_eq!(at(Method::POST, Some("ops")), Action::Deny, "another method");
+        assert_eq!(
+            at(Method::GET, Some("ops")),
+            Action::Allow,
+            "any of its values"
+        );
+        assert_eq!(
+            at(Method::POST, Some("ops")),
+            Action::Deny,
+            "another method"
+        );
         assert_eq!(at(Method::GET, Some("qa")), Action::Deny, "another value");
         assert_eq!(at(Method::GET, None), Action::Deny, "no header");
     }
