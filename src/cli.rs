@@ -58,7 +58,8 @@ pub enum Command {
     /// Mesh helpers.
     #[command(subcommand)]
     Mesh(MeshCommand),
-    /// Print the Gateway API CRDs pier reads, as YAML (`pier crds | kubectl apply -f -`).
+    /// Print the CRDs pier reads, as YAML (`pier crds | kubectl apply -f -`): the Gateway API
+    /// ones, then pier's own SecurityPolicy (`pier.dev/v1alpha1`).
     Crds(CrdsArgs),
 }
 

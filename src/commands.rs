@@ -56,7 +56,8 @@ pub async fn dispatch(cmd: Command) -> anyhow::Result<()> {
     }
 }
 
-/// `pier crds`: the CRDs as one multi-document YAML stream.
+/// `pier crds`: the CRDs ([`crate::crds::bundle`]: Gateway API's, then pier's own) as one
+/// multi-document YAML stream.
 pub fn crds_yaml(mesh: bool) -> anyhow::Result<String> {
     let mut out = String::new();
     for crd in crate::crds::bundle(mesh) {

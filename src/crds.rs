@@ -1,11 +1,13 @@
 //! The Gateway API CustomResourceDefinitions pier reads, generated from the `gateway-api`
-//! crate's types (`kube::CustomResourceExt::crd()`), so they match what pier deserializes.
+//! crate's types (`kube::CustomResourceExt::crd()`), so they match what pier deserializes,
+//! and pier's own ([`own`]: SecurityPolicy, `pier.dev/v1alpha1`), generated the same way from
+//! `crate::translate::api`.
 //!
 //! These are not the upstream release YAMLs: they carry only the `v1` version, no printer
 //! columns, short names, defaults or CEL rules (kopium's `--schema=derived` does not keep
 //! them). They are structural schemas a real kube-apiserver accepts, which is what tests and
-//! small clusters need. `config/crds/` holds them as YAML; `tests/crds.rs` keeps the files
-//! equal to this module's output.
+//! small clusters need. `config/crds/` holds them as YAML (pier's own under `config/crds/pier/`);
+//! `tests/crds.rs` keeps the files equal to this module's output.
 //!
 //! [`gateway_with_mesh`] adds a `spec.mesh` stanza to the Gateway schema, for the
 //! out-of-cluster gateway proposals (GEP-3951, GEP-3792). Without it the API server prunes
@@ -22,6 +24,8 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinition, JSONSchemaProps,
 };
 use kube::CustomResourceExt;
+
+use crate::translate::api::SecurityPolicy;
 
 /// The Gateway API release the `gateway-api` crate's types were generated from.
 pub const BUNDLE_VERSION: &str = "v1.5.1";
@@ -53,8 +57,14 @@ pub fn all() -> Vec<CustomResourceDefinition> {
     .collect()
 }
 
+/// pier's own CRDs (group `pier.dev`): SecurityPolicy. Not in a `*.k8s.io` group, so no
+/// API-approval annotation, and not part of a Gateway API bundle, so none of its annotations.
+pub fn own() -> Vec<CustomResourceDefinition> {
+    vec![SecurityPolicy::crd()]
+}
+
 /// What `pier crds` prints: [`all`], with the Gateway CRD replaced by
-/// [`gateway_with_mesh`] when `mesh`.
+/// [`gateway_with_mesh`] when `mesh`, then [`own`].
 pub fn bundle(mesh: bool) -> Vec<CustomResourceDefinition> {
     let mut crds = all();
     if mesh {
@@ -65,6 +75,7 @@ pub fn bundle(mesh: bool) -> Vec<CustomResourceDefinition> {
             }
         }
     }
+    crds.extend(own());
     crds
 }
 
@@ -210,10 +221,32 @@ mod tests {
     }
 
     #[test]
+    fn own_crds_are_pier_dev_and_namespaced() {
+        let own = own();
+        let names: Vec<_> = own.iter().map(|c| c.metadata.name.clone()).collect();
+        assert_eq!(names, [Some("securitypolicies.pier.dev".to_string())]);
+        let crd = &own[0];
+        assert_eq!(crd.spec.scope, "Namespaced");
+        assert_eq!(crd.spec.names.kind, "SecurityPolicy");
+        let versions: Vec<_> = crd.spec.versions.iter().map(|v| &v.name).collect();
+        assert_eq!(versions, ["v1alpha1"]);
+        let v = &crd.spec.versions[0];
+        assert!(v.served && v.storage);
+        assert!(
+            v.subresources
+                .as_ref()
+                .and_then(|s| s.status.as_ref())
+                .is_some(),
+            "status is a subresource (pier patches it)"
+        );
+        assert_eq!(crd.metadata.annotations, None);
+    }
+
+    #[test]
     fn mesh_bundle_swaps_only_the_gateway_crd() {
         let plain = bundle(false);
         let mesh = bundle(true);
-        assert_eq!(plain, all());
+        assert_eq!(plain, [all(), own()].concat());
         assert_eq!(plain.len(), mesh.len());
         for (p, m) in plain.iter().zip(&mesh) {
             if p.spec.names.kind == "Gateway" {

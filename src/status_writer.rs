@@ -17,8 +17,9 @@
 //!   even rendered again. A patch identical to one queued, or to one applied whose result the
 //!   store has not caught up with, is not sent twice.
 //! - **Whose fields.** GatewayClass and Gateway status belong to pier (the classes and Gateways
-//!   it owns): applied with `force`. HTTPRoute `status.parents` (and BackendTLSPolicy
-//!   `status.ancestors`, the same way) is an atomic list shared with other controllers: pier
+//!   it owns): applied with `force`. HTTPRoute `status.parents` (and BackendTLSPolicy and
+//!   SecurityPolicy `status.ancestors`, the same way) is an atomic list shared with other
+//!   controllers: pier
 //!   applies the merged list (`render::http_route`) with `force` *and*
 //!   the `resourceVersion` it merged from, so a concurrent change by another writer fails the
 //!   patch (409) instead of being overwritten; it is retried once the store has the new
@@ -60,7 +61,8 @@ pub use self::version::{BundleVersion, MIN_SUPPORTED};
 use crate::model::ObjectRef;
 use crate::source::kube::Stores;
 use crate::translate::api::{GATEWAY_GROUP, ObjectMeta, Time, Timestamp};
-use crate::translate::status::HttpRouteStatus;
+use crate::translate::spiffe::PIER_GROUP;
+use crate::translate::status::{HttpRouteStatus, PIER_POLICY_API_VERSION};
 use crate::translate::{Settings, Statuses};
 
 /// The one field manager pier's status patches use.
@@ -169,6 +171,7 @@ pub enum PatchKind {
     TlsRoute,
     ListenerSet,
     BackendTlsPolicy,
+    SecurityPolicy,
 }
 
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
@@ -208,6 +211,7 @@ enum JobKey {
     TlsRoute(ObjectRef),
     ListenerSet(ObjectRef),
     BackendTlsPolicy(ObjectRef),
+    SecurityPolicy(ObjectRef),
 }
 
 /// What is queued and what was applied, shared by the planner and the workers. A std mutex,
@@ -296,6 +300,7 @@ impl EncodeLabelValue for PatchKind {
             Self::TlsRoute => "TLSRoute",
             Self::ListenerSet => "ListenerSet",
             Self::BackendTlsPolicy => "BackendTLSPolicy",
+            Self::SecurityPolicy => "SecurityPolicy",
         })
     }
 }
@@ -398,6 +403,7 @@ impl JobKey {
             Self::TlsRoute(_) => PatchKind::TlsRoute,
             Self::ListenerSet(_) => PatchKind::ListenerSet,
             Self::BackendTlsPolicy(_) => PatchKind::BackendTlsPolicy,
+            Self::SecurityPolicy(_) => PatchKind::SecurityPolicy,
         }
     }
 
@@ -410,26 +416,34 @@ impl JobKey {
             | Self::GrpcRoute(r)
             | Self::TlsRoute(r)
             | Self::ListenerSet(r)
-            | Self::BackendTlsPolicy(r) => (Some(&r.namespace), &r.name),
+            | Self::BackendTlsPolicy(r)
+            | Self::SecurityPolicy(r) => (Some(&r.namespace), &r.name),
         }
     }
 
     fn api_resource(&self) -> ApiResource {
-        let (kind, plural) = match self.kind() {
-            PatchKind::GatewayClass => ("GatewayClass", "gatewayclasses"),
-            PatchKind::Gateway => ("Gateway", "gateways"),
-            PatchKind::HttpRoute => ("HTTPRoute", "httproutes"),
-            PatchKind::GrpcRoute => ("GRPCRoute", "grpcroutes"),
-            PatchKind::TlsRoute => ("TLSRoute", "tlsroutes"),
-            PatchKind::ListenerSet => ("ListenerSet", "listenersets"),
-            PatchKind::BackendTlsPolicy => ("BackendTLSPolicy", "backendtlspolicies"),
-        };
-        ApiResource {
+        let gateway_api = |kind: &str, plural: &str| ApiResource {
             group: GATEWAY_GROUP.to_string(),
             version: "v1".to_string(),
             api_version: format!("{GATEWAY_GROUP}/v1"),
             kind: kind.to_string(),
             plural: plural.to_string(),
+        };
+        match self.kind() {
+            PatchKind::GatewayClass => gateway_api("GatewayClass", "gatewayclasses"),
+            PatchKind::Gateway => gateway_api("Gateway", "gateways"),
+            PatchKind::HttpRoute => gateway_api("HTTPRoute", "httproutes"),
+            PatchKind::GrpcRoute => gateway_api("GRPCRoute", "grpcroutes"),
+            PatchKind::TlsRoute => gateway_api("TLSRoute", "tlsroutes"),
+            PatchKind::ListenerSet => gateway_api("ListenerSet", "listenersets"),
+            PatchKind::BackendTlsPolicy => gateway_api("BackendTLSPolicy", "backendtlspolicies"),
+            PatchKind::SecurityPolicy => ApiResource {
+                group: PIER_GROUP.to_string(),
+                version: "v1alpha1".to_string(),
+                api_version: PIER_POLICY_API_VERSION.to_string(),
+                kind: "SecurityPolicy".to_string(),
+                plural: "securitypolicies".to_string(),
+            },
         }
     }
 }
@@ -479,6 +493,7 @@ impl Planner {
                 JobKey::TlsRoute(r) => desired.tls_routes.contains_key(r),
                 JobKey::ListenerSet(r) => desired.listener_sets.contains_key(r),
                 JobKey::BackendTlsPolicy(r) => desired.backend_tls_policies.contains_key(r),
+                JobKey::SecurityPolicy(r) => desired.security_policies.contains_key(r),
             });
         }
         let ctx = render::Ctx {
@@ -547,6 +562,18 @@ impl Planner {
             let key = JobKey::BackendTlsPolicy(r.clone());
             if let Some(job) = memo.consider(key, &o.metadata, tracker, || {
                 render::backend_tls_policy(&r.namespace, want, &to_json(&o.status), ctx)
+            }) {
+                jobs.push(job);
+            }
+        }
+        for (r, want) in &desired.security_policies {
+            let Some(guard) = object(&stores.security_policies, Some(&r.namespace), &r.name) else {
+                continue;
+            };
+            let Ok(o) = &guard.0 else { continue };
+            let key = JobKey::SecurityPolicy(r.clone());
+            if let Some(job) = memo.consider(key, &o.metadata, tracker, || {
+                render::security_policy(&r.namespace, want, &to_json(&o.status), ctx)
             }) {
                 jobs.push(job);
             }
@@ -821,6 +848,7 @@ impl Worker {
                 | PatchKind::GrpcRoute
                 | PatchKind::TlsRoute
                 | PatchKind::BackendTlsPolicy
+                | PatchKind::SecurityPolicy
         ) && let Some(rv) = &job.resource_version
         {
             metadata["resourceVersion"] = json!(rv);

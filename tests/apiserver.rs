@@ -1,6 +1,8 @@
 //! Against a real kube-apiserver + etcd (`support::apiserver`): `config/crds/` installs and
 //! serves pier's types, `spec.mesh` is pruned by the plain Gateway CRD and kept by
-//! `config/crds/mesh/gateway-with-mesh.yaml`, and data survives an API server outage.
+//! `config/crds/mesh/gateway-with-mesh.yaml`, pier's own SecurityPolicy CRD
+//! (`config/crds/pier/`) is structural and keeps every field pier reads, and data survives an
+//! API server outage.
 //!
 //! Needs the binaries from `scripts/control-plane.sh build`; fails (does not skip) without them.
 
@@ -243,6 +245,141 @@ async fn crds_mesh_variant_and_apiserver_restart() {
     assert_eq!(names, ["gep3792", "gep3951", "plain"]);
     let read = bounded(gws.get("gep3792")).await.unwrap();
     assert_eq!(read.data["spec"]["mesh"], mesh_gep3792());
+}
+
+/// `config/crds/pier/securitypolicies.yaml` installs (Established, structural; `pier.dev` is
+/// not a protected group, so no API approval is asked), and a SecurityPolicy using every part
+/// of the spec reads back as pier's typed struct unchanged: the schema prunes nothing pier
+/// reads. Its status subresource takes `ancestors`.
+#[tokio::test]
+async fn security_policy_crd_installs_and_keeps_every_field() {
+    use pier::translate::api::SecurityPolicy;
+    let cp = ControlPlane::start().await;
+    let client = cp.admin_client();
+    let installed = cp.install_crds(crds_dir().join("pier")).await;
+    assert_eq!(installed, ["securitypolicies.pier.dev"]);
+    let crd = bounded(Api::<CustomResourceDefinition>::all(client.clone()).get(&installed[0]))
+        .await
+        .unwrap();
+    let conditions = crd.status.and_then(|s| s.conditions).unwrap_or_default();
+    let status = |t: &str| {
+        conditions
+            .iter()
+            .find(|c| c.type_ == t)
+            .map(|c| c.status.as_str())
+    };
+    assert_eq!(status("Established"), Some("True"), "{conditions:?}");
+    assert_eq!(status("NonStructuralSchema"), None, "{conditions:?}");
+    create_namespace(&client).await;
+
+    let sent = json!({
+        "apiVersion": "pier.dev/v1alpha1",
+        "kind": "SecurityPolicy",
+        "metadata": { "name": "auth", "namespace": NS },
+        "spec": {
+            "targetRefs": [
+                { "group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": "web" },
+                { "group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "gw",
+                  "sectionName": "https" },
+            ],
+            "basicAuth": { "users": { "name": "htpasswd" }, "forwardUsernameHeader": "x-user" },
+            "apiKeyAuth": {
+                "credentialRefs": [{ "kind": "Secret", "name": "keys", "namespace": "other" }],
+                "extractFrom": [{ "headers": ["x-api-key"], "params": ["key"], "cookies": ["k"] }],
+                "forwardClientIDHeader": "x-client",
+                "sanitize": true,
+            },
+            "jwt": {
+                "optional": false,
+                "providers": [{
+                    "name": "idp",
+                    "issuer": "https://idp.example",
+                    "audiences": ["web"],
+                    "remoteJWKS": { "uri": "https://idp.example/jwks", "cacheDuration": "10m" },
+                    "localJWKS": { "type": "ValueRef", "valueRef": { "kind": "ConfigMap", "name": "jwks" } },
+                    "claimToHeaders": [{ "header": "x-sub", "claim": "sub" }],
+                    "extractFrom": { "headers": [{ "name": "authorization", "valuePrefix": "Bearer " }] },
+                }],
+            },
+            "authorization": {
+                "defaultAction": "Deny",
+                "rules": [{
+                    "name": "admins",
+                    "action": "Allow",
+                    "operation": { "methods": ["GET"] },
+                    "principal": {
+                        "clientCIDRs": ["10.0.0.0/8"],
+                        "jwt": { "provider": "idp", "scopes": ["read"],
+                                 "claims": [{ "name": "groups", "values": ["admin"] }] },
+                        "headers": [{ "name": "x-team", "values": ["a"] }],
+                    },
+                }],
+            },
+        },
+    });
+    let typed: SecurityPolicy = serde_json::from_value(sent.clone()).unwrap();
+    let api = Api::<SecurityPolicy>::namespaced(client.clone(), NS);
+    bounded(api.create(&PostParams::default(), &typed))
+        .await
+        .unwrap();
+    let read = bounded(api.get("auth")).await.unwrap();
+    assert_eq!(read.spec, typed.spec, "nothing pruned");
+    let raw = bounded(
+        Api::<DynamicObject>::namespaced_with(
+            client.clone(),
+            NS,
+            &ApiResource::erase::<SecurityPolicy>(&()),
+        )
+        .get("auth"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        raw.data["spec"], sent["spec"],
+        "as written, field for field"
+    );
+
+    // An unknown field is pruned, as for every CRD under apiextensions.k8s.io/v1.
+    let mut extra = sent.clone();
+    extra["metadata"]["name"] = json!("extra");
+    extra["spec"]["basicAuth"]["realm"] = json!("pruned");
+    let extra: DynamicObject = serde_json::from_value(extra).unwrap();
+    let dynamic = Api::<DynamicObject>::namespaced_with(
+        client.clone(),
+        NS,
+        &ApiResource::erase::<SecurityPolicy>(&()),
+    );
+    let created = bounded(dynamic.create(&PostParams::default(), &extra))
+        .await
+        .unwrap();
+    assert!(created.data["spec"]["basicAuth"].get("realm").is_none());
+
+    // The status subresource takes GEP-713 ancestors.
+    let status = json!({
+        "apiVersion": "pier.dev/v1alpha1",
+        "kind": "SecurityPolicy",
+        "metadata": { "name": "auth", "namespace": NS },
+        "status": { "ancestors": [{
+            "ancestorRef": { "group": "gateway.networking.k8s.io", "kind": "Gateway",
+                             "name": "gw", "namespace": NS },
+            "controllerName": pier::DEFAULT_CONTROLLER_NAME,
+            "conditions": [{ "type": "Accepted", "status": "True", "reason": "Accepted",
+                             "message": "", "observedGeneration": 1,
+                             "lastTransitionTime": "2020-01-01T00:00:00Z" }],
+        }] },
+    });
+    let pp = kube::api::PatchParams::apply("pier-tests").force();
+    bounded(api.patch_status("auth", &pp, &kube::api::Patch::Apply(&status)))
+        .await
+        .unwrap();
+    let read = bounded(api.get("auth")).await.unwrap();
+    let ancestors = read.status.unwrap().ancestors;
+    assert_eq!(ancestors.len(), 1);
+    assert_eq!(ancestors[0].controller_name, pier::DEFAULT_CONTROLLER_NAME);
+    assert_eq!(
+        read.spec, typed.spec,
+        "a status write leaves the spec alone"
+    );
 }
 
 /// A least-privilege identity: a ServiceAccount token from the TokenRequest API is

@@ -245,6 +245,13 @@ async fn a_missing_crd_fails_and_skips_what_needs_it() {
         optional["message"],
         "not installed: pier serves no GRPCRoute until it is"
     );
+    // pier's own SecurityPolicy CRD: optional, with its own message.
+    assert_check(
+        &v,
+        "crd/securitypolicies.pier.dev",
+        "warn",
+        "not installed: no SecurityPolicy can be created until it is (pier runs without)",
+    );
     let older = get(&v, "crd/gateways.gateway.networking.k8s.io");
     assert_eq!(older["status"], "warn");
     assert_eq!(
@@ -383,6 +390,12 @@ async fn live_cluster_checks() {
     for plural in GATEWAY_CRDS {
         get(&v, &format!("crd/{plural}.gateway.networking.k8s.io"));
     }
+    assert_check(
+        &v,
+        "crd/securitypolicies.pier.dev",
+        "ok",
+        "served as v1alpha1",
+    );
     for (res, verbs) in [
         (
             "gateways.gateway.networking.k8s.io",
@@ -409,6 +422,14 @@ async fn live_cluster_checks() {
         (
             "clustertrustbundles.certificates.k8s.io",
             "get, list, watch",
+        ),
+        (
+            "securitypolicies.pier.dev",
+            "get, list, watch granted cluster-wide",
+        ),
+        (
+            "securitypolicies/status.pier.dev",
+            "update, patch granted cluster-wide",
         ),
     ] {
         assert_check(&v, &format!("rbac/{res}"), "ok", verbs);

@@ -1047,6 +1047,11 @@ fn crds_prints_the_crds_pier_reads() {
         let text = String::from_utf8(out.stdout).unwrap();
         let crds: Vec<CustomResourceDefinition> = serde_saphyr::from_multiple(&text).unwrap();
         assert_eq!(crds, pier::crds::bundle(mesh), "{args:?}");
+        assert_eq!(
+            crds.last().and_then(|c| c.metadata.name.as_deref()),
+            Some("securitypolicies.pier.dev"),
+            "pier's own CRD comes last"
+        );
         let gateway = crds
             .iter()
             .find(|c| c.spec.names.kind == "Gateway")

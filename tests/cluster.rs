@@ -10,6 +10,10 @@
 //! Mesh mTLS from the cluster (`meshed_routes_follow_the_cluster`): BackendTLSPolicy, a
 //! Namespace label flip, trust-bundle rotation through a ConfigMap and a ClusterTrustBundle,
 //! against an mTLS workload (`support::mesh::Workload`) that also answers plaintext.
+//!
+//! pier's own SecurityPolicy (`security_policies_from_the_cluster`): an optional kind whose
+//! CRD may come later, read into `Resources`, its `status.ancestors` written next to another
+//! controller's.
 
 mod support;
 
@@ -1257,4 +1261,230 @@ endpoints:
     let m = metrics(&pier).await;
     assert_eq!(sample(&m, "pier_kube_objects{kind=\"Pod\"}"), 2.0, "{m}");
     pier.shutdown().await;
+}
+
+const PIER_V1ALPHA1: &str = "pier.dev/v1alpha1";
+
+/// SecurityPolicy `app/auth`: basic auth on HTTPRoute `app/web`.
+fn security_policy() -> Value {
+    json!({
+        "apiVersion": PIER_V1ALPHA1,
+        "kind": "SecurityPolicy",
+        "metadata": { "name": "auth", "namespace": APP },
+        "spec": {
+            "targetRefs": [{ "group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": "web" }],
+            "basicAuth": { "users": { "name": "htpasswd" } },
+        },
+    })
+}
+
+/// pier's status for SecurityPolicy `app/auth`: one ancestor, Gateway `app/gw`.
+fn security_policy_status(accepted: bool) -> pier::translate::status::BackendTlsPolicyStatus {
+    use pier::translate::status::{
+        BackendTlsPolicyStatus, ParentRef, PolicyAncestorStatus, PolicyCondition,
+        PolicyConditionReason, PolicyConditionType,
+    };
+    let reason = if accepted {
+        PolicyConditionReason::Accepted
+    } else {
+        PolicyConditionReason::Invalid
+    };
+    BackendTlsPolicyStatus {
+        generation: Some(1),
+        ancestors: vec![PolicyAncestorStatus {
+            ancestor_ref: ParentRef {
+                group: Some("gateway.networking.k8s.io".into()),
+                kind: Some("Gateway".into()),
+                namespace: Some(APP.into()),
+                name: "gw".into(),
+                section_name: None,
+                port: None,
+            },
+            controller_name: pier::DEFAULT_CONTROLLER_NAME.into(),
+            conditions: vec![PolicyCondition::new(
+                PolicyConditionType::Accepted,
+                accepted,
+                reason,
+                "test",
+                Some(1),
+            )],
+        }],
+    }
+}
+
+/// pier's own SecurityPolicy, under pier's RBAC: pier is ready without its CRD, picks the CRD
+/// up when it is installed (no restart), reads the policy into `Resources`, and its status
+/// writer writes the policy's `status.ancestors` with server-side apply, keeping another
+/// controller's entry.
+///
+/// The status written here is given to the writer directly (what translation decides about a
+/// policy is tested with translation); this is the cluster half: watch, RBAC, patch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn security_policies_from_the_cluster() {
+    use pier::source::kube::{KubeMetrics, KubeSource, WatchScope};
+    use pier::status_writer::{Inputs, LeaseOptions, StatusMetrics, StatusOptions, StatusWriter};
+    use pier::translate::Statuses;
+
+    // Gateway API CRDs only: the SecurityPolicy CRD is not installed yet.
+    let c = Cluster::start_without_crds().await;
+    c.cp.install_crds(repo("config/crds")).await;
+    let w = world(&c).await;
+    let pier = start_pier(c.pier_options(LOOPBACK, "replica-a")).await;
+    assert_eq!(w.answer("/v/x").await, (200, "v1".into()));
+    let m = metrics(&pier).await;
+    assert!(
+        sample(
+            &m,
+            "pier_kube_watch_errors_total{kind=\"SecurityPolicy\",reason=\"NotFound\"}"
+        ) >= 1.0,
+        "{m}"
+    );
+
+    // The CRD comes later: the watch picks it up, and the policy reaches pier's store.
+    c.cp.install_crds(repo("config/crds/pier")).await;
+    c.apply(security_policy()).await;
+    poll(
+        STATUS_BOUND,
+        "the SecurityPolicy in pier's store",
+        || async {
+            let m = metrics(&pier).await;
+            sample(&m, "pier_kube_objects{kind=\"SecurityPolicy\"}") == 1.0
+        },
+    )
+    .await;
+    pier.shutdown().await;
+
+    // The same watches as pier's identity, read into Resources.
+    let client = c.cp.client_from(&c.pier_kubeconfig).await;
+    let (source, mut changes) =
+        KubeSource::start(&client, &WatchScope::default(), KubeMetrics::default());
+    support::bounded(changes.recv())
+        .await
+        .expect("every kind lists");
+    let resources = source.stores.resources();
+    let keys: Vec<_> = resources.security_policies.keys().cloned().collect();
+    assert_eq!(keys, [(APP.to_string(), "auth".to_string())]);
+    let policy = &resources.security_policies[&keys[0]];
+    assert_eq!(policy.spec.target_refs[0].kind, "HTTPRoute");
+    assert_eq!(policy.spec.target_refs[0].name, "web");
+    assert_eq!(
+        policy.spec.basic_auth.as_ref().unwrap().users.name,
+        "htpasswd"
+    );
+
+    // Another controller already reports on the policy.
+    let policies = c.api(PIER_V1ALPHA1, "SecurityPolicy", Some(APP));
+    let theirs = json!({
+        "ancestorRef": { "group": "gateway.networking.k8s.io", "kind": "Gateway",
+                         "namespace": APP, "name": "their-gateway" },
+        "controllerName": OTHER_CONTROLLER,
+        "conditions": [{ "type": "Accepted", "status": "True", "reason": "Accepted",
+                         "message": "theirs", "observedGeneration": 1,
+                         "lastTransitionTime": "2020-01-01T00:00:00Z" }],
+    });
+    let pp = kube::api::PatchParams {
+        field_manager: Some(OTHER_CONTROLLER.to_string()),
+        ..Default::default()
+    };
+    let patch = kube::api::Patch::Merge(json!({ "status": { "ancestors": [theirs] } }));
+    support::bounded(policies.patch_status("auth", &pp, &patch))
+        .await
+        .unwrap();
+
+    // pier's status writer, as pier's ServiceAccount, under its own Lease.
+    let mut statuses = Statuses::default();
+    statuses.security_policies.insert(
+        pier::model::ObjectRef::new(APP, "auth"),
+        security_policy_status(true),
+    );
+    let (desired_tx, desired) = tokio::sync::watch::channel(Arc::new(statuses));
+    let lease = LeaseOptions {
+        namespace: PIER_NS.to_string(),
+        name: "pier-test-security".to_string(),
+        identity: "writer".to_string(),
+        duration_secs: 15,
+        grace_secs: 5,
+    };
+    let writer = StatusWriter::spawn(
+        client.clone(),
+        StatusOptions::new(lease),
+        Inputs {
+            stores: source.stores.clone(),
+            desired,
+            observed: source.status_changes.clone(),
+            settings: pier::translate::Settings::default(),
+            clock: Arc::new(pier::translate::api::Timestamp::now),
+        },
+        StatusMetrics::default(),
+    );
+    let ancestors_when = |what: &'static str, f: fn(&Value) -> bool| {
+        let policies = policies.clone();
+        async move {
+            let deadline = Instant::now() + STATUS_BOUND;
+            loop {
+                let o = support::bounded(policies.get("auth")).await.unwrap();
+                let ancestors = o.data["status"]["ancestors"].clone();
+                if f(&ancestors) {
+                    return (o, ancestors);
+                }
+                assert!(Instant::now() < deadline, "{what}: {ancestors:#}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    let (o, ancestors) = ancestors_when("pier's ancestor, accepted", |a| {
+        a.as_array().is_some_and(|a| {
+            a.iter().any(|e| {
+                e["controllerName"] == pier::DEFAULT_CONTROLLER_NAME
+                    && e["conditions"][0]["status"] == "True"
+            })
+        })
+    })
+    .await;
+    let ancestors = ancestors.as_array().unwrap().clone();
+    assert_eq!(ancestors.len(), 2, "{ancestors:#?}");
+    assert_eq!(
+        ancestors[0], theirs,
+        "the other controller's entry is untouched"
+    );
+    assert_eq!(ancestors[1]["ancestorRef"]["name"], "gw");
+    assert_eq!(ancestors[1]["conditions"][0]["reason"], "Accepted");
+    assert_eq!(ancestors[1]["conditions"][0]["observedGeneration"], 1);
+    let managers: Vec<(String, Option<String>)> = o
+        .metadata
+        .managed_fields
+        .unwrap_or_default()
+        .into_iter()
+        .map(|m| (m.manager.unwrap_or_default(), m.subresource))
+        .collect();
+    assert!(
+        managers.contains(&(
+            pier::status_writer::FIELD_MANAGER.to_string(),
+            Some("status".to_string())
+        )),
+        "server-side apply on the status subresource: {managers:?}"
+    );
+    assert_eq!(o.data["spec"], security_policy()["spec"], "spec untouched");
+
+    // The desired status changes: pier's entry follows, theirs stays.
+    let mut statuses = Statuses::default();
+    statuses.security_policies.insert(
+        pier::model::ObjectRef::new(APP, "auth"),
+        security_policy_status(false),
+    );
+    desired_tx.send_replace(Arc::new(statuses));
+    let (_, ancestors) = ancestors_when("pier's ancestor, invalid", |a| {
+        a.as_array().is_some_and(|a| {
+            a.iter().any(|e| {
+                e["controllerName"] == pier::DEFAULT_CONTROLLER_NAME
+                    && e["conditions"][0]["status"] == "False"
+            })
+        })
+    })
+    .await;
+    assert_eq!(ancestors[0], theirs);
+    assert_eq!(ancestors[1]["conditions"][0]["reason"], "Invalid");
+    assert_eq!(ancestors.as_array().unwrap().len(), 2);
+    writer.shutdown().await;
+    source.stop();
 }

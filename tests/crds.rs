@@ -1,4 +1,5 @@
-//! `config/crds/` is `pier::crds` written as YAML. This test fails when they differ;
+//! `config/crds/` is `pier::crds` written as YAML (the Gateway API CRDs at the top, the mesh
+//! variant in `mesh/`, pier's own in `pier/`). This test fails when they differ;
 //! `PIER_BLESS=1 cargo test --test crds` rewrites the files. Whether the real API server
 //! accepts them is tested in `tests/apiserver.rs`.
 
@@ -21,6 +22,12 @@ fn expected() -> Vec<(PathBuf, String)> {
         dir.join("mesh/gateway-with-mesh.yaml"),
         render(&pier::crds::gateway_with_mesh()),
     ));
+    files.extend(pier::crds::own().iter().map(|crd| {
+        (
+            dir.join(format!("pier/{}.yaml", plural(crd))),
+            render_own(crd),
+        )
+    }));
     files
 }
 
@@ -34,6 +41,17 @@ fn render(crd: &CustomResourceDefinition) -> String {
          # Do not edit: change src/crds.rs and run `PIER_BLESS=1 cargo test --test crds`.\n{}",
         pier::crds::BUNDLE_VERSION,
         pier::crds::CHANNEL,
+        serde_saphyr::to_string(crd).expect("a CRD serializes to YAML")
+    )
+}
+
+/// pier's own CRDs (`pier.dev`) come from pier's types, not from a Gateway API release.
+fn render_own(crd: &CustomResourceDefinition) -> String {
+    format!(
+        "# Generated from pier::crds::own() (pier's own API, {}/{}).\n\
+         # Do not edit: change the types and run `PIER_BLESS=1 cargo test --test crds`.\n{}",
+        crd.spec.group,
+        crd.spec.versions[0].name,
         serde_saphyr::to_string(crd).expect("a CRD serializes to YAML")
     )
 }
@@ -69,6 +87,11 @@ fn rendered_yaml_round_trips() {
         .chain([pier::crds::gateway_with_mesh()]);
     for crd in crds {
         let back: CustomResourceDefinition = serde_saphyr::from_str(&render(&crd))
+            .unwrap_or_else(|e| panic!("{}: {e}", plural(&crd)));
+        assert_eq!(back, crd);
+    }
+    for crd in pier::crds::own() {
+        let back: CustomResourceDefinition = serde_saphyr::from_str(&render_own(&crd))
             .unwrap_or_else(|e| panic!("{}: {e}", plural(&crd)));
         assert_eq!(back, crd);
     }

@@ -4,7 +4,8 @@
 //!
 //! ```text
 //! kubernetes-api    kubeconfig loads ─> /version ─> SelfSubjectReview (who am I)
-//! gateway-api-crds  discovery + CRD bundle-version      (kinds: source::kube::WatchKind)
+//! gateway-api-crds  discovery + CRD bundle-version      (kinds: source::kube::WatchKind;
+//!                   pier's own SecurityPolicy: served or not)
 //! rbac              SelfSubjectAccessReview per verb    (table: rbac::RULES = config/rbac/)
 //!                   SelfSubjectRulesReview: none more
 //! gateways          KubeSource lists everything once ─> translate() ─> class/Gateway status
@@ -36,6 +37,7 @@ use serde::Serialize;
 use crate::model::ObjectRef;
 use crate::source::kube::{Connect, KubeMetrics, KubeSource, WatchKind, WatchScope};
 use crate::translate::api::GATEWAY_GROUP;
+use crate::translate::spiffe::PIER_GROUP;
 use crate::translate::{Settings, Translation};
 
 /// The `schema` field of the JSON output; bumped on any incompatible change.
@@ -408,15 +410,19 @@ pub fn parse_bundle_version(v: &str) -> Option<(u64, u64, u64)> {
     Some((n()?, n()?, n()?))
 }
 
-/// Step 2: the CRDs of every Gateway API kind pier watches, served and at which bundle version.
-/// Returns false when one pier cannot do without is missing.
+/// Step 2: the CRDs of every Gateway API kind pier watches, served and at which bundle version,
+/// and pier's own (SecurityPolicy: served or not). Returns false when one pier cannot do
+/// without is missing.
 async fn crds(r: &mut Report, client: &Client, opts: &Options) -> bool {
     use Category::GatewayApiCrds as G;
     // Discovery: readable by every authenticated user, unlike the CRDs themselves.
     let mut served: std::collections::BTreeMap<String, Vec<String>> = Default::default();
     match bounded(opts.api_timeout, client.list_api_groups()).await {
         Ok(groups) => {
-            for g in groups.groups.iter().filter(|g| g.name == GATEWAY_GROUP) {
+            let ours = |g: &&k8s_openapi::apimachinery::pkg::apis::meta::v1::APIGroup| {
+                g.name == GATEWAY_GROUP || g.name == PIER_GROUP
+            };
+            for g in groups.groups.iter().filter(ours) {
                 for v in &g.versions {
                     let list = bounded(
                         opts.api_timeout,
@@ -425,7 +431,8 @@ async fn crds(r: &mut Report, client: &Client, opts: &Options) -> bool {
                     .await;
                     for res in list.map(|l| l.resources).unwrap_or_default() {
                         if !res.name.contains('/') {
-                            served.entry(res.name).or_default().push(v.version.clone());
+                            let key = format!("{}.{}", res.name, g.name);
+                            served.entry(key).or_default().push(v.version.clone());
                         }
                     }
                 }
@@ -446,13 +453,22 @@ async fn crds(r: &mut Report, client: &Client, opts: &Options) -> bool {
     let mut ok = true;
     for kind in WatchKind::ALL {
         let (group, plural) = kind.resource();
-        if group != GATEWAY_GROUP {
+        if group != GATEWAY_GROUP && group != PIER_GROUP {
             continue;
         }
         let name = format!("{plural}.{group}");
         let check = format!("crd/{name}");
-        let Some(versions) = served.get(plural) else {
-            if kind.is_optional() {
+        let Some(versions) = served.get(&name) else {
+            if group == PIER_GROUP {
+                r.warn(
+                    G,
+                    check,
+                    format!(
+                        "not installed: no {kind} can be created until it is (pier runs without)"
+                    ),
+                    CRD_HINT,
+                );
+            } else if kind.is_optional() {
                 r.warn(
                     G,
                     check,
@@ -471,6 +487,11 @@ async fn crds(r: &mut Report, client: &Client, opts: &Options) -> bool {
             continue;
         };
         let served_as = format!("served as {}", versions.join(", "));
+        if group == PIER_GROUP {
+            // pier's own API: no Gateway API bundle to compare.
+            r.ok(G, check, served_as);
+            continue;
+        }
         let crd = bounded(opts.api_timeout, api.get_opt(&name)).await;
         let annotations = match crd {
             Ok(Some(crd)) => crd.metadata.annotations.unwrap_or_default(),

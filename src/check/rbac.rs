@@ -11,6 +11,7 @@ use std::collections::BTreeSet;
 use k8s_openapi::api::authorization::v1::ResourceRule;
 
 use crate::translate::api::{CERTIFICATES_GROUP, CORE_GROUP, GATEWAY_GROUP};
+use crate::translate::spiffe::PIER_GROUP;
 
 /// One rule of pier's RBAC.
 #[derive(Clone, Copy, Debug)]
@@ -138,6 +139,24 @@ pub const RULES: &[Rule] = &[
         names: &[],
         scope: Scope::Cluster,
         need: Need::Read,
+    },
+    // pier's own SecurityPolicy: a read pier cannot do without (a refused watch keeps pier
+    // unready rather than serving routes without their access rules).
+    Rule {
+        group: PIER_GROUP,
+        resources: &["securitypolicies"],
+        verbs: READ,
+        names: &[],
+        scope: Scope::Cluster,
+        need: Need::Read,
+    },
+    Rule {
+        group: PIER_GROUP,
+        resources: &["securitypolicies/status"],
+        verbs: &["update", "patch"],
+        names: &[],
+        scope: Scope::Cluster,
+        need: Need::StatusWrite,
     },
     Rule {
         group: "coordination.k8s.io",

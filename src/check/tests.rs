@@ -81,10 +81,10 @@ fn every_gateway_api_kind_pier_watches_has_a_crd_in_pier_crds() {
     let watched: std::collections::BTreeSet<String> = WatchKind::ALL
         .into_iter()
         .map(WatchKind::resource)
-        .filter(|(g, _)| *g == GATEWAY_GROUP)
+        .filter(|(g, _)| *g == GATEWAY_GROUP || *g == crate::translate::spiffe::PIER_GROUP)
         .map(|(g, p)| format!("{p}.{g}"))
         .collect();
-    let embedded: std::collections::BTreeSet<String> = crate::crds::all()
+    let embedded: std::collections::BTreeSet<String> = crate::crds::bundle(false)
         .into_iter()
         .filter_map(|c| c.metadata.name)
         .collect();

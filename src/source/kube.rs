@@ -10,9 +10,10 @@
 //!   (v1, or v1beta1)         │                                                │     └─> Resources
 //! watcher(Namespace meta)    │
 //! watcher(Service, EndpointSlice, Secret, ConfigMap)
-//! watcher(BackendTLSPolicy, ClusterTrustBundle)   optional: a 404 counts as listed, empty
+//! watcher(BackendTLSPolicy, ClusterTrustBundle,   optional: a 404 counts as listed, empty
+//!         SecurityPolicy)
 //!                            ├─> spec/data change ─> coalesce (QUIET, MAX_DELAY) ─> change signal
-//!                            └─> status-only change (GatewayClass/Gateway/HTTPRoute)
+//!                            └─> status-only change (kinds with a status subresource)
 //!                                  ─> `status_changes` (the status writer)
 //! ```
 //!
@@ -26,11 +27,14 @@
 //! watcher relists, and the reflector swaps the store whole on `InitDone`, so deletes made
 //! during the outage are seen. Missing Gateway API CRDs (404) and missing RBAC (403) are
 //! logged once a minute with what to do, and retried: pier stays unready instead of crashing.
-//! Two kinds are optional ([`WatchKind::is_optional`]): BackendTLSPolicy (its CRD is often
-//! not installed) and ClusterTrustBundle (`certificates.k8s.io/v1beta1`, off by default up to
-//! Kubernetes 1.36). A 404 for them releases their readiness latch as an empty list, is logged
-//! once at info, and the watch keeps retrying, so installing the CRD (or enabling the API)
-//! later takes effect without a restart.
+//! Some kinds are optional ([`WatchKind::is_optional`]): BackendTLSPolicy, GRPCRoute, TLSRoute,
+//! ListenerSet (their CRDs are often not installed), pier's own SecurityPolicy (its CRD comes
+//! with pier: `pier crds`, `config/crds/pier/`) and ClusterTrustBundle
+//! (`certificates.k8s.io/v1beta1`, off by default up to Kubernetes 1.36). A 404 for them
+//! releases their readiness latch as an empty list, is logged once at info, and the watch keeps
+//! retrying, so installing the CRD (or enabling the API) later takes effect without a restart.
+//! A 403 is not skipped for any of them: a SecurityPolicy pier may not read would be an
+//! access rule silently not enforced, so pier stays unready instead.
 //!
 //! **Readiness.** The change signal of [`KubeSource::start`] yields its first `()` only once
 //! every kind has listed once, so the first published snapshot is complete (no 404s for routes
@@ -64,7 +68,8 @@
 //!   `caCertificateRefs` and `infrastructure.parametersRef` name ConfigMaps in arbitrary
 //!   namespaces. Clusters with many or large ConfigMaps should label the ones pier needs and
 //!   set the selector.
-//! - BackendTLSPolicy (`v1`), ClusterTrustBundle (`v1beta1`): all, cluster-wide; optional.
+//! - BackendTLSPolicy (`v1`), ClusterTrustBundle (`v1beta1`), SecurityPolicy
+//!   (`pier.dev/v1alpha1`): all, cluster-wide; optional.
 //! - Pod: only once some Gateway's mesh stanza asks for per-endpoint identity
 //!   ([`watch_pods_when_asked`]); then all, cluster-wide, decoded into a slim type
 //!   ([`PodObject`]: namespace, name, ServiceAccount; nothing else is allocated) for
@@ -116,7 +121,7 @@ use self::watch::{ApiServerLog, Changes, Ctx, Refused};
 pub use self::watch::{Reconnect, Watched};
 use crate::translate::api::{
     BackendTlsPolicy, ClusterTrustBundle, ConfigMap, EndpointSlice, GatewayClass, GrpcRoute,
-    HttpRoute, ListenerSet, Namespace, ReferenceGrant, Secret, Service, TlsRoute,
+    HttpRoute, ListenerSet, Namespace, ReferenceGrant, Secret, SecurityPolicy, Service, TlsRoute,
 };
 use crate::translate::mesh::{asks_for_endpoint_identity, mesh_key_of};
 use crate::translate::{ObjectKey, Resources};
@@ -168,6 +173,8 @@ pub enum WatchKind {
     BackendTlsPolicy,
     ClusterTrustBundle,
     Pod,
+    /// pier's own `SecurityPolicy` (`pier.dev/v1alpha1`).
+    SecurityPolicy,
 }
 
 /// The reflector stores, one per kind. Cheap to clone (shared handles).
@@ -190,6 +197,7 @@ pub struct Stores {
     pub config_maps: Store<DeserializeGuard<ConfigMap>>,
     pub backend_tls_policies: Store<DeserializeGuard<BackendTlsPolicy>>,
     pub cluster_trust_bundles: Store<DeserializeGuard<ClusterTrustBundle>>,
+    pub security_policies: Store<DeserializeGuard<SecurityPolicy>>,
     /// Slim: namespace, name, ServiceAccount ([`PodObject`]).
     pub pods: Store<DeserializeGuard<PodObject>>,
     /// The kinds the API server refuses to pier now.
@@ -313,7 +321,7 @@ impl Default for WatchScope {
 // === impl WatchKind ===
 
 impl WatchKind {
-    pub const ALL: [Self; 15] = [
+    pub const ALL: [Self; 16] = [
         Self::GatewayClass,
         Self::Gateway,
         Self::HttpRoute,
@@ -329,12 +337,14 @@ impl WatchKind {
         Self::BackendTlsPolicy,
         Self::ClusterTrustBundle,
         Self::Pod,
+        Self::SecurityPolicy,
     ];
 
     /// The API group and resource (plural) the kind is watched as: what its CRD is named after
     /// (`<plural>.<group>`) and what RBAC grants (`pier check` derives both from this).
     pub fn resource(self) -> (&'static str, &'static str) {
         use crate::translate::api::{CERTIFICATES_GROUP, CORE_GROUP, GATEWAY_GROUP};
+        use crate::translate::spiffe::PIER_GROUP;
         match self {
             Self::GatewayClass => (GATEWAY_GROUP, "gatewayclasses"),
             Self::Gateway => (GATEWAY_GROUP, "gateways"),
@@ -351,6 +361,7 @@ impl WatchKind {
             Self::Pod => (CORE_GROUP, "pods"),
             Self::EndpointSlice => ("discovery.k8s.io", "endpointslices"),
             Self::ClusterTrustBundle => (CERTIFICATES_GROUP, "clustertrustbundles"),
+            Self::SecurityPolicy => (PIER_GROUP, "securitypolicies"),
         }
     }
 
@@ -370,7 +381,9 @@ impl WatchKind {
 
     /// A kind whose absence from the API server (404) is no reason to stay unready: its
     /// objects are an addition (the CRDs of BackendTLSPolicy, GRPCRoute, TLSRoute and
-    /// ListenerSet are often not installed; ClusterTrustBundle's beta API is off by default).
+    /// ListenerSet are often not installed, nor is pier's own SecurityPolicy CRD;
+    /// ClusterTrustBundle's beta API is off by default). Without the CRD there can be no
+    /// object of the kind, so empty is the truth, not a guess.
     pub fn is_optional(self) -> bool {
         matches!(
             self,
@@ -379,6 +392,7 @@ impl WatchKind {
                 | Self::TlsRoute
                 | Self::ListenerSet
                 | Self::ClusterTrustBundle
+                | Self::SecurityPolicy
         )
     }
 }
@@ -539,6 +553,12 @@ impl KubeSource {
                 Any,
                 watcher(Api::all(c()), all()),
             ),
+            security_policies: tasks.watch(
+                &ctx,
+                W::SecurityPolicy,
+                Spec,
+                watcher(Api::all(c()), all()),
+            ),
             pods: pods.as_reader(),
             refused: ctx.refused.clone(),
         };
@@ -602,6 +622,7 @@ impl Default for Stores {
             config_maps: empty(),
             backend_tls_policies: empty(),
             cluster_trust_bundles: empty(),
+            security_policies: empty(),
             pods: empty(),
             refused: Arc::default(),
         }
@@ -643,7 +664,7 @@ impl Stores {
             backend_tls_policies: namespaced(&self.backend_tls_policies, Clone::clone),
             pods: namespaced(&self.pods, PodObject::identity),
             pods_refused: self.refused.contains(WatchKind::Pod),
-            security_policies: BTreeMap::new(),
+            security_policies: namespaced(&self.security_policies, Clone::clone),
             // The API server pruned them (kubectl's strict field validation names them).
             unknown_fields: BTreeMap::new(),
         }

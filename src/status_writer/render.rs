@@ -6,7 +6,8 @@
 //! different from the one written (which would be a patch loop). A condition whose type and
 //! status are unchanged keeps its observed `lastTransitionTime`; any other gets `now`.
 //!
-//! HTTPRoute `status.parents` and BackendTLSPolicy `status.ancestors` are atomic lists (no
+//! HTTPRoute `status.parents` and policy (BackendTLSPolicy, SecurityPolicy) `status.ancestors`
+//! are atomic lists (no
 //! list-map keys in upstream's CRDs, nor in pier's: a `parentRef` object cannot be a map key),
 //! so an apply replaces all of one. pier therefore writes the whole list: the observed entries
 //! it does not own, unchanged and in their order, then its own. It owns an entry when
@@ -151,6 +152,24 @@ pub fn http_route(
 /// `status` for a BackendTLSPolicy in namespace `policy_ns`: one `ancestors` entry per Gateway
 /// pier applied it under, after the entries of other controllers (as for Route parents).
 pub fn backend_tls_policy(
+    policy_ns: &str,
+    desired: &BackendTlsPolicyStatus,
+    observed: &Value,
+    ctx: Ctx<'_>,
+) -> Option<Value> {
+    merge(
+        ANCESTORS,
+        policy_ns,
+        to_json(&desired.ancestors),
+        observed,
+        ctx,
+    )
+}
+
+/// `status` for a SecurityPolicy (`pier.dev/v1alpha1`) in namespace `policy_ns`: the same
+/// shape and merge as [`backend_tls_policy`] (GEP-713 ancestors): other controllers' entries
+/// are kept.
+pub fn security_policy(
     policy_ns: &str,
     desired: &BackendTlsPolicyStatus,
     observed: &Value,

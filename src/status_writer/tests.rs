@@ -474,3 +474,141 @@ fn attached_listener_sets_is_written_once_sets_attach_and_kept_down_to_zero() {
     let again = render::gateway(&gw, &written, ctx(&now, &v)).unwrap();
     assert_eq!(again["attachedListenerSets"], 0);
 }
+
+/// SecurityPolicy `status.ancestors` are merged like BackendTLSPolicy's: another controller's
+/// entries (and pier's for a Gateway another pier serves) are kept as observed.
+#[test]
+fn security_policy_status_keeps_other_controllers_ancestors() {
+    let now = json!(NOW);
+    let v = BundleVersion::Unknown;
+    let theirs = json!({
+        "ancestorRef": { "group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "theirs" },
+        "controllerName": OTHER,
+        "conditions": [{ "type": "Accepted", "status": "False", "reason": "Invalid",
+                         "message": "theirs", "lastTransitionTime": T0 }],
+    });
+    let stale_ours = json!({
+        "ancestorRef": { "name": "old-gateway", "namespace": "gw-ns" },
+        "controllerName": crate::DEFAULT_CONTROLLER_NAME,
+        "conditions": [{ "type": "Accepted", "status": "True", "reason": "Accepted",
+                         "message": "", "lastTransitionTime": T0 }],
+    });
+    let observed = json!({ "ancestors": [theirs.clone(), stale_ours] });
+    let c = ctx(&now, &v);
+    let want = policy_status("edge", true);
+    let s = render::security_policy("app", &want, &observed, c).unwrap();
+    let ancestors = s["ancestors"].as_array().unwrap();
+    assert_eq!(
+        ancestors.len(),
+        2,
+        "pier's stale entry goes, theirs stays: {s:#}"
+    );
+    assert_eq!(ancestors[0], theirs);
+    assert_eq!(ancestors[1]["ancestorRef"]["name"], "edge");
+    assert_eq!(
+        ancestors[1]["controllerName"],
+        crate::DEFAULT_CONTROLLER_NAME
+    );
+    assert_eq!(ancestors[1]["conditions"][0]["lastTransitionTime"], NOW);
+    assert_eq!(render::security_policy("app", &want, &s, c), None);
+
+    // With --gateway, pier's entries for other Gateways belong to another pier: kept.
+    let gw = ObjectRef::new("gw-ns", "edge");
+    let only_edge = Ctx {
+        gateway: Some(&gw),
+        ..c
+    };
+    let other_pier = json!({
+        "ancestorRef": { "name": "west", "namespace": "gw-ns" },
+        "controllerName": crate::DEFAULT_CONTROLLER_NAME,
+        "conditions": [],
+    });
+    let observed = json!({ "ancestors": [other_pier.clone()] });
+    let s = render::security_policy("app", &want, &observed, only_edge).unwrap();
+    assert_eq!(s["ancestors"][0], other_pier);
+    assert_eq!(s["ancestors"][1]["ancestorRef"]["name"], "edge");
+}
+
+#[test]
+fn security_policy_jobs_patch_pier_dev_with_the_merged_resource_version() {
+    let policies = Writer::<DeserializeGuard<crate::translate::api::SecurityPolicy>>::default();
+    let stores = Stores {
+        security_policies: policies.as_reader(),
+        ..Stores::default()
+    };
+    let mut policies = policies;
+    policies.apply_watcher_event(&Event::Apply(
+        serde_json::from_value(json!({
+            "apiVersion": "pier.dev/v1alpha1",
+            "kind": "SecurityPolicy",
+            "metadata": { "name": "auth", "namespace": "app", "resourceVersion": "7",
+                          "generation": 4 },
+            "spec": { "targetRefs": [{ "group": "gateway.networking.k8s.io",
+                                       "kind": "HTTPRoute", "name": "web" }] },
+        }))
+        .unwrap(),
+    ));
+    let mut desired = Statuses::default();
+    desired
+        .security_policies
+        .insert(ObjectRef::new("app", "auth"), policy_status("edge", true));
+    // Not in the store (deleted, or its CRD is gone): nothing to write.
+    desired
+        .security_policies
+        .insert(ObjectRef::new("app", "gone"), policy_status("edge", true));
+    let desired = Arc::new(desired);
+    let tracker = Mutex::new(Tracker::default());
+    let now = json!(NOW);
+    let mut p = planner();
+    let jobs = p.plan(&desired, &stores, &tracker, &now);
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+    let job = &jobs[0];
+    assert_eq!(
+        job.key,
+        JobKey::SecurityPolicy(ObjectRef::new("app", "auth"))
+    );
+    assert_eq!(job.resource_version.as_deref(), Some("7"));
+    assert_eq!(job.status["ancestors"][0]["ancestorRef"]["name"], "edge");
+    let ar = job.key.api_resource();
+    assert_eq!(
+        (
+            ar.group.as_str(),
+            ar.version.as_str(),
+            ar.api_version.as_str()
+        ),
+        ("pier.dev", "v1alpha1", "pier.dev/v1alpha1")
+    );
+    assert_eq!(
+        (ar.kind.as_str(), ar.plural.as_str()),
+        ("SecurityPolicy", "securitypolicies")
+    );
+    assert_eq!(job.key.object(), (Some("app"), "auth"));
+
+    // Once the store holds what pier wrote, nothing more.
+    policies.apply_watcher_event(&Event::Apply(
+        serde_json::from_value(json!({
+            "apiVersion": "pier.dev/v1alpha1",
+            "kind": "SecurityPolicy",
+            "metadata": { "name": "auth", "namespace": "app", "resourceVersion": "8",
+                          "generation": 4 },
+            "spec": { "targetRefs": [{ "group": "gateway.networking.k8s.io",
+                                       "kind": "HTTPRoute", "name": "web" }] },
+            "status": job.status,
+        }))
+        .unwrap(),
+    ));
+    assert!(p.plan(&desired, &stores, &tracker, &now).is_empty());
+}
+
+#[test]
+fn security_policy_patches_are_counted_as_their_kind() {
+    let mut reg = prometheus_client::registry::Registry::default();
+    let m = StatusMetrics::register(&mut reg);
+    m.count(PatchKind::SecurityPolicy, PatchResult::Ok);
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &reg).unwrap();
+    assert!(
+        text.contains("status_patches_total{kind=\"SecurityPolicy\",result=\"Ok\"} 1"),
+        "{text}"
+    );
+}

@@ -39,14 +39,16 @@ pub fn repo(path: &str) -> PathBuf {
 // === impl Cluster ===
 
 impl Cluster {
-    /// A control plane with the Gateway API CRDs and pier's RBAC.
+    /// A control plane with the Gateway API CRDs, pier's own (`config/crds/pier/`) and pier's
+    /// RBAC.
     pub async fn start() -> Self {
         let c = Self::start_without_crds().await;
         c.cp.install_crds(repo("config/crds")).await;
+        c.cp.install_crds(repo("config/crds/pier")).await;
         c
     }
 
-    /// A control plane with pier's RBAC but no Gateway API CRDs.
+    /// A control plane with pier's RBAC but no CRDs.
     pub async fn start_without_crds() -> Self {
         init_logging();
         let cp = ControlPlane::start().await;
@@ -279,6 +281,7 @@ pub fn api_resource(api_version: &str, kind: &str) -> ApiResource {
         "Lease" => "leases",
         "BackendTLSPolicy" => "backendtlspolicies",
         "ClusterTrustBundle" => "clustertrustbundles",
+        "SecurityPolicy" => "securitypolicies",
         other => panic!("no plural for {other}"),
     };
     ApiResource {

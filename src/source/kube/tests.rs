@@ -49,6 +49,7 @@ struct Fixture {
     classes: Writer<DeserializeGuard<GatewayClass>>,
     policies: Writer<DeserializeGuard<BackendTlsPolicy>>,
     bundles: Writer<DeserializeGuard<ClusterTrustBundle>>,
+    security: Writer<DeserializeGuard<SecurityPolicy>>,
 }
 
 fn fixture() -> Fixture {
@@ -58,6 +59,7 @@ fn fixture() -> Fixture {
     let classes = Writer::default();
     let policies = Writer::default();
     let bundles = Writer::default();
+    let security = Writer::default();
     let stores = Stores {
         gateway_classes: classes.as_reader(),
         http_routes: routes.as_reader(),
@@ -65,6 +67,7 @@ fn fixture() -> Fixture {
         namespaces: namespaces.as_reader(),
         backend_tls_policies: policies.as_reader(),
         cluster_trust_bundles: bundles.as_reader(),
+        security_policies: security.as_reader(),
         ..Stores::default()
     };
     Fixture {
@@ -75,6 +78,7 @@ fn fixture() -> Fixture {
         classes,
         policies,
         bundles,
+        security,
     }
 }
 
@@ -121,7 +125,30 @@ fn resources_hold_decoded_objects_by_key() {
         "spec": { "signerName": "mesh.example/roots", "trustBundle": "" },
     }))));
 
+    f.security.apply_watcher_event(&Event::Apply(guard(json!({
+        "apiVersion": "pier.dev/v1alpha1",
+        "kind": "SecurityPolicy",
+        "metadata": { "name": "auth", "namespace": "a" },
+        "spec": {
+            "targetRefs": [{ "group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": "r1" }],
+            "basicAuth": { "users": { "name": "htpasswd" } },
+        },
+    }))));
+    // `targetRefs` is required: this one does not decode and is left out.
+    f.security.apply_watcher_event(&Event::Apply(guard(json!({
+        "metadata": { "name": "bad", "namespace": "a" },
+        "spec": { "basicAuth": { "users": { "name": "htpasswd" } } },
+    }))));
+
     let r = f.stores.resources();
+    let security: Vec<_> = r.security_policies.keys().cloned().collect();
+    assert_eq!(security, [("a".to_string(), "auth".to_string())]);
+    let auth = &r.security_policies[&("a".to_string(), "auth".to_string())];
+    assert_eq!(auth.spec.target_refs[0].name, "r1");
+    assert_eq!(
+        auth.spec.basic_auth.as_ref().unwrap().users.name,
+        "htpasswd"
+    );
     assert_eq!(
         r.backend_tls_policies.keys().cloned().collect::<Vec<_>>(),
         [("a".to_string(), "p".to_string())]
@@ -422,6 +449,7 @@ async fn an_unserved_optional_kind_does_not_block_readiness() {
     for (kind, released) in [
         (WatchKind::BackendTlsPolicy, true),
         (WatchKind::ClusterTrustBundle, true),
+        (WatchKind::SecurityPolicy, true),
         (WatchKind::HttpRoute, false),
     ] {
         let (ctx, _config, _status) = ctx();
@@ -446,6 +474,34 @@ async fn an_unserved_optional_kind_does_not_block_readiness() {
             .get();
         assert_eq!(errors, 2, "{kind}: still counted, and retried");
     }
+}
+
+/// SecurityPolicy is optional when its CRD is missing (there can be no policy), but not when
+/// pier may not read it (403): serving routes without the access rules someone wrote would
+/// fail open, so pier stays unready.
+#[tokio::test(start_paused = true)]
+async fn a_refused_security_policy_watch_blocks_readiness() {
+    let forbidden = || -> watcher::Result<Event<DeserializeGuard<SecurityPolicy>>> {
+        Err(watcher::Error::InitialListFailed(kube::Error::Api(
+            Status::failure("securitypolicies.pier.dev is forbidden", "Forbidden")
+                .with_code(403)
+                .boxed(),
+        )))
+    };
+    let kind = WatchKind::SecurityPolicy;
+    let (ctx, _config, _status) = ctx();
+    let pending = ctx.pending.subscribe();
+    let events = vec![Ok(Event::Init), forbidden(), Ok(Event::Init), forbidden()];
+    watch::reflect(
+        kind,
+        Changes::Spec,
+        futures::stream::iter(events),
+        Writer::default(),
+        ctx.clone(),
+    )
+    .await;
+    assert!(pending.borrow().contains(&kind));
+    assert!(ctx.refused.contains(kind));
 }
 
 /// Every watch finds the API server unreachable at once: one log line for all of them (per
