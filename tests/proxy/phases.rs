@@ -24,6 +24,7 @@ fn policy(cidr: &str, action: Action, default: Action) -> AccessPolicy {
         invalid: None,
         jwt: None,
         api_key: None,
+        basic: None,
         authorization: Some(Authorization {
             default_action: default,
             rules: vec![AuthorizationRule {
