@@ -15,6 +15,7 @@ use crate::metrics::ControlMetrics;
 use crate::model::Snapshot;
 use crate::translate::{self, ListenerCerts, Resources, Statuses, Translation};
 
+pub mod mesh;
 mod problems;
 
 /// State shared between the publisher, the data plane and the admin server.
@@ -33,7 +34,7 @@ pub struct Shared {
     /// What the latest configuration leaves unserved, for `/readyz` and `/config`.
     pub unserved: ArcSwap<Unserved>,
     /// Each Gateway's backend TLS in the latest configuration, for `/config`.
-    pub mesh: ArcSwap<Vec<crate::admin::summary::MeshSummary>>,
+    pub mesh: ArcSwap<Vec<mesh::MeshSummary>>,
 }
 
 /// What a configuration leaves unserved.
@@ -307,9 +308,7 @@ impl Publisher {
         }
         self.last_good_certs = Arc::new(listener_certs);
         self.metrics.set_tls(&tls, unix_now());
-        self.shared
-            .mesh
-            .store(Arc::new(crate::admin::summary::mesh(&tls, &status)));
+        self.shared.mesh.store(Arc::new(mesh::mesh(&tls, &status)));
         match serde_json::to_value(status.objects()) {
             Ok(v) => {
                 self.problems.update(problems::of(&v));

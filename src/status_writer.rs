@@ -561,7 +561,7 @@ impl Planner {
             let Ok(o) = &guard.0 else { continue };
             let key = JobKey::BackendTlsPolicy(r.clone());
             if let Some(job) = memo.consider(key, &o.metadata, tracker, || {
-                render::backend_tls_policy(&r.namespace, want, &to_json(&o.status), ctx)
+                render::policy(&r.namespace, want, &to_json(&o.status), ctx)
             }) {
                 jobs.push(job);
             }
@@ -573,7 +573,7 @@ impl Planner {
             let Ok(o) = &guard.0 else { continue };
             let key = JobKey::SecurityPolicy(r.clone());
             if let Some(job) = memo.consider(key, &o.metadata, tracker, || {
-                render::security_policy(&r.namespace, want, &to_json(&o.status), ctx)
+                render::policy(&r.namespace, want, &to_json(&o.status), ctx)
             }) {
                 jobs.push(job);
             }

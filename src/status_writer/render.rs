@@ -149,27 +149,10 @@ pub fn http_route(
     merge(PARENTS, route_ns, to_json(&desired.parents), observed, ctx)
 }
 
-/// `status` for a BackendTLSPolicy in namespace `policy_ns`: one `ancestors` entry per Gateway
-/// pier applied it under, after the entries of other controllers (as for Route parents).
-pub fn backend_tls_policy(
-    policy_ns: &str,
-    desired: &BackendTlsPolicyStatus,
-    observed: &Value,
-    ctx: Ctx<'_>,
-) -> Option<Value> {
-    merge(
-        ANCESTORS,
-        policy_ns,
-        to_json(&desired.ancestors),
-        observed,
-        ctx,
-    )
-}
-
-/// `status` for a SecurityPolicy (`pier.dev/v1alpha1`) in namespace `policy_ns`: the same
-/// shape and merge as [`backend_tls_policy`] (GEP-713 ancestors): other controllers' entries
-/// are kept.
-pub fn security_policy(
+/// `status` for a GEP-713 policy (BackendTLSPolicy, SecurityPolicy) in namespace
+/// `policy_ns`: one `ancestors` entry per Gateway pier applied it under, after the entries of
+/// other controllers (as for Route parents).
+pub fn policy(
     policy_ns: &str,
     desired: &BackendTlsPolicyStatus,
     observed: &Value,

@@ -258,7 +258,7 @@ fn policy_status_writes_ancestors_and_keeps_other_controllers_entries() {
     });
     let observed = json!({ "ancestors": [theirs.clone()] });
     let c = ctx(&now, &v);
-    let s = render::backend_tls_policy("app", &policy_status("edge", true), &observed, c).unwrap();
+    let s = render::policy("app", &policy_status("edge", true), &observed, c).unwrap();
     let ancestors = s["ancestors"].as_array().unwrap();
     assert_eq!(ancestors.len(), 2, "{s:#}");
     assert_eq!(ancestors[0], theirs, "kept as observed, first");
@@ -270,11 +270,11 @@ fn policy_status_writes_ancestors_and_keeps_other_controllers_entries() {
 
     // Read back (the API server drops nothing pier compares): nothing to write.
     assert_eq!(
-        render::backend_tls_policy("app", &policy_status("edge", true), &s, c),
+        render::policy("app", &policy_status("edge", true), &s, c),
         None
     );
     // The policy turns invalid: pier's entry changes, the other controller's stays.
-    let s2 = render::backend_tls_policy("app", &policy_status("edge", false), &s, c).unwrap();
+    let s2 = render::policy("app", &policy_status("edge", false), &s, c).unwrap();
     assert_eq!(s2["ancestors"][0], theirs);
     assert_eq!(s2["ancestors"][1]["conditions"][0]["status"], "False");
     assert_eq!(s2["ancestors"][1]["conditions"][0]["reason"], "Invalid");
@@ -496,7 +496,7 @@ fn security_policy_status_keeps_other_controllers_ancestors() {
     let observed = json!({ "ancestors": [theirs.clone(), stale_ours] });
     let c = ctx(&now, &v);
     let want = policy_status("edge", true);
-    let s = render::security_policy("app", &want, &observed, c).unwrap();
+    let s = render::policy("app", &want, &observed, c).unwrap();
     let ancestors = s["ancestors"].as_array().unwrap();
     assert_eq!(
         ancestors.len(),
@@ -510,7 +510,7 @@ fn security_policy_status_keeps_other_controllers_ancestors() {
         crate::DEFAULT_CONTROLLER_NAME
     );
     assert_eq!(ancestors[1]["conditions"][0]["lastTransitionTime"], NOW);
-    assert_eq!(render::security_policy("app", &want, &s, c), None);
+    assert_eq!(render::policy("app", &want, &s, c), None);
 
     // With --gateway, pier's entries for other Gateways belong to another pier: kept.
     let gw = ObjectRef::new("gw-ns", "edge");
@@ -524,7 +524,7 @@ fn security_policy_status_keeps_other_controllers_ancestors() {
         "conditions": [],
     });
     let observed = json!({ "ancestors": [other_pier.clone()] });
-    let s = render::security_policy("app", &want, &observed, only_edge).unwrap();
+    let s = render::policy("app", &want, &observed, only_edge).unwrap();
     assert_eq!(s["ancestors"][0], other_pier);
     assert_eq!(s["ancestors"][1]["ancestorRef"]["name"], "edge");
 }

@@ -24,8 +24,8 @@ use super::spiffe::PIER_GROUP;
 
 mod fields;
 
+pub use super::field_path::{Step, UnknownField};
 use fields::SchemaOf;
-pub use fields::{Path as FieldPathShown, Step, UnknownField};
 
 /// A document of a kind pier does not read.
 #[derive(Clone, Debug, PartialEq, Eq)]

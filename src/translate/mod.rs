@@ -26,6 +26,7 @@ pub mod addresses;
 pub mod api;
 mod backend_tls;
 mod backends;
+pub mod field_path;
 mod gateway;
 mod grpc_route;
 mod http_route;

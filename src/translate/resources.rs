@@ -8,7 +8,7 @@ use super::api::{
     GrpcRoute, HttpRoute, ListenerSet, Namespace, PodIdentity, ReferenceGrant, Secret,
     SecurityPolicy, Service, TlsRoute,
 };
-use super::manifest::UnknownField;
+use super::field_path::UnknownField;
 
 /// `(namespace, name)`.
 pub type ObjectKey = (String, String);

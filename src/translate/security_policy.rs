@@ -521,24 +521,22 @@ fn access_policy(
     if spec.target_refs.is_empty() {
         return Err("targetRefs is empty".into());
     }
-    let jwt = spec
-        .jwt
-        .as_ref()
-        .map(|j| authn::jwt(key, j, resources))
-        .transpose()
-        .map_err(|e| format!("jwt.{e}"))?;
+    // Each mechanism, its errors prefixed with its field.
+    fn field(name: &'static str) -> impl Fn(String) -> String {
+        move |e| format!("{name}.{e}")
+    }
+    let jwt = spec.jwt.as_ref().map(|j| authn::jwt(key, j, resources));
+    let jwt = jwt.transpose().map_err(field("jwt"))?;
     let api_key = spec
         .api_key_auth
         .as_ref()
-        .map(|k| authn::api_key(key, k, resources))
-        .transpose()
-        .map_err(|e| format!("apiKeyAuth.{e}"))?;
+        .map(|k| authn::api_key(key, k, resources));
+    let api_key = api_key.transpose().map_err(field("apiKeyAuth"))?;
     let basic = spec
         .basic_auth
         .as_ref()
-        .map(|b| authn::basic(key, b, resources))
-        .transpose()
-        .map_err(|e| format!("basicAuth.{e}"))?;
+        .map(|b| authn::basic(key, b, resources));
+    let basic = basic.transpose().map_err(field("basicAuth"))?;
     let providers: Vec<&str> = jwt
         .iter()
         .flat_map(|j| &j.providers)

@@ -19,7 +19,7 @@ use super::api::{
     GATEWAY_GROUP, GatewayClassConditionReason, GatewayClassConditionType, GatewayConditionReason,
     GatewayConditionType, ListenerConditionType,
 };
-use super::manifest::UnknownField;
+use super::field_path::UnknownField;
 use crate::model::ObjectRef;
 
 /// The apiVersion status objects are written with.

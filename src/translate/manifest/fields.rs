@@ -5,25 +5,11 @@
 //! Decoding goes through `serde_ignored`, which reports every map key the typed struct skipped;
 //! the schema is generated once per kind, and only when a document has an unknown field.
 
-use std::fmt;
 use std::sync::OnceLock;
 
 use serde_json::Value;
 
-/// One step of a field path.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Step {
-    Key(String),
-    Index(usize),
-}
-
-/// A field the object's kind does not have (ignored, as the API server would prune it).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct UnknownField {
-    pub path: Vec<Step>,
-    /// The field of the same object the author most likely meant (`backendRefs`).
-    pub nearest: Option<String>,
-}
+use super::super::field_path::Step;
 
 /// Which schema to look suggestions up in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -162,33 +148,4 @@ fn make<T: schemars::JsonSchema>() -> Value {
         .into_generator()
         .into_root_schema_for::<T>()
         .to_value()
-}
-
-// === impl UnknownField ===
-
-/// `spec.rules[0].backendRef (did you mean backendRefs?)`.
-impl fmt::Display for UnknownField {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", Path(&self.path))?;
-        if let Some(n) = &self.nearest {
-            write!(f, " (did you mean {n}?)")?;
-        }
-        Ok(())
-    }
-}
-
-/// A field path as kubectl writes it: `spec.rules[0].backendRef`.
-pub struct Path<'p>(pub &'p [Step]);
-
-impl fmt::Display for Path<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (i, step) in self.0.iter().enumerate() {
-            match step {
-                Step::Key(k) if i == 0 => f.write_str(k)?,
-                Step::Key(k) => write!(f, ".{k}")?,
-                Step::Index(n) => write!(f, "[{n}]")?,
-            }
-        }
-        Ok(())
-    }
 }
