@@ -392,25 +392,7 @@ async fn run_logs_a_route_problem_once_and_its_resolution() {
     let port = free_port();
     std::fs::write(dir.path().join("gw.yaml"), gateway(port)).unwrap();
     std::fs::write(dir.path().join("route.yaml"), route("r", "/", "a")).unwrap();
-    let log_dir = tempfile::tempdir().unwrap();
-    let log_path = log_dir.path().join("stderr.log");
-    let mut child = Child(
-        pier()
-            .args([
-                "run",
-                "--listen-host",
-                "127.0.0.1",
-                "--admin",
-                "127.0.0.1:0",
-            ])
-            .arg("--manifests")
-            .arg(dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(std::fs::File::create(&log_path).unwrap()))
-            .spawn()
-            .unwrap(),
-    );
-    let read = || std::fs::read_to_string(&log_path).unwrap_or_default();
+    let (mut child, _admin, read) = run_logged(dir.path(), &[]);
     let lines = |text: &str, what: &str| text.lines().filter(|l| l.contains(what)).count();
     eventually(Duration::from_secs(10), || async {
         read().contains("reason=BackendNotFound")
