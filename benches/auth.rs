@@ -3,8 +3,9 @@
 //!
 //! Decisions it informs: whether pier needs a cache of verified tokens (a JWT policy must cost
 //! at most 1.15× a route without one at c=64: compare these figures with a request's cost in
-//! `benches/proxy.rs`), and how many password checks a core can do (which bounds what a flood
-//! of wrong passwords can take: `phase::verify_basic` runs at most one per core at once).
+//! `benches/proxy.rs`; it has one, and `jwt_verified_cache_hit` is what a request with a token
+//! seen before pays), and how many password checks a core can do (which bounds what a flood of
+//! wrong passwords can take: `phase::verify_basic` runs at most one per core at once).
 //! Run: `cargo bench --bench auth`.
 
 use std::hint::black_box;
@@ -21,6 +22,7 @@ use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use pier::auth::htpasswd::Htpasswd;
 use pier::auth::jwks::Jwks;
 use pier::auth::jwt::{Validation, verify};
+use pier::auth::verified::VerifiedTokens;
 use serde_json::json;
 
 const NOW: u64 = 1_750_000_000;
@@ -93,6 +95,17 @@ fn jwt(c: &mut Criterion) {
         });
     }
     g.finish();
+    // A token verified before: its digest and a map hit instead of the signature.
+    let cache = VerifiedTokens::new(10_000, 300);
+    let (_, es256) = &tokens[1];
+    let claims = std::sync::Arc::new(verify(es256.as_bytes(), &keys, &rules, NOW).unwrap());
+    cache.insert(VerifiedTokens::key(es256.as_bytes()), claims, NOW, 60);
+    c.bench_function("jwt_verified_cache_hit", |b| {
+        b.iter(|| {
+            let key = VerifiedTokens::key(black_box(es256.as_bytes()));
+            cache.get(&key, NOW).unwrap()
+        })
+    });
 }
 
 fn htpasswd(c: &mut Criterion) {

@@ -19,3 +19,4 @@ pub mod claims;
 pub mod htpasswd;
 pub mod jwks;
 pub mod jwt;
+pub mod verified;

@@ -19,6 +19,7 @@ use crate::auth::claims::Claims;
 use crate::auth::htpasswd::{Htpasswd, VerifiedCache};
 use crate::auth::jwks::Jwks;
 use crate::auth::jwt::Validation;
+use crate::auth::verified::VerifiedTokens;
 
 /// Who may come in on a rule.
 #[derive(Clone, Debug, Serialize)]
@@ -60,6 +61,9 @@ pub struct JwtProvider {
     pub keys: Arc<Jwks>,
     #[serde(skip)]
     pub validation: Validation,
+    /// Tokens this provider verified lately (a hit skips the signature).
+    #[serde(skip)]
+    pub verified: Arc<VerifiedTokens>,
     /// Claims copied into request headers (`a.b` for nested claims).
     #[serde(serialize_with = "claim_headers")]
     pub claim_to_headers: Vec<(HeaderName, String)>,
@@ -130,7 +134,7 @@ pub struct Authenticated {
     /// `jwt:<provider>:<sub>`, `apikey:<clientID>`: for the access log.
     pub principal: Option<String>,
     /// The provider that verified the token, and its claims.
-    pub jwt: Option<(String, Claims)>,
+    pub jwt: Option<(String, Arc<Claims>)>,
 }
 
 /// What access decisions read of a request.

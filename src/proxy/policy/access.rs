@@ -6,7 +6,10 @@
 
 use http::{HeaderName, HeaderValue, header};
 
+use std::sync::Arc;
+
 use crate::auth::jwt;
+use crate::auth::verified::VerifiedTokens;
 use crate::model::policy::{
     AccessPolicy, AccessRequest, Action, ApiKeyAuthn, Authenticated, BasicAuthn, BasicVerdict,
     CredentialSource, JwtAuthn,
@@ -81,7 +84,17 @@ fn jwt_authn(
             continue;
         };
         presented = true;
-        match jwt::verify(token, &p.keys, &p.validation, now) {
+        let key = VerifiedTokens::key(token);
+        let verified = match p.verified.get(&key, now) {
+            Some(claims) => Ok(claims),
+            None => jwt::verify(token, &p.keys, &p.validation, now).map(|claims| {
+                let claims = Arc::new(claims);
+                let leeway = p.validation.leeway_secs;
+                p.verified.insert(key, claims.clone(), now, leeway);
+                claims
+            }),
+        };
+        match verified {
             Ok(claims) => {
                 for (header, claim) in &p.claim_to_headers {
                     // Set from the token, or removed: a client never supplies it itself.

@@ -13,6 +13,11 @@ use super::super::resources::Resources;
 use crate::auth::htpasswd::{Htpasswd, VerifiedCache};
 use crate::auth::jwks::Jwks;
 use crate::auth::jwt::Validation;
+use crate::auth::verified::VerifiedTokens;
+
+/// Verified tokens remembered per JWT provider, and for how long at most.
+const VERIFIED_TOKENS: usize = 10_000;
+const VERIFIED_TOKEN_TTL_SECS: u64 = 300;
 use crate::model::ObjectRef;
 use crate::model::policy::{ApiKeyAuthn, BasicAuthn, CredentialSource, JwtAuthn, JwtProvider};
 
@@ -99,6 +104,10 @@ fn provider(
             audiences: p.audiences.clone(),
             ..Validation::default()
         },
+        verified: Arc::new(VerifiedTokens::new(
+            VERIFIED_TOKENS,
+            VERIFIED_TOKEN_TTL_SECS,
+        )),
         claim_to_headers,
         extract_from,
     })
