@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use http::{HeaderName, HeaderValue, Method};
 
-use super::api::{self, GATEWAY_GROUP, HttpRoute, SecurityPolicy, SecurityPolicySpec, Timestamp};
+use super::api::{self, GATEWAY_GROUP, SecurityPolicy, SecurityPolicySpec, Timestamp};
 use super::gateway::GatewayState;
 use super::resources::Resources;
 use super::status::{
@@ -306,26 +306,22 @@ fn ancestors_of(
                 parent_ref: parent_ref(GATEWAY_GROUP, kind, route, None),
                 gateway: None,
             };
-            let (exists, rule_names) = match *kind {
-                "HTTPRoute" => route_rules(resources.http_routes.get(&key(route))),
-                _ => match resources.grpc_routes.get(&key(route)) {
-                    Some(r) => (
-                        true,
-                        r.spec
-                            .rules
-                            .iter()
-                            .flatten()
-                            .filter_map(|r| r.name.clone())
-                            .collect(),
-                    ),
-                    None => (false, vec![]),
-                },
+            // The rule names of the Route, if it exists.
+            let rule_names: Option<Vec<&String>> = match *kind {
+                "HTTPRoute" => resources.http_routes.get(&key(route)).map(|r| {
+                    let rules = r.spec.rules.iter().flatten();
+                    rules.filter_map(|r| r.name.as_ref()).collect()
+                }),
+                _ => resources.grpc_routes.get(&key(route)).map(|r| {
+                    let rules = r.spec.rules.iter().flatten();
+                    rules.filter_map(|r| r.name.as_ref()).collect()
+                }),
             };
-            if !exists {
+            let Some(rule_names) = rule_names else {
                 return Found::Missing(own, format!("{kind} {route}"));
-            }
+            };
             if let Target::Rule(_, _, rule) = target
-                && !rule_names.contains(rule)
+                && !rule_names.contains(&rule)
             {
                 return Found::Missing(own, format!("rule {rule} of {kind} {route}"));
             }
@@ -356,21 +352,6 @@ fn ancestors_of(
                 .collect();
             Found::Under(list)
         }
-    }
-}
-
-fn route_rules(r: Option<&HttpRoute>) -> (bool, Vec<String>) {
-    match r {
-        Some(r) => (
-            true,
-            r.spec
-                .rules
-                .iter()
-                .flatten()
-                .filter_map(|r| r.name.clone())
-                .collect(),
-        ),
-        None => (false, vec![]),
     }
 }
 
