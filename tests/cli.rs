@@ -337,15 +337,6 @@ spec:
     assert!(stdout.contains("type: pier.dev/UnknownFields"), "{stdout}");
 }
 
-struct Child(std::process::Child);
-
-impl Drop for Child {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 fn terminate(child: &mut Child) -> std::process::ExitStatus {
     let _ = Command::new("kill")
         .args(["-TERM", &child.0.id().to_string()])
@@ -1231,40 +1222,6 @@ fn an_https_otlp_endpoint_without_trusted_roots_stops_pier_at_start() {
 }
 
 // === zero-downtime restart ===
-
-/// `pier run` with `env` and `flags` on the manifests in `dir`, its admin on `admin`; once
-/// ready.
-async fn start_pier(
-    dir: &std::path::Path,
-    admin: u16,
-    env: &[(&str, &str)],
-    flags: &[&str],
-) -> Child {
-    let child = Child(
-        pier()
-            .envs(env.iter().copied())
-            .arg("run")
-            .args(flags)
-            .args([
-                "--listen-host",
-                "127.0.0.1",
-                "--admin",
-                &format!("127.0.0.1:{admin}"),
-                "--manifests",
-            ])
-            .arg(dir)
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    eventually(Duration::from_secs(20), || async move {
-        try_get(&format!("http://127.0.0.1:{admin}/readyz"), &[])
-            .await
-            .is_some_and(|r| r.status == 200)
-    })
-    .await;
-    child
-}
 
 /// An HTTP/1.1 client sending requests back to back until `stop`, on a keep-alive connection
 /// (reconnecting after a `Connection: close` answer), or with `close_each` on a new

@@ -4,23 +4,11 @@
 
 mod support;
 
-use std::process::{Command, Stdio};
-use std::time::Duration;
-
 use bytes::Bytes;
 use http_body_util::Full;
 use support::client::send_h2;
 use support::web::*;
 use support::*;
-
-struct Child(std::process::Child);
-
-impl Drop for Child {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// A SecurityPolicy `name` targeting `target` (a targetRef in flow style) with `body`.
 fn policy(name: &str, target: &str, body: &str) -> String {
@@ -106,22 +94,7 @@ async fn policies_allow_deny_and_fail_closed_on_both_request_paths() {
     );
     std::fs::write(dir.path().join("all.yaml"), manifests).unwrap();
 
-    let _pier = Child(
-        Command::new(env!("CARGO_BIN_EXE_pier"))
-            .args(["run", "--listen-host", "127.0.0.1", "--admin"])
-            .arg(format!("127.0.0.1:{admin}"))
-            .arg("--manifests")
-            .arg(dir.path())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    eventually(Duration::from_secs(20), || async move {
-        try_get(&format!("http://127.0.0.1:{admin}/readyz"), &[])
-            .await
-            .is_some_and(|r| r.status == 200)
-    })
-    .await;
+    let _pier = start_pier(dir.path(), admin, &[], &[]).await;
 
     let base = format!("http://127.0.0.1:{port}");
     let h1 = |path: &str, headers: &'static [(&'static str, &'static str)]| {
@@ -220,27 +193,6 @@ async fn policies_allow_deny_and_fail_closed_on_both_request_paths() {
 /// A request path, its headers, and the status it must get.
 type Case<'a> = (&'a str, Vec<(&'a str, String)>, u16);
 
-/// `pier run` on `manifests` (with a Gateway on `port`); returns the process once ready.
-async fn run(dir: &std::path::Path, admin: u16) -> Child {
-    let child = Child(
-        Command::new(env!("CARGO_BIN_EXE_pier"))
-            .args(["run", "--listen-host", "127.0.0.1", "--admin"])
-            .arg(format!("127.0.0.1:{admin}"))
-            .arg("--manifests")
-            .arg(dir)
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    eventually(Duration::from_secs(20), || async move {
-        try_get(&format!("http://127.0.0.1:{admin}/readyz"), &[])
-            .await
-            .is_some_and(|r| r.status == 200)
-    })
-    .await;
-    child
-}
-
 /// JWT (ES256, a key set given inline) and API keys (a Secret): 401 with a challenge for a
 /// missing or bad credential, 403 for a principal the rules refuse, 200 otherwise; claims and
 /// the client ID reach the backend in headers the client cannot forge, and a sanitized key
@@ -291,7 +243,7 @@ async fn jwt_and_api_keys_authenticate_on_both_request_paths() {
          forwardClientIDHeader: x-client\n    sanitize: true\n",
     ));
     std::fs::write(dir.path().join("all.yaml"), m).unwrap();
-    let _pier = run(dir.path(), admin).await;
+    let _pier = start_pier(dir.path(), admin, &[], &[]).await;
 
     let claims = |scope: &str, exp: u64| {
         serde_json::json!({"iss": "https://issuer.test", "aud": "pier", "sub": "alice",

@@ -2,6 +2,7 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -127,4 +128,48 @@ spec:
       backendRefs: [{{name: {backend}, port: 80}}]
 "
     )
+}
+
+/// A `pier` process, killed when dropped (a test that fails never leaves one behind).
+pub struct Child(pub std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `pier run` with `env` and `flags` on the manifests in `dir`, its admin on `admin`; once
+/// ready.
+pub async fn start_pier(
+    dir: &std::path::Path,
+    admin: u16,
+    env: &[(&str, &str)],
+    flags: &[&str],
+) -> Child {
+    let child = Child(
+        Command::new(env!("CARGO_BIN_EXE_pier"))
+            .envs(env.iter().copied())
+            .arg("run")
+            .args(flags)
+            .args([
+                "--listen-host",
+                "127.0.0.1",
+                "--admin",
+                &format!("127.0.0.1:{admin}"),
+                "--manifests",
+            ])
+            .arg(dir)
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    eventually(Duration::from_secs(20), || async move {
+        try_get(&format!("http://127.0.0.1:{admin}/readyz"), &[])
+            .await
+            .is_some_and(|r| r.status == 200)
+    })
+    .await;
+    child
 }
