@@ -218,8 +218,8 @@ pub struct RunArgs {
     pub access_log: bool,
     /// The fields of an access log line, comma-separated (`all`, or some of: client, peer, via,
     /// request_id, trace_id, method, host, path, status, bytes_in, bytes_out, listener, route,
-    /// rule, backend, upstream, workload_identity, duration_ms, error, tls_failure). Time,
-    /// level and target are always there.
+    /// rule, backend, upstream, workload_identity, duration_ms, error, tls_failure,
+    /// principal). Time, level and target are always there.
     #[arg(
         long,
         value_name = "FIELD[,...]",

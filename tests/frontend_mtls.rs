@@ -106,6 +106,27 @@ spec:
         - path: {{type: PathPrefix, value: /verified}}
           headers: [{{type: RegularExpression, name: x-client-cert, value: 'Subject=.*'}}]
       backendRefs: [{{name: b, port: 80}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: partners, namespace: default}}
+spec:
+  parentRefs: [{{name: gw}}, {{name: open}}]
+  rules:
+    - matches: [{{path: {{type: PathPrefix, value: /partners}}}}]
+      backendRefs: [{{name: a, port: 80}}]
+---
+# Only a client whose certificate verified and names partner.example.
+apiVersion: pier.dev/v1alpha1
+kind: SecurityPolicy
+metadata: {{name: partners, namespace: default}}
+spec:
+  targetRefs: [{{group: gateway.networking.k8s.io, kind: HTTPRoute, name: partners}}]
+  authorization:
+    defaultAction: Deny
+    rules:
+      - action: Allow
+        principal: {{clientSANs: [partner.example, 'spiffe://example.org/partner']}}
 "
     )
 }
@@ -536,5 +557,35 @@ async fn client_handshakes_are_counted_by_port_result_and_reason() {
         got = counted().await;
     }
     assert_eq!(got, want);
+    env.pier.shutdown().await;
+}
+
+/// A SecurityPolicy principal by client certificate (`clientSANs`): only a certificate that
+/// verified against the frontend CAs and names the SAN gets in; the same SAN on a
+/// certificate the fallback port accepted without verifying it, another SAN, no certificate
+/// or a Gateway that asks for none: 403.
+#[tokio::test]
+async fn a_policy_lets_in_only_verified_certificates_with_its_san() {
+    let ca = Pki::new();
+    let other = Pki::new();
+    let env = start(&ca).await;
+    let partner = ca.issue(&["partner.example"]);
+    let client = ca.issue(&["client.example"]);
+    let forged = other.issue(&["partner.example"]);
+    env.wait_served(&partner).await;
+    let status = |port: u16, cert: Option<&Leaf>| {
+        let cfg = env.client(cert);
+        async move {
+            request_path(port, cfg, "/partners/x")
+                .await
+                .map(|r| r.status.as_u16())
+        }
+    };
+    assert_eq!(status(env.strict, Some(&partner)).await, Ok(200));
+    assert_eq!(status(env.fallback, Some(&partner)).await, Ok(200));
+    assert_eq!(status(env.strict, Some(&client)).await, Ok(403));
+    assert_eq!(status(env.fallback, Some(&forged)).await, Ok(403));
+    assert_eq!(status(env.fallback, None).await, Ok(403));
+    assert_eq!(status(env.open, Some(&partner)).await, Ok(403));
     env.pier.shutdown().await;
 }

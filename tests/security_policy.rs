@@ -243,7 +243,10 @@ async fn jwt_and_api_keys_authenticate_on_both_request_paths() {
          forwardClientIDHeader: x-client\n    sanitize: true\n",
     ));
     std::fs::write(dir.path().join("all.yaml"), m).unwrap();
-    let _pier = start_pier(dir.path(), admin, &[], &[]).await;
+    let log_dir = tempfile::tempdir().unwrap();
+    let log_path = log_dir.path().join("pier.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let _pier = start_pier_logging(dir.path(), admin, &[], &["--access-log"], log).await;
 
     let claims = |scope: &str, exp: u64| {
         serde_json::json!({"iss": "https://issuer.test", "aud": "pier", "sub": "alice",
@@ -312,4 +315,44 @@ async fn jwt_and_api_keys_authenticate_on_both_request_paths() {
         "{:?}",
         seen.headers
     );
+
+    // Each decision is counted by policy, mechanism and result (the cases above ran twice,
+    // HTTP/1.1 and HTTP/2; then one more request each on /claims and /keys).
+    let metrics = get(&format!("http://127.0.0.1:{admin}/metrics"), &[])
+        .await
+        .text();
+    let count = |policy: &str, mechanism: &str, result: &str| {
+        let series = format!(
+            "pier_proxy_security_decisions_total{{policy=\"default/{policy}\",mechanism=\"{mechanism}\",result=\"{result}\"}} "
+        );
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(&series)?.trim().parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    assert_eq!(count("jwt", "jwt", "allowed"), 2, "{metrics}");
+    assert_eq!(count("jwt", "jwt", "unauthenticated"), 8, "{metrics}");
+    assert_eq!(count("jwt", "authorization", "denied"), 2, "{metrics}");
+    assert_eq!(count("keys", "apiKey", "unauthenticated"), 4, "{metrics}");
+    assert_eq!(count("keys", "apiKey", "allowed"), 3, "{metrics}");
+    assert_eq!(count("claims", "jwt", "allowed"), 1, "{metrics}");
+    // The access log names who came in, never the credential.
+    let text = std::fs::read_to_string(&log_path).unwrap();
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("pier::access"))
+        .collect();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("principal") && l.contains("jwt:issuer:alice")),
+        "{text}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("principal") && l.contains("apikey:alice")),
+        "{text}"
+    );
+    assert!(!text.contains("s3cret") && !text.contains(&good), "{text}");
 }

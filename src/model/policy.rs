@@ -133,8 +133,38 @@ pub enum CredentialSource {
 pub struct Authenticated {
     /// `jwt:<provider>:<sub>`, `apikey:<clientID>`: for the access log.
     pub principal: Option<String>,
+    /// The mechanism that authenticated the request (the first that did).
+    pub mechanism: Option<Mechanism>,
     /// The provider that verified the token, and its claims.
     pub jwt: Option<(String, Arc<Claims>)>,
+}
+
+/// What decided a request's access: the `mechanism` label of
+/// `pier_proxy_security_decisions_total`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Mechanism {
+    Jwt,
+    ApiKey,
+    Basic,
+    /// The authorization rules (a 403, or a pass with no authentication).
+    Authorization,
+    /// The policy itself: invalid (a 500).
+    Policy,
+    /// A policy with nothing to check let the request in.
+    None,
+}
+
+impl Mechanism {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Jwt => "jwt",
+            Self::ApiKey => "apiKey",
+            Self::Basic => "basic",
+            Self::Authorization => "authorization",
+            Self::Policy => "policy",
+            Self::None => "none",
+        }
+    }
 }
 
 /// What access decisions read of a request.
@@ -142,6 +172,9 @@ pub struct Authenticated {
 pub struct AccessRequest<'r> {
     /// The client address pier derived (trusted proxies, PROXY protocol).
     pub client: IpAddr,
+    /// The URI and DNS subjectAltNames of the connection's verified client certificate
+    /// (empty without one).
+    pub client_sans: &'r [Box<str>],
     pub method: &'r Method,
     /// The request's headers; empty unless [`AccessPolicy::needs_headers`].
     pub headers: &'r HeaderMap,
@@ -191,6 +224,10 @@ pub struct Principal {
     /// claims.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub jwt: Option<JwtPrincipal>,
+    /// The connection's verified client certificate has one of these URI or DNS
+    /// subjectAltNames.
+    #[serde(rename = "clientSANs", skip_serializing_if = "Vec::is_empty")]
+    pub client_sans: Vec<Box<str>>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -252,7 +289,7 @@ impl Authorization {
         let client = req.client.to_canonical();
         let found = self.rules.iter().find(|r| {
             (r.methods.is_empty() || r.methods.contains(req.method))
-                && r.principal.matches(client, req.headers, req.authenticated)
+                && r.principal.matches(req, client)
         });
         match found {
             Some(rule) => Verdict {
@@ -268,20 +305,18 @@ impl Authorization {
 }
 
 impl Principal {
-    fn matches(
-        &self,
-        client: IpAddr,
-        headers: &HeaderMap,
-        authenticated: Option<&Authenticated>,
-    ) -> bool {
+    /// `client`: the request's client address, IPv4-mapped addresses as IPv4.
+    fn matches(&self, req: &AccessRequest<'_>, client: IpAddr) -> bool {
         if let Some(want) = &self.jwt
-            && !want.matches(authenticated)
+            && !want.matches(req.authenticated)
         {
             return false;
         }
         (self.client_cidrs.is_empty() || self.client_cidrs.iter().any(|c| c.contains(client)))
+            && (self.client_sans.is_empty()
+                || self.client_sans.iter().any(|s| req.client_sans.contains(s)))
             && self.headers.iter().all(|(name, values)| {
-                headers
+                req.headers
                     .get_all(name)
                     .iter()
                     .any(|sent| values.iter().any(|v| v == sent))
@@ -349,6 +384,7 @@ mod tests {
                 client_cidrs: cidrs.iter().map(|c| c.parse().unwrap()).collect(),
                 headers: vec![],
                 jwt: None,
+                client_sans: vec![],
             },
         }
     }
@@ -357,6 +393,7 @@ mod tests {
         let headers = HeaderMap::new();
         authz.decide(&AccessRequest {
             client: ip.parse().unwrap(),
+            client_sans: &[],
             method: &Method::GET,
             headers: &headers,
             query: None,
@@ -416,6 +453,7 @@ mod tests {
             authz
                 .decide(&AccessRequest {
                     client: "192.0.2.1".parse().unwrap(),
+                    client_sans: &[],
                     method: &method,
                     headers: &headers,
                     query: None,

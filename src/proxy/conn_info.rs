@@ -38,7 +38,7 @@ pub struct ConnInfo {
     pub forwarded_for: http::HeaderValue,
     /// The client certificate's identity, when it verified against the port's frontend CAs
     /// in the handshake (the value of a listener's `client_cert_header`).
-    pub client_identity: Option<http::HeaderValue>,
+    pub client_identity: Option<std::sync::Arc<crate::tls::server::ClientIdentity>>,
     /// `peer` is one of `--trusted-proxies`: its forwarding headers and request ID are
     /// believed (`observe::forwarded`). Decided once per connection.
     pub trusted_hop: bool,

@@ -7,8 +7,8 @@
 //! arrive         the request's identity: client, request ID, trace context; the log head
 //! listener       port and listener (listener isolation; 421 when the SNI chose another)
 //! route          the route table's rule, recorded in the request's `Seen`
-//! decide         CORS preflight ─> access (authorization; authentication and rate limits
-//!                next) ─> redirect, or the backendRef to forward to
+//! decide         CORS preflight ─> access (authentication, authorization; the decision and
+//!                principal recorded in `Seen`) ─> redirect, or the backendRef to forward to
 //! request_head   request header filters, URL rewrite, hop hygiene, forwarding headers
 //!    ... exchange (admission, endpoint, send, outcome): `exchange`, or h1's raw exchange
 //! response_head  hop hygiene, CORS headers, response header filters (compression next)
@@ -35,7 +35,7 @@ use crate::proxy::exchange::Shared;
 use crate::proxy::headers::{X_FORWARDED_FOR, X_FORWARDED_HOST, X_FORWARDED_PROTO};
 use crate::proxy::observe::access::{self, Done, LogHead};
 use crate::proxy::observe::forwarded::{Edge, FORWARDED, X_REQUEST_ID};
-use crate::proxy::observe::record::{Failure, Seen};
+use crate::proxy::observe::record::{Failure, Security, Seen};
 use crate::proxy::observe::trace::{self, RequestLine, TRACEPARENT, TRACESTATE};
 use crate::proxy::policy::{access as access_policy, head, route as routing};
 
@@ -132,13 +132,29 @@ pub fn route<'s>(
 pub fn decide<'s>(
     routed: &Routed<'s>,
     input: &RouteInput<'_>,
-    edge: &Edge,
+    (conn, edge): (&ConnInfo, &Edge),
     basic: Option<&BasicVerdict>,
     admitted: &mut Option<Admitted>,
+    seen: &mut Seen<'s>,
 ) -> Result<Decision<'s>, ProxyError> {
     let decided = routing::decide(routed, input);
     if !matches!(decided, Ok(Decision::Preflight(_))) {
-        *admitted = access(&routed.entry.rule, edge, input, basic)?;
+        let rule: &'s Rule = &routed.entry.rule;
+        if let Some(policy) = &rule.access {
+            match access(rule, (conn, edge), input, basic) {
+                Ok(mut a) => {
+                    if let Some(a) = &mut a {
+                        let s = Security::allowed(policy, &mut a.authenticated);
+                        seen.security = Some(Box::new(s));
+                    }
+                    *admitted = a;
+                }
+                Err(e) => {
+                    seen.security = Some(Box::new(Security::refused(policy, &e)));
+                    return Err(e);
+                }
+            }
+        }
     }
     decided
 }
@@ -198,7 +214,7 @@ pub async fn verify_basic(rule: &Rule, headers: &HeaderMap) -> Option<BasicVerdi
 #[inline(always)]
 pub fn access(
     rule: &Rule,
-    edge: &Edge,
+    (conn, edge): (&ConnInfo, &Edge),
     input: &RouteInput<'_>,
     basic: Option<&BasicVerdict>,
 ) -> Result<Option<Admitted>, ProxyError> {
@@ -208,6 +224,7 @@ pub fn access(
             policy,
             &AccessRequest {
                 client: edge.client,
+                client_sans: conn.client_identity.as_ref().map_or(&[], |c| &c.sans),
                 method: input.method,
                 headers: input.headers,
                 query: input.query,
@@ -274,6 +291,9 @@ pub fn log(
     shared
         .metrics
         .request_done(snapshot, seen.reached, status, elapsed.as_secs_f64());
+    if let Some(security) = &seen.security {
+        shared.metrics.security_decision(snapshot, security);
+    }
     if let Some(head) = head
         && access::wanted(shared.config.access_log, seen)
     {

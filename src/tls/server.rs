@@ -121,24 +121,44 @@ pub fn client_auth(
     })
 }
 
-/// A client certificate's identity as a header value: `Subject="<DN>"`, then `;URI=<uri>` and
-/// `;DNS=<name>` per subjectAltName (the shape of Envoy's `x-forwarded-client-cert`). `None`
-/// when the certificate does not parse or the value is not a valid header value.
-pub fn identity_header(leaf: &CertificateDer<'_>) -> Option<http::HeaderValue> {
+/// A verified client certificate's identity: for a listener's client identity header, and its
+/// URI and DNS subjectAltNames for SecurityPolicy principals (`clientSANs`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientIdentity {
+    /// `Subject="<DN>"`, then `;URI=<uri>` and `;DNS=<name>` per subjectAltName (the shape of
+    /// Envoy's `x-forwarded-client-cert`).
+    pub header: http::HeaderValue,
+    /// The URI and DNS subjectAltNames, in the certificate's order.
+    pub sans: Box<[Box<str>]>,
+}
+
+/// A client certificate's [`ClientIdentity`]. `None` when the certificate does not parse or
+/// the identity is not a valid header value.
+pub fn client_identity(leaf: &CertificateDer<'_>) -> Option<ClientIdentity> {
     use x509_parser::prelude::{FromDer, GeneralName, X509Certificate};
     let (_, cert) = X509Certificate::from_der(leaf.as_ref()).ok()?;
     let subject = cert.subject().to_string().replace(['"', '\\'], "");
     let mut value = format!("Subject=\"{subject}\"");
+    let mut sans = Vec::new();
     if let Ok(Some(san)) = cert.subject_alternative_name() {
         for n in &san.value.general_names {
             match n {
-                GeneralName::URI(u) => value.push_str(&format!(";URI={u}")),
-                GeneralName::DNSName(d) => value.push_str(&format!(";DNS={d}")),
+                GeneralName::URI(u) => {
+                    value.push_str(&format!(";URI={u}"));
+                    sans.push(Box::from(*u));
+                }
+                GeneralName::DNSName(d) => {
+                    value.push_str(&format!(";DNS={d}"));
+                    sans.push(Box::from(*d));
+                }
                 _ => {}
             }
         }
     }
-    http::HeaderValue::try_from(value).ok()
+    Some(ClientIdentity {
+        header: http::HeaderValue::try_from(value).ok()?,
+        sans: sans.into(),
+    })
 }
 
 /// Whether a peer chain verifies against `auth` now. For the identity of a connection on an

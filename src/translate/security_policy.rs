@@ -627,8 +627,11 @@ fn rule(r: &api::AuthorizationRule, providers: &[&str]) -> Result<AuthorizationR
             Ok((name, values))
         })
         .collect::<Result<Vec<_>, String>>()?;
-    if client_cidrs.is_empty() && headers.is_empty() && jwt.is_none() {
-        return Err("principal: give clientCIDRs, headers or jwt".into());
+    if let Some(empty) = p.client_sans.iter().find(|s| s.is_empty()) {
+        return Err(format!("principal.clientSANs: {empty:?} is empty"));
+    }
+    if client_cidrs.is_empty() && headers.is_empty() && jwt.is_none() && p.client_sans.is_empty() {
+        return Err("principal: give clientCIDRs, clientSANs, headers or jwt".into());
     }
     Ok(AuthorizationRule {
         name: r.name.clone(),
@@ -638,6 +641,11 @@ fn rule(r: &api::AuthorizationRule, providers: &[&str]) -> Result<AuthorizationR
             client_cidrs,
             headers,
             jwt,
+            client_sans: p
+                .client_sans
+                .iter()
+                .map(|s| Box::from(s.as_str()))
+                .collect(),
         },
     })
 }

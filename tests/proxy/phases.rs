@@ -35,6 +35,7 @@ fn policy(cidr: &str, action: Action, default: Action) -> AccessPolicy {
                     client_cidrs: vec![cidr.parse().unwrap()],
                     headers: vec![],
                     jwt: None,
+                    client_sans: vec![],
                 },
             }],
         }),

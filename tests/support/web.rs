@@ -148,6 +148,17 @@ pub async fn start_pier(
     env: &[(&str, &str)],
     flags: &[&str],
 ) -> Child {
+    start_pier_logging(dir, admin, env, flags, Stdio::null()).await
+}
+
+/// [`start_pier`] with its log (stderr) going to `log`.
+pub async fn start_pier_logging(
+    dir: &std::path::Path,
+    admin: u16,
+    env: &[(&str, &str)],
+    flags: &[&str],
+    log: impl Into<Stdio>,
+) -> Child {
     let child = Child(
         Command::new(env!("CARGO_BIN_EXE_pier"))
             .envs(env.iter().copied())
@@ -161,7 +172,7 @@ pub async fn start_pier(
                 "--manifests",
             ])
             .arg(dir)
-            .stderr(Stdio::null())
+            .stderr(log)
             .spawn()
             .unwrap(),
     );

@@ -535,14 +535,14 @@ fn client_identity(
     shared: &Shared,
     key: PortKey,
     chain: &[rustls::pki_types::CertificateDer<'static>],
-) -> Option<http::HeaderValue> {
+) -> Option<Arc<crate::tls::server::ClientIdentity>> {
     let auth = shared.snapshot.load().port_at(key)?.client_auth.clone()?;
     if !auth.mandatory()
         && !crate::tls::server::verifies(&auth, chain, rustls::pki_types::UnixTime::now())
     {
         return None;
     }
-    crate::tls::server::identity_header(chain.first()?)
+    crate::tls::server::client_identity(chain.first()?).map(Arc::new)
 }
 
 /// The fast path first; hyper for the rest of the connection if a request needs it.

@@ -138,11 +138,17 @@ async fn dispatch<'s>(
     let rule = &routed.entry.rule;
     let basic = phase::verify_basic(rule, input.headers).await;
     let mut admitted = None;
-    let (weighted, cors) =
-        match phase::decide(&routed, &input, edge, basic.as_ref(), &mut admitted)? {
-            Decision::Preflight(resp) | Decision::Redirect(resp) => return Ok(resp),
-            Decision::Forward(weighted, cors) => (weighted, cors),
-        };
+    let (weighted, cors) = match phase::decide(
+        &routed,
+        &input,
+        (conn, edge),
+        basic.as_ref(),
+        &mut admitted,
+        seen,
+    )? {
+        Decision::Preflight(resp) | Decision::Redirect(resp) => return Ok(resp),
+        Decision::Forward(weighted, cors) => (weighted, cors),
+    };
     if let Some(a) = &admitted {
         phase::apply(a, req.headers_mut());
     }

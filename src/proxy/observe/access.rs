@@ -42,6 +42,7 @@ enum Field {
     DurationMs,
     Error,
     TlsFailure,
+    Principal,
 }
 
 /// The request line, captured only when the access log may be on.
@@ -143,6 +144,7 @@ impl LogHead {
             duration_ms = on(Field::DurationMs).then(|| millis(done.elapsed)),
             error = seen.failure.filter(|_| on(Field::Error)).map(|f| tracing::field::debug(f.kind)),
             tls_failure = seen.failure.and_then(|f| f.detail).filter(|_| on(Field::TlsFailure)),
+            principal = seen.security.as_ref().and_then(|s| s.principal.as_deref()).filter(|_| on(Field::Principal)),
         );
     }
 }
@@ -151,7 +153,7 @@ impl LogHead {
 
 impl Fields {
     /// The field names, as they appear in a line.
-    pub const NAMES: [&'static str; 20] = [
+    pub const NAMES: [&'static str; 21] = [
         "client",
         "peer",
         "via",
@@ -172,6 +174,7 @@ impl Fields {
         "duration_ms",
         "error",
         "tls_failure",
+        "principal",
     ];
     pub const ALL: Self = Self((1 << Self::NAMES.len()) - 1);
 

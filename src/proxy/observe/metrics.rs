@@ -3,7 +3,8 @@
 //!
 //! Labels are bounded: they come from snapshot identities (gateway, listener, route, backend),
 //! ports, and small enums (status class, error kind and side, connect reason, TLS transport and
-//! handshake failure reason, retry reason). Never paths, Host values, endpoint addresses or
+//! handshake failure reason, retry reason, security mechanism and result) and SecurityPolicy
+//! names. Never paths, Host values, endpoint addresses or
 //! error messages.
 //!
 //! Per-request metrics go through a per-thread [`HandleCache`]: the label strings of a
@@ -22,11 +23,13 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
+use crate::model::policy::Mechanism;
 use crate::model::{
     BackendId, BackendTls, ListenerId, ObjectRef, Snapshot, TlsMode, TlsUnavailable,
 };
 use crate::proxy::error::{ConnectReason, DownstreamTlsFailure, ErrorKind, ErrorSide, TlsFailure};
 use crate::proxy::fxhash::FxBuild;
+use crate::proxy::observe::record::{Security, SecurityResult};
 
 #[derive(Debug)]
 pub struct ProxyMetrics {
@@ -50,6 +53,7 @@ pub struct ProxyMetrics {
     streams: Family<StreamLabels, Counter>,
     proxy_protocol: Family<ProxyProtocolLabels, Counter>,
     spans: Family<SpanLabels, Counter>,
+    security_decisions: Family<SecurityLabels, Counter>,
     /// Tells the [`HandleCache`] whose handles it holds.
     id: u64,
 }
@@ -72,6 +76,7 @@ struct HandleCache {
     // Keys are addresses and small enums from the snapshot, never request data.
     requests: HashMap<RequestKey, (Counter, Histogram), FxBuild>,
     in_flight: HashMap<usize, Gauge, FxBuild>,
+    decisions: HashMap<(usize, Mechanism, SecurityResult), Counter, FxBuild>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -176,6 +181,15 @@ pub struct RequestLabels {
     pub backend: String,
     pub status: StatusClass,
     pub tls: Transport,
+}
+
+/// An access policy's decision (`model::policy::Mechanism`, `record::SecurityResult`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct SecurityLabels {
+    /// `namespace/name` of the SecurityPolicy.
+    pub policy: String,
+    pub mechanism: &'static str,
+    pub result: &'static str,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -433,6 +447,13 @@ impl ProxyMetrics {
              failed: the OTLP endpoint did not accept the batch)",
             m.spans.clone(),
         );
+        reg.register(
+            "security_decisions",
+            "Requests decided by a SecurityPolicy, by policy, mechanism (jwt, apiKey, basic, \
+             authorization, policy, none) and result (allowed; unauthenticated: 401; denied: \
+             403; invalid: 500; busy: 503)",
+            m.security_decisions.clone(),
+        );
         m
     }
 
@@ -482,9 +503,29 @@ impl ProxyMetrics {
                 c.snapshot = Arc::downgrade(snapshot);
                 c.requests.clear();
                 c.in_flight.clear();
+                c.decisions.clear();
             }
             f(&mut c)
         })
+    }
+
+    /// Counts an access policy's decision. `snapshot` is the one the policy belongs to.
+    pub fn security_decision(&self, snapshot: &Arc<Snapshot>, s: &Security<'_>) {
+        let key = (std::ptr::from_ref(s.policy).addr(), s.mechanism, s.result);
+        self.with_cache(snapshot, |c| {
+            c.decisions
+                .entry(key)
+                .or_insert_with(|| {
+                    self.security_decisions
+                        .get_or_create(&SecurityLabels {
+                            policy: s.policy.source.clone(),
+                            mechanism: s.mechanism.as_str(),
+                            result: s.result.as_str(),
+                        })
+                        .clone()
+                })
+                .inc();
+        });
     }
 
     pub fn error(&self, kind: ErrorKind, side: ErrorSide) {
@@ -652,6 +693,7 @@ impl Default for ProxyMetrics {
             streams: Family::default(),
             proxy_protocol: Family::default(),
             spans: Family::default(),
+            security_decisions: Family::default(),
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         }
     }

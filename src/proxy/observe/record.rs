@@ -8,9 +8,10 @@ use std::sync::Arc;
 use http::Request;
 use http::header::HOST;
 
+use crate::model::policy::{AccessPolicy, Authenticated, Mechanism};
 use crate::model::{Endpoint, Entry, Listener, PathMatch, Rule};
 use crate::proxy::body::FaultCell;
-use crate::proxy::error::{ErrorKind, ProxyError};
+use crate::proxy::error::{Challenge, ErrorKind, ProxyError};
 use crate::proxy::observe::metrics::Reached;
 
 /// How far a request got, for metrics and the access log. Borrowed from the snapshot.
@@ -34,6 +35,89 @@ pub struct Seen<'s> {
     /// access log's `bytes_in`. `None` without a body, or when it was read whole first (a
     /// retry's buffer: its length is declared).
     pub body: Option<Arc<FaultCell>>,
+    /// What the rule's access policy decided, when it has one (boxed: a rule without one,
+    /// and every connection's serving state, pays a pointer).
+    pub security: Option<Box<Security<'s>>>,
+}
+
+/// An access policy's decision on a request: counted by policy, mechanism and result, and
+/// the principal it let in, for the access log.
+#[derive(Debug)]
+pub struct Security<'s> {
+    pub policy: &'s AccessPolicy,
+    pub mechanism: Mechanism,
+    pub result: SecurityResult,
+    /// `jwt:<provider>:<sub>`, `apikey:<clientID>`, `basic:<user>`; never a credential.
+    pub principal: Option<String>,
+}
+
+/// The `result` label of `pier_proxy_security_decisions_total`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SecurityResult {
+    Allowed,
+    /// 401: missing or bad credentials.
+    Unauthenticated,
+    /// 403: the authorization rules said no.
+    Denied,
+    /// 500: the policy is invalid.
+    Invalid,
+    /// 503: too many password verifications at once.
+    Busy,
+}
+
+impl SecurityResult {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Allowed => "allowed",
+            Self::Unauthenticated => "unauthenticated",
+            Self::Denied => "denied",
+            Self::Invalid => "invalid",
+            Self::Busy => "busy",
+        }
+    }
+}
+
+impl<'s> Security<'s> {
+    /// A request the policy let in; `authenticated` says by which mechanism and who.
+    pub fn allowed(policy: &'s AccessPolicy, authenticated: &mut Authenticated) -> Self {
+        let mechanism = authenticated
+            .mechanism
+            .unwrap_or(if policy.authorization.is_some() {
+                Mechanism::Authorization
+            } else {
+                Mechanism::None
+            });
+        Self {
+            policy,
+            mechanism,
+            result: SecurityResult::Allowed,
+            principal: authenticated.principal.take(),
+        }
+    }
+
+    /// A request the policy refused with `error`.
+    pub fn refused(policy: &'s AccessPolicy, error: &ProxyError) -> Self {
+        let (mechanism, result) = match error {
+            ProxyError::Unauthenticated(Challenge::Bearer { .. }) => {
+                (Mechanism::Jwt, SecurityResult::Unauthenticated)
+            }
+            ProxyError::Unauthenticated(Challenge::ApiKey) => {
+                (Mechanism::ApiKey, SecurityResult::Unauthenticated)
+            }
+            ProxyError::Unauthenticated(Challenge::Basic) => {
+                (Mechanism::Basic, SecurityResult::Unauthenticated)
+            }
+            ProxyError::Forbidden => (Mechanism::Authorization, SecurityResult::Denied),
+            ProxyError::AuthBusy => (Mechanism::Basic, SecurityResult::Busy),
+            _ => (Mechanism::Policy, SecurityResult::Invalid),
+        };
+        Self {
+            policy,
+            mechanism,
+            result,
+            principal: None,
+        }
+    }
 }
 
 impl<'s> Seen<'s> {

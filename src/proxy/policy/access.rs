@@ -12,7 +12,7 @@ use crate::auth::jwt;
 use crate::auth::verified::VerifiedTokens;
 use crate::model::policy::{
     AccessPolicy, AccessRequest, Action, ApiKeyAuthn, Authenticated, BasicAuthn, BasicVerdict,
-    CredentialSource, JwtAuthn,
+    CredentialSource, JwtAuthn, Mechanism,
 };
 use crate::proxy::error::{Challenge, ProxyError};
 
@@ -112,6 +112,7 @@ fn jwt_authn(
                     .unwrap_or("-")
                     .to_string();
                 admitted.authenticated.principal = Some(format!("jwt:{}:{sub}", p.name));
+                admitted.authenticated.mechanism = Some(Mechanism::Jwt);
                 admitted.authenticated.jwt = Some((p.name.clone(), claims));
                 return Ok(());
             }
@@ -151,6 +152,7 @@ fn api_key_authn(
     };
     if admitted.authenticated.principal.is_none() {
         admitted.authenticated.principal = Some(format!("apikey:{client}"));
+        admitted.authenticated.mechanism = Some(Mechanism::ApiKey);
     }
     if let Some(h) = &k.forward_client_id_header
         && let Ok(v) = HeaderValue::from_str(client)
@@ -175,6 +177,7 @@ fn basic_authn(
         Some(BasicVerdict::User(user)) => {
             if admitted.authenticated.principal.is_none() {
                 admitted.authenticated.principal = Some(format!("basic:{user}"));
+                admitted.authenticated.mechanism = Some(Mechanism::Basic);
             }
             if let Some(h) = &b.forward_username_header
                 && let Ok(v) = HeaderValue::from_str(user)

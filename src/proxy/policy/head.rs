@@ -20,7 +20,7 @@ use crate::proxy::observe::forwarded::Edge;
 pub fn client_identity(headers: &mut http::HeaderMap, name: &http::HeaderName, conn: &ConnInfo) {
     headers.remove(name);
     if let Some(v) = &conn.client_identity {
-        headers.insert(name.clone(), v.clone());
+        headers.insert(name.clone(), v.header.clone());
     }
 }
 

@@ -158,10 +158,17 @@ fn identity_header_is_the_subject_then_the_sans_in_order() {
         SanType::DnsName(Ia5String::try_from("alice.example").unwrap()),
         SanType::URI(Ia5String::try_from("spiffe://example.org/alice").unwrap()),
     ];
-    let v = identity_header(&ca.leaf("alice", sans)).unwrap();
+    let v = client_identity(&ca.leaf("alice", sans)).unwrap();
     assert_eq!(
-        v.to_str().unwrap(),
+        v.header.to_str().unwrap(),
         "Subject=\"CN=alice\";DNS=alice.example;URI=spiffe://example.org/alice"
     );
-    assert_eq!(identity_header(&CertificateDer::from(vec![1, 2, 3])), None);
+    assert_eq!(
+        &*v.sans,
+        &[
+            Box::from("alice.example"),
+            Box::from("spiffe://example.org/alice")
+        ]
+    );
+    assert_eq!(client_identity(&CertificateDer::from(vec![1, 2, 3])), None);
 }

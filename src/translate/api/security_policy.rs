@@ -239,6 +239,11 @@ pub struct Principal {
     pub jwt: Option<JwtPrincipal>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub headers: Vec<HeaderPrincipal>,
+    /// pier's own: the connection's client certificate verified against the listener's
+    /// frontend CAs (Gateway `spec.tls.frontend`) and has one of these URI or DNS
+    /// subjectAltNames (exact match), e.g. `spiffe://example.org/ns/shop/sa/checkout`.
+    #[serde(default, rename = "clientSANs", skip_serializing_if = "Vec::is_empty")]
+    pub client_sans: Vec<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

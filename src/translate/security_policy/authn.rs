@@ -9,7 +9,9 @@ use std::sync::Arc;
 use http::HeaderName;
 
 use super::super::api::{self, ApiKeyAuth, BasicAuth, Jwt, JwtProvider as ApiJwtProvider};
+use super::super::refs::{RefFrom, RefTo, reference_granted};
 use super::super::resources::Resources;
+use super::super::spiffe::PIER_GROUP;
 use crate::auth::htpasswd::{Htpasswd, VerifiedCache};
 use crate::auth::jwks::Jwks;
 use crate::auth::jwt::Validation;
@@ -20,6 +22,7 @@ const VERIFIED_TOKENS: usize = 10_000;
 const VERIFIED_TOKEN_TTL_SECS: u64 = 300;
 use crate::model::ObjectRef;
 use crate::model::policy::{ApiKeyAuthn, BasicAuthn, CredentialSource, JwtAuthn, JwtProvider};
+use k8s_openapi::api::core::v1::Secret;
 
 /// The key a ConfigMap referenced by `localJWKS.valueRef` holds the set under.
 pub const JWKS_KEY: &str = "jwks";
@@ -164,21 +167,7 @@ pub fn api_key(
     let mut keys: HashMap<[u8; 32], String> = HashMap::new();
     for (i, r) in k.credential_refs.iter().enumerate() {
         let at = format!("credentialRefs[{i}]");
-        if !matches!(r.kind.as_deref(), None | Some("Secret"))
-            || !matches!(r.group.as_deref(), None | Some(""))
-        {
-            return Err(format!("{at}: only Secrets hold API keys"));
-        }
-        if r.namespace.as_deref().is_some_and(|ns| ns != key.namespace) {
-            return Err(format!(
-                "{at}: a Secret in another namespace is not supported yet (put it in {})",
-                key.namespace
-            ));
-        }
-        let secret = resources
-            .secrets
-            .get(&(key.namespace.clone(), r.name.clone()))
-            .ok_or_else(|| format!("{at}: Secret {}/{} not found", key.namespace, r.name))?;
+        let (secret, _) = secret(key, r, &at, resources)?;
         for (client, value) in secret.data.iter().flatten() {
             if value.0.is_empty() {
                 return Err(format!("{at}: the key of client {client:?} is empty"));
@@ -247,31 +236,12 @@ const VERIFIED_CAPACITY: usize = 10_000;
 
 pub fn basic(key: &ObjectRef, b: &BasicAuth, resources: &Resources) -> Result<BasicAuthn, String> {
     let r = &b.users;
-    if !matches!(r.kind.as_deref(), None | Some("Secret"))
-        || !matches!(r.group.as_deref(), None | Some(""))
-    {
-        return Err("users: only a Secret holds the users".into());
-    }
-    if r.namespace.as_deref().is_some_and(|ns| ns != key.namespace) {
-        return Err(format!(
-            "users: a Secret in another namespace is not supported yet (put it in {})",
-            key.namespace
-        ));
-    }
-    let secret = resources
-        .secrets
-        .get(&(key.namespace.clone(), r.name.clone()))
-        .ok_or_else(|| format!("users: Secret {}/{} not found", key.namespace, r.name))?;
+    let (secret, ns) = secret(key, r, "users", resources)?;
     let text = secret
         .data
         .as_ref()
         .and_then(|d| d.get(HTPASSWD_KEY))
-        .ok_or_else(|| {
-            format!(
-                "users: Secret {}/{} has no key {HTPASSWD_KEY}",
-                key.namespace, r.name
-            )
-        })?;
+        .ok_or_else(|| format!("users: Secret {ns}/{} has no key {HTPASSWD_KEY}", r.name))?;
     let text =
         std::str::from_utf8(&text.0).map_err(|_| format!("users: {HTPASSWD_KEY} is not UTF-8"))?;
     // The error names the line and the user, never the hash.
@@ -286,6 +256,49 @@ pub fn basic(key: &ObjectRef, b: &BasicAuth, resources: &Resources) -> Result<Ba
         verified: Arc::new(VerifiedCache::new(VERIFIED_TTL, VERIFIED_CAPACITY)),
         forward_username_header,
     })
+}
+
+/// The Secret `r` (at field `at`) names, and its namespace: the policy's own, or another
+/// whose ReferenceGrant lets SecurityPolicies of the policy's namespace refer to it.
+fn secret<'r>(
+    key: &ObjectRef,
+    r: &api::SecretObjectReference,
+    at: &str,
+    resources: &'r Resources,
+) -> Result<(&'r Secret, &'r str), String> {
+    if !matches!(r.kind.as_deref(), None | Some("Secret"))
+        || !matches!(r.group.as_deref(), None | Some(""))
+    {
+        return Err(format!("{at}: only a Secret can be referred to here"));
+    }
+    let ns = r.namespace.as_deref().unwrap_or(&key.namespace);
+    if ns != key.namespace
+        && !reference_granted(
+            resources,
+            RefFrom {
+                group: PIER_GROUP,
+                kind: "SecurityPolicy",
+                namespace: &key.namespace,
+            },
+            RefTo {
+                group: "",
+                kind: "Secret",
+                namespace: ns,
+                name: &r.name,
+            },
+        )
+    {
+        return Err(format!(
+            "{at}: Secret {ns}/{} is in another namespace and no ReferenceGrant in {ns} lets \
+             SecurityPolicies of {} refer to it",
+            r.name, key.namespace
+        ));
+    }
+    resources
+        .secrets
+        .get_key_value(&(ns.to_string(), r.name.clone()))
+        .map(|((ns, _), secret)| (secret, ns.as_str()))
+        .ok_or_else(|| format!("{at}: Secret {ns}/{} not found", r.name))
 }
 
 fn header_name(name: &str, field: &str) -> Result<HeaderName, String> {

@@ -187,7 +187,7 @@ fn an_invalid_policy_fails_closed_on_its_targets() {
 }
 
 #[test]
-fn a_mechanism_pier_does_not_implement_yet_fails_closed() {
+fn a_policy_whose_secret_is_missing_is_invalid() {
     let t = with(
         r#"apiVersion: pier.dev/v1alpha1
 kind: SecurityPolicy
@@ -236,4 +236,80 @@ fn routes_without_policies_share_their_rule() {
     let t = with("");
     assert!(t.status.security_policies.is_empty());
     assert_eq!(policy_of(&t, "/read"), None);
+}
+
+/// A SecurityPolicy of `default` whose API keys are in Secret `vault/keys`, plus `grant`.
+fn cross_namespace_keys(grant: &str) -> Translation {
+    with(&format!(
+        r#"apiVersion: v1
+kind: Secret
+metadata: {{name: keys, namespace: vault}}
+stringData: {{alice: s3cret}}
+---
+apiVersion: pier.dev/v1alpha1
+kind: SecurityPolicy
+metadata: {{name: keys, namespace: default}}
+spec:
+  targetRefs: [{{group: gateway.networking.k8s.io, kind: HTTPRoute, name: api}}]
+  apiKeyAuth:
+    credentialRefs: [{{name: keys, namespace: vault}}]
+    extractFrom: [{{headers: [x-api-key]}}]
+---
+{grant}"#
+    ))
+}
+
+#[test]
+fn a_secret_in_another_namespace_needs_a_reference_grant() {
+    let t = cross_namespace_keys("");
+    assert_eq!(
+        cond(&t, "keys", T::Accepted),
+        Some((false, "Invalid".into()))
+    );
+    let s = &t.status.security_policies[&ObjectRef::new("default", "keys")];
+    let message = &s.ancestors[0].conditions[0].message;
+    assert!(
+        message.contains("vault/keys") && message.contains("ReferenceGrant"),
+        "{message}"
+    );
+    assert!(policy_invalid(&t, "/api"));
+
+    // A grant for another kind, or from another namespace, is not enough.
+    let wrong = r#"apiVersion: gateway.networking.k8s.io/v1beta1
+kind: ReferenceGrant
+metadata: {name: g, namespace: vault}
+spec:
+  from: [{group: gateway.networking.k8s.io, kind: HTTPRoute, namespace: default}]
+  to: [{group: "", kind: Secret}]
+"#;
+    let t = cross_namespace_keys(wrong);
+    assert_eq!(
+        cond(&t, "keys", T::Accepted),
+        Some((false, "Invalid".into()))
+    );
+
+    let grant = r#"apiVersion: gateway.networking.k8s.io/v1beta1
+kind: ReferenceGrant
+metadata: {name: g, namespace: vault}
+spec:
+  from: [{group: pier.dev, kind: SecurityPolicy, namespace: default}]
+  to: [{group: "", kind: Secret, name: keys}]
+"#;
+    let t = cross_namespace_keys(grant);
+    assert_eq!(
+        cond(&t, "keys", T::Accepted),
+        Some((true, "Accepted".into()))
+    );
+    assert!(!policy_invalid(&t, "/api"));
+}
+
+/// Whether the access policy of the rule serving `path` is invalid (fails closed).
+fn policy_invalid(t: &Translation, path: &str) -> bool {
+    let l = &t.snapshot.ports[0].listeners[0];
+    let e = l
+        .routes
+        .entries()
+        .find(|e| format!("{e:?}").contains(path))
+        .unwrap();
+    e.rule.access.as_ref().unwrap().invalid.is_some()
 }

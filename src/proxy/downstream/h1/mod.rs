@@ -832,7 +832,14 @@ fn plan<'s>(
     };
     // Nothing to apply: a policy that edits the request went to hyper's path above.
     let mut admitted = None;
-    let decided = phase::decide(&routed, &input, &common.arrival.edge, None, &mut admitted);
+    let decided = phase::decide(
+        &routed,
+        &input,
+        (info, &common.arrival.edge),
+        None,
+        &mut admitted,
+        &mut common.seen,
+    );
     let (weighted, cors) = match decided {
         Ok(Decision::Forward(w, cors)) => (w, cors),
         Ok(Decision::Preflight(resp) | Decision::Redirect(resp)) => {

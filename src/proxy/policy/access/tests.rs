@@ -51,6 +51,7 @@ fn run(
         policy,
         &AccessRequest {
             client: "192.0.2.1".parse().unwrap(),
+            client_sans: &[],
             method: &Method::GET,
             headers: &map,
             query,
@@ -126,6 +127,7 @@ fn a_bearer_prefix_is_matched_without_case_and_removed() {
     );
     let req = AccessRequest {
         client: "192.0.2.1".parse().unwrap(),
+        client_sans: &[],
         method: &Method::GET,
         headers: &map,
         query: None,

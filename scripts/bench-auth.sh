@@ -1,0 +1,161 @@
+#!/usr/bin/env bash
+# What a SecurityPolicy costs, and what a flood of wrong passwords does, on this machine:
+#
+#   scripts/bench-auth.sh [PIER_BINARY]      # default target/release/pier; D=10 RUNS=3
+#
+# One pier (pinned to CPU 0, one worker) in front of an nginx origin (CPU 1) that answers 200,
+# with three routes on one listener: /plain (no policy), /jwt (a SecurityPolicy with an ES256
+# JSON Web Token, the key set inline: config/examples/security-policy) and /basic (basic auth,
+# one bcrypt cost-10 user). wrk runs on CPU 1, bounded in time.
+#
+# 1. JWT: wrk -c64 on /plain and on /jwt with a valid token, interleaved RUNS times; pier's CPU
+#    per request (its process, from /proc) for each; the ratio jwt/plain.
+# 2. bcrypt flood: /plain alone (-c16), then /plain (-c16) while a second wrk (-c64) sends a
+#    wrong password to /basic on every request; /plain's requests/s and p99 in both, and what
+#    the flood got (401: hashed and refused; 503: no turn to hash within 500 ms).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PIER="${1:-$ROOT/target/release/pier}"
+D="${D:-10}"
+RUNS="${RUNS:-3}"
+command -v wrk >/dev/null && command -v nginx >/dev/null || {
+  echo "needs wrk and nginx (apt-get install wrk nginx)" >&2; exit 2; }
+WORK="$(mktemp -d /tmp/pier-bench-auth.XXXXXX)"
+ORIGIN=19480 LISTEN=19481 ADMIN=19482
+PIDS=()
+trap 'kill "${PIDS[@]}" 2>/dev/null; wait 2>/dev/null || true; rm -rf "$WORK"' EXIT
+
+mkdir -p "$WORK/origin/logs" "$WORK/manifests"
+cat >"$WORK/origin/nginx.conf" <<EOF
+worker_processes 1;
+daemon off;
+pid $WORK/origin/nginx.pid;
+error_log stderr warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  server { listen 127.0.0.1:$ORIGIN; keepalive_requests 1000000; location / { return 200 "ok\n"; } }
+}
+EOF
+taskset -c 1 nginx -p "$WORK/origin/" -c "$WORK/origin/nginx.conf" >"$WORK/origin.log" 2>&1 &
+PIDS+=($!)
+
+EX="$ROOT/config/examples/security-policy"
+JWKS=$(grep -o '{"keys".*}' "$EX/30-policies.yaml")
+# Alice's token from docs/src/edge/security-policy.md (valid until 2100, scope orders:read).
+TOKEN=$(grep -o '^ALICE=.*' "$ROOT/docs/src/edge/security-policy.md" | cut -d= -f2)
+HTPASSWD=$(grep -o 'carol:\$2y\$10\$[^ ]*' "$EX/30-policies.yaml")
+cat >"$WORK/manifests/all.yaml" <<EOF
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {name: pier}
+spec: {controllerName: pier.dev/gateway-controller}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gw, namespace: b}
+spec:
+  gatewayClassName: pier
+  listeners: [{name: http, protocol: HTTP, port: $LISTEN}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: origin, namespace: b}
+spec: {ports: [{name: http, port: 80, targetPort: $ORIGIN}]}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: origin-1, namespace: b, labels: {kubernetes.io/service-name: origin}}
+addressType: IPv4
+ports: [{name: http, port: $ORIGIN, protocol: TCP}]
+endpoints: [{addresses: ["127.0.0.1"]}]
+EOF
+for r in plain jwt basic; do
+  cat >>"$WORK/manifests/all.yaml" <<EOF
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: $r, namespace: b}
+spec:
+  parentRefs: [{name: gw}]
+  rules: [{matches: [{path: {type: PathPrefix, value: /$r}}], backendRefs: [{name: origin, port: 80}]}]
+EOF
+done
+cat >>"$WORK/manifests/all.yaml" <<EOF
+---
+apiVersion: pier.dev/v1alpha1
+kind: SecurityPolicy
+metadata: {name: jwt, namespace: b}
+spec:
+  targetRefs: [{group: gateway.networking.k8s.io, kind: HTTPRoute, name: jwt}]
+  jwt:
+    providers:
+      - name: issuer-example
+        issuer: https://issuer.example
+        audiences: [shop]
+        localJWKS: {type: Inline, inline: '$JWKS'}
+---
+apiVersion: pier.dev/v1alpha1
+kind: SecurityPolicy
+metadata: {name: basic, namespace: b}
+spec:
+  targetRefs: [{group: gateway.networking.k8s.io, kind: HTTPRoute, name: basic}]
+  basicAuth: {users: {name: users}}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: users, namespace: b}
+stringData:
+  .htpasswd: |
+    $HTPASSWD
+EOF
+PIER_WORKER_THREADS=1 RUST_LOG=warn taskset -c 0 "$PIER" run --manifests "$WORK/manifests" \
+  --listen-host 127.0.0.1 --admin "127.0.0.1:$ADMIN" >"$WORK/pier.log" 2>&1 &
+pid=$!
+PIDS+=($pid)
+for _ in $(seq 100); do curl -sf "http://127.0.0.1:$ADMIN/readyz" >/dev/null && break; sleep 0.1; done
+base="http://127.0.0.1:$LISTEN"
+[ "$(curl -s -o /dev/null -w '%{http_code}' -H "authorization: Bearer $TOKEN" "$base/jwt")" = 200 ] || {
+  echo "pier does not let the token in on /jwt" >&2; cat "$WORK/pier.log" >&2; exit 1; }
+[ "$(curl -s -o /dev/null -w '%{http_code}' "$base/jwt")" = 401 ] || { echo "/jwt without a token is not 401" >&2; exit 1; }
+
+cpu() { awk '{print $14+$15}' "/proc/$pid/stat"; }
+hz=$(getconf CLK_TCK)
+# one wrk run: prints "rps p99 cpu_us_per_req"
+measure() {
+  local c=$1 url=$2; shift 2
+  taskset -c 1 wrk -t1 -c"$c" -d2s "$@" "$url" >/dev/null 2>&1 || true
+  local t0 t1 out reqs
+  t0=$(cpu)
+  out=$(taskset -c 1 wrk -t1 -c"$c" -d"${D}s" --latency "$@" "$url")
+  t1=$(cpu)
+  reqs=$(echo "$out" | awk '/requests in/{print $1}')
+  echo "$(echo "$out" | awk '/Requests\/sec/{print $2}') $(echo "$out" | awk '/ 99%/{print $2}') \
+$(awk -v a="$t0" -v b="$t1" -v n="$reqs" -v hz="$hz" 'BEGIN {printf "%.2f", (b-a)/hz*1e6/n}')"
+}
+
+echo "# 1. JWT (ES256) route vs plain route, c=64, ${D}s runs, interleaved"
+plain_cpu=() jwt_cpu=()
+for i in $(seq "$RUNS"); do
+  read -r rps p99 us < <(measure 64 "$base/plain")
+  echo "plain run=$i rps=$rps p99=$p99 cpu_us_per_req=$us"; plain_cpu+=("$us")
+  read -r rps p99 us < <(measure 64 "$base/jwt" -H "authorization: Bearer $TOKEN")
+  echo "jwt   run=$i rps=$rps p99=$p99 cpu_us_per_req=$us"; jwt_cpu+=("$us")
+done
+printf '%s\n' "${plain_cpu[@]}" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}' >"$WORK/p"
+printf '%s\n' "${jwt_cpu[@]}" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}' >"$WORK/j"
+echo "jwt/plain CPU per request (medians): $(awk -v p="$(cat "$WORK/p")" -v j="$(cat "$WORK/j")" 'BEGIN {printf "%.3f", j/p}')"
+
+echo "# 2. a flood of wrong passwords on /basic (c=64) beside /plain (c=16), ${D}s"
+read -r rps p99 us < <(measure 16 "$base/plain")
+echo "plain alone:        rps=$rps p99=$p99"
+flood="$WORK/flood.txt"
+taskset -c 1 wrk -t1 -c64 -d"$((D + 4))s" -H 'authorization: Basic Y2Fyb2w6d3Jvbmc=' "$base/basic" >"$flood" 2>&1 &
+fpid=$!
+sleep 1
+read -r rps p99 us < <(measure 16 "$base/plain")
+wait $fpid || true
+echo "plain during flood: rps=$rps p99=$p99"
+m=$(curl -s "http://127.0.0.1:$ADMIN/metrics" | grep '^pier_proxy_security_decisions_total{policy="b/basic"')
+echo "flood: $(awk '/Requests\/sec/{print "rps=" $2}' "$flood") \
+refused_401=$(echo "$m" | awk '/result="unauthenticated"/{print $2}') busy_503=$(echo "$m" | awk '/result="busy"/{print $2}')"
