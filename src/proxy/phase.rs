@@ -292,7 +292,8 @@ pub fn log(
         .metrics
         .request_done(snapshot, seen.reached, status, elapsed.as_secs_f64());
     if let Some(security) = &seen.security {
-        shared.metrics.security_decision(snapshot, security);
+        let s = security;
+        (shared.metrics).security_decision(snapshot, s.policy, s.mechanism, s.result);
     }
     if let Some(head) = head
         && access::wanted(shared.config.access_log, seen)

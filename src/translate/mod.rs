@@ -24,6 +24,7 @@
 
 pub mod addresses;
 pub mod api;
+mod attach;
 mod backend_tls;
 mod backends;
 pub mod field_path;
@@ -246,7 +247,7 @@ pub fn translate_with(
             .collect()
     };
 
-    let mut policies = security_policy::Policies::new(resources);
+    let mut policies = security_policy::policies(resources);
     let mut tables: BTreeMap<(usize, usize), RouteTableBuilder> = BTreeMap::new();
     for (order, key, kind, outcome) in outcomes {
         for group in &outcome.groups {
@@ -255,7 +256,7 @@ pub fn translate_with(
                 let table = tables.entry((a.gateway, a.listener)).or_default();
                 for r in &group.rules {
                     // The rule with its effective SecurityPolicy on this listener, if any.
-                    let at = security_policy::RuleAt {
+                    let at = attach::RuleAt {
                         kind: kind.name(),
                         route: &key,
                         rule_name: r.rule.name.as_deref(),
@@ -278,7 +279,7 @@ pub fn translate_with(
     }
 
     status.backend_tls_policies = backends.tls.statuses(&settings.controller_name);
-    let route_statuses = security_policy::RouteStatuses {
+    let route_statuses = attach::RouteStatuses {
         http: &status.http_routes,
         grpc: &status.grpc_routes,
     };

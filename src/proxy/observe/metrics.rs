@@ -23,13 +23,12 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
-use crate::model::policy::Mechanism;
+use crate::model::policy::{AccessPolicy, Mechanism};
 use crate::model::{
     BackendId, BackendTls, ListenerId, ObjectRef, Snapshot, TlsMode, TlsUnavailable,
 };
 use crate::proxy::error::{ConnectReason, DownstreamTlsFailure, ErrorKind, ErrorSide, TlsFailure};
 use crate::proxy::fxhash::FxBuild;
-use crate::proxy::observe::record::{Security, SecurityResult};
 
 #[derive(Debug)]
 pub struct ProxyMetrics {
@@ -183,7 +182,33 @@ pub struct RequestLabels {
     pub tls: Transport,
 }
 
-/// An access policy's decision (`model::policy::Mechanism`, `record::SecurityResult`).
+/// The `result` label of `pier_proxy_security_decisions_total`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SecurityResult {
+    Allowed,
+    /// 401: missing or bad credentials.
+    Unauthenticated,
+    /// 403: the authorization rules said no.
+    Denied,
+    /// 500: the policy is invalid.
+    Invalid,
+    /// 503: too many password verifications at once.
+    Busy,
+}
+
+impl SecurityResult {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Allowed => "allowed",
+            Self::Unauthenticated => "unauthenticated",
+            Self::Denied => "denied",
+            Self::Invalid => "invalid",
+            Self::Busy => "busy",
+        }
+    }
+}
+
+/// An access policy's decision (`model::policy::Mechanism`, [`SecurityResult`]).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
 pub struct SecurityLabels {
     /// `namespace/name` of the SecurityPolicy.
@@ -510,17 +535,23 @@ impl ProxyMetrics {
     }
 
     /// Counts an access policy's decision. `snapshot` is the one the policy belongs to.
-    pub fn security_decision(&self, snapshot: &Arc<Snapshot>, s: &Security<'_>) {
-        let key = (std::ptr::from_ref(s.policy).addr(), s.mechanism, s.result);
+    pub fn security_decision(
+        &self,
+        snapshot: &Arc<Snapshot>,
+        policy: &AccessPolicy,
+        mechanism: Mechanism,
+        result: SecurityResult,
+    ) {
+        let key = (std::ptr::from_ref(policy).addr(), mechanism, result);
         self.with_cache(snapshot, |c| {
             c.decisions
                 .entry(key)
                 .or_insert_with(|| {
                     self.security_decisions
                         .get_or_create(&SecurityLabels {
-                            policy: s.policy.source.clone(),
-                            mechanism: s.mechanism.as_str(),
-                            result: s.result.as_str(),
+                            policy: policy.source.clone(),
+                            mechanism: mechanism.as_str(),
+                            result: result.as_str(),
                         })
                         .clone()
                 })

@@ -12,7 +12,7 @@ use crate::model::policy::{AccessPolicy, Authenticated, Mechanism};
 use crate::model::{Endpoint, Entry, Listener, PathMatch, Rule};
 use crate::proxy::body::FaultCell;
 use crate::proxy::error::{Challenge, ErrorKind, ProxyError};
-use crate::proxy::observe::metrics::Reached;
+use crate::proxy::observe::metrics::{Reached, SecurityResult};
 
 /// How far a request got, for metrics and the access log. Borrowed from the snapshot.
 #[derive(Default)]
@@ -49,32 +49,6 @@ pub struct Security<'s> {
     pub result: SecurityResult,
     /// `jwt:<provider>:<sub>`, `apikey:<clientID>`, `basic:<user>`; never a credential.
     pub principal: Option<String>,
-}
-
-/// The `result` label of `pier_proxy_security_decisions_total`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum SecurityResult {
-    Allowed,
-    /// 401: missing or bad credentials.
-    Unauthenticated,
-    /// 403: the authorization rules said no.
-    Denied,
-    /// 500: the policy is invalid.
-    Invalid,
-    /// 503: too many password verifications at once.
-    Busy,
-}
-
-impl SecurityResult {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Allowed => "allowed",
-            Self::Unauthenticated => "unauthenticated",
-            Self::Denied => "denied",
-            Self::Invalid => "invalid",
-            Self::Busy => "busy",
-        }
-    }
 }
 
 impl<'s> Security<'s> {
