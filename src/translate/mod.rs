@@ -26,6 +26,7 @@ pub mod addresses;
 pub mod api;
 mod backend_tls;
 mod backends;
+mod ext_auth;
 pub mod field_path;
 mod gateway;
 mod grpc_route;
@@ -246,7 +247,7 @@ pub fn translate_with(
             .collect()
     };
 
-    let mut policies = security_policy::Policies::new(resources);
+    let mut policies = security_policy::Policies::new(resources, &mut backends);
     let mut tables: BTreeMap<(usize, usize), RouteTableBuilder> = BTreeMap::new();
     for (order, key, kind, outcome) in outcomes {
         for group in &outcome.groups {

@@ -21,6 +21,8 @@ use std::sync::Arc;
 use http::{HeaderName, HeaderValue, Method};
 
 use super::api::{self, GATEWAY_GROUP, SecurityPolicy, SecurityPolicySpec, Timestamp};
+use super::backends::Backends;
+use super::ext_auth;
 use super::gateway::GatewayState;
 use super::resources::Resources;
 use super::status::{
@@ -79,12 +81,13 @@ pub struct RuleAt<'r> {
 }
 
 impl Policies {
-    /// Reads every SecurityPolicy of `resources`.
-    pub fn new(resources: &Resources) -> Self {
+    /// Reads every SecurityPolicy of `resources`; their authorizers' Services (`extAuth`)
+    /// resolve through `backends`.
+    pub fn new(resources: &Resources, backends: &mut Backends<'_>) -> Self {
         let mut entries: Vec<Entry> = resources
             .security_policies
             .iter()
-            .map(|((ns, name), p)| entry(ObjectRef::new(ns, name), p, resources))
+            .map(|((ns, name), p)| entry(ObjectRef::new(ns, name), p, resources, backends))
             .collect();
         // Oldest first, then namespace/name: the first to claim a target keeps it.
         entries.sort_by(|a, b| (&a.created, &a.key).cmp(&(&b.created, &b.key)));
@@ -431,9 +434,14 @@ fn conditions(e: &Entry, v: &Verdict, overridden: bool) -> Vec<PolicyCondition> 
 
 // === Reading a policy ===
 
-fn entry(key: ObjectRef, p: &SecurityPolicy, resources: &Resources) -> Entry {
+fn entry(
+    key: ObjectRef,
+    p: &SecurityPolicy,
+    resources: &Resources,
+    backends: &mut Backends<'_>,
+) -> Entry {
     let targets = p.spec.target_refs.iter().map(|t| target(&key, t)).collect();
-    let (policy, invalid) = match access_policy(&key, &p.spec, resources) {
+    let (policy, invalid) = match access_policy(&key, &p.spec, resources, backends) {
         Ok(policy) => (policy, None),
         Err(why) => (
             AccessPolicy {
@@ -443,6 +451,7 @@ fn entry(key: ObjectRef, p: &SecurityPolicy, resources: &Resources) -> Entry {
                 api_key: None,
                 basic: None,
                 authorization: None,
+                ext_auth: None,
             },
             Some(why),
         ),
@@ -498,6 +507,7 @@ fn access_policy(
     key: &ObjectRef,
     spec: &SecurityPolicySpec,
     resources: &Resources,
+    backends: &mut Backends<'_>,
 ) -> Result<AccessPolicy, String> {
     if spec.target_refs.is_empty() {
         return Err("targetRefs is empty".into());
@@ -518,6 +528,11 @@ fn access_policy(
         .as_ref()
         .map(|b| authn::basic(key, b, resources));
     let basic = basic.transpose().map_err(field("basicAuth"))?;
+    let ext_auth = spec
+        .ext_auth
+        .as_ref()
+        .map(|e| ext_auth::ext_auth(key, e, backends).map(Arc::new));
+    let ext_auth = ext_auth.transpose().map_err(field("extAuth"))?;
     let providers: Vec<&str> = jwt
         .iter()
         .flat_map(|j| &j.providers)
@@ -534,6 +549,7 @@ fn access_policy(
         jwt,
         api_key,
         basic,
+        ext_auth,
         authorization,
     })
 }

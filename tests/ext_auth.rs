@@ -1,0 +1,385 @@
+//! External authorization end to end: `pier run` on manifests with SecurityPolicy `extAuth`
+//! (HTTP and gRPC mode) and GEP-1494 `ExternalAuth` filters, in front of the real authorizer
+//! of `tests/extauthz` (Envoy's ext_authz gRPC API from go-control-plane, and an HTTP one).
+//! Requests come over HTTP/1.1 (the fast path, which hands these rules to hyper's) and HTTP/2.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::Full;
+use support::client::{Resp, send, send_h2};
+use support::web::*;
+use support::*;
+
+/// A Service `name` whose one endpoint is `addr` (port 80 on the Service).
+fn svc(name: &str, addr: SocketAddr) -> String {
+    format!("{}---\n", service(name, addr))
+}
+
+/// A SecurityPolicy `name` on HTTPRoute `route` with `ext_auth` (the `extAuth` body, indented
+/// under it).
+fn policy(name: &str, route: &str, ext_auth: &str) -> String {
+    format!(
+        "apiVersion: pier.dev/v1alpha1
+kind: SecurityPolicy
+metadata: {{name: {name}, namespace: default}}
+spec:
+  targetRefs: [{{group: gateway.networking.k8s.io, kind: HTTPRoute, name: {route}}}]
+  extAuth:
+{ext_auth}---
+"
+    )
+}
+
+/// An HTTPRoute `name` on `prefix` to Service `a`, with `filter` (an ExternalAuth filter's
+/// `externalAuth` body) on its rule.
+fn filtered_route(name: &str, prefix: &str, external_auth: &str) -> String {
+    format!(
+        "apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: {name}, namespace: default}}
+spec:
+  parentRefs: [{{name: gw}}]
+  rules:
+    - matches: [{{path: {{type: PathPrefix, value: {prefix}}}}}]
+      filters:
+        - type: ExternalAuth
+          externalAuth:
+{external_auth}      backendRefs: [{{name: a, port: 80}}]
+---
+"
+    )
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Client {
+    H1,
+    H2,
+}
+
+struct Pier {
+    addr: SocketAddr,
+}
+
+impl Pier {
+    async fn send(
+        &self,
+        client: Client,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &'static [u8],
+    ) -> Resp {
+        let mut req = http::Request::builder()
+            .method(method)
+            .uri(format!("http://127.0.0.1:{}{path}", self.addr.port()));
+        if matches!(client, Client::H1) {
+            req = req.uri(path).header("host", "127.0.0.1");
+        }
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let req = req.body(Full::new(Bytes::from_static(body))).unwrap();
+        let send = async {
+            match client {
+                Client::H1 => send(self.addr, req).await,
+                Client::H2 => send_h2(self.addr, req).await,
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(20), send)
+            .await
+            .expect("pier answers within 20 s")
+    }
+
+    async fn get(&self, client: Client, path: &str, token: Option<&str>) -> Resp {
+        let auth = token.map(|t| format!("Bearer {t}"));
+        let headers: Vec<(&str, &str)> = auth
+            .as_deref()
+            .map(|a| vec![("authorization", a)])
+            .unwrap_or_default();
+        self.send(client, "GET", path, &headers, b"").await
+    }
+}
+
+#[tokio::test]
+async fn ext_auth_allows_denies_and_fails_closed_over_http_and_grpc() {
+    let authz = support::extauthz::start("30s");
+    let echo = pier::echo::spawn("127.0.0.1:0".parse().unwrap(), "a")
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let admin = free_port();
+    let mut m = format!("{}---\n", gateway(port));
+    m += &svc("a", echo.addr);
+    m += &svc("authz-http", authz.http);
+    m += &svc("authz-grpc", authz.grpc);
+    m += &svc("authz-down", refused_addr());
+    for (name, prefix) in [
+        ("http", "/http"),
+        ("grpc", "/grpc"),
+        ("down", "/down"),
+        ("down-open", "/down-open"),
+        ("slow", "/slow"),
+        ("body", "/body"),
+    ] {
+        m += &route(name, prefix, "a");
+        m += "---\n";
+    }
+    m += &policy(
+        "http",
+        "http",
+        "    http:\n      backendRefs: [{name: authz-http, port: 80}]\n      \
+         headersToBackend: [x-user, x-seen-headers, x-seen-path, x-seen-host]\n    \
+         headersToExtAuth: [x-extra]\n",
+    );
+    m += &policy(
+        "grpc",
+        "grpc",
+        "    grpc:\n      backendRefs: [{name: authz-grpc, port: 80}]\n",
+    );
+    m += &policy(
+        "down",
+        "down",
+        "    http:\n      backendRefs: [{name: authz-down, port: 80}]\n",
+    );
+    m += &policy(
+        "down-open",
+        "down-open",
+        "    http:\n      backendRefs: [{name: authz-down, port: 80}]\n    failOpen: true\n",
+    );
+    m += &policy(
+        "slow",
+        "slow",
+        "    grpc:\n      backendRefs: [{name: authz-grpc, port: 80}]\n    timeout: 300ms\n",
+    );
+    m += &policy(
+        "body",
+        "body",
+        "    http:\n      backendRefs: [{name: authz-http, port: 80}]\n      \
+         headersToBackend: [x-user, x-seen-body-length, x-seen-content-length]\n    \
+         bodyToExtAuth: {maxRequestBytes: 16}\n",
+    );
+    m += &filtered_route(
+        "filter",
+        "/filter",
+        "            protocol: HTTP\n            backendRef: {name: authz-http, port: 80}\n            \
+         http: {path: /check}\n            forwardBody: {maxSize: 4}\n",
+    );
+    m += &filtered_route(
+        "filter-grpc",
+        "/filter-grpc",
+        "            protocol: GRPC\n            backendRef: {name: authz-grpc, port: 80}\n",
+    );
+    std::fs::write(dir.path().join("all.yaml"), m).unwrap();
+    let _pier = start_pier(dir.path(), admin, &[], &[]).await;
+    let pier = Pier { addr: local(port) };
+
+    for client in [Client::H1, Client::H2] {
+        let at = |what: &str| format!("{client:?} {what}");
+        for path in ["/http", "/grpc", "/filter-grpc"] {
+            // Allowed: the authorizer's x-user reaches the backend; the client's own is gone.
+            let r = pier
+                .send(
+                    client,
+                    "GET",
+                    path,
+                    &[("authorization", "Bearer good"), ("x-user", "mallory")],
+                    b"",
+                )
+                .await;
+            assert_eq!(r.status, 200, "{}", at(path));
+            assert_eq!(r.echo().headers["x-user"], ["alice"], "{}", at(path));
+            // Denied: the authorizer's status, headers and body.
+            let r = pier.get(client, path, Some("bad")).await;
+            assert_eq!(r.status, 403, "{}", at(path));
+            assert_eq!(r.headers["x-denied-by"], "extauthz", "{}", at(path));
+            assert_eq!(r.text(), "denied by extauthz\n", "{}", at(path));
+            let r = pier.get(client, path, None).await;
+            assert_eq!(r.status, 401, "{}", at(path));
+            // Garbage from the authorizer: fail closed with pier's own 403.
+            let r = pier.get(client, path, Some("garbage")).await;
+            assert_eq!(r.status, 403, "{}", at(&format!("{path} garbage")));
+            assert_eq!(r.text(), "Forbidden\n", "{}", at(path));
+        }
+
+        // HTTP mode: what the authorizer was sent (method, path, Host, the always-sent and the
+        // named headers, never the others).
+        let r = pier
+            .send(
+                client,
+                "GET",
+                "/http/x?q=1",
+                &[
+                    ("authorization", "Bearer good"),
+                    ("x-extra", "1"),
+                    ("x-private", "1"),
+                ],
+                b"",
+            )
+            .await;
+        assert_eq!(r.status, 200);
+        let e = r.echo();
+        assert_eq!(e.headers["x-seen-path"], ["/http/x?q=1"]);
+        assert_eq!(e.headers["x-seen-host"], ["127.0.0.1"], "{}", at("host"));
+        let seen = &e.headers["x-seen-headers"][0];
+        assert!(
+            seen.contains("authorization") && seen.contains("x-extra"),
+            "{seen}"
+        );
+        assert!(!seen.contains("x-private"), "{seen}");
+        let r = pier.get(client, "/http", None).await;
+        assert_eq!(r.headers["www-authenticate"], "Bearer realm=\"extauthz\"");
+        assert_eq!(r.text(), "who are you?\n");
+
+        // Down: fail closed (403), or open with failOpen.
+        let r = pier.get(client, "/down", Some("good")).await;
+        assert_eq!(r.status, 403, "{}", at("down"));
+        let r = pier.get(client, "/down-open", Some("bad")).await;
+        assert_eq!(r.status, 200, "{}", at("down, failOpen"));
+
+        // Slow: past its 300 ms, fail closed, long before the authorizer's 30 s.
+        let started = Instant::now();
+        let r = pier.get(client, "/slow", Some("slow")).await;
+        assert_eq!(r.status, 403, "{}", at("slow"));
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+
+        // Body: up to maxRequestBytes to the authorizer, the whole body to the backend; over
+        // it, 413.
+        let body: &[u8] = b"0123456789";
+        let r = pier
+            .send(
+                client,
+                "POST",
+                "/body",
+                &[("authorization", "Bearer good")],
+                body,
+            )
+            .await;
+        assert_eq!(r.status, 200, "{}", at("body"));
+        let e = r.echo();
+        assert_eq!(e.headers["x-seen-body-length"], ["10"]);
+        assert_eq!(e.headers["x-seen-content-length"], ["10"]);
+        assert_eq!(e.body_bytes, 10);
+        let r = pier
+            .send(
+                client,
+                "POST",
+                "/body",
+                &[("authorization", "Bearer good")],
+                &[b'x'; 40],
+            )
+            .await;
+        assert_eq!(r.status, 413, "{}", at("body over the limit"));
+
+        // The ExternalAuth filter, HTTP: path prefixed, the body truncated to maxSize for the
+        // authorizer (Content-Length its length), every answer header but Host upstream.
+        let r = pier
+            .send(
+                client,
+                "POST",
+                "/filter/y",
+                &[("authorization", "Bearer good")],
+                body,
+            )
+            .await;
+        assert_eq!(r.status, 200, "{}", at("filter"));
+        let e = r.echo();
+        assert_eq!(e.headers["x-seen-path"], ["/check/filter/y"]);
+        assert_eq!(e.headers["x-seen-body-length"], ["4"]);
+        assert_eq!(e.headers["x-seen-content-length"], ["4"]);
+        assert_eq!(e.headers["x-user"], ["alice"]);
+        assert_eq!(e.body_bytes, 10, "the backend gets the whole body");
+        let r = pier.get(client, "/filter", Some("bad")).await;
+        assert_eq!(r.status, 403);
+        assert_eq!(r.text(), "denied by extauthz\n");
+    }
+
+    // gRPC calls get gRPC statuses: UNAUTHENTICATED (16) and PERMISSION_DENIED (7).
+    for (token, code) in [
+        (None, "16"),
+        (Some("Bearer bad"), "7"),
+        (Some("Bearer garbage"), "7"),
+    ] {
+        let mut headers = vec![("content-type", "application/grpc"), ("te", "trailers")];
+        if let Some(t) = token {
+            headers.push(("authorization", t));
+        }
+        let r = pier
+            .send(Client::H2, "POST", "/grpc/pkg.Svc/M", &headers, b"")
+            .await;
+        assert_eq!(r.status, 200, "{token:?}");
+        assert_eq!(r.headers["grpc-status"], code, "{token:?}");
+    }
+}
+
+#[tokio::test]
+async fn bad_ext_auth_references_are_reported_and_fail_closed() {
+    let echo = pier::echo::spawn("127.0.0.1:0".parse().unwrap(), "a")
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let admin = free_port();
+    let mut m = format!("{}---\n", gateway(port));
+    m += &svc("a", echo.addr);
+    m += &route("missing", "/missing", "a");
+    m += "---\n";
+    m += &route("elsewhere", "/elsewhere", "a");
+    m += "---\n";
+    m += &policy(
+        "missing",
+        "missing",
+        "    http:\n      backendRefs: [{name: nope, port: 80}]\n",
+    );
+    m += &policy(
+        "elsewhere",
+        "elsewhere",
+        "    grpc:\n      backendRefs: [{name: a, namespace: other, port: 80}]\n",
+    );
+    m += &filtered_route(
+        "filter-missing",
+        "/filter-missing",
+        "            protocol: HTTP\n            backendRef: {name: nope, port: 80}\n",
+    );
+    std::fs::write(dir.path().join("all.yaml"), m).unwrap();
+    let _pier = start_pier(dir.path(), admin, &[], &[]).await;
+    let base = format!("http://127.0.0.1:{port}");
+    for path in ["/missing", "/elsewhere"] {
+        let r = get(
+            &format!("{base}{path}"),
+            &[("authorization", "Bearer good")],
+        )
+        .await;
+        assert_eq!(r.status, 500, "{path} fails closed");
+    }
+    // The filter's rule is invalid, and it was the route's only one: not served at all.
+    let r = get(
+        &format!("{base}/filter-missing"),
+        &[("authorization", "Bearer good")],
+    )
+    .await;
+    assert_eq!(r.status, 404);
+    let status = get(&format!("http://127.0.0.1:{admin}/status"), &[])
+        .await
+        .text();
+    assert!(
+        status.contains("extAuth.http.backendRefs[0]: Service default/nope not found"),
+        "{status}"
+    );
+    assert!(
+        status.contains("Service other/a is in another namespace than the policy"),
+        "{status}"
+    );
+    assert!(
+        status.contains("filters[0].externalAuth.backendRef"),
+        "{status}"
+    );
+}
