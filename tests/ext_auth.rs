@@ -383,3 +383,95 @@ async fn bad_ext_auth_references_are_reported_and_fail_closed() {
         "{status}"
     );
 }
+
+/// The phases' order on one rule: authentication (an API key here) before the authorizer,
+/// which sees the headers it set; the policy's authorization rules after it, on the headers
+/// the authorizer set.
+#[tokio::test]
+async fn authentication_then_the_authorizer_then_authorization_rules() {
+    let authz = support::extauthz::start("30s");
+    let echo = pier::echo::spawn("127.0.0.1:0".parse().unwrap(), "a")
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let admin = free_port();
+    let mut m = format!("{}---\n", gateway(port));
+    m += &svc("a", echo.addr);
+    m += &svc("authz", authz.http);
+    m += &route("alice", "/alice", "a");
+    m += "---\n";
+    m += &route("bob", "/bob", "a");
+    m += "---\n";
+    // The API key's client ID goes to the authorizer as x-client (headersToExtAuth), which
+    // echoes the header names it saw; authorization then wants x-user (from the authorizer).
+    let body = |who: &str| {
+        format!(
+            "  apiKeyAuth:\n    credentialRefs: [{{name: keys}}]\n    \
+             extractFrom: [{{headers: [x-api-key]}}]\n    forwardClientIDHeader: x-client\n  \
+             extAuth:\n    http:\n      backendRefs: [{{name: authz, port: 80}}]\n      \
+             headersToBackend: [x-user, x-seen-headers]\n    headersToExtAuth: [x-client]\n  \
+             authorization:\n    defaultAction: Deny\n    rules:\n    - action: Allow\n      \
+             principal: {{headers: [{{name: x-user, values: [{who}]}}]}}\n"
+        )
+    };
+    for who in ["alice", "bob"] {
+        m += &format!(
+            "apiVersion: pier.dev/v1alpha1
+kind: SecurityPolicy
+metadata: {{name: {who}, namespace: default}}
+spec:
+  targetRefs: [{{group: gateway.networking.k8s.io, kind: HTTPRoute, name: {who}}}]
+{}---
+",
+            body(who)
+        );
+    }
+    m += "apiVersion: v1\nkind: Secret\nmetadata: {name: keys, namespace: default}\n\
+          stringData: {acme: key-1}\n---\n";
+    std::fs::write(dir.path().join("all.yaml"), m).unwrap();
+    let _pier = start_pier(dir.path(), admin, &[], &[]).await;
+    let pier = Pier { addr: local(port) };
+    for client in [Client::H1, Client::H2] {
+        let good = [("x-api-key", "key-1"), ("authorization", "Bearer good")];
+        // Authenticated, allowed by the authorizer, and its x-user is what the rule wants.
+        let r = pier.send(client, "GET", "/alice", &good, b"").await;
+        assert_eq!(r.status, 200, "{client:?}");
+        let seen = &r.echo().headers["x-seen-headers"][0];
+        assert!(
+            seen.contains("x-client"),
+            "the authorizer saw authentication's header: {seen}"
+        );
+        // The authorizer allows, the authorization rule (x-user must be bob) does not.
+        let r = pier.send(client, "GET", "/bob", &good, b"").await;
+        assert_eq!(r.status, 403, "{client:?}");
+        assert_eq!(r.text(), "Forbidden\n", "pier's 403, not the authorizer's");
+        // No API key: 401 from authentication, before the authorizer (whose 401 differs).
+        let r = pier
+            .send(
+                client,
+                "GET",
+                "/alice",
+                &[("authorization", "Bearer good")],
+                b"",
+            )
+            .await;
+        assert_eq!(r.status, 401, "{client:?}");
+        assert_ne!(r.text(), "who are you?\n");
+        // A forged x-user is replaced by the authorizer's, which the rule then refuses.
+        let r = pier
+            .send(
+                client,
+                "GET",
+                "/bob",
+                &[
+                    ("x-api-key", "key-1"),
+                    ("authorization", "Bearer good"),
+                    ("x-user", "bob"),
+                ],
+                b"",
+            )
+            .await;
+        assert_eq!(r.status, 403, "{client:?}");
+    }
+}
