@@ -60,16 +60,38 @@ pub const FAIL_CLOSED_STATUS: http::StatusCode = http::StatusCode::FORBIDDEN;
 #[serde(rename_all = "camelCase")]
 pub enum ExtAuthProtocol {
     /// The client's request (method, `path_prefix` + path, the selected headers, the body)
-    /// sent to the authorizer; 200 allows, any other answer is the client's answer.
+    /// sent to the authorizer; an allowing status lets the request through, any other
+    /// answer is the client's answer.
     Http {
         /// Prepended to the request's path (empty: none).
         path_prefix: String,
+        /// Which statuses allow.
+        allow: AllowStatus,
         /// Which headers of an allowing answer go onto the upstream request (replacing the
         /// client's).
         headers_to_backend: HeaderSelection,
     },
     /// `envoy.service.auth.v3.Authorization/Check`.
     Grpc,
+}
+
+/// The statuses of an HTTP authorizer's answer that allow the request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum AllowStatus {
+    /// Any 2xx: SecurityPolicy `extAuth`, as nginx's `auth_request` (oauth2-proxy's
+    /// `/oauth2/auth` answers 202).
+    Any2xx,
+    /// 200 only: GEP-1494 ("Any other code is considered an authorization failure").
+    Only200,
+}
+
+impl AllowStatus {
+    pub fn allows(self, status: http::StatusCode) -> bool {
+        match self {
+            Self::Any2xx => status.is_success(),
+            Self::Only200 => status == http::StatusCode::OK,
+        }
+    }
 }
 
 /// A set of header names.

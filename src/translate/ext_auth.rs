@@ -18,7 +18,8 @@ use super::backends::{Backends, Traffic};
 use super::mesh::TlsCtx;
 use crate::model::ObjectRef;
 use crate::model::ext_auth::{
-    BodyToExtAuth, DEFAULT_TIMEOUT, ExtAuth, ExtAuthProtocol, HeaderSelection, OverLimit,
+    AllowStatus, BodyToExtAuth, DEFAULT_TIMEOUT, ExtAuth, ExtAuthProtocol, HeaderSelection,
+    OverLimit,
 };
 
 /// `spec.extAuth` of the SecurityPolicy `key`.
@@ -48,6 +49,7 @@ pub fn ext_auth(
         .map_err(|h| format!("headersToExtAuth: {h:?} is not a header name"))?;
     let protocol = match &e.http {
         Some(h) => ExtAuthProtocol::Http {
+            allow: AllowStatus::Any2xx,
             path_prefix: path_prefix(h.path.as_deref()).map_err(|w| format!("http.path: {w}"))?,
             headers_to_backend: HeaderSelection::Only(
                 names(&h.headers_to_backend)

@@ -50,7 +50,7 @@ pub struct ExtAuth {
     /// Envoy's `envoy.service.auth.v3.Authorization/Check` over HTTP/2.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grpc: Option<GrpcExtAuthService>,
-    /// The client's request, forwarded: 200 allows, any other answer is the client's.
+    /// The client's request, forwarded: a 2xx allows, any other answer is the client's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http: Option<HttpExtAuthService>,
     /// The client's headers the authorizer sees. gRPC: all when empty. HTTP: `Host`, the

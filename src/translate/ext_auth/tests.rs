@@ -4,7 +4,7 @@
 
 use crate::model::AppProtocol;
 use crate::model::ObjectRef;
-use crate::model::ext_auth::{ExtAuthProtocol, HeaderSelection, OverLimit};
+use crate::model::ext_auth::{AllowStatus, ExtAuthProtocol, HeaderSelection, OverLimit};
 use crate::translate::Translation;
 use crate::translate::status::{PolicyConditionType, RouteConditionType};
 use crate::translate::test_support::{cond_of, route, run_with_base};
@@ -71,11 +71,13 @@ fn a_policys_http_authorizer_resolves_to_its_service_port() {
     let ExtAuthProtocol::Http {
         path_prefix,
         headers_to_backend,
+        allow,
     } = &e.protocol
     else {
         panic!("http mode")
     };
     assert_eq!(path_prefix, "/auth");
+    assert_eq!(*allow, AllowStatus::Any2xx, "as nginx's auth_request");
     assert_eq!(
         *headers_to_backend,
         HeaderSelection::Only(vec![http::HeaderName::from_static("x-user")])
@@ -195,11 +197,13 @@ fn the_external_auth_filter_runs_on_the_same_engine() {
     let ExtAuthProtocol::Http {
         path_prefix,
         headers_to_backend,
+        allow,
     } = &e.protocol
     else {
         panic!("http")
     };
     assert_eq!(path_prefix, "/check");
+    assert_eq!(*allow, AllowStatus::Only200, "GEP-1494");
     assert_eq!(*headers_to_backend, HeaderSelection::All);
     assert_eq!(e.backend.protocol, AppProtocol::Http1);
 }

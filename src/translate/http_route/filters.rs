@@ -7,7 +7,8 @@ use http::{HeaderName, HeaderValue, Method, StatusCode};
 
 use super::{BackendRefError, BackendRefSpec};
 use crate::model::ext_auth::{
-    BodyToExtAuth, DEFAULT_TIMEOUT, ExtAuth, ExtAuthProtocol, HeaderSelection, OverLimit,
+    AllowStatus, BodyToExtAuth, DEFAULT_TIMEOUT, ExtAuth, ExtAuthProtocol, HeaderSelection,
+    OverLimit,
 };
 use crate::model::filter::{
     AllowOrigins, Allowed, DEFAULT_MAX_AGE, Expose, InvalidOrigin, OriginPattern,
@@ -538,6 +539,7 @@ fn ext_auth_filter(
         } = http.as_ref().unwrap_or(&none);
         let to_backend = names("http.allowedResponseHeaders", allowed_response_headers)?;
         let protocol = ExtAuthProtocol::Http {
+            allow: AllowStatus::Only200,
             path_prefix: ext_auth::path_prefix(path.as_deref())
                 .map_err(|w| bad(format!("http.path: {w}")))?,
             // Empty: every header of the answer but Host (the GEP's words).

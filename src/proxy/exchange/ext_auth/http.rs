@@ -1,8 +1,10 @@
 //! HTTP mode: the client's request, as the authorizer sees it, and what its answer means.
 //! Envoy's `http_service` and GEP-1494's HTTP protocol agree: the method, the path prefixed
 //! by `path`, `Host`, `Authorization`, a `Content-Length` that is the length actually sent,
-//! the selected headers and (when asked for) the body; a 200 allows, and any other answer is
-//! what the client gets.
+//! the selected headers and (when asked for) the body; any other answer than an allowing one
+//! is what the client gets. Which statuses allow ([`AllowStatus`]): any 2xx for a
+//! SecurityPolicy (as nginx's `auth_request`: oauth2-proxy's `/oauth2/auth` answers 202), 200
+//! for the ExternalAuth filter (GEP-1494 says so).
 
 use ::http::header::{self, HeaderName};
 use ::http::uri::PathAndQuery;
@@ -10,7 +12,7 @@ use ::http::{HeaderMap, HeaderValue, Request, StatusCode};
 use bytes::Bytes;
 
 use super::{Asked, Denial, Mutation, Verdict, is_framing};
-use crate::model::ext_auth::{ExtAuth, HeaderSelection};
+use crate::model::ext_auth::{AllowStatus, ExtAuth, HeaderSelection};
 use crate::proxy::body::{self, ProxyBody};
 
 /// The check request for `asked`.
@@ -38,15 +40,16 @@ pub fn request(
     Ok(req)
 }
 
-/// What an answer comes to: 200 allows, with the `to_backend` headers of the answer set on
-/// the upstream request; anything else is the client's answer (framing headers dropped).
+/// What an answer comes to: a status `allow` allows lets the request through, with the
+/// `to_backend` headers of the answer set on the upstream request; anything else is the
+/// client's answer (framing headers dropped).
 pub fn verdict(
     status: StatusCode,
     headers: &HeaderMap,
     body: Bytes,
-    to_backend: &HeaderSelection,
+    (allow, to_backend): (AllowStatus, &HeaderSelection),
 ) -> Verdict {
-    if status == StatusCode::OK {
+    if allow.allows(status) {
         let mut mutations = Vec::new();
         for name in headers.keys() {
             if is_framing(name) || !to_backend.contains(name) || describes_answer(name) {
@@ -98,7 +101,12 @@ mod tests {
     fn ok_copies_only_the_named_headers_onto_the_request() {
         let answer = map(&[("x-user", "alice"), ("x-other", "1"), ("date", "now")]);
         let only = HeaderSelection::Only(vec![HeaderName::from_static("x-user")]);
-        let Verdict::Allow(m) = verdict(StatusCode::OK, &answer, Bytes::new(), &only) else {
+        let Verdict::Allow(m) = verdict(
+            StatusCode::OK,
+            &answer,
+            Bytes::new(),
+            (AllowStatus::Only200, &only),
+        ) else {
             panic!("200 allows");
         };
         assert_eq!(
@@ -108,12 +116,35 @@ mod tests {
                 HeaderValue::from_static("alice")
             )]
         );
-        let Verdict::Allow(all) =
-            verdict(StatusCode::OK, &answer, Bytes::new(), &HeaderSelection::All)
-        else {
+        let Verdict::Allow(all) = verdict(
+            StatusCode::OK,
+            &answer,
+            Bytes::new(),
+            (AllowStatus::Only200, &HeaderSelection::All),
+        ) else {
             panic!("200 allows");
         };
         assert_eq!(all.len(), 2, "every header but the answer's own: {all:?}");
+    }
+
+    #[test]
+    fn a_policy_allows_any_2xx_the_filter_200_only() {
+        let all = &HeaderSelection::All;
+        let accepted = StatusCode::ACCEPTED;
+        let policy = verdict(
+            accepted,
+            &HeaderMap::new(),
+            Bytes::new(),
+            (AllowStatus::Any2xx, all),
+        );
+        assert!(matches!(policy, Verdict::Allow(_)), "oauth2-proxy's 202");
+        let filter = verdict(
+            accepted,
+            &HeaderMap::new(),
+            Bytes::new(),
+            (AllowStatus::Only200, all),
+        );
+        assert!(matches!(filter, Verdict::Deny(_)));
     }
 
     #[test]
@@ -124,9 +155,8 @@ mod tests {
             StatusCode::UNAUTHORIZED,
         ] {
             let answer = map(&[("location", "/login"), ("transfer-encoding", "chunked")]);
-            let Verdict::Deny(d) =
-                verdict(status, &answer, Bytes::from("no"), &HeaderSelection::All)
-            else {
+            let all = (AllowStatus::Only200, &HeaderSelection::All);
+            let Verdict::Deny(d) = verdict(status, &answer, Bytes::from("no"), all) else {
                 panic!("{status} denies");
             };
             assert_eq!(d.status, status);

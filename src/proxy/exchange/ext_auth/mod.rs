@@ -124,12 +124,14 @@ pub async fn check(shared: &Shared, ext: &ExtAuth, asked: &Asked<'_>) -> Result<
         .map_err(|_| Failure::Timeout)??;
     match &ext.protocol {
         crate::model::ext_auth::ExtAuthProtocol::Http {
-            headers_to_backend, ..
+            headers_to_backend,
+            allow,
+            ..
         } => Ok(http::verdict(
             head.status,
             &head.headers,
             body,
-            headers_to_backend,
+            (*allow, headers_to_backend),
         )),
         crate::model::ext_auth::ExtAuthProtocol::Grpc => {
             grpc::verdict(&head.headers, trailers.as_ref(), &body)

@@ -7,7 +7,7 @@ use bytes::Bytes;
 use proptest::prelude::*;
 
 use super::{Verdict, apply, grpc, http, is_framing};
-use crate::model::ext_auth::HeaderSelection;
+use crate::model::ext_auth::{AllowStatus, HeaderSelection};
 
 fn grpc_ok() -> HeaderMap {
     let mut h = HeaderMap::new();
@@ -57,8 +57,9 @@ proptest! {
     }
 
     #[test]
-    fn http_answers_allow_only_on_200(
+    fn http_answers_allow_only_on_their_allowing_statuses(
         code in 100u16..600,
+        any_2xx in any::<bool>(),
         names in proptest::collection::vec("[a-z-]{1,12}", 0..6),
         body in proptest::collection::vec(any::<u8>(), 0..256),
     ) {
@@ -67,12 +68,13 @@ proptest! {
         for n in &names {
             headers.append(HeaderName::from_bytes(n.as_bytes()).unwrap(), HeaderValue::from_static("v"));
         }
-        let v = http::verdict(status, &headers, Bytes::from(body.clone()), &HeaderSelection::All);
+        let allow = if any_2xx { AllowStatus::Any2xx } else { AllowStatus::Only200 };
+        let v = http::verdict(status, &headers, Bytes::from(body.clone()), (allow, &HeaderSelection::All));
         prop_assert!(no_framing(&v));
         match v {
-            Verdict::Allow(_) => prop_assert_eq!(status, StatusCode::OK),
+            Verdict::Allow(_) => prop_assert!(allow.allows(status)),
             Verdict::Deny(d) => {
-                prop_assert_ne!(status, StatusCode::OK);
+                prop_assert!(!allow.allows(status));
                 prop_assert_eq!(d.status, status);
                 prop_assert_eq!(&d.body[..], &body[..]);
             }
