@@ -475,3 +475,64 @@ spec:
         assert_eq!(r.status, 403, "{client:?}");
     }
 }
+
+/// oauth2-proxy as an HTTP authorizer (its `/oauth2/auth`, as nginx's auth_request users put
+/// it): a signed-in user's 202 allows and its `X-Auth-Request-User` goes upstream; anyone
+/// else gets oauth2-proxy's own 403 sign-in page.
+#[tokio::test]
+async fn oauth2_proxy_as_an_http_authorizer() {
+    let dir = tempfile::tempdir().unwrap();
+    // alice:wonderland, as `htpasswd -s` writes it ({SHA}: base64 of SHA-1).
+    let users = dir.path().join("users.htpasswd");
+    std::fs::write(&users, "alice:{SHA}tiY7sUhYKUwI5L3866kDY+ENcrQ=\n").unwrap();
+    let o2p = local(free_port());
+    let _o2p = support::extauthz::oauth2_proxy(o2p, &users);
+    let echo = pier::echo::spawn("127.0.0.1:0".parse().unwrap(), "a")
+        .await
+        .unwrap();
+    let manifests = dir.path().join("manifests");
+    std::fs::create_dir(&manifests).unwrap();
+    let port = free_port();
+    let admin = free_port();
+    let mut m = format!("{}---\n", gateway(port));
+    m += &svc("a", echo.addr);
+    m += &svc("oauth2-proxy", o2p);
+    m += &route("orders", "/orders", "a");
+    m += "---\n";
+    m += &policy(
+        "orders",
+        "orders",
+        "    http:\n      backendRefs: [{name: oauth2-proxy, port: 80}]\n      \
+         path: /oauth2/auth\n      headersToBackend: [x-auth-request-user]\n",
+    );
+    std::fs::write(manifests.join("all.yaml"), m).unwrap();
+    let _pier = start_pier(&manifests, admin, &[], &[]).await;
+    let pier = Pier { addr: local(port) };
+    // oauth2-proxy listens by now? Its first answer says.
+    eventually(Duration::from_secs(10), || async {
+        try_get(&format!("http://{o2p}/ping"), &[])
+            .await
+            .is_some_and(|r| r.status == 200)
+    })
+    .await;
+    for client in [Client::H1, Client::H2] {
+        // alice:wonderland
+        let alice = [("authorization", "Basic YWxpY2U6d29uZGVybGFuZA==")];
+        let r = pier.send(client, "GET", "/orders", &alice, b"").await;
+        assert_eq!(r.status, 200, "{client:?}: oauth2-proxy's 202 allows");
+        assert_eq!(r.echo().headers["x-auth-request-user"], ["alice"]);
+        let wrong = [("authorization", "Basic YWxpY2U6d3Jvbmc=")];
+        for headers in [&wrong[..], &[][..]] {
+            let r = pier.send(client, "GET", "/orders", headers, b"").await;
+            assert_eq!(r.status, 403, "{client:?}");
+            assert!(
+                r.headers["content-type"]
+                    .to_str()
+                    .unwrap()
+                    .starts_with("text/html"),
+                "oauth2-proxy's sign-in page: {:?}",
+                r.headers
+            );
+        }
+    }
+}

@@ -72,3 +72,54 @@ pub fn start(slow: &str) -> Authorizer {
         _child: child,
     }
 }
+
+/// oauth2-proxy (`scripts/oauth2-proxy.sh`): `PIER_OAUTH2_PROXY`, else the cache; missing,
+/// the test fails.
+pub fn oauth2_proxy_binary() -> PathBuf {
+    if let Some(p) = std::env::var_os("PIER_OAUTH2_PROXY") {
+        return PathBuf::from(p);
+    }
+    let cache = std::env::var_os("PIER_OAUTH2_PROXY_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(&std::env::var_os("HOME").expect("HOME is set"))
+                .join(".cache/pier/oauth2-proxy")
+        });
+    let version = std::env::var("PIER_OAUTH2_PROXY_VERSION").unwrap_or_else(|_| {
+        super::pinned_version(
+            include_str!("../../scripts/oauth2-proxy.sh"),
+            "OAUTH2_PROXY_VERSION",
+        )
+    });
+    let bin = cache.join(format!("v{version}/oauth2-proxy"));
+    assert!(
+        bin.is_file(),
+        "{} not found: run `scripts/oauth2-proxy.sh build`, or set PIER_OAUTH2_PROXY",
+        bin.display()
+    );
+    bin
+}
+
+/// oauth2-proxy on `addr`, its users in the htpasswd file `users` (signing in with
+/// `Authorization: Basic`), its upstream a static 202: `/oauth2/auth...` answers 202 with
+/// `X-Auth-Request-User` to a signed-in user, a 403 sign-in page to anyone else.
+pub fn oauth2_proxy(addr: SocketAddr, users: &Path) -> Child {
+    let child = Command::new(oauth2_proxy_binary())
+        .args([
+            format!("--http-address={addr}"),
+            "--provider=github".into(),
+            "--client-id=pier".into(),
+            "--client-secret=pier".into(),
+            "--cookie-secret=0123456789abcdef0123456789abcdef".into(),
+            "--cookie-secure=false".into(),
+            "--email-domain=*".into(),
+            "--upstream=static://202".into(),
+            format!("--htpasswd-file={}", users.display()),
+            "--set-xauthrequest".into(),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("oauth2-proxy starts");
+    Child(child)
+}
