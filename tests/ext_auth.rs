@@ -124,6 +124,8 @@ async fn ext_auth_allows_denies_and_fails_closed_over_http_and_grpc() {
         ("down", "/down"),
         ("down-open", "/down-open"),
         ("slow", "/slow"),
+        ("slow-http", "/slow-http"),
+        ("down-grpc", "/down-grpc"),
         ("body", "/body"),
     ] {
         m += &route(name, prefix, "a");
@@ -155,6 +157,16 @@ async fn ext_auth_allows_denies_and_fails_closed_over_http_and_grpc() {
         "slow",
         "slow",
         "    grpc:\n      backendRefs: [{name: authz-grpc, port: 80}]\n    timeout: 300ms\n",
+    );
+    m += &policy(
+        "slow-http",
+        "slow-http",
+        "    http:\n      backendRefs: [{name: authz-http, port: 80}]\n    timeout: 300ms\n",
+    );
+    m += &policy(
+        "down-grpc",
+        "down-grpc",
+        "    grpc:\n      backendRefs: [{name: authz-down, port: 80}]\n",
     );
     m += &policy(
         "body",
@@ -241,15 +253,21 @@ async fn ext_auth_allows_denies_and_fails_closed_over_http_and_grpc() {
         let r = pier.get(client, "/down-open", Some("bad")).await;
         assert_eq!(r.status, 200, "{}", at("down, failOpen"));
 
-        // Slow: past its 300 ms, fail closed, long before the authorizer's 30 s.
-        let started = Instant::now();
-        let r = pier.get(client, "/slow", Some("slow")).await;
-        assert_eq!(r.status, 403, "{}", at("slow"));
-        assert!(
-            started.elapsed() < Duration::from_secs(5),
-            "{:?}",
-            started.elapsed()
-        );
+        let r = pier.get(client, "/down-grpc", Some("good")).await;
+        assert_eq!(r.status, 403, "{}", at("down, gRPC"));
+
+        // Slow (gRPC, HTTP): past its 300 ms, fail closed, long before the authorizer's 30 s.
+        for path in ["/slow", "/slow-http"] {
+            let started = Instant::now();
+            let r = pier.get(client, path, Some("slow")).await;
+            assert_eq!(r.status, 403, "{}", at(path));
+            assert_eq!(r.text(), "Forbidden\n");
+            assert!(
+                started.elapsed() < Duration::from_secs(5),
+                "{:?}",
+                started.elapsed()
+            );
+        }
 
         // Body: up to maxRequestBytes to the authorizer, the whole body to the backend; over
         // it, 413.
