@@ -1,6 +1,8 @@
 //! Property tests of the parsers that read an authorizer's answer (untrusted bytes): whatever
 //! arrives, they return a verdict or a failure, never panic, and never let framing headers
-//! through. `PROPTEST_CASES=1000000` runs them at 10⁶ cases.
+//! through. `PROPTEST_CASES=1000000` runs them at 10⁶ cases: done on 2026-11-29 (debug build,
+//! two cores shared with other builds), all passing; the HTTP one took 327 s, the two gRPC ones
+//! under 15 min together.
 
 use ::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use bytes::Bytes;
