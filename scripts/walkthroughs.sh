@@ -46,6 +46,7 @@ RUN=(
   manifests.md
   mesh.md
   edge/security-policy.md
+  edge/ext-auth.md
   edge/proxy-protocol.md
   edge/frontend-mtls.md
   edge/example.md
@@ -266,6 +267,10 @@ for c in "${chapters[@]}"; do
   # say so instead of timing out while it builds.
   if [ "$c" = edge/tracing.md ] && ! "$REPO/scripts/otelcol.sh" env >/dev/null 2>&1; then
     log "$c: FAILED: its OpenTelemetry Collector is not built: run scripts/otelcol.sh build (scripts/test does)"
+    failed+=("$c"); continue
+  fi
+  if [ "$c" = edge/ext-auth.md ] && ! "$REPO/scripts/extauthz.sh" env >/dev/null 2>&1; then
+    log "$c: FAILED: its authorizer is not built: run scripts/extauthz.sh build (scripts/test does)"
     failed+=("$c"); continue
   fi
   compose "$dir" >"$dir/chapter.sh"

@@ -11,7 +11,8 @@
 //! can create neither, it fails saying so, unless `PIER_WALKTHROUGHS_NETNS=host` asks to run in
 //! this one (its ports must be free then); nothing is skipped. Needs curl, jq, openssl and
 //! haproxy (`scripts/test` installs them) and the OpenTelemetry Collector that
-//! `scripts/otelcol.sh build` makes (as tests/tracing.rs does). About 20-40 s on two cores.
+//! `scripts/otelcol.sh build` makes (as tests/tracing.rs does) and the authorizer that
+//! `scripts/extauthz.sh build` makes (as tests/ext_auth.rs does). About 20-40 s on two cores.
 
 use std::path::Path;
 use std::process::Command;
@@ -45,6 +46,7 @@ fn the_manuals_walkthroughs_run_as_written_and_clean_up() {
         "getting-started.md",
         "manifests.md",
         "mesh.md",
+        "edge/ext-auth.md",
         "edge/proxy-protocol.md",
         "edge/frontend-mtls.md",
         "edge/example.md",

@@ -34,6 +34,9 @@ pub struct Filters {
     pub mirrors: Vec<Mirror>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cors: Option<Cors>,
+    /// GEP-1494 `ExternalAuth` (rule filters only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ext_auth: Option<std::sync::Arc<super::ext_auth::ExtAuth>>,
 }
 
 impl Filters {
@@ -44,6 +47,7 @@ impl Filters {
             && self.rewrite.is_none()
             && self.mirrors.is_empty()
             && self.cors.is_none()
+            && self.ext_auth.is_none()
     }
 }
 

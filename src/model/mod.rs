@@ -10,6 +10,7 @@
 //! or `std::fs`.
 
 pub mod backend;
+pub mod ext_auth;
 pub mod filter;
 pub mod host;
 pub mod matcher;

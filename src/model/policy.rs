@@ -14,6 +14,7 @@ use std::sync::Arc;
 use http::{HeaderMap, HeaderName, HeaderValue, Method};
 use serde::Serialize;
 
+use super::ext_auth::ExtAuth;
 use super::net::Cidr;
 use crate::auth::claims::Claims;
 use crate::auth::htpasswd::{Htpasswd, VerifiedCache};
@@ -39,6 +40,10 @@ pub struct AccessPolicy {
     /// Username and password (`spec.basicAuth`), verified off the request path's threads.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub basic: Option<BasicAuthn>,
+    /// External authorization (`spec.extAuth`): asked after authentication, before
+    /// `authorization` (`proxy::phase::ext_auth`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ext_auth: Option<Arc<ExtAuth>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub authorization: Option<Authorization>,
 }
@@ -150,6 +155,8 @@ pub enum Mechanism {
     Authorization,
     /// The policy itself: invalid (a 500).
     Policy,
+    /// An external authorizer (`extAuth`).
+    ExtAuth,
     /// A policy with nothing to check let the request in.
     None,
 }
@@ -162,6 +169,7 @@ impl Mechanism {
             Self::Basic => "basic",
             Self::Authorization => "authorization",
             Self::Policy => "policy",
+            Self::ExtAuth => "extAuth",
             Self::None => "none",
         }
     }
@@ -278,6 +286,8 @@ impl AccessPolicy {
                 .is_some_and(|k| k.forward_client_id_header.is_some() || k.sanitize)
             // Basic auth may hash: hyper's path verifies it off the request threads.
             || self.basic.is_some()
+            // The authorizer is asked on hyper's path, which can wait for it.
+            || self.ext_auth.is_some()
     }
 }
 

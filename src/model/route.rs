@@ -107,6 +107,20 @@ impl Rule {
         self.has_cors() || self.access.as_ref().is_some_and(|a| a.needs_headers())
     }
 
+    /// The external authorizers a request on this rule must pass, in order: its
+    /// SecurityPolicy's `extAuth`, then its `ExternalAuth` filter. Empty for most rules.
+    pub fn ext_auths(&self) -> impl Iterator<Item = &super::ext_auth::ExtAuth> {
+        let policy = self.access.as_ref().and_then(|a| a.ext_auth.as_deref());
+        policy.into_iter().chain(self.filters.ext_auth.as_deref())
+    }
+
+    /// Whether an external authorizer is asked about the rule's requests (hyper's path then
+    /// serves them: the fast path does not wait on a second exchange).
+    pub fn has_ext_auth(&self) -> bool {
+        self.filters.ext_auth.is_some()
+            || self.access.as_ref().is_some_and(|a| a.ext_auth.is_some())
+    }
+
     /// Whether the rule or one of its backendRefs has a CORS filter.
     pub fn has_cors(&self) -> bool {
         self.filters.cors.is_some()

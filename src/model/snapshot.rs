@@ -161,6 +161,8 @@ impl Snapshot {
         {
             let rule = &entry.rule;
             rule.filters.mirrors.iter().for_each(|m| add(&m.backend));
+            // External authorizers: pooled like backends, so their connections live as long.
+            rule.ext_auths().for_each(|e| add(&e.backend));
             for wb in &rule.backends.backends {
                 if let BackendTarget::Service(b) = &wb.target {
                     add(b);

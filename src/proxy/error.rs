@@ -94,6 +94,10 @@ pub enum ProxyError {
     /// Too many password verifications at once (basic auth): 503, try again.
     #[error("too many password verifications at once")]
     AuthBusy,
+    /// The rule's external authorizer is down, slow or answered garbage, and it does not
+    /// fail open: 403 (Envoy's ext_authz `status_on_error` default).
+    #[error("the external authorizer gave no verdict: {0}")]
+    ExtAuthFailed(crate::model::ext_auth::ExtAuthFailure),
 }
 
 /// What a 401 asks the client for (`WWW-Authenticate`, RFC 9110 §11.6.1).
@@ -249,6 +253,7 @@ pub enum ErrorKind {
     PolicyInvalid,
     Unauthenticated,
     AuthBusy,
+    ExtAuthFailed,
 }
 
 /// Whose fault an error is.
@@ -296,6 +301,7 @@ impl ProxyError {
             Self::PolicyInvalid => ErrorKind::PolicyInvalid,
             Self::Unauthenticated(_) => ErrorKind::Unauthenticated,
             Self::AuthBusy => ErrorKind::AuthBusy,
+            Self::ExtAuthFailed(_) => ErrorKind::ExtAuthFailed,
         }
     }
 
@@ -336,7 +342,9 @@ impl ProxyError {
             | ErrorKind::Upstream
             | ErrorKind::BackendTimeout
             | ErrorKind::RequestTimeout
-            | ErrorKind::BackendOverflow => ErrorSide::Upstream,
+            | ErrorKind::BackendOverflow
+            // The authorizer is an upstream of pier's.
+            | ErrorKind::ExtAuthFailed => ErrorSide::Upstream,
         }
     }
 
@@ -349,7 +357,8 @@ impl ProxyError {
             ErrorKind::RequestBodyTimeout => StatusCode::REQUEST_TIMEOUT,
             ErrorKind::RequestBodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ErrorKind::UriTooLong => StatusCode::URI_TOO_LONG,
-            ErrorKind::Forbidden => StatusCode::FORBIDDEN,
+            // An authorizer without a verdict: what Envoy answers (`status_on_error`).
+            ErrorKind::Forbidden | ErrorKind::ExtAuthFailed => StatusCode::FORBIDDEN,
             ErrorKind::Unauthenticated => StatusCode::UNAUTHORIZED,
             // Gateway API: a rule whose backends are all invalid, or a pick that lands on an
             // invalid one, answers 500.
@@ -420,7 +429,7 @@ impl ProxyError {
             | ErrorKind::InvalidTarget
             | ErrorKind::PolicyInvalid => GrpcCode::Internal,
             ErrorKind::RequestBodyTooLarge | ErrorKind::UriTooLong => GrpcCode::ResourceExhausted,
-            ErrorKind::Forbidden => GrpcCode::PermissionDenied,
+            ErrorKind::Forbidden | ErrorKind::ExtAuthFailed => GrpcCode::PermissionDenied,
             ErrorKind::Unauthenticated => GrpcCode::Unauthenticated,
             ErrorKind::RequestBodyTimeout
             | ErrorKind::BackendTimeout

@@ -7,8 +7,11 @@
 //! arrive         the request's identity: client, request ID, trace context; the log head
 //! listener       port and listener (listener isolation; 421 when the SNI chose another)
 //! route          the route table's rule, recorded in the request's `Seen`
-//! decide         CORS preflight ─> access (authentication, authorization; the decision and
-//!                principal recorded in `Seen`) ─> redirect, or the backendRef to forward to
+//! decide         CORS preflight ─> access (authentication; authorization rules unless an
+//!                external authorizer comes first; the decision and principal recorded in
+//!                `Seen`) ─> redirect, or the backendRef to forward to
+//! ext_auth       (hyper's path, rules with an authorizer) the authorizers, then the
+//!                authorization rules
 //! request_head   request header filters, URL rewrite, hop hygiene, forwarding headers
 //!    ... exchange (admission, endpoint, send, outcome): `exchange`, or h1's raw exchange
 //! response_head  hop hygiene, CORS headers, response header filters (compression next)
@@ -39,8 +42,13 @@ use crate::proxy::observe::record::{Failure, Security, Seen};
 use crate::proxy::observe::trace::{self, RequestLine, TRACEPARENT, TRACESTATE};
 use crate::proxy::policy::{access as access_policy, head, route as routing};
 
+mod ext_auth;
+
 pub use crate::proxy::policy::access::{Admitted, Edit};
 pub use crate::proxy::policy::route::{Decision, RouteInput, Routed};
+pub use ext_auth::{
+    ExtAuthCtx, ExtAuthOutcome, ExtAuthed, Prefixed, ext_auth, record as ext_auth_record,
+};
 
 /// Request head: the rule's and the backendRef's request filters, the URL rewrite, hop
 /// hygiene, forwarding headers and Host on the head's parts; the path and query to send.

@@ -46,6 +46,12 @@ pub use gateway_api::experimental::httproutes::{
     HttpRouteRulesSessionPersistenceCookieConfigLifetimeType, HttpRouteRulesSessionPersistenceType,
     HttpRouteRulesTimeouts, HttpRouteSpec, HttpRouteUseDefaultGateways as UseDefaultGateways,
 };
+/// GEP-1494's ExternalAuth filter (experimental).
+pub use gateway_api::experimental::httproutes::{
+    HttpRouteRulesFiltersExternalAuth, HttpRouteRulesFiltersExternalAuthBackendRef,
+    HttpRouteRulesFiltersExternalAuthForwardBody, HttpRouteRulesFiltersExternalAuthGrpc,
+    HttpRouteRulesFiltersExternalAuthHttp, HttpRouteRulesFiltersExternalAuthProtocol,
+};
 /// TLSRoute (standard since v1.5; the experimental type adds `useDefaultGateways`).
 pub use gateway_api::experimental::tlsroutes::{TlsRoute, TlsRouteRules, TlsRouteSpec};
 pub use gateway_api::gatewayclasses::{GatewayClass, GatewayClassSpec};

@@ -144,6 +144,9 @@ pub struct BackendRefSpec<'a> {
     pub name: &'a str,
     pub namespace: Option<&'a str>,
     pub port: Option<i32>,
+    /// pier speaks HTTP/2 to it whatever the Route is (an ExternalAuth filter's gRPC
+    /// authorizer).
+    pub h2: bool,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -961,6 +964,7 @@ fn compile_rule(
         .translate(
             filters.as_deref().unwrap_or_default(),
             &format!("rules[{index}]"),
+            Some(format!("{} {key} rules[{index}]", route.kind.name())),
         )
         .unwrap_or_else(|(i, e)| {
             errors.push(InvalidRule::Filter(i, e));
@@ -1039,22 +1043,23 @@ struct RuleFilters<'r, 'f> {
 
 impl RuleFilters<'_, '_> {
     /// One filter list; `at` locates it in messages (`rules[0]`, `rules[0].backendRefs[1]`).
+    /// `rule_at`: the rule's own filters (`HTTPRoute ns/name rules[0]`), else a backendRef's.
     fn translate(
         &mut self,
         list: &[HttpRouteRulesFilters],
         at: &str,
+        rule_at: Option<String>,
     ) -> Result<Filters, (usize, InvalidFilter)> {
         let mut fctx = filters::FilterCtx {
             prefix_only: self.prefix_only,
             resolve: &mut *self.resolve,
             unresolved: vec![],
+            rule_at,
         };
         let out = filters::filters(list, &mut fctx);
-        for (fi, e) in fctx.unresolved {
-            self.refs.push(RefProblem::new(
-                format!("{at}.filters[{fi}].requestMirror"),
-                &e,
-            ));
+        for (fi, field, e) in fctx.unresolved {
+            self.refs
+                .push(RefProblem::new(format!("{at}.filters[{fi}].{field}"), &e));
         }
         out
     }
@@ -1089,6 +1094,7 @@ impl RuleFilters<'_, '_> {
             name,
             namespace: namespace.as_deref(),
             port: *port,
+            h2: false,
         };
         let target = match (self.resolve)(spec) {
             Ok(b) => BackendTarget::Service(b),
@@ -1107,7 +1113,7 @@ impl RuleFilters<'_, '_> {
             })
             .collect::<Result<Vec<_>, _>>()?;
         let filters = self
-            .translate(&converted, &at)
+            .translate(&converted, &at, None)
             .map_err(|(fi, e)| InvalidRule::BackendFilter(bi, fi, e))?;
         Ok(WeightedBackend {
             weight,
@@ -1160,6 +1166,7 @@ fn resolve_backend(
         .ok_or(BackendRefError::PortRange(svc, port))?;
     // gRPC is HTTP/2 end to end; a TLSRoute carries bytes.
     let traffic = match route_kind {
+        RouteKind::Http if r.h2 => backends::Traffic::Http2,
         RouteKind::Http => backends::Traffic::Http,
         RouteKind::Grpc => backends::Traffic::Http2,
         RouteKind::Tls => backends::Traffic::Opaque,

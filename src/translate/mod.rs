@@ -27,6 +27,7 @@ pub mod api;
 mod attach;
 mod backend_tls;
 mod backends;
+mod ext_auth;
 pub mod field_path;
 mod gateway;
 mod grpc_route;
@@ -247,7 +248,7 @@ pub fn translate_with(
             .collect()
     };
 
-    let mut policies = security_policy::policies(resources);
+    let mut policies = security_policy::policies(resources, &mut backends);
     let mut tables: BTreeMap<(usize, usize), RouteTableBuilder> = BTreeMap::new();
     for (order, key, kind, outcome) in outcomes {
         for group in &outcome.groups {

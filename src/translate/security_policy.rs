@@ -12,6 +12,8 @@ use http::{HeaderName, HeaderValue, Method};
 
 use super::api::{self, SecurityPolicy, SecurityPolicySpec};
 use super::attach::{self, Entry};
+use super::backends::Backends;
+use super::ext_auth;
 use super::resources::Resources;
 use crate::model::ObjectRef;
 use crate::model::policy::{
@@ -23,24 +25,30 @@ mod authn;
 /// Every SecurityPolicy of `resources`, attached.
 pub type Policies = attach::Policies<AccessPolicy>;
 
-/// Reads every SecurityPolicy of `resources`.
-pub fn policies(resources: &Resources) -> Policies {
+/// Reads every SecurityPolicy of `resources`; their authorizers' Services (`extAuth`)
+/// resolve through `backends`.
+pub fn policies(resources: &Resources, backends: &mut Backends<'_>) -> Policies {
     let entries = resources
         .security_policies
         .iter()
-        .map(|((ns, name), p)| entry(ObjectRef::new(ns, name), p, resources))
+        .map(|((ns, name), p)| entry(ObjectRef::new(ns, name), p, resources, backends))
         .collect();
     Policies::new("SecurityPolicy", entries)
 }
 
 // === Reading a policy ===
 
-fn entry(key: ObjectRef, p: &SecurityPolicy, resources: &Resources) -> Entry<AccessPolicy> {
+fn entry(
+    key: ObjectRef,
+    p: &SecurityPolicy,
+    resources: &Resources,
+    backends: &mut Backends<'_>,
+) -> Entry<AccessPolicy> {
     let targets = p.spec.target_refs.iter();
     let targets = targets
         .map(|t| attach::target("SecurityPolicy", true, &key, t))
         .collect();
-    let (policy, invalid) = match access_policy(&key, &p.spec, resources) {
+    let (policy, invalid) = match access_policy(&key, &p.spec, resources, backends) {
         Ok(policy) => (policy, None),
         Err(why) => (
             AccessPolicy {
@@ -50,6 +58,7 @@ fn entry(key: ObjectRef, p: &SecurityPolicy, resources: &Resources) -> Entry<Acc
                 api_key: None,
                 basic: None,
                 authorization: None,
+                ext_auth: None,
             },
             Some(why),
         ),
@@ -69,6 +78,7 @@ fn access_policy(
     key: &ObjectRef,
     spec: &SecurityPolicySpec,
     resources: &Resources,
+    backends: &mut Backends<'_>,
 ) -> Result<AccessPolicy, String> {
     if spec.target_refs.is_empty() {
         return Err("targetRefs is empty".into());
@@ -89,6 +99,11 @@ fn access_policy(
         .as_ref()
         .map(|b| authn::basic(key, b, resources));
     let basic = basic.transpose().map_err(field("basicAuth"))?;
+    let ext_auth = spec
+        .ext_auth
+        .as_ref()
+        .map(|e| ext_auth::ext_auth(key, e, backends).map(Arc::new));
+    let ext_auth = ext_auth.transpose().map_err(field("extAuth"))?;
     let providers: Vec<&str> = jwt
         .iter()
         .flat_map(|j| &j.providers)
@@ -105,6 +120,7 @@ fn access_policy(
         jwt,
         api_key,
         basic,
+        ext_auth,
         authorization,
     })
 }

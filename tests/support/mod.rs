@@ -5,6 +5,7 @@
 pub mod apiserver;
 pub mod client;
 pub mod cluster;
+pub mod extauthz;
 pub mod faulty_api;
 pub mod flaky;
 pub mod grpc;

@@ -138,20 +138,48 @@ async fn dispatch<'s>(
     let rule = &routed.entry.rule;
     let basic = phase::verify_basic(rule, input.headers).await;
     let mut admitted = None;
-    let (weighted, cors) = match phase::decide(
+    let decided = phase::decide(
         &routed,
         &input,
         (conn, edge),
         basic.as_ref(),
         &mut admitted,
         seen,
-    )? {
-        Decision::Preflight(resp) | Decision::Redirect(resp) => return Ok(resp),
-        Decision::Forward(weighted, cors) => (weighted, cors),
-    };
+    )?;
     if let Some(a) = &admitted {
         phase::apply(a, req.headers_mut());
     }
+    // External authorizers see the request as authentication left it (claims to headers).
+    let mut prefix = None;
+    if rule.has_ext_auth() && !matches!(decided, Decision::Preflight(_)) {
+        // The host as the client sent it (with its port), for the authorizer.
+        let sent_host = routing_host(&req).unwrap_or("").to_string();
+        let ctx = phase::ExtAuthCtx {
+            edge,
+            host: &sent_host,
+            https: routed.port.protocol != crate::model::Protocol::Http,
+            client_sans: conn.client_identity.as_ref().map_or(&[], |c| &c.sans),
+        };
+        let mut outcomes: Vec<phase::ExtAuthOutcome> = Vec::new();
+        let authed = phase::ext_auth(
+            shared,
+            rule,
+            &ctx,
+            &mut req,
+            admitted.as_ref(),
+            &mut outcomes,
+        )
+        .await;
+        phase::ext_auth_record(seen, rule, &outcomes, authed.as_ref().err());
+        match authed? {
+            phase::ExtAuthed::Answer(resp) => return Ok(resp),
+            phase::ExtAuthed::Pass(p) => prefix = p,
+        }
+    }
+    let (weighted, cors) = match decided {
+        Decision::Preflight(resp) | Decision::Redirect(resp) => return Ok(resp),
+        Decision::Forward(weighted, cors) => (weighted, cors),
+    };
     // The future is built in each arm rather than once before the match: a future moved into
     // `timeout_at` would need room for both copies in this one, and every request moves it.
     match rule.timeouts.request {
@@ -164,7 +192,7 @@ async fn dispatch<'s>(
                 conn,
                 &routed,
                 (weighted, cors),
-                (req, edge),
+                (req, edge, prefix),
                 seen,
             ),
         )
@@ -177,7 +205,7 @@ async fn dispatch<'s>(
                 conn,
                 &routed,
                 (weighted, cors),
-                (req, edge),
+                (req, edge, prefix),
                 seen,
             )
             .await
@@ -227,7 +255,7 @@ async fn forward<'s>(
     conn: &ConnInfo,
     routed: &Routed<'s>,
     (weighted, cors): (&'s WeightedBackend, Option<CorsResponse<'s>>),
-    (req, edge): (Request<Incoming>, &Edge),
+    (req, edge, prefix): (Request<Incoming>, &Edge, Option<bytes::Bytes>),
     seen: &mut Seen<'s>,
 ) -> Result<Response<ProxyBody>, ProxyError> {
     let rule = &*routed.entry.rule;
@@ -256,8 +284,10 @@ async fn forward<'s>(
             https,
         }
     });
+    // A body partly read for an external authorizer is not replayed (not kept whole).
     if let Some(policy) = rule.retries()
         && !upgrade
+        && prefix.is_none()
         && retry::replayable(&body)
     {
         let req = Retried {
@@ -293,6 +323,10 @@ async fn forward<'s>(
             body::boxed(ClientBody::new(body, fault.clone(), pace, max))
         }
         None => body::boxed(body),
+    };
+    let body = match prefix {
+        Some(p) => body::boxed(phase::Prefixed::new(p, body)),
+        None => body,
     };
     let body = if upgrade {
         body

@@ -212,3 +212,20 @@ fn forbidden_is_403_downstream_and_permission_denied_for_grpc() {
     let resp = ProxyError::Forbidden.to_grpc_response();
     assert_eq!(resp.headers()["grpc-status"], "7");
 }
+
+#[test]
+fn an_authorizer_without_a_verdict_is_403_upstream_and_permission_denied_for_grpc() {
+    use crate::model::ext_auth::ExtAuthFailure;
+    for f in [
+        ExtAuthFailure::NoEndpoints,
+        ExtAuthFailure::Unreachable,
+        ExtAuthFailure::Timeout,
+        ExtAuthFailure::Garbage,
+    ] {
+        check(ProxyError::ExtAuthFailed(f), 403, ErrorSide::Upstream);
+        assert_eq!(
+            ProxyError::ExtAuthFailed(f).grpc_code(),
+            GrpcCode::PermissionDenied
+        );
+    }
+}

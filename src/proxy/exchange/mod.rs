@@ -4,6 +4,7 @@
 //! [`retry`] (attempts, budgets), [`mirror`] (copies, fire and forget) and [`session`]
 //! (session persistence). Below `downstream` and `phase`; calls `upstream` and `observe`.
 
+pub mod ext_auth;
 pub mod mirror;
 pub mod retry;
 pub mod send;

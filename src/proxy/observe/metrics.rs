@@ -194,6 +194,10 @@ pub enum SecurityResult {
     Invalid,
     /// 503: too many password verifications at once.
     Busy,
+    /// An external authorizer gave no verdict: the request failed closed.
+    Failed,
+    /// An external authorizer gave no verdict: `failOpen` let the request in.
+    FailedOpen,
 }
 
 impl SecurityResult {
@@ -204,6 +208,8 @@ impl SecurityResult {
             Self::Denied => "denied",
             Self::Invalid => "invalid",
             Self::Busy => "busy",
+            Self::Failed => "failed",
+            Self::FailedOpen => "failedOpen",
         }
     }
 }
@@ -475,8 +481,9 @@ impl ProxyMetrics {
         reg.register(
             "security_decisions",
             "Requests decided by a SecurityPolicy, by policy, mechanism (jwt, apiKey, basic, \
-             authorization, policy, none) and result (allowed; unauthenticated: 401; denied: \
-             403; invalid: 500; busy: 503)",
+             extAuth, authorization, policy, none) and result (allowed; unauthenticated: 401; \
+             denied: 403 or the authorizer's answer; invalid: 500; busy: 503; failed: no \
+             verdict from an external authorizer, 403; failedOpen: no verdict, let in)",
             m.security_decisions.clone(),
         );
         m

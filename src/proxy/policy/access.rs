@@ -47,8 +47,23 @@ pub fn check(policy: &AccessPolicy, req: &AccessRequest<'_>) -> Result<Admitted,
     if let Some(b) = &policy.basic {
         basic_authn(b, req, &mut admitted)?;
     }
-    let Some(authz) = &policy.authorization else {
+    // External authorization comes between authentication and the authorization rules:
+    // `phase::ext_auth` asks the authorizer, then calls [`authorize`].
+    if policy.ext_auth.is_some() {
         return Ok(admitted);
+    }
+    authorize(policy, req, &admitted)?;
+    Ok(admitted)
+}
+
+/// The policy's authorization rules (none: allowed), on what authentication found.
+pub fn authorize(
+    policy: &AccessPolicy,
+    req: &AccessRequest<'_>,
+    admitted: &Admitted,
+) -> Result<(), ProxyError> {
+    let Some(authz) = &policy.authorization else {
+        return Ok(());
     };
     let req = AccessRequest {
         authenticated: Some(&admitted.authenticated),
@@ -56,7 +71,7 @@ pub fn check(policy: &AccessPolicy, req: &AccessRequest<'_>) -> Result<Admitted,
     };
     let verdict = authz.decide(&req);
     match verdict.action {
-        Action::Allow => Ok(admitted),
+        Action::Allow => Ok(()),
         Action::Deny => {
             tracing::debug!(
                 policy = %policy.source,

@@ -37,6 +37,80 @@ pub struct SecurityPolicySpec {
     /// Allow or deny by client address, method, headers and JWT claims.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub authorization: Option<Authorization>,
+    /// Ask an external authorizer (HTTP, or Envoy's ext_authz gRPC API) about each request,
+    /// after authentication and before `authorization`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ext_auth: Option<ExtAuth>,
+}
+
+/// `spec.extAuth`: exactly one of `grpc` and `http`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ExtAuth {
+    /// Envoy's `envoy.service.auth.v3.Authorization/Check` over HTTP/2.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grpc: Option<GrpcExtAuthService>,
+    /// The client's request, forwarded: a 2xx allows, any other answer is the client's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http: Option<HttpExtAuthService>,
+    /// The client's headers the authorizer sees. gRPC: all when empty. HTTP: `Host`, the
+    /// method, the path, `Content-Length` and `Authorization` always, and these.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub headers_to_ext_auth: Vec<String>,
+    /// Send the request body (up to a size) to the authorizer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body_to_ext_auth: Option<BodyToExtAuth>,
+    /// How long to wait for the authorizer's answer (a Gateway API duration; default 10s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
+    /// When the authorizer is down, slow or answers garbage: let the request through
+    /// (`true`), or answer 403 (`false`, the default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fail_open: Option<bool>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GrpcExtAuthService {
+    /// The authorizer: one Service port.
+    pub backend_refs: Vec<BackendRef>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpExtAuthService {
+    /// The authorizer: one Service port.
+    pub backend_refs: Vec<BackendRef>,
+    /// Prepended to the request's path in the check request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// The headers of an allowing answer that go upstream (replacing the client's).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub headers_to_backend: Vec<String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BodyToExtAuth {
+    /// The most body bytes buffered for the authorizer; a longer body gets 413 (before
+    /// `failOpen` is considered).
+    pub max_request_bytes: u32,
+}
+
+/// A Service port (Gateway API `BackendObjectReference`); in the policy's namespace unless
+/// `namespace` is set.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BackendRef {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<i32>,
 }
 
 /// A GEP-713 `LocalPolicyTargetReferenceWithSectionName`.

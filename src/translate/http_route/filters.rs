@@ -6,6 +6,10 @@ use std::sync::Arc;
 use http::{HeaderName, HeaderValue, Method, StatusCode};
 
 use super::{BackendRefError, BackendRefSpec};
+use crate::model::ext_auth::{
+    AllowStatus, BodyToExtAuth, DEFAULT_TIMEOUT, ExtAuth, ExtAuthProtocol, HeaderSelection,
+    OverLimit,
+};
 use crate::model::filter::{
     AllowOrigins, Allowed, DEFAULT_MAX_AGE, Expose, InvalidOrigin, OriginPattern,
 };
@@ -23,6 +27,12 @@ use crate::translate::api::{
     HttpRouteRulesFiltersType, HttpRouteRulesFiltersUrlRewrite,
     HttpRouteRulesFiltersUrlRewritePath, HttpRouteRulesFiltersUrlRewritePathType,
 };
+use crate::translate::api::{
+    HttpRouteRulesFiltersExternalAuth, HttpRouteRulesFiltersExternalAuthBackendRef,
+    HttpRouteRulesFiltersExternalAuthForwardBody, HttpRouteRulesFiltersExternalAuthGrpc,
+    HttpRouteRulesFiltersExternalAuthHttp, HttpRouteRulesFiltersExternalAuthProtocol,
+};
+use crate::translate::ext_auth;
 
 #[derive(Debug, thiserror::Error)]
 pub enum InvalidFilter {
@@ -78,6 +88,14 @@ pub enum InvalidFilter {
     ),
     #[error("CORS maxAge must be at least 1 (seconds), got {0}")]
     CorsMaxAge(i32),
+    #[error("ExternalAuth is a rule filter, not a backendRef's")]
+    ExternalAuthOnBackend,
+    #[error("ExternalAuth {0}")]
+    ExternalAuth(String),
+    /// The authorizer's backendRef did not resolve (ResolvedRefs says why): the rule fails
+    /// closed.
+    #[error("ExternalAuth backendRef does not resolve; the rule fails closed")]
+    ExternalAuthUnresolved,
 }
 
 /// What a filter list needs from its rule and route.
@@ -88,7 +106,11 @@ pub struct FilterCtx<'f> {
     pub resolve: &'f mut dyn FnMut(BackendRefSpec<'_>) -> Result<Arc<Backend>, BackendRefError>,
     /// Mirrors whose backendRef did not resolve, by filter index. They are left out (nothing
     /// is mirrored); the caller reports them in ResolvedRefs.
-    pub unresolved: Vec<(usize, BackendRefError)>,
+    /// (filter index, field, why).
+    pub unresolved: Vec<(usize, &'static str, BackendRefError)>,
+    /// Where the filters are (`HTTPRoute ns/name rules[0]`), for an ExternalAuth's logs;
+    /// `None` for a backendRef's filters, where ExternalAuth is not allowed.
+    pub rule_at: Option<String>,
 }
 
 /// Translates a filter list. The error carries the index of the offending filter.
@@ -113,7 +135,7 @@ fn filter(
     HttpRouteRulesFilters {
         cors: cors_filter,
         extension_ref: _,
-        external_auth: _,
+        external_auth,
         request_header_modifier,
         request_mirror,
         request_redirect,
@@ -178,7 +200,14 @@ fn filter(
             let c = cors_filter.as_ref().ok_or_else(|| missing("cors"))?;
             out.cors = Some(cors(c)?);
         }
-        T::ExtensionRef | T::ExternalAuth => return Err(InvalidFilter::Unsupported(name)),
+        T::ExternalAuth => {
+            once(name, &out.ext_auth)?;
+            let f = external_auth
+                .as_ref()
+                .ok_or_else(|| missing("externalAuth"))?;
+            out.ext_auth = Some(Arc::new(ext_auth_filter(f, index, ctx)?));
+        }
+        T::ExtensionRef => return Err(InvalidFilter::Unsupported(name)),
     }
     Ok(())
 }
@@ -413,6 +442,7 @@ fn mirror(
         name,
         namespace: namespace.as_deref(),
         port: *port,
+        h2: false,
     };
     match (ctx.resolve)(spec) {
         Ok(backend) => Ok(Some(Mirror {
@@ -421,10 +451,134 @@ fn mirror(
             denominator,
         })),
         Err(e) => {
-            ctx.unresolved.push((index, e));
+            ctx.unresolved.push((index, "requestMirror", e));
             Ok(None)
         }
     }
+}
+
+/// GEP-1494 `ExternalAuth`: the authorizer's backendRef resolved like the rule's (HTTP/2 for
+/// GRPC), header lists parsed. It fails closed (the GEP's MUST): no `failOpen`; Envoy
+/// Gateway's default timeout (10s); `forwardBody.maxSize` truncates what the authorizer
+/// gets (the field's own words), the backend getting the whole body.
+fn ext_auth_filter(
+    HttpRouteRulesFiltersExternalAuth {
+        backend_ref,
+        forward_body,
+        grpc,
+        http,
+        protocol,
+    }: &HttpRouteRulesFiltersExternalAuth,
+    index: usize,
+    ctx: &mut FilterCtx<'_>,
+) -> Result<ExtAuth, InvalidFilter> {
+    let Some(at) = ctx.rule_at.clone() else {
+        return Err(InvalidFilter::ExternalAuthOnBackend);
+    };
+    let bad = InvalidFilter::ExternalAuth;
+    let grpc_mode = match protocol {
+        HttpRouteRulesFiltersExternalAuthProtocol::Grpc => {
+            if http.is_some() {
+                return Err(bad("protocol GRPC cannot have http settings".into()));
+            }
+            true
+        }
+        HttpRouteRulesFiltersExternalAuthProtocol::Http => {
+            if grpc.is_some() {
+                return Err(bad("protocol HTTP cannot have grpc settings".into()));
+            }
+            false
+        }
+    };
+    let HttpRouteRulesFiltersExternalAuthBackendRef {
+        group,
+        kind,
+        name,
+        namespace,
+        port,
+    } = backend_ref;
+    let spec = BackendRefSpec {
+        group: group.as_deref(),
+        kind: kind.as_deref(),
+        name,
+        namespace: namespace.as_deref(),
+        port: *port,
+        h2: grpc_mode,
+    };
+    let backend = match (ctx.resolve)(spec) {
+        Ok(b) => b,
+        Err(e) => {
+            ctx.unresolved.push((index, "externalAuth.backendRef", e));
+            return Err(InvalidFilter::ExternalAuthUnresolved);
+        }
+    };
+    let names = |field: &str, list: &Option<Vec<String>>| {
+        ext_auth::names(list.as_deref().unwrap_or_default())
+            .map_err(|h| bad(format!("{field}: {h:?} is not a header name")))
+    };
+    let (protocol, headers_to_ext_auth) = if grpc_mode {
+        let allowed = match grpc {
+            Some(HttpRouteRulesFiltersExternalAuthGrpc { allowed_headers }) => {
+                names("grpc.allowedHeaders", allowed_headers)?
+            }
+            None => vec![],
+        };
+        // Empty: every header (the GEP's words).
+        let selection = if allowed.is_empty() {
+            HeaderSelection::All
+        } else {
+            HeaderSelection::Only(allowed)
+        };
+        (ExtAuthProtocol::Grpc, selection)
+    } else {
+        let none = HttpRouteRulesFiltersExternalAuthHttp::default();
+        let HttpRouteRulesFiltersExternalAuthHttp {
+            allowed_headers,
+            allowed_response_headers,
+            path,
+        } = http.as_ref().unwrap_or(&none);
+        let to_backend = names("http.allowedResponseHeaders", allowed_response_headers)?;
+        let protocol = ExtAuthProtocol::Http {
+            allow: AllowStatus::Only200,
+            path_prefix: ext_auth::path_prefix(path.as_deref())
+                .map_err(|w| bad(format!("http.path: {w}")))?,
+            // Empty: every header of the answer but Host (the GEP's words).
+            headers_to_backend: if to_backend.is_empty() {
+                HeaderSelection::All
+            } else {
+                HeaderSelection::Only(to_backend)
+            },
+        };
+        let extra = names("http.allowedHeaders", allowed_headers)?;
+        (protocol, HeaderSelection::Only(extra))
+    };
+    let body = match forward_body {
+        Some(HttpRouteRulesFiltersExternalAuthForwardBody { max_size: Some(n) }) if *n < 0 => {
+            return Err(bad(format!("forwardBody.maxSize {n} is negative")));
+        }
+        Some(HttpRouteRulesFiltersExternalAuthForwardBody {
+            max_size: Some(n @ 1..),
+        }) => Some(BodyToExtAuth {
+            max_bytes: usize::try_from(*n)
+                .map_err(|_| bad(format!("forwardBody.maxSize {n} is too large")))?,
+            over: OverLimit::Truncate,
+        }),
+        _ => None,
+    };
+    let authority = format!(
+        "{}.{}.svc",
+        backend.id.service.name, backend.id.service.namespace
+    );
+    Ok(ExtAuth {
+        source: format!("{at}.filters[{index}]"),
+        backend,
+        authority,
+        protocol,
+        headers_to_ext_auth,
+        body,
+        timeout: DEFAULT_TIMEOUT,
+        fail_open: false,
+    })
 }
 
 /// CORS: every value checked as the CRD would (its patterns and CEL rules are not applied to

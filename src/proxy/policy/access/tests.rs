@@ -35,6 +35,7 @@ fn api_key_policy(sanitize: bool) -> AccessPolicy {
             sanitize,
         }),
         authorization: None,
+        ext_auth: None,
     }
 }
 
