@@ -3,6 +3,7 @@
 //! - [`jwks`]: a JSON Web Key Set (RFC 7517) parsed into checked public keys;
 //! - [`jwt`]: a compact JWS token verified against such a set, and its claims checked;
 //! - [`claims`]: the verified claims, looked up for headers and authorization rules;
+//! - [`remote`]: key sets fetched from a `remoteJWKS.uri`, as translation receives them;
 //! - [`htpasswd`]: a `.htpasswd` file parsed and passwords verified against it.
 //!
 //! Nothing here does I/O, spawns or reads the clock on its own: the caller fetches JWKS
@@ -19,4 +20,5 @@ pub mod claims;
 pub mod htpasswd;
 pub mod jwks;
 pub mod jwt;
+pub mod remote;
 pub mod verified;

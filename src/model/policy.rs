@@ -69,6 +69,18 @@ pub struct JwtProvider {
     pub claim_to_headers: Vec<(HeaderName, String)>,
     /// Where the token is read from, in order.
     pub extract_from: Vec<CredentialSource>,
+    /// `remoteJWKS`: where `keys` were fetched from, and who to ask for a fresh set when a
+    /// token names a `kid` it lacks (`None`: `localJWKS`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remote: Option<RemoteKeys>,
+}
+
+/// Where a provider's keys come from when they are fetched.
+#[derive(Clone, Debug, Serialize)]
+pub struct RemoteKeys {
+    pub uri: String,
+    #[serde(skip)]
+    pub refetch: crate::auth::remote::Refetch,
 }
 
 /// `spec.apiKeyAuth`.

@@ -20,6 +20,7 @@ use std::sync::Arc;
 
 use http::{HeaderName, HeaderValue, Method};
 
+use self::remote::RemoteNote;
 use super::api::{self, GATEWAY_GROUP, SecurityPolicy, SecurityPolicySpec, Timestamp};
 use super::gateway::GatewayState;
 use super::resources::Resources;
@@ -27,12 +28,16 @@ use super::status::{
     BackendTlsPolicyStatus, HttpRouteStatus, ParentRef, PolicyAncestorStatus, PolicyCondition,
     PolicyConditionReason, PolicyConditionType,
 };
+use crate::auth::remote::RemoteSets;
 use crate::model::ObjectRef;
 use crate::model::policy::{
     AccessPolicy, Action, Authorization, AuthorizationRule, JwtPrincipal, Principal,
 };
 
 mod authn;
+mod remote;
+
+pub use remote::wanted as remote_jwks_wanted;
 
 /// What a policy attaches to (the policy's namespace is the target's).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -56,6 +61,8 @@ struct Entry {
     invalid: Option<String>,
     /// Each targetRef, or (as written) why it cannot be a target.
     targets: Vec<Result<Target, Box<(ParentRef, String)>>>,
+    /// What each `remoteJWKS` provider's fetches came to.
+    remote: Vec<RemoteNote>,
 }
 
 /// Every SecurityPolicy, indexed by target; records which ones narrower ones replaced.
@@ -79,12 +86,12 @@ pub struct RuleAt<'r> {
 }
 
 impl Policies {
-    /// Reads every SecurityPolicy of `resources`.
-    pub fn new(resources: &Resources) -> Self {
+    /// Reads every SecurityPolicy of `resources`; `remoteJWKS` keys come from `fetched`.
+    pub fn new(resources: &Resources, fetched: &RemoteSets) -> Self {
         let mut entries: Vec<Entry> = resources
             .security_policies
             .iter()
-            .map(|((ns, name), p)| entry(ObjectRef::new(ns, name), p, resources))
+            .map(|((ns, name), p)| entry(ObjectRef::new(ns, name), p, resources, fetched))
             .collect();
         // Oldest first, then namespace/name: the first to claim a target keeps it.
         entries.sort_by(|a, b| (&a.created, &a.key).cmp(&(&b.created, &b.key)));
@@ -416,6 +423,11 @@ fn conditions(e: &Entry, v: &Verdict, overridden: bool) -> Vec<PolicyCondition> 
         )
     };
     let mut out = vec![accepted];
+    if e.invalid.is_none()
+        && let Some(c) = remote::condition(&e.remote, g)
+    {
+        out.push(c);
+    }
     if overridden {
         out.push(PolicyCondition::new(
             PolicyConditionType::Overridden,
@@ -431,9 +443,10 @@ fn conditions(e: &Entry, v: &Verdict, overridden: bool) -> Vec<PolicyCondition> 
 
 // === Reading a policy ===
 
-fn entry(key: ObjectRef, p: &SecurityPolicy, resources: &Resources) -> Entry {
+fn entry(key: ObjectRef, p: &SecurityPolicy, resources: &Resources, fetched: &RemoteSets) -> Entry {
     let targets = p.spec.target_refs.iter().map(|t| target(&key, t)).collect();
-    let (policy, invalid) = match access_policy(&key, &p.spec, resources) {
+    let mut remote = Vec::new();
+    let (policy, invalid) = match access_policy(&key, &p.spec, resources, fetched, &mut remote) {
         Ok(policy) => (policy, None),
         Err(why) => (
             AccessPolicy {
@@ -454,6 +467,7 @@ fn entry(key: ObjectRef, p: &SecurityPolicy, resources: &Resources) -> Entry {
         policy: Arc::new(policy),
         invalid,
         targets,
+        remote,
     }
 }
 
@@ -498,6 +512,8 @@ fn access_policy(
     key: &ObjectRef,
     spec: &SecurityPolicySpec,
     resources: &Resources,
+    fetched: &RemoteSets,
+    remote: &mut Vec<RemoteNote>,
 ) -> Result<AccessPolicy, String> {
     if spec.target_refs.is_empty() {
         return Err("targetRefs is empty".into());
@@ -506,7 +522,10 @@ fn access_policy(
     fn field(name: &'static str) -> impl Fn(String) -> String {
         move |e| format!("{name}.{e}")
     }
-    let jwt = spec.jwt.as_ref().map(|j| authn::jwt(key, j, resources));
+    let jwt = spec
+        .jwt
+        .as_ref()
+        .map(|j| authn::jwt(key, j, resources, fetched, remote));
     let jwt = jwt.transpose().map_err(field("jwt"))?;
     let api_key = spec
         .api_key_auth

@@ -9,6 +9,7 @@ pub mod faulty_api;
 pub mod flaky;
 pub mod grpc;
 pub mod haproxy;
+pub mod jwks_server;
 pub mod jwt;
 pub mod logs;
 pub mod mesh;
