@@ -247,7 +247,8 @@ impl Publisher {
                 .ports
                 .is_empty()
                 .then(|| translate::scope::why_nothing_served(&resources, &settings));
-            (t, nothing, translate::remote_jwks_wanted(&resources))
+            let wanted = translate::remote_jwks_wanted(&resources, &settings.remote_jwks);
+            (t, nothing, wanted)
         })
         .await
         .expect("translation does not panic");

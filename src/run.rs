@@ -429,13 +429,22 @@ pub async fn start(opts: RunOptions) -> anyhow::Result<Running> {
                     );
                 }
             };
-            let wanted = translate::remote_jwks_wanted(&loaded.resources);
-            let mut generation = publisher.publish(loaded.resources).await;
-            if !wanted.is_empty() {
-                // Keys fetched before the listeners are bound: a start does not refuse every
-                // token while the first fetches are in flight.
-                let sets = jwks.settled(&wanted, JWKS_START_GRACE).await;
+            let resources = loaded.resources;
+            let mut wanted = translate::remote_jwks_wanted(&resources, &Default::default());
+            let mut generation = publisher.publish(resources.clone()).await;
+            // Keys (and OIDC discovery documents, then the key sets they name) fetched before
+            // the listeners are bound: a start does not refuse every token while the first
+            // fetches are in flight.
+            let deadline = tokio::time::Instant::now() + JWKS_START_GRACE;
+            while !wanted.is_empty() {
+                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                let sets = jwks.settled(&wanted, left).await;
+                let next = translate::remote_jwks_wanted(&resources, &sets);
                 generation = publisher.set_remote_jwks(sets).await.unwrap_or(generation);
+                if next == wanted || left.is_zero() {
+                    break;
+                }
+                wanted = next;
             }
             control.reload(ReloadResult::Ok);
             tracing::info!(generation, files = loaded.files, "configuration loaded");

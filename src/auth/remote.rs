@@ -1,4 +1,4 @@
-//! Key sets from a `remoteJWKS.uri`, as translation and the data plane see them: the last good
+//! Key sets from a `remoteJWKS.uri` (and OpenID discovery documents), as translation and the data plane see them: the last good
 //! set a fetcher (`source::jwks`) got, why the last fetch failed if it did, and a handle that
 //! asks the fetcher to fetch again (a token named a `kid` the set lacks). No I/O here: the
 //! fetcher decides whether a request to refetch is honoured (at most one per
@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::jwks::Jwks;
+use super::oidc::Discovery;
 
 /// How often, at most, a token with an unknown `kid` makes the fetcher fetch its set again
 /// (besides the fetch every `cacheDuration`).
@@ -21,19 +22,44 @@ pub const DEFAULT_CACHE_DURATION: Duration = Duration::from_secs(300);
 /// What the fetcher knows of each URI, by URI: the translation input.
 pub type RemoteSets = BTreeMap<String, RemoteJwks>;
 
-/// The URIs translation wants fetched, each with how long its set is used before the next
-/// fetch (the shortest `cacheDuration` of the providers that name it).
-pub type Wanted = BTreeMap<String, Duration>;
+/// The URIs translation wants fetched, each with how long its document is used before the
+/// next fetch (the shortest `cacheDuration` of the providers that name it) and what it is.
+pub type Wanted = BTreeMap<String, Want>;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Want {
+    pub every: Duration,
+    pub kind: DocKind,
+}
+
+/// What a fetched document must be to be taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DocKind {
+    /// A JSON Web Key Set.
+    Jwks,
+    /// An OpenID Provider's discovery document (`spec.oidc`).
+    Discovery,
+}
 
 /// One URI's state.
 #[derive(Clone, Debug)]
 pub struct RemoteJwks {
     /// The set of the last fetch that succeeded; `None` until one does.
     pub keys: Option<Arc<Jwks>>,
+    /// For a discovery document: the last good one.
+    pub discovery: Option<Arc<Discovery>>,
     /// Why the latest fetch failed (`None`: it succeeded). Names the URI's problem, never a
     /// key.
     pub error: Option<String>,
     /// Asks the fetcher for an early fetch.
+    pub refetch: Refetch,
+}
+
+/// Where a provider's keys come from when they are fetched (in the snapshot).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct RemoteKeys {
+    pub uri: String,
+    #[serde(skip)]
     pub refetch: Refetch,
 }
 

@@ -21,6 +21,8 @@ use crate::auth::jwks::Jwks;
 use crate::auth::jwt::Validation;
 use crate::auth::verified::VerifiedTokens;
 
+pub use crate::auth::remote::RemoteKeys;
+
 /// Who may come in on a rule.
 #[derive(Clone, Debug, Serialize)]
 pub struct AccessPolicy {
@@ -41,6 +43,9 @@ pub struct AccessPolicy {
     pub basic: Option<BasicAuthn>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub authorization: Option<Authorization>,
+    /// A login with an OpenID Provider (`spec.oidc`), on hyper's path (`phase::oidc`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub oidc: Option<Arc<super::oidc::OidcAuthn>>,
 }
 
 /// `spec.jwt`: a token from the first place that has one, verified by the first provider
@@ -73,14 +78,6 @@ pub struct JwtProvider {
     /// token names a `kid` it lacks (`None`: `localJWKS`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub remote: Option<RemoteKeys>,
-}
-
-/// Where a provider's keys come from when they are fetched.
-#[derive(Clone, Debug, Serialize)]
-pub struct RemoteKeys {
-    pub uri: String,
-    #[serde(skip)]
-    pub refetch: crate::auth::remote::Refetch,
 }
 
 /// `spec.apiKeyAuth`.
@@ -235,6 +232,7 @@ impl AccessPolicy {
         self.jwt.is_some()
             || self.api_key.is_some()
             || self.basic.is_some()
+            || self.oidc.is_some()
             || self
                 .authorization
                 .as_ref()
@@ -253,6 +251,8 @@ impl AccessPolicy {
                 .is_some_and(|k| k.forward_client_id_header.is_some() || k.sanitize)
             // Basic auth may hash: hyper's path verifies it off the request threads.
             || self.basic.is_some()
+            // The login answers requests itself and calls the token endpoint: hyper's path.
+            || self.oidc.is_some()
     }
 }
 

@@ -94,6 +94,10 @@ pub enum ProxyError {
     /// Too many password verifications at once (basic auth): 503, try again.
     #[error("too many password verifications at once")]
     AuthBusy,
+    /// The OpenID Provider cannot be used now (its discovery document not fetched yet, its
+    /// token endpoint unreachable): 503, nothing was let through.
+    #[error("the identity provider is unavailable")]
+    AuthUnavailable,
 }
 
 /// What a 401 asks the client for (`WWW-Authenticate`, RFC 9110 §11.6.1).
@@ -249,6 +253,7 @@ pub enum ErrorKind {
     PolicyInvalid,
     Unauthenticated,
     AuthBusy,
+    AuthUnavailable,
 }
 
 /// Whose fault an error is.
@@ -296,6 +301,7 @@ impl ProxyError {
             Self::PolicyInvalid => ErrorKind::PolicyInvalid,
             Self::Unauthenticated(_) => ErrorKind::Unauthenticated,
             Self::AuthBusy => ErrorKind::AuthBusy,
+            Self::AuthUnavailable => ErrorKind::AuthUnavailable,
         }
     }
 
@@ -328,6 +334,7 @@ impl ProxyError {
             | ErrorKind::PolicyInvalid
             | ErrorKind::AuthBusy
             | ErrorKind::TlsUnavailable => ErrorSide::Internal,
+            ErrorKind::AuthUnavailable => ErrorSide::Upstream,
             ErrorKind::NoEndpoints
             | ErrorKind::ConnectRefused
             | ErrorKind::ConnectTimeout
@@ -359,9 +366,10 @@ impl ProxyError {
             | ErrorKind::InvalidTarget
             | ErrorKind::PolicyInvalid => StatusCode::INTERNAL_SERVER_ERROR,
             // Nothing was sent: safe to retry later, as Envoy answers an overflow.
-            ErrorKind::NoEndpoints | ErrorKind::BackendOverflow | ErrorKind::AuthBusy => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            ErrorKind::NoEndpoints
+            | ErrorKind::BackendOverflow
+            | ErrorKind::AuthBusy
+            | ErrorKind::AuthUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             // Usually transient (a Secret not loaded yet) and nothing was sent: unavailable,
             // like an empty endpoint set, rather than 500.
             ErrorKind::TlsUnavailable => StatusCode::SERVICE_UNAVAILABLE,
@@ -436,6 +444,7 @@ impl ProxyError {
             | ErrorKind::TlsHandshake
             | ErrorKind::Upstream
             | ErrorKind::AuthBusy
+            | ErrorKind::AuthUnavailable
             | ErrorKind::BackendOverflow => GrpcCode::Unavailable,
         }
     }

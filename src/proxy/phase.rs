@@ -40,6 +40,8 @@ use crate::proxy::observe::trace::{self, RequestLine, TRACEPARENT, TRACESTATE};
 use crate::proxy::policy::{access as access_policy, head, route as routing};
 
 pub use crate::proxy::policy::access::{Admitted, Edit};
+
+pub mod oidc;
 pub use crate::proxy::policy::route::{Decision, RouteInput, Routed};
 
 /// Request head: the rule's and the backendRef's request filters, the URL rewrite, hop

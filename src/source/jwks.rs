@@ -1,4 +1,4 @@
-//! The `remoteJWKS` fetcher: follows the URIs translation wants (`translate::remote_jwks_wanted`,
+//! The `remoteJWKS` fetcher (and OIDC discovery documents'): follows the URIs translation wants (`translate::remote_jwks_wanted`,
 //! sent by the publisher after each publish) and hands what it fetched to the run loop as a
 //! [`RemoteSets`] value, which the publisher puts into `Settings.remote_jwks` and re-translates,
 //! the way a changed Secret is. The data plane never mutates a key set: it reads the snapshot's,
@@ -40,7 +40,10 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::{AbortHandle, JoinHandle, JoinSet};
 
 use crate::auth::jwks::{Jwks, JwksError, MAX_JWKS_LEN};
-use crate::auth::remote::{KID_REFETCH_EVERY, Refetch, RemoteJwks, RemoteSets, Wanted};
+use crate::auth::oidc::{Discovery, DiscoveryError};
+use crate::auth::remote::{
+    DocKind, KID_REFETCH_EVERY, Refetch, RemoteJwks, RemoteSets, Want, Wanted,
+};
 use crate::translate::error_chain;
 
 /// Bound on one fetch: connect, TLS, answer and body.
@@ -103,6 +106,14 @@ enum FetchError {
     Body(String),
     #[error(transparent)]
     Invalid(#[from] JwksError),
+    #[error(transparent)]
+    Discovery(#[from] DiscoveryError),
+}
+
+/// A document as parsed.
+enum Doc {
+    Jwks(Jwks),
+    Discovery(Discovery),
 }
 
 // === impl JwksMetrics ===
@@ -145,7 +156,7 @@ impl JwksSource {
         let done = |sets: &Arc<RemoteSets>| {
             wanted.keys().all(|uri| {
                 sets.get(uri)
-                    .is_some_and(|s| s.keys.is_some() || s.error.is_some())
+                    .is_some_and(|s| s.keys.is_some() || s.discovery.is_some() || s.error.is_some())
             })
         };
         let _ = tokio::time::timeout(grace, self.updates.wait_for(done)).await;
@@ -206,11 +217,11 @@ async fn manage(
     metrics: JwksMetrics,
 ) {
     let mut tasks = JoinSet::new();
-    let mut running: BTreeMap<String, (Duration, AbortHandle)> = BTreeMap::new();
+    let mut running: BTreeMap<String, (Want, AbortHandle)> = BTreeMap::new();
     loop {
         let want = wanted.borrow_and_update().clone();
-        running.retain(|uri, (every, task)| {
-            let keep = want.get(uri) == Some(every);
+        running.retain(|uri, (w, task)| {
+            let keep = want.get(uri) == Some(w);
             if !keep {
                 task.abort();
             }
@@ -221,7 +232,7 @@ async fn manage(
             Arc::make_mut(sets).retain(|uri, _| want.contains_key(uri));
             sets.len() != before
         });
-        for (uri, every) in &want {
+        for (uri, w) in &want {
             if running.contains_key(uri) {
                 continue;
             }
@@ -233,7 +244,8 @@ async fn manage(
             let task = tasks.spawn(follow(
                 Follow {
                     uri: uri.clone(),
-                    every: *every,
+                    every: w.every,
+                    kind: w.kind,
                     client: client.clone(),
                     metrics: metrics.clone(),
                     refetch,
@@ -241,7 +253,7 @@ async fn manage(
                 tx.clone(),
                 nudges,
             ));
-            running.insert(uri.clone(), (*every, task));
+            running.insert(uri.clone(), (*w, task));
         }
         tokio::select! {
             r = wanted.changed() => if r.is_err() { break },
@@ -253,6 +265,7 @@ async fn manage(
 struct Follow {
     uri: String,
     every: Duration,
+    kind: DocKind,
     client: HttpsClient,
     metrics: JwksMetrics,
     refetch: Refetch,
@@ -268,9 +281,14 @@ async fn follow(f: Follow, tx: watch::Sender<Arc<RemoteSets>>, mut nudges: mpsc:
     let mut last_digest: Option<Vec<u8>> = None;
     loop {
         let outcome = match fetch(&f.client, uri).await {
-            Ok(body) => Jwks::parse(&body)
-                .map(|keys| (body, keys))
-                .map_err(FetchError::from),
+            Ok(body) => match f.kind {
+                DocKind::Jwks => Jwks::parse(&body)
+                    .map(|keys| (body, Doc::Jwks(keys)))
+                    .map_err(FetchError::from),
+                DocKind::Discovery => Discovery::parse(&body)
+                    .map(|d| (body, Doc::Discovery(d)))
+                    .map_err(FetchError::from),
+            },
             Err(e) => Err(e),
         };
         let result = match &outcome {
@@ -278,7 +296,7 @@ async fn follow(f: Follow, tx: watch::Sender<Arc<RemoteSets>>, mut nudges: mpsc:
             Err(FetchError::Unreachable(_) | FetchError::Body(_)) => FetchResult::Unreachable,
             Err(FetchError::Timeout(_)) => FetchResult::Timeout,
             Err(FetchError::Status(_)) => FetchResult::Status,
-            Err(FetchError::Invalid(_)) => FetchResult::Invalid,
+            Err(FetchError::Invalid(_) | FetchError::Discovery(_)) => FetchResult::Invalid,
         };
         f.metrics
             .fetches
@@ -289,7 +307,7 @@ async fn follow(f: Follow, tx: watch::Sender<Arc<RemoteSets>>, mut nudges: mpsc:
             })
             .inc();
         match outcome {
-            Ok((body, keys)) => {
+            Ok((body, doc)) => {
                 if failing {
                     tracing::info!(uri, "remoteJWKS fetch recovered");
                     failing = false;
@@ -298,24 +316,30 @@ async fn follow(f: Follow, tx: watch::Sender<Arc<RemoteSets>>, mut nudges: mpsc:
                 let new = last_digest.as_deref() != Some(digest.as_ref());
                 if new {
                     last_digest = Some(digest.as_ref().to_vec());
-                    for s in keys.skipped() {
-                        tracing::debug!(uri, index = s.index, kid = ?s.kid, reason = s.reason, "remoteJWKS: a key was skipped");
+                    if let Doc::Jwks(keys) = &doc {
+                        for s in keys.skipped() {
+                            tracing::debug!(uri, index = s.index, kid = ?s.kid, reason = s.reason, "remoteJWKS: a key was skipped");
+                        }
+                        tracing::debug!(uri, keys = keys.len(), "remoteJWKS: a new key set");
                     }
-                    tracing::debug!(uri, keys = keys.len(), "remoteJWKS: a new key set");
                 }
-                let keys = new.then(|| Arc::new(keys));
+                let doc = new.then_some(doc);
                 update(&tx, &f, |s| {
-                    let mut changed = s.error.take().is_some();
-                    if let Some(k) = keys {
-                        s.keys = Some(k);
-                        changed = true;
+                    let recovered = s.error.take().is_some();
+                    match doc {
+                        Some(Doc::Jwks(k)) => s.keys = Some(Arc::new(k)),
+                        Some(Doc::Discovery(d)) => s.discovery = Some(Arc::new(d)),
+                        None => return recovered,
                     }
-                    changed
+                    true
                 });
             }
             Err(e) => {
                 let why = error_chain(&e);
-                let kept = tx.borrow().get(uri).is_some_and(|s| s.keys.is_some());
+                let kept = tx
+                    .borrow()
+                    .get(uri)
+                    .is_some_and(|s| s.keys.is_some() || s.discovery.is_some());
                 if !failing {
                     let then = if kept {
                         "the keys of the last good fetch stay in use"
@@ -369,6 +393,7 @@ fn update(
             fresh = true;
             RemoteJwks {
                 keys: None,
+                discovery: None,
                 error: None,
                 refetch: f.refetch.clone(),
             }

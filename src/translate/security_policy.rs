@@ -28,16 +28,23 @@ use super::status::{
     BackendTlsPolicyStatus, HttpRouteStatus, ParentRef, PolicyAncestorStatus, PolicyCondition,
     PolicyConditionReason, PolicyConditionType,
 };
-use crate::auth::remote::RemoteSets;
+use crate::auth::remote::{RemoteSets, Wanted};
 use crate::model::ObjectRef;
 use crate::model::policy::{
     AccessPolicy, Action, Authorization, AuthorizationRule, JwtPrincipal, Principal,
 };
 
 mod authn;
+mod oidc;
 mod remote;
 
-pub use remote::wanted as remote_jwks_wanted;
+/// The documents the fetcher (`source::jwks`) is to follow: every `remoteJWKS`, and each
+/// OIDC provider's discovery document and the key set it names (once `fetched`).
+pub fn remote_jwks_wanted(resources: &Resources, fetched: &RemoteSets) -> Wanted {
+    let mut out = remote::wanted(resources);
+    oidc::wanted(resources, fetched, &mut out);
+    out
+}
 
 /// What a policy attaches to (the policy's namespace is the target's).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -456,6 +463,7 @@ fn entry(key: ObjectRef, p: &SecurityPolicy, resources: &Resources, fetched: &Re
                 api_key: None,
                 basic: None,
                 authorization: None,
+                oidc: None,
             },
             Some(why),
         ),
@@ -537,6 +545,11 @@ fn access_policy(
         .as_ref()
         .map(|b| authn::basic(key, b, resources));
     let basic = basic.transpose().map_err(field("basicAuth"))?;
+    let oidc = spec
+        .oidc
+        .as_ref()
+        .map(|o| oidc::oidc(key, o, resources, fetched, remote).map(Arc::new));
+    let oidc = oidc.transpose().map_err(field("oidc"))?;
     let providers: Vec<&str> = jwt
         .iter()
         .flat_map(|j| &j.providers)
@@ -554,6 +567,7 @@ fn access_policy(
         api_key,
         basic,
         authorization,
+        oidc,
     })
 }
 

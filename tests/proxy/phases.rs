@@ -25,6 +25,7 @@ fn policy(cidr: &str, action: Action, default: Action) -> AccessPolicy {
         jwt: None,
         api_key: None,
         basic: None,
+        oidc: None,
         authorization: Some(Authorization {
             default_action: default,
             rules: vec![AuthorizationRule {

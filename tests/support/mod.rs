@@ -14,6 +14,7 @@ pub mod jwt;
 pub mod logs;
 pub mod mesh;
 pub mod nginx;
+pub mod oidc_provider;
 pub mod otelcol;
 pub mod pki;
 pub mod raw;
@@ -21,6 +22,7 @@ pub mod snap;
 pub mod spire;
 pub mod tls_origin;
 pub mod web;
+pub mod webdriver;
 
 use std::future::Future;
 use std::net::SocketAddr;

@@ -136,6 +136,20 @@ async fn dispatch<'s>(
     };
     let routed = phase::route(found, &host, &input, seen)?;
     let rule = &routed.entry.rule;
+    let login = phase::oidc::LoginRequest {
+        method: input.method,
+        path: input.path,
+        query: input.query,
+        headers: input.headers,
+        host: request_host(&req),
+        https: routed.port.protocol != crate::model::Protocol::Http,
+    };
+    let oidc = match phase::oidc::login(rule, &login).await {
+        None => None,
+        Some(Ok(phase::oidc::Step::Respond(resp))) => return Ok(resp),
+        Some(Ok(phase::oidc::Step::Pass(passed))) => Some(passed),
+        Some(Err(e)) => return Err(e),
+    };
     let basic = phase::verify_basic(rule, input.headers).await;
     let mut admitted = None;
     let (weighted, cors) =
@@ -146,9 +160,12 @@ async fn dispatch<'s>(
     if let Some(a) = &admitted {
         phase::apply(a, req.headers_mut());
     }
+    if let Some(passed) = &oidc {
+        phase::oidc::apply(passed, req.headers_mut());
+    }
     // The future is built in each arm rather than once before the match: a future moved into
     // `timeout_at` would need room for both copies in this one, and every request moves it.
-    match rule.timeouts.request {
+    let forwarded = match rule.timeouts.request {
         // `request` runs from the request's arrival, so time spent routing counts too.
         Some(t) => tokio::time::timeout_at(
             (started + t).into(),
@@ -176,6 +193,29 @@ async fn dispatch<'s>(
             )
             .await
         }
+    };
+    // A refreshed login's cookies go back with the answer.
+    match (oidc, forwarded) {
+        (Some(passed), Ok(mut resp)) => {
+            for c in passed.set_cookies {
+                resp.headers_mut().append(http::header::SET_COOKIE, c);
+            }
+            Ok(resp)
+        }
+        (_, r) => r,
+    }
+}
+
+/// The request's host and port as the client wrote them (`:authority`, else Host), for a
+/// redirect back to it.
+fn request_host<B>(req: &Request<B>) -> &str {
+    match req.uri().authority() {
+        Some(a) => a.as_str(),
+        None => req
+            .headers()
+            .get(HOST)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or(""),
     }
 }
 

@@ -12,8 +12,9 @@ use super::super::api::{self, SecurityPolicy};
 use super::super::resources::Resources;
 use super::super::status::{PolicyCondition, PolicyConditionReason, PolicyConditionType};
 use crate::auth::jwks::Jwks;
-use crate::auth::remote::{DEFAULT_CACHE_DURATION, Refetch, RemoteSets, Wanted};
-use crate::model::policy::RemoteKeys;
+use crate::auth::remote::{
+    DEFAULT_CACHE_DURATION, DocKind, Refetch, RemoteKeys, RemoteSets, Want, Wanted,
+};
 
 /// The shortest `cacheDuration` pier takes: a set fetched more often is a load on the
 /// provider for nothing.
@@ -51,8 +52,11 @@ pub fn wanted(resources: &Resources) -> Wanted {
             continue;
         };
         out.entry(r.uri.clone())
-            .and_modify(|d: &mut Duration| *d = (*d).min(every))
-            .or_insert(every);
+            .and_modify(|w: &mut Want| w.every = w.every.min(every))
+            .or_insert(Want {
+                every,
+                kind: DocKind::Jwks,
+            });
     }
     out
 }
