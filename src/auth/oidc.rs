@@ -335,6 +335,93 @@ mod tests {
         );
     }
 
+    mod answers {
+        //! The token endpoint's answers, with ID tokens signed by the JWT tests' keys.
+        use serde_json::json;
+
+        use super::super::*;
+        use crate::auth::jwt::tests::{NOW, jwks, token};
+
+        fn id_token(nonce: &str, aud: &str) -> String {
+            let claims = json!({"iss": "https://idp", "aud": aud, "sub": "alice",
+                "exp": NOW + 300, "nonce": nonce});
+            token("ES256", "p256", &claims)
+        }
+
+        fn answer(id: Option<String>, refresh: Option<&str>) -> Vec<u8> {
+            json!({"access_token": "at", "token_type": "Bearer", "expires_in": 60,
+                "id_token": id, "refresh_token": refresh})
+            .to_string()
+            .into_bytes()
+        }
+
+        fn login(
+            body: &[u8],
+            nonce: Option<&str>,
+            previous: Option<&Session>,
+        ) -> Result<Session, LoginError> {
+            session_from(body, &jwks(), "https://idp", "web", nonce, NOW, previous)
+        }
+
+        #[test]
+        fn a_good_answer_makes_a_session() {
+            let s = login(
+                &answer(Some(id_token("n1", "web")), Some("rt")),
+                Some("n1"),
+                None,
+            )
+            .unwrap();
+            assert_eq!(s.sub, "alice");
+            assert_eq!(s.access_token, "at");
+            assert_eq!(s.refresh_token.as_deref(), Some("rt"));
+            assert_eq!(s.exp, NOW + 60, "the access token's lifetime");
+        }
+
+        #[test]
+        fn a_wrong_nonce_audience_or_missing_id_token_is_refused() {
+            let wrong_nonce = login(&answer(Some(id_token("n2", "web")), None), Some("n1"), None);
+            assert!(matches!(wrong_nonce, Err(LoginError::Nonce)));
+            let wrong_aud = login(
+                &answer(Some(id_token("n1", "other")), None),
+                Some("n1"),
+                None,
+            );
+            assert!(matches!(
+                wrong_aud,
+                Err(LoginError::IdToken(JwtError::Audience))
+            ));
+            let none = login(&answer(None, None), Some("n1"), None);
+            assert!(matches!(none, Err(LoginError::NoIdToken)));
+            assert!(matches!(
+                login(b"not json", Some("n1"), None),
+                Err(LoginError::Answer)
+            ));
+        }
+
+        #[test]
+        fn a_refresh_without_an_id_token_keeps_the_subject_and_refresh_token() {
+            let before = Session {
+                sub: "alice".into(),
+                access_token: "old".into(),
+                refresh_token: Some("rt".into()),
+                exp: NOW - 1,
+            };
+            let s = login(&answer(None, None), None, Some(&before)).unwrap();
+            assert_eq!((s.sub.as_str(), s.access_token.as_str()), ("alice", "at"));
+            assert_eq!(
+                s.refresh_token.as_deref(),
+                Some("rt"),
+                "kept when not rotated"
+            );
+            let s = login(&answer(None, Some("rt2")), None, Some(&before)).unwrap();
+            assert_eq!(
+                s.refresh_token.as_deref(),
+                Some("rt2"),
+                "a rotated one replaces it"
+            );
+        }
+    }
+
     mod props {
         use proptest::prelude::*;
 

@@ -144,7 +144,10 @@ async fn dispatch<'s>(
         host: request_host(&req),
         https: routed.port.protocol != crate::model::Protocol::Http,
     };
-    let oidc = match phase::oidc::login(rule, &login).await {
+    // A CORS preflight comes without credentials: the rule's CORS filter answers it before
+    // any login (and only that answer: see below).
+    let preflight = rule.has_cors() && phase::oidc::is_preflight(input.method, input.headers);
+    let oidc = match phase::oidc::login(rule, &login, preflight).await {
         None => None,
         Some(Ok(phase::oidc::Step::Respond(resp))) => return Ok(resp),
         Some(Ok(phase::oidc::Step::Pass(passed))) => Some(passed),
@@ -152,11 +155,19 @@ async fn dispatch<'s>(
     };
     let basic = phase::verify_basic(rule, input.headers).await;
     let mut admitted = None;
-    let (weighted, cors) =
-        match phase::decide(&routed, &input, edge, basic.as_ref(), &mut admitted)? {
-            Decision::Preflight(resp) | Decision::Redirect(resp) => return Ok(resp),
-            Decision::Forward(weighted, cors) => (weighted, cors),
-        };
+    let decided = phase::decide(&routed, &input, edge, basic.as_ref(), &mut admitted)?;
+    if preflight
+        && rule.access.as_ref().is_some_and(|a| a.oidc.is_some())
+        && !matches!(decided, Decision::Preflight(_))
+    {
+        return Err(ProxyError::Unauthenticated(
+            crate::proxy::error::Challenge::Bearer { invalid: false },
+        ));
+    }
+    let (weighted, cors) = match decided {
+        Decision::Preflight(resp) | Decision::Redirect(resp) => return Ok(resp),
+        Decision::Forward(weighted, cors) => (weighted, cors),
+    };
     if let Some(a) = &admitted {
         phase::apply(a, req.headers_mut());
     }

@@ -79,10 +79,25 @@ pub struct LoginRequest<'r> {
 
 type HttpsClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
 
-/// The login, for a rule whose policy has `oidc` (`None` otherwise).
-pub async fn login(rule: &Rule, req: &LoginRequest<'_>) -> Option<Result<Step, ProxyError>> {
+/// The login, for a rule whose policy has `oidc` (`None` otherwise, and for a CORS
+/// `preflight` the rule's CORS filter is to answer).
+pub async fn login(
+    rule: &Rule,
+    req: &LoginRequest<'_>,
+    preflight: bool,
+) -> Option<Result<Step, ProxyError>> {
     let o = rule.access.as_ref()?.oidc.as_deref()?;
+    if preflight {
+        return None;
+    }
     Some(step(o, req).await)
+}
+
+/// A CORS preflight: `OPTIONS` with `Origin` and `Access-Control-Request-Method`.
+pub fn is_preflight(method: &Method, headers: &HeaderMap) -> bool {
+    method == Method::OPTIONS
+        && headers.contains_key(http::header::ORIGIN)
+        && headers.contains_key(http::header::ACCESS_CONTROL_REQUEST_METHOD)
 }
 
 /// Removes pier's login cookies from a request going upstream and adds the bearer token.
