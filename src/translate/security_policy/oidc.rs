@@ -281,3 +281,6 @@ fn secret_value(
     }
     Ok(value.0.clone())
 }
+
+#[cfg(test)]
+mod tests;
