@@ -66,6 +66,7 @@ declare -A NOT_RUN=(
   [operations/admin.md]="a reference of the endpoints of a running pier, not a walkthrough; tests/admin.rs checks each (/config, /readyz, the token, the Unix socket)"
   [performance.md]="benchmarks (scripts/ab-pair.sh and friends): minutes each, on a quiet machine"
   [history/benchmarks.md]="the record of benchmark runs (minutes each, on a quiet machine)"
+  [edge/oidc.md]="needs an OpenID Provider and a browser; tests/oidc.rs logs in with headless Chromium against zitadel/oidc's example provider (scripts/oidc-provider.sh)"
   [history/reliability.md]="the record of reliability runs (soak, outages: minutes to hours)"
 )
 

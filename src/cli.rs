@@ -676,6 +676,7 @@ impl CommonArgs {
             client_identity: None,
             workload_api: None,
             reachability: Default::default(),
+            remote_jwks: Default::default(),
             advertise: self.advertise_address.clone(),
             address_pool: self
                 .gateway_address_pool

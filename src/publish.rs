@@ -150,6 +150,8 @@ pub struct Publisher {
     unserved: BTreeSet<String>,
     /// What the last publish's status said is wrong, so each problem is logged once.
     problems: problems::Problems,
+    /// The `remoteJWKS` URIs the last published objects name, for the fetcher.
+    remote_jwks_wanted: watch::Sender<crate::auth::remote::Wanted>,
 }
 
 impl Publisher {
@@ -167,7 +169,24 @@ impl Publisher {
             last_good_certs: Arc::default(),
             unserved: BTreeSet::new(),
             problems: problems::Problems::default(),
+            remote_jwks_wanted: watch::Sender::new(Default::default()),
         }
+    }
+
+    /// The `remoteJWKS` URIs to fetch (and how often), updated on each publish.
+    pub fn remote_jwks_wanted(&self) -> watch::Receiver<crate::auth::remote::Wanted> {
+        self.remote_jwks_wanted.subscribe()
+    }
+
+    /// Replaces the fetched `remoteJWKS` sets and re-publishes the last objects with them.
+    /// Returns the new generation, or `None` before the first publish.
+    pub async fn set_remote_jwks(
+        &mut self,
+        sets: Arc<crate::auth::remote::RemoteSets>,
+    ) -> Option<u64> {
+        self.settings.remote_jwks = (*sets).clone();
+        let last = self.last.clone()?;
+        Some(self.publish_arc(last).await)
     }
 
     /// Replaces the pod network probe results (`--probe-interval`) and, when they differ,
@@ -218,7 +237,7 @@ impl Publisher {
         let settings = self.settings.clone();
         let previous = self.shared.snapshot.load_full();
         let last_good = self.last_good_certs.clone();
-        let (translation, nothing) = tokio::task::spawn_blocking(move || {
+        let (translation, nothing, wanted) = tokio::task::spawn_blocking(move || {
             // A walk over every backend of the previous snapshot: off the async workers too.
             let carried = previous.carried();
             drop(previous);
@@ -228,10 +247,16 @@ impl Publisher {
                 .ports
                 .is_empty()
                 .then(|| translate::scope::why_nothing_served(&resources, &settings));
-            (t, nothing)
+            let wanted = translate::remote_jwks_wanted(&resources, &settings.remote_jwks);
+            (t, nothing, wanted)
         })
         .await
         .expect("translation does not panic");
+        self.remote_jwks_wanted.send_if_modified(|w| {
+            let changed = *w != wanted;
+            *w = wanted;
+            changed
+        });
         self.log_unserved(nothing, &translation.status);
         self.store(translation)
     }

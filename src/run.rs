@@ -7,6 +7,7 @@
 //! Source::Cluster ── source::kube ───────┴─> `()` per change ─> Resources ─> Publisher ─> Proxy
 //!                                                                               └─> Shared.statuses ─> StatusWriter (cluster)
 //! --client-cert files (CertWatch) | SPIFFE Workload API (source::spiffe) ─> Publisher settings
+//! Publisher ─(remoteJWKS URIs)─> source::jwks ─(fetched key sets)─> Publisher settings
 //! ```
 
 use std::net::{IpAddr, SocketAddr};
@@ -23,6 +24,7 @@ use crate::metrics::{self, ControlMetrics, ReloadResult};
 use crate::proxy::{Proxy, ProxyConfig, ProxyMetrics};
 use crate::publish::{Publisher, Shared};
 use crate::source::files;
+use crate::source::jwks::{JwksMetrics, JwksSource};
 use crate::source::kube::{
     self as kube_source, Credentials, KubeMetrics, KubeSource, Stores, WatchScope,
 };
@@ -33,6 +35,8 @@ use crate::translate::{self, Resources};
 
 /// How long in-flight requests get to finish on shutdown.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+/// How long a start with manifests waits for the first `remoteJWKS` fetches.
+const JWKS_START_GRACE: Duration = Duration::from_secs(5);
 /// How often ports that failed to bind are tried again.
 const REBIND_EVERY: Duration = Duration::from_secs(2);
 
@@ -277,6 +281,7 @@ pub async fn start(opts: RunOptions) -> anyhow::Result<Running> {
     let kube_metrics = KubeMetrics::register(&mut registry);
     let status_metrics = StatusMetrics::register(&mut registry);
     let reach_metrics = metrics::ReachabilityMetrics::register(&mut registry);
+    let jwks_metrics = JwksMetrics::register(&mut registry);
     let shared = Arc::new(Shared::new(opts.ready_requires_listener));
 
     let admin_listener = crate::admin::bind(opts.admin, opts.reuse_port)
@@ -388,6 +393,7 @@ pub async fn start(opts: RunOptions) -> anyhow::Result<Running> {
         spiffe = Some(source);
     }
     let mut publisher = Publisher::new(shared.clone(), settings, control.clone());
+    let mut jwks = JwksSource::start(publisher.remote_jwks_wanted(), jwks_metrics);
 
     let (feed, changes, leader) = match opts.source {
         Source::Manifests(dir) => {
@@ -423,7 +429,23 @@ pub async fn start(opts: RunOptions) -> anyhow::Result<Running> {
                     );
                 }
             };
-            let generation = publisher.publish(loaded.resources).await;
+            let resources = loaded.resources;
+            let mut wanted = translate::remote_jwks_wanted(&resources, &Default::default());
+            let mut generation = publisher.publish(resources.clone()).await;
+            // Keys (and OIDC discovery documents, then the key sets they name) fetched before
+            // the listeners are bound: a start does not refuse every token while the first
+            // fetches are in flight.
+            let deadline = tokio::time::Instant::now() + JWKS_START_GRACE;
+            while !wanted.is_empty() {
+                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                let sets = jwks.settled(&wanted, left).await;
+                let next = translate::remote_jwks_wanted(&resources, &sets);
+                generation = publisher.set_remote_jwks(sets).await.unwrap_or(generation);
+                if next == wanted || left.is_zero() {
+                    break;
+                }
+                wanted = next;
+            }
             control.reload(ReloadResult::Ok);
             tracing::info!(generation, files = loaded.files, "configuration loaded");
             let feed = Feed::Files {
@@ -493,7 +515,11 @@ pub async fn start(opts: RunOptions) -> anyhow::Result<Running> {
         control,
         shutdown_rx,
         (published, bound),
-        Identity { cert_watch, spiffe },
+        Identity {
+            cert_watch,
+            spiffe,
+            jwks,
+        },
         reach,
         opts.listen_host,
     ));
@@ -673,6 +699,7 @@ async fn run_loop(
     Identity {
         mut cert_watch,
         mut spiffe,
+        mut jwks,
     }: Identity,
     mut reach: Option<watch::Receiver<Reachabilities>>,
     listen_host: IpAddr,
@@ -710,6 +737,11 @@ async fn run_loop(
                         Some(id) => tracing::info!(generation, spiffe_id = %id, "published the SPIFFE Workload API's X.509-SVID and bundles"),
                         None => tracing::debug!(generation, "published the SPIFFE Workload API's state"),
                     }
+                }
+            }
+            sets = jwks.changed() => {
+                if let Some(generation) = publisher.set_remote_jwks(sets).await {
+                    tracing::debug!(generation, "published fetched remoteJWKS key sets");
                 }
             }
             Some(r) = async { match &mut reach { Some(rx) => rx.changed().await.ok().map(|()| rx.borrow_and_update().clone()), None => std::future::pending().await } } => {
@@ -904,6 +936,8 @@ fn log_loaded(loaded: &files::Loaded) {
 struct Identity {
     cert_watch: Option<CertWatch>,
     spiffe: Option<WorkloadApiSource>,
+    /// The `remoteJWKS` fetcher (idle while no policy names a URI).
+    jwks: JwksSource,
 }
 
 /// Watches the directories of `--client-cert`/`--client-key`.

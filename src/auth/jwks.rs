@@ -297,6 +297,15 @@ impl Jwks {
         &self.keys
     }
 
+    /// A set without keys: a `remoteJWKS` provider's until its first fetch succeeds (every
+    /// token is refused).
+    pub fn empty() -> Jwks {
+        Jwks {
+            keys: Vec::new(),
+            skipped: Vec::new(),
+        }
+    }
+
     /// The members of the document left out, for the log.
     pub fn skipped(&self) -> &[Skipped] {
         &self.skipped

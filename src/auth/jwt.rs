@@ -311,4 +311,4 @@ impl std::fmt::Display for Segment {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

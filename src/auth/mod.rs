@@ -3,6 +3,9 @@
 //! - [`jwks`]: a JSON Web Key Set (RFC 7517) parsed into checked public keys;
 //! - [`jwt`]: a compact JWS token verified against such a set, and its claims checked;
 //! - [`claims`]: the verified claims, looked up for headers and authorization rules;
+//! - [`cookie`]: the `Cookie` header read, values sealed with AES-256-GCM and split in chunks;
+//! - [`oidc`]: the OpenID Connect login's pure parts (discovery, PKCE, the ID token's checks);
+//! - [`remote`]: key sets fetched from a `remoteJWKS.uri`, as translation receives them;
 //! - [`htpasswd`]: a `.htpasswd` file parsed and passwords verified against it.
 //!
 //! Nothing here does I/O, spawns or reads the clock on its own: the caller fetches JWKS
@@ -16,7 +19,10 @@
 //! 10⁴–10⁵ there.
 
 pub mod claims;
+pub mod cookie;
 pub mod htpasswd;
 pub mod jwks;
 pub mod jwt;
+pub mod oidc;
+pub mod remote;
 pub mod verified;

@@ -15,6 +15,7 @@ pub mod filter;
 pub mod host;
 pub mod matcher;
 pub mod net;
+pub mod oidc;
 pub mod policy;
 pub mod retry;
 pub mod route;

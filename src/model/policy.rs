@@ -22,6 +22,8 @@ use crate::auth::jwks::Jwks;
 use crate::auth::jwt::Validation;
 use crate::auth::verified::VerifiedTokens;
 
+pub use crate::auth::remote::RemoteKeys;
+
 /// Who may come in on a rule.
 #[derive(Clone, Debug, Serialize)]
 pub struct AccessPolicy {
@@ -46,6 +48,9 @@ pub struct AccessPolicy {
     pub ext_auth: Option<Arc<ExtAuth>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub authorization: Option<Authorization>,
+    /// A login with an OpenID Provider (`spec.oidc`), on hyper's path (`phase::oidc`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub oidc: Option<Arc<super::oidc::OidcAuthn>>,
 }
 
 /// `spec.jwt`: a token from the first place that has one, verified by the first provider
@@ -74,6 +79,10 @@ pub struct JwtProvider {
     pub claim_to_headers: Vec<(HeaderName, String)>,
     /// Where the token is read from, in order.
     pub extract_from: Vec<CredentialSource>,
+    /// `remoteJWKS`: where `keys` were fetched from, and who to ask for a fresh set when a
+    /// token names a `kid` it lacks (`None`: `localJWKS`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remote: Option<RemoteKeys>,
 }
 
 /// `spec.apiKeyAuth`.
@@ -157,6 +166,8 @@ pub enum Mechanism {
     Policy,
     /// An external authorizer (`extAuth`).
     ExtAuth,
+    /// A login with an OpenID Provider (`oidc`).
+    Oidc,
     /// A policy with nothing to check let the request in.
     None,
 }
@@ -170,6 +181,7 @@ impl Mechanism {
             Self::Authorization => "authorization",
             Self::Policy => "policy",
             Self::ExtAuth => "extAuth",
+            Self::Oidc => "oidc",
             Self::None => "none",
         }
     }
@@ -268,6 +280,7 @@ impl AccessPolicy {
         self.jwt.is_some()
             || self.api_key.is_some()
             || self.basic.is_some()
+            || self.oidc.is_some()
             || self
                 .authorization
                 .as_ref()
@@ -288,6 +301,8 @@ impl AccessPolicy {
             || self.basic.is_some()
             // The authorizer is asked on hyper's path, which can wait for it.
             || self.ext_auth.is_some()
+            // The login answers requests itself and calls the token endpoint: hyper's path.
+            || self.oidc.is_some()
     }
 }
 

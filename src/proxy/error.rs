@@ -98,6 +98,10 @@ pub enum ProxyError {
     /// fail open: 403 (Envoy's ext_authz `status_on_error` default).
     #[error("the external authorizer gave no verdict: {0}")]
     ExtAuthFailed(crate::model::ext_auth::ExtAuthFailure),
+    /// The OpenID Provider cannot be used now (its discovery document not fetched yet, its
+    /// token endpoint unreachable): 503, nothing was let through.
+    #[error("the identity provider is unavailable")]
+    AuthUnavailable,
 }
 
 /// What a 401 asks the client for (`WWW-Authenticate`, RFC 9110 §11.6.1).
@@ -254,6 +258,7 @@ pub enum ErrorKind {
     Unauthenticated,
     AuthBusy,
     ExtAuthFailed,
+    AuthUnavailable,
 }
 
 /// Whose fault an error is.
@@ -302,6 +307,7 @@ impl ProxyError {
             Self::Unauthenticated(_) => ErrorKind::Unauthenticated,
             Self::AuthBusy => ErrorKind::AuthBusy,
             Self::ExtAuthFailed(_) => ErrorKind::ExtAuthFailed,
+            Self::AuthUnavailable => ErrorKind::AuthUnavailable,
         }
     }
 
@@ -334,6 +340,7 @@ impl ProxyError {
             | ErrorKind::PolicyInvalid
             | ErrorKind::AuthBusy
             | ErrorKind::TlsUnavailable => ErrorSide::Internal,
+            ErrorKind::AuthUnavailable => ErrorSide::Upstream,
             ErrorKind::NoEndpoints
             | ErrorKind::ConnectRefused
             | ErrorKind::ConnectTimeout
@@ -368,9 +375,10 @@ impl ProxyError {
             | ErrorKind::InvalidTarget
             | ErrorKind::PolicyInvalid => StatusCode::INTERNAL_SERVER_ERROR,
             // Nothing was sent: safe to retry later, as Envoy answers an overflow.
-            ErrorKind::NoEndpoints | ErrorKind::BackendOverflow | ErrorKind::AuthBusy => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            ErrorKind::NoEndpoints
+            | ErrorKind::BackendOverflow
+            | ErrorKind::AuthBusy
+            | ErrorKind::AuthUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             // Usually transient (a Secret not loaded yet) and nothing was sent: unavailable,
             // like an empty endpoint set, rather than 500.
             ErrorKind::TlsUnavailable => StatusCode::SERVICE_UNAVAILABLE,
@@ -445,6 +453,7 @@ impl ProxyError {
             | ErrorKind::TlsHandshake
             | ErrorKind::Upstream
             | ErrorKind::AuthBusy
+            | ErrorKind::AuthUnavailable
             | ErrorKind::BackendOverflow => GrpcCode::Unavailable,
         }
     }

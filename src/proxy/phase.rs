@@ -45,6 +45,8 @@ use crate::proxy::policy::{access as access_policy, head, route as routing};
 mod ext_auth;
 
 pub use crate::proxy::policy::access::{Admitted, Edit};
+
+pub mod oidc;
 pub use crate::proxy::policy::route::{Decision, RouteInput, Routed};
 pub use ext_auth::{
     ExtAuthCtx, ExtAuthOutcome, ExtAuthed, Prefixed, ext_auth, record as ext_auth_record,

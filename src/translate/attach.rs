@@ -50,6 +50,8 @@ pub struct Entry<P> {
     pub invalid: Option<String>,
     /// Each targetRef, or (as written) why it cannot be a target.
     pub targets: Vec<Result<Target, Box<(ParentRef, String)>>>,
+    /// Conditions of the kind's own, under every ancestor while the policy is valid.
+    pub conditions: Vec<PolicyCondition>,
 }
 
 /// Every policy of one kind, indexed by target; records which ones narrower ones replaced.
@@ -407,6 +409,9 @@ fn conditions<P>(kind: &str, e: &Entry<P>, v: &Verdict, overridden: bool) -> Vec
         )
     };
     let mut out = vec![accepted];
+    if e.invalid.is_none() {
+        out.extend(e.conditions.iter().cloned());
+    }
     if overridden {
         out.push(PolicyCondition::new(
             PolicyConditionType::Overridden,

@@ -50,6 +50,7 @@ use std::collections::BTreeMap;
 pub use manifest::{ManifestError, SkippedKind, parse_manifests};
 pub use refs::{KeptCert, ListenerCerts};
 pub use resources::{ObjectKey, Resources};
+pub use security_policy::remote_jwks_wanted;
 pub use status::{StatusObject, Statuses};
 
 use self::gateway::{GatewayState, RouteKind};
@@ -84,6 +85,9 @@ pub struct Settings {
     /// endpoints found, reported as the Gateway condition [`status::POD_NETWORK_CONDITION`].
     /// Empty: no condition.
     pub reachability: BTreeMap<ObjectRef, Reachability>,
+    /// `remoteJWKS` key sets as the binary's fetcher (`source::jwks`) last got them, by URI
+    /// (an input like a Secret); see [`remote_jwks_wanted`] for which URIs it follows.
+    pub remote_jwks: crate::auth::remote::RemoteSets,
 }
 
 /// One round of pod network probes of a Gateway's endpoint addresses (a sample).
@@ -125,6 +129,7 @@ impl Default for Settings {
             advertise: Vec::new(),
             address_pool: Vec::new(),
             reachability: BTreeMap::new(),
+            remote_jwks: BTreeMap::new(),
         }
     }
 }
@@ -248,7 +253,7 @@ pub fn translate_with(
             .collect()
     };
 
-    let mut policies = security_policy::policies(resources, &mut backends);
+    let mut policies = security_policy::policies(resources, &mut backends, &settings.remote_jwks);
     let mut tables: BTreeMap<(usize, usize), RouteTableBuilder> = BTreeMap::new();
     for (order, key, kind, outcome) in outcomes {
         for group in &outcome.groups {

@@ -15,23 +15,41 @@ use super::attach::{self, Entry};
 use super::backends::Backends;
 use super::ext_auth;
 use super::resources::Resources;
+use crate::auth::remote::{RemoteSets, Wanted};
 use crate::model::ObjectRef;
 use crate::model::policy::{
     AccessPolicy, Action, Authorization, AuthorizationRule, JwtPrincipal, Principal,
 };
 
 mod authn;
+mod oidc;
+mod remote;
+
+/// The documents the fetcher (`source::jwks`) is to follow: every `remoteJWKS`, and each
+/// OIDC provider's discovery document and the key set it names (once `fetched`).
+pub fn remote_jwks_wanted(resources: &Resources, fetched: &RemoteSets) -> Wanted {
+    let mut out = remote::wanted(resources);
+    oidc::wanted(resources, fetched, &mut out);
+    out
+}
 
 /// Every SecurityPolicy of `resources`, attached.
 pub type Policies = attach::Policies<AccessPolicy>;
 
 /// Reads every SecurityPolicy of `resources`; their authorizers' Services (`extAuth`)
-/// resolve through `backends`.
-pub fn policies(resources: &Resources, backends: &mut Backends<'_>) -> Policies {
+/// resolve through `backends`, `remoteJWKS` keys and OIDC discovery come from `fetched`.
+pub fn policies(
+    resources: &Resources,
+    backends: &mut Backends<'_>,
+    fetched: &RemoteSets,
+) -> Policies {
     let entries = resources
         .security_policies
         .iter()
-        .map(|((ns, name), p)| entry(ObjectRef::new(ns, name), p, resources, backends))
+        .map(|((ns, name), p)| {
+            let key = ObjectRef::new(ns, name);
+            entry(key, p, resources, backends, fetched)
+        })
         .collect();
     Policies::new("SecurityPolicy", entries)
 }
@@ -43,26 +61,30 @@ fn entry(
     p: &SecurityPolicy,
     resources: &Resources,
     backends: &mut Backends<'_>,
+    fetched: &RemoteSets,
 ) -> Entry<AccessPolicy> {
     let targets = p.spec.target_refs.iter();
     let targets = targets
         .map(|t| attach::target("SecurityPolicy", true, &key, t))
         .collect();
-    let (policy, invalid) = match access_policy(&key, &p.spec, resources, backends) {
-        Ok(policy) => (policy, None),
-        Err(why) => (
-            AccessPolicy {
-                source: key.to_string(),
-                invalid: Some(why.clone()),
-                jwt: None,
-                api_key: None,
-                basic: None,
-                authorization: None,
-                ext_auth: None,
-            },
-            Some(why),
-        ),
-    };
+    let mut remote = Vec::new();
+    let (policy, invalid) =
+        match access_policy(&key, &p.spec, resources, backends, fetched, &mut remote) {
+            Ok(policy) => (policy, None),
+            Err(why) => (
+                AccessPolicy {
+                    source: key.to_string(),
+                    invalid: Some(why.clone()),
+                    jwt: None,
+                    api_key: None,
+                    basic: None,
+                    authorization: None,
+                    ext_auth: None,
+                    oidc: None,
+                },
+                Some(why),
+            ),
+        };
     Entry {
         generation: p.metadata.generation,
         created: api::creation_time(&p.metadata),
@@ -70,6 +92,10 @@ fn entry(
         policy: Arc::new(policy),
         invalid,
         targets,
+        // While the policy is valid: how its fetched documents stand (`pier.dev/RemoteJWKS`).
+        conditions: remote::condition(&remote, p.metadata.generation)
+            .into_iter()
+            .collect(),
     }
 }
 
@@ -79,6 +105,8 @@ fn access_policy(
     spec: &SecurityPolicySpec,
     resources: &Resources,
     backends: &mut Backends<'_>,
+    fetched: &RemoteSets,
+    remote: &mut Vec<remote::RemoteNote>,
 ) -> Result<AccessPolicy, String> {
     if spec.target_refs.is_empty() {
         return Err("targetRefs is empty".into());
@@ -87,7 +115,10 @@ fn access_policy(
     fn field(name: &'static str) -> impl Fn(String) -> String {
         move |e| format!("{name}.{e}")
     }
-    let jwt = spec.jwt.as_ref().map(|j| authn::jwt(key, j, resources));
+    let jwt = spec
+        .jwt
+        .as_ref()
+        .map(|j| authn::jwt(key, j, resources, fetched, remote));
     let jwt = jwt.transpose().map_err(field("jwt"))?;
     let api_key = spec
         .api_key_auth
@@ -104,6 +135,11 @@ fn access_policy(
         .as_ref()
         .map(|e| ext_auth::ext_auth(key, e, backends).map(Arc::new));
     let ext_auth = ext_auth.transpose().map_err(field("extAuth"))?;
+    let oidc = spec
+        .oidc
+        .as_ref()
+        .map(|o| oidc::oidc(key, o, resources, fetched, remote).map(Arc::new));
+    let oidc = oidc.transpose().map_err(field("oidc"))?;
     let providers: Vec<&str> = jwt
         .iter()
         .flat_map(|j| &j.providers)
@@ -122,6 +158,7 @@ fn access_policy(
         basic,
         ext_auth,
         authorization,
+        oidc,
     })
 }
 

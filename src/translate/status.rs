@@ -28,7 +28,7 @@ pub const GATEWAY_API_VERSION: &str = "gateway.networking.k8s.io/v1";
 pub const PIER_POLICY_API_VERSION: &str = "pier.dev/v1alpha1";
 
 /// One condition. `T` and `R` are the condition type and reason enums of the object kind.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Condition<T, R> {
     pub type_: T,
     pub status: bool,
@@ -103,6 +103,8 @@ pub enum PolicyConditionType {
     Overridden,
     /// [`UNKNOWN_FIELDS_CONDITION`].
     UnknownFields,
+    /// [`REMOTE_JWKS_CONDITION`] (SecurityPolicy with `remoteJWKS` providers).
+    RemoteJwks,
 }
 
 /// BackendTLSPolicy condition reasons.
@@ -124,6 +126,12 @@ pub enum PolicyConditionReason {
     Overridden,
     /// [`UNKNOWN_FIELDS_CONDITION`] True.
     UnknownFields,
+    /// [`REMOTE_JWKS_CONDITION`] True: every set fetched.
+    Fetched,
+    /// [`REMOTE_JWKS_CONDITION`] False: a fetch failed.
+    FetchFailed,
+    /// [`REMOTE_JWKS_CONDITION`] False: a set not fetched yet.
+    Pending,
 }
 
 /// GatewayClass condition types: upstream's, plus `SupportedVersion`, which the implementers
@@ -152,6 +160,11 @@ pub const POD_NETWORK_CONDITION: &str = "pier.dev/PodNetworkReachable";
 /// have (True, reason `UnknownFields`, the fields in the message). The API server prunes such
 /// fields, so objects from a cluster never carry it.
 pub const UNKNOWN_FIELDS_CONDITION: &str = "pier.dev/UnknownFields";
+
+/// The condition type pier adds to the ancestors of a SecurityPolicy with `remoteJWKS`
+/// providers: whether each key set is fetched (True, `Fetched`), or why not (False,
+/// `FetchFailed` or `Pending`; the message says whether the last good keys stay in use).
+pub const REMOTE_JWKS_CONDITION: &str = "pier.dev/RemoteJWKS";
 
 /// Gateway condition types: upstream's, plus `ResolvedRefs` (GEP-3155's
 /// `clientCertificateRef`, and the mesh trust bundle references) and `pier.dev/BackendTLS`.
@@ -500,6 +513,7 @@ impl fmt::Display for PolicyConditionType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::UnknownFields => f.write_str(UNKNOWN_FIELDS_CONDITION),
+            Self::RemoteJwks => f.write_str(REMOTE_JWKS_CONDITION),
             other => fmt::Debug::fmt(other, f),
         }
     }

@@ -26,6 +26,7 @@ fn policy(cidr: &str, action: Action, default: Action) -> AccessPolicy {
         api_key: None,
         basic: None,
         ext_auth: None,
+        oidc: None,
         authorization: Some(Authorization {
             default_action: default,
             rules: vec![AuthorizationRule {

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use super::*;
 use crate::auth::jwks::JwksError;
 
-const NOW: u64 = 1_750_000_000;
+pub(crate) const NOW: u64 = 1_750_000_000;
 
 struct Keys {
     rsa: rsa::KeyPair,
@@ -61,7 +61,7 @@ fn ed_jwk(kid: &str) -> Value {
 }
 
 /// The set every test verifies against: one key of each type.
-fn jwks() -> Jwks {
+pub(crate) fn jwks() -> Jwks {
     let k = keys();
     let doc = json!({"keys": [
         rsa_jwk(&k.rsa, "rsa"),
@@ -104,7 +104,7 @@ fn token_with(header: &Value, claims: &Value, key_alg: &str) -> String {
     format!("{signed}.{}", b64(&signature))
 }
 
-fn token(alg: &str, kid: &str, claims: &Value) -> String {
+pub(crate) fn token(alg: &str, kid: &str, claims: &Value) -> String {
     token_with(&json!({"alg": alg, "kid": kid, "typ": "JWT"}), claims, alg)
 }
 

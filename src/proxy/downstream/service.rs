@@ -29,6 +29,7 @@ use hyper::upgrade::OnUpgrade;
 use super::tunnel;
 use crate::model::filter::CorsResponse;
 use crate::model::host::normalize_host;
+use crate::model::policy::Mechanism;
 use crate::model::{AppProtocol, BackendTarget, Snapshot};
 use crate::model::{Rule, WeightedBackend};
 use crate::proxy::body::{self, ClientBody, FaultCell, ProxyBody};
@@ -136,6 +137,23 @@ async fn dispatch<'s>(
     };
     let routed = phase::route(found, &host, &input, seen)?;
     let rule = &routed.entry.rule;
+    let login = phase::oidc::LoginRequest {
+        method: input.method,
+        path: input.path,
+        query: input.query,
+        headers: input.headers,
+        host: request_host(&req),
+        https: routed.port.protocol != crate::model::Protocol::Http,
+    };
+    // A CORS preflight comes without credentials: the rule's CORS filter answers it before
+    // any login (and only that answer: see below).
+    let preflight = rule.has_cors() && phase::oidc::is_preflight(input.method, input.headers);
+    let oidc = match phase::oidc::login(rule, &login, preflight).await {
+        None => None,
+        Some(Ok(phase::oidc::Step::Respond(resp))) => return Ok(resp),
+        Some(Ok(phase::oidc::Step::Pass(passed))) => Some(passed),
+        Some(Err(e)) => return Err(e),
+    };
     let basic = phase::verify_basic(rule, input.headers).await;
     let mut admitted = None;
     let decided = phase::decide(
@@ -146,8 +164,26 @@ async fn dispatch<'s>(
         &mut admitted,
         seen,
     )?;
+    if preflight
+        && rule.access.as_ref().is_some_and(|a| a.oidc.is_some())
+        && !matches!(decided, Decision::Preflight(_))
+    {
+        return Err(ProxyError::Unauthenticated(
+            crate::proxy::error::Challenge::Bearer { invalid: false },
+        ));
+    }
     if let Some(a) = &admitted {
         phase::apply(a, req.headers_mut());
+    }
+    if let Some(passed) = &oidc {
+        phase::oidc::apply(passed, req.headers_mut());
+        // Let in by the login (unless another mechanism authenticated the request too).
+        if let Some(s) = &mut seen.security
+            && matches!(s.mechanism, Mechanism::None | Mechanism::Authorization)
+        {
+            s.mechanism = Mechanism::Oidc;
+            s.principal = Some(format!("oidc:{}", passed.sub));
+        }
     }
     // External authorizers see the request as authentication left it (claims to headers).
     let mut prefix = None;
@@ -182,7 +218,7 @@ async fn dispatch<'s>(
     };
     // The future is built in each arm rather than once before the match: a future moved into
     // `timeout_at` would need room for both copies in this one, and every request moves it.
-    match rule.timeouts.request {
+    let forwarded = match rule.timeouts.request {
         // `request` runs from the request's arrival, so time spent routing counts too.
         Some(t) => tokio::time::timeout_at(
             (started + t).into(),
@@ -210,6 +246,29 @@ async fn dispatch<'s>(
             )
             .await
         }
+    };
+    // A refreshed login's cookies go back with the answer.
+    match (oidc, forwarded) {
+        (Some(passed), Ok(mut resp)) => {
+            for c in passed.set_cookies {
+                resp.headers_mut().append(http::header::SET_COOKIE, c);
+            }
+            Ok(resp)
+        }
+        (_, r) => r,
+    }
+}
+
+/// The request's host and port as the client wrote them (`:authority`, else Host), for a
+/// redirect back to it.
+fn request_host<B>(req: &Request<B>) -> &str {
+    match req.uri().authority() {
+        Some(a) => a.as_str(),
+        None => req
+            .headers()
+            .get(HOST)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or(""),
     }
 }
 

@@ -134,6 +134,13 @@ fn jwt_authn(
             Err(e) => {
                 // The reason, never the token.
                 tracing::debug!(provider = %p.name, error = %e, "JWT refused");
+                // A key set may have rotated: ask for an early fetch (the fetcher honours one
+                // per 30 s); this request is refused all the same, nothing waits for it.
+                if (e == jwt::JwtError::UnknownKid || p.keys.is_empty())
+                    && let Some(remote) = &p.remote
+                {
+                    remote.refetch.request();
+                }
             }
         }
     }

@@ -41,6 +41,10 @@ pub struct SecurityPolicySpec {
     /// after authentication and before `authorization`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ext_auth: Option<ExtAuth>,
+    /// A login with an OpenID Provider (authorization code flow with PKCE), kept in
+    /// encrypted cookies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oidc: Option<Oidc>,
 }
 
 /// `spec.extAuth`: exactly one of `grpc` and `http`.
@@ -352,3 +356,58 @@ pub struct HeaderPrincipal {
 /// GEP-713 policy status: one entry per ancestor (the Gateway a target hangs off), the same
 /// shape as BackendTLSPolicy's.
 pub type PolicyStatus = gateway_api::backendtlspolicies::BackendTlsPolicyStatus;
+
+// === spec.oidc: a login with an OpenID Provider (authorization code flow with PKCE), in
+// Envoy Gateway's field names, plus pier's `cookieSecret`. ===
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Oidc {
+    pub provider: OidcProvider,
+    /// The client ID registered with the provider.
+    #[serde(rename = "clientID")]
+    pub client_id: String,
+    /// A Secret whose key `client-secret` holds the client secret.
+    pub client_secret: SecretObjectReference,
+    /// Where the provider sends the browser back (`https://host/oauth2/callback`), or a path
+    /// alone (pier's: on the scheme and host of the request); default `/oauth2/callback`. The
+    /// path must reach a rule the policy applies to.
+    #[serde(
+        default,
+        rename = "redirectURL",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub redirect_url: Option<String>,
+    /// A request to this path clears the login (default `/logout`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logout_path: Option<String>,
+    /// Scopes asked for besides `openid` (always asked for).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub scopes: Vec<String>,
+    /// The cookies' `Domain`: the login also holds on its subdomains.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cookie_domain: Option<String>,
+    /// Send the access token upstream as `Authorization: Bearer`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forward_access_token: Option<bool>,
+    /// Refresh an expired access token with the refresh token instead of logging in again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refresh_token: Option<bool>,
+    /// pier's own field: a Secret whose key `cookie-secret` (at least 32 bytes) is the key
+    /// login cookies are encrypted with. pier instances with the same key share logins
+    /// (several behind one load balancer). Default: a key derived from the client secret.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cookie_secret: Option<SecretObjectReference>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OidcProvider {
+    /// The provider's issuer; its discovery document (`/.well-known/openid-configuration`)
+    /// gives the endpoints not set here and the key set.
+    pub issuer: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub authorization_endpoint: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_endpoint: Option<String>,
+}

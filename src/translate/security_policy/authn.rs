@@ -12,9 +12,11 @@ use super::super::api::{self, ApiKeyAuth, BasicAuth, Jwt, JwtProvider as ApiJwtP
 use super::super::refs::{RefFrom, RefTo, reference_granted};
 use super::super::resources::Resources;
 use super::super::spiffe::PIER_GROUP;
+use super::remote::{self, FetchState, RemoteNote};
 use crate::auth::htpasswd::{Htpasswd, VerifiedCache};
 use crate::auth::jwks::Jwks;
 use crate::auth::jwt::Validation;
+use crate::auth::remote::RemoteSets;
 use crate::auth::verified::VerifiedTokens;
 
 /// Verified tokens remembered per JWT provider, and for how long at most.
@@ -27,7 +29,13 @@ use k8s_openapi::api::core::v1::Secret;
 /// The key a ConfigMap referenced by `localJWKS.valueRef` holds the set under.
 pub const JWKS_KEY: &str = "jwks";
 
-pub fn jwt(key: &ObjectRef, j: &Jwt, resources: &Resources) -> Result<JwtAuthn, String> {
+pub fn jwt(
+    key: &ObjectRef,
+    j: &Jwt,
+    resources: &Resources,
+    fetched: &RemoteSets,
+    notes: &mut Vec<RemoteNote>,
+) -> Result<JwtAuthn, String> {
     if j.providers.is_empty() {
         return Err("providers is empty".into());
     }
@@ -41,7 +49,15 @@ pub fn jwt(key: &ObjectRef, j: &Jwt, resources: &Resources) -> Result<JwtAuthn, 
                 return Err(format!("providers[{i}].name: empty or used twice"));
             }
             names.push(p.name.as_str());
-            provider(key, p, resources).map_err(|e| format!("providers[{i}].{e}"))
+            let (provider, state) =
+                provider(key, p, resources, fetched).map_err(|e| format!("providers[{i}].{e}"))?;
+            if let (Some(state), Some(remote)) = (state, &provider.remote) {
+                notes.push(RemoteNote {
+                    what: format!("providers[{i}] ({}) {}", p.name, remote.uri),
+                    state,
+                });
+            }
+            Ok(provider)
         })
         .collect::<Result<_, _>>()?;
     Ok(JwtAuthn {
@@ -54,15 +70,13 @@ fn provider(
     key: &ObjectRef,
     p: &ApiJwtProvider,
     resources: &Resources,
-) -> Result<JwtProvider, String> {
-    let keys = match (&p.local_jwks, &p.remote_jwks) {
-        (Some(local), None) => local_jwks(key, local, resources)?,
-        (None, Some(_)) => {
-            return Err(
-                "remoteJWKS: not implemented by this version of pier; give the set with \
-                 localJWKS (Inline, or ValueRef to a ConfigMap)"
-                    .into(),
-            );
+    fetched: &RemoteSets,
+) -> Result<(JwtProvider, Option<FetchState>), String> {
+    let (keys, remote, state) = match (&p.local_jwks, &p.remote_jwks) {
+        (Some(local), None) => (Arc::new(local_jwks(key, local, resources)?), None, None),
+        (None, Some(r)) => {
+            let (keys, remote, state) = remote::keys(r, fetched)?;
+            (keys, Some(remote), Some(state))
         }
         _ => return Err("give exactly one of localJWKS and remoteJWKS".into()),
     };
@@ -99,9 +113,9 @@ fn provider(
             out
         }
     };
-    Ok(JwtProvider {
+    let provider = JwtProvider {
         name: p.name.clone(),
-        keys: Arc::new(keys),
+        keys,
         validation: Validation {
             issuer: p.issuer.clone(),
             audiences: p.audiences.clone(),
@@ -113,7 +127,9 @@ fn provider(
         )),
         claim_to_headers,
         extract_from,
-    })
+        remote,
+    };
+    Ok((provider, state))
 }
 
 fn local_jwks(key: &ObjectRef, l: &api::LocalJwks, resources: &Resources) -> Result<Jwks, String> {

@@ -21,6 +21,7 @@ fn api_key_policy(sanitize: bool) -> AccessPolicy {
         invalid: None,
         jwt: None,
         basic: None,
+        oidc: None,
         api_key: Some(ApiKeyAuthn {
             keys: Arc::new(keys),
             extract_from: vec![

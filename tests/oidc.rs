@@ -1,0 +1,181 @@
+//! `spec.oidc` end to end with real parts: zitadel/oidc's example OpenID Provider (built from
+//! the Go module proxy by `scripts/oidc-provider.sh`) and a headless Chromium driven over W3C
+//! WebDriver. The browser opens a route on pier instance A, is sent to the provider, logs in
+//! through its form, comes back and sees the echo backend's answer (with the access token
+//! forwarded); then opens the route on instance B (another port of the same host name, so the
+//! same cookies, and the same cookie-key Secret) and is let in without logging in again. A
+//! tampered cookie is refused; the logout path clears the login.
+
+mod support;
+
+use std::time::Instant;
+
+use support::oidc_provider::{self, Provider};
+use support::web::*;
+use support::webdriver::Browser;
+use support::*;
+
+/// The manifests of one pier instance: a Gateway on `port`, the route `/app` to the echo
+/// backend, and the login policy on it.
+fn manifests(port: u16, echo: std::net::SocketAddr, issuer: &str) -> String {
+    format!(
+        "{}---\n{}---\n{}---
+apiVersion: v1
+kind: Secret
+metadata: {{name: oidc-client, namespace: default}}
+stringData: {{client-secret: {secret}}}
+---
+apiVersion: v1
+kind: Secret
+metadata: {{name: login-cookies, namespace: default}}
+stringData: {{cookie-secret: 9d1c3f0e6b2a48f7a5c4e3d2b1a09f8e7d6c5b4a}}
+---
+apiVersion: pier.dev/v1alpha1
+kind: SecurityPolicy
+metadata: {{name: login, namespace: default}}
+spec:
+  targetRefs: [{{group: gateway.networking.k8s.io, kind: HTTPRoute, name: app}}]
+  oidc:
+    provider: {{issuer: \"{issuer}\"}}
+    clientID: {client}
+    clientSecret: {{name: oidc-client}}
+    cookieSecret: {{name: login-cookies}}
+    scopes: [email]
+    forwardAccessToken: true
+    redirectURL: /app/oauth2/callback
+    logoutPath: /app/logout
+",
+        gateway(port),
+        service("echo", echo),
+        route("app", "/app", "echo"),
+        secret = oidc_provider::CLIENT_SECRET,
+        client = oidc_provider::CLIENT_ID,
+    )
+}
+
+#[tokio::test]
+async fn a_browser_logs_in_once_for_two_pier_instances() {
+    let started = Instant::now();
+    let echo = echo("app").await;
+    let (a, b) = (free_port(), free_port());
+    let redirects: Vec<String> = [a, b]
+        .iter()
+        .map(|p| format!("http://localhost:{p}/app/oauth2/callback"))
+        .collect();
+    let provider = Provider::start(&redirects).await;
+    let mut piers = Vec::new();
+    let mut dirs = Vec::new();
+    for port in [a, b] {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("all.yaml"),
+            manifests(port, echo.addr, &provider.issuer()),
+        )
+        .unwrap();
+        piers.push(start_pier(dir.path(), free_port(), &[], &[]).await);
+        dirs.push(dir);
+    }
+    let ready = started.elapsed();
+
+    // Not a browser: 401, no redirect.
+    let api = get(&format!("http://127.0.0.1:{a}/app"), &[]).await;
+    assert_eq!(api.status, 401);
+
+    let profile = tempfile::tempdir().unwrap();
+    let browser = Browser::start(profile.path()).await;
+    let browser_up = started.elapsed();
+    browser
+        .open(&format!("http://localhost:{a}/app/page?x=1"))
+        .await;
+    // At the provider's login form.
+    let at = browser
+        .wait_url(|u| u.starts_with(&provider.issuer()))
+        .await;
+    assert!(at.contains("/login"), "{at}");
+    browser.type_into("#username", oidc_provider::USER).await;
+    browser
+        .type_into("#password", oidc_provider::PASSWORD)
+        .await;
+    browser.click("button[type=submit]").await;
+    // Back on pier A where the login began, with the upstream's answer.
+    let back = format!("http://localhost:{a}/app/page?x=1");
+    browser.wait_url(|u| u == back).await;
+    let page = browser.source().await;
+    assert!(
+        page.contains("\"path\":\"/app/page\"") || page.contains("/app/page"),
+        "{page}"
+    );
+    assert!(
+        page.contains("Bearer "),
+        "the access token goes upstream: {page}"
+    );
+    assert!(
+        !page.contains("pier-oidc"),
+        "pier's cookies stay with pier: {page}"
+    );
+    let logged_in = started.elapsed();
+
+    // The same browser on instance B: the same cookies, the same key: no login.
+    browser
+        .open(&format!("http://localhost:{b}/app/other"))
+        .await;
+    let url = browser.url().await;
+    assert_eq!(url, format!("http://localhost:{b}/app/other"));
+    assert!(browser.source().await.contains("Bearer "));
+
+    // The session cookie, sent by another client: accepted as it is, refused once changed.
+    let cookies = browser.cookies().await;
+    let (name, value) = cookies
+        .iter()
+        .find(|(n, _)| n.starts_with("pier-oidc-") && !n.contains("login") && n.ends_with(".0"))
+        .unwrap_or_else(|| panic!("no session cookie in {cookies:?}"))
+        .clone();
+    let html = ("accept", "text/html");
+    let good = format!("{name}={value}");
+    let r = get(
+        &format!("http://127.0.0.1:{b}/app"),
+        &[("cookie", &good), html],
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    let mut tampered = value.clone().into_bytes();
+    let i = tampered.len() / 2;
+    tampered[i] = if tampered[i] == b'A' { b'B' } else { b'A' };
+    let bad = format!("{name}={}", String::from_utf8(tampered).unwrap());
+    let r = get(
+        &format!("http://127.0.0.1:{b}/app"),
+        &[("cookie", &bad), html],
+    )
+    .await;
+    assert_eq!(
+        r.status, 302,
+        "a tampered cookie is no session: a new login"
+    );
+    let location = r.headers["location"].to_str().unwrap();
+    assert!(location.starts_with(&provider.issuer()), "{location}");
+
+    // Logout clears the cookies; the route then asks for a login again.
+    browser
+        .open(&format!("http://localhost:{a}/app/logout"))
+        .await;
+    browser.open(&format!("http://localhost:{a}/app")).await;
+    let left: Vec<_> = browser
+        .cookies()
+        .await
+        .into_iter()
+        .filter(|(n, _)| n.starts_with("pier-oidc-") && !n.contains("login"))
+        .collect();
+    assert!(
+        left.is_empty(),
+        "session cookies left after logout: {left:?}"
+    );
+    browser
+        .wait_url(|u| u.starts_with(&provider.issuer()))
+        .await;
+    eprintln!(
+        "timings: provider and two piers ready {ready:?}, browser {:?}, logged in {:?}, all {:?}",
+        browser_up - ready,
+        logged_in - browser_up,
+        started.elapsed()
+    );
+}
