@@ -139,13 +139,13 @@ done | tee "$RUN/results"
 # Ratios: pier's median over nginx's, per concurrency.
 awk '
   function ms(v) { if (v ~ /us$/) return v / 1000; if (v ~ /ms$/) return v + 0; if (v ~ /s$/) return v * 1000; return v }
-  { split($2, c, "="); split($3, r, "="); split($4, p, "=");
-    key = $1 " " c[2]; n[key]++; rps[key, n[key]] = r[2]; p99[key, n[key]] = ms(p[2]); conns[c[2]] = 1 }
+  { split($2, cs, "="); split($3, r, "="); split($4, p, "=");
+    key = $1 " " cs[2]; n[key]++; rps[key, n[key]] = r[2]; p99[key, n[key]] = ms(p[2]); conns[cs[2]] = 1 }
   function median(key, arr,   i, j, t, m, v) {
     m = n[key]; for (i = 1; i <= m; i++) v[i] = arr[key, i]
     for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t }
     return v[int((m + 1) / 2)]
   }
-  END { for (c in conns) printf "c=%s rps pier/nginx=%.2f p99 pier/nginx=%.2f\n", c,
-          median("pier " c, rps) / median("nginx " c, rps), median("pier " c, p99) / median("nginx " c, p99) }
+  END { for (cc in conns) printf "c=%s rps pier/nginx=%.2f p99 pier/nginx=%.2f\n", cc,
+          median("pier " cc, rps) / median("nginx " cc, rps), median("pier " cc, p99) / median("nginx " cc, p99) }
 ' "$RUN/results"

@@ -20,6 +20,7 @@
 
 pub mod claims;
 pub mod cookie;
+pub mod hashers;
 pub mod htpasswd;
 pub mod jwks;
 pub mod jwt;

@@ -169,14 +169,12 @@ pub fn decide<'s>(
     decided
 }
 
-/// Password verifications (bcrypt, SHA-crypt) running at once, at most: one per core, so a
-/// flood of wrong passwords takes those threads of the blocking pool and nothing else.
+/// Password verifications (bcrypt, SHA-crypt) running at once, at most: one per hashing
+/// thread (`auth::hashers`: one per core, at the lowest CPU priority), so a flood of wrong
+/// passwords takes those threads and what CPU the proxy's own threads leave them.
 fn hashing() -> &'static tokio::sync::Semaphore {
     static HASHING: std::sync::OnceLock<tokio::sync::Semaphore> = std::sync::OnceLock::new();
-    HASHING.get_or_init(|| {
-        let cores = std::thread::available_parallelism().map_or(1, usize::from);
-        tokio::sync::Semaphore::new(cores)
-    })
+    HASHING.get_or_init(|| tokio::sync::Semaphore::new(crate::auth::hashers::threads()))
 }
 
 /// How long a request waits for a turn to have its password verified before it gets a 503.
@@ -184,8 +182,8 @@ const HASHING_WAIT: Duration = Duration::from_millis(500);
 
 /// Basic auth, before [`decide`]: the verdict on the request's `Authorization: Basic`, for a
 /// rule whose policy has basic auth (`None` otherwise). Passwords verified in the last
-/// minute come from a cache (no hash); others are hashed on the blocking pool, at most one
-/// per core at once, a request waiting at most [`HASHING_WAIT`] for its turn (then `Busy`:
+/// minute come from a cache (no hash); others are hashed on pier's low-priority hashing
+/// threads (`auth::hashers`), at most one per core at once, a request waiting at most [`HASHING_WAIT`] for its turn (then `Busy`:
 /// 503). The HTTP/1.1 fast path leaves such rules to hyper's path.
 pub async fn verify_basic(rule: &Rule, headers: &HeaderMap) -> Option<BasicVerdict> {
     let b = rule.access.as_ref()?.basic.as_ref()?;
@@ -204,7 +202,7 @@ pub async fn verify_basic(rule: &Rule, headers: &HeaderMap) -> Option<BasicVerdi
     };
     let users = b.users.clone();
     let verified = b.verified.clone();
-    let verdict = tokio::task::spawn_blocking(move || {
+    let verdict = crate::auth::hashers::run(move || {
         if users.verify(&user, &password) {
             verified.insert(&user, &password, now);
             BasicVerdict::User(user)
