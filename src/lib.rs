@@ -41,6 +41,7 @@ pub mod model;
 pub mod process;
 pub mod proxy;
 pub mod publish;
+pub mod ratelimit;
 pub mod run;
 pub mod source;
 pub mod status_writer;
