@@ -346,10 +346,7 @@ async fn ext_auth_allows_denies_and_fails_closed_over_http_and_grpc() {
         let series = format!(
             "pier_proxy_security_decisions_total{{policy=\"default/{policy}\",mechanism=\"extAuth\",result=\"{result}\"}} "
         );
-        metrics
-            .lines()
-            .find_map(|l| l.strip_prefix(&series)?.trim().parse::<u64>().ok())
-            .unwrap_or(0)
+        support::cluster::sample(&metrics, &series) as u64
     };
     assert_eq!(count("grpc", "allowed"), 2, "{metrics}");
     assert_eq!(count("grpc", "denied"), 6, "{metrics}");

@@ -325,10 +325,7 @@ async fn jwt_and_api_keys_authenticate_on_both_request_paths() {
         let series = format!(
             "pier_proxy_security_decisions_total{{policy=\"default/{policy}\",mechanism=\"{mechanism}\",result=\"{result}\"}} "
         );
-        metrics
-            .lines()
-            .find_map(|l| l.strip_prefix(&series)?.trim().parse::<u64>().ok())
-            .unwrap_or(0)
+        support::cluster::sample(&metrics, &series) as u64
     };
     assert_eq!(count("jwt", "jwt", "allowed"), 2, "{metrics}");
     assert_eq!(count("jwt", "jwt", "unauthenticated"), 8, "{metrics}");

@@ -172,29 +172,7 @@ impl Drop for JwksSource {
 
 /// An HTTPS (and loopback HTTP) client trusting the host's store.
 fn client() -> HttpsClient {
-    let found = rustls_native_certs::load_native_certs();
-    for e in &found.errors {
-        tracing::debug!(error = %e, "remoteJWKS: a system trust store entry was not read");
-    }
-    let mut roots = rustls::RootCertStore::empty();
-    let (_, ignored) = roots.add_parsable_certificates(found.certs);
-    if ignored > 0 {
-        tracing::debug!(
-            ignored,
-            "remoteJWKS: system root certificates rustls cannot use were skipped"
-        );
-    }
-    if roots.is_empty() {
-        tracing::warn!(
-            "remoteJWKS: the system trust store is empty (set SSL_CERT_FILE?): https:// key \
-             sets cannot be fetched"
-        );
-    }
-    let tls = rustls::ClientConfig::builder_with_provider(crate::tls::provider::provider())
-        .with_safe_default_protocol_versions()
-        .expect("the default provider supports the safe default versions")
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+    let tls = crate::tls::client::host_trust("remoteJWKS");
     let connector = hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(tls)
         .https_or_http()

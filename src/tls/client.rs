@@ -723,3 +723,32 @@ fn hex8(d: &[u8; 32]) -> String {
 
 #[cfg(test)]
 mod tests;
+
+/// A client config that trusts the host's store (the system bundle, or what `SSL_CERT_FILE` /
+/// `SSL_CERT_DIR` name), for pier's own HTTPS fetches (`remoteJWKS` key sets, OIDC discovery
+/// and token endpoints). `what` names the user in the log lines about the store.
+pub fn host_trust(what: &str) -> rustls::ClientConfig {
+    let found = rustls_native_certs::load_native_certs();
+    for e in &found.errors {
+        tracing::debug!(error = %e, "{what}: a system trust store entry was not read");
+    }
+    let mut roots = rustls::RootCertStore::empty();
+    let (_, ignored) = roots.add_parsable_certificates(found.certs);
+    if ignored > 0 {
+        tracing::debug!(
+            ignored,
+            "{what}: system root certificates rustls cannot use were skipped"
+        );
+    }
+    if roots.is_empty() {
+        tracing::warn!(
+            "{what}: the system trust store is empty (set SSL_CERT_FILE?): https:// endpoints \
+             cannot be reached"
+        );
+    }
+    rustls::ClientConfig::builder_with_provider(crate::tls::provider::provider())
+        .with_safe_default_protocol_versions()
+        .expect("the default provider supports the safe default versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth()
+}

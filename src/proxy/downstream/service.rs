@@ -142,7 +142,7 @@ async fn dispatch<'s>(
         path: input.path,
         query: input.query,
         headers: input.headers,
-        host: request_host(&req),
+        host: request_authority(&req),
         https: routed.port.protocol != crate::model::Protocol::Http,
     };
     // A CORS preflight comes without credentials: the rule's CORS filter answers it before
@@ -256,19 +256,6 @@ async fn dispatch<'s>(
             Ok(resp)
         }
         (_, r) => r,
-    }
-}
-
-/// The request's host and port as the client wrote them (`:authority`, else Host), for a
-/// redirect back to it.
-fn request_host<B>(req: &Request<B>) -> &str {
-    match req.uri().authority() {
-        Some(a) => a.as_str(),
-        None => req
-            .headers()
-            .get(HOST)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or(""),
     }
 }
 

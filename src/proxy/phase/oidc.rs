@@ -455,13 +455,7 @@ async fn token_request(
 fn client() -> &'static HttpsClient {
     static CLIENT: OnceLock<HttpsClient> = OnceLock::new();
     CLIENT.get_or_init(|| {
-        let mut roots = rustls::RootCertStore::empty();
-        roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
-        let tls = rustls::ClientConfig::builder_with_provider(crate::tls::provider::provider())
-            .with_safe_default_protocol_versions()
-            .expect("the default provider supports the safe default versions")
-            .with_root_certificates(roots)
-            .with_no_client_auth();
+        let tls = crate::tls::client::host_trust("oidc");
         let connector = hyper_rustls::HttpsConnectorBuilder::new()
             .with_tls_config(tls)
             .https_or_http()
