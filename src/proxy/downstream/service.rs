@@ -29,7 +29,6 @@ use hyper::upgrade::OnUpgrade;
 use super::tunnel;
 use crate::model::filter::CorsResponse;
 use crate::model::host::normalize_host;
-use crate::model::policy::Mechanism;
 use crate::model::{AppProtocol, BackendTarget, Snapshot};
 use crate::model::{Rule, WeightedBackend};
 use crate::proxy::body::{self, ClientBody, FaultCell, ProxyBody};
@@ -177,13 +176,7 @@ async fn dispatch<'s>(
     }
     if let Some(passed) = &oidc {
         phase::oidc::apply(passed, req.headers_mut());
-        // Let in by the login (unless another mechanism authenticated the request too).
-        if let Some(s) = &mut seen.security
-            && matches!(s.mechanism, Mechanism::None | Mechanism::Authorization)
-        {
-            s.mechanism = Mechanism::Oidc;
-            s.principal = Some(format!("oidc:{}", passed.sub));
-        }
+        phase::oidc::record(seen, passed);
     }
     // External authorizers see the request as authentication left it (claims to headers).
     let mut prefix = None;

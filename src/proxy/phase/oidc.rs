@@ -20,6 +20,8 @@
 //! The token endpoint is called on the request's task with a 10 s bound; a provider that does
 //! not answer makes the callback a 503.
 
+use crate::model::policy::Mechanism;
+use crate::proxy::observe::record::Seen;
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -66,6 +68,17 @@ pub struct Passed {
     /// The session cookies' names, removed from the request before it goes upstream.
     pub session_cookie: String,
     pub state_cookie: String,
+}
+
+/// Records in `seen` that the login let the request in (unless another mechanism
+/// authenticated it too): mechanism `oidc`, principal `oidc:<sub>`.
+pub fn record(seen: &mut Seen<'_>, passed: &Passed) {
+    if let Some(s) = &mut seen.security
+        && matches!(s.mechanism, Mechanism::None | Mechanism::Authorization)
+    {
+        s.mechanism = Mechanism::Oidc;
+        s.principal = Some(format!("oidc:{}", passed.sub));
+    }
 }
 
 /// The request as the login phase reads it.
