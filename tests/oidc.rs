@@ -65,6 +65,7 @@ async fn a_browser_logs_in_once_for_two_pier_instances() {
     let provider = Provider::start(&redirects).await;
     let mut piers = Vec::new();
     let mut dirs = Vec::new();
+    let mut admins = Vec::new();
     for port in [a, b] {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(
@@ -72,7 +73,9 @@ async fn a_browser_logs_in_once_for_two_pier_instances() {
             manifests(port, echo.addr, &provider.issuer()),
         )
         .unwrap();
-        piers.push(start_pier(dir.path(), free_port(), &[], &[]).await);
+        let admin = free_port();
+        admins.push(admin);
+        piers.push(start_pier(dir.path(), admin, &[], &[]).await);
         dirs.push(dir);
     }
     let ready = started.elapsed();
@@ -172,6 +175,15 @@ async fn a_browser_logs_in_once_for_two_pier_instances() {
     browser
         .wait_url(|u| u.starts_with(&provider.issuer()))
         .await;
+    // Instance B counted the requests the shared login let in under mechanism oidc.
+    let metrics = get(&format!("http://127.0.0.1:{}/metrics", admins[1]), &[])
+        .await
+        .text();
+    let series = "pier_proxy_security_decisions_total{policy=\"default/login\",mechanism=\"oidc\",result=\"allowed\"} ";
+    assert!(
+        support::cluster::sample(&metrics, series) >= 1.0,
+        "{metrics}"
+    );
     eprintln!(
         "timings: provider and two piers ready {ready:?}, browser {:?}, logged in {:?}, all {:?}",
         browser_up - ready,
