@@ -29,6 +29,7 @@ fn rule(i: usize) -> Arc<Rule> {
         retry: None,
         session: None,
         access: None,
+        traffic: None,
     })
 }
 

@@ -25,7 +25,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
 };
 use kube::CustomResourceExt;
 
-use crate::translate::api::SecurityPolicy;
+use crate::translate::api::{BackendTrafficPolicy, SecurityPolicy};
 
 /// The Gateway API release the `gateway-api` crate's types were generated from.
 pub const BUNDLE_VERSION: &str = "v1.5.1";
@@ -57,10 +57,10 @@ pub fn all() -> Vec<CustomResourceDefinition> {
     .collect()
 }
 
-/// pier's own CRDs (group `pier.dev`): SecurityPolicy. Not in a `*.k8s.io` group, so no
+/// pier's own CRDs (group `pier.dev`): SecurityPolicy, BackendTrafficPolicy. Not in a `*.k8s.io` group, so no
 /// API-approval annotation, and not part of a Gateway API bundle, so none of its annotations.
 pub fn own() -> Vec<CustomResourceDefinition> {
-    vec![SecurityPolicy::crd()]
+    vec![SecurityPolicy::crd(), BackendTrafficPolicy::crd()]
 }
 
 /// What `pier crds` prints: [`all`], with the Gateway CRD replaced by
@@ -224,7 +224,13 @@ mod tests {
     fn own_crds_are_pier_dev_and_namespaced() {
         let own = own();
         let names: Vec<_> = own.iter().map(|c| c.metadata.name.clone()).collect();
-        assert_eq!(names, [Some("securitypolicies.pier.dev".to_string())]);
+        assert_eq!(
+            names,
+            [
+                Some("securitypolicies.pier.dev".to_string()),
+                Some("backendtrafficpolicies.pier.dev".to_string())
+            ]
+        );
         let crd = &own[0];
         assert_eq!(crd.spec.scope, "Namespaced");
         assert_eq!(crd.spec.names.kind, "SecurityPolicy");

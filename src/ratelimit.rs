@@ -1,5 +1,5 @@
-//! Local rate limits (`BackendTrafficPolicy.rateLimit.local`, issue 39; the policy itself is
-//! not wired yet, see the issue): buckets that admit `requests` per `period`, bursts of up to
+//! Local rate limits (`BackendTrafficPolicy.rateLimit.local`, issue 39; `model::traffic`
+//! reads the policy): buckets that admit `requests` per `period`, bursts of up to
 //! `requests` included. A pure leaf: the caller passes the time and the bucket's key; nothing
 //! here does I/O.
 //!
@@ -17,6 +17,8 @@
 //! so memory stays bounded whatever clients send.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasher, Hasher};
+use std::net::IpAddr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -51,6 +53,9 @@ pub struct Buckets {
     interval: u64,
     tolerance: u64,
     origin: Instant,
+    /// Keys of Distinct values are hashed with a seed of this table's own, so that a client
+    /// cannot choose values that land in one bucket of another client's.
+    seed: foldhash::fast::RandomState,
     per_shard: usize,
     shards: [Mutex<HashMap<u64, u64, foldhash::fast::FixedState>>; SHARDS],
 }
@@ -68,6 +73,7 @@ impl Buckets {
             interval,
             tolerance: period.saturating_sub(interval),
             origin: Instant::now(),
+            seed: foldhash::fast::RandomState::default(),
             per_shard: capacity.div_ceil(SHARDS).max(1),
             shards: std::array::from_fn(|_| Mutex::new(HashMap::default())),
         }
@@ -89,6 +95,11 @@ impl Buckets {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// A key for values (a request's Distinct header values, its client address).
+    pub fn hasher(&self) -> KeyHasher {
+        KeyHasher(self.seed.build_hasher())
     }
 
     /// One request for bucket `key` at `now`.
@@ -114,6 +125,28 @@ impl Buckets {
             remaining: (self.tolerance + self.interval - ahead) / self.interval,
             reset: Duration::from_nanos(ahead),
         }
+    }
+}
+
+/// The key of a bucket, from the values that choose it ([`Buckets::hasher`]).
+pub struct KeyHasher(foldhash::fast::FoldHasher<'static>);
+
+impl KeyHasher {
+    pub fn add_bytes(&mut self, b: &[u8]) {
+        // Length first: ("ab", "c") and ("a", "bc") are different keys.
+        self.0.write_usize(b.len());
+        self.0.write(b);
+    }
+
+    pub fn add_addr(&mut self, ip: IpAddr) {
+        match ip {
+            IpAddr::V4(a) => self.add_bytes(&a.octets()),
+            IpAddr::V6(a) => self.add_bytes(&a.octets()),
+        }
+    }
+
+    pub fn finish(&self) -> u64 {
+        self.0.finish()
     }
 }
 

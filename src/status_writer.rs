@@ -172,6 +172,7 @@ pub enum PatchKind {
     ListenerSet,
     BackendTlsPolicy,
     SecurityPolicy,
+    BackendTrafficPolicy,
 }
 
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
@@ -212,6 +213,7 @@ enum JobKey {
     ListenerSet(ObjectRef),
     BackendTlsPolicy(ObjectRef),
     SecurityPolicy(ObjectRef),
+    BackendTrafficPolicy(ObjectRef),
 }
 
 /// What is queued and what was applied, shared by the planner and the workers. A std mutex,
@@ -301,6 +303,7 @@ impl EncodeLabelValue for PatchKind {
             Self::ListenerSet => "ListenerSet",
             Self::BackendTlsPolicy => "BackendTLSPolicy",
             Self::SecurityPolicy => "SecurityPolicy",
+            Self::BackendTrafficPolicy => "BackendTrafficPolicy",
         })
     }
 }
@@ -404,6 +407,7 @@ impl JobKey {
             Self::ListenerSet(_) => PatchKind::ListenerSet,
             Self::BackendTlsPolicy(_) => PatchKind::BackendTlsPolicy,
             Self::SecurityPolicy(_) => PatchKind::SecurityPolicy,
+            Self::BackendTrafficPolicy(_) => PatchKind::BackendTrafficPolicy,
         }
     }
 
@@ -417,7 +421,8 @@ impl JobKey {
             | Self::TlsRoute(r)
             | Self::ListenerSet(r)
             | Self::BackendTlsPolicy(r)
-            | Self::SecurityPolicy(r) => (Some(&r.namespace), &r.name),
+            | Self::SecurityPolicy(r)
+            | Self::BackendTrafficPolicy(r) => (Some(&r.namespace), &r.name),
         }
     }
 
@@ -429,6 +434,13 @@ impl JobKey {
             kind: kind.to_string(),
             plural: plural.to_string(),
         };
+        let pier = |kind: &str, plural: &str| ApiResource {
+            group: PIER_GROUP.to_string(),
+            version: "v1alpha1".to_string(),
+            api_version: PIER_POLICY_API_VERSION.to_string(),
+            kind: kind.to_string(),
+            plural: plural.to_string(),
+        };
         match self.kind() {
             PatchKind::GatewayClass => gateway_api("GatewayClass", "gatewayclasses"),
             PatchKind::Gateway => gateway_api("Gateway", "gateways"),
@@ -437,13 +449,10 @@ impl JobKey {
             PatchKind::TlsRoute => gateway_api("TLSRoute", "tlsroutes"),
             PatchKind::ListenerSet => gateway_api("ListenerSet", "listenersets"),
             PatchKind::BackendTlsPolicy => gateway_api("BackendTLSPolicy", "backendtlspolicies"),
-            PatchKind::SecurityPolicy => ApiResource {
-                group: PIER_GROUP.to_string(),
-                version: "v1alpha1".to_string(),
-                api_version: PIER_POLICY_API_VERSION.to_string(),
-                kind: "SecurityPolicy".to_string(),
-                plural: "securitypolicies".to_string(),
-            },
+            PatchKind::SecurityPolicy => pier("SecurityPolicy", "securitypolicies"),
+            PatchKind::BackendTrafficPolicy => {
+                pier("BackendTrafficPolicy", "backendtrafficpolicies")
+            }
         }
     }
 }
@@ -494,6 +503,7 @@ impl Planner {
                 JobKey::ListenerSet(r) => desired.listener_sets.contains_key(r),
                 JobKey::BackendTlsPolicy(r) => desired.backend_tls_policies.contains_key(r),
                 JobKey::SecurityPolicy(r) => desired.security_policies.contains_key(r),
+                JobKey::BackendTrafficPolicy(r) => desired.backend_traffic_policies.contains_key(r),
             });
         }
         let ctx = render::Ctx {
@@ -572,6 +582,19 @@ impl Planner {
             };
             let Ok(o) = &guard.0 else { continue };
             let key = JobKey::SecurityPolicy(r.clone());
+            if let Some(job) = memo.consider(key, &o.metadata, tracker, || {
+                render::policy(&r.namespace, want, &to_json(&o.status), ctx)
+            }) {
+                jobs.push(job);
+            }
+        }
+        for (r, want) in &desired.backend_traffic_policies {
+            let store = &stores.backend_traffic_policies;
+            let Some(guard) = object(store, Some(&r.namespace), &r.name) else {
+                continue;
+            };
+            let Ok(o) = &guard.0 else { continue };
+            let key = JobKey::BackendTrafficPolicy(r.clone());
             if let Some(job) = memo.consider(key, &o.metadata, tracker, || {
                 render::policy(&r.namespace, want, &to_json(&o.status), ctx)
             }) {
@@ -849,6 +872,7 @@ impl Worker {
                 | PatchKind::TlsRoute
                 | PatchKind::BackendTlsPolicy
                 | PatchKind::SecurityPolicy
+                | PatchKind::BackendTrafficPolicy
         ) && let Some(rv) = &job.resource_version
         {
             metadata["resourceVersion"] = json!(rv);

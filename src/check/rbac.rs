@@ -144,7 +144,7 @@ pub const RULES: &[Rule] = &[
     // unready rather than serving routes without their access rules).
     Rule {
         group: PIER_GROUP,
-        resources: &["securitypolicies"],
+        resources: &["securitypolicies", "backendtrafficpolicies"],
         verbs: READ,
         names: &[],
         scope: Scope::Cluster,
@@ -152,7 +152,7 @@ pub const RULES: &[Rule] = &[
     },
     Rule {
         group: PIER_GROUP,
-        resources: &["securitypolicies/status"],
+        resources: &["securitypolicies/status", "backendtrafficpolicies/status"],
         verbs: &["update", "patch"],
         names: &[],
         scope: Scope::Cluster,

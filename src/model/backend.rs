@@ -362,6 +362,12 @@ pub struct Carried {
     /// identity check and ALPN ([`UpstreamTls::trust_key`]), so resuming under the reused config
     /// trusts nothing the new configuration would not.
     pub tls_configs: std::collections::HashMap<u64, Arc<rustls::ClientConfig>>,
+    /// Rate-limit bucket tables by their limit rule's key (`model::traffic`): a policy whose
+    /// limit and selectors are unchanged keeps counting where it was.
+    pub limits: std::collections::HashMap<String, Arc<crate::ratelimit::Buckets>>,
+    /// Each BackendTrafficPolicy in force, by `namespace/name`: what stays in force when a new
+    /// version of it is invalid.
+    pub traffic: std::collections::HashMap<String, Arc<super::traffic::TrafficPolicy>>,
 }
 
 /// Load state of every endpoint address and every backend (Service port) of a snapshot, handed

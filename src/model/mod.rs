@@ -22,6 +22,7 @@ pub mod route;
 pub mod session;
 pub mod snapshot;
 pub mod tls;
+pub mod traffic;
 
 use std::fmt;
 

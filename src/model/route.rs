@@ -52,6 +52,10 @@ pub struct Rule {
     /// of one branch.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub access: Option<Arc<AccessPolicy>>,
+    /// How much traffic may come in (a BackendTrafficPolicy's rate limits, `proxy::phase`
+    /// checks them after access); `None`: no limit, at the cost of one branch.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub traffic: Option<Arc<super::traffic::RuleTraffic>>,
 }
 
 /// What a weighted backendRef resolved to.
@@ -92,19 +96,30 @@ impl Rule {
         self.retry.as_ref().filter(|p| p.attempts > 0)
     }
 
-    /// This rule under an access policy (a SecurityPolicy attached to it, its route, its
-    /// listener or its Gateway).
-    pub fn with_access(&self, policy: Arc<AccessPolicy>) -> Self {
+    /// This rule under the policies attached to it, its route, its listener or its Gateway:
+    /// an access policy (SecurityPolicy) and traffic limits (BackendTrafficPolicy).
+    pub fn with_policies(
+        &self,
+        access: Option<Arc<AccessPolicy>>,
+        traffic: Option<Arc<super::traffic::RuleTraffic>>,
+    ) -> Self {
         Self {
-            access: Some(policy),
+            access,
+            traffic,
             ..self.clone()
         }
     }
 
     /// Whether deciding the request reads its headers whatever the rule matches on: a CORS
-    /// filter (Origin, Access-Control-Request-*) or an access policy that reads headers.
+    /// filter (Origin, Access-Control-Request-*), an access policy or a rate limit that reads
+    /// headers.
     pub fn needs_headers(&self) -> bool {
-        self.has_cors() || self.access.as_ref().is_some_and(|a| a.needs_headers())
+        self.has_cors()
+            || self.access.as_ref().is_some_and(|a| a.needs_headers())
+            || self
+                .traffic
+                .as_ref()
+                .is_some_and(|t| t.policy.needs_headers)
     }
 
     /// The external authorizers a request on this rule must pass, in order: its

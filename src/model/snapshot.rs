@@ -128,10 +128,24 @@ fn ser_header_name<S: serde::Serializer>(
 // === impl Snapshot ===
 
 impl Snapshot {
-    /// What the next translation takes over: endpoint load state and upstream TLS configs.
+    /// What the next translation takes over: endpoint load state, upstream TLS configs, rate
+    /// limit buckets and the traffic policies in force.
     pub fn carried(&self) -> super::backend::Carried {
         use super::backend::BackendTls;
         let mut carried = super::backend::Carried::default();
+        let rules = self.ports.iter().flat_map(|p| &p.listeners);
+        let traffic = rules.flat_map(|l| l.routes.entries());
+        for t in traffic.filter_map(|e| e.rule.traffic.as_ref()) {
+            let policy = &t.policy;
+            for (key, buckets) in &t.local {
+                (carried.limits)
+                    .entry(key.to_string())
+                    .or_insert_with(|| buckets.clone());
+            }
+            (carried.traffic)
+                .entry(policy.source.clone())
+                .or_insert_with(|| policy.clone());
+        }
         self.for_each_backend(|b| {
             carried.endpoints.insert_backend(b);
             b.endpoints.iter().for_each(|e| carried.endpoints.insert(e));

@@ -102,6 +102,10 @@ pub enum ProxyError {
     /// token endpoint unreachable): 503, nothing was let through.
     #[error("the identity provider is unavailable")]
     AuthUnavailable,
+    /// Over a BackendTrafficPolicy's local rate limit: 429 with `retry-after` and the
+    /// `x-ratelimit-*` headers.
+    #[error("over the rate limit of {}", .0.policy.source)]
+    RateLimited(Box<crate::model::traffic::Limited>),
 }
 
 /// What a 401 asks the client for (`WWW-Authenticate`, RFC 9110 §11.6.1).
@@ -259,6 +263,7 @@ pub enum ErrorKind {
     AuthBusy,
     ExtAuthFailed,
     AuthUnavailable,
+    RateLimited,
 }
 
 /// Whose fault an error is.
@@ -308,6 +313,7 @@ impl ProxyError {
             Self::AuthBusy => ErrorKind::AuthBusy,
             Self::ExtAuthFailed(_) => ErrorKind::ExtAuthFailed,
             Self::AuthUnavailable => ErrorKind::AuthUnavailable,
+            Self::RateLimited(_) => ErrorKind::RateLimited,
         }
     }
 
@@ -332,7 +338,8 @@ impl ProxyError {
             | ErrorKind::RequestBodyTooLarge
             | ErrorKind::UriTooLong
             | ErrorKind::Forbidden
-            | ErrorKind::Unauthenticated => ErrorSide::Downstream,
+            | ErrorKind::Unauthenticated
+            | ErrorKind::RateLimited => ErrorSide::Downstream,
             // A missing trust bundle or client certificate is pier's configuration.
             ErrorKind::NoBackends
             | ErrorKind::InvalidBackend
@@ -367,6 +374,7 @@ impl ProxyError {
             // An authorizer without a verdict: what Envoy answers (`status_on_error`).
             ErrorKind::Forbidden | ErrorKind::ExtAuthFailed => StatusCode::FORBIDDEN,
             ErrorKind::Unauthenticated => StatusCode::UNAUTHORIZED,
+            ErrorKind::RateLimited => StatusCode::TOO_MANY_REQUESTS,
             // Gateway API: a rule whose backends are all invalid, or a pick that lands on an
             // invalid one, answers 500.
             // An invalid security policy fails closed, as Envoy Gateway answers it.
@@ -407,6 +415,9 @@ impl ProxyError {
             resp.headers_mut()
                 .insert(header::WWW_AUTHENTICATE, c.header());
         }
+        if let Self::RateLimited(l) = self {
+            rate_limit_headers(l, resp.headers_mut());
+        }
         resp
     }
 }
@@ -436,7 +447,9 @@ impl ProxyError {
             | ErrorKind::UnsupportedTransferCoding
             | ErrorKind::InvalidTarget
             | ErrorKind::PolicyInvalid => GrpcCode::Internal,
-            ErrorKind::RequestBodyTooLarge | ErrorKind::UriTooLong => GrpcCode::ResourceExhausted,
+            ErrorKind::RequestBodyTooLarge | ErrorKind::UriTooLong | ErrorKind::RateLimited => {
+                GrpcCode::ResourceExhausted
+            }
             ErrorKind::Forbidden | ErrorKind::ExtAuthFailed => GrpcCode::PermissionDenied,
             ErrorKind::Unauthenticated => GrpcCode::Unauthenticated,
             ErrorKind::RequestBodyTimeout
@@ -470,6 +483,9 @@ impl ProxyError {
         // The HTTP reason phrase: ASCII, nothing percent-encoding would change.
         let text = self.status().canonical_reason().unwrap_or("error");
         h.insert("grpc-message", HeaderValue::from_static(text));
+        if let Self::RateLimited(l) = self {
+            rate_limit_headers(l, resp.headers_mut());
+        }
         resp
     }
 
@@ -481,6 +497,28 @@ impl ProxyError {
             self.to_response()
         }
     }
+}
+
+/// `retry-after` (RFC 9110 §10.2.3, whole seconds, rounded up) and the rate-limit headers of
+/// draft-ietf-httpapi-ratelimit-headers-03 as Envoy sends them: `x-ratelimit-limit: 10,
+/// 10;w=60`, `x-ratelimit-remaining: 0`, `x-ratelimit-reset` (seconds until the bucket is
+/// full again).
+fn rate_limit_headers(l: &crate::model::traffic::Limited, h: &mut http::HeaderMap) {
+    fn secs(d: std::time::Duration) -> u64 {
+        d.as_secs() + u64::from(d.subsec_nanos() > 0)
+    }
+    let limit = format!(
+        "{}, {};w={}",
+        l.limit.requests,
+        l.limit.requests,
+        l.limit.period.as_secs()
+    );
+    if let Ok(v) = HeaderValue::from_str(&limit) {
+        h.insert("x-ratelimit-limit", v);
+    }
+    h.insert("x-ratelimit-remaining", HeaderValue::from_static("0"));
+    h.insert("x-ratelimit-reset", HeaderValue::from(secs(l.reset)));
+    h.insert(header::RETRY_AFTER, HeaderValue::from(secs(l.retry_after)));
 }
 
 /// Whether a request is a gRPC call (`application/grpc`, `application/grpc+proto`,

@@ -9,7 +9,8 @@
 //! route          the route table's rule, recorded in the request's `Seen`
 //! decide         CORS preflight ─> access (authentication; authorization rules unless an
 //!                external authorizer comes first; the decision and principal recorded in
-//!                `Seen`) ─> redirect, or the backendRef to forward to
+//!                `Seen`) ─> rate limits (BackendTrafficPolicy, 429) ─> redirect, or the
+//!                backendRef to forward to
 //! ext_auth       (hyper's path, rules with an authorizer) the authorizers, then the
 //!                authorization rules
 //! request_head   request header filters, URL rewrite, hop hygiene, forwarding headers
@@ -19,7 +20,8 @@
 //! ```
 //!
 //! What a rule needs is decided at translation: a rule without an access policy has
-//! `Rule::access == None`, and `access` costs it one branch. The fast path writes the request
+//! `Rule::access == None`, and `access` costs it one branch; one without a rate limit has
+//! `Rule::traffic == None`, one branch more. The fast path writes the request
 //! head itself when `request_head` has nothing to do ([`rewrites_request`]) and the response
 //! head when `response_head` has nothing to do ([`rewrites_response`]); otherwise it calls
 //! them on a header map like the hyper path.
@@ -31,6 +33,7 @@ use http::{HeaderMap, HeaderName, StatusCode};
 
 use crate::model::filter::CorsResponse;
 use crate::model::policy::{AccessRequest, BasicVerdict};
+use crate::model::traffic::{LimitRequest, RuleTraffic};
 use crate::model::{Listener, Port, Rule, Snapshot, WeightedBackend};
 use crate::proxy::conn_info::ConnInfo;
 use crate::proxy::error::ProxyError;
@@ -135,7 +138,9 @@ pub fn route<'s>(
 
 /// Decide: what the rule comes to. A CORS preflight is answered first (browsers send it
 /// without credentials); then the rule's access policies ([`access`]) must let the request
-/// in; then a redirect is answered, or the request goes to a backendRef.
+/// in; then its rate limits ([`limits`]) must have room for it (so a refused client is not
+/// counted, as Envoy Gateway orders its filters); then a redirect is answered, or the
+/// request goes to a backendRef.
 ///
 /// `input.headers` must hold the request's headers when [`Rule::needs_headers`].
 #[inline(always)]
@@ -165,8 +170,28 @@ pub fn decide<'s>(
                 }
             }
         }
+        if let Some(traffic) = &rule.traffic {
+            limits(traffic, input, edge)?;
+        }
     }
     decided
+}
+
+/// Rate limits: one request from the bucket of each of the rule's limits whose selectors
+/// match; over any: 429 ([`ProxyError::RateLimited`]).
+#[inline(never)]
+pub fn limits(
+    traffic: &RuleTraffic,
+    input: &RouteInput<'_>,
+    edge: &Edge,
+) -> Result<(), ProxyError> {
+    let req = LimitRequest {
+        client: edge.client,
+        method: input.method,
+        path: input.path,
+        headers: input.headers,
+    };
+    (traffic.take(&req, std::time::Instant::now())).map_err(ProxyError::RateLimited)
 }
 
 /// Password verifications (bcrypt, SHA-crypt) running at once, at most: one per hashing
@@ -279,6 +304,9 @@ pub fn rewrites_response(
 /// Failed: pier answers the request itself with `error`; counted, and recorded for the log.
 pub fn failed(shared: &Shared, seen: &mut Seen<'_>, error: &ProxyError, port: u16) {
     shared.metrics.error(error.kind(), error.side());
+    if let ProxyError::RateLimited(l) = error {
+        shared.metrics.rate_limited(&l.policy.source);
+    }
     seen.failure = Some(Failure::of(error));
     tracing::debug!(%error, port, "request failed");
 }

@@ -119,6 +119,7 @@ pub use self::pod::PodObject;
 pub use self::reference_grant::ReferenceGrantV1Beta1;
 use self::watch::{ApiServerLog, Changes, Ctx, Refused};
 pub use self::watch::{Reconnect, Watched};
+use crate::translate::api::BackendTrafficPolicy;
 use crate::translate::api::{
     BackendTlsPolicy, ClusterTrustBundle, ConfigMap, EndpointSlice, GatewayClass, GrpcRoute,
     HttpRoute, ListenerSet, Namespace, ReferenceGrant, Secret, SecurityPolicy, Service, TlsRoute,
@@ -175,6 +176,8 @@ pub enum WatchKind {
     Pod,
     /// pier's own `SecurityPolicy` (`pier.dev/v1alpha1`).
     SecurityPolicy,
+    /// pier's own `BackendTrafficPolicy` (`pier.dev/v1alpha1`).
+    BackendTrafficPolicy,
 }
 
 /// The reflector stores, one per kind. Cheap to clone (shared handles).
@@ -198,6 +201,7 @@ pub struct Stores {
     pub backend_tls_policies: Store<DeserializeGuard<BackendTlsPolicy>>,
     pub cluster_trust_bundles: Store<DeserializeGuard<ClusterTrustBundle>>,
     pub security_policies: Store<DeserializeGuard<SecurityPolicy>>,
+    pub backend_traffic_policies: Store<DeserializeGuard<BackendTrafficPolicy>>,
     /// Slim: namespace, name, ServiceAccount ([`PodObject`]).
     pub pods: Store<DeserializeGuard<PodObject>>,
     /// The kinds the API server refuses to pier now.
@@ -321,7 +325,7 @@ impl Default for WatchScope {
 // === impl WatchKind ===
 
 impl WatchKind {
-    pub const ALL: [Self; 16] = [
+    pub const ALL: [Self; 17] = [
         Self::GatewayClass,
         Self::Gateway,
         Self::HttpRoute,
@@ -338,6 +342,7 @@ impl WatchKind {
         Self::ClusterTrustBundle,
         Self::Pod,
         Self::SecurityPolicy,
+        Self::BackendTrafficPolicy,
     ];
 
     /// The API group and resource (plural) the kind is watched as: what its CRD is named after
@@ -362,6 +367,7 @@ impl WatchKind {
             Self::EndpointSlice => ("discovery.k8s.io", "endpointslices"),
             Self::ClusterTrustBundle => (CERTIFICATES_GROUP, "clustertrustbundles"),
             Self::SecurityPolicy => (PIER_GROUP, "securitypolicies"),
+            Self::BackendTrafficPolicy => (PIER_GROUP, "backendtrafficpolicies"),
         }
     }
 
@@ -381,7 +387,7 @@ impl WatchKind {
 
     /// A kind whose absence from the API server (404) is no reason to stay unready: its
     /// objects are an addition (the CRDs of BackendTLSPolicy, GRPCRoute, TLSRoute and
-    /// ListenerSet are often not installed, nor is pier's own SecurityPolicy CRD;
+    /// ListenerSet are often not installed, nor are pier's own policy CRDs;
     /// ClusterTrustBundle's beta API is off by default). Without the CRD there can be no
     /// object of the kind, so empty is the truth, not a guess.
     pub fn is_optional(self) -> bool {
@@ -393,6 +399,7 @@ impl WatchKind {
                 | Self::ListenerSet
                 | Self::ClusterTrustBundle
                 | Self::SecurityPolicy
+                | Self::BackendTrafficPolicy
         )
     }
 }
@@ -559,6 +566,12 @@ impl KubeSource {
                 Spec,
                 watcher(Api::all(c()), all()),
             ),
+            backend_traffic_policies: tasks.watch(
+                &ctx,
+                W::BackendTrafficPolicy,
+                Spec,
+                watcher(Api::all(c()), all()),
+            ),
             pods: pods.as_reader(),
             refused: ctx.refused.clone(),
         };
@@ -623,6 +636,7 @@ impl Default for Stores {
             backend_tls_policies: empty(),
             cluster_trust_bundles: empty(),
             security_policies: empty(),
+            backend_traffic_policies: empty(),
             pods: empty(),
             refused: Arc::default(),
         }
@@ -665,6 +679,7 @@ impl Stores {
             pods: namespaced(&self.pods, PodObject::identity),
             pods_refused: self.refused.contains(WatchKind::Pod),
             security_policies: namespaced(&self.security_policies, Clone::clone),
+            backend_traffic_policies: namespaced(&self.backend_traffic_policies, Clone::clone),
             // The API server pruned them (kubectl's strict field validation names them).
             unknown_fields: BTreeMap::new(),
         }

@@ -7,8 +7,10 @@
 //! drop as an unknown field.
 
 mod security_policy;
+mod traffic_policy;
 
 pub use security_policy::*;
+pub use traffic_policy::*;
 
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};

@@ -1024,6 +1024,7 @@ fn compile_rule(
         session: if valid { session } else { None },
         // Policies (SecurityPolicy) attach here once translation reads them (issue 38).
         access: None,
+        traffic: None,
     };
     (
         CompiledRule {

@@ -255,6 +255,7 @@ enum Kind {
     ClusterTrustBundle,
     BackendTlsPolicy,
     SecurityPolicy,
+    BackendTrafficPolicy,
     Pod,
 }
 
@@ -511,6 +512,12 @@ fn parse_document(doc: &Doc<'_>, resources: &mut Resources) -> Result<Parsed, Ma
             resources.security_policies.insert(key.clone(), o);
             key
         }
+        Kind::BackendTrafficPolicy => {
+            let mut o: super::api::BackendTrafficPolicy = doc.parse(k, ig)?;
+            let key = doc.key(k, &mut o.metadata)?;
+            resources.backend_traffic_policies.insert(key.clone(), o);
+            key
+        }
         Kind::Pod => {
             // Only the ServiceAccount is read of a Pod: the rest is skipped by design, not
             // unknown.
@@ -697,6 +704,7 @@ const KIND_NAMES: &[&str] = &[
     "EndpointSlice",
     "ClusterTrustBundle",
     "SecurityPolicy",
+    "BackendTrafficPolicy",
 ];
 
 // === impl Kind ===
@@ -720,6 +728,7 @@ impl Kind {
             (CERTIFICATES_GROUP, "ClusterTrustBundle") => Self::ClusterTrustBundle,
             (GATEWAY_GROUP, "BackendTLSPolicy") => Self::BackendTlsPolicy,
             (PIER_GROUP, "SecurityPolicy") => Self::SecurityPolicy,
+            (PIER_GROUP, "BackendTrafficPolicy") => Self::BackendTrafficPolicy,
             _ => return None,
         })
     }
@@ -756,6 +765,7 @@ impl Kind {
             Self::EndpointSlice => SchemaOf::EndpointSlice,
             Self::ClusterTrustBundle => SchemaOf::ClusterTrustBundle,
             Self::SecurityPolicy => SchemaOf::SecurityPolicy,
+            Self::BackendTrafficPolicy => SchemaOf::BackendTrafficPolicy,
             Self::Pod => return None,
         })
     }
@@ -786,7 +796,7 @@ impl Kind {
             Self::ClusterTrustBundle => &["v1beta1", "v1alpha1"],
             // v1alpha3 has the same shape as v1 for what pier reads.
             Self::BackendTlsPolicy => &["v1", "v1alpha3"],
-            Self::SecurityPolicy => &["v1alpha1"],
+            Self::SecurityPolicy | Self::BackendTrafficPolicy => &["v1alpha1"],
         }
     }
 }

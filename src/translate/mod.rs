@@ -44,6 +44,7 @@ pub mod status;
 #[cfg(test)]
 pub(crate) mod test_support;
 mod tls_route;
+mod traffic_policy;
 
 use std::collections::BTreeMap;
 
@@ -254,6 +255,8 @@ pub fn translate_with(
     };
 
     let mut policies = security_policy::policies(resources, &mut backends, &settings.remote_jwks);
+    let mut traffic = traffic_policy::policies(resources, carried);
+    let mut limit_tables = traffic_policy::Tables::new(carried);
     let mut tables: BTreeMap<(usize, usize), RouteTableBuilder> = BTreeMap::new();
     for (order, key, kind, outcome) in outcomes {
         for group in &outcome.groups {
@@ -261,15 +264,22 @@ pub fn translate_with(
                 gateways[a.gateway].listeners[a.listener].attached_routes += 1;
                 let table = tables.entry((a.gateway, a.listener)).or_default();
                 for r in &group.rules {
-                    // The rule with its effective SecurityPolicy on this listener, if any.
+                    // The rule with its effective SecurityPolicy and BackendTrafficPolicy on
+                    // this listener, if any.
                     let at = attach::RuleAt {
                         kind: kind.name(),
                         route: &key,
                         rule_name: r.rule.name.as_deref(),
                     };
-                    let rule = match policies.effective(&gateways[a.gateway], a.listener, &at) {
-                        Some(policy) => std::sync::Arc::new(r.rule.with_access(policy)),
-                        None => r.rule.clone(),
+                    let gw = &gateways[a.gateway];
+                    let access = policies.effective(gw, a.listener, &at);
+                    let limits = traffic.effective(gw, a.listener, &at);
+                    let limits = limits.and_then(|p| limit_tables.rule(&p, &key));
+                    let rule = if access.is_none() && limits.is_none() {
+                        r.rule.clone()
+                    } else {
+                        let limits = limits.map(std::sync::Arc::new);
+                        std::sync::Arc::new(r.rule.with_policies(access, limits))
                     };
                     for (j, m) in r.matches.iter().enumerate() {
                         table.add(&a.hostnames, m.clone(), &rule, (order, r.rule.index, j));
@@ -290,6 +300,12 @@ pub fn translate_with(
         grpc: &status.grpc_routes,
     };
     status.security_policies = policies.statuses(
+        resources,
+        &gateways,
+        &route_statuses,
+        &settings.controller_name,
+    );
+    status.backend_traffic_policies = traffic.statuses(
         resources,
         &gateways,
         &route_statuses,

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use super::api::BackendTrafficPolicy;
 use super::api::{
     BackendTlsPolicy, ClusterTrustBundle, ConfigMap, EndpointSlice, Gateway, GatewayClass,
     GrpcRoute, HttpRoute, ListenerSet, Namespace, PodIdentity, ReferenceGrant, Secret,
@@ -39,6 +40,8 @@ pub struct Resources {
     pub backend_tls_policies: BTreeMap<ObjectKey, BackendTlsPolicy>,
     /// pier's own `SecurityPolicy` (`pier.dev/v1alpha1`).
     pub security_policies: BTreeMap<ObjectKey, SecurityPolicy>,
+    /// pier's own `BackendTrafficPolicy` (`pier.dev/v1alpha1`).
+    pub backend_traffic_policies: BTreeMap<ObjectKey, BackendTrafficPolicy>,
     /// Fields objects have that their kinds do not, by `(kind, (namespace, name))` (an empty
     /// namespace for cluster-scoped kinds). Only manifests have them: the API server prunes
     /// unknown fields before pier sees an object.

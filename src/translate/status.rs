@@ -265,6 +265,8 @@ pub struct Statuses {
     /// SecurityPolicies (`pier.dev/v1alpha1`) with a target under an in-scope Gateway: one
     /// ancestor entry per Gateway (the same shape as BackendTLSPolicy's).
     pub security_policies: BTreeMap<ObjectRef, BackendTlsPolicyStatus>,
+    /// BackendTrafficPolicies (`pier.dev/v1alpha1`), the same way.
+    pub backend_traffic_policies: BTreeMap<ObjectRef, BackendTlsPolicyStatus>,
 }
 
 #[derive(Debug, Default, PartialEq)]
@@ -380,6 +382,7 @@ pub enum StatusKind {
     #[serde(rename = "BackendTLSPolicy")]
     BackendTlsPolicy,
     SecurityPolicy,
+    BackendTrafficPolicy,
 }
 
 #[derive(Debug, Serialize)]
@@ -622,8 +625,13 @@ impl Statuses {
                         ));
                     }
                 }
-                "BackendTLSPolicy" => {
-                    if let Some(s) = self.backend_tls_policies.get_mut(&key) {
+                "BackendTLSPolicy" | "SecurityPolicy" | "BackendTrafficPolicy" => {
+                    let policies = match kind.as_str() {
+                        "BackendTLSPolicy" => &mut self.backend_tls_policies,
+                        "SecurityPolicy" => &mut self.security_policies,
+                        _ => &mut self.backend_traffic_policies,
+                    };
+                    if let Some(s) = policies.get_mut(&key) {
                         let g = s.generation;
                         for a in &mut s.ancestors {
                             a.conditions.push(Condition::new(
@@ -642,7 +650,8 @@ impl Statuses {
     }
 
     /// Every status as an API object: GatewayClasses, then Gateways, then ListenerSets, then HTTPRoutes, then
-    /// GRPCRoutes, then TLSRoutes, then BackendTLSPolicies, then SecurityPolicies, each sorted
+    /// GRPCRoutes, then TLSRoutes, then BackendTLSPolicies, then SecurityPolicies, then
+    /// BackendTrafficPolicies, each sorted
     /// by (namespace, name).
     pub fn objects(&self) -> Vec<StatusObject<'_>> {
         let classes = self.gateway_classes.iter().map(|(name, s)| StatusObject {
@@ -710,12 +719,24 @@ impl Statuses {
                 ancestors: &s.ancestors,
             },
         });
+        let traffic = self
+            .backend_traffic_policies
+            .iter()
+            .map(|(key, s)| StatusObject {
+                api_version: PIER_POLICY_API_VERSION,
+                kind: StatusKind::BackendTrafficPolicy,
+                metadata: StatusMeta::namespaced(key, s.generation),
+                status: ObjectStatus::BackendTlsPolicy {
+                    ancestors: &s.ancestors,
+                },
+            });
         classes
             .chain(gateways)
             .chain(sets)
             .chain(routes)
             .chain(policies)
             .chain(security)
+            .chain(traffic)
             .collect()
     }
 }

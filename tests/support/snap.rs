@@ -149,6 +149,7 @@ impl RuleBuilder {
             retry: self.retry,
             session: self.session,
             access: self.access,
+            traffic: None,
         })
     }
 }

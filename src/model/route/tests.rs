@@ -17,6 +17,7 @@ fn rule(route: &str, index: usize) -> Arc<Rule> {
         retry: None,
         session: None,
         access: None,
+        traffic: None,
     })
 }
 

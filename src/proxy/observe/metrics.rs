@@ -53,6 +53,7 @@ pub struct ProxyMetrics {
     proxy_protocol: Family<ProxyProtocolLabels, Counter>,
     spans: Family<SpanLabels, Counter>,
     security_decisions: Family<SecurityLabels, Counter>,
+    rate_limited: Family<PolicyLabels, Counter>,
     /// Tells the [`HandleCache`] whose handles it holds.
     id: u64,
 }
@@ -180,6 +181,12 @@ pub struct RequestLabels {
     pub backend: String,
     pub status: StatusClass,
     pub tls: Transport,
+}
+
+/// A policy's `namespace/name`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct PolicyLabels {
+    pub policy: String,
 }
 
 /// The `result` label of `pier_proxy_security_decisions_total`.
@@ -486,6 +493,12 @@ impl ProxyMetrics {
              verdict from an external authorizer, 403; failedOpen: no verdict, let in)",
             m.security_decisions.clone(),
         );
+        reg.register(
+            "rate_limited",
+            "Requests refused with 429 (gRPC: RESOURCE_EXHAUSTED) by a BackendTrafficPolicy's \
+             local rate limit, by policy",
+            m.rate_limited.clone(),
+        );
         m
     }
 
@@ -564,6 +577,14 @@ impl ProxyMetrics {
                 })
                 .inc();
         });
+    }
+
+    /// A request over a local rate limit of `policy` (`namespace/name`).
+    pub fn rate_limited(&self, policy: &str) {
+        let labels = PolicyLabels {
+            policy: policy.to_string(),
+        };
+        self.rate_limited.get_or_create(&labels).inc();
     }
 
     pub fn error(&self, kind: ErrorKind, side: ErrorSide) {
@@ -732,6 +753,7 @@ impl Default for ProxyMetrics {
             proxy_protocol: Family::default(),
             spans: Family::default(),
             security_decisions: Family::default(),
+            rate_limited: Family::default(),
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         }
     }

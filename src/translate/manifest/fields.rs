@@ -29,6 +29,7 @@ pub(super) enum SchemaOf {
     EndpointSlice,
     ClusterTrustBundle,
     SecurityPolicy,
+    BackendTrafficPolicy,
 }
 
 /// The path serde_ignored reports, as [`Step`]s (options and newtypes add no step).
@@ -139,6 +140,7 @@ fn schema(of: SchemaOf) -> &'static Value {
         SchemaOf::EndpointSlice => make::<super::EndpointSlice>(),
         SchemaOf::ClusterTrustBundle => make::<super::ClusterTrustBundle>(),
         SchemaOf::SecurityPolicy => make::<super::SecurityPolicy>(),
+        SchemaOf::BackendTrafficPolicy => make::<crate::translate::api::BackendTrafficPolicy>(),
     })
 }
 

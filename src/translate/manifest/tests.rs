@@ -523,8 +523,9 @@ fn an_unknown_kind_of_a_group_pier_reads_is_a_mistake_with_the_nearest_kind() {
         .mistake()
         .unwrap();
     assert!(
-        m.to_string()
-            .contains("not a kind of pier.dev that pier reads (SecurityPolicy)"),
+        m.to_string().contains(
+            "not a kind of pier.dev that pier reads (SecurityPolicy, BackendTrafficPolicy)"
+        ),
         "{m}"
     );
     assert_eq!(skipped("apps/v1", "Deployment").mistake(), None);

@@ -1,0 +1,278 @@
+//! BackendTrafficPolicy (`pier.dev/v1alpha1`, issue 39) as the data plane reads it: the local
+//! rate limits a rule's requests count against.
+//!
+//! ```text
+//! translation: TrafficPolicy (one per policy) ─> RuleTraffic (per Route: the policy and one
+//!              bucket table per limit rule; shared limits: one table for every target)
+//! request:     RuleTraffic::take ─> every limit rule whose selectors all match takes one
+//!              request from its bucket (its key: the Distinct values); over any limit: 429
+//! ```
+//!
+//! A rule without a policy has `Rule::traffic == None` and pays one branch. The buckets
+//! (`crate::ratelimit`) survive a reload while the policy's limit and selectors are the same
+//! ([`super::backend::Carried`]), so editing an unrelated object never hands a client a
+//! fresh burst.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use http::{HeaderMap, HeaderName, Method};
+use serde::Serialize;
+
+use super::matcher::{PathMatch, ValueMatch};
+use super::net::Cidr;
+use crate::ratelimit::{Buckets, Decision, Limit};
+
+/// Distinct keys (header values, client addresses) one limit rule keeps buckets for, at most
+/// (about 40 bytes each: 4 MB at most per rule). Past it, full buckets go first, then the one
+/// closest to full (`crate::ratelimit`).
+pub const DISTINCT_KEYS: usize = 100_000;
+
+/// One BackendTrafficPolicy, translated.
+#[derive(Debug, Serialize)]
+pub struct TrafficPolicy {
+    /// `namespace/name`, for metrics and logs.
+    pub source: String,
+    /// `rateLimit.local.rules`, in order.
+    pub local: Vec<LimitRule>,
+    /// Some selector reads a request header.
+    #[serde(skip)]
+    pub needs_headers: bool,
+}
+
+/// One `rateLimit.local.rules[]` entry.
+#[derive(Debug, Serialize)]
+pub struct LimitRule {
+    /// All must match (none: every request).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub selectors: Vec<Selector>,
+    #[serde(serialize_with = "ser_limit")]
+    pub limit: Limit,
+    /// One bucket table for every target of the policy, instead of one per Route.
+    pub shared: bool,
+    /// The rule's identity for carrying its buckets across reloads: its policy, position,
+    /// limit and selectors (a change to any of them starts new buckets).
+    #[serde(skip)]
+    pub key: String,
+}
+
+/// One `clientSelectors[]` entry: every part given must match.
+#[derive(Debug, Default, Serialize)]
+pub struct Selector {
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub headers: Vec<HeaderSelect>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<SourceSelect>,
+    /// The request's method is one of the non-inverted ones (if any) and none of the inverted.
+    #[serde(skip_serializing_if = "Vec::is_empty", serialize_with = "ser_methods")]
+    pub methods: Vec<(Method, bool)>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<PathSelect>,
+}
+
+#[derive(Debug, Serialize)]
+pub enum HeaderSelect {
+    /// The header has a value that matches (`invert`: it has none that does).
+    Match {
+        #[serde(serialize_with = "ser_name")]
+        name: HeaderName,
+        value: ValueMatch,
+        invert: bool,
+    },
+    /// The header is present; one bucket per value.
+    Distinct(#[serde(serialize_with = "ser_name")] HeaderName),
+}
+
+#[derive(Debug, Serialize)]
+pub struct SourceSelect {
+    pub cidr: Cidr,
+    /// One bucket per client address in `cidr`.
+    pub distinct: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub struct PathSelect {
+    pub path: PathMatch,
+    pub invert: bool,
+}
+
+/// A rule's policy and the bucket tables of its limit rules (same order), each with the key
+/// it is carried by.
+#[derive(Debug, Serialize)]
+pub struct RuleTraffic {
+    pub policy: Arc<TrafficPolicy>,
+    #[serde(skip)]
+    pub local: Box<[(Arc<str>, Arc<Buckets>)]>,
+}
+
+/// What a limit reads of a request.
+#[derive(Clone, Copy, Debug)]
+pub struct LimitRequest<'a> {
+    /// The client address pier derived (trusted proxies, PROXY protocol).
+    pub client: IpAddr,
+    pub method: &'a Method,
+    /// The normalised path.
+    pub path: &'a str,
+    pub headers: &'a HeaderMap,
+}
+
+/// A request over a limit: what the 429 says (IETF draft-ietf-httpapi-ratelimit-headers-03, as
+/// Envoy sends it).
+#[derive(Clone, Debug)]
+pub struct Limited {
+    /// The policy's `namespace/name`.
+    pub policy: Arc<TrafficPolicy>,
+    pub limit: Limit,
+    /// When a request would be admitted again.
+    pub retry_after: Duration,
+    /// When the bucket is full again.
+    pub reset: Duration,
+}
+
+// === impl RuleTraffic ===
+
+impl RuleTraffic {
+    /// One request at `now`: every limit rule whose selectors match takes it from its bucket;
+    /// the first one over its limit refuses it (later rules are not charged).
+    pub fn take(&self, req: &LimitRequest<'_>, now: Instant) -> Result<(), Box<Limited>> {
+        for (rule, (_, buckets)) in self.policy.local.iter().zip(self.local.iter()) {
+            let Some(key) = rule.key_of(req, buckets) else {
+                continue;
+            };
+            if let Decision::Refuse { retry_after, reset } = buckets.take(key, now) {
+                return Err(Box::new(Limited {
+                    policy: self.policy.clone(),
+                    limit: rule.limit,
+                    retry_after,
+                    reset,
+                }));
+            }
+        }
+        Ok(())
+    }
+}
+
+// === impl LimitRule ===
+
+impl LimitRule {
+    /// The bucket the request counts against, or `None` when the rule does not apply: a
+    /// selector does not match, or a `Distinct` header is missing.
+    fn key_of(&self, req: &LimitRequest<'_>, buckets: &Buckets) -> Option<u64> {
+        let mut distinct = buckets.hasher();
+        for s in &self.selectors {
+            if !s.matches(req, &mut distinct)? {
+                return None;
+            }
+        }
+        Some(distinct.finish())
+    }
+}
+
+impl Selector {
+    /// Whether the selector matches; `None` when a `Distinct` header is missing. Distinct
+    /// values go into `key`.
+    fn matches(
+        &self,
+        req: &LimitRequest<'_>,
+        key: &mut crate::ratelimit::KeyHasher,
+    ) -> Option<bool> {
+        if !self.methods.is_empty() {
+            let listed = self.methods.iter().filter(|(_, invert)| !invert);
+            let any_listed = self.methods.iter().any(|(_, invert)| !invert);
+            let in_listed = listed.clone().any(|(m, _)| m == req.method);
+            let excluded = (self.methods.iter()).any(|(m, invert)| *invert && m == req.method);
+            if (any_listed && !in_listed) || excluded {
+                return Some(false);
+            }
+        }
+        if let Some(p) = &self.path
+            && p.path.matches(req.path) == p.invert
+        {
+            return Some(false);
+        }
+        if let Some(s) = &self.source {
+            let client = req.client.to_canonical();
+            if !s.cidr.contains(client) {
+                return Some(false);
+            }
+            if s.distinct {
+                key.add_addr(client);
+            }
+        }
+        for h in &self.headers {
+            match h {
+                HeaderSelect::Match {
+                    name,
+                    value,
+                    invert,
+                } => {
+                    let found = (req.headers.get_all(name).iter())
+                        .any(|v| v.to_str().is_ok_and(|v| value.matches(v)));
+                    if found == *invert {
+                        return Some(false);
+                    }
+                }
+                HeaderSelect::Distinct(name) => {
+                    key.add_bytes(req.headers.get(name)?.as_bytes());
+                }
+            }
+        }
+        Some(true)
+    }
+}
+
+impl TrafficPolicy {
+    /// A rule's view of the policy: one bucket table per limit rule, from `tables` by the
+    /// rule's key (with the Route's when not shared), made when new.
+    pub fn for_route(
+        self: &Arc<Self>,
+        route: &super::ObjectRef,
+        mut table: impl FnMut(&str, Limit, usize) -> Arc<Buckets>,
+    ) -> RuleTraffic {
+        let local = self
+            .local
+            .iter()
+            .map(|r| {
+                let distinct = r.selectors.iter().any(Selector::is_distinct);
+                let key = if r.shared {
+                    r.key.clone()
+                } else {
+                    format!("{}|route={route}", r.key)
+                };
+                let capacity = if distinct { DISTINCT_KEYS } else { 1 };
+                let buckets = table(&key, r.limit, capacity);
+                (Arc::from(key), buckets)
+            })
+            .collect();
+        RuleTraffic {
+            policy: self.clone(),
+            local,
+        }
+    }
+}
+
+impl Selector {
+    fn is_distinct(&self) -> bool {
+        self.source.as_ref().is_some_and(|s| s.distinct)
+            || (self.headers.iter()).any(|h| matches!(h, HeaderSelect::Distinct(_)))
+    }
+}
+
+fn ser_limit<S: serde::Serializer>(l: &Limit, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(&format_args!("{}/{}s", l.requests, l.period.as_secs()))
+}
+
+fn ser_name<S: serde::Serializer>(n: &HeaderName, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(n.as_str())
+}
+
+fn ser_methods<S: serde::Serializer>(m: &[(Method, bool)], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(
+        m.iter()
+            .map(|(m, invert)| format!("{}{}", if *invert { "!" } else { "" }, m)),
+    )
+}
+
+#[cfg(test)]
+mod tests;

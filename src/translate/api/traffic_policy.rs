@@ -1,0 +1,133 @@
+//! `BackendTrafficPolicy` (`pier.dev/v1alpha1`): how traffic to a route's backends is shaped,
+//! attached to Gateways, listeners, ListenerSets, Routes and Route rules by GEP-713
+//! `targetRefs`. Field names are Envoy Gateway's (`gateway.envoyproxy.io/v1alpha1`
+//! BackendTrafficPolicy) where the concept is the same, so policies move over by changing
+//! `apiVersion`. This version reads `rateLimit.local`; the CRD grows with each feature, so the
+//! API server never stores a field pier would ignore.
+
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::security_policy::{PolicyStatus, PolicyTargetRef};
+
+/// `spec` of a BackendTrafficPolicy.
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "pier.dev",
+    version = "v1alpha1",
+    kind = "BackendTrafficPolicy",
+    plural = "backendtrafficpolicies",
+    namespaced,
+    status = "PolicyStatus"
+)]
+#[serde(rename_all = "camelCase")]
+pub struct BackendTrafficPolicySpec {
+    /// What the policy applies to: Gateways (a listener with `sectionName`), ListenerSets,
+    /// HTTPRoutes and GRPCRoutes (a named rule with `sectionName`), in the policy's namespace.
+    pub target_refs: Vec<PolicyTargetRef>,
+    /// Requests per unit of time, per client or for all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_limit: Option<RateLimit>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RateLimit {
+    /// Limits each pier instance keeps on its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local: Option<LocalRateLimit>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LocalRateLimit {
+    /// Every rule whose selectors match a request counts it; over any of their limits: 429.
+    pub rules: Vec<RateLimitRule>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RateLimitRule {
+    /// Which requests the rule counts: all selectors must match (none: every request).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub client_selectors: Vec<RateLimitSelectCondition>,
+    pub limit: RateLimitValue,
+    /// One bucket for every target of the policy (`true`), or one per Route (default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared: Option<bool>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RateLimitSelectCondition {
+    /// Every header listed must match.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub headers: Vec<HeaderMatch>,
+    /// The client address pier derives (trusted proxies, PROXY protocol).
+    #[serde(
+        default,
+        rename = "sourceCIDR",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub source_cidr: Option<SourceMatch>,
+    /// The request's method is one of these.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub methods: Vec<MethodMatch>,
+    /// The request's path matches.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<PathMatch>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HeaderMatch {
+    pub name: String,
+    /// `Exact` (default), `RegularExpression`, or `Distinct`: one bucket per value.
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub type_: Option<String>,
+    /// The value (`Exact`), or the pattern (`RegularExpression`); none for `Distinct`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    /// Matches when the header does not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub invert: Option<bool>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SourceMatch {
+    /// `Exact` (default): one bucket for the whole CIDR; `Distinct`: one per client address.
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub type_: Option<String>,
+    /// A CIDR (`10.0.0.0/8`, `2001:db8::/32`); `0.0.0.0/0` and `::/0` for any.
+    pub value: String,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MethodMatch {
+    pub value: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub invert: Option<bool>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PathMatch {
+    /// `Exact`, `PathPrefix` (default) or `RegularExpression`.
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub type_: Option<String>,
+    pub value: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub invert: Option<bool>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RateLimitValue {
+    /// At least 1.
+    pub requests: u64,
+    /// `Second`, `Minute`, `Hour` or `Day`.
+    pub unit: String,
+}

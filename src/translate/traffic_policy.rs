@@ -1,0 +1,267 @@
+//! BackendTrafficPolicy (`pier.dev/v1alpha1`) ─> the [`TrafficPolicy`] of each (Gateway,
+//! listener, Route, rule), and the policies' GEP-713 status (`super::attach`).
+//!
+//! ```text
+//! policies ─> parse each spec (invalid: the last valid version stays in force, or none)
+//!          ─> attach::Policies: targets, precedence, status
+//! rules    ─> the effective policy's RuleTraffic: bucket tables carried by key
+//! ```
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{HeaderName, Method};
+
+use super::api::{self, BackendTrafficPolicy, BackendTrafficPolicySpec};
+use super::attach::{self, Entry};
+use super::resources::Resources;
+use crate::model::matcher::{PathMatch, ValueMatch};
+use crate::model::traffic::{
+    HeaderSelect, LimitRule, PathSelect, RuleTraffic, Selector, SourceSelect, TrafficPolicy,
+};
+use crate::model::{Carried, ObjectRef};
+use crate::ratelimit::{Buckets, Limit};
+
+const KIND: &str = "BackendTrafficPolicy";
+
+/// Every BackendTrafficPolicy of `resources`, attached.
+pub type Policies = attach::Policies<TrafficPolicy>;
+
+/// Reads every BackendTrafficPolicy of `resources`; an invalid one keeps the version in
+/// force in `carried` (the previous snapshot's), if any.
+pub fn policies(resources: &Resources, carried: &Carried) -> Policies {
+    let entries = resources
+        .backend_traffic_policies
+        .iter()
+        .map(|((ns, name), p)| entry(ObjectRef::new(ns, name), p, carried))
+        .collect();
+    Policies::new(KIND, entries)
+}
+
+/// The bucket tables of one translation: carried over by key, or new.
+pub struct Tables<'c> {
+    carried: &'c HashMap<String, Arc<Buckets>>,
+    made: HashMap<String, Arc<Buckets>>,
+}
+
+impl<'c> Tables<'c> {
+    pub fn new(carried: &'c Carried) -> Self {
+        Self {
+            carried: &carried.limits,
+            made: HashMap::new(),
+        }
+    }
+
+    /// `policy` as a rule of `route` sees it.
+    pub fn rule(&mut self, policy: &Arc<TrafficPolicy>, route: &ObjectRef) -> Option<RuleTraffic> {
+        if policy.local.is_empty() {
+            return None;
+        }
+        Some(policy.for_route(route, |key, limit, capacity| {
+            if let Some(b) = self.made.get(key) {
+                return b.clone();
+            }
+            let b = match self.carried.get(key) {
+                // The same key means the same limit; the capacity follows from the selectors,
+                // which are part of the key too.
+                Some(b) => b.clone(),
+                None => Arc::new(Buckets::new(limit, capacity)),
+            };
+            self.made.insert(key.to_string(), b.clone());
+            b
+        }))
+    }
+}
+
+fn entry(key: ObjectRef, p: &BackendTrafficPolicy, carried: &Carried) -> Entry<TrafficPolicy> {
+    let targets = (p.spec.target_refs.iter())
+        .map(|t| attach::target(KIND, true, &key, t))
+        .collect();
+    let source = key.to_string();
+    let (policy, invalid) = match traffic_policy(&source, &p.spec) {
+        Ok(policy) => (Arc::new(policy), None),
+        Err(why) => match carried.traffic.get(&source) {
+            Some(last) => (
+                last.clone(),
+                Some(format!(
+                    "{why}; the last valid version of this policy stays in force"
+                )),
+            ),
+            None => (
+                Arc::new(TrafficPolicy {
+                    source,
+                    local: vec![],
+                    needs_headers: false,
+                }),
+                Some(format!("{why}; nothing of this policy is in force")),
+            ),
+        },
+    };
+    Entry {
+        generation: p.metadata.generation,
+        created: api::creation_time(&p.metadata),
+        key,
+        policy,
+        invalid,
+        targets,
+        conditions: vec![],
+    }
+}
+
+/// The spec as the data plane applies it, or why it cannot be.
+fn traffic_policy(source: &str, spec: &BackendTrafficPolicySpec) -> Result<TrafficPolicy, String> {
+    if spec.target_refs.is_empty() {
+        return Err("targetRefs is empty".into());
+    }
+    let rules = spec.rate_limit.iter().flat_map(|r| &r.local);
+    let local = rules
+        .flat_map(|l| l.rules.iter().enumerate())
+        .map(|(i, r)| {
+            limit_rule(source, i, r).map_err(|e| format!("rateLimit.local.rules[{i}].{e}"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if spec
+        .rate_limit
+        .as_ref()
+        .and_then(|r| r.local.as_ref())
+        .is_some()
+        && local.is_empty()
+    {
+        return Err("rateLimit.local.rules is empty".into());
+    }
+    let needs_headers = (local.iter().flat_map(|r| &r.selectors)).any(|s| !s.headers.is_empty());
+    Ok(TrafficPolicy {
+        source: source.to_string(),
+        local,
+        needs_headers,
+    })
+}
+
+fn limit_rule(source: &str, i: usize, r: &api::RateLimitRule) -> Result<LimitRule, String> {
+    let requests = r.limit.requests;
+    if requests == 0 {
+        return Err("limit.requests: must be at least 1".into());
+    }
+    let period = match r.limit.unit.as_str() {
+        "Second" => Duration::from_secs(1),
+        "Minute" => Duration::from_secs(60),
+        "Hour" => Duration::from_secs(3600),
+        "Day" => Duration::from_secs(86_400),
+        other => {
+            return Err(format!(
+                "limit.unit: {other:?} is not Second, Minute, Hour or Day"
+            ));
+        }
+    };
+    let selectors = (r.client_selectors.iter().enumerate())
+        .map(|(j, s)| selector(s).map_err(|e| format!("clientSelectors[{j}].{e}")))
+        .collect::<Result<Vec<_>, _>>()?;
+    let limit = Limit { requests, period };
+    let shared = r.shared.unwrap_or(false);
+    let key = format!("{source}|{i}|{requests}/{period:?}|shared={shared}|{selectors:?}");
+    Ok(LimitRule {
+        selectors,
+        limit,
+        shared,
+        key,
+    })
+}
+
+fn selector(s: &api::RateLimitSelectCondition) -> Result<Selector, String> {
+    let headers = (s.headers.iter())
+        .map(|h| {
+            let name = HeaderName::from_bytes(h.name.as_bytes())
+                .map_err(|_| format!("headers: {:?} is not a header name", h.name))?;
+            let invert = h.invert.unwrap_or(false);
+            let value = || {
+                h.value
+                    .as_deref()
+                    .ok_or_else(|| format!("headers: {} has no value", h.name))
+            };
+            match h.type_.as_deref().unwrap_or("Exact") {
+                "Exact" => Ok(HeaderSelect::Match {
+                    name,
+                    value: ValueMatch::Exact(value()?.to_string()),
+                    invert,
+                }),
+                "RegularExpression" => Ok(HeaderSelect::Match {
+                    value: ValueMatch::regex(value()?)
+                        .map_err(|e| format!("headers: {}: {e}", h.name))?,
+                    name,
+                    invert,
+                }),
+                "Distinct" if invert => Err(format!(
+                    "headers: {}: a Distinct header cannot be inverted",
+                    h.name
+                )),
+                "Distinct" if h.value.is_some() => Err(format!(
+                    "headers: {}: a Distinct header has no value",
+                    h.name
+                )),
+                "Distinct" => Ok(HeaderSelect::Distinct(name)),
+                other => Err(format!(
+                    "headers: {}: type {other:?} is not Exact, RegularExpression or Distinct",
+                    h.name
+                )),
+            }
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let source = (s.source_cidr.as_ref())
+        .map(|c| {
+            let cidr = c
+                .value
+                .parse()
+                .map_err(|e| format!("sourceCIDR.value: {:?}: {e}", c.value))?;
+            let distinct = match c.type_.as_deref().unwrap_or("Exact") {
+                "Exact" => false,
+                "Distinct" => true,
+                other => {
+                    return Err(format!(
+                        "sourceCIDR.type: {other:?} is not Exact or Distinct"
+                    ));
+                }
+            };
+            Ok(SourceSelect { cidr, distinct })
+        })
+        .transpose()?;
+    let methods = (s.methods.iter())
+        .map(|m| {
+            let ok = !m.value.is_empty() && m.value.bytes().all(|b| b.is_ascii_uppercase());
+            let method = ok
+                .then(|| Method::from_bytes(m.value.as_bytes()).ok())
+                .flatten();
+            method
+                .map(|method| (method, m.invert.unwrap_or(false)))
+                .ok_or_else(|| format!("methods: {:?} is not an HTTP method", m.value))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let path = (s.path.as_ref())
+        .map(|p| {
+            let path = match p.type_.as_deref().unwrap_or("PathPrefix") {
+                "Exact" => PathMatch::exact(&p.value),
+                "PathPrefix" => PathMatch::prefix(&p.value),
+                "RegularExpression" => PathMatch::regex(&p.value),
+                other => {
+                    return Err(format!(
+                        "path.type: {other:?} is not Exact, PathPrefix or RegularExpression"
+                    ));
+                }
+            };
+            let path = path.map_err(|e| format!("path.value: {:?}: {e}", p.value))?;
+            Ok(PathSelect {
+                path,
+                invert: p.invert.unwrap_or(false),
+            })
+        })
+        .transpose()?;
+    Ok(Selector {
+        headers,
+        source,
+        methods,
+        path,
+    })
+}
+
+#[cfg(test)]
+mod tests;

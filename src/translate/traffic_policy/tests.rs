@@ -1,0 +1,200 @@
+//! BackendTrafficPolicy: attachment and status, invalid specs, buckets carried across
+//! translations, the last valid version kept.
+
+use std::time::Instant;
+
+use super::*;
+use crate::model::traffic::LimitRequest;
+use crate::translate::status::PolicyConditionType as T;
+use crate::translate::test_support::{BASE, resources};
+use crate::translate::{Settings, Translation, translate_with};
+
+const ROUTES: &str = r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: web, namespace: default}
+spec:
+  parentRefs: [{name: gw}]
+  rules:
+  - name: read
+    matches: [{path: {type: PathPrefix, value: /read}}]
+    backendRefs: [{name: svc, port: 80}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: api, namespace: default}
+spec:
+  parentRefs: [{name: gw}]
+  rules:
+  - matches: [{path: {type: PathPrefix, value: /api}}]
+    backendRefs: [{name: svc, port: 80}]
+"#;
+
+const GW: &str = "{group: gateway.networking.k8s.io, kind: Gateway, name: gw}";
+const WEB: &str = "{group: gateway.networking.k8s.io, kind: HTTPRoute, name: web}";
+
+fn policy(name: &str, target: &str, rules: &str) -> String {
+    format!(
+        r#"apiVersion: pier.dev/v1alpha1
+kind: BackendTrafficPolicy
+metadata: {{name: {name}, namespace: default, generation: 3, creationTimestamp: "2026-01-01T00:00:00Z"}}
+spec:
+  targetRefs: [{target}]
+  rateLimit:
+    local:
+      rules:
+{rules}
+---
+"#
+    )
+}
+
+fn run(more: &str, carried: &Carried) -> Translation {
+    let r = resources(&format!("{BASE}\n---\n{ROUTES}\n---\n{more}"));
+    translate_with(&r, &Settings::default(), carried, &Default::default())
+}
+
+fn traffic_of<'t>(t: &'t Translation, path: &str) -> Option<&'t RuleTraffic> {
+    let l = &t.snapshot.ports[0].listeners[0];
+    let e = (l.routes.entries())
+        .find(|e| format!("{:?}", e.matcher).contains(path))
+        .unwrap_or_else(|| panic!("no entry for {path}"));
+    e.rule.traffic.as_deref()
+}
+
+fn accepted(t: &Translation, name: &str) -> (bool, String, String) {
+    let s = &t.status.backend_traffic_policies[&ObjectRef::new("default", name)];
+    let c = (s.ancestors[0].conditions.iter())
+        .find(|c| c.type_ == T::Accepted)
+        .unwrap();
+    (c.status, c.reason.to_string(), c.message.clone())
+}
+
+fn take(t: &RuleTraffic, now: Instant) -> bool {
+    let headers = http::HeaderMap::new();
+    let req = LimitRequest {
+        client: "127.0.0.1".parse().unwrap(),
+        method: &http::Method::GET,
+        path: "/",
+        headers: &headers,
+    };
+    t.take(&req, now).is_ok()
+}
+
+const TWO_PER_MINUTE: &str = "      - limit: {requests: 2, unit: Minute}";
+
+#[test]
+fn a_gateway_policy_limits_each_route_on_its_own_and_a_rule_without_one_pays_nothing() {
+    let t = run(&policy("gp", GW, TWO_PER_MINUTE), &Carried::default());
+    assert!(accepted(&t, "gp").0, "{:?}", accepted(&t, "gp"));
+    let read = traffic_of(&t, "/read").expect("the Gateway's policy applies to web");
+    let api = traffic_of(&t, "/api").expect("and to api");
+    assert_eq!(read.policy.source, "default/gp");
+    let now = Instant::now();
+    assert!(take(read, now) && take(read, now) && !take(read, now));
+    // api has buckets of its own (not shared).
+    assert!(take(api, now));
+
+    let t = run("", &Carried::default());
+    assert!(traffic_of(&t, "/read").is_none());
+}
+
+#[test]
+fn a_route_policy_overrides_the_gateway_one_and_says_so() {
+    let t = run(
+        &format!(
+            "{}{}",
+            policy("gp", GW, TWO_PER_MINUTE),
+            policy("rp", WEB, "      - limit: {requests: 100, unit: Second}")
+        ),
+        &Carried::default(),
+    );
+    assert_eq!(traffic_of(&t, "/read").unwrap().policy.source, "default/rp");
+    assert_eq!(traffic_of(&t, "/api").unwrap().policy.source, "default/gp");
+    let s = &t.status.backend_traffic_policies[&ObjectRef::new("default", "gp")];
+    assert!(
+        s.ancestors[0]
+            .conditions
+            .iter()
+            .any(|c| c.type_ == T::Overridden && c.status),
+        "{s:?}"
+    );
+}
+
+#[test]
+fn buckets_survive_a_new_translation_while_the_limit_is_the_same() {
+    let p = policy("gp", GW, TWO_PER_MINUTE);
+    let first = run(&p, &Carried::default());
+    let now = Instant::now();
+    let read = traffic_of(&first, "/read").unwrap();
+    assert!(take(read, now) && take(read, now));
+    // The next translation (any object changed) takes the buckets over: still empty.
+    let second = run(&p, &first.snapshot.carried());
+    assert!(!take(traffic_of(&second, "/read").unwrap(), now));
+    // A new limit starts new buckets.
+    let changed = policy("gp", GW, "      - limit: {requests: 3, unit: Minute}");
+    let third = run(&changed, &second.snapshot.carried());
+    assert!(take(traffic_of(&third, "/read").unwrap(), now));
+}
+
+#[test]
+fn an_invalid_version_keeps_the_last_valid_one_in_force_and_says_why() {
+    let good = run(&policy("gp", GW, TWO_PER_MINUTE), &Carried::default());
+    let bad = policy("gp", GW, "      - limit: {requests: 2, unit: Fortnight}");
+    let t = run(&bad, &good.snapshot.carried());
+    let (ok, reason, message) = accepted(&t, "gp");
+    assert!(!ok);
+    assert_eq!(reason, "Invalid");
+    assert!(
+        message.contains("rateLimit.local.rules[0].limit.unit"),
+        "{message}"
+    );
+    assert!(message.contains("last valid version"), "{message}");
+    let kept = traffic_of(&t, "/read").expect("the last valid version stays");
+    assert_eq!(kept.policy.local[0].limit.requests, 2);
+
+    // Never valid: nothing of it applies, and the status says that too.
+    let t = run(&bad, &Carried::default());
+    assert!(traffic_of(&t, "/read").is_none());
+    assert!(accepted(&t, "gp").2.contains("nothing of this policy"));
+}
+
+#[test]
+fn invalid_selectors_are_named_in_the_status() {
+    for (rules, want) in [
+        (
+            "      - clientSelectors: [{headers: [{name: x-user, type: Distinct, invert: true}]}]\n        limit: {requests: 1, unit: Second}",
+            "clientSelectors[0].headers: x-user: a Distinct header cannot be inverted",
+        ),
+        (
+            "      - clientSelectors: [{sourceCIDR: {value: 10.0.0.0/33}}]\n        limit: {requests: 1, unit: Second}",
+            "clientSelectors[0].sourceCIDR.value",
+        ),
+        (
+            "      - clientSelectors: [{headers: [{name: x-a, type: RegularExpression, value: \"(\"}]}]\n        limit: {requests: 1, unit: Second}",
+            "clientSelectors[0].headers: x-a",
+        ),
+        (
+            "      - limit: {requests: 0, unit: Second}",
+            "limit.requests: must be at least 1",
+        ),
+        (
+            "      - clientSelectors: [{methods: [{value: get}]}]\n        limit: {requests: 1, unit: Second}",
+            "methods: \"get\" is not an HTTP method",
+        ),
+    ] {
+        let t = run(&policy("gp", GW, rules), &Carried::default());
+        let (ok, reason, message) = accepted(&t, "gp");
+        assert!(!ok && reason == "Invalid", "{rules}");
+        assert!(message.contains(want), "{message} lacks {want}");
+    }
+}
+
+#[test]
+fn a_missing_target_is_target_not_found() {
+    let missing = "{group: gateway.networking.k8s.io, kind: HTTPRoute, name: nope}";
+    let t = run(&policy("gp", missing, TWO_PER_MINUTE), &Carried::default());
+    let (ok, reason, _) = accepted(&t, "gp");
+    assert!(!ok);
+    assert_eq!(reason, "TargetNotFound");
+}
