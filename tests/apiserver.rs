@@ -247,8 +247,9 @@ async fn crds_mesh_variant_and_apiserver_restart() {
     assert_eq!(read.data["spec"]["mesh"], mesh_gep3792());
 }
 
-/// `config/crds/pier/securitypolicies.yaml` installs (Established, structural; `pier.dev` is
-/// not a protected group, so no API approval is asked), and a SecurityPolicy using every part
+/// `config/crds/pier/` installs (Established, structural; `pier.dev` is not a protected group,
+/// so no API approval is asked), a BackendTrafficPolicy with every field reads back unchanged,
+/// and a SecurityPolicy using every part
 /// of the spec reads back as pier's typed struct unchanged: the schema prunes nothing pier
 /// reads. Its status subresource takes `ancestors`.
 #[tokio::test]
@@ -256,21 +257,75 @@ async fn security_policy_crd_installs_and_keeps_every_field() {
     use pier::translate::api::SecurityPolicy;
     let cp = ControlPlane::start().await;
     let client = cp.admin_client();
-    let installed = cp.install_crds(crds_dir().join("pier")).await;
-    assert_eq!(installed, ["securitypolicies.pier.dev"]);
-    let crd = bounded(Api::<CustomResourceDefinition>::all(client.clone()).get(&installed[0]))
-        .await
-        .unwrap();
-    let conditions = crd.status.and_then(|s| s.conditions).unwrap_or_default();
-    let status = |t: &str| {
-        conditions
-            .iter()
-            .find(|c| c.type_ == t)
-            .map(|c| c.status.as_str())
-    };
-    assert_eq!(status("Established"), Some("True"), "{conditions:?}");
-    assert_eq!(status("NonStructuralSchema"), None, "{conditions:?}");
+    let mut installed = cp.install_crds(crds_dir().join("pier")).await;
+    installed.sort();
+    assert_eq!(
+        installed,
+        [
+            "backendtrafficpolicies.pier.dev",
+            "securitypolicies.pier.dev"
+        ]
+    );
+    for name in &installed {
+        let crd = bounded(Api::<CustomResourceDefinition>::all(client.clone()).get(name))
+            .await
+            .unwrap();
+        let conditions = crd.status.and_then(|s| s.conditions).unwrap_or_default();
+        let status = |t: &str| {
+            conditions
+                .iter()
+                .find(|c| c.type_ == t)
+                .map(|c| c.status.as_str())
+        };
+        assert_eq!(
+            status("Established"),
+            Some("True"),
+            "{name}: {conditions:?}"
+        );
+        assert_eq!(
+            status("NonStructuralSchema"),
+            None,
+            "{name}: {conditions:?}"
+        );
+    }
     create_namespace(&client).await;
+
+    // A BackendTrafficPolicy using every field it has reads back unchanged.
+    {
+        use pier::translate::api::BackendTrafficPolicy;
+        let sent = json!({
+            "apiVersion": "pier.dev/v1alpha1",
+            "kind": "BackendTrafficPolicy",
+            "metadata": { "name": "limits", "namespace": NS },
+            "spec": {
+                "targetRefs": [
+                    { "group": "gateway.networking.k8s.io", "kind": "GRPCRoute", "name": "rpc",
+                      "sectionName": "read" },
+                ],
+                "rateLimit": { "local": { "rules": [{
+                    "clientSelectors": [{
+                        "headers": [
+                            { "name": "x-user", "type": "Distinct" },
+                            { "name": "x-plan", "type": "RegularExpression", "value": "free|trial",
+                              "invert": true },
+                        ],
+                        "sourceCIDR": { "type": "Distinct", "value": "10.0.0.0/8" },
+                        "methods": [{ "value": "GET", "invert": false }],
+                        "path": { "type": "PathPrefix", "value": "/api", "invert": false },
+                    }],
+                    "limit": { "requests": 10, "unit": "Minute" },
+                    "shared": true,
+                }] } },
+            },
+        });
+        let typed: BackendTrafficPolicy = serde_json::from_value(sent.clone()).unwrap();
+        let api = Api::<BackendTrafficPolicy>::namespaced(client.clone(), NS);
+        bounded(api.create(&PostParams::default(), &typed))
+            .await
+            .unwrap();
+        let read = bounded(api.get("limits")).await.unwrap();
+        assert_eq!(read.spec, typed.spec, "nothing pruned");
+    }
 
     let sent = json!({
         "apiVersion": "pier.dev/v1alpha1",

@@ -1488,3 +1488,93 @@ async fn security_policies_from_the_cluster() {
     writer.shutdown().await;
     source.stop();
 }
+
+/// BackendTrafficPolicy `app/limit` on HTTPRoute `app/web`: `requests` per `unit`.
+fn traffic_policy(requests: u64, unit: &str) -> Value {
+    json!({
+        "apiVersion": PIER_V1ALPHA1,
+        "kind": "BackendTrafficPolicy",
+        "metadata": { "name": "limit", "namespace": APP },
+        "spec": {
+            "targetRefs": [{ "group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": "web" }],
+            "rateLimit": { "local": { "rules": [{ "limit": { "requests": requests, "unit": unit } }] } },
+        },
+    })
+}
+
+/// pier's BackendTrafficPolicy in cluster mode, end to end under pier's RBAC: the policy from
+/// the API server limits its route (429 with the draft-03 headers), pier writes its GEP-713
+/// status there, and an edit the API server takes but pier cannot use (an unknown unit) is
+/// reported `Invalid` while the version in force keeps limiting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backend_traffic_policies_from_the_cluster() {
+    let c = Cluster::start().await;
+    let w = world(&c).await;
+    let pier = start_pier(c.pier_options(LOOPBACK, "replica-a")).await;
+    assert_eq!(w.answer("/v/x").await, (200, "v1".into()));
+
+    c.apply(traffic_policy(3, "Hour")).await;
+    // Until pier has the policy the route is unlimited; then at most 3 more get through.
+    let url = w.url(LOOPBACK, "/v/x");
+    let mut admitted_after = 0;
+    let limited = loop {
+        let r = get(&url, &[]).await;
+        if r.status == 429 {
+            break r;
+        }
+        assert_eq!(r.status, 200);
+        admitted_after += 1;
+        assert!(admitted_after < 2000, "never limited");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    assert_eq!(limited.headers["x-ratelimit-limit"], "3, 3;w=3600");
+    assert_eq!(limited.headers["x-ratelimit-remaining"], "0");
+    assert!(limited.headers.contains_key("retry-after"));
+
+    let policies = c.api(PIER_V1ALPHA1, "BackendTrafficPolicy", Some(APP));
+    let condition_when = |what: &'static str, want: &'static str| {
+        let policies = policies.clone();
+        async move {
+            let deadline = Instant::now() + STATUS_BOUND;
+            loop {
+                let o = support::bounded(policies.get("limit")).await.unwrap();
+                let ancestors = o.data["status"]["ancestors"].clone();
+                let ours = ancestors.as_array().and_then(|a| {
+                    a.iter()
+                        .find(|e| e["controllerName"] == pier::DEFAULT_CONTROLLER_NAME)
+                        .cloned()
+                });
+                if let Some(a) = ours
+                    && a["conditions"][0]["reason"] == want
+                    && a["conditions"][0]["observedGeneration"]
+                        == o.metadata.generation.unwrap_or(0)
+                {
+                    return a;
+                }
+                assert!(Instant::now() < deadline, "{what}: {ancestors:#}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    let a = condition_when("pier's ancestor, accepted", "Accepted").await;
+    assert_eq!(a["ancestorRef"]["name"], "gw");
+    assert_eq!(a["conditions"][0]["status"], "True");
+
+    c.apply(traffic_policy(1000, "Fortnight")).await;
+    let a = condition_when("pier's ancestor, invalid", "Invalid").await;
+    assert_eq!(a["conditions"][0]["status"], "False");
+    let message = a["conditions"][0]["message"].as_str().unwrap();
+    assert!(message.contains("limit.unit"), "{message}");
+    assert!(message.contains("last valid version"), "{message}");
+    assert_eq!(
+        get(&url, &[]).await.status,
+        429,
+        "the version in force holds"
+    );
+    let m = metrics(&pier).await;
+    assert!(
+        sample(&m, "pier_proxy_rate_limited_total{policy=\"app/limit\"}") >= 2.0,
+        "{m}"
+    );
+    pier.shutdown().await;
+}

@@ -282,6 +282,7 @@ pub fn api_resource(api_version: &str, kind: &str) -> ApiResource {
         "BackendTLSPolicy" => "backendtlspolicies",
         "ClusterTrustBundle" => "clustertrustbundles",
         "SecurityPolicy" => "securitypolicies",
+        "BackendTrafficPolicy" => "backendtrafficpolicies",
         other => panic!("no plural for {other}"),
     };
     ApiResource {
