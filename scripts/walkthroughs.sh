@@ -47,6 +47,7 @@ RUN=(
   mesh.md
   edge/security-policy.md
   edge/ext-auth.md
+  edge/rate-limits.md
   edge/proxy-protocol.md
   edge/frontend-mtls.md
   edge/example.md
