@@ -120,6 +120,41 @@ pub struct CommonArgs {
     /// addresses must be configured on this host.
     #[arg(long, value_name = "IP|CIDR[,...]", value_delimiter = ',', value_parser = parse_pool_entry, help_heading = "Gateways")]
     pub gateway_address_pool: Vec<PoolEntry>,
+    #[command(flatten)]
+    pub rate_limit: RateLimitArgs,
+}
+
+/// Envoy's rate-limit service (`envoyproxy/ratelimit` with Redis, or any server of
+/// `envoy.service.ratelimit.v3.RateLimitService`), which keeps BackendTrafficPolicy
+/// `rateLimit.global` limits for every pier instance that asks it.
+#[derive(Clone, Debug, clap::Args)]
+pub struct RateLimitArgs {
+    /// The service's gRPC address (HTTP/2 without TLS). Without it, a policy with
+    /// `rateLimit.global` is not accepted.
+    #[arg(long, value_name = "HOST:PORT", help_heading = "Rate limits")]
+    pub rate_limit_service: Option<std::net::SocketAddr>,
+    /// How long a request waits for the service's answer; then it goes on (or gets a 500 under
+    /// `failClosed`).
+    #[arg(
+        long,
+        value_name = "MS",
+        default_value_t = 50,
+        help_heading = "Rate limits"
+    )]
+    pub rate_limit_timeout_ms: u64,
+    /// The domain of the descriptors pier sends (the service's config names it).
+    #[arg(
+        long,
+        value_name = "NAME",
+        default_value = "pier",
+        help_heading = "Rate limits"
+    )]
+    pub rate_limit_domain: String,
+    /// Write the service's configuration for the `rateLimit.global` rules in force (its YAML:
+    /// the domain, a descriptor per rule) to this file whenever they change, atomically; point
+    /// the service's runtime directory at it.
+    #[arg(long, value_name = "FILE", help_heading = "Rate limits")]
+    pub rate_limit_config: Option<std::path::PathBuf>,
 }
 
 /// One `--gateway-address-pool` entry, expanded.
@@ -667,6 +702,20 @@ fn parse_object_ref(s: &str) -> Result<ObjectRef, String> {
     }
 }
 
+impl RateLimitArgs {
+    /// The service as translation hands it to rules, when one is named.
+    pub fn service(&self) -> Option<std::sync::Arc<crate::model::traffic::RateLimitService>> {
+        let addr = self.rate_limit_service?;
+        Some(std::sync::Arc::new(
+            crate::model::traffic::RateLimitService::new(
+                addr,
+                std::time::Duration::from_millis(self.rate_limit_timeout_ms.max(1)),
+                self.rate_limit_domain.clone(),
+            ),
+        ))
+    }
+}
+
 impl CommonArgs {
     pub fn translate_settings(&self) -> crate::translate::Settings {
         crate::translate::Settings {
@@ -678,6 +727,8 @@ impl CommonArgs {
             reachability: Default::default(),
             remote_jwks: Default::default(),
             advertise: self.advertise_address.clone(),
+            rate_limit_service: self.rate_limit.service(),
+            rate_limit_config: self.rate_limit.rate_limit_config.clone(),
             address_pool: self
                 .gateway_address_pool
                 .iter()

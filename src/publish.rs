@@ -152,6 +152,8 @@ pub struct Publisher {
     problems: problems::Problems,
     /// The `remoteJWKS` URIs the last published objects name, for the fetcher.
     remote_jwks_wanted: watch::Sender<crate::auth::remote::Wanted>,
+    /// What was last written to `--rate-limit-config`.
+    rate_limit_config: Option<String>,
 }
 
 impl Publisher {
@@ -170,6 +172,7 @@ impl Publisher {
             unserved: BTreeSet::new(),
             problems: problems::Problems::default(),
             remote_jwks_wanted: watch::Sender::new(Default::default()),
+            rate_limit_config: None,
         }
     }
 
@@ -351,12 +354,39 @@ impl Publisher {
             .flat_map(|p| &p.listeners)
             .map(|l| l.routes.len())
             .sum();
+        if let Some(path) = &self.settings.rate_limit_config
+            && let Some(service) = &self.settings.rate_limit_service
+        {
+            let config = translate::rate_limit_config(&snapshot, &service.domain);
+            if self.rate_limit_config.as_deref() != Some(config.as_str()) {
+                match write_atomic(path, &config) {
+                    Ok(()) => {
+                        tracing::info!(path = %path.display(), "wrote the rate-limit service's configuration");
+                        self.rate_limit_config = Some(config);
+                    }
+                    Err(e) => {
+                        tracing::error!(path = %path.display(), error = %e, "cannot write the rate-limit service's configuration")
+                    }
+                }
+            }
+        }
         self.shared.snapshot.store(Arc::new(snapshot));
         self.metrics.generation.set(self.generation as i64);
         self.metrics.listeners.set(listeners as i64);
         self.metrics.routes.set(routes as i64);
         self.generation
     }
+}
+
+/// `text` into `path` through a temporary file beside it and a rename, so a reader (the
+/// rate-limit service watching its runtime directory) never sees half a file.
+fn write_atomic(path: &std::path::Path, text: &str) -> std::io::Result<()> {
+    // A dot file: the service ignores those (RUNTIME_IGNOREDOTFILES) while it is written.
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    // The process ID in the name: several pier instances may write the same file.
+    let tmp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, path)
 }
 
 fn unix_now() -> i64 {

@@ -36,6 +36,12 @@ pub struct TrafficPolicy {
     pub source: String,
     /// `rateLimit.local.rules`, in order.
     pub local: Vec<LimitRule>,
+    /// `rateLimit.global.rules`, in order (the service counts them).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub global: Vec<LimitRule>,
+    /// `rateLimit.global.failClosed`: a service that gives no answer refuses the request.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub fail_closed: bool,
     /// Some selector reads a request header.
     #[serde(skip)]
     pub needs_headers: bool,
@@ -98,13 +104,82 @@ pub struct PathSelect {
 }
 
 /// A rule's policy and the bucket tables of its limit rules (same order), each with the key
-/// it is carried by.
+/// it is carried by; the service that keeps its global limits.
 #[derive(Debug, Serialize)]
 pub struct RuleTraffic {
     pub policy: Arc<TrafficPolicy>,
     #[serde(skip)]
     pub local: Box<[(Arc<str>, Arc<Buckets>)]>,
+    /// Set when the policy has global rules.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub global: Option<GlobalLimits>,
 }
+
+/// Envoy's rate-limit service (`envoy.service.ratelimit.v3.RateLimitService`), as
+/// `--rate-limit-service` names it.
+#[derive(Debug, Serialize)]
+pub struct RateLimitService {
+    /// Its address, as a backend of pier's upstream pool (h2c, endpoint state carried).
+    #[serde(skip)]
+    pub backend: Arc<super::Backend>,
+    /// `:authority` of the calls.
+    pub authority: String,
+    /// How long pier waits for an answer (then the request fails open, or closed).
+    #[serde(with = "humantime_ms")]
+    pub timeout: Duration,
+    /// The domain every descriptor pier sends is in (the service's config file has it).
+    pub domain: String,
+}
+
+impl RateLimitService {
+    /// The service at `addr` (one endpoint, h2c), asked within `timeout`, in `domain`.
+    pub fn new(addr: std::net::SocketAddr, timeout: Duration, domain: String) -> Self {
+        use super::backend::{AppProtocol, Backend, BackendId, Endpoint};
+        let backend = Backend {
+            id: BackendId {
+                service: super::ObjectRef::new("pier.dev", "rate-limit-service"),
+                port: addr.port(),
+            },
+            protocol: AppProtocol::H2c,
+            endpoints: vec![Endpoint::new(addr)],
+            tls: Default::default(),
+            max_requests: None,
+            max_pending: None,
+            outlier: Default::default(),
+            load: Default::default(),
+        };
+        Self {
+            backend: Arc::new(backend),
+            authority: addr.to_string(),
+            timeout,
+            domain,
+        }
+    }
+}
+
+/// A rule's global limits: the service, and the descriptor value of each global rule of the
+/// policy for this rule's Route.
+#[derive(Debug, Serialize)]
+pub struct GlobalLimits {
+    pub service: Arc<RateLimitService>,
+    /// `<policy ns>/<name>/<rule index>` for a shared rule, with `/<route ns>/<route name>`
+    /// otherwise: the value of the descriptor entry [`RULE_KEY`].
+    pub values: Box<[Arc<str>]>,
+}
+
+/// The first entry of every descriptor pier sends: which rule (and Route) it counts for.
+pub const RULE_KEY: &str = "pier.dev/rule";
+
+/// The key of a descriptor entry for a Distinct header.
+pub fn header_key(name: &HeaderName) -> String {
+    format!("header:{}", name.as_str())
+}
+
+/// The key of a descriptor entry for a Distinct client address.
+pub const CLIENT_KEY: &str = "client";
+
+/// One descriptor: (key, value) entries, the rule's first.
+pub type Descriptor = Vec<(String, String)>;
 
 /// What a limit reads of a request.
 #[derive(Clone, Copy, Debug)]
@@ -167,16 +242,71 @@ impl LimitRule {
         }
         Some(distinct.finish())
     }
+
+    /// The descriptor a global rule sends for the request (`value`: its [`RULE_KEY`] entry),
+    /// or `None` when the rule does not apply.
+    pub fn descriptor(&self, req: &LimitRequest<'_>, value: &str) -> Option<Descriptor> {
+        let mut entries = vec![(RULE_KEY.to_string(), value.to_string())];
+        for s in &self.selectors {
+            if !s.matches(req, &mut entries)? {
+                return None;
+            }
+        }
+        Some(entries)
+    }
+
+    /// The keys of the Distinct entries a descriptor of this rule has, in order (what the
+    /// service's config nests under the rule's entry).
+    pub fn distinct_keys(&self) -> Vec<String> {
+        let mut keys = vec![];
+        for s in &self.selectors {
+            if s.source.as_ref().is_some_and(|c| c.distinct) {
+                keys.push(CLIENT_KEY.to_string());
+            }
+            for h in &s.headers {
+                if let HeaderSelect::Distinct(name) = h {
+                    keys.push(header_key(name));
+                }
+            }
+        }
+        keys
+    }
+}
+
+/// Where a selector puts the values of its Distinct parts: a bucket key, or descriptor
+/// entries.
+pub trait DistinctSink {
+    fn client(&mut self, ip: IpAddr);
+    fn header(&mut self, name: &HeaderName, value: &[u8]);
+}
+
+impl DistinctSink for crate::ratelimit::KeyHasher {
+    fn client(&mut self, ip: IpAddr) {
+        self.add_addr(ip);
+    }
+
+    fn header(&mut self, _: &HeaderName, value: &[u8]) {
+        self.add_bytes(value);
+    }
+}
+
+impl DistinctSink for Descriptor {
+    fn client(&mut self, ip: IpAddr) {
+        self.push((CLIENT_KEY.to_string(), ip.to_string()));
+    }
+
+    fn header(&mut self, name: &HeaderName, value: &[u8]) {
+        self.push((
+            header_key(name),
+            String::from_utf8_lossy(value).into_owned(),
+        ));
+    }
 }
 
 impl Selector {
     /// Whether the selector matches; `None` when a `Distinct` header is missing. Distinct
     /// values go into `key`.
-    fn matches(
-        &self,
-        req: &LimitRequest<'_>,
-        key: &mut crate::ratelimit::KeyHasher,
-    ) -> Option<bool> {
+    fn matches(&self, req: &LimitRequest<'_>, key: &mut impl DistinctSink) -> Option<bool> {
         if !self.methods.is_empty() {
             let listed = self.methods.iter().filter(|(_, invert)| !invert);
             let any_listed = self.methods.iter().any(|(_, invert)| !invert);
@@ -197,7 +327,7 @@ impl Selector {
                 return Some(false);
             }
             if s.distinct {
-                key.add_addr(client);
+                key.client(client);
             }
         }
         for h in &self.headers {
@@ -214,7 +344,7 @@ impl Selector {
                     }
                 }
                 HeaderSelect::Distinct(name) => {
-                    key.add_bytes(req.headers.get(name)?.as_bytes());
+                    key.header(name, req.headers.get(name)?.as_bytes());
                 }
             }
         }
@@ -248,7 +378,37 @@ impl TrafficPolicy {
         RuleTraffic {
             policy: self.clone(),
             local,
+            global: None,
         }
+    }
+
+    /// The [`RULE_KEY`] value of global rule `index` on `route`.
+    pub fn global_value(&self, index: usize, route: &super::ObjectRef) -> String {
+        match self.global[index].shared {
+            true => format!("{}/{index}", self.source),
+            false => format!("{}/{index}/{route}", self.source),
+        }
+    }
+}
+
+impl RuleTraffic {
+    /// The descriptors of the global rules that apply to the request (empty: no call).
+    pub fn descriptors(&self, req: &LimitRequest<'_>) -> Vec<Descriptor> {
+        let Some(g) = &self.global else {
+            return vec![];
+        };
+        (self.policy.global.iter().zip(g.values.iter()))
+            .filter_map(|(rule, value)| rule.descriptor(req, value))
+            .collect()
+    }
+}
+
+mod humantime_ms {
+    pub fn serialize<S: serde::Serializer>(
+        d: &std::time::Duration,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        s.collect_str(&format_args!("{}ms", d.as_millis()))
     }
 }
 

@@ -106,6 +106,10 @@ pub enum ProxyError {
     /// `x-ratelimit-*` headers.
     #[error("over the rate limit of {}", .0.policy.source)]
     RateLimited(Box<crate::model::traffic::Limited>),
+    /// The rate-limit service gave no answer and the policy is `failClosed`: 500, as Envoy's
+    /// `failure_mode_deny`.
+    #[error("the rate-limit service gave no answer")]
+    RateLimitUnavailable,
 }
 
 /// What a 401 asks the client for (`WWW-Authenticate`, RFC 9110 §11.6.1).
@@ -264,6 +268,7 @@ pub enum ErrorKind {
     ExtAuthFailed,
     AuthUnavailable,
     RateLimited,
+    RateLimitUnavailable,
 }
 
 /// Whose fault an error is.
@@ -314,6 +319,7 @@ impl ProxyError {
             Self::ExtAuthFailed(_) => ErrorKind::ExtAuthFailed,
             Self::AuthUnavailable => ErrorKind::AuthUnavailable,
             Self::RateLimited(_) => ErrorKind::RateLimited,
+            Self::RateLimitUnavailable => ErrorKind::RateLimitUnavailable,
         }
     }
 
@@ -347,7 +353,7 @@ impl ProxyError {
             | ErrorKind::PolicyInvalid
             | ErrorKind::AuthBusy
             | ErrorKind::TlsUnavailable => ErrorSide::Internal,
-            ErrorKind::AuthUnavailable => ErrorSide::Upstream,
+            ErrorKind::AuthUnavailable | ErrorKind::RateLimitUnavailable => ErrorSide::Upstream,
             ErrorKind::NoEndpoints
             | ErrorKind::ConnectRefused
             | ErrorKind::ConnectTimeout
@@ -381,7 +387,8 @@ impl ProxyError {
             ErrorKind::NoBackends
             | ErrorKind::InvalidBackend
             | ErrorKind::InvalidTarget
-            | ErrorKind::PolicyInvalid => StatusCode::INTERNAL_SERVER_ERROR,
+            | ErrorKind::PolicyInvalid
+            | ErrorKind::RateLimitUnavailable => StatusCode::INTERNAL_SERVER_ERROR,
             // Nothing was sent: safe to retry later, as Envoy answers an overflow.
             ErrorKind::NoEndpoints
             | ErrorKind::BackendOverflow
@@ -467,6 +474,7 @@ impl ProxyError {
             | ErrorKind::Upstream
             | ErrorKind::AuthBusy
             | ErrorKind::AuthUnavailable
+            | ErrorKind::RateLimitUnavailable
             | ErrorKind::BackendOverflow => GrpcCode::Unavailable,
         }
     }

@@ -194,6 +194,57 @@ pub fn limits(
     (traffic.take(&req, std::time::Instant::now())).map_err(ProxyError::RateLimited)
 }
 
+/// Global rate limits (hyper's path, after [`decide`]): one call to the rate-limit service
+/// with the descriptors of the rule's global limits that apply (none: no call). Over a limit:
+/// 429 with the service's limit and reset; no answer within its timeout: the request goes on,
+/// or gets a 500 when the policy is `failClosed`. The HTTP/1.1 fast path leaves such rules to
+/// hyper's path.
+pub async fn global_limits(
+    shared: &Shared,
+    rule: &Rule,
+    input: &RouteInput<'_>,
+    edge: &Edge,
+) -> Result<(), ProxyError> {
+    use crate::proxy::exchange::rate_limit::{self, Answer};
+    let Some(traffic) = &rule.traffic else {
+        return Ok(());
+    };
+    let Some(global) = &traffic.global else {
+        return Ok(());
+    };
+    let req = LimitRequest {
+        client: edge.client,
+        method: input.method,
+        path: input.path,
+        headers: input.headers,
+    };
+    let descriptors = traffic.descriptors(&req);
+    if descriptors.is_empty() {
+        return Ok(());
+    }
+    let answer = rate_limit::ask(shared, &global.service, &descriptors).await;
+    let result = match &answer {
+        Ok(Answer::Ok) => "ok",
+        Ok(Answer::OverLimit { .. }) => "overLimit",
+        Err(e) => e.as_str(),
+    };
+    shared.metrics.rate_limit_call(result);
+    match answer {
+        Ok(Answer::Ok) => Ok(()),
+        Ok(Answer::OverLimit { limit, reset }) => Err(ProxyError::RateLimited(Box::new(
+            crate::model::traffic::Limited {
+                policy: traffic.policy.clone(),
+                limit,
+                // A fixed window: nothing comes back before it resets.
+                retry_after: reset,
+                reset,
+            },
+        ))),
+        Err(_) if traffic.policy.fail_closed => Err(ProxyError::RateLimitUnavailable),
+        Err(_) => Ok(()),
+    }
+}
+
 /// Password verifications (bcrypt, SHA-crypt) running at once, at most: one per hashing
 /// thread (`auth::hashers`: one per core, at the lowest CPU priority), so a flood of wrong
 /// passwords takes those threads and what CPU the proxy's own threads leave them.

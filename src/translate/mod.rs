@@ -46,6 +46,8 @@ pub(crate) mod test_support;
 mod tls_route;
 mod traffic_policy;
 
+pub use traffic_policy::rate_limit_config;
+
 use std::collections::BTreeMap;
 
 pub use manifest::{ManifestError, SkippedKind, parse_manifests};
@@ -89,6 +91,12 @@ pub struct Settings {
     /// `remoteJWKS` key sets as the binary's fetcher (`source::jwks`) last got them, by URI
     /// (an input like a Secret); see [`remote_jwks_wanted`] for which URIs it follows.
     pub remote_jwks: crate::auth::remote::RemoteSets,
+    /// `--rate-limit-service`: where BackendTrafficPolicy `rateLimit.global` rules are
+    /// counted (`None`: such policies are not accepted).
+    pub rate_limit_service: Option<std::sync::Arc<crate::model::traffic::RateLimitService>>,
+    /// `--rate-limit-config`: where the publisher writes the rate-limit service's config for
+    /// the global rules of each new snapshot ([`rate_limit_config`]).
+    pub rate_limit_config: Option<std::path::PathBuf>,
 }
 
 /// One round of pod network probes of a Gateway's endpoint addresses (a sample).
@@ -131,6 +139,8 @@ impl Default for Settings {
             address_pool: Vec::new(),
             reachability: BTreeMap::new(),
             remote_jwks: BTreeMap::new(),
+            rate_limit_service: None,
+            rate_limit_config: None,
         }
     }
 }
@@ -255,8 +265,8 @@ pub fn translate_with(
     };
 
     let mut policies = security_policy::policies(resources, &mut backends, &settings.remote_jwks);
-    let mut traffic = traffic_policy::policies(resources, carried);
-    let mut limit_tables = traffic_policy::Tables::new(carried);
+    let mut traffic = traffic_policy::policies(resources, carried, settings);
+    let mut limit_tables = traffic_policy::Tables::new(carried, settings);
     let mut tables: BTreeMap<(usize, usize), RouteTableBuilder> = BTreeMap::new();
     for (order, key, kind, outcome) in outcomes {
         for group in &outcome.groups {

@@ -13,12 +13,14 @@ use std::time::Duration;
 
 use http::{HeaderName, Method};
 
+use super::Settings;
 use super::api::{self, BackendTrafficPolicy, BackendTrafficPolicySpec};
 use super::attach::{self, Entry};
 use super::resources::Resources;
 use crate::model::matcher::{PathMatch, ValueMatch};
 use crate::model::traffic::{
-    HeaderSelect, LimitRule, PathSelect, RuleTraffic, Selector, SourceSelect, TrafficPolicy,
+    GlobalLimits, HeaderSelect, LimitRule, PathSelect, RULE_KEY, RateLimitService, RuleTraffic,
+    Selector, SourceSelect, TrafficPolicy,
 };
 use crate::model::{Carried, ObjectRef};
 use crate::ratelimit::{Buckets, Limit};
@@ -30,11 +32,12 @@ pub type Policies = attach::Policies<TrafficPolicy>;
 
 /// Reads every BackendTrafficPolicy of `resources`; an invalid one keeps the version in
 /// force in `carried` (the previous snapshot's), if any.
-pub fn policies(resources: &Resources, carried: &Carried) -> Policies {
+pub fn policies(resources: &Resources, carried: &Carried, settings: &Settings) -> Policies {
+    let service = settings.rate_limit_service.is_some();
     let entries = resources
         .backend_traffic_policies
         .iter()
-        .map(|((ns, name), p)| entry(ObjectRef::new(ns, name), p, carried))
+        .map(|((ns, name), p)| entry(ObjectRef::new(ns, name), p, carried, service))
         .collect();
     Policies::new(KIND, entries)
 }
@@ -43,22 +46,33 @@ pub fn policies(resources: &Resources, carried: &Carried) -> Policies {
 pub struct Tables<'c> {
     carried: &'c HashMap<String, Arc<Buckets>>,
     made: HashMap<String, Arc<Buckets>>,
+    service: Option<Arc<RateLimitService>>,
 }
 
 impl<'c> Tables<'c> {
-    pub fn new(carried: &'c Carried) -> Self {
+    pub fn new(carried: &'c Carried, settings: &Settings) -> Self {
         Self {
             carried: &carried.limits,
             made: HashMap::new(),
+            service: settings.rate_limit_service.clone(),
         }
     }
 
     /// `policy` as a rule of `route` sees it.
     pub fn rule(&mut self, policy: &Arc<TrafficPolicy>, route: &ObjectRef) -> Option<RuleTraffic> {
-        if policy.local.is_empty() {
+        if policy.local.is_empty() && policy.global.is_empty() {
             return None;
         }
-        Some(policy.for_route(route, |key, limit, capacity| {
+        let global = match &self.service {
+            Some(service) if !policy.global.is_empty() => Some(GlobalLimits {
+                service: service.clone(),
+                values: (0..policy.global.len())
+                    .map(|i| Arc::from(policy.global_value(i, route)))
+                    .collect(),
+            }),
+            _ => None,
+        };
+        let mut traffic = policy.for_route(route, |key, limit, capacity| {
             if let Some(b) = self.made.get(key) {
                 return b.clone();
             }
@@ -70,16 +84,23 @@ impl<'c> Tables<'c> {
             };
             self.made.insert(key.to_string(), b.clone());
             b
-        }))
+        });
+        traffic.global = global;
+        Some(traffic)
     }
 }
 
-fn entry(key: ObjectRef, p: &BackendTrafficPolicy, carried: &Carried) -> Entry<TrafficPolicy> {
+fn entry(
+    key: ObjectRef,
+    p: &BackendTrafficPolicy,
+    carried: &Carried,
+    service: bool,
+) -> Entry<TrafficPolicy> {
     let targets = (p.spec.target_refs.iter())
         .map(|t| attach::target(KIND, true, &key, t))
         .collect();
     let source = key.to_string();
-    let (policy, invalid) = match traffic_policy(&source, &p.spec) {
+    let (policy, invalid) = match traffic_policy(&source, &p.spec, service) {
         Ok(policy) => (Arc::new(policy), None),
         Err(why) => match carried.traffic.get(&source) {
             Some(last) => (
@@ -92,6 +113,8 @@ fn entry(key: ObjectRef, p: &BackendTrafficPolicy, carried: &Carried) -> Entry<T
                 Arc::new(TrafficPolicy {
                     source,
                     local: vec![],
+                    global: vec![],
+                    fail_closed: false,
                     needs_headers: false,
                 }),
                 Some(format!("{why}; nothing of this policy is in force")),
@@ -110,30 +133,49 @@ fn entry(key: ObjectRef, p: &BackendTrafficPolicy, carried: &Carried) -> Entry<T
 }
 
 /// The spec as the data plane applies it, or why it cannot be.
-fn traffic_policy(source: &str, spec: &BackendTrafficPolicySpec) -> Result<TrafficPolicy, String> {
+fn traffic_policy(
+    source: &str,
+    spec: &BackendTrafficPolicySpec,
+    service: bool,
+) -> Result<TrafficPolicy, String> {
     if spec.target_refs.is_empty() {
         return Err("targetRefs is empty".into());
     }
-    let rules = spec.rate_limit.iter().flat_map(|r| &r.local);
-    let local = rules
-        .flat_map(|l| l.rules.iter().enumerate())
-        .map(|(i, r)| {
-            limit_rule(source, i, r).map_err(|e| format!("rateLimit.local.rules[{i}].{e}"))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    if spec
-        .rate_limit
-        .as_ref()
-        .and_then(|r| r.local.as_ref())
-        .is_some()
-        && local.is_empty()
-    {
-        return Err("rateLimit.local.rules is empty".into());
+    let rate_limit = spec.rate_limit.as_ref();
+    let rules = |field: &'static str, rules: Option<&Vec<api::RateLimitRule>>| {
+        let Some(rules) = rules else {
+            return Ok(vec![]);
+        };
+        if rules.is_empty() {
+            return Err(format!("rateLimit.{field}.rules is empty"));
+        }
+        (rules.iter().enumerate())
+            .map(|(i, r)| {
+                limit_rule(&format!("{source}|{field}"), i, r)
+                    .map_err(|e| format!("rateLimit.{field}.rules[{i}].{e}"))
+            })
+            .collect::<Result<Vec<_>, _>>()
+    };
+    let local = rules(
+        "local",
+        rate_limit.and_then(|r| r.local.as_ref()).map(|l| &l.rules),
+    )?;
+    let global_spec = rate_limit.and_then(|r| r.global.as_ref());
+    let global = rules("global", global_spec.map(|g| &g.rules))?;
+    if !global.is_empty() && !service {
+        return Err(
+            "rateLimit.global: pier has no rate-limit service to keep global limits \
+                    (pier run --rate-limit-service HOST:PORT)"
+                .into(),
+        );
     }
-    let needs_headers = (local.iter().flat_map(|r| &r.selectors)).any(|s| !s.headers.is_empty());
+    let needs_headers =
+        (local.iter().chain(&global).flat_map(|r| &r.selectors)).any(|s| !s.headers.is_empty());
     Ok(TrafficPolicy {
         source: source.to_string(),
         local,
+        global,
+        fail_closed: global_spec.and_then(|g| g.fail_closed).unwrap_or(false),
         needs_headers,
     })
 }
@@ -261,6 +303,62 @@ fn selector(s: &api::RateLimitSelectCondition) -> Result<Selector, String> {
         methods,
         path,
     })
+}
+
+/// The rate-limit service's configuration (envoyproxy/ratelimit's YAML; written as JSON,
+/// which is YAML) for the global rules `snapshot` enforces, in `domain`: one descriptor per
+/// rule (and Route, unless shared) keyed [`RULE_KEY`], its Distinct entries nested under it in
+/// the order pier sends them, the limit on the innermost. Sorted, so equal rules give equal
+/// bytes and every pier instance writes the same file.
+pub fn rate_limit_config(snapshot: &crate::model::Snapshot, domain: &str) -> String {
+    use std::collections::BTreeMap;
+    let mut rules: BTreeMap<&str, (&LimitRule, Vec<String>)> = BTreeMap::new();
+    let entries = (snapshot.ports.iter())
+        .flat_map(|p| &p.listeners)
+        .flat_map(|l| l.routes.entries());
+    for t in entries.filter_map(|e| e.rule.traffic.as_deref()) {
+        let Some(g) = &t.global else { continue };
+        for (rule, value) in t.policy.global.iter().zip(g.values.iter()) {
+            rules
+                .entry(value)
+                .or_insert_with(|| (rule, rule.distinct_keys()));
+        }
+    }
+    let units = |l: &crate::ratelimit::Limit| match l.period.as_secs() {
+        1 => "second",
+        60 => "minute",
+        3600 => "hour",
+        _ => "day",
+    };
+    let descriptors: Vec<serde_json::Value> = rules
+        .into_iter()
+        .map(|(value, (rule, keys))| {
+            let limit = serde_json::json!({
+                "unit": units(&rule.limit),
+                "requests_per_unit": rule.limit.requests,
+            });
+            // Innermost first: the limit on the last Distinct key, or on the rule itself.
+            let mut inner: Option<serde_json::Value> = None;
+            for key in keys.iter().rev() {
+                let mut d = serde_json::json!({ "key": key });
+                match inner.take() {
+                    None => d["rate_limit"] = limit.clone(),
+                    Some(nested) => d["descriptors"] = serde_json::json!([nested]),
+                }
+                inner = Some(d);
+            }
+            let mut d = serde_json::json!({ "key": RULE_KEY, "value": value });
+            match inner {
+                None => d["rate_limit"] = limit,
+                Some(nested) => d["descriptors"] = serde_json::json!([nested]),
+            }
+            d
+        })
+        .collect();
+    let config = serde_json::json!({ "domain": domain, "descriptors": descriptors });
+    let mut text = serde_json::to_string_pretty(&config).unwrap_or_default();
+    text.push('\n');
+    text
 }
 
 #[cfg(test)]

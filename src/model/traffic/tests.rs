@@ -21,6 +21,8 @@ fn traffic(rules: Vec<LimitRule>) -> RuleTraffic {
     let policy = Arc::new(TrafficPolicy {
         source: "default/p".into(),
         local: rules,
+        global: vec![],
+        fail_closed: false,
         needs_headers: true,
     });
     policy.for_route(&ObjectRef::new("default", "r"), |_, limit, capacity| {
@@ -51,16 +53,17 @@ impl Req {
         self
     }
 
+    fn as_limit(&self) -> LimitRequest<'_> {
+        LimitRequest {
+            client: self.client,
+            method: &self.method,
+            path: self.path,
+            headers: &self.headers,
+        }
+    }
+
     fn take(&self, t: &RuleTraffic, now: Instant) -> Result<(), Box<Limited>> {
-        t.take(
-            &LimitRequest {
-                client: self.client,
-                method: &self.method,
-                path: self.path,
-                headers: &self.headers,
-            },
-            now,
-        )
+        t.take(&self.as_limit(), now)
     }
 }
 
@@ -222,6 +225,8 @@ fn a_route_has_its_own_tables_unless_the_rule_is_shared() {
     let policy = Arc::new(TrafficPolicy {
         source: "default/p".into(),
         local: vec![per_minute(1, vec![]), shared],
+        global: vec![],
+        fail_closed: false,
         needs_headers: false,
     });
     let mut keys = vec![];
@@ -237,4 +242,47 @@ fn a_route_has_its_own_tables_unless_the_rule_is_shared() {
         keys[1], keys[3],
         "a shared rule has one table for every route"
     );
+}
+
+#[test]
+fn a_global_rule_sends_its_rule_entry_then_its_distinct_values_in_config_order() {
+    let rule = per_minute(
+        5,
+        vec![Selector {
+            headers: vec![
+                HeaderSelect::Match {
+                    name: HeaderName::from_static("x-plan"),
+                    value: ValueMatch::Exact("free".into()),
+                    invert: false,
+                },
+                HeaderSelect::Distinct(HeaderName::from_static("x-user")),
+            ],
+            source: Some(SourceSelect {
+                cidr: "0.0.0.0/0".parse().unwrap(),
+                distinct: true,
+            }),
+            ..Selector::default()
+        }],
+    );
+    assert_eq!(rule.distinct_keys(), ["client", "header:x-user"]);
+    let req = Req::new("10.1.2.3")
+        .header("x-plan", "free")
+        .header("x-user", "alice");
+    let d = rule.descriptor(&req.as_limit(), "default/p/0").unwrap();
+    let d: Vec<(&str, &str)> = d.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    assert_eq!(
+        d,
+        [
+            (RULE_KEY, "default/p/0"),
+            ("client", "10.1.2.3"),
+            ("header:x-user", "alice")
+        ]
+    );
+    // Not the free plan, or no x-user: no descriptor (the service is not asked for it).
+    let paid = Req::new("10.1.2.3")
+        .header("x-plan", "paid")
+        .header("x-user", "alice");
+    assert!(rule.descriptor(&paid.as_limit(), "v").is_none());
+    let anonymous = Req::new("10.1.2.3").header("x-plan", "free");
+    assert!(rule.descriptor(&anonymous.as_limit(), "v").is_none());
 }

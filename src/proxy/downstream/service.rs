@@ -171,6 +171,9 @@ async fn dispatch<'s>(
             crate::proxy::error::Challenge::Bearer { invalid: false },
         ));
     }
+    if !matches!(decided, Decision::Preflight(_)) {
+        phase::global_limits(shared, rule, &input, edge).await?;
+    }
     if let Some(a) = &admitted {
         phase::apply(a, req.headers_mut());
     }

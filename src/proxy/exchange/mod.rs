@@ -6,6 +6,7 @@
 
 pub mod ext_auth;
 pub mod mirror;
+pub mod rate_limit;
 pub mod retry;
 pub mod send;
 pub mod session;

@@ -54,6 +54,7 @@ pub struct ProxyMetrics {
     spans: Family<SpanLabels, Counter>,
     security_decisions: Family<SecurityLabels, Counter>,
     rate_limited: Family<PolicyLabels, Counter>,
+    rate_limit_calls: Family<ResultLabels, Counter>,
     /// Tells the [`HandleCache`] whose handles it holds.
     id: u64,
 }
@@ -181,6 +182,12 @@ pub struct RequestLabels {
     pub backend: String,
     pub status: StatusClass,
     pub tls: Transport,
+}
+
+/// A call's result.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct ResultLabels {
+    pub result: &'static str,
 }
 
 /// A policy's `namespace/name`.
@@ -499,6 +506,13 @@ impl ProxyMetrics {
              local rate limit, by policy",
             m.rate_limited.clone(),
         );
+        reg.register(
+            "rate_limit_calls",
+            "Calls to the rate-limit service (BackendTrafficPolicy rateLimit.global), by result: \
+             ok, overLimit (429), unreachable, timeout, error (a gRPC error or garbage); the \
+             last three let the request through unless the policy is failClosed (500)",
+            m.rate_limit_calls.clone(),
+        );
         m
     }
 
@@ -585,6 +599,13 @@ impl ProxyMetrics {
             policy: policy.to_string(),
         };
         self.rate_limited.get_or_create(&labels).inc();
+    }
+
+    /// A call to the rate-limit service and its result.
+    pub fn rate_limit_call(&self, result: &'static str) {
+        self.rate_limit_calls
+            .get_or_create(&ResultLabels { result })
+            .inc();
     }
 
     pub fn error(&self, kind: ErrorKind, side: ErrorSide) {
@@ -754,6 +775,7 @@ impl Default for ProxyMetrics {
             spans: Family::default(),
             security_decisions: Family::default(),
             rate_limited: Family::default(),
+            rate_limit_calls: Family::default(),
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         }
     }

@@ -2,7 +2,7 @@
 //! attached to Gateways, listeners, ListenerSets, Routes and Route rules by GEP-713
 //! `targetRefs`. Field names are Envoy Gateway's (`gateway.envoyproxy.io/v1alpha1`
 //! BackendTrafficPolicy) where the concept is the same, so policies move over by changing
-//! `apiVersion`. This version reads `rateLimit.local`; the CRD grows with each feature, so the
+//! `apiVersion`. This version reads `rateLimit.local` and `rateLimit.global`; the CRD grows with each feature, so the
 //! API server never stores a field pier would ignore.
 
 use kube::CustomResource;
@@ -37,6 +37,21 @@ pub struct RateLimit {
     /// Limits each pier instance keeps on its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub local: Option<LocalRateLimit>,
+    /// Limits kept by Envoy's rate-limit service (`--rate-limit-service`), shared by every
+    /// pier instance that asks it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub global: Option<GlobalRateLimit>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GlobalRateLimit {
+    /// As `local.rules`; the service counts.
+    pub rules: Vec<RateLimitRule>,
+    /// When the service is down, slow or answers garbage: refuse the request (500) instead of
+    /// letting it through (the default, as Envoy's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fail_closed: Option<bool>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -1,7 +1,7 @@
 //! BackendTrafficPolicy: attachment and status, invalid specs, buckets carried across
 //! translations, the last valid version kept.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::*;
 use crate::model::traffic::LimitRequest;
@@ -197,4 +197,73 @@ fn a_missing_target_is_target_not_found() {
     let (ok, reason, _) = accepted(&t, "gp");
     assert!(!ok);
     assert_eq!(reason, "TargetNotFound");
+}
+
+fn with_service() -> Settings {
+    Settings {
+        rate_limit_service: Some(Arc::new(RateLimitService::new(
+            "127.0.0.1:8081".parse().unwrap(),
+            Duration::from_millis(50),
+            "pier".into(),
+        ))),
+        ..Settings::default()
+    }
+}
+
+const GLOBAL: &str = r#"apiVersion: pier.dev/v1alpha1
+kind: BackendTrafficPolicy
+metadata: {name: g, namespace: default}
+spec:
+  targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: gw}]
+  rateLimit:
+    global:
+      failClosed: true
+      rules:
+      - limit: {requests: 10, unit: Minute}
+      - clientSelectors: [{headers: [{name: x-user, type: Distinct}], sourceCIDR: {type: Distinct, value: 0.0.0.0/0}}]
+        limit: {requests: 2, unit: Second}
+        shared: true
+"#;
+
+#[test]
+fn global_rules_need_the_service_and_write_its_config() {
+    let t = run(GLOBAL, &Carried::default());
+    let (ok, reason, message) = accepted(&t, "g");
+    assert!(!ok && reason == "Invalid", "{message}");
+    assert!(message.contains("--rate-limit-service"), "{message}");
+
+    let r = resources(&format!("{BASE}\n---\n{ROUTES}\n---\n{GLOBAL}"));
+    let t = translate_with(
+        &r,
+        &with_service(),
+        &Carried::default(),
+        &Default::default(),
+    );
+    assert!(accepted(&t, "g").0);
+    let read = traffic_of(&t, "/read").unwrap();
+    assert!(read.policy.fail_closed);
+    let values = &read.global.as_ref().unwrap().values;
+    assert_eq!(&*values[0], "default/g/0/default/web");
+    assert_eq!(
+        &*values[1], "default/g/1",
+        "shared: one value for every Route"
+    );
+    let config: serde_json::Value =
+        serde_json::from_str(&rate_limit_config(&t.snapshot, "pier")).unwrap();
+    assert_eq!(
+        config,
+        serde_json::json!({
+            "domain": "pier",
+            "descriptors": [
+                {"key": "pier.dev/rule", "value": "default/g/0/default/api",
+                 "rate_limit": {"unit": "minute", "requests_per_unit": 10}},
+                {"key": "pier.dev/rule", "value": "default/g/0/default/web",
+                 "rate_limit": {"unit": "minute", "requests_per_unit": 10}},
+                {"key": "pier.dev/rule", "value": "default/g/1",
+                 "descriptors": [{"key": "client",
+                   "descriptors": [{"key": "header:x-user",
+                     "rate_limit": {"unit": "second", "requests_per_unit": 2}}]}]},
+            ]
+        })
+    );
 }

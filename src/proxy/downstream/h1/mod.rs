@@ -812,9 +812,12 @@ fn plan<'s>(
         Err(e) => return Plan::Respond(common, Err(e)),
     };
     let rule: &'s Rule = &routed.entry.rule;
-    // Access that changes the request's headers (claims to headers), or an external
-    // authorizer to wait for: hyper's path does it.
-    if rule.access.as_ref().is_some_and(|a| a.edits_request()) || rule.has_ext_auth() {
+    // Access that changes the request's headers (claims to headers), an external authorizer
+    // or a global rate limit to wait for: hyper's path does it.
+    if rule.access.as_ref().is_some_and(|a| a.edits_request())
+        || rule.has_ext_auth()
+        || rule.traffic.as_ref().is_some_and(|t| t.global.is_some())
+    {
         return Plan::Fallback;
     }
     // A CORS filter or an access policy reads the request's headers, which routing alone may
