@@ -18,6 +18,7 @@ pub mod nginx;
 pub mod oidc_provider;
 pub mod otelcol;
 pub mod pki;
+pub mod ratelimit;
 pub mod raw;
 pub mod snap;
 pub mod spire;
