@@ -11,6 +11,8 @@
 //!                external authorizer comes first; the decision and principal recorded in
 //!                `Seen`) ─> rate limits (BackendTrafficPolicy, 429) ─> redirect, or the
 //!                backendRef to forward to
+//! global_limits  (hyper's path, rules with global rate limits) one call to the rate-limit
+//!                service (429; no answer: on, or 500 under failClosed)
 //! ext_auth       (hyper's path, rules with an authorizer) the authorizers, then the
 //!                authorization rules
 //! request_head   request header filters, URL rewrite, hop hygiene, forwarding headers
