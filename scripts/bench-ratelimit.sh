@@ -19,6 +19,10 @@
 # 3. Against nginx: /limited at c=64 through pier and through nginx, interleaved RUNS times;
 #    requests/s answered (admitted plus refused) and p99; the ratio pier/nginx. Then /per-key
 #    through pier with 10 000 distinct keys (wrk script) for the Distinct table's figure.
+# 4. Global (GLOBAL=1 by default; needs `scripts/ratelimit.sh build`): envoyproxy/ratelimit with
+#    redis-server on CPU 1; /global has a global limit no request reaches (10⁹ a second, one
+#    Distinct header); wrk c=16 on /plain and /global, interleaved RUNS times: the p99 /global
+#    adds, and calls to the service per request (pier_proxy_rate_limit_calls_total).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PIER="${1:-$ROOT/target/release/pier}"
@@ -93,7 +97,7 @@ addressType: IPv4
 ports: [{name: http, port: $ORIGIN, protocol: TCP}]
 endpoints: [{addresses: ["127.0.0.1"]}]
 EOF
-for r in plain open limited per-key; do
+for r in plain open limited per-key global; do
   cat >>"$WORK/manifests/all.yaml" <<EOF
 ---
 apiVersion: gateway.networking.k8s.io/v1
@@ -121,10 +125,30 @@ EOF
 policy open "limit: {requests: 1000000000, unit: Second}"
 policy limited "limit: {requests: 1000, unit: Second}"
 policy per-key "{clientSelectors: [{headers: [{name: x-key, type: Distinct}]}], limit: {requests: 100, unit: Second}}"
+GLOBAL="${GLOBAL:-1}"
+RL_FLAGS=()
+if [ "$GLOBAL" = 1 ]; then
+  eval "$("$ROOT/scripts/ratelimit.sh" env)"
+  RL_GRPC=19584 RL_HTTP=19585 RL_DEBUG=19586 REDIS=19587
+  mkdir -p "$WORK/runtime/ratelimit/config"
+  cat >>"$WORK/manifests/all.yaml" <<EOF
+---
+apiVersion: pier.dev/v1alpha1
+kind: BackendTrafficPolicy
+metadata: {name: global, namespace: b}
+spec:
+  targetRefs: [{group: gateway.networking.k8s.io, kind: HTTPRoute, name: global}]
+  rateLimit:
+    global:
+      rules:
+        - {clientSelectors: [{headers: [{name: x-tenant, type: Distinct}]}], limit: {requests: 1000000000, unit: Second}}
+EOF
+  RL_FLAGS=(--rate-limit-service "127.0.0.1:$RL_GRPC" --rate-limit-config "$WORK/runtime/ratelimit/config/pier.yaml")
+fi
 
 start_pier() {
   PIER_WORKER_THREADS=1 RUST_LOG=warn taskset -c 0 "$@" run --manifests "$WORK/manifests" \
-    --listen-host 127.0.0.1 --admin "127.0.0.1:$ADMIN" >"$WORK/pier.log" 2>&1 &
+    --listen-host 127.0.0.1 --admin "127.0.0.1:$ADMIN" "${RL_FLAGS[@]}" >"$WORK/pier.log" 2>&1 &
   pid=$!
   PIDS+=($pid)
   for _ in $(seq 300); do curl -sf "http://127.0.0.1:$ADMIN/readyz" >/dev/null && return; sleep 0.1; done
@@ -201,3 +225,31 @@ read -r rps p99 n secs non2xx < <(measure 64 "$base/per-key" "$D" -s "$WORK/keys
 echo "per-key (10 000 keys, 100/s each) rps=$rps p99=$p99 refused=${non2xx:-0} rss_kb=$(awk '/VmRSS/{print $2}' "/proc/$pid/status")"
 m=$(curl -s "http://127.0.0.1:$ADMIN/metrics" | grep '^pier_proxy_rate_limited_total' || true)
 echo "$m"
+
+if [ "$GLOBAL" = 1 ]; then
+  echo "# 4. global limit through envoyproxy/ratelimit + Redis (CPU 1): /plain vs /global, c=16, ${D}s, interleaved"
+  taskset -c 1 "$PIER_REDIS_SERVER" --bind 127.0.0.1 --port "$REDIS" --save '' --appendonly no >/dev/null 2>&1 &
+  PIDS+=($!)
+  for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$REDIS") 2>/dev/null && break; sleep 0.05; done
+  env -i PATH=/usr/bin:/bin HOST=127.0.0.1 PORT=$RL_HTTP GRPC_HOST=127.0.0.1 GRPC_PORT=$RL_GRPC \
+    DEBUG_HOST=127.0.0.1 DEBUG_PORT=$RL_DEBUG REDIS_SOCKET_TYPE=tcp REDIS_URL=127.0.0.1:$REDIS \
+    RUNTIME_ROOT="$WORK/runtime" RUNTIME_SUBDIRECTORY=ratelimit RUNTIME_APPDIRECTORY=config \
+    RUNTIME_WATCH_ROOT=false RUNTIME_IGNOREDOTFILES=true USE_STATSD=false DISABLE_STATS=true \
+    LOG_LEVEL=warn taskset -c 1 "$PIER_RATELIMIT" >"$WORK/ratelimit.log" 2>&1 &
+  PIDS+=($!)
+  for _ in $(seq 100); do curl -sf "http://127.0.0.1:$RL_HTTP/healthcheck" >/dev/null && break; sleep 0.05; done
+  echo 'wrk.headers["x-tenant"] = "acme"' >"$WORK/tenant.lua"
+  ok_calls() { curl -s "http://127.0.0.1:$ADMIN/metrics" | awk '/^pier_proxy_rate_limit_calls_total\{result="ok"\}/{print $2}'; }
+  before=$(ok_calls)
+  total=0
+  for i in $(seq "$RUNS"); do
+    read -r rps p99 n secs non2xx < <(measure 16 "$base/plain" "$D")
+    echo "plain  run=$i rps=$rps p99=$p99"
+    read -r rps p99 n secs non2xx < <(measure 16 "$base/global" "$D" -s "$WORK/tenant.lua")
+    echo "global run=$i rps=$rps p99=$p99 non2xx=${non2xx:-0}"
+    total=$((total + n))
+  done
+  after=$(ok_calls)
+  echo "ok calls to the service per /global request: $(awk -v a="${before:-0}" -v b="${after:-0}" -v n="$total" 'BEGIN {printf "%.3f", (b-a)/n}')"
+  curl -s "http://127.0.0.1:$ADMIN/metrics" | grep '^pier_proxy_rate_limit_calls_total' || true
+fi
