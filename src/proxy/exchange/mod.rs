@@ -11,5 +11,6 @@ pub mod retry;
 pub mod send;
 pub mod session;
 mod shared;
+pub mod unary;
 
 pub use shared::Shared;

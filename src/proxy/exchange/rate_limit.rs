@@ -16,9 +16,7 @@
 
 use std::time::Duration;
 
-use ::http::header;
-use ::http::{HeaderMap, HeaderValue, Method, Request};
-use bytes::{BufMut, BytesMut};
+use ::http::{HeaderMap, Request};
 use prost::Message;
 
 use super::Shared;
@@ -160,17 +158,7 @@ pub fn request(
         hits_addend: 0,
     }
     .encode_to_vec();
-    let mut framed = BytesMut::with_capacity(5 + message.len());
-    framed.put_u8(0);
-    framed.put_u32(u32::try_from(message.len()).unwrap_or(u32::MAX));
-    framed.put_slice(&message);
-    Request::builder()
-        .method(Method::POST)
-        .uri(PATH)
-        .header(header::HOST, &service.authority)
-        .header(header::CONTENT_TYPE, "application/grpc")
-        .header(header::TE, "trailers")
-        .body(body::full(framed.freeze()))
+    super::unary::request(PATH, &service.authority, &message)
 }
 
 /// Asks `service` about `descriptors` (not empty).
@@ -214,19 +202,7 @@ pub fn answer(
     trailers: Option<&HeaderMap>,
     body: &[u8],
 ) -> Result<Answer, NoAnswer> {
-    let status = trailers
-        .and_then(|t| t.get("grpc-status"))
-        .or_else(|| headers.get("grpc-status"));
-    if status.map(HeaderValue::as_bytes) != Some(b"0") {
-        return Err(NoAnswer::Garbage);
-    }
-    let [0, l0, l1, l2, l3, message @ ..] = body else {
-        return Err(NoAnswer::Garbage);
-    };
-    let len = u32::from_be_bytes([*l0, *l1, *l2, *l3]);
-    if usize::try_from(len).ok() != Some(message.len()) {
-        return Err(NoAnswer::Garbage);
-    }
+    let message = super::unary::message(headers, trailers, body).ok_or(NoAnswer::Garbage)?;
     let r = RateLimitResponse::decode(message).map_err(|_| NoAnswer::Garbage)?;
     match r.overall_code {
         OK => Ok(Answer::Ok),

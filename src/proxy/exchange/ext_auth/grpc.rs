@@ -10,8 +10,8 @@
 use std::collections::HashMap;
 
 use ::http::header::{self, HeaderName};
-use ::http::{HeaderMap, HeaderValue, Method, Request, StatusCode, Version};
-use bytes::{BufMut, Bytes, BytesMut};
+use ::http::{HeaderMap, HeaderValue, Request, StatusCode, Version};
+use bytes::Bytes;
 use prost::Message;
 
 use super::proto::{
@@ -20,7 +20,7 @@ use super::proto::{
 };
 use super::{Asked, Denial, Failure, Mutation, Verdict, is_framing};
 use crate::model::ext_auth::ExtAuth;
-use crate::proxy::body::{self, ProxyBody};
+use crate::proxy::body::ProxyBody;
 
 /// The method's path.
 pub const CHECK_PATH: &str = "/envoy.service.auth.v3.Authorization/Check";
@@ -28,17 +28,7 @@ pub const CHECK_PATH: &str = "/envoy.service.auth.v3.Authorization/Check";
 /// The Check call for `asked`.
 pub fn request(ext: &ExtAuth, asked: &Asked<'_>) -> Result<Request<ProxyBody>, ::http::Error> {
     let message = check_request(ext, asked).encode_to_vec();
-    let mut framed = BytesMut::with_capacity(5 + message.len());
-    framed.put_u8(0);
-    framed.put_u32(u32::try_from(message.len()).unwrap_or(u32::MAX));
-    framed.put_slice(&message);
-    Request::builder()
-        .method(Method::POST)
-        .uri(CHECK_PATH)
-        .header(header::HOST, &ext.authority)
-        .header(header::CONTENT_TYPE, "application/grpc")
-        .header(header::TE, "trailers")
-        .body(body::full(framed.freeze()))
+    crate::proxy::exchange::unary::request(CHECK_PATH, &ext.authority, &message)
 }
 
 /// The CheckRequest: the client, the request line, the selected headers (lower-case names,
@@ -116,21 +106,9 @@ pub fn verdict(
     trailers: Option<&HeaderMap>,
     body: &[u8],
 ) -> Result<Verdict, Failure> {
-    let status = trailers
-        .and_then(|t| t.get("grpc-status"))
-        .or_else(|| headers.get("grpc-status"));
-    if status.map(HeaderValue::as_bytes) != Some(b"0") {
-        return Err(Failure::Garbage);
-    }
-    let [0, l0, l1, l2, l3, message @ ..] = body else {
-        // Compressed (flag 1), or shorter than a frame header.
-        return Err(Failure::Garbage);
-    };
-    let len = u32::from_be_bytes([*l0, *l1, *l2, *l3]);
-    if usize::try_from(len).ok() != Some(message.len()) {
-        return Err(Failure::Garbage);
-    }
-    let response = CheckResponse::decode(message).map_err(|_| Failure::Garbage)?;
+    let message = crate::proxy::exchange::unary::message(headers, trailers, body);
+    let response =
+        CheckResponse::decode(message.ok_or(Failure::Garbage)?).map_err(|_| Failure::Garbage)?;
     check_verdict(response)
 }
 

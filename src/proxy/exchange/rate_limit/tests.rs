@@ -1,3 +1,4 @@
+use ::http::HeaderValue;
 use proptest::prelude::*;
 
 use super::*;
