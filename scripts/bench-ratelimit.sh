@@ -21,8 +21,9 @@
 #    through pier with 10 000 distinct keys (wrk script) for the Distinct table's figure.
 # 4. Global (GLOBAL=1 by default; needs `scripts/ratelimit.sh build`): envoyproxy/ratelimit with
 #    redis-server on CPU 1; /global has a global limit no request reaches (10⁹ a second, one
-#    Distinct header); wrk c=16 on /plain and /global, interleaved RUNS times: the p99 /global
-#    adds, and calls to the service per request (pier_proxy_rate_limit_calls_total).
+#    Distinct header); wrk c=GC (default 2: below the service's capacity here) on /plain and
+#    /global, interleaved RUNS times: the p99 /global adds, and calls to the service per
+#    request (pier_proxy_rate_limit_calls_total).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PIER="${1:-$ROOT/target/release/pier}"
@@ -58,7 +59,8 @@ events { worker_connections 4096; }
 http {
   access_log off;
   upstream origin { server 127.0.0.1:$ORIGIN; keepalive 64; }
-  limit_req_zone \$server_name zone=limited:1m rate=1000r/s;
+  # One bucket for every client (wrk is one address); an empty key would not be counted.
+  limit_req_zone \$binary_remote_addr zone=limited:1m rate=1000r/s;
   server {
     listen 127.0.0.1:$NGINX;
     keepalive_requests 1000000;
@@ -227,7 +229,8 @@ m=$(curl -s "http://127.0.0.1:$ADMIN/metrics" | grep '^pier_proxy_rate_limited_t
 echo "$m"
 
 if [ "$GLOBAL" = 1 ]; then
-  echo "# 4. global limit through envoyproxy/ratelimit + Redis (CPU 1): /plain vs /global, c=16, ${D}s, interleaved"
+  GC="${GC:-2}"
+  echo "# 4. global limit through envoyproxy/ratelimit + Redis (CPU 1): /plain vs /global, c=$GC, ${D}s, interleaved"
   taskset -c 1 "$PIER_REDIS_SERVER" --bind 127.0.0.1 --port "$REDIS" --save '' --appendonly no >/dev/null 2>&1 &
   PIDS+=($!)
   for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$REDIS") 2>/dev/null && break; sleep 0.05; done
@@ -243,9 +246,9 @@ if [ "$GLOBAL" = 1 ]; then
   before=$(ok_calls)
   total=0
   for i in $(seq "$RUNS"); do
-    read -r rps p99 n secs non2xx < <(measure 16 "$base/plain" "$D")
+    read -r rps p99 n secs non2xx < <(measure "$GC" "$base/plain" "$D")
     echo "plain  run=$i rps=$rps p99=$p99"
-    read -r rps p99 n secs non2xx < <(measure 16 "$base/global" "$D" -s "$WORK/tenant.lua")
+    read -r rps p99 n secs non2xx < <(measure "$GC" "$base/global" "$D" -s "$WORK/tenant.lua")
     echo "global run=$i rps=$rps p99=$p99 non2xx=${non2xx:-0}"
     total=$((total + n))
   done

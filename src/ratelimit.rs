@@ -20,6 +20,7 @@ use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
 use std::net::IpAddr;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// `requests` per `period`.
@@ -58,6 +59,9 @@ pub struct Buckets {
     seed: foldhash::fast::RandomState,
     per_shard: usize,
     shards: [Mutex<HashMap<u64, u64, foldhash::fast::FixedState>>; SHARDS],
+    /// A table of capacity 1 (no Distinct selector: one bucket for every request) keeps its
+    /// TAT here instead, updated with compare-and-swap: no lock, no hashing.
+    single: Option<AtomicU64>,
 }
 
 impl Buckets {
@@ -76,6 +80,7 @@ impl Buckets {
             seed: foldhash::fast::RandomState::default(),
             per_shard: capacity.div_ceil(SHARDS).max(1),
             shards: std::array::from_fn(|_| Mutex::new(HashMap::default())),
+            single: (capacity <= 1).then(|| AtomicU64::new(0)),
         }
     }
 
@@ -85,12 +90,18 @@ impl Buckets {
 
     /// The most keys the table holds.
     pub fn capacity(&self) -> usize {
-        self.per_shard * SHARDS
+        match self.single {
+            Some(_) => 1,
+            None => self.per_shard * SHARDS,
+        }
     }
 
     /// Keys held now (full buckets not yet dropped included).
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| lock(s).len()).sum()
+        match &self.single {
+            Some(tat) => usize::from(tat.load(Ordering::Relaxed) != 0),
+            None => self.shards.iter().map(|s| lock(s).len()).sum(),
+        }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -102,10 +113,14 @@ impl Buckets {
         KeyHasher(self.seed.build_hasher())
     }
 
-    /// One request for bucket `key` at `now`.
+    /// One request for bucket `key` at `now` (a table of capacity 1 has one bucket whatever
+    /// the key).
     pub fn take(&self, key: u64, now: Instant) -> Decision {
         let t = u64::try_from(now.saturating_duration_since(self.origin).as_nanos())
             .unwrap_or(u64::MAX);
+        if let Some(single) = &self.single {
+            return self.take_single(single, t);
+        }
         let mut shard = lock(&self.shards[(key as usize) % SHARDS]);
         let tat = shard.get(&key).copied().unwrap_or(0).max(t);
         let ahead = tat - t;
@@ -124,6 +139,33 @@ impl Buckets {
         Decision::Admit {
             remaining: (self.tolerance + self.interval - ahead) / self.interval,
             reset: Duration::from_nanos(ahead),
+        }
+    }
+}
+
+impl Buckets {
+    fn take_single(&self, cell: &AtomicU64, t: u64) -> Decision {
+        let mut seen = cell.load(Ordering::Relaxed);
+        loop {
+            let tat = seen.max(t);
+            let ahead = tat - t;
+            if ahead > self.tolerance {
+                return Decision::Refuse {
+                    retry_after: Duration::from_nanos(ahead - self.tolerance),
+                    reset: Duration::from_nanos(ahead),
+                };
+            }
+            let next = tat + self.interval;
+            match cell.compare_exchange_weak(seen, next, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => {
+                    let ahead = next - t;
+                    return Decision::Admit {
+                        remaining: (self.tolerance + self.interval - ahead) / self.interval,
+                        reset: Duration::from_nanos(ahead),
+                    };
+                }
+                Err(now_seen) => seen = now_seen,
+            }
         }
     }
 }

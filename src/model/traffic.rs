@@ -234,6 +234,9 @@ impl LimitRule {
     /// The bucket the request counts against, or `None` when the rule does not apply: a
     /// selector does not match, or a `Distinct` header is missing.
     fn key_of(&self, req: &LimitRequest<'_>, buckets: &Buckets) -> Option<u64> {
+        if self.selectors.is_empty() {
+            return Some(0);
+        }
         let mut distinct = buckets.hasher();
         for s in &self.selectors {
             if !s.matches(req, &mut distinct)? {

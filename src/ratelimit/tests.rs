@@ -94,3 +94,46 @@ fn a_limit_of_zero_requests_or_time_still_works() {
     );
     b.take(1, Instant::now());
 }
+
+#[test]
+fn a_single_bucket_table_admits_exactly_like_a_keyed_one() {
+    let limit = Limit {
+        requests: 7,
+        period: Duration::from_secs(1),
+    };
+    let single = Buckets::new(limit, 1);
+    let keyed = Buckets::new(limit, 64);
+    assert_eq!(single.capacity(), 1);
+    let t0 = Instant::now();
+    for step in 0..500u64 {
+        let now = t0 + Duration::from_micros(step * 37_000 % 900_000 + step * 3_000);
+        assert_eq!(single.take(99, now), keyed.take(5, now), "step {step}");
+    }
+    assert_eq!(single.len(), 1);
+}
+
+#[test]
+fn a_single_bucket_under_threads_admits_the_burst_once() {
+    let b = std::sync::Arc::new(Buckets::new(
+        Limit {
+            requests: 1000,
+            period: Duration::from_secs(3600),
+        },
+        1,
+    ));
+    let now = Instant::now();
+    let admitted: usize = (0..4)
+        .map(|_| {
+            let b = b.clone();
+            std::thread::spawn(move || {
+                (0..1000)
+                    .filter(|_| matches!(b.take(0, now), Decision::Admit { .. }))
+                    .count()
+            })
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(|h| h.join().unwrap())
+        .sum();
+    assert_eq!(admitted, 1000);
+}
