@@ -123,7 +123,9 @@ fn properties(at: &Value, out: &mut Vec<String>) {
 
 /// The kind's JSON schema, every subschema inlined; made once.
 fn schema(of: SchemaOf) -> &'static Value {
-    static SCHEMAS: [OnceLock<Value>; 15] = [const { OnceLock::new() }; 15];
+    // One slot per kind: the last variant's index + 1 (a new kind goes last in `SchemaOf`).
+    const KINDS: usize = SchemaOf::BackendTrafficPolicy as usize + 1;
+    static SCHEMAS: [OnceLock<Value>; KINDS] = [const { OnceLock::new() }; KINDS];
     SCHEMAS[of as usize].get_or_init(|| match of {
         SchemaOf::GatewayClass => make::<super::GatewayClass>(),
         SchemaOf::Gateway => make::<super::super::api::UpstreamGateway>(),

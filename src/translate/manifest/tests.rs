@@ -591,6 +591,24 @@ fn a_misspelt_field_is_named_with_its_path_and_the_field_meant() {
 }
 
 #[test]
+fn a_misspelt_field_of_pier_s_own_policies_is_named() {
+    let (_, shown) = unknown_fields(
+        "apiVersion: pier.dev/v1alpha1\nkind: BackendTrafficPolicy\n\
+         metadata: {name: limit, namespace: shop}\n\
+         spec:\n  targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: gw}]\n  \
+         rateLimit:\n    local:\n      rules:\n      - limit: {requests: 1, unit: Second}\n        \
+         shard: true\n",
+    );
+    assert_eq!(
+        shown,
+        vec![
+            "BackendTrafficPolicy shop/limit: unknown field spec.rateLimit.local.rules[0].shard \
+             (did you mean shared?); it is ignored"
+        ]
+    );
+}
+
+#[test]
 fn known_fields_of_every_kind_are_not_unknown() {
     // apiVersion, kind, status and metadata's fields are known; a Pod is read for one field
     // by design, the rest of it is not "unknown".
