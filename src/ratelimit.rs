@@ -46,7 +46,7 @@ pub enum Decision {
 const SHARDS: usize = 16;
 
 /// The buckets of one limit rule, by key. Shared across snapshots while the rule is
-/// unchanged (`model::backend::Carried`).
+/// unchanged (`model::carried::Carried`).
 #[derive(Debug)]
 pub struct Buckets {
     limit: Limit,

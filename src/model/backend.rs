@@ -352,24 +352,6 @@ pub struct Timeouts {
     pub backend_request: Option<Duration>,
 }
 
-/// What a translation takes over from the snapshot it replaces.
-#[derive(Clone, Debug, Default)]
-pub struct Carried {
-    pub endpoints: EndpointPool,
-    /// Upstream TLS configs by trust key. A config whose key is unchanged is reused rather than
-    /// rebuilt, so its TLS session cache survives the reload and new connections after it
-    /// resume instead of doing a full handshake. Equal keys mean equal CAs, client certificate,
-    /// identity check and ALPN ([`UpstreamTls::trust_key`]), so resuming under the reused config
-    /// trusts nothing the new configuration would not.
-    pub tls_configs: std::collections::HashMap<u64, Arc<rustls::ClientConfig>>,
-    /// Rate-limit bucket tables by their limit rule's key (`model::traffic`): a policy whose
-    /// limit and selectors are unchanged keeps counting where it was.
-    pub limits: std::collections::HashMap<String, Arc<crate::ratelimit::Buckets>>,
-    /// Each BackendTrafficPolicy in force, by `namespace/name`: what stays in force when a new
-    /// version of it is invalid.
-    pub traffic: std::collections::HashMap<String, Arc<super::traffic::TrafficPolicy>>,
-}
-
 /// Load state of every endpoint address and every backend (Service port) of a snapshot, handed
 /// to the next translation so that in-flight counts, ejections and circuit-breaking counts
 /// survive a reload. Pure data: translation looks them up and starts new ones at zero.

@@ -10,6 +10,7 @@
 //! or `std::fs`.
 
 pub mod backend;
+pub mod carried;
 pub mod ext_auth;
 pub mod filter;
 pub mod host;
@@ -29,10 +30,11 @@ use std::fmt;
 use serde::Serialize;
 
 pub use backend::{
-    AppProtocol, Backend, BackendId, BackendLoad, BackendTls, CONSECUTIVE_FAILURES, Carried,
-    EJECTION, Endpoint, EndpointIdentities, EndpointPool, EndpointStats, MAX_EJECTION, Outlier,
+    AppProtocol, Backend, BackendId, BackendLoad, BackendTls, CONSECUTIVE_FAILURES, EJECTION,
+    Endpoint, EndpointIdentities, EndpointPool, EndpointStats, MAX_EJECTION, Outlier,
     OutlierOverride, Timeouts, TlsMode, TlsUnavailable, UnresolvedIdentity, UpstreamTls,
 };
+pub use carried::Carried;
 pub use filter::{Cors, Filters, HeaderModifier, Mirror, PathModifier, Redirect, UrlRewrite};
 pub use host::{HostRank, HostnameMatch};
 pub use matcher::{

@@ -130,9 +130,9 @@ fn ser_header_name<S: serde::Serializer>(
 impl Snapshot {
     /// What the next translation takes over: endpoint load state, upstream TLS configs, rate
     /// limit buckets and the traffic policies in force.
-    pub fn carried(&self) -> super::backend::Carried {
+    pub fn carried(&self) -> super::carried::Carried {
         use super::backend::BackendTls;
-        let mut carried = super::backend::Carried::default();
+        let mut carried = super::carried::Carried::default();
         let rules = self.ports.iter().flat_map(|p| &p.listeners);
         let traffic = rules.flat_map(|l| l.routes.entries());
         for t in traffic.filter_map(|e| e.rule.traffic.as_ref()) {

@@ -10,7 +10,7 @@
 //!
 //! A rule without a policy has `Rule::traffic == None` and pays one branch. The buckets
 //! (`crate::ratelimit`) survive a reload while the policy's limit and selectors are the same
-//! ([`super::backend::Carried`]), so editing an unrelated object never hands a client a
+//! ([`super::carried::Carried`]), so editing an unrelated object never hands a client a
 //! fresh burst.
 
 use std::net::IpAddr;
