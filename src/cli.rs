@@ -131,7 +131,7 @@ pub struct CommonArgs {
 pub struct RateLimitArgs {
     /// The service's gRPC address (HTTP/2 without TLS). Without it, a policy with
     /// `rateLimit.global` is not accepted.
-    #[arg(long, value_name = "HOST:PORT", help_heading = "Rate limits")]
+    #[arg(long, value_name = "IP:PORT", help_heading = "Rate limits")]
     pub rate_limit_service: Option<std::net::SocketAddr>,
     /// How long a request waits for the service's answer; then it goes on (or gets a 500 under
     /// `failClosed`).

@@ -1020,10 +1020,17 @@ fn crds_prints_the_crds_pier_reads() {
         let text = String::from_utf8(out.stdout).unwrap();
         let crds: Vec<CustomResourceDefinition> = serde_saphyr::from_multiple(&text).unwrap();
         assert_eq!(crds, pier::crds::bundle(mesh), "{args:?}");
+        let own: Vec<_> = crds[crds.len() - 2..]
+            .iter()
+            .map(|c| c.metadata.name.as_deref().unwrap_or_default())
+            .collect();
         assert_eq!(
-            crds.last().and_then(|c| c.metadata.name.as_deref()),
-            Some("securitypolicies.pier.dev"),
-            "pier's own CRD comes last"
+            own,
+            [
+                "securitypolicies.pier.dev",
+                "backendtrafficpolicies.pier.dev"
+            ],
+            "pier's own CRDs come last"
         );
         let gateway = crds
             .iter()

@@ -165,7 +165,7 @@ fn traffic_policy(
     if !global.is_empty() && !service {
         return Err(
             "rateLimit.global: pier has no rate-limit service to keep global limits \
-                    (pier run --rate-limit-service HOST:PORT)"
+                    (pier run --rate-limit-service IP:PORT)"
                 .into(),
         );
     }
