@@ -9,6 +9,11 @@
 //! `Transfer-Encoding: chunked`) from the length it actually sends, so neither a header named
 //! in `Connection` nor a header filter can make the two hops disagree on where a message ends. Anything the fast path does not handle itself is reported as [`Parsed::Fallback`], and
 //! the connection goes to hyper with the bytes replayed.
+//!
+//! What `h1` calls per request is `#[inline]` (`line` and the forwarding headers' closure
+//! `#[inline(always)]`), so that it is inlined whichever codegen unit rustc puts this module
+//! in: when the SecurityPolicy modules moved it out of `h1`'s unit, parsing and writing the
+//! heads became calls and a plain request cost ~420 more instructions (BENCHMARKS.md).
 
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 
@@ -74,6 +79,7 @@ pub enum Parsed<T> {
 
 /// Parses the request head at the start of `buf`; `Ready` once the whole head and its
 /// (small) body are in `buf`.
+#[inline]
 pub fn parse_request<'b>(buf: &'b [u8], storage: &'b mut Storage<'b>) -> Parsed<RequestHead<'b>> {
     let mut req = httparse::Request::new(&mut []);
     let head_len = match req.parse_with_uninit_headers(buf, storage) {
@@ -287,19 +293,26 @@ fn lower_eq(name: &[u8], lower: &[u8]) -> bool {
 
 /// What a header line of a head that pier forwards is, or `None` when the line stops here: a
 /// hop-by-hop name ([`Name::is_hop`]) or one a `Connection` line of the same head names.
+#[inline]
 fn end_to_end(name: &str, headers: &[Header<'_>], connection_names: bool) -> Option<Name> {
     let kind = Name::of(name);
     (!kind.is_hop() && !named_by_connection(name, headers, connection_names)).then_some(kind)
 }
 
-/// Named by a `Connection` line of `headers` (checked only when one names any header).
+/// Named by a `Connection` line of `headers` (checked only when one names any header: the
+/// flag is tested where the caller is, the lines scanned out of line).
+#[inline(always)]
 fn named_by_connection(name: &str, headers: &[Header<'_>], connection_names: bool) -> bool {
-    connection_names
-        && headers
-            .iter()
-            .filter(|h| h.name.eq_ignore_ascii_case("connection"))
-            .flat_map(|h| tokens(h.value))
-            .any(|t| t.eq_ignore_ascii_case(name.as_bytes()))
+    connection_names && connection_lines_name(name, headers)
+}
+
+/// A `Connection` line of `headers` names `name`.
+fn connection_lines_name(name: &str, headers: &[Header<'_>]) -> bool {
+    headers
+        .iter()
+        .filter(|h| h.name.eq_ignore_ascii_case("connection"))
+        .flat_map(|h| tokens(h.value))
+        .any(|t| t.eq_ignore_ascii_case(name.as_bytes()))
 }
 
 /// What the request to the upstream says besides the client's own header lines.
@@ -319,6 +332,7 @@ pub struct Forwarding<'a> {
 /// Writes the upstream request head: the request line, the client's header lines less the
 /// hop-by-hop ones, `Host`, the forwarding headers and request ID ([`Edge::each`]) and pier's
 /// own `Content-Length`.
+#[inline]
 pub fn write_request(head: &RequestHead<'_>, fwd: &Forwarding<'_>, out: &mut Vec<u8>) {
     out.extend_from_slice(fwd.method.as_bytes());
     out.push(b' ');
@@ -334,10 +348,13 @@ pub fn write_request(head: &RequestHead<'_>, fwd: &Forwarding<'_>, out: &mut Vec
         })
     });
     line(out, b"host", fwd.host);
-    fwd.edge
-        .each(fwd.scheme, Some(fwd.client_host), |name, value| {
-            line(out, name.as_str().as_bytes(), value);
-        });
+    // Inlined at each of `each`'s calls, as the lines of constant names they are.
+    fwd.edge.each(
+        fwd.scheme,
+        Some(fwd.client_host),
+        #[inline(always)]
+        |name, value| line(out, name.as_str().as_bytes(), value),
+    );
     request_length(head, out);
     out.extend_from_slice(b"\r\n");
 }
@@ -431,6 +448,9 @@ fn copy_lines(raw: &[u8], headers: &[Header<'_>], out: &mut Vec<u8>, keep: impl 
     out.extend_from_slice(&raw[run]);
 }
 
+/// `#[inline(always)]`: several calls per head (`Host`, the forwarding headers), each four
+/// copies, most of a constant length; `#[inline]` alone left it a call of ~80 instructions.
+#[inline(always)]
 fn line(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
     out.extend_from_slice(name);
     out.extend_from_slice(b": ");
@@ -579,6 +599,7 @@ pub fn write_status(status: StatusCode, out: &mut Vec<u8>) {
 
 /// Writes the downstream response head from the upstream's header lines, less the hop-by-hop
 /// ones and the framing (which [`Tail`] writes).
+#[inline]
 pub fn write_response(head: &ResponseHead<'_>, tail: Tail<'_>, out: &mut Vec<u8>) {
     write_status(head.status, out);
     copy_lines(head.raw, head.headers, out, |name| {
