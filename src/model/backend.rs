@@ -90,7 +90,7 @@ impl OutlierOverride {
     }
 }
 
-fn ms<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+pub(super) fn ms<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&format!("{}ms", d.as_millis()))
 }
 

@@ -242,7 +242,10 @@ fn ser_regex<S: serde::Serializer>(r: &Regex, s: S) -> Result<S::Ok, S::Error> {
     )
 }
 
-fn ser_header_name<S: serde::Serializer>(n: &HeaderName, s: S) -> Result<S::Ok, S::Error> {
+pub(super) fn ser_header_name<S: serde::Serializer>(
+    n: &HeaderName,
+    s: S,
+) -> Result<S::Ok, S::Error> {
     s.serialize_str(n.as_str())
 }
 

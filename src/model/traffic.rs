@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use http::{HeaderMap, HeaderName, Method};
 use serde::Serialize;
 
-use super::matcher::{PathMatch, ValueMatch};
+use super::matcher::{PathMatch, ValueMatch, ser_header_name};
 use super::net::Cidr;
 use crate::ratelimit::{Buckets, Decision, Limit};
 
@@ -81,13 +81,13 @@ pub struct Selector {
 pub enum HeaderSelect {
     /// The header has a value that matches (`invert`: it has none that does).
     Match {
-        #[serde(serialize_with = "ser_name")]
+        #[serde(serialize_with = "ser_header_name")]
         name: HeaderName,
         value: ValueMatch,
         invert: bool,
     },
     /// The header is present; one bucket per value.
-    Distinct(#[serde(serialize_with = "ser_name")] HeaderName),
+    Distinct(#[serde(serialize_with = "ser_header_name")] HeaderName),
 }
 
 #[derive(Debug, Serialize)]
@@ -125,7 +125,7 @@ pub struct RateLimitService {
     /// `:authority` of the calls.
     pub authority: String,
     /// How long pier waits for an answer (then the request fails open, or closed).
-    #[serde(with = "humantime_ms")]
+    #[serde(serialize_with = "super::backend::ms")]
     pub timeout: Duration,
     /// The domain every descriptor pier sends is in (the service's config file has it).
     pub domain: String,
@@ -196,7 +196,7 @@ pub struct LimitRequest<'a> {
 /// Envoy sends it).
 #[derive(Clone, Debug)]
 pub struct Limited {
-    /// The policy's `namespace/name`.
+    /// The policy whose limit it is (its `source` labels the metric).
     pub policy: Arc<TrafficPolicy>,
     pub limit: Limit,
     /// When a request would be admitted again.
@@ -310,14 +310,18 @@ impl Selector {
     /// Whether the selector matches; `None` when a `Distinct` header is missing. Distinct
     /// values go into `key`.
     fn matches(&self, req: &LimitRequest<'_>, key: &mut impl DistinctSink) -> Option<bool> {
-        if !self.methods.is_empty() {
-            let listed = self.methods.iter().filter(|(_, invert)| !invert);
-            let any_listed = self.methods.iter().any(|(_, invert)| !invert);
-            let in_listed = listed.clone().any(|(m, _)| m == req.method);
-            let excluded = (self.methods.iter()).any(|(m, invert)| *invert && m == req.method);
-            if (any_listed && !in_listed) || excluded {
-                return Some(false);
+        // One pass: an inverted method that is the request's excludes it; otherwise it must
+        // be among the listed ones, if any are.
+        let (mut listed, mut in_listed) = (false, false);
+        for (m, invert) in &self.methods {
+            match (*invert, m == req.method) {
+                (true, true) => return Some(false),
+                (true, false) => {}
+                (false, is) => (listed, in_listed) = (true, in_listed || is),
             }
+        }
+        if listed && !in_listed {
+            return Some(false);
         }
         if let Some(p) = &self.path
             && p.path.matches(req.path) == p.invert
@@ -367,7 +371,7 @@ impl TrafficPolicy {
             .local
             .iter()
             .map(|r| {
-                let distinct = r.selectors.iter().any(Selector::is_distinct);
+                let distinct = !r.distinct_keys().is_empty();
                 let key = if r.shared {
                     r.key.clone()
                 } else {
@@ -406,28 +410,8 @@ impl RuleTraffic {
     }
 }
 
-mod humantime_ms {
-    pub fn serialize<S: serde::Serializer>(
-        d: &std::time::Duration,
-        s: S,
-    ) -> Result<S::Ok, S::Error> {
-        s.collect_str(&format_args!("{}ms", d.as_millis()))
-    }
-}
-
-impl Selector {
-    fn is_distinct(&self) -> bool {
-        self.source.as_ref().is_some_and(|s| s.distinct)
-            || (self.headers.iter()).any(|h| matches!(h, HeaderSelect::Distinct(_)))
-    }
-}
-
 fn ser_limit<S: serde::Serializer>(l: &Limit, s: S) -> Result<S::Ok, S::Error> {
     s.collect_str(&format_args!("{}/{}s", l.requests, l.period.as_secs()))
-}
-
-fn ser_name<S: serde::Serializer>(n: &HeaderName, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(n.as_str())
 }
 
 fn ser_methods<S: serde::Serializer>(m: &[(Method, bool)], s: S) -> Result<S::Ok, S::Error> {

@@ -224,7 +224,7 @@ pub async fn global_limits(
     if descriptors.is_empty() {
         return Ok(());
     }
-    let answer = rate_limit::ask(shared, &global.service, &descriptors).await;
+    let answer = rate_limit::ask(shared, &global.service, descriptors).await;
     let result = match &answer {
         Ok(Answer::Ok) => "ok",
         Ok(Answer::OverLimit { .. }) => "overLimit",

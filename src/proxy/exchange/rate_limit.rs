@@ -139,19 +139,15 @@ impl NoAnswer {
 /// The call for `descriptors` in the service's domain.
 pub fn request(
     service: &RateLimitService,
-    descriptors: &[Descriptor],
+    descriptors: Vec<Descriptor>,
 ) -> Result<Request<body::ProxyBody>, ::http::Error> {
     let message = RateLimitRequest {
         domain: service.domain.clone(),
         descriptors: descriptors
-            .iter()
+            .into_iter()
             .map(|d| RateLimitDescriptor {
-                entries: d
-                    .iter()
-                    .map(|(key, value)| Entry {
-                        key: key.clone(),
-                        value: value.clone(),
-                    })
+                entries: (d.into_iter())
+                    .map(|(key, value)| Entry { key, value })
                     .collect(),
             })
             .collect(),
@@ -165,7 +161,7 @@ pub fn request(
 pub async fn ask(
     shared: &Shared,
     service: &RateLimitService,
-    descriptors: &[Descriptor],
+    descriptors: Vec<Descriptor>,
 ) -> Result<Answer, NoAnswer> {
     use crate::proxy::upstream::Target;
     use http_body_util::BodyExt;
