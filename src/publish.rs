@@ -240,7 +240,8 @@ impl Publisher {
         let settings = self.settings.clone();
         let previous = self.shared.snapshot.load_full();
         let last_good = self.last_good_certs.clone();
-        let (translation, nothing, wanted) = tokio::task::spawn_blocking(move || {
+        let written = self.rate_limit_config.take();
+        let (translation, nothing, wanted, written) = tokio::task::spawn_blocking(move || {
             // A walk over every backend of the previous snapshot: off the async workers too.
             let carried = previous.carried();
             drop(previous);
@@ -251,10 +252,13 @@ impl Publisher {
                 .is_empty()
                 .then(|| translate::scope::why_nothing_served(&resources, &settings));
             let wanted = translate::remote_jwks_wanted(&resources, &settings.remote_jwks);
-            (t, nothing, wanted)
+            // A file write: here, off the async workers, in publish order.
+            let written = write_rate_limit_config(&settings, &t.snapshot, written);
+            (t, nothing, wanted, written)
         })
         .await
         .expect("translation does not panic");
+        self.rate_limit_config = written;
         self.remote_jwks_wanted.send_if_modified(|w| {
             let changed = *w != wanted;
             *w = wanted;
@@ -354,27 +358,39 @@ impl Publisher {
             .flat_map(|p| &p.listeners)
             .map(|l| l.routes.len())
             .sum();
-        if let Some(path) = &self.settings.rate_limit_config
-            && let Some(service) = &self.settings.rate_limit_service
-        {
-            let config = translate::rate_limit_config(&snapshot, &service.domain);
-            if self.rate_limit_config.as_deref() != Some(config.as_str()) {
-                match write_atomic(path, &config) {
-                    Ok(()) => {
-                        tracing::info!(path = %path.display(), "wrote the rate-limit service's configuration");
-                        self.rate_limit_config = Some(config);
-                    }
-                    Err(e) => {
-                        tracing::error!(path = %path.display(), error = %e, "cannot write the rate-limit service's configuration")
-                    }
-                }
-            }
-        }
         self.shared.snapshot.store(Arc::new(snapshot));
         self.metrics.generation.set(self.generation as i64);
         self.metrics.listeners.set(listeners as i64);
         self.metrics.routes.set(routes as i64);
         self.generation
+    }
+}
+
+/// `--rate-limit-config`: the rate-limit service's configuration for `snapshot`, written when
+/// it differs from `written` (what was written last); returns what is written now.
+fn write_rate_limit_config(
+    settings: &translate::Settings,
+    snapshot: &crate::model::Snapshot,
+    written: Option<String>,
+) -> Option<String> {
+    let (Some(path), Some(service)) = (&settings.rate_limit_config, &settings.rate_limit_service)
+    else {
+        return written;
+    };
+    let config = translate::rate_limit_config(snapshot, &service.domain);
+    if written.as_deref() == Some(config.as_str()) {
+        return written;
+    }
+    match write_atomic(path, &config) {
+        Ok(()) => {
+            tracing::info!(path = %path.display(), "wrote the rate-limit service's configuration");
+            Some(config)
+        }
+        Err(e) => {
+            let path = path.display();
+            tracing::error!(%path, error = %e, "cannot write the rate-limit service's configuration");
+            written
+        }
     }
 }
 
