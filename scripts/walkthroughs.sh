@@ -48,6 +48,7 @@ RUN=(
   edge/security-policy.md
   edge/ext-auth.md
   edge/rate-limits.md
+  edge/compression.md
   edge/proxy-protocol.md
   edge/frontend-mtls.md
   edge/example.md

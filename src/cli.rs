@@ -59,7 +59,7 @@ pub enum Command {
     #[command(subcommand)]
     Mesh(MeshCommand),
     /// Print the CRDs pier reads, as YAML (`pier crds | kubectl apply -f -`): the Gateway API
-    /// ones, then pier's own SecurityPolicy (`pier.dev/v1alpha1`).
+    /// ones, then pier's own SecurityPolicy and BackendTrafficPolicy (`pier.dev/v1alpha1`).
     Crds(CrdsArgs),
 }
 

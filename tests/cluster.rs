@@ -1505,7 +1505,8 @@ fn traffic_policy(requests: u64, unit: &str) -> Value {
 /// pier's BackendTrafficPolicy in cluster mode, end to end under pier's RBAC: the policy from
 /// the API server limits its route (429 with the draft-03 headers), pier writes its GEP-713
 /// status there, and an edit the API server takes but pier cannot use (an unknown unit) is
-/// reported `Invalid` while the version in force keeps limiting.
+/// reported `Invalid` while the version in force keeps limiting; a valid edit with a
+/// `compressor` compresses the route's responses.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn backend_traffic_policies_from_the_cluster() {
     let c = Cluster::start().await;
@@ -1576,5 +1577,30 @@ async fn backend_traffic_policies_from_the_cluster() {
         sample(&m, "pier_proxy_rate_limited_total{policy=\"app/limit\"}") >= 2.0,
         "{m}"
     );
+
+    // Valid again, with a compressor: the route's responses come gzipped to a client that
+    // accepts it (the echo's JSON), as the API server's version says.
+    let mut p = traffic_policy(1000, "Hour");
+    p["spec"]["compressor"] = json!([{ "type": "Gzip" }]);
+    c.apply(p).await;
+    condition_when("pier's ancestor, accepted again", "Accepted").await;
+    let deadline = Instant::now() + STATUS_BOUND;
+    let r = loop {
+        let r = get(&url, &[("accept-encoding", "gzip")]).await;
+        if r.status == 200
+            && r.headers
+                .get("content-encoding")
+                .is_some_and(|v| v == "gzip")
+        {
+            break r;
+        }
+        assert!(Instant::now() < deadline, "never compressed: {r:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let mut json = Vec::new();
+    std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&r.body[..]), &mut json).unwrap();
+    let echo: pier::echo::EchoRequest = serde_json::from_slice(&json).unwrap();
+    assert_eq!(echo.backend, "v1");
+    assert_eq!(r.headers["vary"], "accept-encoding");
     pier.shutdown().await;
 }

@@ -48,6 +48,7 @@ fn the_manuals_walkthroughs_run_as_written_and_clean_up() {
         "mesh.md",
         "edge/ext-auth.md",
         "edge/rate-limits.md",
+        "edge/compression.md",
         "edge/proxy-protocol.md",
         "edge/frontend-mtls.md",
         "edge/example.md",

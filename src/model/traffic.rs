@@ -45,6 +45,44 @@ pub struct TrafficPolicy {
     /// Some selector reads a request header.
     #[serde(skip)]
     pub needs_headers: bool,
+    /// `compressor`: the encodings responses may get (hyper's path compresses them).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compression: Option<Compression>,
+}
+
+/// `compressor[]`: the encodings pier may compress a response in, in the policy's order (its
+/// preference among encodings the client weighs the same).
+#[derive(Debug, Serialize)]
+pub struct Compression {
+    pub compressors: Box<[Compressor]>,
+}
+
+/// One `compressor[]` entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Compressor {
+    pub encoding: Encoding,
+    /// A response whose Content-Length is below this goes out as it is (Envoy's default: 30).
+    pub min_content_length: u64,
+}
+
+/// A content coding pier compresses with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub enum Encoding {
+    Gzip,
+    Brotli,
+    Zstd,
+}
+
+impl Encoding {
+    /// The token in `Accept-Encoding` and `Content-Encoding`.
+    pub fn token(self) -> &'static str {
+        match self {
+            Encoding::Gzip => "gzip",
+            Encoding::Brotli => "br",
+            Encoding::Zstd => "zstd",
+        }
+    }
 }
 
 /// One `rateLimit.local.rules[]` entry.
@@ -399,6 +437,13 @@ impl TrafficPolicy {
 }
 
 impl RuleTraffic {
+    /// What the HTTP/1.1 fast path leaves to hyper's: a call to the rate-limit service, or a
+    /// response body to compress.
+    #[inline]
+    pub fn needs_hyper(&self) -> bool {
+        self.global.is_some() || self.policy.compression.is_some()
+    }
+
     /// The descriptors of the global rules that apply to the request (empty: no call).
     pub fn descriptors(&self, req: &LimitRequest<'_>) -> Vec<Descriptor> {
         let Some(g) = &self.global else {

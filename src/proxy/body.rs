@@ -18,6 +18,8 @@ use tokio::time::{Instant, Sleep};
 
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+pub mod compress;
+
 /// How a client's request body failed ([`ClientBody`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum BodyFault {

@@ -17,7 +17,9 @@
 //!                authorization rules
 //! request_head   request header filters, URL rewrite, hop hygiene, forwarding headers
 //!    ... exchange (admission, endpoint, send, outcome): `exchange`, or h1's raw exchange
-//! response_head  hop hygiene, CORS headers, response header filters (compression next)
+//! response_head  hop hygiene, CORS headers, response header filters
+//! compress       (hyper's path, rules with a compressor) the encoding the request accepted
+//!                ([`accept_encoding`], before the request goes), applied to the response
 //! failed / log   pier's own answer recorded; metrics, the access log, the span
 //! ```
 //!
@@ -37,6 +39,8 @@ use crate::model::filter::CorsResponse;
 use crate::model::policy::{AccessRequest, BasicVerdict};
 use crate::model::traffic::{LimitRequest, RuleTraffic};
 use crate::model::{Listener, Port, Rule, Snapshot, WeightedBackend};
+use crate::proxy::body::ProxyBody;
+use crate::proxy::body::compress::Compressed;
 use crate::proxy::conn_info::ConnInfo;
 use crate::proxy::error::ProxyError;
 use crate::proxy::exchange::Shared;
@@ -45,6 +49,8 @@ use crate::proxy::observe::access::{self, Done, LogHead};
 use crate::proxy::observe::forwarded::{Edge, FORWARDED, X_REQUEST_ID};
 use crate::proxy::observe::record::{Failure, Security, Seen};
 use crate::proxy::observe::trace::{self, RequestLine, TRACEPARENT, TRACESTATE};
+use crate::proxy::policy::compress;
+pub use crate::proxy::policy::compress::Negotiated;
 use crate::proxy::policy::{access as access_policy, head, route as routing};
 
 mod ext_auth;
@@ -352,6 +358,57 @@ pub fn rewrites_response(
     cors: Option<&CorsResponse<'_>>,
 ) -> bool {
     cors.is_some() || head::response_modifiers(rule, weighted).next().is_some()
+}
+
+/// Compression, request side (hyper's path; the fast path leaves rules with a compressor to
+/// it): the encoding the rule's `compressor` and the request's `Accept-Encoding` allow its
+/// response. `None`: the rule compresses nothing.
+#[inline]
+pub fn accept_encoding<'s>(
+    rule: &'s Rule,
+    method: &http::Method,
+    headers: &HeaderMap,
+) -> Option<Negotiated<'s>> {
+    let compression = rule.traffic.as_ref()?.policy.compression.as_ref()?;
+    Some(compress::negotiate(compression, method, headers))
+}
+
+/// Compression, response side (after [`response_head`], so a response header filter's
+/// `Cache-Control: no-transform` counts): a response that may be compressed gets `Vary:
+/// Accept-Encoding`, and, when the client accepted an encoding, the compressed head and a
+/// body compressed as it streams (`body::compress`).
+pub fn compress(
+    shared: &Shared,
+    negotiated: &Negotiated<'_>,
+    parts: &mut http::response::Parts,
+    body: ProxyBody,
+) -> ProxyBody {
+    let min = match negotiated.chosen {
+        Some(c) => c.min_content_length,
+        None => (negotiated.compression.compressors.iter())
+            .map(|c| c.min_content_length)
+            .min()
+            .unwrap_or(0),
+    };
+    if !compress::eligible(parts.status, &parts.headers, min) {
+        return body;
+    }
+    compress::vary(&mut parts.headers);
+    let Some(chosen) = negotiated.chosen else {
+        return body;
+    };
+    let token = chosen.encoding.token();
+    match Compressed::new(body, chosen.encoding, shared.metrics.compressing(token)) {
+        Ok(compressed) => {
+            compress::compressed_head(&mut parts.headers, chosen.encoding);
+            crate::proxy::body::boxed(compressed)
+        }
+        // The encoder could not start (zstd's allocation): the body goes as it is.
+        Err((error, body)) => {
+            tracing::warn!(%error, encoding = token, "cannot start a response encoder");
+            body
+        }
+    }
 }
 
 /// Failed: pier answers the request itself with `error`; counted, and recorded for the log.

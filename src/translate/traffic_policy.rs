@@ -19,8 +19,8 @@ use super::attach::{self, Entry};
 use super::resources::Resources;
 use crate::model::matcher::{PathMatch, ValueMatch};
 use crate::model::traffic::{
-    GlobalLimits, HeaderSelect, LimitRule, PathSelect, RULE_KEY, RateLimitService, RuleTraffic,
-    Selector, SourceSelect, TrafficPolicy,
+    Compression, Compressor, Encoding, GlobalLimits, HeaderSelect, LimitRule, PathSelect, RULE_KEY,
+    RateLimitService, RuleTraffic, Selector, SourceSelect, TrafficPolicy,
 };
 use crate::model::{Carried, ObjectRef};
 use crate::ratelimit::{Buckets, Limit};
@@ -60,7 +60,7 @@ impl<'c> Tables<'c> {
 
     /// `policy` as a rule of `route` sees it.
     pub fn rule(&mut self, policy: &Arc<TrafficPolicy>, route: &ObjectRef) -> Option<RuleTraffic> {
-        if policy.local.is_empty() && policy.global.is_empty() {
+        if policy.local.is_empty() && policy.global.is_empty() && policy.compression.is_none() {
             return None;
         }
         let global = match &self.service {
@@ -116,6 +116,7 @@ fn entry(
                     global: vec![],
                     fail_closed: false,
                     needs_headers: false,
+                    compression: None,
                 }),
                 Some(format!("{why}; nothing of this policy is in force")),
             ),
@@ -177,7 +178,104 @@ fn traffic_policy(
         global,
         fail_closed: global_spec.and_then(|g| g.fail_closed).unwrap_or(false),
         needs_headers,
+        compression: compression(spec)?,
     })
+}
+
+/// `compressor` (or Envoy Gateway's older `compression`), as the data plane applies it.
+fn compression(spec: &BackendTrafficPolicySpec) -> Result<Option<Compression>, String> {
+    let (field, list) = match (spec.compressor.is_empty(), spec.compression.is_empty()) {
+        (true, true) => return Ok(None),
+        (false, false) => {
+            return Err("compressor and compression (its older name) are both given".into());
+        }
+        (false, true) => ("compressor", &spec.compressor),
+        (true, false) => ("compression", &spec.compression),
+    };
+    let mut compressors: Vec<Compressor> = Vec::with_capacity(list.len());
+    for (i, c) in list.iter().enumerate() {
+        let at = |e: String| format!("{field}[{i}].{e}");
+        let encoding = match c.type_.as_str() {
+            "Gzip" => Encoding::Gzip,
+            "Brotli" => Encoding::Brotli,
+            "Zstd" => Encoding::Zstd,
+            other => {
+                return Err(at(format!(
+                    "type: {other:?} is not one of Gzip, Brotli, Zstd"
+                )));
+            }
+        };
+        let settings = [
+            ("gzip", c.gzip.is_some(), Encoding::Gzip),
+            ("brotli", c.brotli.is_some(), Encoding::Brotli),
+            ("zstd", c.zstd.is_some(), Encoding::Zstd),
+        ];
+        if let Some((name, ..)) = settings.iter().find(|(_, set, e)| *set && *e != encoding) {
+            return Err(at(format!(
+                "{name}: settings for another type than {}",
+                c.type_
+            )));
+        }
+        if compressors.iter().any(|c| c.encoding == encoding) {
+            return Err(at(format!("type: {} is listed twice", c.type_)));
+        }
+        let min_content_length = match &c.min_content_length {
+            None => DEFAULT_MIN_CONTENT_LENGTH,
+            Some(q) => quantity(&q.0).map_err(|e| at(format!("minContentLength: {e}")))?,
+        };
+        compressors.push(Compressor {
+            encoding,
+            min_content_length,
+        });
+    }
+    Ok(Some(Compression {
+        compressors: compressors.into(),
+    }))
+}
+
+/// Envoy's default `min_content_length`.
+const DEFAULT_MIN_CONTENT_LENGTH: u64 = 30;
+
+/// A Kubernetes quantity of bytes (`1024`, `1Ki`, `1.5Mi`, `2k`), rounded up to a whole byte.
+pub(super) fn quantity(q: &str) -> Result<u64, String> {
+    let bad = || format!("{q:?} is not a quantity of bytes (such as 1024, 64Ki, 1Mi)");
+    let split = q
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(q.len());
+    let (number, suffix) = q.split_at(split);
+    let unit: u64 = match suffix {
+        "" => 1,
+        "k" => 1_000,
+        "M" => 1_000_000,
+        "G" => 1_000_000_000,
+        "Ki" => 1 << 10,
+        "Mi" => 1 << 20,
+        "Gi" => 1 << 30,
+        _ => return Err(bad()),
+    };
+    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+    if whole.is_empty() && fraction.is_empty() {
+        return Err(bad());
+    }
+    let digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    if !digits(whole) || !digits(fraction) || fraction.len() > 9 {
+        return Err(bad());
+    }
+    let whole: u64 = if whole.is_empty() {
+        0
+    } else {
+        whole.parse().map_err(|_| bad())?
+    };
+    let scale = 10u64.pow(fraction.len() as u32);
+    let fraction: u64 = if fraction.is_empty() {
+        0
+    } else {
+        fraction.parse().map_err(|_| bad())?
+    };
+    let total = (whole.checked_mul(unit))
+        .and_then(|w| w.checked_add((fraction * unit).div_ceil(scale)))
+        .ok_or_else(bad)?;
+    Ok(total)
 }
 
 fn limit_rule(source: &str, i: usize, r: &api::RateLimitRule) -> Result<LimitRule, String> {

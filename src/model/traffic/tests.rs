@@ -24,6 +24,7 @@ fn traffic(rules: Vec<LimitRule>) -> RuleTraffic {
         global: vec![],
         fail_closed: false,
         needs_headers: true,
+        compression: None,
     });
     policy.for_route(&ObjectRef::new("default", "r"), |_, limit, capacity| {
         Arc::new(Buckets::new(limit, capacity))
@@ -228,6 +229,7 @@ fn a_route_has_its_own_tables_unless_the_rule_is_shared() {
         global: vec![],
         fail_closed: false,
         needs_headers: false,
+        compression: None,
     });
     let mut keys = vec![];
     for route in ["a", "b"] {

@@ -45,7 +45,8 @@ use crate::proxy::observe::forwarded::Edge;
 use crate::proxy::observe::metrics::Transport;
 use crate::proxy::observe::record::{Seen, request_authority};
 use crate::proxy::observe::trace::RequestLine;
-use crate::proxy::phase::{self, Decision, RouteInput, Routed};
+use crate::proxy::phase::{self, Decision, Negotiated, RouteInput, Routed};
+
 use crate::proxy::policy::head::client_identity;
 use crate::proxy::upstream::{self, InFlight, Target, UpstreamBody};
 use crate::proxy::validate::{self, Invalid};
@@ -212,6 +213,12 @@ async fn dispatch<'s>(
         Decision::Preflight(resp) | Decision::Redirect(resp) => return Ok(resp),
         Decision::Forward(weighted, cors) => (weighted, cors),
     };
+    let encoding = phase::accept_encoding(rule, req.method(), req.headers());
+    let answer = Answer {
+        weighted,
+        cors,
+        encoding,
+    };
     // The future is built in each arm rather than once before the match: a future moved into
     // `timeout_at` would need room for both copies in this one, and every request moves it.
     let forwarded = match rule.timeouts.request {
@@ -223,7 +230,7 @@ async fn dispatch<'s>(
                 snapshot,
                 conn,
                 &routed,
-                (weighted, cors),
+                answer,
                 (req, edge, prefix),
                 seen,
             ),
@@ -236,7 +243,7 @@ async fn dispatch<'s>(
                 snapshot,
                 conn,
                 &routed,
-                (weighted, cors),
+                answer,
                 (req, edge, prefix),
                 seen,
             )
@@ -291,16 +298,25 @@ fn routing_host<B>(req: &Request<B>) -> Option<&str> {
     }
 }
 
+/// What the response is made with: the backendRef, the CORS headers and the encoding the
+/// request accepted.
+struct Answer<'s> {
+    weighted: &'s WeightedBackend,
+    cors: Option<CorsResponse<'s>>,
+    encoding: Option<Negotiated<'s>>,
+}
+
 async fn forward<'s>(
     shared: &Shared,
     snapshot: &Arc<Snapshot>,
     conn: &ConnInfo,
     routed: &Routed<'s>,
-    (weighted, cors): (&'s WeightedBackend, Option<CorsResponse<'s>>),
+    answer: Answer<'s>,
     (req, edge, prefix): (Request<Incoming>, &Edge, Option<bytes::Bytes>),
     seen: &mut Seen<'s>,
 ) -> Result<Response<ProxyBody>, ProxyError> {
     let rule = &*routed.entry.rule;
+    let weighted = answer.weighted;
     let BackendTarget::Service(backend) = &weighted.target else {
         return Err(ProxyError::InvalidBackend);
     };
@@ -343,7 +359,7 @@ async fn forward<'s>(
         };
         // Boxed: the retry loop's state is only paid for by requests that may retry.
         let (resp, in_flight) = Box::pin(retry::forward(shared, snapshot, req, body, seen)).await?;
-        let mut resp = finish_response(resp, rule, weighted, cors.as_ref(), in_flight);
+        let mut resp = finish_response(shared, resp, rule, &answer, in_flight);
         // The first attempt goes to the session's endpoint; the one that answered (after any
         // retries) carries the session on.
         if let (Some(s), Some(addr)) = (&session, seen.upstream) {
@@ -403,7 +419,7 @@ async fn forward<'s>(
     {
         tunnel::spawn(down, hyper::upgrade::on(&mut resp), conn.drain.clone());
     }
-    let mut resp = finish_response(resp, rule, weighted, cors.as_ref(), in_flight);
+    let mut resp = finish_response(shared, resp, rule, &answer, in_flight);
     if let Some(s) = &session {
         s.answer(&mut resp, endpoint.addr);
     }
@@ -411,18 +427,24 @@ async fn forward<'s>(
 }
 
 fn finish_response(
+    shared: &Shared,
     resp: Response<UpstreamBody>,
     rule: &Rule,
-    weighted: &WeightedBackend,
-    cors: Option<&CorsResponse<'_>>,
+    answer: &Answer<'_>,
     in_flight: InFlight,
 ) -> Response<ProxyBody> {
     let (mut parts, body) = resp.into_parts();
     let upgrade = parts.status == StatusCode::SWITCHING_PROTOCOLS;
-    phase::response_head(&mut parts.headers, rule, weighted, cors, upgrade);
+    let cors = answer.cors.as_ref();
+    phase::response_head(&mut parts.headers, rule, answer.weighted, cors, upgrade);
     // The downstream connection decides its own version.
     parts.version = Version::default();
-    Response::from_parts(parts, body::boxed(body.with_in_flight(in_flight)))
+    let body = body::boxed(body.with_in_flight(in_flight));
+    let body = match &answer.encoding {
+        Some(n) => phase::compress(shared, n, &mut parts, body),
+        None => body,
+    };
+    Response::from_parts(parts, body)
 }
 
 #[cfg(test)]

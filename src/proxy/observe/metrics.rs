@@ -55,6 +55,8 @@ pub struct ProxyMetrics {
     security_decisions: Family<SecurityLabels, Counter>,
     rate_limited: Family<PolicyLabels, Counter>,
     rate_limit_calls: Family<ResultLabels, Counter>,
+    compressed: Family<EncodingLabels, Counter>,
+    compression_bytes: Family<CompressionBytesLabels, Counter>,
     /// Tells the [`HandleCache`] whose handles it holds.
     id: u64,
 }
@@ -188,6 +190,19 @@ pub struct RequestLabels {
 #[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
 pub struct ResultLabels {
     pub result: &'static str,
+}
+
+/// A content coding (`gzip`, `br`, `zstd`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct EncodingLabels {
+    pub encoding: &'static str,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct CompressionBytesLabels {
+    pub encoding: &'static str,
+    /// `in`: from the upstream; `out`: to the client.
+    pub direction: &'static str,
 }
 
 /// A policy's `namespace/name`.
@@ -513,6 +528,17 @@ impl ProxyMetrics {
              last three let the request through unless the policy is failClosed (500)",
             m.rate_limit_calls.clone(),
         );
+        reg.register(
+            "compressed_responses",
+            "Responses compressed by a BackendTrafficPolicy's compressor, by encoding",
+            m.compressed.clone(),
+        );
+        reg.register(
+            "compression_bytes",
+            "Bytes of compressed responses, by encoding and direction (in: from the upstream; \
+             out: to the client)",
+            m.compression_bytes.clone(),
+        );
         m
     }
 
@@ -599,6 +625,26 @@ impl ProxyMetrics {
             policy: policy.to_string(),
         };
         self.rate_limited.get_or_create(&labels).inc();
+    }
+
+    /// A response compressed with `encoding`: counted, and the counters its body adds its
+    /// bytes to.
+    pub fn compressing(&self, encoding: &'static str) -> crate::proxy::body::compress::Tally {
+        self.compressed
+            .get_or_create(&EncodingLabels { encoding })
+            .inc();
+        let bytes = |direction| {
+            (self.compression_bytes)
+                .get_or_create(&CompressionBytesLabels {
+                    encoding,
+                    direction,
+                })
+                .clone()
+        };
+        crate::proxy::body::compress::Tally {
+            bytes_in: bytes("in"),
+            bytes_out: bytes("out"),
+        }
     }
 
     /// A call to the rate-limit service and its result.
@@ -775,6 +821,8 @@ impl Default for ProxyMetrics {
             spans: Family::default(),
             security_decisions: Family::default(),
             rate_limited: Family::default(),
+            compressed: Family::default(),
+            compression_bytes: Family::default(),
             rate_limit_calls: Family::default(),
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         }

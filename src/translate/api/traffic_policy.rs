@@ -2,8 +2,8 @@
 //! attached to Gateways, listeners, ListenerSets, Routes and Route rules by GEP-713
 //! `targetRefs`. Field names are Envoy Gateway's (`gateway.envoyproxy.io/v1alpha1`
 //! BackendTrafficPolicy) where the concept is the same, so policies move over by changing
-//! `apiVersion`. This version reads `rateLimit.local` and `rateLimit.global`; the CRD grows with each feature, so the
-//! API server never stores a field pier would ignore.
+//! `apiVersion`. This version reads `rateLimit.local`, `rateLimit.global` and `compressor`; the
+//! CRD grows with each feature, so the API server never stores a field pier would ignore.
 
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -29,7 +29,40 @@ pub struct BackendTrafficPolicySpec {
     /// Requests per unit of time, per client or for all.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate_limit: Option<RateLimit>,
+    /// Response compression: the encodings pier may compress a response in, in order of
+    /// preference among those the client weighs the same.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub compressor: Vec<Compressor>,
+    /// Envoy Gateway's older name for `compressor` (deprecated there), read the same way;
+    /// give one of the two.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub compression: Vec<Compressor>,
 }
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Compressor {
+    /// `Gzip`, `Brotli` or `Zstd`.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// Settings of the `Gzip` encoder (none yet: level 5), as Envoy Gateway's empty object.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gzip: Option<EmptySettings>,
+    /// Settings of the `Brotli` encoder (none yet: quality 4, a 512 KiB window).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub brotli: Option<EmptySettings>,
+    /// Settings of the `Zstd` encoder (none yet: level 3, a 512 KiB window).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zstd: Option<EmptySettings>,
+    /// Responses whose Content-Length is below this go out uncompressed: bytes, or a quantity
+    /// (`1Ki`, `2k`). Default 30 (Envoy's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_content_length: Option<k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+}
+
+/// An encoder's settings object; pier has none to set yet.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct EmptySettings {}
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]

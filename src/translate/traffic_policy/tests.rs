@@ -267,3 +267,112 @@ fn global_rules_need_the_service_and_write_its_config() {
         })
     );
 }
+
+fn compressing(name: &str, target: &str, compressor: &str) -> String {
+    format!(
+        r#"apiVersion: pier.dev/v1alpha1
+kind: BackendTrafficPolicy
+metadata: {{name: {name}, namespace: default, generation: 1, creationTimestamp: "2026-01-01T00:00:00Z"}}
+spec:
+  targetRefs: [{target}]
+{compressor}
+---
+"#
+    )
+}
+
+#[test]
+fn a_compressor_reaches_the_rule_and_sends_it_to_hypers_path() {
+    let t = run(
+        &compressing(
+            "cp",
+            WEB,
+            "  compressor:\n  - type: Brotli\n  - {type: Gzip, gzip: {}, minContentLength: 1Ki}",
+        ),
+        &Carried::default(),
+    );
+    assert!(accepted(&t, "cp").0, "{:?}", accepted(&t, "cp"));
+    let read = traffic_of(&t, "/read").expect("the policy applies to web");
+    assert!(read.local.is_empty() && read.global.is_none());
+    assert!(read.needs_hyper(), "compression is done on hyper's path");
+    let c = read.policy.compression.as_ref().unwrap();
+    let got: Vec<_> = c
+        .compressors
+        .iter()
+        .map(|c| (c.encoding, c.min_content_length))
+        .collect();
+    assert_eq!(got, [(Encoding::Brotli, 30), (Encoding::Gzip, 1024)]);
+    assert!(
+        traffic_of(&t, "/api").is_none(),
+        "a route without it pays nothing"
+    );
+
+    // Envoy Gateway's older field name reads the same.
+    let t = run(
+        &compressing("cp", WEB, "  compression:\n  - type: Zstd"),
+        &Carried::default(),
+    );
+    let read = traffic_of(&t, "/read").unwrap();
+    let c = read.policy.compression.as_ref().unwrap();
+    assert_eq!(c.compressors[0].encoding, Encoding::Zstd);
+}
+
+#[test]
+fn invalid_compressors_are_named_in_the_status() {
+    for (spec, want) in [
+        (
+            "  compressor:\n  - type: Deflate",
+            "compressor[0].type: \"Deflate\" is not one of Gzip, Brotli, Zstd",
+        ),
+        (
+            "  compressor:\n  - type: Gzip\n  - type: Gzip",
+            "compressor[1].type: Gzip is listed twice",
+        ),
+        (
+            "  compressor:\n  - {type: Gzip, brotli: {}}",
+            "compressor[0].brotli: settings for another type than Gzip",
+        ),
+        (
+            "  compressor:\n  - {type: Gzip, minContentLength: 1Qi}",
+            "compressor[0].minContentLength: \"1Qi\" is not a quantity",
+        ),
+        (
+            "  compressor:\n  - type: Gzip\n  compression:\n  - type: Brotli",
+            "compressor and compression (its older name) are both given",
+        ),
+    ] {
+        let t = run(&compressing("cp", WEB, spec), &Carried::default());
+        let (ok, reason, message) = accepted(&t, "cp");
+        assert!(!ok && reason == "Invalid", "{spec}");
+        assert!(message.contains(want), "{message} lacks {want}");
+    }
+}
+
+#[test]
+fn quantities_of_bytes() {
+    for (q, want) in [
+        ("0", 0),
+        ("30", 30),
+        ("1Ki", 1024),
+        ("1.5Ki", 1536),
+        ("2k", 2000),
+        ("1Mi", 1 << 20),
+        ("0.5", 1),
+        ("1Gi", 1 << 30),
+    ] {
+        assert_eq!(quantity(q), Ok(want), "{q}");
+    }
+    for bad in [
+        "",
+        "Ki",
+        "-1",
+        "1e3",
+        "1 Ki",
+        "1.2.3",
+        "1KB",
+        ".",
+        "99999999999999999999",
+    ] {
+        assert!(quantity(bad).is_err(), "{bad}");
+    }
+}

@@ -812,11 +812,11 @@ fn plan<'s>(
         Err(e) => return Plan::Respond(common, Err(e)),
     };
     let rule: &'s Rule = &routed.entry.rule;
-    // Access that changes the request's headers (claims to headers), an external authorizer
-    // or a global rate limit to wait for: hyper's path does it.
+    // Access that changes the request's headers (claims to headers), an external authorizer,
+    // a global rate limit to wait for or a response to compress: hyper's path does it.
     if rule.access.as_ref().is_some_and(|a| a.edits_request())
         || rule.has_ext_auth()
-        || rule.traffic.as_ref().is_some_and(|t| t.global.is_some())
+        || rule.traffic.as_ref().is_some_and(|t| t.needs_hyper())
     {
         return Plan::Fallback;
     }
