@@ -33,6 +33,9 @@ while [ "$(stat -c %s "$WORK/www/page.html" 2>/dev/null || echo 0)" -lt "$SIZE" 
   cat "$ROOT"/docs/src/*.md "$ROOT"/docs/src/edge/*.md >>"$WORK/www/page.html"
 done
 truncate -s "$SIZE" "$WORK/www/page.html"
+# nginx's workers (not root) read the page.
+chmod 755 "$WORK" "$WORK/www"
+chmod 644 "$WORK/www/page.html"
 for p in plain gzip br zstd; do ln -s page.html "$WORK/www/$p"; done
 cat >"$WORK/origin/nginx.conf" <<EOF
 worker_processes 1;

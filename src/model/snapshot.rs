@@ -195,6 +195,7 @@ impl Snapshot {
     }
 
     /// The port bound at `key`.
+    #[inline]
     pub fn port_at(&self, key: PortKey) -> Option<&Port> {
         self.ports
             .binary_search_by_key(&key, Port::key)

@@ -155,6 +155,7 @@ impl Edge {
 
     /// The forwarding headers to send upstream, in order. `scheme` and `client_host` are what
     /// the client used (the port's protocol; its Host or `:authority`).
+    #[inline(always)]
     pub fn each(
         &self,
         scheme: &'static str,

@@ -415,6 +415,7 @@ pub fn write_request_map(
 /// lines that `raw` (the head they were parsed from) already holds in exactly that form
 /// (`name: value` and CRLF, as most peers write them) are copied from it as one piece: the
 /// same bytes, with one copy per run instead of four per line.
+#[inline(always)]
 fn copy_lines(raw: &[u8], headers: &[Header<'_>], out: &mut Vec<u8>, keep: impl Fn(&str) -> bool) {
     let base = raw.as_ptr() as usize;
     // The run of `raw` not yet copied out.
