@@ -150,7 +150,8 @@ pub fn route<'s>(
 /// counted, as Envoy Gateway orders its filters); then a redirect is answered, or the
 /// request goes to a backendRef.
 ///
-/// `input.headers` must hold the request's headers when [`Rule::needs_headers`].
+/// `input.headers` must hold the request's headers when [`Rule::needs_headers`]; `arrived` is
+/// when the request's head was read (the rate limits' clock: no second reading of it).
 #[inline(always)]
 pub fn decide<'s>(
     routed: &Routed<'s>,
@@ -159,6 +160,7 @@ pub fn decide<'s>(
     basic: Option<&BasicVerdict>,
     admitted: &mut Option<Admitted>,
     seen: &mut Seen<'s>,
+    arrived: std::time::Instant,
 ) -> Result<Decision<'s>, ProxyError> {
     let decided = routing::decide(routed, input);
     if !matches!(decided, Ok(Decision::Preflight(_))) {
@@ -179,7 +181,7 @@ pub fn decide<'s>(
             }
         }
         if let Some(traffic) = &rule.traffic {
-            limits(traffic, input, edge)?;
+            limits(traffic, input, edge, arrived)?;
         }
     }
     decided
@@ -192,6 +194,7 @@ pub fn limits(
     traffic: &RuleTraffic,
     input: &RouteInput<'_>,
     edge: &Edge,
+    now: std::time::Instant,
 ) -> Result<(), ProxyError> {
     let req = LimitRequest {
         client: edge.client,
@@ -199,7 +202,7 @@ pub fn limits(
         path: input.path,
         headers: input.headers,
     };
-    (traffic.take(&req, std::time::Instant::now())).map_err(ProxyError::RateLimited)
+    (traffic.take(&req, now)).map_err(ProxyError::RateLimited)
 }
 
 /// Global rate limits (hyper's path, after [`decide`]): one call to the rate-limit service

@@ -163,6 +163,7 @@ async fn dispatch<'s>(
         basic.as_ref(),
         &mut admitted,
         seen,
+        started,
     )?;
     if preflight
         && rule.access.as_ref().is_some_and(|a| a.oidc.is_some())

@@ -307,8 +307,8 @@ where
                         self.shared,
                         self.info,
                         &snapshot,
-                        &self.rbuf,
-                        &mut self.wbuf,
+                        (&self.rbuf, &mut self.wbuf),
+                        started,
                     );
                     // A whole request (or hyper's): no longer waiting on the client, unless
                     // the accept loop closed the connection first.
@@ -731,8 +731,8 @@ fn plan<'s>(
     shared: &Shared,
     info: &ConnInfo,
     snapshot: &'s Snapshot,
-    rbuf: &[u8],
-    wbuf: &mut Vec<u8>,
+    (rbuf, wbuf): (&[u8], &mut Vec<u8>),
+    started: Instant,
 ) -> Plan<'s> {
     let mut storage = head::storage();
     let req = match head::parse_request(rbuf, &mut storage) {
@@ -843,6 +843,7 @@ fn plan<'s>(
         None,
         &mut admitted,
         &mut common.seen,
+        started,
     );
     let (weighted, cors) = match decided {
         Ok(Decision::Forward(w, cors)) => (w, cors),
