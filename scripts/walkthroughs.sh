@@ -49,6 +49,7 @@ RUN=(
   edge/ext-auth.md
   edge/rate-limits.md
   edge/compression.md
+  edge/fault-injection.md
   edge/proxy-protocol.md
   edge/frontend-mtls.md
   edge/example.md

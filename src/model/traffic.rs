@@ -48,6 +48,49 @@ pub struct TrafficPolicy {
     /// `compressor`: the encodings responses may get (hyper's path compresses them).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub compression: Option<Compression>,
+    /// `faultInjection`: delays and aborts for a share of the requests.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub faults: Option<Faults>,
+}
+
+/// `faultInjection`: what is injected into a share of the requests, to see how clients and
+/// the system cope (a delay first, then an abort, as Envoy's fault filter).
+#[derive(Debug, Serialize)]
+pub struct Faults {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delay: Option<FaultDelay>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub abort: Option<FaultAbort>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct FaultDelay {
+    #[serde(serialize_with = "super::backend::ms")]
+    pub delay: Duration,
+    pub share: Share,
+}
+
+#[derive(Debug, Serialize)]
+pub struct FaultAbort {
+    pub abort: Abort,
+    pub share: Share,
+}
+
+/// The answer of an injected abort.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Abort {
+    /// This HTTP status.
+    Http(u16),
+    /// A gRPC Trailers-Only answer with this status code.
+    Grpc(u16),
+}
+
+/// A share of requests, in millionths (`percentage` × 10 000): 1 000 000 is every one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Share(pub u32);
+
+impl Share {
+    pub const ALL: u32 = 1_000_000;
 }
 
 /// `compressor[]`: the encodings pier may compress a response in, in the policy's order (its
@@ -437,11 +480,13 @@ impl TrafficPolicy {
 }
 
 impl RuleTraffic {
-    /// What the HTTP/1.1 fast path leaves to hyper's: a call to the rate-limit service, or a
-    /// response body to compress.
+    /// What the HTTP/1.1 fast path leaves to hyper's: a call to the rate-limit service, a
+    /// response body to compress, or a delay to inject.
     #[inline]
     pub fn needs_hyper(&self) -> bool {
-        self.global.is_some() || self.policy.compression.is_some()
+        self.global.is_some()
+            || self.policy.compression.is_some()
+            || (self.policy.faults.as_ref()).is_some_and(|f| f.delay.is_some())
     }
 
     /// The descriptors of the global rules that apply to the request (empty: no call).

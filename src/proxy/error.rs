@@ -17,6 +17,7 @@ use prometheus_client::encoding::EncodeLabelValue;
 use rustls::CertificateError;
 
 use crate::model::TlsUnavailable;
+use crate::model::traffic::Abort;
 use crate::proxy::body::{self, BodyFault, ProxyBody};
 use crate::proxy::validate::Invalid;
 
@@ -110,6 +111,13 @@ pub enum ProxyError {
     /// `failure_mode_deny`.
     #[error("the rate-limit service gave no answer")]
     RateLimitUnavailable,
+    /// An abort a BackendTrafficPolicy's `faultInjection` injected: its HTTP status, or its
+    /// gRPC status in a Trailers-Only answer.
+    #[error("an abort injected by {}", .1.source)]
+    Injected(
+        crate::model::traffic::Abort,
+        std::sync::Arc<crate::model::traffic::TrafficPolicy>,
+    ),
 }
 
 /// What a 401 asks the client for (`WWW-Authenticate`, RFC 9110 §11.6.1).
@@ -269,6 +277,7 @@ pub enum ErrorKind {
     AuthUnavailable,
     RateLimited,
     RateLimitUnavailable,
+    FaultInjected,
 }
 
 /// Whose fault an error is.
@@ -320,6 +329,7 @@ impl ProxyError {
             Self::AuthUnavailable => ErrorKind::AuthUnavailable,
             Self::RateLimited(_) => ErrorKind::RateLimited,
             Self::RateLimitUnavailable => ErrorKind::RateLimitUnavailable,
+            Self::Injected(..) => ErrorKind::FaultInjected,
         }
     }
 
@@ -352,7 +362,9 @@ impl ProxyError {
             | ErrorKind::InvalidTarget
             | ErrorKind::PolicyInvalid
             | ErrorKind::AuthBusy
-            | ErrorKind::TlsUnavailable => ErrorSide::Internal,
+            | ErrorKind::TlsUnavailable
+            // Configured to fail.
+            | ErrorKind::FaultInjected => ErrorSide::Internal,
             ErrorKind::AuthUnavailable | ErrorKind::RateLimitUnavailable => ErrorSide::Upstream,
             ErrorKind::NoEndpoints
             | ErrorKind::ConnectRefused
@@ -369,6 +381,15 @@ impl ProxyError {
     }
 
     pub fn status(&self) -> StatusCode {
+        if let Self::Injected(abort, _) = self {
+            return match abort {
+                Abort::Http(s) => {
+                    StatusCode::from_u16(*s).unwrap_or(StatusCode::SERVICE_UNAVAILABLE)
+                }
+                // The HTTP status of a Trailers-Only gRPC answer.
+                Abort::Grpc(_) => StatusCode::OK,
+            };
+        }
         match self.kind() {
             ErrorKind::NoListener | ErrorKind::NoRoute => StatusCode::NOT_FOUND,
             ErrorKind::BadRequest | ErrorKind::BadRequestBody => StatusCode::BAD_REQUEST,
@@ -388,7 +409,8 @@ impl ProxyError {
             | ErrorKind::InvalidBackend
             | ErrorKind::InvalidTarget
             | ErrorKind::PolicyInvalid
-            | ErrorKind::RateLimitUnavailable => StatusCode::INTERNAL_SERVER_ERROR,
+            | ErrorKind::RateLimitUnavailable
+            | ErrorKind::FaultInjected => StatusCode::INTERNAL_SERVER_ERROR,
             // Nothing was sent: safe to retry later, as Envoy answers an overflow.
             ErrorKind::NoEndpoints
             | ErrorKind::BackendOverflow
@@ -410,6 +432,9 @@ impl ProxyError {
 
     /// The response the client sees.
     pub fn to_response(&self) -> Response<ProxyBody> {
+        if let Self::Injected(abort, _) = self {
+            return injected(*abort);
+        }
         let status = self.status();
         let text = status.canonical_reason().unwrap_or("error");
         let mut resp = Response::new(body::full(Bytes::from(format!("{text}\n"))));
@@ -475,12 +500,16 @@ impl ProxyError {
             | ErrorKind::AuthBusy
             | ErrorKind::AuthUnavailable
             | ErrorKind::RateLimitUnavailable
+            | ErrorKind::FaultInjected
             | ErrorKind::BackendOverflow => GrpcCode::Unavailable,
         }
     }
 
     /// The response a gRPC client sees: Trailers-Only, HTTP 200.
     pub fn to_grpc_response(&self) -> Response<ProxyBody> {
+        if let Self::Injected(abort, _) = self {
+            return injected(*abort);
+        }
         let mut resp = Response::new(body::empty());
         let h = resp.headers_mut();
         h.insert(
@@ -497,12 +526,40 @@ impl ProxyError {
         resp
     }
 
-    /// The response the client sees, as gRPC for a gRPC call.
+    /// The response the client sees, as gRPC for a gRPC call. An injected abort answers as
+    /// configured: an HTTP status as HTTP, a gRPC status as gRPC (Envoy's fault filter).
     pub fn response(&self, grpc: bool) -> Response<ProxyBody> {
         if grpc {
             self.to_grpc_response()
         } else {
             self.to_response()
+        }
+    }
+}
+
+/// The answer of an injected abort, with Envoy's fault filter's text.
+fn injected(abort: Abort) -> Response<ProxyBody> {
+    const TEXT: &str = "fault filter abort";
+    match abort {
+        Abort::Http(s) => {
+            let mut resp = Response::new(body::full(Bytes::from_static(b"fault filter abort\n")));
+            *resp.status_mut() = StatusCode::from_u16(s).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
+            resp.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; charset=utf-8"),
+            );
+            resp
+        }
+        Abort::Grpc(code) => {
+            let mut resp = Response::new(body::empty());
+            let h = resp.headers_mut();
+            h.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/grpc"),
+            );
+            h.insert("grpc-status", HeaderValue::from(code));
+            h.insert("grpc-message", HeaderValue::from_static(TEXT));
+            resp
         }
     }
 }

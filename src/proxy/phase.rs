@@ -7,7 +7,8 @@
 //! arrive         the request's identity: client, request ID, trace context; the log head
 //! listener       port and listener (listener isolation; 421 when the SNI chose another)
 //! route          the route table's rule, recorded in the request's `Seen`
-//! decide         CORS preflight ─> access (authentication; authorization rules unless an
+//! fault_delay    (hyper's path, rules with faultInjection.delay) the injected wait
+//! decide         CORS preflight ─> an injected abort ─> access (authentication; authorization rules unless an
 //!                external authorizer comes first; the decision and principal recorded in
 //!                `Seen`) ─> rate limits (BackendTrafficPolicy, 429) ─> redirect, or the
 //!                backendRef to forward to
@@ -37,7 +38,7 @@ use http::{HeaderMap, HeaderName, StatusCode};
 
 use crate::model::filter::CorsResponse;
 use crate::model::policy::{AccessRequest, BasicVerdict};
-use crate::model::traffic::{LimitRequest, RuleTraffic};
+use crate::model::traffic::{LimitRequest, RuleTraffic, Share};
 use crate::model::{Listener, Port, Rule, Snapshot, WeightedBackend};
 use crate::proxy::body::ProxyBody;
 use crate::proxy::body::compress::Compressed;
@@ -145,7 +146,8 @@ pub fn route<'s>(
 }
 
 /// Decide: what the rule comes to. A CORS preflight is answered first (browsers send it
-/// without credentials); then the rule's access policies ([`access`]) must let the request
+/// without credentials); then an abort the rule's `faultInjection` rolls (before
+/// authentication, as Envoy Gateway orders its fault filter); then the rule's access policies ([`access`]) must let the request
 /// in; then its rate limits ([`limits`]) must have room for it (so a refused client is not
 /// counted, as Envoy Gateway orders its filters); then a redirect is answered, or the
 /// request goes to a backendRef.
@@ -165,6 +167,16 @@ pub fn decide<'s>(
     let decided = routing::decide(routed, input);
     if !matches!(decided, Ok(Decision::Preflight(_))) {
         let rule: &'s Rule = &routed.entry.rule;
+        if let Some(traffic) = &rule.traffic
+            && let Some(abort) = traffic
+                .policy
+                .faults
+                .as_ref()
+                .and_then(|f| f.abort.as_ref())
+            && roll(abort.share)
+        {
+            return Err(ProxyError::Injected(abort.abort, traffic.policy.clone()));
+        }
         if let Some(policy) = &rule.access {
             match access(rule, (conn, edge), input, basic) {
                 Ok(mut a) => {
@@ -203,6 +215,28 @@ pub fn limits(
         headers: input.headers,
     };
     (traffic.take(&req, now)).map_err(ProxyError::RateLimited)
+}
+
+/// Whether this request falls in `share`.
+#[inline]
+fn roll(share: Share) -> bool {
+    share.0 >= Share::ALL || (share.0 > 0 && rand::random_range(0..Share::ALL) < share.0)
+}
+
+/// Fault injection, delay (hyper's path; the fast path leaves rules with a delay to it): for
+/// the share of requests the rule's `faultInjection.delay` names, a wait before anything else
+/// happens to the request after routing (Envoy's order: the delay, then the abort).
+pub async fn fault_delay(shared: &Shared, rule: &Rule) {
+    let Some(traffic) = &rule.traffic else {
+        return;
+    };
+    let Some(delay) = (traffic.policy.faults.as_ref()).and_then(|f| f.delay.as_ref()) else {
+        return;
+    };
+    if roll(delay.share) {
+        shared.metrics.fault(&traffic.policy.source, "delay");
+        tokio::time::sleep(delay.delay).await;
+    }
 }
 
 /// Global rate limits (hyper's path, after [`decide`]): one call to the rate-limit service
@@ -419,6 +453,9 @@ pub fn failed(shared: &Shared, seen: &mut Seen<'_>, error: &ProxyError, port: u1
     shared.metrics.error(error.kind(), error.side());
     if let ProxyError::RateLimited(l) = error {
         shared.metrics.rate_limited(&l.policy.source);
+    }
+    if let ProxyError::Injected(_, policy) = error {
+        shared.metrics.fault(&policy.source, "abort");
     }
     seen.failure = Some(Failure::of(error));
     tracing::debug!(%error, port, "request failed");

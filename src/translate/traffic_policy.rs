@@ -19,8 +19,9 @@ use super::attach::{self, Entry};
 use super::resources::Resources;
 use crate::model::matcher::{PathMatch, ValueMatch};
 use crate::model::traffic::{
-    Compression, Compressor, Encoding, GlobalLimits, HeaderSelect, LimitRule, PathSelect, RULE_KEY,
-    RateLimitService, RuleTraffic, Selector, SourceSelect, TrafficPolicy,
+    Abort, Compression, Compressor, Encoding, FaultAbort, FaultDelay, Faults, GlobalLimits,
+    HeaderSelect, LimitRule, PathSelect, RULE_KEY, RateLimitService, RuleTraffic, Selector, Share,
+    SourceSelect, TrafficPolicy,
 };
 use crate::model::{Carried, ObjectRef};
 use crate::ratelimit::{Buckets, Limit};
@@ -60,7 +61,11 @@ impl<'c> Tables<'c> {
 
     /// `policy` as a rule of `route` sees it.
     pub fn rule(&mut self, policy: &Arc<TrafficPolicy>, route: &ObjectRef) -> Option<RuleTraffic> {
-        if policy.local.is_empty() && policy.global.is_empty() && policy.compression.is_none() {
+        if policy.local.is_empty()
+            && policy.global.is_empty()
+            && policy.compression.is_none()
+            && policy.faults.is_none()
+        {
             return None;
         }
         let global = match &self.service {
@@ -117,6 +122,7 @@ fn entry(
                     fail_closed: false,
                     needs_headers: false,
                     compression: None,
+                    faults: None,
                 }),
                 Some(format!("{why}; nothing of this policy is in force")),
             ),
@@ -179,7 +185,62 @@ fn traffic_policy(
         fail_closed: global_spec.and_then(|g| g.fail_closed).unwrap_or(false),
         needs_headers,
         compression: compression(spec)?,
+        faults: faults(spec.fault_injection.as_ref())?,
     })
+}
+
+/// `faultInjection`, as the data plane applies it.
+fn faults(f: Option<&api::FaultInjection>) -> Result<Option<Faults>, String> {
+    let Some(f) = f else {
+        return Ok(None);
+    };
+    if f.delay.is_none() && f.abort.is_none() {
+        return Err("faultInjection: neither delay nor abort is given".into());
+    }
+    let delay = match &f.delay {
+        None => None,
+        Some(d) => {
+            let at = |e: &str| format!("faultInjection.delay.{e}");
+            let delay = super::api::duration(&d.fixed_delay)
+                .filter(|d| !d.is_zero() && *d <= Duration::from_secs(3600))
+                .ok_or_else(|| {
+                    at(&format!(
+                        "fixedDelay: {:?} is not a duration from 1ms to 1h (such as 500ms, 2s)",
+                        d.fixed_delay
+                    ))
+                })?;
+            let share = share(d.percentage).map_err(|e| at(&e))?;
+            Some(FaultDelay { delay, share })
+        }
+    };
+    let abort = match &f.abort {
+        None => None,
+        Some(a) => {
+            let at = |e: &str| format!("faultInjection.abort.{e}");
+            let abort = match (a.http_status, a.grpc_status) {
+                (Some(s), None) if (200..=599).contains(&s) => Abort::Http(s as u16),
+                (Some(s), None) => {
+                    return Err(at(&format!("httpStatus: {s} is not from 200 to 599")));
+                }
+                (None, Some(c)) if (0..=16).contains(&c) => Abort::Grpc(c as u16),
+                (None, Some(c)) => return Err(at(&format!("grpcStatus: {c} is not from 0 to 16"))),
+                (Some(_), Some(_)) => return Err(at("httpStatus and grpcStatus are both given")),
+                (None, None) => return Err(at("httpStatus or grpcStatus: neither is given")),
+            };
+            let share = share(a.percentage).map_err(|e| at(&e))?;
+            Some(FaultAbort { abort, share })
+        }
+    };
+    Ok(Some(Faults { delay, abort }))
+}
+
+/// `percentage` (0 to 100, default 100) in millionths.
+fn share(p: Option<f32>) -> Result<Share, String> {
+    let p = p.unwrap_or(100.0);
+    if !p.is_finite() || !(0.0..=100.0).contains(&p) {
+        return Err(format!("percentage: {p} is not from 0 to 100"));
+    }
+    Ok(Share((f64::from(p) * 10_000.0).round() as u32))
 }
 
 /// `compressor` (or Envoy Gateway's older `compression`), as the data plane applies it.

@@ -25,6 +25,7 @@ fn traffic(rules: Vec<LimitRule>) -> RuleTraffic {
         fail_closed: false,
         needs_headers: true,
         compression: None,
+        faults: None,
     });
     policy.for_route(&ObjectRef::new("default", "r"), |_, limit, capacity| {
         Arc::new(Buckets::new(limit, capacity))
@@ -230,6 +231,7 @@ fn a_route_has_its_own_tables_unless_the_rule_is_shared() {
         fail_closed: false,
         needs_headers: false,
         compression: None,
+        faults: None,
     });
     let mut keys = vec![];
     for route in ["a", "b"] {

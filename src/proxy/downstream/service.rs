@@ -137,6 +137,9 @@ async fn dispatch<'s>(
     };
     let routed = phase::route(found, &host, &input, seen)?;
     let rule = &routed.entry.rule;
+    if rule.traffic.is_some() {
+        phase::fault_delay(shared, rule).await;
+    }
     let login = phase::oidc::LoginRequest {
         method: input.method,
         path: input.path,

@@ -56,6 +56,7 @@ pub struct ProxyMetrics {
     rate_limited: Family<PolicyLabels, Counter>,
     rate_limit_calls: Family<ResultLabels, Counter>,
     compressed: Family<EncodingLabels, Counter>,
+    faults: Family<FaultLabels, Counter>,
     compression_bytes: Family<CompressionBytesLabels, Counter>,
     /// Tells the [`HandleCache`] whose handles it holds.
     id: u64,
@@ -190,6 +191,13 @@ pub struct RequestLabels {
 #[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
 pub struct ResultLabels {
     pub result: &'static str,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct FaultLabels {
+    pub policy: String,
+    /// `delay` or `abort`.
+    pub fault: &'static str,
 }
 
 /// A content coding (`gzip`, `br`, `zstd`).
@@ -529,6 +537,12 @@ impl ProxyMetrics {
             m.rate_limit_calls.clone(),
         );
         reg.register(
+            "faults_injected",
+            "Delays and aborts a BackendTrafficPolicy's faultInjection injected, by policy and \
+             fault (delay, abort)",
+            m.faults.clone(),
+        );
+        reg.register(
             "compressed_responses",
             "Responses compressed by a BackendTrafficPolicy's compressor, by encoding",
             m.compressed.clone(),
@@ -645,6 +659,15 @@ impl ProxyMetrics {
             bytes_in: bytes("in"),
             bytes_out: bytes("out"),
         }
+    }
+
+    /// A fault `policy` injected (`delay`, `abort`).
+    pub fn fault(&self, policy: &str, fault: &'static str) {
+        let labels = FaultLabels {
+            policy: policy.to_string(),
+            fault,
+        };
+        self.faults.get_or_create(&labels).inc();
     }
 
     /// A call to the rate-limit service and its result.
@@ -822,6 +845,7 @@ impl Default for ProxyMetrics {
             security_decisions: Family::default(),
             rate_limited: Family::default(),
             compressed: Family::default(),
+            faults: Family::default(),
             compression_bytes: Family::default(),
             rate_limit_calls: Family::default(),
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),

@@ -2,7 +2,8 @@
 //! attached to Gateways, listeners, ListenerSets, Routes and Route rules by GEP-713
 //! `targetRefs`. Field names are Envoy Gateway's (`gateway.envoyproxy.io/v1alpha1`
 //! BackendTrafficPolicy) where the concept is the same, so policies move over by changing
-//! `apiVersion`. This version reads `rateLimit.local`, `rateLimit.global` and `compressor`; the
+//! `apiVersion`. This version reads `rateLimit.local`, `rateLimit.global`, `compressor` and
+//! `faultInjection`; the
 //! CRD grows with each feature, so the API server never stores a field pier would ignore.
 
 use kube::CustomResource;
@@ -37,6 +38,44 @@ pub struct BackendTrafficPolicySpec {
     /// give one of the two.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub compression: Vec<Compressor>,
+    /// Delays and aborts injected into a share of the requests (resilience testing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fault_injection: Option<FaultInjection>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FaultInjection {
+    /// Requests wait this long before pier goes on with them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delay: Option<FaultInjectionDelay>,
+    /// Requests get this answer instead of reaching a backend.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub abort: Option<FaultInjectionAbort>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FaultInjectionDelay {
+    /// A Gateway API duration (`500ms`, `2s`), at most an hour.
+    pub fixed_delay: String,
+    /// The share of requests delayed, 0 to 100 (default 100).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub percentage: Option<f32>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FaultInjectionAbort {
+    /// The HTTP status to answer, 200 to 599; or give `grpcStatus`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http_status: Option<i32>,
+    /// The gRPC status code to answer (0 to 16), in a Trailers-Only answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grpc_status: Option<i32>,
+    /// The share of requests aborted, 0 to 100 (default 100).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub percentage: Option<f32>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -376,3 +376,82 @@ fn quantities_of_bytes() {
         assert!(quantity(bad).is_err(), "{bad}");
     }
 }
+
+#[test]
+fn fault_injection_is_read_and_its_mistakes_named() {
+    let t = run(
+        &compressing(
+            "faults",
+            WEB,
+            "  faultInjection:\n    delay: {fixedDelay: 250ms, percentage: 12.5}\n    abort: {grpcStatus: 14}",
+        ),
+        &Carried::default(),
+    );
+    assert!(accepted(&t, "faults").0, "{:?}", accepted(&t, "faults"));
+    let read = traffic_of(&t, "/read").unwrap();
+    let f = read.policy.faults.as_ref().unwrap();
+    let delay = f.delay.as_ref().unwrap();
+    assert_eq!(
+        (delay.delay, delay.share),
+        (Duration::from_millis(250), Share(125_000))
+    );
+    let abort = f.abort.as_ref().unwrap();
+    assert_eq!(
+        (abort.abort, abort.share),
+        (Abort::Grpc(14), Share(Share::ALL))
+    );
+    assert!(read.needs_hyper(), "a delay waits on hyper's path");
+    // An abort alone is decided on both paths.
+    let t = run(
+        &compressing(
+            "faults",
+            WEB,
+            "  faultInjection:\n    abort: {httpStatus: 503, percentage: 0}",
+        ),
+        &Carried::default(),
+    );
+    let read = traffic_of(&t, "/read").unwrap();
+    assert!(!read.needs_hyper());
+    let abort = read.policy.faults.as_ref().unwrap().abort.as_ref().unwrap();
+    assert_eq!((abort.abort, abort.share), (Abort::Http(503), Share(0)));
+
+    for (spec, want) in [
+        (
+            "  faultInjection: {}",
+            "faultInjection: neither delay nor abort is given",
+        ),
+        (
+            "  faultInjection:\n    delay: {fixedDelay: soon}",
+            "faultInjection.delay.fixedDelay: \"soon\" is not a duration",
+        ),
+        (
+            "  faultInjection:\n    delay: {fixedDelay: 2h}",
+            "faultInjection.delay.fixedDelay: \"2h\"",
+        ),
+        (
+            "  faultInjection:\n    delay: {fixedDelay: 1s, percentage: 150}",
+            "faultInjection.delay.percentage: 150 is not from 0 to 100",
+        ),
+        (
+            "  faultInjection:\n    abort: {httpStatus: 99}",
+            "faultInjection.abort.httpStatus: 99 is not from 200 to 599",
+        ),
+        (
+            "  faultInjection:\n    abort: {grpcStatus: 17}",
+            "faultInjection.abort.grpcStatus: 17 is not from 0 to 16",
+        ),
+        (
+            "  faultInjection:\n    abort: {httpStatus: 503, grpcStatus: 14}",
+            "httpStatus and grpcStatus are both given",
+        ),
+        (
+            "  faultInjection:\n    abort: {percentage: 10}",
+            "httpStatus or grpcStatus: neither is given",
+        ),
+    ] {
+        let t = run(&compressing("faults", WEB, spec), &Carried::default());
+        let (ok, reason, message) = accepted(&t, "faults");
+        assert!(!ok && reason == "Invalid", "{spec}");
+        assert!(message.contains(want), "{message} lacks {want}");
+    }
+}

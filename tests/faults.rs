@@ -1,0 +1,145 @@
+//! `BackendTrafficPolicy` `faultInjection` end to end: `pier run` on manifests; an abort
+//! answers its HTTP status on both request paths (HTTP/1.1's fast path, HTTP/2) or its gRPC
+//! status as gRPC; a delay holds the request that long and a route without it is not held;
+//! a percentage aborts about that share; `/metrics` counts each fault by policy.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::Full;
+use support::client::{Resp, send_h2};
+use support::cluster::sample;
+use support::web::*;
+use support::*;
+
+fn policy(name: &str, route: &str, faults: &str) -> String {
+    format!(
+        "apiVersion: pier.dev/v1alpha1
+kind: BackendTrafficPolicy
+metadata: {{name: {name}, namespace: default}}
+spec:
+  targetRefs: [{{group: gateway.networking.k8s.io, kind: HTTPRoute, name: {route}}}]
+  faultInjection:
+{faults}---
+"
+    )
+}
+
+async fn h2(port: u16, path: &str, headers: &[(&str, &str)]) -> Resp {
+    let mut req = http::Request::get(format!("http://127.0.0.1:{port}{path}"));
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    send_h2(local(port), req.body(Full::<Bytes>::default()).unwrap()).await
+}
+
+#[tokio::test]
+async fn aborts_and_delays_are_injected_as_configured() {
+    let echo = pier::echo::spawn("127.0.0.1:0".parse().unwrap(), "a")
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let admin = free_port();
+    let mut manifests = format!("{}---\n{}---\n", gateway(port), service("a", echo.addr));
+    for name in ["abort", "grpc-abort", "delay", "half", "plain"] {
+        manifests.push_str(&route(name, &format!("/{name}"), "a"));
+        manifests.push_str("---\n");
+    }
+    manifests.push_str(&policy("abort", "abort", "    abort: {httpStatus: 503}\n"));
+    manifests.push_str(&policy(
+        "grpc-abort",
+        "grpc-abort",
+        "    abort: {grpcStatus: 14}\n",
+    ));
+    manifests.push_str(&policy(
+        "delay",
+        "delay",
+        "    delay: {fixedDelay: 400ms}\n",
+    ));
+    manifests.push_str(&policy(
+        "half",
+        "half",
+        "    abort: {httpStatus: 418, percentage: 50}\n",
+    ));
+    std::fs::write(dir.path().join("all.yaml"), &manifests).unwrap();
+    let _pier = start_pier(dir.path(), admin, &[], &[]).await;
+    let base = format!("http://127.0.0.1:{port}");
+
+    // An HTTP abort: the status and Envoy's text, over HTTP/1.1 (the fast path) and HTTP/2;
+    // the backend never sees the request.
+    let before = echo.requests().len();
+    let r = get(&format!("{base}/abort"), &[]).await;
+    assert_eq!(
+        (r.status.as_u16(), r.text().as_str()),
+        (503, "fault filter abort\n")
+    );
+    let r = h2(port, "/abort", &[]).await;
+    assert_eq!(r.status, 503);
+    // A gRPC call to the same route gets the HTTP status too (as Envoy's fault filter).
+    let r = h2(port, "/abort", &[("content-type", "application/grpc")]).await;
+    assert_eq!(r.status, 503);
+    // A gRPC abort: Trailers-Only, HTTP 200, the code.
+    let r = h2(port, "/grpc-abort", &[("content-type", "application/grpc")]).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.headers["grpc-status"], "14");
+    assert_eq!(r.headers["grpc-message"], "fault filter abort");
+    assert_eq!(
+        echo.requests().len(),
+        before,
+        "aborted requests reach no backend"
+    );
+
+    // A delay holds the request on both paths; a route without one is not held.
+    for (name, took) in [
+        ("h1", {
+            let t = Instant::now();
+            assert_eq!(get(&format!("{base}/delay"), &[]).await.status, 200);
+            t.elapsed()
+        }),
+        ("h2", {
+            let t = Instant::now();
+            assert_eq!(h2(port, "/delay", &[]).await.status, 200);
+            t.elapsed()
+        }),
+    ] {
+        assert!(took >= Duration::from_millis(400), "{name}: {took:?}");
+        assert!(took < Duration::from_secs(3), "{name}: {took:?}");
+    }
+    let t = Instant::now();
+    assert_eq!(get(&format!("{base}/plain"), &[]).await.status, 200);
+    assert!(
+        t.elapsed() < Duration::from_millis(300),
+        "{:?}",
+        t.elapsed()
+    );
+
+    // 50 %: of 400 requests, about half are aborted (binomial: 200 ± 10; ±60 is 6 σ).
+    let mut aborted = 0;
+    for _ in 0..400 {
+        match get(&format!("{base}/half"), &[]).await.status.as_u16() {
+            418 => aborted += 1,
+            200 => {}
+            other => panic!("unexpected {other}"),
+        }
+    }
+    assert!((140..=260).contains(&aborted), "{aborted} of 400 aborted");
+
+    let m = get(&format!("http://127.0.0.1:{admin}/metrics"), &[])
+        .await
+        .text();
+    let count = |policy: &str, fault: &str| {
+        sample(
+            &m,
+            &format!(
+                "pier_proxy_faults_injected_total{{policy=\"default/{policy}\",fault=\"{fault}\"}}"
+            ),
+        )
+    };
+    assert_eq!(count("abort", "abort"), 3.0, "{m}");
+    assert_eq!(count("grpc-abort", "abort"), 1.0);
+    assert_eq!(count("delay", "delay"), 2.0);
+    assert_eq!(count("half", "abort"), f64::from(aborted));
+}
