@@ -50,6 +50,7 @@ RUN=(
   edge/rate-limits.md
   edge/compression.md
   edge/fault-injection.md
+  edge/timeouts.md
   edge/proxy-protocol.md
   edge/frontend-mtls.md
   edge/example.md

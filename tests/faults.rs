@@ -143,3 +143,50 @@ async fn aborts_and_delays_are_injected_as_configured() {
     assert_eq!(count("delay", "delay"), 2.0);
     assert_eq!(count("half", "abort"), f64::from(aborted));
 }
+
+/// `timeout.http.requestTimeout`: a backend slower than the policy's timeout gets the client a
+/// 504 at the timeout, on both request paths.
+#[tokio::test]
+async fn a_policy_request_timeout_answers_504() {
+    let echo = pier::echo::spawn("127.0.0.1:0".parse().unwrap(), "a")
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let admin = free_port();
+    let manifests = format!(
+        "{}---\n{}---\n{}---
+apiVersion: pier.dev/v1alpha1
+kind: BackendTrafficPolicy
+metadata: {{name: quick, namespace: default}}
+spec:
+  targetRefs: [{{group: gateway.networking.k8s.io, kind: Gateway, name: gw}}]
+  timeout:
+    http: {{requestTimeout: 300ms}}
+",
+        gateway(port),
+        service("a", echo.addr),
+        route("slow", "/delay", "a"),
+    );
+    std::fs::write(dir.path().join("all.yaml"), &manifests).unwrap();
+    let _pier = start_pier(dir.path(), admin, &[], &[]).await;
+    let base = format!("http://127.0.0.1:{port}");
+    for (name, r, took) in [
+        ("h1", {
+            let t = Instant::now();
+            (get(&format!("{base}/delay/2000"), &[]).await, t.elapsed())
+        }),
+        ("h2", {
+            let t = Instant::now();
+            (h2(port, "/delay/2000", &[]).await, t.elapsed())
+        }),
+    ]
+    .map(|(n, (r, t))| (n, r, t))
+    {
+        assert_eq!(r.status, 504, "{name}");
+        assert!(took >= Duration::from_millis(300), "{name}: {took:?}");
+        assert!(took < Duration::from_millis(1500), "{name}: {took:?}");
+    }
+    // Within the timeout: answered.
+    assert_eq!(get(&format!("{base}/delay/10"), &[]).await.status, 200);
+}

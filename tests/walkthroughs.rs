@@ -50,6 +50,7 @@ fn the_manuals_walkthroughs_run_as_written_and_clean_up() {
         "edge/rate-limits.md",
         "edge/compression.md",
         "edge/fault-injection.md",
+        "edge/timeouts.md",
         "edge/proxy-protocol.md",
         "edge/frontend-mtls.md",
         "edge/example.md",

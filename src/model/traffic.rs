@@ -51,6 +51,17 @@ pub struct TrafficPolicy {
     /// `faultInjection`: delays and aborts for a share of the requests.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub faults: Option<Faults>,
+    /// `timeout.http.requestTimeout`: the request timeout of rules without their own (set on
+    /// the rule at translation, `Rule::timeouts`; nothing to do per request here).
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "ser_opt_ms")]
+    pub request_timeout: Option<Duration>,
+}
+
+fn ser_opt_ms<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+    match d {
+        Some(d) => super::backend::ms(d, s),
+        None => s.serialize_none(),
+    }
 }
 
 /// `faultInjection`: what is injected into a share of the requests, to see how clients and

@@ -283,13 +283,21 @@ pub fn translate_with(
                     };
                     let gw = &gateways[a.gateway];
                     let access = policies.effective(gw, a.listener, &at);
-                    let limits = traffic.effective(gw, a.listener, &at);
-                    let limits = limits.and_then(|p| limit_tables.rule(&p, &key));
-                    let rule = if access.is_none() && limits.is_none() {
+                    let effective = traffic.effective(gw, a.listener, &at);
+                    // A policy's request timeout is the default of rules without their own.
+                    let timeout = (effective.as_ref())
+                        .and_then(|p| p.request_timeout)
+                        .filter(|_| r.rule.timeouts.request.is_none());
+                    let limits = effective.and_then(|p| limit_tables.rule(&p, &key));
+                    let rule = if access.is_none() && limits.is_none() && timeout.is_none() {
                         r.rule.clone()
                     } else {
                         let limits = limits.map(std::sync::Arc::new);
-                        std::sync::Arc::new(r.rule.with_policies(access, limits))
+                        let mut rule = r.rule.with_policies(access, limits);
+                        if timeout.is_some() {
+                            rule.timeouts.request = timeout;
+                        }
+                        std::sync::Arc::new(rule)
                     };
                     for (j, m) in r.matches.iter().enumerate() {
                         table.add(&a.hostnames, m.clone(), &rule, (order, r.rule.index, j));

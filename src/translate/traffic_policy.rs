@@ -123,6 +123,7 @@ fn entry(
                     needs_headers: false,
                     compression: None,
                     faults: None,
+                    request_timeout: None,
                 }),
                 Some(format!("{why}; nothing of this policy is in force")),
             ),
@@ -186,7 +187,21 @@ fn traffic_policy(
         needs_headers,
         compression: compression(spec)?,
         faults: faults(spec.fault_injection.as_ref())?,
+        request_timeout: request_timeout(spec.timeout.as_ref())?,
     })
+}
+
+/// `timeout.http.requestTimeout`.
+fn request_timeout(t: Option<&api::Timeout>) -> Result<Option<Duration>, String> {
+    let Some(s) = t.and_then(|t| t.http.as_ref()?.request_timeout.as_deref()) else {
+        return Ok(None);
+    };
+    match super::api::duration(s) {
+        Some(d) if !d.is_zero() => Ok(Some(d)),
+        _ => Err(format!(
+            "timeout.http.requestTimeout: {s:?} is not a duration above zero (such as 10s, 1m)"
+        )),
+    }
 }
 
 /// `faultInjection`, as the data plane applies it.

@@ -26,6 +26,7 @@ fn traffic(rules: Vec<LimitRule>) -> RuleTraffic {
         needs_headers: true,
         compression: None,
         faults: None,
+        request_timeout: None,
     });
     policy.for_route(&ObjectRef::new("default", "r"), |_, limit, capacity| {
         Arc::new(Buckets::new(limit, capacity))
@@ -232,6 +233,7 @@ fn a_route_has_its_own_tables_unless_the_rule_is_shared() {
         needs_headers: false,
         compression: None,
         faults: None,
+        request_timeout: None,
     });
     let mut keys = vec![];
     for route in ["a", "b"] {

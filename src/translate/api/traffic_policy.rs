@@ -2,8 +2,8 @@
 //! attached to Gateways, listeners, ListenerSets, Routes and Route rules by GEP-713
 //! `targetRefs`. Field names are Envoy Gateway's (`gateway.envoyproxy.io/v1alpha1`
 //! BackendTrafficPolicy) where the concept is the same, so policies move over by changing
-//! `apiVersion`. This version reads `rateLimit.local`, `rateLimit.global`, `compressor` and
-//! `faultInjection`; the
+//! `apiVersion`. This version reads `rateLimit.local`, `rateLimit.global`, `compressor`,
+//! `faultInjection` and `timeout.http.requestTimeout`; the
 //! CRD grows with each feature, so the API server never stores a field pier would ignore.
 
 use kube::CustomResource;
@@ -41,6 +41,25 @@ pub struct BackendTrafficPolicySpec {
     /// Delays and aborts injected into a share of the requests (resilience testing).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fault_injection: Option<FaultInjection>,
+    /// Timeouts of the targets' requests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<Timeout>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Timeout {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http: Option<HttpTimeout>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpTimeout {
+    /// From the request's arrival to the response's head (a Gateway API duration, `10s`),
+    /// for rules whose HTTPRoute sets no `timeouts.request` of its own: 504 past it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_timeout: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

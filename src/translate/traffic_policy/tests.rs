@@ -455,3 +455,52 @@ fn fault_injection_is_read_and_its_mistakes_named() {
         assert!(message.contains(want), "{message} lacks {want}");
     }
 }
+
+#[test]
+fn a_request_timeout_is_the_default_of_rules_without_their_own() {
+    let own = r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: own, namespace: default}
+spec:
+  parentRefs: [{name: gw}]
+  rules:
+  - matches: [{path: {type: PathPrefix, value: /own}}]
+    timeouts: {request: 3s}
+    backendRefs: [{name: svc, port: 80}]
+---
+"#;
+    let gateway_wide = compressing("t", GW, "  timeout:\n    http: {requestTimeout: 750ms}");
+    let t = run(&format!("{own}{gateway_wide}"), &Carried::default());
+    assert!(accepted(&t, "t").0, "{:?}", accepted(&t, "t"));
+    let rule_of = |path: &str| {
+        let l = &t.snapshot.ports[0].listeners[0];
+        (l.routes.entries())
+            .find(|e| format!("{:?}", e.matcher).contains(path))
+            .unwrap()
+            .rule
+            .clone()
+    };
+    assert_eq!(
+        rule_of("/read").timeouts.request,
+        Some(Duration::from_millis(750))
+    );
+    assert_eq!(
+        rule_of("/own").timeouts.request,
+        Some(Duration::from_secs(3)),
+        "the Route's own wins"
+    );
+    // Only a timeout: nothing to do per request.
+    assert!(rule_of("/read").traffic.is_none());
+
+    let t = run(
+        &compressing("t", GW, "  timeout:\n    http: {requestTimeout: 0s}"),
+        &Carried::default(),
+    );
+    let (ok, reason, message) = accepted(&t, "t");
+    assert!(!ok && reason == "Invalid");
+    assert!(
+        message.contains("timeout.http.requestTimeout: \"0s\""),
+        "{message}"
+    );
+}
