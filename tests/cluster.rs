@@ -1604,3 +1604,86 @@ async fn backend_traffic_policies_from_the_cluster() {
     assert_eq!(r.headers["vary"], "accept-encoding");
     pier.shutdown().await;
 }
+
+/// SecurityPolicy `extAuth` in cluster mode, under pier's RBAC: the policy and the
+/// authorizer's Service come from the API server; the real ext_authz gRPC authorizer
+/// (`tests/extauthz`) decides; the header it adds reaches the backend; pier writes the
+/// policy's status there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn external_authorization_from_the_cluster() {
+    let c = Cluster::start().await;
+    let w = world(&c).await;
+    let authz = support::extauthz::start_at("2s", host_ip());
+    backend(&c, APP, "authz", authz.grpc).await;
+    let pier = start_pier(c.pier_options(LOOPBACK, "replica-a")).await;
+    assert_eq!(w.answer("/v/x").await, (200, "v1".into()));
+
+    c.apply(json!({
+        "apiVersion": PIER_V1ALPHA1,
+        "kind": "SecurityPolicy",
+        "metadata": { "name": "authz", "namespace": APP },
+        "spec": {
+            "targetRefs": [{ "group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": "web" }],
+            "extAuth": { "grpc": { "backendRefs": [{ "name": "authz", "port": 80 }] } },
+        },
+    }))
+    .await;
+    let url = w.url(LOOPBACK, "/v/x");
+    // Until pier has the policy the route is open; then the authorizer decides.
+    let deadline = Instant::now() + STATUS_BOUND;
+    loop {
+        let r = get(&url, &[]).await;
+        if r.status == 401 {
+            break;
+        }
+        assert_eq!(r.status, 200, "{r:?}");
+        assert!(Instant::now() < deadline, "the policy never applied");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let denied = get(&url, &[("authorization", "Bearer wrong")]).await;
+    assert_eq!(denied.status, 403, "{denied:?}");
+    let allowed = get(&url, &[("authorization", "Bearer good")]).await;
+    assert_eq!(allowed.status, 200, "{allowed:?}");
+    let seen = allowed.echo();
+    assert_eq!(seen.backend, "v1");
+    assert_eq!(
+        seen.headers["x-user"],
+        ["alice"],
+        "the authorizer's header reaches the backend"
+    );
+
+    // The policy's status, written through the API server.
+    let policies = c.api(PIER_V1ALPHA1, "SecurityPolicy", Some(APP));
+    let deadline = Instant::now() + STATUS_BOUND;
+    loop {
+        let o = support::bounded(policies.get("authz")).await.unwrap();
+        let ours = (o.data["status"]["ancestors"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default())
+        .into_iter()
+        .find(|a| a["controllerName"] == pier::DEFAULT_CONTROLLER_NAME);
+        if let Some(a) = ours
+            && a["conditions"][0]["type"] == "Accepted"
+            && a["conditions"][0]["status"] == "True"
+        {
+            assert_eq!(a["ancestorRef"]["name"], "gw");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no Accepted status: {:#}",
+            o.data["status"]
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let m = metrics(&pier).await;
+    assert!(
+        sample(
+            &m,
+            "pier_proxy_security_decisions_total{policy=\"app/authz\",mechanism=\"extAuth\",result=\"allowed\"}"
+        ) >= 1.0,
+        "{m}"
+    );
+    pier.shutdown().await;
+}

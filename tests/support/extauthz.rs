@@ -47,8 +47,14 @@ pub fn binary() -> PathBuf {
 
 /// Starts the authorizer on two free loopback ports; `slow` is how long `Bearer slow` waits.
 pub fn start(slow: &str) -> Authorizer {
+    start_at(slow, std::net::Ipv4Addr::LOCALHOST.into())
+}
+
+/// [`start`] on two free ports of `ip` (a cluster's EndpointSlice may not name loopback).
+pub fn start_at(slow: &str, ip: std::net::IpAddr) -> Authorizer {
+    let listen = SocketAddr::new(ip, 0).to_string();
     let mut child = Command::new(binary())
-        .args(["-slow", slow])
+        .args(["-slow", slow, "-grpc", &listen, "-http", &listen])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
