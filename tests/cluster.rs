@@ -1687,3 +1687,62 @@ async fn external_authorization_from_the_cluster() {
     );
     pier.shutdown().await;
 }
+
+/// BackendTrafficPolicy `rateLimit.global` in cluster mode: the policy comes from the API
+/// server, pier writes the rate-limit service's config for it, and envoyproxy/ratelimit with
+/// Redis counts: three requests a tenant, then 429 with the service's headers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn global_rate_limits_from_the_cluster() {
+    let c = Cluster::start().await;
+    let w = world(&c).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut rl = support::ratelimit::prepare(dir.path());
+    rl.start_redis();
+    rl.start_service();
+    let mut options = c.pier_options(LOOPBACK, "replica-a");
+    options.translate.rate_limit_service =
+        Some(Arc::new(pier::model::traffic::RateLimitService::new(
+            rl.grpc,
+            Duration::from_millis(500),
+            "pier".into(),
+        )));
+    options.translate.rate_limit_config = Some(rl.config_file.clone());
+    let pier = start_pier(options).await;
+    assert_eq!(w.answer("/v/x").await, (200, "v1".into()));
+
+    c.apply(json!({
+        "apiVersion": PIER_V1ALPHA1,
+        "kind": "BackendTrafficPolicy",
+        "metadata": { "name": "tenants", "namespace": APP },
+        "spec": {
+            "targetRefs": [{ "group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": "web" }],
+            "rateLimit": { "global": { "rules": [{
+                "clientSelectors": [{ "headers": [{ "name": "x-tenant", "type": "Distinct" }] }],
+                "limit": { "requests": 3, "unit": "Hour" },
+            }] } },
+        },
+    }))
+    .await;
+    // pier writes the service's config once it has the policy; the service loads it.
+    let rule = ("pier.dev/rule", "app/tenants/0/app/web");
+    support::bounded(rl.until_loaded("pier", &[rule, ("header:x-tenant", "probe")])).await;
+
+    let url = w.url(LOOPBACK, "/v/x");
+    let tenant = |t: &'static str| [("x-tenant", t)];
+    for i in 0..3 {
+        assert_eq!(get(&url, &tenant("acme")).await.status, 200, "request {i}");
+    }
+    let refused = get(&url, &tenant("acme")).await;
+    assert_eq!(refused.status, 429, "{refused:?}");
+    assert_eq!(refused.headers["x-ratelimit-limit"], "3, 3;w=3600");
+    assert_eq!(get(&url, &tenant("globex")).await.status, 200);
+    let m = metrics(&pier).await;
+    assert!(
+        sample(
+            &m,
+            "pier_proxy_rate_limit_calls_total{result=\"overLimit\"}"
+        ) >= 1.0,
+        "{m}"
+    );
+    pier.shutdown().await;
+}
