@@ -190,3 +190,51 @@ async fn a_meshed_grpc_route_speaks_mtls_with_h2_and_never_plaintext() {
     assert_eq!(code(&r), "UNAVAILABLE", "{r}");
     pier.shutdown().await;
 }
+
+/// A BackendTrafficPolicy on a GRPCRoute's named rule, seen by grpcio: a local rate limit of
+/// two calls a minute on `pier.test.Echo/Unary`, then RESOURCE_EXHAUSTED; the route's other
+/// rule is not limited.
+#[tokio::test]
+async fn traffic_policies_on_a_grpc_route_rule() {
+    support::init();
+    let server = GrpcServer::plain("plain-1");
+    let port = support::free_port();
+    let rules = "    - name: limited
+      matches: [{method: {service: pier.test.Echo, method: Unary}}]
+      backendRefs: [{name: echo, port: 443}]
+    - name: open
+      matches: [{method: {service: pier.test.Echo}}]
+      backendRefs: [{name: echo, port: 443}]
+";
+    let policy = "apiVersion: pier.dev/v1alpha1
+kind: BackendTrafficPolicy
+metadata: {name: calls, namespace: app}
+spec:
+  targetRefs: [{group: gateway.networking.k8s.io, kind: GRPCRoute, name: echo, sectionName: limited}]
+  rateLimit:
+    local:
+      rules: [{limit: {requests: 2, unit: Minute}}]
+";
+    let pier = start(
+        vec![
+            ("10-gateway.yaml", gateway(port, "")),
+            ("01-ns.yaml", namespace("app", "")),
+            ("20-backends.yaml", service("app", "echo", server.addr)),
+            ("30-routes.yaml", grpc_route("app", "echo", "", rules)),
+            ("40-policy.yaml", policy.to_string()),
+        ],
+        port,
+    )
+    .await;
+    for i in 0..2 {
+        let r = call(&pier, HOST, "Unary", "hello").await;
+        assert_eq!(code(&r), "OK", "call {i}: {r}");
+    }
+    let r = call(&pier, HOST, "Unary", "hello").await;
+    assert_eq!(code(&r), "RESOURCE_EXHAUSTED", "{r}");
+    // The other rule (server streaming) is not limited.
+    for _ in 0..3 {
+        let r = call(&pier, HOST, "Count", "2").await;
+        assert_eq!(code(&r), "OK", "{r}");
+    }
+}
