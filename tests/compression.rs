@@ -18,7 +18,7 @@ use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::{Frame, Incoming};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use support::client::{Resp, send_h1_on, send_h2};
+use support::client::{Resp, send_h1_on};
 use support::web::*;
 use support::*;
 use tokio::sync::Notify;
@@ -146,14 +146,6 @@ async fn h1(port: u16, path: &str, headers: &[(&str, &str)]) -> Resp {
     get(&format!("http://127.0.0.1:{port}{path}"), headers).await
 }
 
-async fn h2(port: u16, path: &str, headers: &[(&str, &str)]) -> Resp {
-    let mut req = Request::get(format!("http://127.0.0.1:{port}{path}"));
-    for (k, v) in headers {
-        req = req.header(*k, *v);
-    }
-    send_h2(local(port), req.body(Full::<Bytes>::default()).unwrap()).await
-}
-
 fn decode(encoding: &str, body: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
     match encoding {
@@ -242,7 +234,7 @@ async fn responses_are_compressed_as_the_client_accepts_and_only_when_they_may_b
         ),
         (
             "h2",
-            h2(port, "/page", &[("accept-encoding", "gzip, br, zstd")]).await,
+            get_h2(port, "/page", &[("accept-encoding", "gzip, br, zstd")]).await,
         ),
     ] {
         assert_eq!(r.status, 200, "{name}");
@@ -316,7 +308,7 @@ async fn responses_are_compressed_as_the_client_accepts_and_only_when_they_may_b
     for path in ["/image", "/no-transform", "/partial", "/plain/page"] {
         for (name, r) in [
             ("h1", h1(port, path, &every).await),
-            ("h2", h2(port, path, &gzip_only).await),
+            ("h2", get_h2(port, path, &gzip_only).await),
         ] {
             assert_eq!(header(&r, "content-encoding"), None, "{path} {name}");
             assert_eq!(r.body.len(), 20_000, "{path} {name}");

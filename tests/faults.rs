@@ -7,9 +7,6 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http_body_util::Full;
-use support::client::{Resp, send_h2};
 use support::cluster::sample;
 use support::web::*;
 use support::*;
@@ -25,14 +22,6 @@ spec:
 {faults}---
 "
     )
-}
-
-async fn h2(port: u16, path: &str, headers: &[(&str, &str)]) -> Resp {
-    let mut req = http::Request::get(format!("http://127.0.0.1:{port}{path}"));
-    for (k, v) in headers {
-        req = req.header(*k, *v);
-    }
-    send_h2(local(port), req.body(Full::<Bytes>::default()).unwrap()).await
 }
 
 #[tokio::test]
@@ -76,13 +65,13 @@ async fn aborts_and_delays_are_injected_as_configured() {
         (r.status.as_u16(), r.text().as_str()),
         (503, "fault filter abort\n")
     );
-    let r = h2(port, "/abort", &[]).await;
+    let r = get_h2(port, "/abort", &[]).await;
     assert_eq!(r.status, 503);
     // A gRPC call to the same route gets the HTTP status too (as Envoy's fault filter).
-    let r = h2(port, "/abort", &[("content-type", "application/grpc")]).await;
+    let r = get_h2(port, "/abort", &[("content-type", "application/grpc")]).await;
     assert_eq!(r.status, 503);
     // A gRPC abort: Trailers-Only, HTTP 200, the code.
-    let r = h2(port, "/grpc-abort", &[("content-type", "application/grpc")]).await;
+    let r = get_h2(port, "/grpc-abort", &[("content-type", "application/grpc")]).await;
     assert_eq!(r.status, 200);
     assert_eq!(r.headers["grpc-status"], "14");
     assert_eq!(r.headers["grpc-message"], "fault filter abort");
@@ -101,7 +90,7 @@ async fn aborts_and_delays_are_injected_as_configured() {
         }),
         ("h2", {
             let t = Instant::now();
-            assert_eq!(h2(port, "/delay", &[]).await.status, 200);
+            assert_eq!(get_h2(port, "/delay", &[]).await.status, 200);
             t.elapsed()
         }),
     ] {
@@ -178,7 +167,7 @@ spec:
         }),
         ("h2", {
             let t = Instant::now();
-            (h2(port, "/delay/2000", &[]).await, t.elapsed())
+            (get_h2(port, "/delay/2000", &[]).await, t.elapsed())
         }),
     ]
     .map(|(n, (r, t))| (n, r, t))

@@ -7,9 +7,6 @@ mod support;
 
 use std::time::Duration;
 
-use bytes::Bytes;
-use http_body_util::Full;
-use support::client::{Resp, send_h2};
 use support::cluster::sample;
 use support::web::*;
 use support::*;
@@ -27,15 +24,6 @@ spec:
 {rules}---
 "
     )
-}
-
-async fn h2(port: u16, path: &str, headers: &[(&str, &str)]) -> Resp {
-    let mut req = http::Request::get(format!("http://127.0.0.1:{port}{path}"));
-    for (k, v) in headers {
-        req = req.header(*k, *v);
-    }
-    let req = req.body(Full::<Bytes>::default()).unwrap();
-    send_h2(local(port), req).await
 }
 
 #[tokio::test]
@@ -80,7 +68,7 @@ async fn local_limits_refuse_with_429_on_both_request_paths_and_survive_a_reload
         );
     }
     for i in 0..2 {
-        assert_eq!(h2(port, "/limited", &[]).await.status, 200, "h2 {i}");
+        assert_eq!(get_h2(port, "/limited", &[]).await.status, 200, "h2 {i}");
     }
     let refused = get(&format!("{base}/limited"), &[]).await;
     assert_eq!(refused.status, 429, "{refused:?}");
@@ -100,9 +88,9 @@ async fn local_limits_refuse_with_429_on_both_request_paths_and_survive_a_reload
     assert!((11..=12).contains(&retry), "retry-after {retry}");
     let reset: u64 = h("x-ratelimit-reset").parse().unwrap();
     assert!((59..=60).contains(&reset), "reset {reset}");
-    assert_eq!(h2(port, "/limited", &[]).await.status, 429);
+    assert_eq!(get_h2(port, "/limited", &[]).await.status, 429);
     // A gRPC client gets RESOURCE_EXHAUSTED (8) in a Trailers-Only answer.
-    let grpc = h2(port, "/limited", &[("content-type", "application/grpc")]).await;
+    let grpc = get_h2(port, "/limited", &[("content-type", "application/grpc")]).await;
     assert_eq!(grpc.status, 200);
     assert_eq!(grpc.headers["grpc-status"], "8", "{grpc:?}");
     // A route without a policy is not limited.
@@ -114,7 +102,7 @@ async fn local_limits_refuse_with_429_on_both_request_paths_and_survive_a_reload
     for user in ["alice", "bob"] {
         let hdr = [("x-user", user)];
         assert_eq!(get(&format!("{base}/per-user"), &hdr).await.status, 200);
-        assert_eq!(h2(port, "/per-user", &hdr).await.status, 200);
+        assert_eq!(get_h2(port, "/per-user", &hdr).await.status, 200);
         assert_eq!(get(&format!("{base}/per-user"), &hdr).await.status, 429);
     }
     for _ in 0..5 {

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http_body_util::Full;
 
-use super::client::{Resp, send_h1_on};
+use super::client::{Resp, send_h1_on, send_h2};
 
 /// `GET url` over a fresh HTTP/1.1 connection, with extra headers (a `host` header replaces
 /// the URL's authority). Panics if the connection fails or takes over 10 s.
@@ -37,6 +37,19 @@ pub async fn try_get(url: &str, headers: &[(&str, &str)]) -> Option<Resp> {
             .await
             .expect("request timed out"),
     )
+}
+
+/// `GET path` over a fresh HTTP/2 (h2c) connection to loopback `port`, with extra headers.
+pub async fn get_h2(port: u16, path: &str, headers: &[(&str, &str)]) -> Resp {
+    let mut req = http::Request::get(format!("http://127.0.0.1:{port}{path}"));
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let req = req.body(Full::<Bytes>::default()).unwrap();
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    tokio::time::timeout(Duration::from_secs(10), send_h2(addr, req))
+        .await
+        .expect("request timed out")
 }
 
 /// Polls `f` until it returns true, at most `limit`; returns the time it took.
