@@ -12,15 +12,11 @@ use support::web::*;
 use support::*;
 
 fn policy(name: &str, route: &str, faults: &str) -> String {
-    format!(
-        "apiVersion: pier.dev/v1alpha1
-kind: BackendTrafficPolicy
-metadata: {{name: {name}, namespace: default}}
-spec:
-  targetRefs: [{{group: gateway.networking.k8s.io, kind: HTTPRoute, name: {route}}}]
-  faultInjection:
-{faults}---
-"
+    route_policy(
+        "BackendTrafficPolicy",
+        name,
+        route,
+        &format!("  faultInjection:\n{faults}"),
     )
 }
 

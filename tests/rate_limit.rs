@@ -12,17 +12,11 @@ use support::web::*;
 use support::*;
 
 fn policy(name: &str, route: &str, rules: &str) -> String {
-    format!(
-        "apiVersion: pier.dev/v1alpha1
-kind: BackendTrafficPolicy
-metadata: {{name: {name}, namespace: default}}
-spec:
-  targetRefs: [{{group: gateway.networking.k8s.io, kind: HTTPRoute, name: {route}}}]
-  rateLimit:
-    local:
-      rules:
-{rules}---
-"
+    route_policy(
+        "BackendTrafficPolicy",
+        name,
+        route,
+        &format!("  rateLimit:\n    local:\n      rules:\n{rules}"),
     )
 }
 

@@ -143,6 +143,20 @@ spec:
     )
 }
 
+/// A `pier.dev/v1alpha1` policy of `kind` `default/<name>` on HTTPRoute `route`; `spec` is
+/// the rest of its spec, indented by two spaces.
+pub fn route_policy(kind: &str, name: &str, route: &str, spec: &str) -> String {
+    format!(
+        "apiVersion: pier.dev/v1alpha1
+kind: {kind}
+metadata: {{name: {name}, namespace: default}}
+spec:
+  targetRefs: [{{group: gateway.networking.k8s.io, kind: HTTPRoute, name: {route}}}]
+{spec}---
+"
+    )
+}
+
 /// A `pier` process, killed when dropped (a test that fails never leaves one behind).
 pub struct Child(pub std::process::Child);
 
