@@ -15,6 +15,7 @@
 #    the flood got (401: hashed and refused; 503: no turn to hash within 500 ms).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+. "$ROOT/scripts/bench-policy.sh"
 PIER="${1:-$ROOT/target/release/pier}"
 D="${D:-10}"
 RUNS="${RUNS:-3}"
@@ -45,42 +46,7 @@ JWKS=$(grep -o '{"keys".*}' "$EX/30-policies.yaml")
 # Alice's token from docs/src/edge/security-policy.md (valid until 2100, scope orders:read).
 TOKEN=$(grep -o '^ALICE=.*' "$ROOT/docs/src/edge/security-policy.md" | cut -d= -f2)
 HTPASSWD=$(grep -o 'carol:\$2y\$10\$[^ ]*' "$EX/30-policies.yaml")
-cat >"$WORK/manifests/all.yaml" <<EOF
-apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata: {name: pier}
-spec: {controllerName: pier.dev/gateway-controller}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {name: gw, namespace: b}
-spec:
-  gatewayClassName: pier
-  listeners: [{name: http, protocol: HTTP, port: $LISTEN}]
----
-apiVersion: v1
-kind: Service
-metadata: {name: origin, namespace: b}
-spec: {ports: [{name: http, port: 80, targetPort: $ORIGIN}]}
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata: {name: origin-1, namespace: b, labels: {kubernetes.io/service-name: origin}}
-addressType: IPv4
-ports: [{name: http, port: $ORIGIN, protocol: TCP}]
-endpoints: [{addresses: ["127.0.0.1"]}]
-EOF
-for r in plain jwt basic; do
-  cat >>"$WORK/manifests/all.yaml" <<EOF
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {name: $r, namespace: b}
-spec:
-  parentRefs: [{name: gw}]
-  rules: [{matches: [{path: {type: PathPrefix, value: /$r}}], backendRefs: [{name: origin, port: 80}]}]
-EOF
-done
+policy_manifests "$WORK/manifests/all.yaml" "$LISTEN" "$ORIGIN" plain jwt basic
 cat >>"$WORK/manifests/all.yaml" <<EOF
 ---
 apiVersion: pier.dev/v1alpha1

@@ -15,6 +15,7 @@
 # divided by requests × page size). Then the ratios pier/nginx on /gzip (medians).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+. "$ROOT/scripts/bench-policy.sh"
 PIER="${1:-$ROOT/target/release/pier}"
 D="${D:-10}"
 RUNS="${RUNS:-3}"
@@ -74,42 +75,7 @@ http {
 }
 EOF
 
-cat >"$WORK/manifests/all.yaml" <<EOF
-apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata: {name: pier}
-spec: {controllerName: pier.dev/gateway-controller}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {name: gw, namespace: b}
-spec:
-  gatewayClassName: pier
-  listeners: [{name: http, protocol: HTTP, port: $LISTEN}]
----
-apiVersion: v1
-kind: Service
-metadata: {name: origin, namespace: b}
-spec: {ports: [{name: http, port: 80, targetPort: $ORIGIN}]}
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata: {name: origin-1, namespace: b, labels: {kubernetes.io/service-name: origin}}
-addressType: IPv4
-ports: [{name: http, port: $ORIGIN, protocol: TCP}]
-endpoints: [{addresses: ["127.0.0.1"]}]
-EOF
-for r in plain gzip br zstd; do
-  cat >>"$WORK/manifests/all.yaml" <<EOF
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {name: $r, namespace: b}
-spec:
-  parentRefs: [{name: gw}]
-  rules: [{matches: [{path: {type: PathPrefix, value: /$r}}], backendRefs: [{name: origin, port: 80}]}]
-EOF
-done
+policy_manifests "$WORK/manifests/all.yaml" "$LISTEN" "$ORIGIN" plain gzip br zstd
 for r in gzip:Gzip br:Brotli zstd:Zstd; do
   cat >>"$WORK/manifests/all.yaml" <<EOF
 ---
@@ -175,7 +141,6 @@ for i in $(seq "$RUNS"); do
     cpu[$proxy.$path]+="$c "
   done
 done
-median() { printf '%s\n' $@ | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 for k in pier.plain nginx.plain pier.gzip nginx.gzip pier.br pier.zstd; do
   echo "median $k rps=$(median ${rps[$k]}) cpu_ms_per_mb=$(median ${cpu[$k]})"
 done

@@ -26,6 +26,7 @@
 #    request (pier_proxy_rate_limit_calls_total).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+. "$ROOT/scripts/bench-policy.sh"
 PIER="${1:-$ROOT/target/release/pier}"
 D="${D:-10}"
 RUNS="${RUNS:-3}"
@@ -74,42 +75,7 @@ http {
 }
 EOF
 
-cat >"$WORK/manifests/all.yaml" <<EOF
-apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata: {name: pier}
-spec: {controllerName: pier.dev/gateway-controller}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {name: gw, namespace: b}
-spec:
-  gatewayClassName: pier
-  listeners: [{name: http, protocol: HTTP, port: $LISTEN}]
----
-apiVersion: v1
-kind: Service
-metadata: {name: origin, namespace: b}
-spec: {ports: [{name: http, port: 80, targetPort: $ORIGIN}]}
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata: {name: origin-1, namespace: b, labels: {kubernetes.io/service-name: origin}}
-addressType: IPv4
-ports: [{name: http, port: $ORIGIN, protocol: TCP}]
-endpoints: [{addresses: ["127.0.0.1"]}]
-EOF
-for r in plain open limited per-key global; do
-  cat >>"$WORK/manifests/all.yaml" <<EOF
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {name: $r, namespace: b}
-spec:
-  parentRefs: [{name: gw}]
-  rules: [{matches: [{path: {type: PathPrefix, value: /$r}}], backendRefs: [{name: origin, port: 80}]}]
-EOF
-done
+policy_manifests "$WORK/manifests/all.yaml" "$LISTEN" "$ORIGIN" plain open limited per-key global
 policy() {
   cat >>"$WORK/manifests/all.yaml" <<EOF
 ---
@@ -213,7 +179,6 @@ for i in $(seq "$RUNS"); do
   read -r rps p99 n secs non2xx < <(measure 64 "$nginx_base/limited" "$D")
   echo "nginx run=$i rps=$rps p99=$p99 refused=${non2xx:-0}"; nginx_rps+=("$rps")
 done
-median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 echo "pier/nginx requests/s (medians): $(awk -v p="$(median "${pier_rps[@]}")" -v n="$(median "${nginx_rps[@]}")" 'BEGIN {printf "%.3f", p/n}')"
 
 cat >"$WORK/keys.lua" <<'EOF'
