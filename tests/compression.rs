@@ -204,14 +204,39 @@ async fn curl(port: u16, path: &str, accept: &str) -> (String, Vec<u8>) {
     .unwrap()
 }
 
-#[tokio::test]
-async fn responses_are_compressed_as_the_client_accepts_and_only_when_they_may_be() {
-    let origin = origin(Arc::new(Notify::new())).await;
+/// pier on manifests in front of the origin, with [`ALL`] on the `site` route: the process,
+/// its listener and admin ports (and the directory, kept while pier runs).
+async fn site(release: Arc<Notify>) -> (Child, u16, u16, tempfile::TempDir) {
+    let origin = origin(release).await;
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let admin = free_port();
     std::fs::write(dir.path().join("all.yaml"), manifests(port, origin, ALL)).unwrap();
-    let _pier = start_pier(dir.path(), admin, &[], &[]).await;
+    let pier = start_pier(dir.path(), admin, &[], &[]).await;
+    (pier, port, admin, dir)
+}
+
+/// `GET path` accepting `coding`, over a fresh HTTP/1.1 connection: the response with its
+/// body still streaming, once its head says it is compressed with `coding`.
+async fn compressed(port: u16, path: &str, coding: &str) -> Response<Incoming> {
+    let tcp = tokio::net::TcpStream::connect(local(port)).await.unwrap();
+    let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let req = Request::get(path)
+        .header("host", "example.com")
+        .header("accept-encoding", coding)
+        .body(Full::<Bytes>::default())
+        .unwrap();
+    let resp = bounded(send.send_request(req)).await.unwrap();
+    assert_eq!(resp.headers()["content-encoding"], coding);
+    resp
+}
+
+#[tokio::test]
+async fn responses_are_compressed_as_the_client_accepts_and_only_when_they_may_be() {
+    let (_pier, port, admin, _dir) = site(Arc::new(Notify::new())).await;
     let page = page();
 
     // curl asks for one coding at a time and decodes it.
@@ -355,27 +380,10 @@ async fn responses_are_compressed_as_the_client_accepts_and_only_when_they_may_b
 #[tokio::test]
 async fn a_stream_is_compressed_as_it_comes() {
     let release = Arc::new(Notify::new());
-    let origin = origin(release.clone()).await;
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let admin = free_port();
-    std::fs::write(dir.path().join("all.yaml"), manifests(port, origin, ALL)).unwrap();
-    let _pier = start_pier(dir.path(), admin, &[], &[]).await;
+    let (_pier, port, _admin, _dir) = site(release.clone()).await;
 
     for coding in ["gzip", "br", "zstd"] {
-        let tcp = tokio::net::TcpStream::connect(local(port)).await.unwrap();
-        let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
-            .await
-            .unwrap();
-        tokio::spawn(conn);
-        let req = Request::get("/stream")
-            .header("host", "example.com")
-            .header("accept-encoding", coding)
-            .body(Full::<Bytes>::default())
-            .unwrap();
-        let resp = bounded(send.send_request(req)).await.unwrap();
-        assert_eq!(resp.headers()["content-encoding"], coding);
-        let mut body = resp.into_body();
+        let mut body = compressed(port, "/stream", coding).await.into_body();
         let mut seen = Vec::new();
         let first = b"{\"line\": 1}\n";
         // Streaming decoders: each frame is fed as it arrives.
@@ -432,12 +440,7 @@ async fn a_stream_is_compressed_as_it_comes() {
 /// memory flat (the encoder's state and a frame or two), whatever the ratio.
 #[tokio::test]
 async fn a_huge_compressible_response_leaves_memory_flat() {
-    let origin = origin(Arc::new(Notify::new())).await;
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let admin = free_port();
-    std::fs::write(dir.path().join("all.yaml"), manifests(port, origin, ALL)).unwrap();
-    let pier = start_pier(dir.path(), admin, &[], &[]).await;
+    let (pier, port, _admin, _dir) = site(Arc::new(Notify::new())).await;
     let rss = || -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", pier.0.id())).unwrap();
         let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
@@ -454,19 +457,8 @@ async fn a_huge_compressible_response_leaves_memory_flat() {
     }
     let before = rss();
     for coding in ["gzip", "br", "zstd"] {
-        let tcp = tokio::net::TcpStream::connect(local(port)).await.unwrap();
-        let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
-            .await
-            .unwrap();
-        tokio::spawn(conn);
-        let req = Request::get("/zeros")
-            .header("host", "example.com")
-            .header("accept-encoding", coding)
-            .body(Full::<Bytes>::default())
-            .unwrap();
         let resp = tokio::time::timeout(Duration::from_secs(60), async {
-            let resp = send.send_request(req).await.unwrap();
-            assert_eq!(resp.headers()["content-encoding"], coding);
+            let resp = compressed(port, "/zeros", coding).await;
             resp.into_body().collect().await.unwrap().to_bytes()
         })
         .await
