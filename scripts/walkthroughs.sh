@@ -51,6 +51,7 @@ RUN=(
   edge/compression.md
   edge/fault-injection.md
   edge/timeouts.md
+  edge/load-balancing.md
   edge/proxy-protocol.md
   edge/frontend-mtls.md
   edge/example.md

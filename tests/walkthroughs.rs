@@ -51,6 +51,7 @@ fn the_manuals_walkthroughs_run_as_written_and_clean_up() {
         "edge/compression.md",
         "edge/fault-injection.md",
         "edge/timeouts.md",
+        "edge/load-balancing.md",
         "edge/proxy-protocol.md",
         "edge/frontend-mtls.md",
         "edge/example.md",

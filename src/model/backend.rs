@@ -152,6 +152,8 @@ pub struct Backend {
 /// Live load of one backend (Service port), across its endpoints.
 #[derive(Debug, Default)]
 pub struct BackendLoad {
+    /// Turns taken by [`Backend::pick_in_turn`] (BackendTrafficPolicy `RoundRobin`).
+    pub turn: AtomicU32,
     pub in_flight: AtomicU32,
     /// Requests waiting for a slot under the backend's maximum.
     pub pending: AtomicU32,
@@ -445,6 +447,43 @@ impl Backend {
         }
     }
 
+    /// The first endpoint available at `now_ms` from index `start` on, wrapping around.
+    fn available_from(&self, start: usize, now_ms: u64) -> Option<&Endpoint> {
+        let eps = &self.endpoints;
+        let start = start % eps.len().max(1);
+        (eps[start..].iter().chain(&eps[..start])).find(|e| e.available(now_ms))
+    }
+
+    /// BackendTrafficPolicy `RoundRobin`: the next available endpoint in turn (the turn is
+    /// the backend's, kept across reloads); `None` when none is available (then [`pick`]
+    /// chooses among the ejected).
+    ///
+    /// [`pick`]: Backend::pick
+    pub fn pick_in_turn(&self, now_ms: u64) -> Option<&Endpoint> {
+        let turn = self.load.turn.fetch_add(1, Ordering::Relaxed);
+        self.available_from(turn as usize, now_ms)
+    }
+
+    /// BackendTrafficPolicy `Random`: an available endpoint, uniformly at random (`r`).
+    pub fn pick_random(&self, now_ms: u64, r: u32) -> Option<&Endpoint> {
+        self.available_from(r as usize, now_ms)
+    }
+
+    /// BackendTrafficPolicy `ConsistentHash`: the available endpoint that ranks `key` highest
+    /// (rendezvous hashing): the same key goes to the same endpoint, on every pier instance
+    /// (a fixed hash seed), and an endpoint that comes or goes moves only the keys it ranks
+    /// first. One hash per endpoint per request: meant for backends of up to a few hundred
+    /// endpoints.
+    pub fn pick_hashed(&self, now_ms: u64, key: &[u8]) -> Option<&Endpoint> {
+        use std::hash::BuildHasher;
+        // Any fixed value: instances must agree, not guess.
+        const SEED: u64 = 0x7069_6572_2e64_6576;
+        let state = foldhash::fast::FixedState::with_seed(SEED);
+        (self.endpoints.iter())
+            .filter(|e| e.available(now_ms))
+            .max_by_key(|e| state.hash_one((key, e.addr)))
+    }
+
     /// The endpoint at `addr`, when the backend has it and it is not ejected at `now_ms` (a
     /// session's endpoint).
     pub fn available_at(&self, addr: SocketAddr, now_ms: u64) -> Option<&Endpoint> {
@@ -601,6 +640,82 @@ mod tests {
             endpoints,
             ..Backend::test("b")
         }
+    }
+
+    #[test]
+    fn round_robin_takes_turns_and_skips_ejected_endpoints() {
+        let b = backend(3);
+        let ports: Vec<u16> = (0..6)
+            .map(|_| b.pick_in_turn(0).unwrap().addr.port())
+            .collect();
+        assert_eq!(ports, [1000, 1001, 1002, 1000, 1001, 1002]);
+        b.endpoints[1]
+            .stats
+            .ejected_until_ms
+            .store(100, Ordering::Relaxed);
+        let ports: Vec<u16> = (0..4)
+            .map(|_| b.pick_in_turn(50).unwrap().addr.port())
+            .collect();
+        assert!(!ports.contains(&1001), "{ports:?}");
+        for e in &b.endpoints {
+            e.stats.ejected_until_ms.store(100, Ordering::Relaxed);
+        }
+        assert!(
+            b.pick_in_turn(50).is_none(),
+            "none available: the default pick decides"
+        );
+        assert!(backend(0).pick_in_turn(0).is_none());
+    }
+
+    #[test]
+    fn random_picks_only_available_endpoints() {
+        let b = backend(4);
+        b.endpoints[2]
+            .stats
+            .ejected_until_ms
+            .store(100, Ordering::Relaxed);
+        let mut seen = [0; 4];
+        for r in 0..400u32 {
+            let e = b.pick_random(50, r.wrapping_mul(2_654_435_761)).unwrap();
+            seen[(e.addr.port() - 1000) as usize] += 1;
+        }
+        assert_eq!(seen[2], 0);
+        assert!(
+            seen.iter().enumerate().all(|(i, &n)| i == 2 || n > 0),
+            "{seen:?}"
+        );
+    }
+
+    #[test]
+    fn hashing_keeps_a_key_on_its_endpoint_and_moves_few_when_one_goes() {
+        let b = backend(10);
+        let key = |i: u32| format!("user-{i}");
+        let first: Vec<SocketAddr> = (0..1000)
+            .map(|i| b.pick_hashed(0, key(i).as_bytes()).unwrap().addr)
+            .collect();
+        // The same key, the same endpoint; keys spread over all of them.
+        assert_eq!(b.pick_hashed(0, b"user-7").unwrap().addr, first[7]);
+        for e in &b.endpoints {
+            let n = first.iter().filter(|a| **a == e.addr).count();
+            assert!((50..=160).contains(&n), "{} has {n} of 1000 keys", e.addr);
+        }
+        // One endpoint ejected: only its keys move.
+        b.endpoints[3]
+            .stats
+            .ejected_until_ms
+            .store(100, Ordering::Relaxed);
+        let gone = b.endpoints[3].addr;
+        for (i, was) in first.iter().enumerate() {
+            let now = b.pick_hashed(50, key(i as u32).as_bytes()).unwrap().addr;
+            if *was != gone {
+                assert_eq!(now, *was, "key {i} moved though its endpoint stayed");
+            } else {
+                assert_ne!(now, gone);
+            }
+        }
+        // Another backend with the same endpoints (another snapshot, another instance) agrees.
+        let again = backend(10);
+        assert_eq!(again.pick_hashed(0, b"user-42").unwrap().addr, first[42]);
     }
 
     #[test]

@@ -55,21 +55,24 @@ pub struct Session {
     pub last: u64,
 }
 
+/// The value of the request's cookie `name` (the first, in any `Cookie` header).
+pub fn cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+    (headers.get_all(COOKIE).iter())
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .find_map(|pair| {
+            let (k, v) = pair.trim().split_once('=')?;
+            (k == name).then_some(v)
+        })
+}
+
 impl SessionPolicy {
     /// The session the request carries, if its token parses and has not timed out at `now`
     /// (Unix seconds). Whether its endpoint is still usable is the caller's to check.
     pub fn find(&self, headers: &HeaderMap, now: u64) -> Option<Session> {
         let token = match self.carrier {
             Carrier::Header => headers.get(self.name.as_str())?.to_str().ok()?.trim(),
-            Carrier::Cookie { .. } => headers
-                .get_all(COOKIE)
-                .iter()
-                .filter_map(|v| v.to_str().ok())
-                .flat_map(|v| v.split(';'))
-                .find_map(|pair| {
-                    let (k, v) = pair.trim().split_once('=')?;
-                    (k == self.name).then_some(v)
-                })?,
+            Carrier::Cookie { .. } => cookie(headers, &self.name)?,
         };
         Session::decode(token).filter(|s| self.live(s, now))
     }

@@ -51,6 +51,10 @@ pub struct TrafficPolicy {
     /// `faultInjection`: delays and aborts for a share of the requests.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub faults: Option<Faults>,
+    /// `loadBalancer`: how requests are spread over a backend's endpoints (`None`: pier's
+    /// default, the less loaded of two random endpoints, which is `LeastRequest`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub balance: Option<Balance>,
     /// `timeout.http.requestTimeout`: the request timeout of rules without their own (set on
     /// the rule at translation, `Rule::timeouts`; nothing to do per request here).
     #[serde(skip_serializing_if = "Option::is_none", serialize_with = "ser_opt_ms")]
@@ -62,6 +66,24 @@ fn ser_opt_ms<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok,
         Some(d) => super::backend::ms(d, s),
         None => s.serialize_none(),
     }
+}
+
+/// `loadBalancer.type` other than `LeastRequest`.
+#[derive(Debug, Serialize)]
+pub enum Balance {
+    RoundRobin,
+    Random,
+    /// `ConsistentHash`: requests with the same key go to the same endpoint.
+    Hash(HashOn),
+}
+
+/// What `ConsistentHash` hashes; a request without it gets pier's default pick.
+#[derive(Debug, Serialize)]
+pub enum HashOn {
+    /// The client address pier derives (trusted proxies, PROXY protocol).
+    SourceIp,
+    Header(#[serde(serialize_with = "ser_header_name")] HeaderName),
+    Cookie(String),
 }
 
 /// `faultInjection`: what is injected into a share of the requests, to see how clients and
@@ -492,12 +514,13 @@ impl TrafficPolicy {
 
 impl RuleTraffic {
     /// What the HTTP/1.1 fast path leaves to hyper's: a call to the rate-limit service, a
-    /// response body to compress, or a delay to inject.
+    /// response body to compress, a delay to inject, or a load-balancing policy.
     #[inline]
     pub fn needs_hyper(&self) -> bool {
         self.global.is_some()
             || self.policy.compression.is_some()
             || (self.policy.faults.as_ref()).is_some_and(|f| f.delay.is_some())
+            || self.policy.balance.is_some()
     }
 
     /// The descriptors of the global rules that apply to the request (empty: no call).

@@ -223,6 +223,41 @@ fn roll(share: Share) -> bool {
     share.0 >= Share::ALL || (share.0 > 0 && rand::random_range(0..Share::ALL) < share.0)
 }
 
+/// Load balancing (hyper's path; the fast path leaves rules with a `loadBalancer` to it): the
+/// endpoint of `backend` the rule's policy picks for this request (`RoundRobin`, `Random`,
+/// `ConsistentHash` on the client address, a header or a cookie). `None`: the default pick
+/// (no policy, no key in the request, or no endpoint available).
+pub fn balance<'b>(
+    shared: &Shared,
+    rule: &Rule,
+    backend: &'b crate::model::Backend,
+    edge: &Edge,
+    headers: &HeaderMap,
+) -> Option<&'b crate::model::Endpoint> {
+    use crate::model::traffic::{Balance, HashOn};
+    let how = rule.traffic.as_ref()?.policy.balance.as_ref()?;
+    let now = shared.clock.now_ms();
+    match how {
+        Balance::RoundRobin => backend.pick_in_turn(now),
+        Balance::Random => backend.pick_random(now, rand::random()),
+        Balance::Hash(on) => {
+            let ip;
+            let key: &[u8] = match on {
+                HashOn::SourceIp => {
+                    ip = match edge.client {
+                        std::net::IpAddr::V4(a) => a.to_ipv6_mapped().octets(),
+                        std::net::IpAddr::V6(a) => a.octets(),
+                    };
+                    &ip
+                }
+                HashOn::Header(name) => headers.get(name)?.as_bytes(),
+                HashOn::Cookie(name) => crate::model::session::cookie(headers, name)?.as_bytes(),
+            };
+            backend.pick_hashed(now, key)
+        }
+    }
+}
+
 /// Fault injection, delay (hyper's path; the fast path leaves rules with a delay to it): for
 /// the share of requests the rule's `faultInjection.delay` names, a wait before anything else
 /// happens to the request after routing (Envoy's order: the delay, then the abort).

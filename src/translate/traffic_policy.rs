@@ -19,9 +19,9 @@ use super::attach::{self, Entry};
 use super::resources::Resources;
 use crate::model::matcher::{PathMatch, ValueMatch};
 use crate::model::traffic::{
-    Abort, Compression, Compressor, Encoding, FaultAbort, FaultDelay, Faults, GlobalLimits,
-    HeaderSelect, LimitRule, PathSelect, RULE_KEY, RateLimitService, RuleTraffic, Selector, Share,
-    SourceSelect, TrafficPolicy,
+    Abort, Balance, Compression, Compressor, Encoding, FaultAbort, FaultDelay, Faults,
+    GlobalLimits, HashOn, HeaderSelect, LimitRule, PathSelect, RULE_KEY, RateLimitService,
+    RuleTraffic, Selector, Share, SourceSelect, TrafficPolicy,
 };
 use crate::model::{Carried, ObjectRef};
 use crate::ratelimit::{Buckets, Limit};
@@ -65,6 +65,7 @@ impl<'c> Tables<'c> {
             && policy.global.is_empty()
             && policy.compression.is_none()
             && policy.faults.is_none()
+            && policy.balance.is_none()
         {
             return None;
         }
@@ -124,6 +125,7 @@ fn entry(
                     compression: None,
                     faults: None,
                     request_timeout: None,
+                    balance: None,
                 }),
                 Some(format!("{why}; nothing of this policy is in force")),
             ),
@@ -188,6 +190,73 @@ fn traffic_policy(
         compression: compression(spec)?,
         faults: faults(spec.fault_injection.as_ref())?,
         request_timeout: request_timeout(spec.timeout.as_ref())?,
+        balance: balance(spec.load_balancer.as_ref())?,
+    })
+}
+
+/// `loadBalancer`, as the data plane applies it (`LeastRequest`: pier's default, nothing).
+fn balance(lb: Option<&api::LoadBalancer>) -> Result<Option<Balance>, String> {
+    let Some(lb) = lb else {
+        return Ok(None);
+    };
+    let hash = lb.consistent_hash.as_ref();
+    if hash.is_some() && lb.type_ != "ConsistentHash" {
+        return Err(format!(
+            "loadBalancer.consistentHash: given for type {}, not ConsistentHash",
+            lb.type_
+        ));
+    }
+    Ok(match lb.type_.as_str() {
+        "LeastRequest" => None,
+        "RoundRobin" => Some(Balance::RoundRobin),
+        "Random" => Some(Balance::Random),
+        "ConsistentHash" => {
+            let at = |e: &str| format!("loadBalancer.consistentHash.{e}");
+            let Some(h) = hash else {
+                return Err(at("type: ConsistentHash needs consistentHash"));
+            };
+            let on = match h.type_.as_str() {
+                "SourceIP" => HashOn::SourceIp,
+                "Header" => {
+                    let name = h
+                        .header
+                        .as_ref()
+                        .ok_or_else(|| at("header: missing for type Header"))?;
+                    let name = HeaderName::from_bytes(name.name.as_bytes()).map_err(|_| {
+                        at(&format!(
+                            "header.name: {:?} is not a header name",
+                            name.name
+                        ))
+                    })?;
+                    HashOn::Header(name)
+                }
+                "Cookie" => {
+                    let c = h
+                        .cookie
+                        .as_ref()
+                        .ok_or_else(|| at("cookie: missing for type Cookie"))?;
+                    if c.name.is_empty() || c.name.contains([';', '=', ' ', ',']) {
+                        return Err(at(&format!(
+                            "cookie.name: {:?} is not a cookie name",
+                            c.name
+                        )));
+                    }
+                    HashOn::Cookie(c.name.clone())
+                }
+                other => {
+                    return Err(at(&format!(
+                        "type: {other:?} is not one of SourceIP, Header, Cookie"
+                    )));
+                }
+            };
+            Some(Balance::Hash(on))
+        }
+        other => {
+            return Err(format!(
+                "loadBalancer.type: {other:?} is not one of LeastRequest, RoundRobin, Random, \
+                 ConsistentHash"
+            ));
+        }
     })
 }
 

@@ -27,6 +27,7 @@ fn traffic(rules: Vec<LimitRule>) -> RuleTraffic {
         compression: None,
         faults: None,
         request_timeout: None,
+        balance: None,
     });
     policy.for_route(&ObjectRef::new("default", "r"), |_, limit, capacity| {
         Arc::new(Buckets::new(limit, capacity))
@@ -234,6 +235,7 @@ fn a_route_has_its_own_tables_unless_the_rule_is_shared() {
         compression: None,
         faults: None,
         request_timeout: None,
+        balance: None,
     });
     let mut keys = vec![];
     for route in ["a", "b"] {

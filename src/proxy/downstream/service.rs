@@ -346,6 +346,11 @@ async fn forward<'s>(
             https,
         }
     });
+    // The rule's load-balancing policy's pick, unless a session already names the endpoint.
+    let balanced = match session.as_ref().and_then(|s| s.carried) {
+        Some(_) => None,
+        None => phase::balance(shared, rule, backend, edge, &parts.headers),
+    };
     // A body partly read for an external authorizer is not replayed (not kept whole).
     if let Some(policy) = rule.retries()
         && !upgrade
@@ -359,7 +364,8 @@ async fn forward<'s>(
             backend,
             parts: &parts,
             path: &path,
-            pinned: session.as_ref().and_then(|s| s.carried).map(|c| c.endpoint),
+            pinned: (session.as_ref().and_then(|s| s.carried).map(|c| c.endpoint))
+                .or(balanced.map(|e| e.addr)),
         };
         // Boxed: the retry loop's state is only paid for by requests that may retry.
         let (resp, in_flight) = Box::pin(retry::forward(shared, snapshot, req, body, seen)).await?;
@@ -400,7 +406,7 @@ async fn forward<'s>(
         .as_ref()
         .and_then(|s| s.carried)
         .and_then(|c| backend.available_at(c.endpoint, shared.clock.now_ms()));
-    let endpoint = match pinned {
+    let endpoint = match pinned.or(balanced) {
         Some(e) => e,
         None => pick_endpoint(shared, backend)?,
     };

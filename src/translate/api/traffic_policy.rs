@@ -3,7 +3,7 @@
 //! `targetRefs`. Field names are Envoy Gateway's (`gateway.envoyproxy.io/v1alpha1`
 //! BackendTrafficPolicy) where the concept is the same, so policies move over by changing
 //! `apiVersion`. This version reads `rateLimit.local`, `rateLimit.global`, `compressor`,
-//! `faultInjection` and `timeout.http.requestTimeout`; the
+//! `faultInjection`, `timeout.http.requestTimeout` and `loadBalancer`; the
 //! CRD grows with each feature, so the API server never stores a field pier would ignore.
 
 use kube::CustomResource;
@@ -44,6 +44,41 @@ pub struct BackendTrafficPolicySpec {
     /// Timeouts of the targets' requests.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<Timeout>,
+    /// How requests are spread over a backend's endpoints.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load_balancer: Option<LoadBalancer>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LoadBalancer {
+    /// `LeastRequest` (pier's default: the less loaded of two random endpoints),
+    /// `RoundRobin`, `Random` or `ConsistentHash`.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// What `ConsistentHash` hashes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consistent_hash: Option<ConsistentHash>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ConsistentHash {
+    /// `SourceIP`, `Header` or `Cookie`.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// `Header`: the header whose value is hashed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub header: Option<NamedHash>,
+    /// `Cookie`: the cookie whose value is hashed (a request without it gets the default
+    /// pick; pier does not make the cookie).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cookie: Option<NamedHash>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct NamedHash {
+    pub name: String,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

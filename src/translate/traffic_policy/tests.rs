@@ -504,3 +504,55 @@ spec:
         "{message}"
     );
 }
+
+#[test]
+fn load_balancer_types_and_their_mistakes() {
+    let lb = |spec: &str| run(&compressing("lb", WEB, spec), &Carried::default());
+    let t = lb("  loadBalancer: {type: RoundRobin}");
+    let read = traffic_of(&t, "/read").unwrap();
+    assert!(matches!(read.policy.balance, Some(Balance::RoundRobin)));
+    assert!(read.needs_hyper());
+    let t = lb(
+        "  loadBalancer:\n    type: ConsistentHash\n    consistentHash: {type: Header, header: {name: X-User}}",
+    );
+    let read = traffic_of(&t, "/read").unwrap();
+    assert!(
+        matches!(&read.policy.balance, Some(Balance::Hash(HashOn::Header(h))) if h == "x-user")
+    );
+    // LeastRequest is pier's default: nothing to do per request.
+    let t = lb("  loadBalancer: {type: LeastRequest}");
+    assert!(accepted(&t, "lb").0);
+    assert!(traffic_of(&t, "/read").is_none());
+
+    for (spec, want) in [
+        (
+            "  loadBalancer: {type: Sticky}",
+            "loadBalancer.type: \"Sticky\" is not one of",
+        ),
+        (
+            "  loadBalancer: {type: ConsistentHash}",
+            "loadBalancer.consistentHash.type: ConsistentHash needs consistentHash",
+        ),
+        (
+            "  loadBalancer:\n    type: RoundRobin\n    consistentHash: {type: SourceIP}",
+            "loadBalancer.consistentHash: given for type RoundRobin",
+        ),
+        (
+            "  loadBalancer:\n    type: ConsistentHash\n    consistentHash: {type: Header}",
+            "loadBalancer.consistentHash.header: missing for type Header",
+        ),
+        (
+            "  loadBalancer:\n    type: ConsistentHash\n    consistentHash: {type: Cookie, cookie: {name: \"a;b\"}}",
+            "loadBalancer.consistentHash.cookie.name: \"a;b\"",
+        ),
+        (
+            "  loadBalancer:\n    type: ConsistentHash\n    consistentHash: {type: Query}",
+            "loadBalancer.consistentHash.type: \"Query\"",
+        ),
+    ] {
+        let t = lb(spec);
+        let (ok, reason, message) = accepted(&t, "lb");
+        assert!(!ok && reason == "Invalid", "{spec}");
+        assert!(message.contains(want), "{message} lacks {want}");
+    }
+}

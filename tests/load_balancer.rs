@@ -1,0 +1,145 @@
+//! `BackendTrafficPolicy` `loadBalancer` end to end: `pier run` on manifests, one Service with
+//! three echo endpoints (127.0.0.2–4, one port); `RoundRobin` takes turns, `Random` reaches
+//! them all, `ConsistentHash` keeps a header value, a cookie or the client address on one
+//! endpoint (over HTTP/1.1, which hands such rules to hyper's path, and HTTP/2), and a route
+//! without a policy still spreads its requests.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+
+use support::web::*;
+use support::*;
+
+const NAMES: [&str; 3] = ["a", "b", "c"];
+
+/// Service `default/pool` port 80 with the three echo endpoints (`port` on 127.0.0.2–4).
+fn pool(port: u16) -> String {
+    format!(
+        "apiVersion: v1
+kind: Service
+metadata: {{name: pool, namespace: default}}
+spec:
+  ports: [{{name: http, port: 80}}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: pool-1
+  namespace: default
+  labels: {{kubernetes.io/service-name: pool}}
+addressType: IPv4
+ports: [{{name: http, port: {port}}}]
+endpoints:
+  - addresses: [\"127.0.0.2\"]
+  - addresses: [\"127.0.0.3\"]
+  - addresses: [\"127.0.0.4\"]
+"
+    )
+}
+
+/// Backend name -> requests, over `n` GETs of `path` with `headers` (HTTP/2 every other one).
+async fn spread(
+    port: u16,
+    path: &str,
+    headers: &[(&str, &str)],
+    n: usize,
+) -> BTreeMap<String, usize> {
+    let mut seen = BTreeMap::new();
+    for i in 0..n {
+        let r = if i % 2 == 0 {
+            get(&format!("http://127.0.0.1:{port}{path}"), headers).await
+        } else {
+            get_h2(port, path, headers).await
+        };
+        assert_eq!(r.status, 200, "{r:?}");
+        *seen.entry(r.backend()).or_default() += 1;
+    }
+    seen
+}
+
+#[tokio::test]
+async fn each_load_balancer_spreads_or_keeps_requests_as_configured() {
+    let echo_port = free_port();
+    let mut echoes = vec![];
+    for (i, name) in NAMES.iter().enumerate() {
+        let addr = SocketAddr::from(([127, 0, 0, 2 + i as u8], echo_port));
+        echoes.push(pier::echo::spawn(addr, name).await.unwrap());
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let admin = free_port();
+    let mut manifests = format!("{}---\n{}---\n", gateway(port), pool(echo_port));
+    for name in ["rr", "random", "header", "cookie", "ip", "plain"] {
+        manifests.push_str(&route(name, &format!("/{name}"), "pool"));
+        manifests.push_str("---\n");
+    }
+    for (name, lb) in [
+        ("rr", "{type: RoundRobin}"),
+        ("random", "{type: Random}"),
+        (
+            "header",
+            "{type: ConsistentHash, consistentHash: {type: Header, header: {name: x-user}}}",
+        ),
+        (
+            "cookie",
+            "{type: ConsistentHash, consistentHash: {type: Cookie, cookie: {name: sid}}}",
+        ),
+        (
+            "ip",
+            "{type: ConsistentHash, consistentHash: {type: SourceIP}}",
+        ),
+    ] {
+        manifests.push_str(&route_policy(
+            "BackendTrafficPolicy",
+            name,
+            name,
+            &format!("  loadBalancer: {lb}\n"),
+        ));
+    }
+    std::fs::write(dir.path().join("all.yaml"), &manifests).unwrap();
+    let _pier = start_pier(dir.path(), admin, &[], &[]).await;
+
+    // RoundRobin: nine requests, three each.
+    let rr = spread(port, "/rr", &[], 9).await;
+    assert_eq!(
+        rr.values().copied().collect::<Vec<_>>(),
+        [3, 3, 3],
+        "{rr:?}"
+    );
+
+    // Random: every endpoint gets some of 60.
+    let random = spread(port, "/random", &[], 60).await;
+    assert_eq!(random.len(), 3, "{random:?}");
+
+    // ConsistentHash on a header: one user, one endpoint; many users, all endpoints.
+    let alice = spread(port, "/header", &[("x-user", "alice")], 12).await;
+    assert_eq!(alice.len(), 1, "{alice:?}");
+    let mut users = BTreeMap::<String, usize>::new();
+    for u in 0..30 {
+        let user = format!("user-{u}");
+        let one = spread(port, "/header", &[("x-user", &user)], 2).await;
+        assert_eq!(one.len(), 1, "{user}: {one:?}");
+        *users.entry(one.into_keys().next().unwrap()).or_default() += 1;
+    }
+    assert_eq!(users.len(), 3, "30 users over three endpoints: {users:?}");
+
+    // ... on a cookie, among others in the header.
+    let sid = spread(
+        port,
+        "/cookie",
+        &[("cookie", "theme=dark; sid=s-123; lang=en")],
+        12,
+    )
+    .await;
+    assert_eq!(sid.len(), 1, "{sid:?}");
+
+    // ... on the client address: every request from 127.0.0.1 to one endpoint.
+    let ip = spread(port, "/ip", &[], 12).await;
+    assert_eq!(ip.len(), 1, "{ip:?}");
+
+    // Without a policy: pier's default still reaches them all.
+    let plain = spread(port, "/plain", &[], 60).await;
+    assert_eq!(plain.len(), 3, "{plain:?}");
+}
