@@ -78,6 +78,11 @@ pub struct Backends<'a> {
 // === impl Backends ===
 
 impl<'a> Backends<'a> {
+    /// The objects the backends are resolved from (for ReferenceGrants).
+    pub fn resources(&self) -> &'a Resources {
+        self.resources
+    }
+
     pub fn new(resources: &'a Resources, settings: &'a Settings, pool: &'a EndpointPool) -> Self {
         let mut slices: BTreeMap<(&str, &str), Vec<&EndpointSlice>> = BTreeMap::new();
         for ((ns, _), slice) in &resources.endpoint_slices {

@@ -5,9 +5,9 @@
 //!
 //! SecurityPolicy: errors name the field (`http.backendRefs[0]: ...`) and the policy fails
 //! closed. One backendRef: several (Envoy Gateway weighs them) are refused for now. A
-//! backendRef in another namespace is refused too, until ReferenceGrant covers SecurityPolicy
-//! references. The filter's backendRef resolves as the Route's backendRefs do (ReferenceGrant
-//! included).
+//! backendRef in another namespace needs a ReferenceGrant there from SecurityPolicies of the
+//! policy's namespace to the Service (as a Secret in another namespace does). The filter's
+//! backendRef resolves as the Route's backendRefs do (ReferenceGrant included).
 
 use std::sync::Arc;
 
@@ -16,6 +16,8 @@ use http::HeaderName;
 use super::api::{self, BackendRef};
 use super::backends::{Backends, Traffic};
 use super::mesh::TlsCtx;
+use super::refs::{RefFrom, RefTo, reference_granted};
+use super::spiffe::PIER_GROUP;
 use crate::model::ObjectRef;
 use crate::model::ext_auth::{
     AllowStatus, BodyToExtAuth, DEFAULT_TIMEOUT, ExtAuth, ExtAuthProtocol, HeaderSelection,
@@ -106,11 +108,26 @@ fn service(
         ));
     }
     let ns = r.namespace.as_deref().unwrap_or(&key.namespace);
-    if ns != key.namespace {
+    if ns != key.namespace
+        && !reference_granted(
+            backends.resources(),
+            RefFrom {
+                group: PIER_GROUP,
+                kind: "SecurityPolicy",
+                namespace: &key.namespace,
+            },
+            RefTo {
+                group: "",
+                kind: "Service",
+                namespace: ns,
+                name: &r.name,
+            },
+        )
+    {
         return Err(format!(
-            "Service {ns}/{} is in another namespace than the policy: not supported yet \
-             (ReferenceGrant for SecurityPolicy references is to come)",
-            r.name
+            "Service {ns}/{} is in another namespace and no ReferenceGrant in {ns} lets \
+             SecurityPolicies of {} refer to it",
+            r.name, key.namespace
         ));
     }
     let port = r

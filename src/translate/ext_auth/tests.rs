@@ -225,3 +225,70 @@ fn an_unresolved_filter_backend_is_reported_and_its_rule_fails_closed() {
         .any(|l| l.routes.entries().next().is_some());
     assert!(!served);
 }
+
+#[test]
+fn an_authorizer_in_another_namespace_needs_a_reference_grant() {
+    let authz = r#"apiVersion: v1
+kind: Service
+metadata: {name: authz, namespace: security}
+spec: {ports: [{name: grpc, port: 9000}]}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: authz-1, namespace: security, labels: {kubernetes.io/service-name: authz}}
+addressType: IPv4
+ports: [{name: grpc, port: 9000}]
+endpoints: [{addresses: ["10.0.9.1"]}]
+---
+"#;
+    let grant = |from_kind: &str, from_ns: &str| {
+        format!(
+            "apiVersion: gateway.networking.k8s.io/v1beta1
+kind: ReferenceGrant
+metadata: {{name: let-policies, namespace: security}}
+spec:
+  from: [{{group: pier.dev, kind: {from_kind}, namespace: {from_ns}}}]
+  to: [{{group: \"\", kind: Service, name: authz}}]
+---
+"
+        )
+    };
+    let policy = "    grpc:\n      backendRefs: [{name: authz, namespace: security, port: 9000}]\n";
+    let run = |extra: &str| {
+        run_with_base(&format!(
+            "{authz}{extra}{ROUTE}apiVersion: pier.dev/v1alpha1
+kind: SecurityPolicy
+metadata: {{name: p, namespace: default, generation: 3}}
+spec:
+  targetRefs: [{{group: gateway.networking.k8s.io, kind: HTTPRoute, name: web}}]
+  extAuth:
+{policy}"
+        ))
+    };
+    // No grant, or one for another kind or namespace: refused, fail closed.
+    for extra in [
+        String::new(),
+        grant("BackendTrafficPolicy", "default"),
+        grant("SecurityPolicy", "elsewhere"),
+    ] {
+        let t = run(&extra);
+        let (ok, _, message) = accepted(&t);
+        assert!(!ok, "{extra}");
+        assert!(
+            message.contains(
+                "Service security/authz is in another namespace and no ReferenceGrant in \
+                 security lets SecurityPolicies of default refer to it"
+            ),
+            "{message}"
+        );
+    }
+    // The grant: the authorizer resolves to its Service port.
+    let t = run(&grant("SecurityPolicy", "default"));
+    let (ok, _, message) = accepted(&t);
+    assert!(ok, "{message}");
+    let access = rule(&t).access.as_ref().unwrap();
+    assert!(access.invalid.is_none());
+    let authorizer = &access.ext_auth.as_ref().unwrap();
+    assert_eq!(authorizer.authority, "authz.security.svc");
+    assert_eq!(authorizer.backend.endpoints.len(), 1);
+}
