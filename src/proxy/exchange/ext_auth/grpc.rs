@@ -322,4 +322,19 @@ mod tests {
             "not a CheckResponse"
         );
     }
+
+    proptest::proptest! {
+        // The authorizer's answer is untrusted bytes: any of them is a verdict or Garbage,
+        // never a panic, raw or framed (PROPTEST_CASES=1000000 for the 10⁶).
+        #[test]
+        fn any_answer_bytes_are_a_verdict_or_garbage(
+            body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..160)
+        ) {
+            let _ = verdict(&ok_status(), None, &body);
+            let mut framed = vec![0];
+            framed.extend_from_slice(&u32::try_from(body.len()).unwrap().to_be_bytes());
+            framed.extend_from_slice(&body);
+            let _ = verdict(&ok_status(), None, &framed);
+        }
+    }
 }
