@@ -15,8 +15,11 @@
 //! The parsers have property tests (no panic; a changed token or hash never verifies),
 //! 64 cases each by default. At 10⁶ cases: `PROPTEST_CASES=1000000 nice -n 19 cargo test
 //! --release --lib auth::jwt::tests::props` (the five JWT properties took 78 s on the 2-core
-//! dev machine, after a 15-minute release build). The `.htpasswd` ones hash per case: use
-//! 10⁴–10⁵ there.
+//! dev machine, after a 15-minute release build). Run on 2026-11-29 (release test
+//! binary): `auth::cookie::tests::props` at 10⁶ cases 6.7 s, the ext_authz and rate-limit
+//! answer parsers (`proxy::exchange::{ext_auth::grpc,rate_limit}::tests::any_answer…`) at 10⁶
+//! 1.8 s and 1.5 s, all passing. The `.htpasswd` ones hash per case: 10⁵ cases took 30 s,
+//! passing.
 
 pub mod claims;
 pub mod cookie;
