@@ -57,15 +57,11 @@ pub struct TrafficPolicy {
     pub balance: Option<Balance>,
     /// `timeout.http.requestTimeout`: the request timeout of rules without their own (set on
     /// the rule at translation, `Rule::timeouts`; nothing to do per request here).
-    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "ser_opt_ms")]
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        with = "super::backend::opt_duration"
+    )]
     pub request_timeout: Option<Duration>,
-}
-
-fn ser_opt_ms<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
-    match d {
-        Some(d) => super::backend::ms(d, s),
-        None => s.serialize_none(),
-    }
 }
 
 /// `loadBalancer.type` other than `LeastRequest`.
@@ -227,6 +223,9 @@ pub struct RuleTraffic {
     /// Set when the policy has global rules.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub global: Option<GlobalLimits>,
+    /// [`RuleTraffic::needs_hyper`], decided when the rule is made.
+    #[serde(skip)]
+    hyper: bool,
 }
 
 /// Envoy's rate-limit service (`envoy.service.ratelimit.v3.RateLimitService`), as
@@ -474,11 +473,23 @@ impl Selector {
 }
 
 impl TrafficPolicy {
+    /// Whether a rule under the policy has anything to do per request (else it carries no
+    /// [`RuleTraffic`]; a request timeout is set on the rule itself).
+    pub fn acts_per_request(&self) -> bool {
+        !self.local.is_empty()
+            || !self.global.is_empty()
+            || self.compression.is_some()
+            || self.faults.is_some()
+            || self.balance.is_some()
+    }
+
     /// A rule's view of the policy: one bucket table per limit rule, from `tables` by the
-    /// rule's key (with the Route's when not shared), made when new.
+    /// rule's key (with the Route's when not shared), made when new; `global` when the policy's
+    /// global rules have a service to ask.
     pub fn for_route(
         self: &Arc<Self>,
         route: &super::ObjectRef,
+        global: Option<GlobalLimits>,
         mut table: impl FnMut(&str, Limit, usize) -> Arc<Buckets>,
     ) -> RuleTraffic {
         let local = self
@@ -496,10 +507,17 @@ impl TrafficPolicy {
                 (Arc::from(key), buckets)
             })
             .collect();
+        // Decided here, once: what the fast path leaves to hyper's (a call to the rate-limit
+        // service, a body to compress, a delay to wait, an endpoint the policy picks).
+        let hyper = global.is_some()
+            || self.compression.is_some()
+            || (self.faults.as_ref()).is_some_and(|f| f.delay.is_some())
+            || self.balance.is_some();
         RuleTraffic {
             policy: self.clone(),
             local,
-            global: None,
+            global,
+            hyper,
         }
     }
 
@@ -517,10 +535,7 @@ impl RuleTraffic {
     /// response body to compress, a delay to inject, or a load-balancing policy.
     #[inline]
     pub fn needs_hyper(&self) -> bool {
-        self.global.is_some()
-            || self.policy.compression.is_some()
-            || (self.policy.faults.as_ref()).is_some_and(|f| f.delay.is_some())
-            || self.policy.balance.is_some()
+        self.hyper
     }
 
     /// The descriptors of the global rules that apply to the request (empty: no call).

@@ -383,9 +383,7 @@ impl ProxyError {
     pub fn status(&self) -> StatusCode {
         if let Self::Injected(abort, _) = self {
             return match abort {
-                Abort::Http(s) => {
-                    StatusCode::from_u16(*s).unwrap_or(StatusCode::SERVICE_UNAVAILABLE)
-                }
+                Abort::Http(s) => injected_status(*s),
                 // The HTTP status of a Trailers-Only gRPC answer.
                 Abort::Grpc(_) => StatusCode::OK,
             };
@@ -510,16 +508,9 @@ impl ProxyError {
         if let Self::Injected(abort, _) = self {
             return injected(*abort);
         }
-        let mut resp = Response::new(body::empty());
-        let h = resp.headers_mut();
-        h.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/grpc"),
-        );
-        h.insert("grpc-status", HeaderValue::from(self.grpc_code() as u16));
         // The HTTP reason phrase: ASCII, nothing percent-encoding would change.
         let text = self.status().canonical_reason().unwrap_or("error");
-        h.insert("grpc-message", HeaderValue::from_static(text));
+        let mut resp = trailers_only(self.grpc_code() as u16, text);
         if let Self::RateLimited(l) = self {
             rate_limit_headers(l, resp.headers_mut());
         }
@@ -537,30 +528,38 @@ impl ProxyError {
     }
 }
 
+/// A gRPC Trailers-Only answer (HTTP 200): `code` and `message` in its head.
+fn trailers_only(code: u16, message: &'static str) -> Response<ProxyBody> {
+    let mut resp = Response::new(body::empty());
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/grpc"),
+    );
+    h.insert("grpc-status", HeaderValue::from(code));
+    h.insert("grpc-message", HeaderValue::from_static(message));
+    resp
+}
+
+/// An injected abort's HTTP status (translation keeps it within 200–599).
+fn injected_status(s: u16) -> StatusCode {
+    StatusCode::from_u16(s).unwrap_or(StatusCode::SERVICE_UNAVAILABLE)
+}
+
 /// The answer of an injected abort, with Envoy's fault filter's text.
 fn injected(abort: Abort) -> Response<ProxyBody> {
     const TEXT: &str = "fault filter abort";
     match abort {
         Abort::Http(s) => {
-            let mut resp = Response::new(body::full(Bytes::from_static(b"fault filter abort\n")));
-            *resp.status_mut() = StatusCode::from_u16(s).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
+            let mut resp = Response::new(body::full(Bytes::from(format!("{TEXT}\n"))));
+            *resp.status_mut() = injected_status(s);
             resp.headers_mut().insert(
                 header::CONTENT_TYPE,
                 HeaderValue::from_static("text/plain; charset=utf-8"),
             );
             resp
         }
-        Abort::Grpc(code) => {
-            let mut resp = Response::new(body::empty());
-            let h = resp.headers_mut();
-            h.insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/grpc"),
-            );
-            h.insert("grpc-status", HeaderValue::from(code));
-            h.insert("grpc-message", HeaderValue::from_static(TEXT));
-            resp
-        }
+        Abort::Grpc(code) => trailers_only(code, TEXT),
     }
 }
 

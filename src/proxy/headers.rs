@@ -29,12 +29,16 @@ pub fn is_upgrade(headers: &HeaderMap) -> bool {
 }
 
 fn connection_has(headers: &HeaderMap, token: &str) -> bool {
-    headers
-        .get_all(header::CONNECTION)
-        .iter()
+    list_items(headers, header::CONNECTION).any(|t| t.eq_ignore_ascii_case(token))
+}
+
+/// The comma-separated items of every `name` line (RFC 9110 §5.6.1), trimmed; a line that is
+/// not visible ASCII is skipped.
+pub fn list_items(headers: &HeaderMap, name: HeaderName) -> impl Iterator<Item = &str> + '_ {
+    (headers.get_all(name).iter())
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
-        .any(|t| t.trim().eq_ignore_ascii_case(token))
+        .map(str::trim)
 }
 
 const HOP_COUNT: usize = 7;

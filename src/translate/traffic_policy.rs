@@ -61,12 +61,7 @@ impl<'c> Tables<'c> {
 
     /// `policy` as a rule of `route` sees it.
     pub fn rule(&mut self, policy: &Arc<TrafficPolicy>, route: &ObjectRef) -> Option<RuleTraffic> {
-        if policy.local.is_empty()
-            && policy.global.is_empty()
-            && policy.compression.is_none()
-            && policy.faults.is_none()
-            && policy.balance.is_none()
-        {
+        if !policy.acts_per_request() {
             return None;
         }
         let global = match &self.service {
@@ -78,7 +73,7 @@ impl<'c> Tables<'c> {
             }),
             _ => None,
         };
-        let mut traffic = policy.for_route(route, |key, limit, capacity| {
+        let traffic = policy.for_route(route, global, |key, limit, capacity| {
             if let Some(b) = self.made.get(key) {
                 return b.clone();
             }
@@ -91,7 +86,6 @@ impl<'c> Tables<'c> {
             self.made.insert(key.to_string(), b.clone());
             b
         });
-        traffic.global = global;
         Some(traffic)
     }
 }

@@ -29,9 +29,11 @@ fn traffic(rules: Vec<LimitRule>) -> RuleTraffic {
         request_timeout: None,
         balance: None,
     });
-    policy.for_route(&ObjectRef::new("default", "r"), |_, limit, capacity| {
-        Arc::new(Buckets::new(limit, capacity))
-    })
+    policy.for_route(
+        &ObjectRef::new("default", "r"),
+        None,
+        |_, limit, capacity| Arc::new(Buckets::new(limit, capacity)),
+    )
 }
 
 struct Req {
@@ -239,10 +241,14 @@ fn a_route_has_its_own_tables_unless_the_rule_is_shared() {
     });
     let mut keys = vec![];
     for route in ["a", "b"] {
-        let r = policy.for_route(&ObjectRef::new("default", route), |key, limit, cap| {
-            keys.push(key.to_string());
-            Arc::new(Buckets::new(limit, cap))
-        });
+        let r = policy.for_route(
+            &ObjectRef::new("default", route),
+            None,
+            |key, limit, cap| {
+                keys.push(key.to_string());
+                Arc::new(Buckets::new(limit, cap))
+            },
+        );
         assert_eq!(r.local.len(), 2);
     }
     assert_ne!(keys[0], keys[2], "per-route tables differ by route");

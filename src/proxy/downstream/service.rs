@@ -46,7 +46,6 @@ use crate::proxy::observe::metrics::Transport;
 use crate::proxy::observe::record::{Seen, request_authority};
 use crate::proxy::observe::trace::RequestLine;
 use crate::proxy::phase::{self, Decision, Negotiated, RouteInput, Routed};
-
 use crate::proxy::policy::head::client_identity;
 use crate::proxy::upstream::{self, InFlight, Target, UpstreamBody};
 use crate::proxy::validate::{self, Invalid};

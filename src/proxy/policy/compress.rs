@@ -15,6 +15,7 @@ use http::header::{
 use http::{HeaderMap, HeaderValue, Method, StatusCode};
 
 use crate::model::traffic::{Compression, Compressor, Encoding};
+use crate::proxy::headers::list_items;
 
 /// `Accept-Encoding` entries read, at most: a client that lists thousands is answered by its
 /// first ones (the header's size is bounded anyway; this bounds the work).
@@ -47,10 +48,7 @@ fn choose(compressors: &[Compressor], headers: &HeaderMap) -> Option<Compressor>
     // Per compressor its explicit weight; and the weight of `*`.
     let mut explicit = [None::<u16>; 3];
     let mut star = None::<u16>;
-    let codings = (headers.get_all(ACCEPT_ENCODING).iter())
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .take(MAX_CODINGS);
+    let codings = list_items(headers, ACCEPT_ENCODING).take(MAX_CODINGS);
     for item in codings {
         let mut parts = item.split(';');
         let coding = parts.next().unwrap_or("").trim();
@@ -145,53 +143,42 @@ fn no_transform(headers: &HeaderMap) -> bool {
     list_items(headers, CACHE_CONTROL).any(|d| d.eq_ignore_ascii_case("no-transform"))
 }
 
-fn list_items(
-    headers: &HeaderMap,
-    name: http::header::HeaderName,
-) -> impl Iterator<Item = &str> + '_ {
-    (headers.get_all(name).iter())
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(str::trim)
-}
-
 /// Types whose bytes compress: text (but not `text/event-stream`, as Envoy), JSON, XML,
 /// JavaScript, SVG, WebAssembly and uncompressed font formats, and any `+json` or `+xml` type.
 /// Images, video, archives and fonts such as WOFF2 are compressed already.
 pub fn compressible(content_type: &HeaderValue) -> bool {
+    const APPLICATION: [&str; 10] = [
+        "json",
+        "javascript",
+        "x-javascript",
+        "ecmascript",
+        "xml",
+        "wasm",
+        "x-ndjson",
+        "vnd.ms-fontobject",
+        "x-font-ttf",
+        "graphql",
+    ];
     let Ok(v) = content_type.to_str() else {
         return false;
     };
-    let essence = v
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase();
+    let essence = v.split(';').next().unwrap_or("").trim();
     let Some((kind, sub)) = essence.split_once('/') else {
         return false;
     };
-    match kind {
-        "text" => sub != "event-stream",
-        "application" => {
-            matches!(
-                sub,
-                "json"
-                    | "javascript"
-                    | "x-javascript"
-                    | "ecmascript"
-                    | "xml"
-                    | "wasm"
-                    | "x-ndjson"
-                    | "vnd.ms-fontobject"
-                    | "x-font-ttf"
-                    | "graphql"
-            ) || sub.ends_with("+json")
-                || sub.ends_with("+xml")
-        }
-        "image" => sub == "svg+xml",
-        "font" => matches!(sub, "ttf" | "otf"),
-        _ => false,
+    let is = |a: &str, b: &str| a.eq_ignore_ascii_case(b);
+    let ends =
+        |suffix: &str| sub.len() >= suffix.len() && is(&sub[sub.len() - suffix.len()..], suffix);
+    if is(kind, "text") {
+        !is(sub, "event-stream")
+    } else if is(kind, "application") {
+        APPLICATION.iter().any(|a| is(sub, a)) || ends("+json") || ends("+xml")
+    } else if is(kind, "image") {
+        is(sub, "svg+xml")
+    } else if is(kind, "font") {
+        is(sub, "ttf") || is(sub, "otf")
+    } else {
+        false
     }
 }
 
