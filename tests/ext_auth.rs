@@ -410,7 +410,7 @@ async fn bad_ext_auth_references_are_reported_and_fail_closed() {
         "{status}"
     );
     assert!(
-        status.contains("Service other/a is in another namespace than the policy"),
+        status.contains("Service other/a is in another namespace and no ReferenceGrant in other"),
         "{status}"
     );
     assert!(
