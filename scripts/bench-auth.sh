@@ -4,13 +4,17 @@
 #   scripts/bench-auth.sh [PIER_BINARY]      # default target/release/pier; D=10 RUNS=3
 #
 # One pier (pinned to CPU 0, one worker) in front of an nginx origin (CPU 1) that answers 200,
-# with three routes on one listener: /plain (no policy), /jwt (a SecurityPolicy with an ES256
-# JSON Web Token, the key set inline: config/examples/security-policy) and /basic (basic auth,
+# with four routes on one listener: /plain (no policy), /jwt (a SecurityPolicy with an ES256
+# JSON Web Token, the key set inline: config/examples/security-policy), /fresh (the same with a
+# key made for the run, part 2) and /basic (basic auth,
 # one bcrypt cost-10 user). wrk runs on CPU 1, bounded in time.
 #
 # 1. JWT: wrk -c64 on /plain and on /jwt with a valid token, interleaved RUNS times; pier's CPU
 #    per request (its process, from /proc) for each; the ratio jwt/plain.
-# 2. bcrypt flood: /plain alone (-c16), then /plain (-c16) while a second wrk (-c64) sends a
+# 2. A new token on every request (the verified-token cache never hits): /fresh, a second JWT
+#    policy whose key signed NEW distinct tokens (python3-cryptography); wrk sends them in turn
+#    (a Lua script), so each request is one ES256 verification. CPU per request against /plain.
+# 3. bcrypt flood: /plain alone (-c16), then /plain (-c16) while a second wrk (-c64) sends a
 #    wrong password to /basic on every request; /plain's requests/s and p99 in both, and what
 #    the flood got (401: hashed and refused; 503: no turn to hash within 500 ms).
 set -euo pipefail
@@ -46,7 +50,36 @@ JWKS=$(grep -o '{"keys".*}' "$EX/30-policies.yaml")
 # Alice's token from docs/src/edge/security-policy.md (valid until 2100, scope orders:read).
 TOKEN=$(grep -o '^ALICE=.*' "$ROOT/docs/src/edge/security-policy.md" | cut -d= -f2)
 HTPASSWD=$(grep -o 'carol:\$2y\$10\$[^ ]*' "$EX/30-policies.yaml")
-policy_manifests "$WORK/manifests/all.yaml" "$LISTEN" "$ORIGIN" plain jwt basic
+# Distinct ES256 tokens and their key set, for part 2.
+NEW="${NEW:-150000}"
+python3 - "$WORK/tokens.txt" "$NEW" >"$WORK/fresh-jwks.json" <<'PY'
+import base64, json, sys, time
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
+b64 = lambda b: base64.urlsafe_b64encode(b).rstrip(b"=").decode()
+key = ec.generate_private_key(ec.SECP256R1())
+nums = key.public_key().public_numbers()
+header = b64(json.dumps({"alg": "ES256", "typ": "JWT", "kid": "fresh"}).encode())
+exp = int(time.time()) + 3600
+with open(sys.argv[1], "w") as out:
+    for i in range(int(sys.argv[2])):
+        claims = b64(json.dumps({"iss": "https://fresh.example", "sub": f"u{i}", "exp": exp}).encode())
+        r, s = decode_dss_signature(key.sign(f"{header}.{claims}".encode(), ec.ECDSA(hashes.SHA256())))
+        out.write(f"{header}.{claims}.{b64(r.to_bytes(32, 'big') + s.to_bytes(32, 'big'))}\n")
+print(json.dumps({"keys": [{"kty": "EC", "crv": "P-256", "kid": "fresh", "alg": "ES256",
+    "x": b64(nums.x.to_bytes(32, "big")), "y": b64(nums.y.to_bytes(32, "big"))}]}))
+PY
+cat >"$WORK/fresh.lua" <<LUA
+local tokens = {}
+for line in io.lines("$WORK/tokens.txt") do tokens[#tokens + 1] = "Bearer " .. line end
+local i = 0
+request = function()
+  i = i % #tokens + 1
+  return wrk.format(nil, nil, {["authorization"] = tokens[i]})
+end
+LUA
+policy_manifests "$WORK/manifests/all.yaml" "$LISTEN" "$ORIGIN" plain jwt fresh basic
 cat >>"$WORK/manifests/all.yaml" <<EOF
 ---
 apiVersion: pier.dev/v1alpha1
@@ -60,6 +93,17 @@ spec:
         issuer: https://issuer.example
         audiences: [shop]
         localJWKS: {type: Inline, inline: '$JWKS'}
+---
+apiVersion: pier.dev/v1alpha1
+kind: SecurityPolicy
+metadata: {name: fresh, namespace: b}
+spec:
+  targetRefs: [{group: gateway.networking.k8s.io, kind: HTTPRoute, name: fresh}]
+  jwt:
+    providers:
+      - name: fresh
+        issuer: https://fresh.example
+        localJWKS: {type: Inline, inline: '$(cat "$WORK/fresh-jwks.json")'}
 ---
 apiVersion: pier.dev/v1alpha1
 kind: SecurityPolicy
@@ -112,7 +156,24 @@ printf '%s\n' "${plain_cpu[@]}" | sort -n | awk '{a[NR]=$1} END {print a[int((NR
 printf '%s\n' "${jwt_cpu[@]}" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}' >"$WORK/j"
 echo "jwt/plain CPU per request (medians): $(awk -v p="$(cat "$WORK/p")" -v j="$(cat "$WORK/j")" 'BEGIN {printf "%.3f", j/p}')"
 
-echo "# 2. a flood of wrong passwords on /basic (c=64) beside /plain (c=16), ${D}s"
+echo "# 2. a new ES256 token on every request (no cache hit) vs plain, c=64, ${D}s runs"
+first=$(head -1 "$WORK/tokens.txt")
+[ "$(curl -s -o /dev/null -w '%{http_code}' -H "authorization: Bearer $first" "$base/fresh")" = 200 ] || {
+  echo "pier does not let the generated token in on /fresh" >&2; exit 1; }
+plain_cpu=() fresh_cpu=()
+for i in $(seq "$RUNS"); do
+  read -r rps p99 us < <(measure 64 "$base/plain")
+  echo "plain run=$i rps=$rps p99=$p99 cpu_us_per_req=$us"; plain_cpu+=("$us")
+  read -r rps p99 us < <(measure 64 "$base/fresh" -s "$WORK/fresh.lua")
+  echo "fresh run=$i rps=$rps p99=$p99 cpu_us_per_req=$us"; fresh_cpu+=("$us")
+done
+printf '%s\n' "${plain_cpu[@]}" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}' >"$WORK/p"
+printf '%s\n' "${fresh_cpu[@]}" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}' >"$WORK/f"
+echo "fresh/plain CPU per request (medians): $(awk -v p="$(cat "$WORK/p")" -v f="$(cat "$WORK/f")" 'BEGIN {printf "%.3f", f/p}')"
+m=$(curl -s "http://127.0.0.1:$ADMIN/metrics" | grep '^pier_proxy_security_decisions_total{policy="b/fresh"')
+echo "fresh decisions: $(echo "$m" | awk '{printf "%s ", $0}')"
+
+echo "# 3. a flood of wrong passwords on /basic (c=64) beside /plain (c=16), ${D}s"
 read -r rps p99 us < <(measure 16 "$base/plain")
 echo "plain alone:        rps=$rps p99=$p99"
 flood="$WORK/flood.txt"

@@ -1746,3 +1746,282 @@ async fn global_rate_limits_from_the_cluster() {
     );
     pier.shutdown().await;
 }
+
+/// What a SecurityPolicy's credentials come from in cluster mode, each with traffic through
+/// pier: `jwt` with a `remoteJWKS` key set (a key server on loopback) and claim rules in
+/// `authorization`; `jwt` with `localJWKS` in a ConfigMap, following a key rotation there;
+/// `basicAuth` and `apiKeyAuth` from Secrets, following a changed Secret; `oidc` with its
+/// client and cookie Secrets, a real browser logging in at zitadel/oidc's provider.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_keys_passwords_and_logins_from_the_cluster() {
+    use support::jwt::{Issuer, now};
+    use support::oidc_provider::{self, Provider};
+
+    let c = Cluster::start().await;
+    let w = world(&c).await;
+    let (remote, local, rotated) = (
+        Issuer::new("remote"),
+        Issuer::new("local"),
+        Issuer::new("rotated"),
+    );
+    let key_server = support::jwks_server::JwksServer::start_plain(remote.jwks()).await;
+    let callback = format!("http://localhost:{}/login/oauth2/callback", w.port);
+    let provider = Provider::start(std::slice::from_ref(&callback)).await;
+    let pier = start_pier(c.pier_options(LOOPBACK, "replica-a")).await;
+    assert_eq!(w.answer("/v/x").await, (200, "v1".into()));
+
+    for name in ["remote", "local", "basic", "keys", "login"] {
+        let prefix = format!("/{name}");
+        c.apply(http_route(
+            APP,
+            name,
+            "gw",
+            &[(&prefix, backend_ref("v1", None))],
+        ))
+        .await;
+    }
+    let config_map = |jwks: String| {
+        json!({ "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": { "name": "jwks", "namespace": APP }, "data": { "jwks": jwks } })
+    };
+    c.apply(config_map(local.jwks())).await;
+    let secret = |name: &str, data: Value| {
+        json!({ "apiVersion": "v1", "kind": "Secret",
+                "metadata": { "name": name, "namespace": APP }, "stringData": data })
+    };
+    // alice:wonderland, bcrypt as `htpasswd -B` writes it.
+    c.apply(secret(
+        "users",
+        json!({ ".htpasswd": "alice:$2y$05$51qmlbO/MaGUMHLQc5Nq2.bO6dGx.siUnH30tf8a5VLwZwhZNEUsO\n" }),
+    ))
+    .await;
+    c.apply(secret("api-keys", json!({ "client-a": "k-123" })))
+        .await;
+    c.apply(secret(
+        "oidc-client",
+        json!({ "client-secret": oidc_provider::CLIENT_SECRET }),
+    ))
+    .await;
+    c.apply(secret(
+        "login-cookies",
+        json!({ "cookie-secret": "4f1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d" }),
+    ))
+    .await;
+    let policy = |name: &str, spec: Value| {
+        let mut spec = spec;
+        spec["targetRefs"] =
+            json!([{ "group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": name }]);
+        json!({ "apiVersion": PIER_V1ALPHA1, "kind": "SecurityPolicy",
+                "metadata": { "name": name, "namespace": APP }, "spec": spec })
+    };
+    c.apply(policy(
+        "remote",
+        json!({
+            "jwt": { "providers": [{
+                "name": "idp", "issuer": "https://issuer.test", "audiences": ["pier"],
+                "remoteJWKS": { "uri": key_server.uri() },
+                "claimToHeaders": [{ "header": "x-team", "claim": "org.team" }],
+            }] },
+            "authorization": { "defaultAction": "Deny", "rules": [{
+                "action": "Allow",
+                "principal": { "jwt": { "provider": "idp",
+                                        "claims": [{ "name": "org.team", "values": ["ops"] }] } },
+            }] },
+        }),
+    ))
+    .await;
+    c.apply(policy(
+        "local",
+        json!({ "jwt": { "providers": [{
+            "name": "idp", "issuer": "https://issuer.test",
+            "localJWKS": { "type": "ValueRef",
+                           "valueRef": { "group": "", "kind": "ConfigMap", "name": "jwks" } },
+        }] } }),
+    ))
+    .await;
+    c.apply(policy(
+        "basic",
+        json!({ "basicAuth": { "users": { "name": "users" }, "forwardUsernameHeader": "x-user" } }),
+    ))
+    .await;
+    c.apply(policy(
+        "keys",
+        json!({ "apiKeyAuth": {
+            "credentialRefs": [{ "name": "api-keys" }],
+            "extractFrom": [{ "headers": ["x-api-key"] }],
+            "forwardClientIDHeader": "x-client",
+        } }),
+    ))
+    .await;
+    c.apply(policy(
+        "login",
+        json!({ "oidc": {
+            "provider": { "issuer": provider.issuer() },
+            "clientID": oidc_provider::CLIENT_ID,
+            "clientSecret": { "name": "oidc-client" },
+            "cookieSecret": { "name": "login-cookies" },
+            "redirectURL": "/login/oauth2/callback",
+            "logoutPath": "/login/logout",
+            "forwardAccessToken": true,
+        } }),
+    ))
+    .await;
+
+    let url = |path: &str| w.url(LOOPBACK, path);
+    let bearer = |t: &str| format!("Bearer {t}");
+    let claims = |team: &str| {
+        json!({ "iss": "https://issuer.test", "aud": "pier", "sub": "u1",
+                "exp": now() + 600, "org": { "team": team } })
+    };
+    // Every route asks for credentials once pier has its policy (the remote set and the
+    // provider's discovery document fetched too).
+    for path in ["/remote", "/local", "/basic", "/keys"] {
+        poll(
+            STATUS_BOUND,
+            &format!("{path} asks for credentials"),
+            || async { get(&url(path), &[]).await.status == 401 },
+        )
+        .await;
+    }
+    let ops = bearer(&remote.token(&claims("ops")));
+    poll(STATUS_BOUND, "the remote key set fetched", || async {
+        get(&url("/remote"), &[("authorization", &ops)])
+            .await
+            .status
+            == 200
+    })
+    .await;
+    let r = get(&url("/remote"), &[("authorization", &ops)]).await;
+    assert_eq!(
+        r.echo().headers["x-team"],
+        ["ops"],
+        "a nested claim to a header"
+    );
+    let dev = bearer(&remote.token(&claims("dev")));
+    assert_eq!(
+        get(&url("/remote"), &[("authorization", &dev)])
+            .await
+            .status,
+        403
+    );
+    let foreign = bearer(&local.token(&claims("ops")));
+    assert_eq!(
+        get(&url("/remote"), &[("authorization", &foreign)])
+            .await
+            .status,
+        401
+    );
+
+    let by_local = bearer(&local.token(&claims("dev")));
+    assert_eq!(
+        get(&url("/local"), &[("authorization", &by_local)])
+            .await
+            .status,
+        200
+    );
+    // The key rotated in the ConfigMap: the new key's tokens in, the old one's out.
+    c.apply(config_map(rotated.jwks())).await;
+    let by_rotated = bearer(&rotated.token(&claims("dev")));
+    poll(STATUS_BOUND, "the ConfigMap's new key set", || async {
+        get(&url("/local"), &[("authorization", &by_rotated)])
+            .await
+            .status
+            == 200
+    })
+    .await;
+    assert_eq!(
+        get(&url("/local"), &[("authorization", &by_local)])
+            .await
+            .status,
+        401
+    );
+
+    let alice = format!(
+        "Basic {}",
+        base64::Engine::encode(
+            &base64::engine::general_purpose::STANDARD,
+            "alice:wonderland"
+        )
+    );
+    let r = get(&url("/basic"), &[("authorization", &alice)]).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.echo().headers["x-user"], ["alice"]);
+    let r = get(&url("/basic"), &[]).await;
+    assert_eq!(
+        r.headers["www-authenticate"],
+        "Basic realm=\"pier\", charset=\"UTF-8\""
+    );
+
+    let r = get(&url("/keys"), &[("x-api-key", "k-123")]).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.echo().headers["x-client"], ["client-a"]);
+    // A key changed in the Secret: the old one is refused, the new one let in.
+    c.apply(secret("api-keys", json!({ "client-a": "k-456" })))
+        .await;
+    poll(STATUS_BOUND, "the Secret's new key", || async {
+        get(&url("/keys"), &[("x-api-key", "k-456")]).await.status == 200
+    })
+    .await;
+    assert_eq!(
+        get(&url("/keys"), &[("x-api-key", "k-123")]).await.status,
+        401
+    );
+
+    // The login: an API client gets 401, a browser logs in at the provider and comes back.
+    poll(
+        STATUS_BOUND,
+        "the provider's discovery document",
+        || async { get(&url("/login"), &[]).await.status == 401 },
+    )
+    .await;
+    let profile = tempfile::tempdir().unwrap();
+    let browser = support::webdriver::Browser::start(profile.path()).await;
+    let page = format!("http://localhost:{}/login/page", w.port);
+    browser.open(&page).await;
+    browser
+        .wait_url(|u| u.starts_with(&provider.issuer()))
+        .await;
+    browser.type_into("#username", oidc_provider::USER).await;
+    browser
+        .type_into("#password", oidc_provider::PASSWORD)
+        .await;
+    browser.click("button[type=submit]").await;
+    browser.wait_url(|u| u == page).await;
+    let source = browser.source().await;
+    assert!(
+        source.contains("Bearer "),
+        "the access token goes upstream: {source}"
+    );
+
+    let m = metrics(&pier).await;
+    for (policy, mechanism) in [
+        ("remote", "jwt"),
+        ("local", "jwt"),
+        ("basic", "basic"),
+        ("keys", "apiKey"),
+        ("login", "oidc"),
+    ] {
+        let series = format!(
+            "pier_proxy_security_decisions_total{{policy=\"app/{policy}\",mechanism=\"{mechanism}\",result=\"allowed\"}}"
+        );
+        assert!(sample(&m, &series) >= 1.0, "{series}: {m}");
+    }
+    // Every policy Accepted, written through the API server.
+    let policies = c.api(PIER_V1ALPHA1, "SecurityPolicy", Some(APP));
+    for name in ["remote", "local", "basic", "keys", "login"] {
+        poll(STATUS_BOUND, &format!("{name} Accepted"), || async {
+            let o = support::bounded(policies.get(name)).await.unwrap();
+            o.data["status"]["ancestors"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|a| {
+                    a["controllerName"] == pier::DEFAULT_CONTROLLER_NAME
+                        && a["conditions"][0]["type"] == "Accepted"
+                        && a["conditions"][0]["status"] == "True"
+                })
+        })
+        .await;
+    }
+    pier.shutdown().await;
+}

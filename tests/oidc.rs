@@ -28,7 +28,7 @@ stringData: {{client-secret: {secret}}}
 apiVersion: v1
 kind: Secret
 metadata: {{name: login-cookies, namespace: default}}
-stringData: {{cookie-secret: 9d1c3f0e6b2a48f7a5c4e3d2b1a09f8e7d6c5b4a}}
+stringData: {{cookie-secret: {cookie_secret}}}
 ---
 apiVersion: pier.dev/v1alpha1
 kind: SecurityPolicy
@@ -40,8 +40,9 @@ spec:
     clientID: {client}
     clientSecret: {{name: oidc-client}}
     cookieSecret: {{name: login-cookies}}
-    scopes: [email]
+    scopes: [email, offline_access]
     forwardAccessToken: true
+    refreshToken: true
     redirectURL: /app/oauth2/callback
     logoutPath: /app/logout
 ",
@@ -50,8 +51,12 @@ spec:
         route("app", "/app", "echo"),
         secret = oidc_provider::CLIENT_SECRET,
         client = oidc_provider::CLIENT_ID,
+        cookie_secret = COOKIE_SECRET,
     )
 }
+
+/// The policy's cookie key, as both instances read it from the Secret.
+const COOKIE_SECRET: &str = "9d1c3f0e6b2a48f7a5c4e3d2b1a09f8e7d6c5b4a";
 
 #[tokio::test]
 async fn a_browser_logs_in_once_for_two_pier_instances() {
@@ -156,6 +161,53 @@ async fn a_browser_logs_in_once_for_two_pier_instances() {
     );
     let location = r.headers["location"].to_str().unwrap();
     assert!(location.starts_with(&provider.issuer()), "{location}");
+
+    // The session's access token runs out (its end moved into the past and sealed again with
+    // the policy's key, as a login minutes old would be): instance B refreshes it with the
+    // refresh token at the provider's token endpoint, sends the new access token upstream and
+    // hands the browser the new session.
+    let key = pier::auth::cookie::CookieKey::derive(COOKIE_SECRET.as_bytes(), b"default/login");
+    let base = name.strip_suffix(".0").unwrap();
+    let session = |sealed: &str| -> pier::auth::oidc::Session {
+        serde_json::from_slice(
+            &key.open(base, sealed.as_bytes())
+                .expect("the session opens"),
+        )
+        .unwrap()
+    };
+    let mut old = session(&value);
+    assert!(
+        old.refresh_token.is_some(),
+        "the provider gave a refresh token (scope offline_access)"
+    );
+    old.exp = support::jwt::now() - 60;
+    let stale = key.seal(base, &serde_json::to_vec(&old).unwrap());
+    assert!(stale.len() <= pier::auth::cookie::CHUNK, "one cookie");
+    let r = get(
+        &format!("http://127.0.0.1:{b}/app/refreshed"),
+        &[("cookie", &format!("{name}={stale}")), html],
+    )
+    .await;
+    assert_eq!(r.status, 200, "refreshed, not a new login: {r:?}");
+    let set = r
+        .headers
+        .get_all("set-cookie")
+        .iter()
+        .find_map(|v| v.to_str().ok()?.strip_prefix(&format!("{name}=")))
+        .expect("the new session is set")
+        .split(';')
+        .next()
+        .unwrap()
+        .to_string();
+    let fresh = session(&set);
+    assert_ne!(fresh.access_token, old.access_token, "a new access token");
+    assert!(fresh.exp > support::jwt::now(), "{}", fresh.exp);
+    assert_eq!(fresh.sub, old.sub);
+    assert_eq!(
+        r.echo().headers["authorization"],
+        [format!("Bearer {}", fresh.access_token)],
+        "the new access token goes upstream"
+    );
 
     // Logout clears the cookies; the route then asks for a login again.
     browser

@@ -24,6 +24,10 @@ pub struct Discovery {
     pub jwks_uri: String,
     #[serde(default)]
     pub end_session_endpoint: Option<String>,
+    /// How clients authenticate at the token endpoint (Discovery §3; absent: only
+    /// `client_secret_basic`).
+    #[serde(default)]
+    pub token_endpoint_auth_methods_supported: Option<Vec<String>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -90,6 +94,18 @@ pub enum LoginError {
 // === impl Discovery ===
 
 impl Discovery {
+    /// `client_secret_basic` unless the provider lists methods without it and with
+    /// `client_secret_post` (RFC 6749 §2.3.1 allows both; Basic is the one every server must
+    /// take, and keeps the secret out of bodies that servers may log).
+    pub fn secret_in_body(&self) -> bool {
+        self.token_endpoint_auth_methods_supported
+            .as_ref()
+            .is_some_and(|m| {
+                !m.iter().any(|x| x == "client_secret_basic")
+                    && m.iter().any(|x| x == "client_secret_post")
+            })
+    }
+
     pub fn parse(json: &[u8]) -> Result<Discovery, DiscoveryError> {
         if json.len() > MAX_DOCUMENT {
             return Err(DiscoveryError::TooLarge);
@@ -325,6 +341,29 @@ mod tests {
         assert_eq!(query_param("code=%zz", "code"), None);
         assert_eq!(query_param("code=%e2", "code"), None, "not UTF-8");
         assert_eq!(query_param("", "code"), None);
+    }
+
+    #[test]
+    fn the_client_secret_goes_in_the_body_only_where_basic_is_not_taken() {
+        let with = |methods: Option<&[&str]>| {
+            let mut doc = serde_json::json!({
+                "issuer": "https://idp", "authorization_endpoint": "https://idp/a",
+                "token_endpoint": "https://idp/t", "jwks_uri": "https://idp/k",
+            });
+            if let Some(m) = methods {
+                doc["token_endpoint_auth_methods_supported"] = serde_json::json!(m);
+            }
+            Discovery::parse(doc.to_string().as_bytes())
+                .unwrap()
+                .secret_in_body()
+        };
+        assert!(!with(None), "absent: client_secret_basic (Discovery §3)");
+        assert!(!with(Some(&["client_secret_basic", "client_secret_post"])));
+        assert!(with(Some(&["client_secret_post", "private_key_jwt"])));
+        assert!(
+            !with(Some(&["private_key_jwt"])),
+            "neither: Basic, refused there"
+        );
     }
 
     #[test]

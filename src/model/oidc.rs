@@ -52,6 +52,10 @@ pub struct Endpoints {
     /// RP-initiated logout (OpenID Connect RP-Initiated Logout 1.0), when the provider has one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub end_session: Option<String>,
+    /// The client's credentials go in the token request's body (`client_secret_post`), not
+    /// in `Authorization: Basic`: the provider takes only that.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub secret_in_body: bool,
 }
 
 /// Where the provider sends the browser back.

@@ -63,6 +63,13 @@
 //!   alternative, one Secret watch per namespace that holds a Gateway, was rejected: a
 //!   cross-namespace `certificateRef` (with a ReferenceGrant) can point anywhere, and dynamic
 //!   per-namespace watches multiply connections and readiness states.
+//! - Secret of `type=Opaque` (what `kubectl create secret generic` makes): only once some
+//!   SecurityPolicy names a Secret (`basicAuth.users`, `apiKeyAuth.credentialRefs`,
+//!   `oidc.clientSecret`/`cookieSecret`: [`watch_policy_secrets_when_asked`]); then cluster-wide,
+//!   a second watch (kind label `OpaqueSecret`) whose objects join the TLS ones. Until a policy
+//!   asks, application secrets stay out of pier's memory; once one does, every `Opaque` Secret
+//!   is in it (a watch per named Secret would multiply connections and readiness states as
+//!   above). Not watched at all when `--secret-field-selector ''` already watches every Secret.
 //! - ConfigMap: cluster-wide, all, unless [`WatchScope::config_maps_label_selector`] narrows
 //!   it (`--configmap-label-selector`): mesh trust bundles (GEP-3951), BackendTLSPolicy
 //!   `caCertificateRefs` and `infrastructure.parametersRef` name ConfigMaps in arbitrary
@@ -136,6 +143,9 @@ const WAITING_LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// The only Secret type translation reads (listener certificates).
 pub const TLS_SECRETS: &str = "type=kubernetes.io/tls";
+/// The Secrets a SecurityPolicy names (htpasswd files, API keys, OIDC client and cookie
+/// secrets), watched once a policy asks.
+pub const POLICY_SECRETS: &str = "type=Opaque";
 
 /// Which API server to talk to, as `pier run --kubeconfig [PATH] [--context NAME]` says.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -170,6 +180,8 @@ pub enum WatchKind {
     Service,
     EndpointSlice,
     Secret,
+    /// `Opaque` Secrets, watched once a SecurityPolicy names a Secret.
+    OpaqueSecret,
     ConfigMap,
     BackendTlsPolicy,
     ClusterTrustBundle,
@@ -197,6 +209,8 @@ pub struct Stores {
     pub services: Store<DeserializeGuard<Service>>,
     pub endpoint_slices: Store<DeserializeGuard<EndpointSlice>>,
     pub secrets: Store<DeserializeGuard<Secret>>,
+    /// `Opaque` Secrets, once a SecurityPolicy asks ([`watch_policy_secrets_when_asked`]).
+    pub opaque_secrets: Store<DeserializeGuard<Secret>>,
     pub config_maps: Store<DeserializeGuard<ConfigMap>>,
     pub backend_tls_policies: Store<DeserializeGuard<BackendTlsPolicy>>,
     pub cluster_trust_bundles: Store<DeserializeGuard<ClusterTrustBundle>>,
@@ -325,7 +339,7 @@ impl Default for WatchScope {
 // === impl WatchKind ===
 
 impl WatchKind {
-    pub const ALL: [Self; 17] = [
+    pub const ALL: [Self; 18] = [
         Self::GatewayClass,
         Self::Gateway,
         Self::HttpRoute,
@@ -337,6 +351,7 @@ impl WatchKind {
         Self::Service,
         Self::EndpointSlice,
         Self::Secret,
+        Self::OpaqueSecret,
         Self::ConfigMap,
         Self::BackendTlsPolicy,
         Self::ClusterTrustBundle,
@@ -361,7 +376,7 @@ impl WatchKind {
             Self::BackendTlsPolicy => (GATEWAY_GROUP, "backendtlspolicies"),
             Self::Namespace => (CORE_GROUP, "namespaces"),
             Self::Service => (CORE_GROUP, "services"),
-            Self::Secret => (CORE_GROUP, "secrets"),
+            Self::Secret | Self::OpaqueSecret => (CORE_GROUP, "secrets"),
             Self::ConfigMap => (CORE_GROUP, "configmaps"),
             Self::Pod => (CORE_GROUP, "pods"),
             Self::EndpointSlice => ("discovery.k8s.io", "endpointslices"),
@@ -515,6 +530,8 @@ impl KubeSource {
         let mut tasks = Tasks::default();
         let pods =
             kube::runtime::reflector::store::Writer::<DeserializeGuard<PodObject>>::default();
+        let opaque_secrets =
+            kube::runtime::reflector::store::Writer::<DeserializeGuard<Secret>>::default();
         let (reference_grants, reference_grants_v1beta1) =
             reference_grant::watch(&mut tasks, client.clone(), &ctx);
         use self::WatchKind as W;
@@ -572,6 +589,7 @@ impl KubeSource {
                 Spec,
                 watcher(Api::all(c()), all()),
             ),
+            opaque_secrets: opaque_secrets.as_reader(),
             pods: pods.as_reader(),
             refused: ctx.refused.clone(),
         };
@@ -581,6 +599,13 @@ impl KubeSource {
             stores.config_maps.clone(),
             pods,
             watcher(Api::all(c()), all()),
+        ));
+        tasks.spawn(watch_policy_secrets_when_asked(
+            ctx.clone(),
+            stores.security_policies.clone(),
+            scope.secrets_field_selector.is_none(),
+            opaque_secrets,
+            watcher(Api::all(c()), all().fields(POLICY_SECRETS)),
         ));
         let (tx, changes) = mpsc::channel(1);
         tasks
@@ -632,6 +657,7 @@ impl Default for Stores {
             services: empty(),
             endpoint_slices: empty(),
             secrets: empty(),
+            opaque_secrets: empty(),
             config_maps: empty(),
             backend_tls_policies: empty(),
             cluster_trust_bundles: empty(),
@@ -648,6 +674,8 @@ impl Stores {
     /// object): call it from `spawn_blocking` for large clusters.
     pub fn resources(&self) -> Resources {
         let mut reference_grants = namespaced(&self.reference_grants, Clone::clone);
+        let mut secrets = namespaced(&self.opaque_secrets, Clone::clone);
+        secrets.extend(namespaced(&self.secrets, Clone::clone));
         reference_grants.extend(namespaced(&self.reference_grants_v1beta1, |g| g.0.clone()));
         Resources {
             gateway_classes: cluster(&self.gateway_classes),
@@ -672,7 +700,7 @@ impl Stores {
                 .collect(),
             services: namespaced(&self.services, Clone::clone),
             endpoint_slices: namespaced(&self.endpoint_slices, Clone::clone),
-            secrets: namespaced(&self.secrets, Clone::clone),
+            secrets,
             config_maps: namespaced(&self.config_maps, Clone::clone),
             cluster_trust_bundles: cluster(&self.cluster_trust_bundles),
             backend_tls_policies: namespaced(&self.backend_tls_policies, Clone::clone),
@@ -817,6 +845,64 @@ async fn watch_pods_when_asked<S>(
     self::watch::reflect(
         WatchKind::Pod,
         self::watch::Changes::Immutable,
+        stream,
+        writer,
+        ctx,
+    )
+    .await;
+}
+
+/// Watches `Opaque` Secrets once some SecurityPolicy names a Secret, as
+/// [`watch_pods_when_asked`] does for Pods: until then the store stays empty and its readiness
+/// latch is released once the SecurityPolicies have listed. `every_secret`: the Secret watch
+/// already takes every type (`--secret-field-selector ''`), so this one never starts. A policy
+/// that comes later starts the watch; it is `Invalid` ("Secret ... not found", failing closed)
+/// until the list lands, about one list's time.
+async fn watch_policy_secrets_when_asked<S>(
+    ctx: Ctx,
+    policies: Store<DeserializeGuard<SecurityPolicy>>,
+    every_secret: bool,
+    writer: kube::runtime::reflector::store::Writer<DeserializeGuard<Secret>>,
+    stream: S,
+) where
+    S: futures::Stream<Item = watcher::Result<watcher::Event<DeserializeGuard<Secret>>>>
+        + Send
+        + 'static,
+{
+    let asked = || {
+        policies
+            .state()
+            .iter()
+            .any(|p| p.0.as_ref().is_ok_and(|p| p.spec.names_secrets()))
+    };
+    let mut config = ctx.config.subscribe();
+    let mut pending = ctx.pending.subscribe();
+    let listed = pending
+        .wait_for(|p| !p.contains(&WatchKind::SecurityPolicy))
+        .await
+        .is_ok();
+    if !listed {
+        return;
+    }
+    let mut released = false;
+    loop {
+        config.mark_unchanged();
+        if !every_secret && asked() {
+            break;
+        }
+        if !released {
+            tracing::debug!("no SecurityPolicy names a Secret: Opaque Secrets are not watched");
+            self::watch::release(WatchKind::OpaqueSecret, &ctx);
+            released = true;
+        }
+        if config.changed().await.is_err() {
+            return;
+        }
+    }
+    tracing::info!("a SecurityPolicy names a Secret: watching Secrets of type Opaque");
+    self::watch::reflect(
+        WatchKind::OpaqueSecret,
+        self::watch::Changes::Any,
         stream,
         writer,
         ctx,

@@ -1,7 +1,7 @@
 //! An HTTPS server of one JWKS document (hyper + rustls, a certificate from a test CA), for
 //! `remoteJWKS`: the document can be replaced (key rotation), the server taken down (it
 //! accepts and closes at once, as a crashed backend behind a load balancer does), and it
-//! counts the fetches it answered.
+//! counts the fetches it answered. Plain HTTP on loopback too, for an in-process pier.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -19,6 +19,7 @@ pub struct JwksServer {
     doc: Arc<Mutex<String>>,
     fetches: Arc<AtomicUsize>,
     up: Arc<AtomicBool>,
+    tls: bool,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -33,12 +34,22 @@ impl JwksServer {
             .with_no_client_auth()
             .with_single_cert(leaf.chain, leaf.key)
             .unwrap();
-        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+        Self::serve(Some(tokio_rustls::TlsAcceptor::from(Arc::new(tls))), jwks).await
+    }
+
+    /// Serves `jwks` at `http://127.0.0.1:<port>/jwks` (pier follows plaintext key-set URIs
+    /// on loopback only): for an in-process pier, which trusts the host's store only.
+    pub async fn start_plain(jwks: String) -> Self {
+        Self::serve(None, jwks).await
+    }
+
+    async fn serve(acceptor: Option<tokio_rustls::TlsAcceptor>, jwks: String) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let doc = Arc::new(Mutex::new(jwks));
         let fetches = Arc::new(AtomicUsize::new(0));
         let up = Arc::new(AtomicBool::new(true));
+        let tls = acceptor.is_some();
         let (d, f, u) = (doc.clone(), fetches.clone(), up.clone());
         let task = tokio::spawn(async move {
             loop {
@@ -51,9 +62,6 @@ impl JwksServer {
                 }
                 let (acceptor, d, f) = (acceptor.clone(), d.clone(), f.clone());
                 tokio::spawn(async move {
-                    let Ok(tls) = acceptor.accept(tcp).await else {
-                        return;
-                    };
                     let svc = service_fn(move |req: http::Request<hyper::body::Incoming>| {
                         let (d, f) = (d.clone(), f.clone());
                         async move {
@@ -71,9 +79,17 @@ impl JwksServer {
                             Ok::<_, std::convert::Infallible>(resp.unwrap())
                         }
                     });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(tls), svc)
-                        .await;
+                    let http = hyper::server::conn::http1::Builder::new();
+                    match acceptor {
+                        Some(acceptor) => {
+                            if let Ok(tls) = acceptor.accept(tcp).await {
+                                let _ = http.serve_connection(TokioIo::new(tls), svc).await;
+                            }
+                        }
+                        None => {
+                            let _ = http.serve_connection(TokioIo::new(tcp), svc).await;
+                        }
+                    }
                 });
             }
         });
@@ -82,12 +98,17 @@ impl JwksServer {
             doc,
             fetches,
             up,
+            tls,
             task,
         }
     }
 
     pub fn uri(&self) -> String {
-        format!("https://localhost:{}/jwks", self.addr.port())
+        if self.tls {
+            format!("https://localhost:{}/jwks", self.addr.port())
+        } else {
+            format!("http://127.0.0.1:{}/jwks", self.addr.port())
+        }
     }
 
     /// Serves `jwks` from now on.

@@ -6,7 +6,7 @@
 //! ```text
 //! logoutPath ─> clear the cookies ─> 302 to the provider's end_session_endpoint (or 200)
 //! callback   ─> state cookie opened, `state` compared ─> code + PKCE verifier to the token
-//!               endpoint (client_secret_basic) ─> ID token checked (signature, iss, aud,
+//!               endpoint (client_secret_basic, or _post) ─> ID token checked (signature, iss, aud,
 //!               exp, nonce) ─> session cookie (AES-256-GCM) ─> 302 back where the login began
 //! a session  ─> valid: through (Authorization: Bearer upstream when forwardAccessToken);
 //!               expired: refreshed with its refresh token (refreshToken) or a new login
@@ -419,22 +419,33 @@ fn headers_of<'a>(resp: &mut Response<ProxyBody>, set: impl Iterator<Item = &'a 
     }
 }
 
-/// A POST to the token endpoint with the client's credentials (`client_secret_basic`, RFC 6749
-/// §2.3.1: each part form-encoded); its body when it answers 2xx.
+/// A POST to the token endpoint with the client's credentials: `client_secret_basic` (RFC 6749
+/// §2.3.1: each part form-encoded), or `client_secret_post` when the provider takes only that;
+/// its body when it answers 2xx.
 async fn token_request(
     o: &OidcAuthn,
     endpoints: &Endpoints,
-    form: String,
+    mut form: String,
 ) -> Result<Bytes, ProxyError> {
-    let basic = base64::engine::general_purpose::STANDARD.encode(format!(
-        "{}:{}",
-        oidc::encode(&o.client_id),
-        oidc::encode(&o.client_secret.0)
-    ));
     let req = http::Request::post(&endpoints.token)
         .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
-        .header(ACCEPT, "application/json")
-        .header(AUTHORIZATION, format!("Basic {basic}"))
+        .header(ACCEPT, "application/json");
+    let req = if endpoints.secret_in_body {
+        form.push('&');
+        form.push_str(&oidc::form(&[
+            ("client_id", &o.client_id),
+            ("client_secret", &o.client_secret.0),
+        ]));
+        req
+    } else {
+        let basic = base64::engine::general_purpose::STANDARD.encode(format!(
+            "{}:{}",
+            oidc::encode(&o.client_id),
+            oidc::encode(&o.client_secret.0)
+        ));
+        req.header(AUTHORIZATION, format!("Basic {basic}"))
+    };
+    let req = req
         .body(Full::new(Bytes::from(form)))
         .map_err(|_| ProxyError::AuthUnavailable)?;
     let work = async {

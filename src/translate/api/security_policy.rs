@@ -47,6 +47,19 @@ pub struct SecurityPolicySpec {
     pub oidc: Option<Oidc>,
 }
 
+impl SecurityPolicySpec {
+    /// Whether the policy names a Secret (an htpasswd file, API keys, an OIDC client or
+    /// cookie secret): cluster mode watches `Opaque` Secrets only once one does.
+    pub fn names_secrets(&self) -> bool {
+        self.basic_auth.is_some()
+            || self
+                .api_key_auth
+                .as_ref()
+                .is_some_and(|k| !k.credential_refs.is_empty())
+            || self.oidc.is_some()
+    }
+}
+
 /// `spec.extAuth`: exactly one of `grpc` and `http`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]

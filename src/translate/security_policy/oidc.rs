@@ -148,6 +148,7 @@ pub fn oidc(
                 .as_ref()
                 .and_then(|d| d.end_session_endpoint.clone())
                 .filter(|e| check_uri(e).is_ok()),
+            secret_in_body: discovery.as_ref().is_some_and(|d| d.secret_in_body()),
         }),
         _ => None,
     };
