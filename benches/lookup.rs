@@ -30,6 +30,7 @@ fn rule(i: usize) -> Arc<Rule> {
         session: None,
         access: None,
         traffic: None,
+        health: None,
     })
 }
 

@@ -52,6 +52,7 @@ RUN=(
   edge/fault-injection.md
   edge/timeouts.md
   edge/load-balancing.md
+  edge/health-checks.md
   edge/proxy-protocol.md
   edge/frontend-mtls.md
   edge/example.md

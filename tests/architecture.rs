@@ -21,6 +21,7 @@ const PROXY_STAGES: &[(&str, &str)] = &[
     ("proxy::downstream", "downstream"),
     ("proxy::phase", "phase"),
     ("proxy::policy", "policy"),
+    ("proxy::health", "health"),
     ("proxy::exchange", "exchange"),
     ("proxy::upstream", "upstream"),
     ("proxy::config", "config"),

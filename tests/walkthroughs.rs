@@ -52,6 +52,7 @@ fn the_manuals_walkthroughs_run_as_written_and_clean_up() {
         "edge/fault-injection.md",
         "edge/timeouts.md",
         "edge/load-balancing.md",
+        "edge/health-checks.md",
         "edge/proxy-protocol.md",
         "edge/frontend-mtls.md",
         "edge/example.md",

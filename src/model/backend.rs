@@ -7,7 +7,9 @@
 //! in a row (502/503/504, resets, TLS handshakes), are ejected for [`Outlier::ejection`] times
 //! the number of ejections since their last success, up to [`MAX_EJECTION`] (as Envoy's
 //! `base_ejection_time` and `max_ejection_time`); when every endpoint is ejected they are all
-//! tried again (a gateway that serves nothing helps nobody). The thresholds are pier's
+//! tried again (a gateway that serves nothing helps nobody). Endpoints that fail their active
+//! health checks (BackendTrafficPolicy `healthCheck.active`, `proxy::health`) are out the same
+//! way ([`HEALTH_DOWN`]) until they pass again. The thresholds are pier's
 //! defaults ([`CONSECUTIVE_FAILURES`], [`EJECTION`]), `--outlier-*` flags, or a Service's
 //! annotations ([`Backend::outlier`]).
 
@@ -330,6 +332,11 @@ pub struct Endpoint {
     pub tls: Option<Arc<UpstreamTls>>,
 }
 
+/// `EndpointStats::ejected_until_ms` of an endpoint its active health check took out: later
+/// than any clock reading, so the endpoint is neither available nor "never ejected", with no
+/// extra load on the request path; not `u64::MAX`, which marks an ejection being claimed.
+pub const HEALTH_DOWN: u64 = u64::MAX - 1;
+
 /// Live load state of one endpoint address. Shared across snapshots: publishing carries it
 /// over by address, so a reload neither forgets ejections nor resets in-flight counts.
 #[derive(Debug, Default)]
@@ -341,6 +348,26 @@ pub struct EndpointStats {
     pub failures: AtomicU32,
     /// Ejections since the last success (each one lasts longer).
     pub ejections: AtomicU32,
+}
+
+impl EndpointStats {
+    /// Active health checking took the endpoint out ([`HEALTH_DOWN`]). Returns true when it
+    /// was not marked so already (an ejection running is replaced: the checks know better).
+    pub fn mark_unhealthy(&self) -> bool {
+        self.ejected_until_ms.swap(HEALTH_DOWN, Ordering::Relaxed) != HEALTH_DOWN
+    }
+
+    /// Active health checking brings the endpoint back; an ejection that began since it was
+    /// marked (none can: a marked endpoint gets no requests) is left to run out.
+    pub fn mark_healthy(&self) -> bool {
+        self.ejected_until_ms
+            .compare_exchange(HEALTH_DOWN, 0, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    pub fn is_unhealthy(&self) -> bool {
+        self.ejected_until_ms.load(Ordering::Relaxed) == HEALTH_DOWN
+    }
 }
 
 /// HTTPRoute `timeouts`.
@@ -439,11 +466,13 @@ impl Backend {
             (true, true) => Some(if b.load() < a.load() { b } else { a }),
             (true, false) => Some(a),
             (false, true) => Some(b),
-            // Both ejected: scan for any available endpoint, else use the least loaded.
+            // Both out: scan for any available endpoint, else (every endpoint ejected or
+            // failing its health checks) the less loaded of the two, so that requests still
+            // spread over all of them.
             (false, false) => eps
                 .iter()
                 .find(|e| available(e))
-                .or_else(|| eps.iter().min_by_key(|e| e.load())),
+                .or(Some(if b.load() < a.load() { b } else { a })),
         }
     }
 
@@ -843,6 +872,42 @@ mod tests {
             e.eject(0, &Outlier::default());
         }
         assert!(b.pick(|| 1, 0, 0).is_some());
+    }
+
+    #[test]
+    fn endpoints_down_by_health_checks_are_passed_over_and_all_down_still_spread() {
+        let b = backend(3);
+        let stats = |i: usize| &b.endpoints[i].stats;
+        assert!(stats(0).mark_unhealthy());
+        assert!(!stats(0).mark_unhealthy(), "marked already");
+        assert!(stats(0).is_unhealthy());
+        for r1 in 0..12 {
+            for r2 in 0..12 {
+                let e = b.pick(|| 1, r1, r2).unwrap();
+                assert_ne!(e.addr.port(), 1000, "a down endpoint gets no request");
+            }
+        }
+        assert_eq!(b.pick_in_turn(1).map(|e| e.addr.port()), Some(1001));
+        // A passive ejection does not shorten the health check's verdict.
+        assert!(!b.endpoints[0].eject(1, &Outlier::default()));
+        assert!(stats(0).is_unhealthy());
+        // Every endpoint down: requests still go to each of them.
+        stats(1).mark_unhealthy();
+        stats(2).mark_unhealthy();
+        let mut seen = std::collections::BTreeSet::new();
+        for r1 in 0..12 {
+            for r2 in 0..12 {
+                seen.insert(b.pick(|| 1, r1, r2).unwrap().addr.port());
+            }
+        }
+        assert_eq!(seen.len(), 3, "{seen:?}");
+        // Back: available again, and only a health mark is lifted by a pass.
+        assert!(stats(0).mark_healthy());
+        assert!(!stats(0).mark_healthy());
+        assert!(b.endpoints[0].available(1));
+        b.endpoints[0].eject(1, &Outlier::default());
+        assert!(!stats(0).mark_healthy(), "an ejection is left to run out");
+        assert!(!b.endpoints[0].available(2));
     }
 
     #[test]

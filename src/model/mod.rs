@@ -13,6 +13,7 @@ pub mod backend;
 pub mod carried;
 pub mod ext_auth;
 pub mod filter;
+pub mod health;
 pub mod host;
 pub mod matcher;
 pub mod net;

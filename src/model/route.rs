@@ -56,6 +56,10 @@ pub struct Rule {
     /// checks them after access); `None`: no limit, at the cost of one branch.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub traffic: Option<Arc<super::traffic::RuleTraffic>>,
+    /// A BackendTrafficPolicy's active health check of the rule's backends (`proxy::health`
+    /// runs it; nothing per request).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub health: Option<Arc<super::health::ActiveCheck>>,
 }
 
 /// What a weighted backendRef resolved to.

@@ -62,6 +62,9 @@ pub struct TrafficPolicy {
         with = "super::backend::opt_duration"
     )]
     pub request_timeout: Option<Duration>,
+    /// `healthCheck.active`: put on the rules the policy reaches (`Rule::health`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub health: Option<Arc<super::health::ActiveCheck>>,
 }
 
 /// `loadBalancer.type` other than `LeastRequest`.

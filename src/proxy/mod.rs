@@ -12,6 +12,7 @@
 //!  phase             the named phases both request paths call, in one order
 //!  policy/           the pure decision: listener, route, rule, filters, header rewrites,
 //!                    access policies (no I/O, no `Shared`)
+//!  health            active health checks: one task per checked endpoint, through upstream/
 //!  exchange/         `Shared`, admission, endpoint pick, send and outcome; retry, mirror,
 //!                    session persistence
 //!  upstream/         the pools and the connector (TLS, mesh mTLS)
@@ -42,6 +43,7 @@ pub mod error;
 mod exchange;
 mod fxhash;
 mod headers;
+mod health;
 mod observe;
 mod phase;
 mod policy;
@@ -86,6 +88,8 @@ use upstream::{Clock, Upstream};
 #[derive(Clone)]
 pub struct Proxy {
     shared: Arc<Shared>,
+    /// BackendTrafficPolicy `healthCheck.active`, looked at on every reconcile.
+    health: health::HealthChecks,
     ports: Arc<Mutex<Ports>>,
     /// Serialises `reconcile` and `shutdown` (both await while changing `ports`).
     changing: Arc<tokio::sync::Mutex<()>>,
@@ -147,6 +151,7 @@ impl Proxy {
             .inspect_err(|error| tracing::warn!(%error, "TLS session tickets disabled"))
             .ok();
         let upstream = Upstream::new(&config, metrics.clone(), snapshot.clone());
+        let health = health::HealthChecks::new(upstream.clone(), snapshot.clone(), metrics.clone());
         let shared = Shared {
             retry_budgets: RetryBudgets::new(config.retry_budget),
             snapshot,
@@ -159,6 +164,7 @@ impl Proxy {
         };
         Self {
             shared: Arc::new(shared),
+            health,
             ports: Arc::new(Mutex::new(Ports {
                 ticketer,
                 ..Ports::default()
@@ -177,6 +183,7 @@ impl Proxy {
         // Upstream connections whose trust left the snapshot are retired now.
         if !self.lock_ports().shut_down {
             self.shared.upstream.start();
+            self.health.wake();
         }
         let wanted: Vec<PortKey> = {
             let snapshot = self.shared.snapshot.load();
@@ -242,6 +249,7 @@ impl Proxy {
             drains.push(b.drain);
         }
         futures::future::join_all(drains.iter().map(|d| d.drain(grace))).await;
+        self.health.close();
         self.shared.upstream.close();
         if let Some(tracer) = &self.shared.tracer {
             tracer.shutdown(trace::EXPORT_TIMEOUT).await;

@@ -1025,6 +1025,7 @@ fn compile_rule(
         // Policies (SecurityPolicy) attach here once translation reads them (issue 38).
         access: None,
         traffic: None,
+        health: None,
     };
     (
         CompiledRule {

@@ -288,8 +288,13 @@ pub fn translate_with(
                     let timeout = (effective.as_ref())
                         .and_then(|p| p.request_timeout)
                         .filter(|_| r.rule.timeouts.request.is_none());
+                    let health = effective.as_ref().and_then(|p| p.health.clone());
                     let limits = effective.and_then(|p| limit_tables.rule(&p, &key));
-                    let rule = if access.is_none() && limits.is_none() && timeout.is_none() {
+                    let rule = if access.is_none()
+                        && limits.is_none()
+                        && timeout.is_none()
+                        && health.is_none()
+                    {
                         r.rule.clone()
                     } else {
                         let limits = limits.map(std::sync::Arc::new);
@@ -297,6 +302,7 @@ pub fn translate_with(
                         if timeout.is_some() {
                             rule.timeouts.request = timeout;
                         }
+                        rule.health = health;
                         std::sync::Arc::new(rule)
                     };
                     for (j, m) in r.matches.iter().enumerate() {

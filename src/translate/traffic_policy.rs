@@ -17,6 +17,7 @@ use super::Settings;
 use super::api::{self, BackendTrafficPolicy, BackendTrafficPolicySpec};
 use super::attach::{self, Entry};
 use super::resources::Resources;
+use crate::model::health::{ActiveCheck, Probe};
 use crate::model::matcher::{PathMatch, ValueMatch};
 use crate::model::traffic::{
     Abort, Balance, Compression, Compressor, Encoding, FaultAbort, FaultDelay, Faults,
@@ -120,6 +121,7 @@ fn entry(
                     faults: None,
                     request_timeout: None,
                     balance: None,
+                    health: None,
                 }),
                 Some(format!("{why}; nothing of this policy is in force")),
             ),
@@ -185,7 +187,115 @@ fn traffic_policy(
         faults: faults(spec.fault_injection.as_ref())?,
         request_timeout: request_timeout(spec.timeout.as_ref())?,
         balance: balance(spec.load_balancer.as_ref())?,
+        health: active_check(source, spec.health_check.as_ref())?.map(Arc::new),
     })
+}
+
+/// `healthCheck.active`, with Envoy Gateway's defaults.
+fn active_check(source: &str, h: Option<&api::HealthCheck>) -> Result<Option<ActiveCheck>, String> {
+    let Some(h) = h else { return Ok(None) };
+    let Some(a) = &h.active else {
+        return Err("healthCheck: active is not given".into());
+    };
+    let at = |e: &str| format!("healthCheck.active.{e}");
+    let duration = |field: &str, given: Option<&String>, default: Duration| match given {
+        None => Ok(default),
+        Some(s) => super::api::duration(s)
+            .filter(|d| !d.is_zero() && *d <= Duration::from_secs(3600))
+            .ok_or_else(|| at(&format!("{field}: {s:?} is not a duration from 1ms to 1h"))),
+    };
+    let interval = duration("interval", a.interval.as_ref(), ActiveCheck::INTERVAL)?;
+    let timeout = duration("timeout", a.timeout.as_ref(), ActiveCheck::TIMEOUT)?;
+    let threshold = |field: &str, given: Option<u32>, default: u32| match given {
+        None => Ok(default),
+        Some(n) if n >= 1 => Ok(n),
+        Some(_) => Err(at(&format!("{field}: must be at least 1"))),
+    };
+    let unhealthy_threshold = threshold(
+        "unhealthyThreshold",
+        a.unhealthy_threshold,
+        ActiveCheck::UNHEALTHY_THRESHOLD,
+    )?;
+    let healthy_threshold = threshold(
+        "healthyThreshold",
+        a.healthy_threshold,
+        ActiveCheck::HEALTHY_THRESHOLD,
+    )?;
+    let other = |given: bool, field: &str| {
+        if given {
+            Err(at(&format!("{field}: given for type {}", a.type_)))
+        } else {
+            Ok(())
+        }
+    };
+    let probe = match a.type_.as_str() {
+        "HTTP" => {
+            other(a.grpc.is_some(), "grpc")?;
+            let Some(http) = &a.http else {
+                return Err(at("http: type HTTP needs http.path"));
+            };
+            if !http.path.starts_with('/') || http.path.parse::<http::Uri>().is_err() {
+                return Err(at(&format!(
+                    "http.path: {:?} is not a path starting with /",
+                    http.path
+                )));
+            }
+            let head = match http.method.as_deref() {
+                None | Some("GET") => false,
+                Some("HEAD") => true,
+                Some(m) => {
+                    return Err(at(&format!("http.method: {m:?} is not GET or HEAD")));
+                }
+            };
+            if let Some(h) = &http.hostname
+                && http::HeaderValue::from_str(h).is_err()
+            {
+                return Err(at(&format!("http.hostname: {h:?} is not a valid Host")));
+            }
+            let mut expected = Vec::new();
+            for &s in &http.expected_statuses {
+                match u16::try_from(s) {
+                    Ok(s) if (100..=599).contains(&s) => expected.push(s),
+                    _ => {
+                        return Err(at(&format!(
+                            "http.expectedStatuses: {s} is not a status from 100 to 599"
+                        )));
+                    }
+                }
+            }
+            if expected.is_empty() {
+                expected.push(200);
+            }
+            Probe::Http {
+                path: http.path.clone(),
+                host: http.hostname.clone(),
+                head,
+                expected: expected.into(),
+            }
+        }
+        "TCP" => {
+            other(a.http.is_some(), "http")?;
+            other(a.grpc.is_some(), "grpc")?;
+            Probe::Tcp
+        }
+        "GRPC" => {
+            other(a.http.is_some(), "http")?;
+            Probe::Grpc {
+                service: (a.grpc.as_ref())
+                    .and_then(|g| g.service.clone())
+                    .unwrap_or_default(),
+            }
+        }
+        other => return Err(at(&format!("type: {other:?} is not HTTP, TCP or GRPC"))),
+    };
+    Ok(Some(ActiveCheck {
+        probe,
+        interval,
+        timeout,
+        unhealthy_threshold,
+        healthy_threshold,
+        source: source.to_string(),
+    }))
 }
 
 /// `loadBalancer`, as the data plane applies it (`LeastRequest`: pier's default, nothing).

@@ -24,17 +24,26 @@ pub struct GrpcServer {
 
 impl GrpcServer {
     pub fn plain(name: &str) -> Self {
-        Self::spawn(name, None)
+        Self::spawn(name, None, None)
+    }
+
+    /// Plaintext, its `grpc.health.v1.Health/Check` answering what the file `health` holds
+    /// (`SERVING`, `NOT_SERVING`).
+    pub fn plain_with_health(name: &str, health: &std::path::Path) -> Self {
+        Self::spawn(name, None, Some(health))
     }
 
     /// mTLS: presents `cert`, requires a client certificate from `client_ca`.
     pub fn mtls(name: &str, cert: &Cert, client_ca: &Ca) -> Self {
-        Self::spawn(name, Some((cert, client_ca)))
+        Self::spawn(name, Some((cert, client_ca)), None)
     }
 
-    fn spawn(name: &str, tls: Option<(&Cert, &Ca)>) -> Self {
+    fn spawn(name: &str, tls: Option<(&Cert, &Ca)>, health: Option<&std::path::Path>) -> Self {
         let mut cmd = Command::new(PYTHON);
         cmd.arg(peer_script()).args(["serve", name]);
+        if let Some(h) = health {
+            cmd.env("PIER_PEER_HEALTH", h);
+        }
         let dir = tls.map(|(cert, ca)| {
             let dir = tempfile::tempdir().unwrap();
             let write = |f: &str, s: &str| {

@@ -150,6 +150,7 @@ impl RuleBuilder {
             session: self.session,
             access: self.access,
             traffic: None,
+            health: None,
         })
     }
 }

@@ -18,6 +18,7 @@ fn rule(route: &str, index: usize) -> Arc<Rule> {
         session: None,
         access: None,
         traffic: None,
+        health: None,
     })
 }
 

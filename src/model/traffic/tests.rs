@@ -28,6 +28,7 @@ fn traffic(rules: Vec<LimitRule>) -> RuleTraffic {
         faults: None,
         request_timeout: None,
         balance: None,
+        health: None,
     });
     policy.for_route(
         &ObjectRef::new("default", "r"),
@@ -238,6 +239,7 @@ fn a_route_has_its_own_tables_unless_the_rule_is_shared() {
         faults: None,
         request_timeout: None,
         balance: None,
+        health: None,
     });
     let mut keys = vec![];
     for route in ["a", "b"] {

@@ -58,6 +58,8 @@ pub struct ProxyMetrics {
     compressed: Family<EncodingLabels, Counter>,
     faults: Family<FaultLabels, Counter>,
     compression_bytes: Family<CompressionBytesLabels, Counter>,
+    health_checks: Family<HealthCheckLabels, Counter>,
+    unhealthy: Family<BackendLabels, Gauge>,
     /// Tells the [`HandleCache`] whose handles it holds.
     id: u64,
 }
@@ -190,6 +192,15 @@ pub struct RequestLabels {
 /// A call's result.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
 pub struct ResultLabels {
+    pub result: &'static str,
+}
+
+/// One active health check's outcome.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct HealthCheckLabels {
+    pub backend: String,
+    /// `healthy`, `unhealthy` (an answer that is not the expected one), `timeout`, or
+    /// `error` (no connection, a refused TLS handshake, a broken answer).
     pub result: &'static str,
 }
 
@@ -537,6 +548,16 @@ impl ProxyMetrics {
             m.rate_limit_calls.clone(),
         );
         reg.register(
+            "health_checks",
+            "Active health checks (BackendTrafficPolicy healthCheck.active), by backend and result              (healthy, unhealthy: not the expected answer, timeout, error: no connection or a              broken answer)",
+            m.health_checks.clone(),
+        );
+        reg.register(
+            "unhealthy_endpoints",
+            "Endpoints active health checking has taken out, by backend",
+            m.unhealthy.clone(),
+        );
+        reg.register(
             "faults_injected",
             "Delays and aborts a BackendTrafficPolicy's faultInjection injected, by policy and \
              fault (delay, abort)",
@@ -659,6 +680,23 @@ impl ProxyMetrics {
             bytes_in: bytes("in"),
             bytes_out: bytes("out"),
         }
+    }
+
+    /// One active health check of an endpoint of `backend`.
+    pub fn health_check(&self, backend: &BackendId, result: &'static str) {
+        let labels = HealthCheckLabels {
+            backend: backend.to_string(),
+            result,
+        };
+        self.health_checks.get_or_create(&labels).inc();
+    }
+
+    /// An endpoint of `backend` taken out (`+1`) or back (`-1`) by its health check.
+    pub fn unhealthy(&self, backend: &BackendId, change: i64) {
+        let labels = BackendLabels {
+            backend: backend.to_string(),
+        };
+        self.unhealthy.get_or_create(&labels).inc_by(change);
     }
 
     /// A fault `policy` injected (`delay`, `abort`).
@@ -847,6 +885,8 @@ impl Default for ProxyMetrics {
             compressed: Family::default(),
             faults: Family::default(),
             compression_bytes: Family::default(),
+            health_checks: Family::default(),
+            unhealthy: Family::default(),
             rate_limit_calls: Family::default(),
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         }

@@ -3,7 +3,7 @@
 //! `targetRefs`. Field names are Envoy Gateway's (`gateway.envoyproxy.io/v1alpha1`
 //! BackendTrafficPolicy) where the concept is the same, so policies move over by changing
 //! `apiVersion`. This version reads `rateLimit.local`, `rateLimit.global`, `compressor`,
-//! `faultInjection`, `timeout.http.requestTimeout` and `loadBalancer`; the
+//! `faultInjection`, `timeout.http.requestTimeout`, `loadBalancer` and `healthCheck.active`; the
 //! CRD grows with each feature, so the API server never stores a field pier would ignore.
 
 use kube::CustomResource;
@@ -47,6 +47,69 @@ pub struct BackendTrafficPolicySpec {
     /// How requests are spread over a backend's endpoints.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub load_balancer: Option<LoadBalancer>,
+    /// Checks that take an endpoint out of the targets' backends before a client meets it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_check: Option<HealthCheck>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HealthCheck {
+    /// pier asks each endpoint on its own, every `interval`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active: Option<ActiveHealthCheck>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ActiveHealthCheck {
+    /// `HTTP` (a request, healthy on an expected status), `TCP` (a connection, and its TLS
+    /// handshake where the backend has TLS) or `GRPC` (gRPC's `grpc.health.v1.Health/Check`).
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// How long one check may take (a Gateway API duration; default 1s): longer is a failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
+    /// Time between the checks of one endpoint (default 3s), jittered by up to a tenth.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval: Option<String>,
+    /// Failed checks in a row that take a healthy endpoint out (default 3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unhealthy_threshold: Option<u32>,
+    /// Passed checks in a row that bring an unhealthy endpoint back (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub healthy_threshold: Option<u32>,
+    /// `type: HTTP`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http: Option<HttpHealthCheck>,
+    /// `type: GRPC`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grpc: Option<GrpcHealthCheck>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpHealthCheck {
+    /// The path asked for (starts with `/`).
+    pub path: String,
+    /// The `Host` of the check (default: the endpoint's address).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<String>,
+    /// `GET` (default) or `HEAD`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<String>,
+    /// The statuses that mean healthy, 100 to 599 (default: 200).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub expected_statuses: Vec<i32>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GrpcHealthCheck {
+    /// The service asked about (`HealthCheckRequest.service`; default empty: the server as
+    /// a whole).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

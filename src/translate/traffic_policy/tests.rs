@@ -556,3 +556,96 @@ fn load_balancer_types_and_their_mistakes() {
         assert!(message.contains(want), "{message} lacks {want}");
     }
 }
+
+#[test]
+fn active_health_checks_reach_the_rules_with_defaults_and_their_mistakes_named() {
+    use crate::model::health::{ActiveCheck, Probe};
+    let hc = |spec: &str| run(&compressing("hc", WEB, spec), &Carried::default());
+    let check_of = |t: &Translation| {
+        let l = &t.snapshot.ports[0].listeners[0];
+        let e = (l.routes.entries())
+            .find(|e| format!("{:?}", e.matcher).contains("/read"))
+            .unwrap();
+        e.rule.health.clone()
+    };
+    let t = hc("  healthCheck:\n    active: {type: HTTP, http: {path: /healthz}}");
+    assert!(accepted(&t, "hc").0);
+    let check = check_of(&t).expect("the rule carries the check");
+    assert_eq!(
+        *check,
+        ActiveCheck {
+            probe: Probe::Http {
+                path: "/healthz".into(),
+                host: None,
+                head: false,
+                expected: [200].into(),
+            },
+            interval: ActiveCheck::INTERVAL,
+            timeout: ActiveCheck::TIMEOUT,
+            unhealthy_threshold: 3,
+            healthy_threshold: 1,
+            source: "default/hc".into(),
+        }
+    );
+    // Nothing per request: no RuleTraffic for a policy that only checks.
+    assert!(traffic_of(&t, "/read").is_none());
+    let t = hc(
+        "  healthCheck:\n    active:\n      type: GRPC\n      interval: 500ms\n      \
+         unhealthyThreshold: 2\n      grpc: {service: shop.Cart}",
+    );
+    let check = check_of(&t).unwrap();
+    assert_eq!(
+        check.probe,
+        Probe::Grpc {
+            service: "shop.Cart".into()
+        }
+    );
+    assert_eq!(
+        (check.interval, check.unhealthy_threshold),
+        (Duration::from_millis(500), 2)
+    );
+    assert!(check_of(&hc("  healthCheck:\n    active: {type: TCP}")).is_some());
+    // A rule without the policy has no check.
+    assert!(check_of(&run("", &Carried::default())).is_none());
+
+    for (spec, want) in [
+        ("  healthCheck: {}", "healthCheck: active is not given"),
+        (
+            "  healthCheck:\n    active: {type: UDP}",
+            "healthCheck.active.type: \"UDP\" is not HTTP, TCP or GRPC",
+        ),
+        (
+            "  healthCheck:\n    active: {type: HTTP}",
+            "healthCheck.active.http: type HTTP needs http.path",
+        ),
+        (
+            "  healthCheck:\n    active: {type: HTTP, http: {path: healthz}}",
+            "healthCheck.active.http.path: \"healthz\" is not a path",
+        ),
+        (
+            "  healthCheck:\n    active: {type: HTTP, http: {path: /h, method: POST}}",
+            "healthCheck.active.http.method: \"POST\" is not GET or HEAD",
+        ),
+        (
+            "  healthCheck:\n    active: {type: HTTP, http: {path: /h, expectedStatuses: [99]}}",
+            "healthCheck.active.http.expectedStatuses: 99 is not a status",
+        ),
+        (
+            "  healthCheck:\n    active: {type: TCP, interval: 0s}",
+            "healthCheck.active.interval: \"0s\" is not a duration",
+        ),
+        (
+            "  healthCheck:\n    active: {type: TCP, unhealthyThreshold: 0}",
+            "healthCheck.active.unhealthyThreshold: must be at least 1",
+        ),
+        (
+            "  healthCheck:\n    active: {type: TCP, http: {path: /h}}",
+            "healthCheck.active.http: given for type TCP",
+        ),
+    ] {
+        let t = hc(spec);
+        let (ok, reason, message) = accepted(&t, "hc");
+        assert!(!ok && reason == "Invalid", "{spec}");
+        assert!(message.contains(want), "{message} lacks {want}");
+    }
+}

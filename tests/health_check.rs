@@ -1,0 +1,341 @@
+//! `BackendTrafficPolicy` `healthCheck.active` end to end: `pier run` on manifests.
+//!
+//! - HTTP: one Service with two endpoints (127.0.0.2 and 127.0.0.3, one port) whose health
+//!   answer the test sets; a failing endpoint gets no new request until it passes again; both
+//!   failing: requests go to both (panic threshold 0 %); a slow health answer never has two
+//!   checks in flight at one endpoint.
+//! - TCP: an endpoint whose listener is gone is taken out, and back when it listens again.
+//! - gRPC: grpcio's server (`tests/fixtures/grpc/peer.py`) answering `grpc.health.v1.Health`
+//!   NOT_SERVING takes its endpoint out; SERVING brings it back.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU16, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use support::cluster::sample;
+use support::web::*;
+use support::*;
+
+/// An HTTP/1.1 backend: `/healthz` answers the status the test sets (after `delay` ms),
+/// anything else 200 with the backend's name. Counts both kinds of request, and the most
+/// health checks it had in flight at once.
+struct Backend {
+    health: Arc<AtomicU16>,
+    delay_ms: Arc<AtomicU64>,
+    checks: Arc<AtomicU64>,
+    requests: Arc<AtomicU64>,
+    max_checks_in_flight: Arc<AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Backend {
+    async fn start(addr: SocketAddr, name: &'static str) -> Self {
+        let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
+        let health = Arc::new(AtomicU16::new(200));
+        let delay_ms = Arc::new(AtomicU64::new(0));
+        let checks = Arc::new(AtomicU64::new(0));
+        let requests = Arc::new(AtomicU64::new(0));
+        let max_checks_in_flight = Arc::new(AtomicUsize::new(0));
+        let in_flight = Arc::new(AtomicUsize::new(0));
+        let state = (
+            health.clone(),
+            delay_ms.clone(),
+            checks.clone(),
+            requests.clone(),
+            max_checks_in_flight.clone(),
+            in_flight,
+        );
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((tcp, _)) = listener.accept().await else {
+                    continue;
+                };
+                let state = state.clone();
+                tokio::spawn(async move {
+                    let svc = service_fn(move |req: http::Request<hyper::body::Incoming>| {
+                        let (health, delay, checks, requests, max, in_flight) = state.clone();
+                        async move {
+                            let resp = if req.uri().path() == "/healthz" {
+                                checks.fetch_add(1, Ordering::SeqCst);
+                                let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+                                max.fetch_max(now, Ordering::SeqCst);
+                                let ms = delay.load(Ordering::SeqCst);
+                                tokio::time::sleep(Duration::from_millis(ms)).await;
+                                in_flight.fetch_sub(1, Ordering::SeqCst);
+                                http::Response::builder()
+                                    .status(health.load(Ordering::SeqCst))
+                                    .body(Full::new(Bytes::from_static(b"health\n")))
+                            } else {
+                                requests.fetch_add(1, Ordering::SeqCst);
+                                http::Response::builder().body(Full::new(Bytes::from(name)))
+                            };
+                            Ok::<_, std::convert::Infallible>(resp.unwrap())
+                        }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(tcp), svc)
+                        .await;
+                });
+            }
+        });
+        Self {
+            health,
+            delay_ms,
+            checks,
+            requests,
+            max_checks_in_flight,
+            task,
+        }
+    }
+
+    fn set_health(&self, status: u16) {
+        self.health.store(status, Ordering::SeqCst);
+    }
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Service `default/{name}` port 80 with endpoints `ips` on `port` (`h2c`: appProtocol
+/// kubernetes.io/h2c).
+fn pool(name: &str, port: u16, ips: &[&str], h2c: bool) -> String {
+    let app = if h2c {
+        ", appProtocol: kubernetes.io/h2c"
+    } else {
+        ""
+    };
+    let endpoints: String = ips
+        .iter()
+        .map(|ip| format!("  - addresses: [\"{ip}\"]\n"))
+        .collect();
+    format!(
+        "apiVersion: v1
+kind: Service
+metadata: {{name: {name}, namespace: default}}
+spec:
+  ports: [{{name: http, port: 80{app}}}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: {name}-1
+  namespace: default
+  labels: {{kubernetes.io/service-name: {name}}}
+addressType: IPv4
+ports: [{{name: http, port: {port}}}]
+endpoints:
+{endpoints}---
+"
+    )
+}
+
+async fn metrics(admin: u16) -> String {
+    get(&format!("http://127.0.0.1:{admin}/metrics"), &[])
+        .await
+        .text()
+}
+
+/// Waits until `backend` has `n` endpoints taken out by health checks.
+async fn until_unhealthy(admin: u16, backend: &str, n: f64) {
+    let series = format!("pier_proxy_unhealthy_endpoints{{backend=\"{backend}\"}}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let m = metrics(admin).await;
+        if sample(&m, &series) == n {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{series} never {n}: {m}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// `n` GETs of `/app`: how many each backend answered.
+async fn spread(port: u16, n: usize) -> (usize, usize) {
+    let (mut a, mut b) = (0, 0);
+    for _ in 0..n {
+        let r = get(&format!("http://127.0.0.1:{port}/app"), &[]).await;
+        assert_eq!(r.status, 200, "{r:?}");
+        match r.text().as_str() {
+            "a" => a += 1,
+            "b" => b += 1,
+            other => panic!("answered by {other:?}"),
+        }
+    }
+    (a, b)
+}
+
+#[tokio::test]
+async fn http_checks_take_a_failing_endpoint_out_and_bring_it_back() {
+    let echo_port = free_port();
+    let a = Backend::start(SocketAddr::from(([127, 0, 0, 2], echo_port)), "a").await;
+    let b = Backend::start(SocketAddr::from(([127, 0, 0, 3], echo_port)), "b").await;
+    let dir = tempfile::tempdir().unwrap();
+    let (port, admin) = (free_port(), free_port());
+    let mut m = format!("{}---\n", gateway(port));
+    m += &pool("pool", echo_port, &["127.0.0.2", "127.0.0.3"], false);
+    m += &route("app", "/app", "pool");
+    m += "---\n";
+    m += &route_policy(
+        "BackendTrafficPolicy",
+        "checks",
+        "app",
+        "  healthCheck:
+    active:
+      type: HTTP
+      interval: 100ms
+      timeout: 1s
+      unhealthyThreshold: 2
+      healthyThreshold: 2
+      http: {path: /healthz, expectedStatuses: [200, 204]}
+",
+    );
+    std::fs::write(dir.path().join("all.yaml"), m).unwrap();
+    let _pier = start_pier(dir.path(), admin, &[], &[]).await;
+    let backend = "default/pool:80";
+
+    // Both healthy: both get requests, and both are checked.
+    let (to_a, to_b) = spread(port, 40).await;
+    assert!(to_a > 0 && to_b > 0, "a {to_a}, b {to_b}");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while a.checks.load(Ordering::SeqCst) < 2 || b.checks.load(Ordering::SeqCst) < 2 {
+        assert!(Instant::now() < deadline, "the endpoints are not checked");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // a fails its checks: out after two, no new request reaches it.
+    a.set_health(503);
+    until_unhealthy(admin, backend, 1.0).await;
+    let before = a.requests.load(Ordering::SeqCst);
+    let (to_a, to_b) = spread(port, 40).await;
+    assert_eq!((to_a, to_b), (0, 40));
+    assert_eq!(a.requests.load(Ordering::SeqCst), before);
+
+    // a passes again (a 204 is expected too): back after two passes.
+    a.set_health(204);
+    until_unhealthy(admin, backend, 0.0).await;
+    let (to_a, _) = spread(port, 40).await;
+    assert!(to_a > 0, "a is back");
+
+    // Both fail: requests still go to both (a panic threshold of 0 %).
+    a.set_health(500);
+    b.set_health(500);
+    until_unhealthy(admin, backend, 2.0).await;
+    let (to_a, to_b) = spread(port, 40).await;
+    assert!(to_a > 0 && to_b > 0, "a {to_a}, b {to_b}");
+
+    // A check slower than the interval: never two at once at one endpoint.
+    b.set_health(200);
+    b.delay_ms.store(300, Ordering::SeqCst);
+    let checks = b.checks.load(Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let during = b.checks.load(Ordering::SeqCst) - checks;
+    assert!(
+        (3..=8).contains(&during),
+        "{during} checks in 2 s of 300 ms answers and 100 ms intervals"
+    );
+    assert_eq!(b.max_checks_in_flight.load(Ordering::SeqCst), 1);
+    assert_eq!(a.max_checks_in_flight.load(Ordering::SeqCst), 1);
+
+    let m = metrics(admin).await;
+    for result in ["healthy", "unhealthy"] {
+        let series =
+            format!("pier_proxy_health_checks_total{{backend=\"{backend}\",result=\"{result}\"}}");
+        assert!(sample(&m, &series) >= 1.0, "{series}: {m}");
+    }
+}
+
+#[tokio::test]
+async fn tcp_checks_follow_a_listener_that_goes_and_comes_back() {
+    let echo_port = free_port();
+    let a_addr = SocketAddr::from(([127, 0, 0, 2], echo_port));
+    let a = Backend::start(a_addr, "a").await;
+    let _b = Backend::start(SocketAddr::from(([127, 0, 0, 3], echo_port)), "b").await;
+    let dir = tempfile::tempdir().unwrap();
+    let (port, admin) = (free_port(), free_port());
+    let mut m = format!("{}---\n", gateway(port));
+    m += &pool("pool", echo_port, &["127.0.0.2", "127.0.0.3"], false);
+    m += &route("app", "/app", "pool");
+    m += "---\n";
+    m += &route_policy(
+        "BackendTrafficPolicy",
+        "checks",
+        "app",
+        "  healthCheck:\n    active: {type: TCP, interval: 100ms, unhealthyThreshold: 1}\n",
+    );
+    std::fs::write(dir.path().join("all.yaml"), m).unwrap();
+    let _pier = start_pier(dir.path(), admin, &[], &[]).await;
+    let backend = "default/pool:80";
+
+    drop(a);
+    until_unhealthy(admin, backend, 1.0).await;
+    let (to_a, to_b) = spread(port, 20).await;
+    assert_eq!((to_a, to_b), (0, 20));
+
+    let a = Backend::start(a_addr, "a").await;
+    until_unhealthy(admin, backend, 0.0).await;
+    let (to_a, _) = spread(port, 40).await;
+    assert!(to_a > 0);
+    assert!(a.requests.load(Ordering::SeqCst) > 0);
+    let m = metrics(admin).await;
+    let series =
+        format!("pier_proxy_health_checks_total{{backend=\"{backend}\",result=\"error\"}}");
+    assert!(sample(&m, &series) >= 1.0, "{series}: {m}");
+}
+
+#[tokio::test]
+async fn grpc_checks_ask_the_standard_health_service() {
+    let dir = tempfile::tempdir().unwrap();
+    let health = dir.path().join("health");
+    std::fs::write(&health, "SERVING").unwrap();
+    let server = support::grpc::GrpcServer::plain_with_health("g", &health);
+    let (port, admin) = (free_port(), free_port());
+    let mut m = format!("{}---\n", gateway(port));
+    m += &pool(
+        "grpc",
+        server.addr.port(),
+        &[&server.addr.ip().to_string()],
+        true,
+    );
+    m += &route("app", "/pier.test.Echo", "grpc");
+    m += "---\n";
+    m += &route_policy(
+        "BackendTrafficPolicy",
+        "checks",
+        "app",
+        "  healthCheck:
+    active:
+      type: GRPC
+      interval: 100ms
+      unhealthyThreshold: 1
+      grpc: {service: pier.test.Echo}
+",
+    );
+    std::fs::write(dir.path().join("all.yaml"), m).unwrap();
+    let _pier = start_pier(dir.path(), admin, &[], &[]).await;
+    let backend = "default/grpc:80";
+    let healthy =
+        format!("pier_proxy_health_checks_total{{backend=\"{backend}\",result=\"healthy\"}}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let m = metrics(admin).await;
+        if sample(&m, &healthy) >= 1.0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no SERVING answer: {m}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    std::fs::write(&health, "NOT_SERVING").unwrap();
+    until_unhealthy(admin, backend, 1.0).await;
+    std::fs::write(&health, "SERVING").unwrap();
+    until_unhealthy(admin, backend, 0.0).await;
+}
