@@ -1506,7 +1506,8 @@ fn traffic_policy(requests: u64, unit: &str) -> Value {
 /// the API server limits its route (429 with the draft-03 headers), pier writes its GEP-713
 /// status there, and an edit the API server takes but pier cannot use (an unknown unit) is
 /// reported `Invalid` while the version in force keeps limiting; a valid edit with a
-/// `compressor` compresses the route's responses.
+/// `compressor` compresses the route's responses; one with `healthCheck.active` checks the
+/// route's endpoints.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn backend_traffic_policies_from_the_cluster() {
     let c = Cluster::start().await;
@@ -1602,6 +1603,29 @@ async fn backend_traffic_policies_from_the_cluster() {
     let echo: pier::echo::EchoRequest = serde_json::from_slice(&json).unwrap();
     assert_eq!(echo.backend, "v1");
     assert_eq!(r.headers["vary"], "accept-encoding");
+
+    // An active health check from the API server's version: v1's only endpoint answers the
+    // check's path with 503, so it is taken out; as the backend's last endpoint it still gets
+    // the requests (a panic threshold of 0 %).
+    let mut p = traffic_policy(1000, "Hour");
+    p["spec"]["healthCheck"] = json!({ "active": {
+        "type": "HTTP", "interval": "100ms", "unhealthyThreshold": 1,
+        "http": { "path": "/status/503" },
+    } });
+    c.apply(p).await;
+    condition_when("pier's ancestor, accepted with a health check", "Accepted").await;
+    let series = "pier_proxy_unhealthy_endpoints{backend=\"app/v1:80\"}";
+    poll(STATUS_BOUND, "v1's endpoint taken out", || async {
+        sample(&metrics(&pier).await, series) == 1.0
+    })
+    .await;
+    assert_eq!(w.answer("/v/x").await, (200, "v1".into()));
+    assert!(
+        sample(
+            &metrics(&pier).await,
+            "pier_proxy_health_checks_total{backend=\"app/v1:80\",result=\"unhealthy\"}"
+        ) >= 1.0
+    );
     pier.shutdown().await;
 }
 

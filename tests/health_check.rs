@@ -339,3 +339,55 @@ async fn grpc_checks_ask_the_standard_health_service() {
     std::fs::write(&health, "SERVING").unwrap();
     until_unhealthy(admin, backend, 0.0).await;
 }
+
+/// A meshed endpoint is checked over mesh mTLS, with pier's client certificate, like its
+/// requests: never in plaintext, although this workload would answer plaintext too.
+#[tokio::test]
+async fn checks_of_a_meshed_endpoint_go_over_mesh_mtls() {
+    use support::mesh::{self as m, MeshPki, PIER_ID, Workload};
+    let pki = MeshPki::new();
+    let web = Workload::spawn_with(&pki.workload, &pki.client_ca, true).await;
+    let port = free_port();
+    let routes = format!(
+        "{}---\n{}",
+        m::route("app", "web", "", "web"),
+        "apiVersion: pier.dev/v1alpha1
+kind: BackendTrafficPolicy
+metadata: {name: checks, namespace: app}
+spec:
+  targetRefs: [{group: gateway.networking.k8s.io, kind: HTTPRoute, name: web}]
+  healthCheck:
+    active: {type: HTTP, interval: 100ms, http: {path: /healthz}}
+"
+    );
+    let files = [
+        ("00-class.yaml", m::GATEWAY_CLASS.to_string()),
+        ("10-gateway.yaml", m::gateway(port, &m::mesh_spec(""))),
+        ("20-backends.yaml", m::service("app", "web", web.addr)),
+        ("30-routes.yaml", routes),
+        ("40-client.yaml", m::pier_client_secret(&pki)),
+        ("41-bundle.yaml", m::bundle(&[&pki.mesh_ca])),
+    ];
+    let pier = m::Pier::start(port, &files).await;
+    let checks = || {
+        (web.requests().into_iter())
+            .filter(|s| s.path == "/healthz")
+            .collect::<Vec<_>>()
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while checks().len() < 3 {
+        assert!(Instant::now() < deadline, "{:?}", web.requests());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for s in checks() {
+        assert!(s.tls, "{s:?}");
+        assert_eq!(s.client_uris, [PIER_ID], "{s:?}");
+        assert_eq!(s.sni.as_deref(), Some("web.app.svc.cluster.local"));
+    }
+    assert!(
+        web.accepted().iter().all(|a| a.tls),
+        "a plaintext connection: {:?}",
+        web.accepted()
+    );
+    pier.shutdown().await;
+}
