@@ -2,6 +2,7 @@
 # What a SecurityPolicy costs, and what a flood of wrong passwords does, on this machine:
 #
 #   scripts/bench-auth.sh [PIER_BINARY]      # default target/release/pier; D=10 RUNS=3
+#   CALLGRIND=1 scripts/bench-auth.sh        # part 0 first (valgrind)
 #
 # One pier (pinned to CPU 0, one worker) in front of an nginx origin (CPU 1) that answers 200,
 # with four routes on one listener: /plain (no policy), /jwt (a SecurityPolicy with an ES256
@@ -9,6 +10,9 @@
 # key made for the run, part 2) and /basic (basic auth,
 # one bcrypt cost-10 user). wrk runs on CPU 1, bounded in time.
 #
+# 0. (CALLGRIND=1) pier under callgrind: user-space instructions per request on /plain and on
+#    /jwt with the cached token (same process, one wrk run each, 5 s, c=32); the ratio. Unlike
+#    CPU time per request, instruction counts do not move with the machine's other load.
 # 1. JWT: wrk -c64 on /plain and on /jwt with a valid token, interleaved RUNS times; pier's CPU
 #    per request (its process, from /proc) for each; the ratio jwt/plain.
 # 2. A new token on every request (the verified-token cache never hits): /fresh, a second JWT
@@ -119,6 +123,33 @@ stringData:
   .htpasswd: |
     $HTPASSWD
 EOF
+if [ "${CALLGRIND:-0}" = 1 ]; then
+  command -v valgrind >/dev/null || { echo "needs valgrind (or CALLGRIND=0)" >&2; exit 2; }
+  echo "# 0. user-space instructions per request, /plain vs /jwt (the token cached), c=32, 5 s each"
+  (cd "$WORK" && PIER_WORKER_THREADS=1 RUST_LOG=warn taskset -c 0 valgrind --tool=callgrind \
+     --instr-atstart=no --callgrind-out-file="$WORK/callgrind.out" "$PIER" run \
+     --manifests "$WORK/manifests" --listen-host 127.0.0.1 --admin "127.0.0.1:$ADMIN" \
+     >"$WORK/callgrind.log" 2>&1 &
+   cpid=$!
+   for _ in $(seq 600); do curl -sf "http://127.0.0.1:$ADMIN/readyz" >/dev/null && break; sleep 0.1; done
+   declare -A per
+   for path in plain jwt; do
+     auth=(); [ "$path" = jwt ] && auth=(-H "authorization: Bearer $TOKEN")
+     taskset -c 1 wrk -t1 -c32 -d3s "${auth[@]}" "http://127.0.0.1:$LISTEN/$path" >/dev/null
+     callgrind_control -z >/dev/null
+     callgrind_control -i on >/dev/null
+     n=$(taskset -c 1 wrk -t1 -c32 -d5s "${auth[@]}" "http://127.0.0.1:$LISTEN/$path" | awk '/requests in/ {print $1}')
+     callgrind_control -i off >/dev/null
+     callgrind_control -d "$path" >/dev/null
+     sleep 1
+     out=$(ls -t "$WORK"/callgrind.out* | head -1)
+     ir=$(callgrind_annotate "$out" 2>/dev/null | awk '/PROGRAM TOTALS/{gsub(",","",$1); print $1}')
+     per[$path]=$((ir / n))
+     echo "$path requests=$n instructions=$ir per_request=${per[$path]}"
+   done
+   echo "jwt/plain instructions per request: $(awk -v a="${per[jwt]}" -v b="${per[plain]}" 'BEGIN {printf "%.4f", a/b}')"
+   kill "$cpid"; wait "$cpid" 2>/dev/null || true)
+fi
 PIER_WORKER_THREADS=1 RUST_LOG=warn taskset -c 0 "$PIER" run --manifests "$WORK/manifests" \
   --listen-host 127.0.0.1 --admin "127.0.0.1:$ADMIN" >"$WORK/pier.log" 2>&1 &
 pid=$!

@@ -434,6 +434,7 @@ impl LimitArgs {
             outlier: crate::model::Outlier {
                 consecutive_failures: self.outlier_consecutive_failures,
                 ejection: Duration::from_millis(self.outlier_ejection_ms),
+                any_5xx: false,
             },
         }
     }

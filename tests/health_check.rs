@@ -5,6 +5,8 @@
 //!   failing: requests go to both (panic threshold 0 %); a slow health answer never has two
 //!   checks in flight at one endpoint.
 //! - TCP: an endpoint whose listener is gone is taken out, and back when it listens again.
+//! - Passive (outlier detection per policy): an endpoint whose requests get 500 is ejected
+//!   after `consecutive5XxErrors` of them (pier's default counts only 502/503/504).
 //! - gRPC: grpcio's server (`tests/fixtures/grpc/peer.py`) answering `grpc.health.v1.Health`
 //!   NOT_SERVING takes its endpoint out; SERVING brings it back.
 
@@ -24,10 +26,11 @@ use support::web::*;
 use support::*;
 
 /// An HTTP/1.1 backend: `/healthz` answers the status the test sets (after `delay` ms),
-/// anything else 200 with the backend's name. Counts both kinds of request, and the most
+/// anything else `answer` (200 unless the test sets another) with the backend's name. Counts both kinds of request, and the most
 /// health checks it had in flight at once.
 struct Backend {
     health: Arc<AtomicU16>,
+    answer: Arc<AtomicU16>,
     delay_ms: Arc<AtomicU64>,
     checks: Arc<AtomicU64>,
     requests: Arc<AtomicU64>,
@@ -39,6 +42,7 @@ impl Backend {
     async fn start(addr: SocketAddr, name: &'static str) -> Self {
         let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
         let health = Arc::new(AtomicU16::new(200));
+        let answer = Arc::new(AtomicU16::new(200));
         let delay_ms = Arc::new(AtomicU64::new(0));
         let checks = Arc::new(AtomicU64::new(0));
         let requests = Arc::new(AtomicU64::new(0));
@@ -46,6 +50,7 @@ impl Backend {
         let in_flight = Arc::new(AtomicUsize::new(0));
         let state = (
             health.clone(),
+            answer.clone(),
             delay_ms.clone(),
             checks.clone(),
             requests.clone(),
@@ -60,7 +65,8 @@ impl Backend {
                 let state = state.clone();
                 tokio::spawn(async move {
                     let svc = service_fn(move |req: http::Request<hyper::body::Incoming>| {
-                        let (health, delay, checks, requests, max, in_flight) = state.clone();
+                        let (health, answer, delay, checks, requests, max, in_flight) =
+                            state.clone();
                         async move {
                             let resp = if req.uri().path() == "/healthz" {
                                 checks.fetch_add(1, Ordering::SeqCst);
@@ -74,7 +80,9 @@ impl Backend {
                                     .body(Full::new(Bytes::from_static(b"health\n")))
                             } else {
                                 requests.fetch_add(1, Ordering::SeqCst);
-                                http::Response::builder().body(Full::new(Bytes::from(name)))
+                                http::Response::builder()
+                                    .status(answer.load(Ordering::SeqCst))
+                                    .body(Full::new(Bytes::from(name)))
                             };
                             Ok::<_, std::convert::Infallible>(resp.unwrap())
                         }
@@ -87,6 +95,7 @@ impl Backend {
         });
         Self {
             health,
+            answer,
             delay_ms,
             checks,
             requests,
@@ -390,4 +399,46 @@ spec:
         web.accepted()
     );
     pier.shutdown().await;
+}
+
+#[tokio::test]
+async fn passive_checks_eject_an_endpoint_that_answers_500() {
+    let echo_port = free_port();
+    let a = Backend::start(SocketAddr::from(([127, 0, 0, 2], echo_port)), "a").await;
+    let _b = Backend::start(SocketAddr::from(([127, 0, 0, 3], echo_port)), "b").await;
+    a.answer.store(500, Ordering::SeqCst);
+    let dir = tempfile::tempdir().unwrap();
+    let (port, admin) = (free_port(), free_port());
+    let mut m = format!("{}---\n", gateway(port));
+    m += &pool("pool", echo_port, &["127.0.0.2", "127.0.0.3"], false);
+    for name in ["app", "plain"] {
+        m += &route(name, &format!("/{name}"), "pool");
+        m += "---\n";
+    }
+    m += &route_policy(
+        "BackendTrafficPolicy",
+        "outliers",
+        "app",
+        "  healthCheck:\n    passive: {consecutive5XxErrors: 2, baseEjectionTime: 1m}\n",
+    );
+    std::fs::write(dir.path().join("all.yaml"), m).unwrap();
+    let _pier = start_pier(dir.path(), admin, &[], &[]).await;
+    let answers = |path: &'static str| async move {
+        let mut by_status = std::collections::BTreeMap::new();
+        for _ in 0..30 {
+            let r = get(&format!("http://127.0.0.1:{port}/{path}"), &[]).await;
+            *by_status.entry(r.status.as_u16()).or_insert(0) += 1;
+        }
+        by_status
+    };
+    // Without the policy a 500 is the application's answer: a keeps getting requests.
+    let plain = answers("plain").await;
+    assert!(plain.get(&500).copied().unwrap_or(0) > 2, "{plain:?}");
+    // Under it, two 500s in a row eject a for a minute: its requests stop.
+    let before = a.requests.load(Ordering::SeqCst);
+    let app = answers("app").await;
+    assert!(app.get(&500).copied().unwrap_or(0) <= 2, "{app:?}");
+    assert!(a.requests.load(Ordering::SeqCst) - before <= 2);
+    let app = answers("app").await;
+    assert_eq!(app.get(&200), Some(&30), "{app:?}");
 }

@@ -42,6 +42,10 @@ pub struct Outlier {
     /// this, up to [`MAX_EJECTION`].
     #[serde(serialize_with = "ms")]
     pub ejection: Duration,
+    /// Every 5xx answer counts as a failure, not only 502/503/504 (a BackendTrafficPolicy's
+    /// `healthCheck.passive.consecutive5XxErrors`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub any_5xx: bool,
 }
 
 impl Default for Outlier {
@@ -49,6 +53,7 @@ impl Default for Outlier {
         Self {
             consecutive_failures: CONSECUTIVE_FAILURES,
             ejection: EJECTION,
+            any_5xx: false,
         }
     }
 }
@@ -74,6 +79,8 @@ pub struct OutlierOverride {
         serialize_with = "opt_duration::serialize"
     )]
     pub ejection: Option<Duration>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub any_5xx: Option<bool>,
 }
 
 impl OutlierOverride {
@@ -88,6 +95,29 @@ impl OutlierOverride {
                 .consecutive_failures
                 .unwrap_or(default.consecutive_failures),
             ejection: self.ejection.unwrap_or(default.ejection),
+            any_5xx: self.any_5xx.unwrap_or(default.any_5xx),
+        }
+    }
+
+    /// These settings, and `under`'s where these leave one unset (a policy's over a
+    /// Service's annotations).
+    pub fn or(self, under: OutlierOverride) -> OutlierOverride {
+        OutlierOverride {
+            consecutive_failures: self.consecutive_failures.or(under.consecutive_failures),
+            ejection: self.ejection.or(under.ejection),
+            any_5xx: self.any_5xx.or(under.any_5xx),
+        }
+    }
+}
+
+impl Outlier {
+    /// Whether an answer with `status` is a failure of the endpoint.
+    #[inline]
+    pub fn failed(&self, status: u16) -> bool {
+        if self.any_5xx {
+            (500..=599).contains(&status)
+        } else {
+            matches!(status, 502..=504)
         }
     }
 }
@@ -124,7 +154,7 @@ pub enum AppProtocol {
     Opaque,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Clone, Debug, Serialize)]
 pub struct Backend {
     pub id: BackendId,
     pub protocol: AppProtocol,
@@ -780,6 +810,7 @@ mod tests {
         let one = Outlier {
             consecutive_failures: 1,
             ejection: Duration::from_millis(100),
+            any_5xx: false,
         };
         assert!(e.record(true, || 0, &one), "one failure ejects");
         assert!(!e.available(99) && e.available(100));
@@ -799,6 +830,7 @@ mod tests {
         let o = Outlier {
             consecutive_failures: 1,
             ejection: Duration::from_secs(10),
+            any_5xx: false,
         };
         let mut now = 0;
         for n in 1..=3u64 {

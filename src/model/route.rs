@@ -415,6 +415,30 @@ impl RouteTableBuilder {
 // === impl BackendSet ===
 
 impl BackendSet {
+    /// These backends with a policy's outlier detection (`healthCheck.passive`) over their
+    /// Services' own: copies that share the endpoints' and the backends' load state.
+    pub fn with_outlier(&self, outlier: super::OutlierOverride) -> Self {
+        let backends = (self.backends.iter())
+            .map(|wb| {
+                let target = match &wb.target {
+                    BackendTarget::Service(b) => BackendTarget::Service(Arc::new(Backend {
+                        outlier: outlier.or(b.outlier),
+                        ..Backend::clone(b)
+                    })),
+                    BackendTarget::Invalid => BackendTarget::Invalid,
+                };
+                WeightedBackend {
+                    target,
+                    ..wb.clone()
+                }
+            })
+            .collect();
+        Self {
+            backends,
+            total_weight: self.total_weight,
+        }
+    }
+
     pub fn new(backends: Vec<WeightedBackend>) -> Self {
         let total_weight = backends.iter().map(|b| b.weight).sum();
         Self {

@@ -65,6 +65,10 @@ pub struct TrafficPolicy {
     /// `healthCheck.active`: put on the rules the policy reaches (`Rule::health`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub health: Option<Arc<super::health::ActiveCheck>>,
+    /// `healthCheck.passive`: the outlier detection of the backends of the rules the policy
+    /// reaches (set on their backends at translation: `Backend::outlier`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub outlier: Option<super::OutlierOverride>,
 }
 
 /// `loadBalancer.type` other than `LeastRequest`.

@@ -178,6 +178,7 @@ impl<'a> Backends<'a> {
             ejection: annotation(OUTLIER_EJECTION_ANNOTATION)
                 .and_then(super::api::duration)
                 .filter(|d| !d.is_zero()),
+            any_5xx: None,
         };
         let backend = Arc::new(Backend {
             id: key.0.clone(),

@@ -24,7 +24,7 @@ use crate::model::traffic::{
     GlobalLimits, HashOn, HeaderSelect, LimitRule, PathSelect, RULE_KEY, RateLimitService,
     RuleTraffic, Selector, Share, SourceSelect, TrafficPolicy,
 };
-use crate::model::{Carried, ObjectRef};
+use crate::model::{Carried, ObjectRef, OutlierOverride};
 use crate::ratelimit::{Buckets, Limit};
 
 const KIND: &str = "BackendTrafficPolicy";
@@ -122,6 +122,7 @@ fn entry(
                     request_timeout: None,
                     balance: None,
                     health: None,
+                    outlier: None,
                 }),
                 Some(format!("{why}; nothing of this policy is in force")),
             ),
@@ -188,15 +189,52 @@ fn traffic_policy(
         request_timeout: request_timeout(spec.timeout.as_ref())?,
         balance: balance(spec.load_balancer.as_ref())?,
         health: active_check(source, spec.health_check.as_ref())?.map(Arc::new),
+        outlier: passive_check(spec.health_check.as_ref())?,
     })
+}
+
+/// `healthCheck.passive`, with Envoy Gateway's defaults: five 5xx in a row, 30 s.
+fn passive_check(h: Option<&api::HealthCheck>) -> Result<Option<OutlierOverride>, String> {
+    let Some(p) = h.and_then(|h| h.passive.as_ref()) else {
+        return Ok(None);
+    };
+    let (count, any_5xx) = match (p.consecutive_5xx_errors, p.consecutive_gateway_errors) {
+        (Some(_), Some(_)) => {
+            return Err(
+                "healthCheck.passive: pier counts one kind of failure in a row: give \
+                        consecutive5XxErrors or consecutiveGatewayErrors"
+                    .into(),
+            );
+        }
+        (Some(n), None) => (n, true),
+        (None, Some(n)) => (n, false),
+        (None, None) => (5, true),
+    };
+    let ejection = match &p.base_ejection_time {
+        None => Duration::from_secs(30),
+        Some(s) => super::api::duration(s)
+            .filter(|d| !d.is_zero() && *d <= Duration::from_secs(3600))
+            .ok_or_else(|| {
+                format!(
+                    "healthCheck.passive.baseEjectionTime: {s:?} is not a duration from 1ms \
+                     to 1h"
+                )
+            })?,
+    };
+    Ok(Some(OutlierOverride {
+        consecutive_failures: Some(count),
+        ejection: Some(ejection),
+        any_5xx: Some(any_5xx),
+    }))
 }
 
 /// `healthCheck.active`, with Envoy Gateway's defaults.
 fn active_check(source: &str, h: Option<&api::HealthCheck>) -> Result<Option<ActiveCheck>, String> {
     let Some(h) = h else { return Ok(None) };
-    let Some(a) = &h.active else {
-        return Err("healthCheck: active is not given".into());
-    };
+    if h.active.is_none() && h.passive.is_none() {
+        return Err("healthCheck: neither active nor passive is given".into());
+    }
+    let Some(a) = &h.active else { return Ok(None) };
     let at = |e: &str| format!("healthCheck.active.{e}");
     let duration = |field: &str, given: Option<&String>, default: Duration| match given {
         None => Ok(default),

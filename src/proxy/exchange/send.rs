@@ -58,7 +58,8 @@ pub async fn exchange(
 
 /// Passive outlier detection, for both request paths: what one exchange with `endpoint` came
 /// to. A refused or silent connect ejects at once (nothing listens); a failed exchange (reset,
-/// failed TLS handshake, 502/503/504 from the endpoint) counts towards the backend's
+/// failed TLS handshake, 502/503/504 from the endpoint, or any 5xx under a policy's
+/// `consecutive5XxErrors`) counts towards the backend's
 /// [`Outlier`](crate::model::Outlier) threshold (its Service's, else `--outlier-*`); anything
 /// else resets the count. Slow answers and the
 /// application's own errors are not reasons to eject.
@@ -72,7 +73,7 @@ pub fn outcome(
     let now = || shared.clock.now_ms();
     let outlier = backend.outlier.over(shared.config.limits.outlier);
     let failed = match result {
-        Ok(status) => matches!(status.as_u16(), 502..=504),
+        Ok(status) => outlier.failed(status.as_u16()),
         Err(ProxyError::Connect { reason, .. }) => {
             shared.metrics.connect_error(&backend.id, *reason);
             if matches!(reason, ConnectReason::Refused | ConnectReason::Timeout) {

@@ -58,6 +58,31 @@ pub struct HealthCheck {
     /// pier asks each endpoint on its own, every `interval`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub active: Option<ActiveHealthCheck>,
+    /// pier watches the answers requests get and leaves an endpoint out for a while after
+    /// failures in a row (outlier detection; without it, pier's `--outlier-*` defaults).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub passive: Option<PassiveHealthCheck>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PassiveHealthCheck {
+    /// 5xx answers (and failed exchanges) in a row that eject an endpoint; 0 never ejects on
+    /// answers. Default 5 when `consecutiveGatewayErrors` is not given either.
+    #[serde(
+        rename = "consecutive5XxErrors",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub consecutive_5xx_errors: Option<u32>,
+    /// Only 502, 503 and 504 (and failed exchanges) in a row count; give this or
+    /// `consecutive5XxErrors`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consecutive_gateway_errors: Option<u32>,
+    /// The first ejection's length (default 30s); each ejection in a row lasts this much
+    /// longer, up to 5 minutes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_ejection_time: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

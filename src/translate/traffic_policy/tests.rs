@@ -609,7 +609,10 @@ fn active_health_checks_reach_the_rules_with_defaults_and_their_mistakes_named()
     assert!(check_of(&run("", &Carried::default())).is_none());
 
     for (spec, want) in [
-        ("  healthCheck: {}", "healthCheck: active is not given"),
+        (
+            "  healthCheck: {}",
+            "healthCheck: neither active nor passive is given",
+        ),
         (
             "  healthCheck:\n    active: {type: UDP}",
             "healthCheck.active.type: \"UDP\" is not HTTP, TCP or GRPC",
@@ -641,6 +644,59 @@ fn active_health_checks_reach_the_rules_with_defaults_and_their_mistakes_named()
         (
             "  healthCheck:\n    active: {type: TCP, http: {path: /h}}",
             "healthCheck.active.http: given for type TCP",
+        ),
+    ] {
+        let t = hc(spec);
+        let (ok, reason, message) = accepted(&t, "hc");
+        assert!(!ok && reason == "Invalid", "{spec}");
+        assert!(message.contains(want), "{message} lacks {want}");
+    }
+}
+
+#[test]
+fn passive_health_checks_set_the_outlier_detection_of_the_rules_backends() {
+    use crate::model::{BackendTarget, OutlierOverride};
+    let hc = |spec: &str| run(&compressing("hc", WEB, spec), &Carried::default());
+    let outlier_of = |t: &Translation| {
+        let l = &t.snapshot.ports[0].listeners[0];
+        let e = (l.routes.entries())
+            .find(|e| format!("{:?}", e.matcher).contains("/read"))
+            .unwrap();
+        match &e.rule.backends.backends[0].target {
+            BackendTarget::Service(b) => b.outlier,
+            BackendTarget::Invalid => panic!("no backend"),
+        }
+    };
+    let t = hc("  healthCheck:\n    passive: {}");
+    assert!(accepted(&t, "hc").0);
+    assert_eq!(
+        outlier_of(&t),
+        OutlierOverride {
+            consecutive_failures: Some(5),
+            ejection: Some(Duration::from_secs(30)),
+            any_5xx: Some(true),
+        },
+        "Envoy Gateway's defaults"
+    );
+    assert!(traffic_of(&t, "/read").is_none(), "nothing per request");
+    let t = hc("  healthCheck:\n    passive: {consecutiveGatewayErrors: 3, baseEjectionTime: 10s}");
+    assert_eq!(
+        outlier_of(&t),
+        OutlierOverride {
+            consecutive_failures: Some(3),
+            ejection: Some(Duration::from_secs(10)),
+            any_5xx: Some(false),
+        }
+    );
+    assert!(outlier_of(&run("", &Carried::default())).is_none());
+    for (spec, want) in [
+        (
+            "  healthCheck:\n    passive: {consecutive5XxErrors: 2, consecutiveGatewayErrors: 2}",
+            "give consecutive5XxErrors or consecutiveGatewayErrors",
+        ),
+        (
+            "  healthCheck:\n    passive: {baseEjectionTime: forever}",
+            "healthCheck.passive.baseEjectionTime: \"forever\"",
         ),
     ] {
         let t = hc(spec);
