@@ -32,7 +32,7 @@ command -v wrk >/dev/null && command -v nginx >/dev/null || {
 WORK="$(mktemp -d /tmp/pier-bench-auth.XXXXXX)"
 ORIGIN=19480 LISTEN=19481 ADMIN=19482
 PIDS=()
-trap 'kill "${PIDS[@]}" 2>/dev/null; wait 2>/dev/null || true; rm -rf "$WORK"' EXIT
+trap 'kill "${PIDS[@]}" 2>/dev/null; wait 2>/dev/null || true; [ "${KEEP:-0}" = 1 ] && echo "kept $WORK" || rm -rf "$WORK"' EXIT
 
 mkdir -p "$WORK/origin/logs" "$WORK/manifests"
 cat >"$WORK/origin/nginx.conf" <<EOF
@@ -126,7 +126,8 @@ EOF
 if [ "${CALLGRIND:-0}" = 1 ]; then
   command -v valgrind >/dev/null || { echo "needs valgrind (or CALLGRIND=0)" >&2; exit 2; }
   echo "# 0. user-space instructions per request, /plain vs /jwt (the token cached), c=32, 5 s each"
-  (cd "$WORK" && PIER_WORKER_THREADS=1 RUST_LOG=warn taskset -c 0 valgrind --tool=callgrind \
+  (cd "$WORK"
+   PIER_WORKER_THREADS=1 RUST_LOG=warn taskset -c 0 valgrind --tool=callgrind \
      --instr-atstart=no --callgrind-out-file="$WORK/callgrind.out" "$PIER" run \
      --manifests "$WORK/manifests" --listen-host 127.0.0.1 --admin "127.0.0.1:$ADMIN" \
      >"$WORK/callgrind.log" 2>&1 &
@@ -135,17 +136,9 @@ if [ "${CALLGRIND:-0}" = 1 ]; then
    declare -A per
    for path in plain jwt; do
      auth=(); [ "$path" = jwt ] && auth=(-H "authorization: Bearer $TOKEN")
-     taskset -c 1 wrk -t1 -c32 -d3s "${auth[@]}" "http://127.0.0.1:$LISTEN/$path" >/dev/null
-     callgrind_control -z >/dev/null
-     callgrind_control -i on >/dev/null
-     n=$(taskset -c 1 wrk -t1 -c32 -d5s "${auth[@]}" "http://127.0.0.1:$LISTEN/$path" | awk '/requests in/ {print $1}')
-     callgrind_control -i off >/dev/null
-     callgrind_control -d "$path" >/dev/null
-     sleep 1
-     out=$(ls -t "$WORK"/callgrind.out* | head -1)
-     ir=$(callgrind_annotate "$out" 2>/dev/null | awk '/PROGRAM TOTALS/{gsub(",","",$1); print $1}')
-     per[$path]=$((ir / n))
-     echo "$path requests=$n instructions=$ir per_request=${per[$path]}"
+     line=$(instructions_per_request "$path" "${auth[@]}" "http://127.0.0.1:$LISTEN/$path")
+     echo "$line"
+     per[$path]=${line##*per_request=}
    done
    echo "jwt/plain instructions per request: $(awk -v a="${per[jwt]}" -v b="${per[plain]}" 'BEGIN {printf "%.4f", a/b}')"
    kill "$cpid"; wait "$cpid" 2>/dev/null || true)
@@ -183,9 +176,7 @@ for i in $(seq "$RUNS"); do
   read -r rps p99 us < <(measure 64 "$base/jwt" -H "authorization: Bearer $TOKEN")
   echo "jwt   run=$i rps=$rps p99=$p99 cpu_us_per_req=$us"; jwt_cpu+=("$us")
 done
-printf '%s\n' "${plain_cpu[@]}" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}' >"$WORK/p"
-printf '%s\n' "${jwt_cpu[@]}" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}' >"$WORK/j"
-echo "jwt/plain CPU per request (medians): $(awk -v p="$(cat "$WORK/p")" -v j="$(cat "$WORK/j")" 'BEGIN {printf "%.3f", j/p}')"
+echo "jwt/plain CPU per request (medians): $(awk -v p="$(median "${plain_cpu[@]}")" -v j="$(median "${jwt_cpu[@]}")" 'BEGIN {printf "%.3f", j/p}')"
 
 echo "# 2. a new ES256 token on every request (no cache hit) vs plain, c=64, ${D}s runs"
 first=$(head -1 "$WORK/tokens.txt")
@@ -198,9 +189,7 @@ for i in $(seq "$RUNS"); do
   read -r rps p99 us < <(measure 64 "$base/fresh" -s "$WORK/fresh.lua")
   echo "fresh run=$i rps=$rps p99=$p99 cpu_us_per_req=$us"; fresh_cpu+=("$us")
 done
-printf '%s\n' "${plain_cpu[@]}" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}' >"$WORK/p"
-printf '%s\n' "${fresh_cpu[@]}" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}' >"$WORK/f"
-echo "fresh/plain CPU per request (medians): $(awk -v p="$(cat "$WORK/p")" -v f="$(cat "$WORK/f")" 'BEGIN {printf "%.3f", f/p}')"
+echo "fresh/plain CPU per request (medians): $(awk -v p="$(median "${plain_cpu[@]}")" -v f="$(median "${fresh_cpu[@]}")" 'BEGIN {printf "%.3f", f/p}')"
 m=$(curl -s "http://127.0.0.1:$ADMIN/metrics" | grep '^pier_proxy_security_decisions_total{policy="b/fresh"')
 echo "fresh decisions: $(echo "$m" | awk '{printf "%s ", $0}')"
 

@@ -47,3 +47,22 @@ YAML
 
 # median VALUE...: the middle value (the upper one of two).
 median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+
+# instructions_per_request LABEL WRK_ARGS...: for the process callgrind runs from the current
+# directory (started with --instr-atstart=no, dumping to ./callgrind.out*), a 3 s warm-up wrk
+# run, then one 5 s run (c=32, CPU 1) with instrumentation on; prints
+# "LABEL requests=N instructions=I per_request=P".
+instructions_per_request() {
+  local label=$1 n ir out
+  shift
+  taskset -c 1 wrk -t1 -c32 -d3s "$@" >/dev/null
+  callgrind_control -z >/dev/null
+  callgrind_control -i on >/dev/null
+  n=$(taskset -c 1 wrk -t1 -c32 -d5s "$@" | awk '/requests in/ {print $1}')
+  callgrind_control -i off >/dev/null
+  callgrind_control -d "$label" >/dev/null
+  sleep 1
+  out=$(ls -t callgrind.out* | head -1)
+  ir=$(callgrind_annotate "$out" 2>/dev/null | awk '/PROGRAM TOTALS/{gsub(",","",$1); print $1}')
+  echo "$label requests=$n instructions=$ir per_request=$((ir / n))"
+}

@@ -131,17 +131,9 @@ if [ "${CALLGRIND:-1}" = 1 ]; then
     --callgrind-out-file="$WORK/callgrind.out" "$PIER"
    declare -A per
    for path in plain open; do
-     taskset -c 1 wrk -t1 -c32 -d3s "$base/$path" >/dev/null
-     callgrind_control -z >/dev/null
-     callgrind_control -i on >/dev/null
-     n=$(taskset -c 1 wrk -t1 -c32 -d5s "$base/$path" | awk '/requests in/ {print $1}')
-     callgrind_control -i off >/dev/null
-     callgrind_control -d "$path" >/dev/null
-     sleep 1
-     out=$(ls -t "$WORK"/callgrind.out* | head -1)
-     ir=$(callgrind_annotate "$out" 2>/dev/null | awk '/PROGRAM TOTALS/{gsub(",","",$1); print $1}')
-     per[$path]=$((ir / n))
-     echo "$path requests=$n instructions=$ir per_request=${per[$path]}"
+     line=$(instructions_per_request "$path" "$base/$path")
+     echo "$line"
+     per[$path]=${line##*per_request=}
    done
    echo "open/plain instructions per request: $(awk -v a="${per[open]}" -v b="${per[plain]}" 'BEGIN {printf "%.4f", a/b}')"
    kill "$pid"; wait "$pid" 2>/dev/null || true)

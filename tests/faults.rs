@@ -175,3 +175,95 @@ spec:
     // Within the timeout: answered.
     assert_eq!(get(&format!("{base}/delay/10"), &[]).await.status, 200);
 }
+
+/// `timeout.tcp.connectTimeout`: a meshed endpoint that never answers the TLS handshake fails
+/// the request at the policy's connect timeout (300 ms), not pier's (2 s); a route without the
+/// policy to the same endpoint waits pier's.
+#[tokio::test]
+async fn a_policy_connect_timeout_bounds_the_connection_and_its_handshake() {
+    use support::mesh::{self as m, MeshPki};
+    let pki = MeshPki::new();
+    let silent = pier::echo::spawn_recording(local(0)).await.unwrap();
+    let port = free_port();
+    let routes = format!(
+        "{}---\n{}---\n{}",
+        m::route("app", "quick", "", "silent"),
+        m::route("app", "patient", "", "silent"),
+        "apiVersion: pier.dev/v1alpha1
+kind: BackendTrafficPolicy
+metadata: {name: quick, namespace: app}
+spec:
+  targetRefs: [{group: gateway.networking.k8s.io, kind: HTTPRoute, name: quick}]
+  timeout:
+    tcp: {connectTimeout: 300ms}
+"
+    );
+    let files = [
+        ("00-class.yaml", m::GATEWAY_CLASS.to_string()),
+        ("10-gateway.yaml", m::gateway(port, &m::mesh_spec(""))),
+        ("20-backends.yaml", m::service("app", "silent", silent.addr)),
+        ("30-routes.yaml", routes),
+        ("40-client.yaml", m::pier_client_secret(&pki)),
+        ("41-bundle.yaml", m::bundle(&[&pki.mesh_ca])),
+    ];
+    let pier = m::Pier::start(port, &files).await;
+    let t = Instant::now();
+    let r = pier.get("quick.example").await;
+    let quick = t.elapsed();
+    assert_eq!(r.status, 502, "{}", r.text());
+    assert!(
+        quick >= Duration::from_millis(300) && quick < Duration::from_millis(1500),
+        "{quick:?}"
+    );
+    let t = Instant::now();
+    let r = pier.get("patient.example").await;
+    let patient = t.elapsed();
+    assert_eq!(r.status, 502, "{}", r.text());
+    assert!(patient >= Duration::from_millis(1900), "{patient:?}");
+    pier.shutdown().await;
+}
+
+/// `circuitBreaker`: one request in flight to the backend and none waiting; a second request
+/// while the first is at the backend gets 503 at once. A route without the policy to the same
+/// backend is not limited.
+#[tokio::test]
+async fn a_policy_circuit_breaker_refuses_what_exceeds_it() {
+    let echo = pier::echo::spawn("127.0.0.1:0".parse().unwrap(), "a")
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (port, admin) = (free_port(), free_port());
+    let manifests = format!(
+        "{}---\n{}---\n{}---\n{}---\n{}",
+        gateway(port),
+        service("a", echo.addr),
+        route("guarded", "/delay", "a"),
+        route("open", "/status", "a"),
+        route_policy(
+            "BackendTrafficPolicy",
+            "breaker",
+            "guarded",
+            "  circuitBreaker: {maxParallelRequests: 1, maxPendingRequests: 0}\n",
+        ),
+    );
+    std::fs::write(dir.path().join("all.yaml"), &manifests).unwrap();
+    let _pier = start_pier(dir.path(), admin, &[], &[]).await;
+    let base = format!("http://127.0.0.1:{port}");
+    let slow = tokio::spawn({
+        let url = format!("{base}/delay/1000");
+        async move { get(&url, &[]).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let t = Instant::now();
+    let refused = get(&format!("{base}/delay/0"), &[]).await;
+    assert_eq!(refused.status, 503, "{refused:?}");
+    assert!(
+        t.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        t.elapsed()
+    );
+    // The other route shares the backend's count but not the policy's maximum.
+    assert_eq!(get(&format!("{base}/status/200"), &[]).await.status, 200);
+    assert_eq!(slow.await.unwrap().status, 200);
+    assert_eq!(get(&format!("{base}/delay/0"), &[]).await.status, 200);
+}

@@ -115,39 +115,6 @@ impl Drop for Backend {
     }
 }
 
-/// Service `default/{name}` port 80 with endpoints `ips` on `port` (`h2c`: appProtocol
-/// kubernetes.io/h2c).
-fn pool(name: &str, port: u16, ips: &[&str], h2c: bool) -> String {
-    let app = if h2c {
-        ", appProtocol: kubernetes.io/h2c"
-    } else {
-        ""
-    };
-    let endpoints: String = ips
-        .iter()
-        .map(|ip| format!("  - addresses: [\"{ip}\"]\n"))
-        .collect();
-    format!(
-        "apiVersion: v1
-kind: Service
-metadata: {{name: {name}, namespace: default}}
-spec:
-  ports: [{{name: http, port: 80{app}}}]
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: {name}-1
-  namespace: default
-  labels: {{kubernetes.io/service-name: {name}}}
-addressType: IPv4
-ports: [{{name: http, port: {port}}}]
-endpoints:
-{endpoints}---
-"
-    )
-}
-
 async fn metrics(admin: u16) -> String {
     get(&format!("http://127.0.0.1:{admin}/metrics"), &[])
         .await
@@ -183,21 +150,61 @@ async fn spread(port: u16, n: usize) -> (usize, usize) {
     (a, b)
 }
 
+/// Backends `a` (127.0.0.2) and `b` (127.0.0.3) on one port, Service `pool`, the routes
+/// `/app` and `/plain` to it, and the BackendTrafficPolicy `spec` on `/app`, served by pier.
+/// Tests bind every field they destructure (`_pier`, not `_`): a field left out would be dropped
+/// at once, and pier with it.
+struct Two {
+    a: Backend,
+    b: Backend,
+    a_addr: SocketAddr,
+    port: u16,
+    admin: u16,
+    _pier: Child,
+    _dir: tempfile::TempDir,
+}
+
+impl Two {
+    async fn start(spec: &str) -> Self {
+        let echo_port = free_port();
+        let a_addr = SocketAddr::from(([127, 0, 0, 2], echo_port));
+        let a = Backend::start(a_addr, "a").await;
+        let b = Backend::start(SocketAddr::from(([127, 0, 0, 3], echo_port)), "b").await;
+        let dir = tempfile::tempdir().unwrap();
+        let (port, admin) = (free_port(), free_port());
+        let mut m = format!("{}---\n", gateway(port));
+        m += &service_pool("pool", echo_port, &["127.0.0.2", "127.0.0.3"], None);
+        m += "---\n";
+        for name in ["app", "plain"] {
+            m += &route(name, &format!("/{name}"), "pool");
+            m += "---\n";
+        }
+        m += &route_policy("BackendTrafficPolicy", "checks", "app", spec);
+        std::fs::write(dir.path().join("all.yaml"), m).unwrap();
+        let pier = start_pier(dir.path(), admin, &[], &[]).await;
+        Self {
+            a,
+            b,
+            a_addr,
+            port,
+            admin,
+            _pier: pier,
+            _dir: dir,
+        }
+    }
+}
+
 #[tokio::test]
 async fn http_checks_take_a_failing_endpoint_out_and_bring_it_back() {
-    let echo_port = free_port();
-    let a = Backend::start(SocketAddr::from(([127, 0, 0, 2], echo_port)), "a").await;
-    let b = Backend::start(SocketAddr::from(([127, 0, 0, 3], echo_port)), "b").await;
-    let dir = tempfile::tempdir().unwrap();
-    let (port, admin) = (free_port(), free_port());
-    let mut m = format!("{}---\n", gateway(port));
-    m += &pool("pool", echo_port, &["127.0.0.2", "127.0.0.3"], false);
-    m += &route("app", "/app", "pool");
-    m += "---\n";
-    m += &route_policy(
-        "BackendTrafficPolicy",
-        "checks",
-        "app",
+    let Two {
+        a,
+        b,
+        port,
+        admin,
+        _pier,
+        _dir,
+        ..
+    } = Two::start(
         "  healthCheck:
     active:
       type: HTTP
@@ -207,9 +214,8 @@ async fn http_checks_take_a_failing_endpoint_out_and_bring_it_back() {
       healthyThreshold: 2
       http: {path: /healthz, expectedStatuses: [200, 204]}
 ",
-    );
-    std::fs::write(dir.path().join("all.yaml"), m).unwrap();
-    let _pier = start_pier(dir.path(), admin, &[], &[]).await;
+    )
+    .await;
     let backend = "default/pool:80";
 
     // Both healthy: both get requests, and both are checked.
@@ -265,24 +271,18 @@ async fn http_checks_take_a_failing_endpoint_out_and_bring_it_back() {
 
 #[tokio::test]
 async fn tcp_checks_follow_a_listener_that_goes_and_comes_back() {
-    let echo_port = free_port();
-    let a_addr = SocketAddr::from(([127, 0, 0, 2], echo_port));
-    let a = Backend::start(a_addr, "a").await;
-    let _b = Backend::start(SocketAddr::from(([127, 0, 0, 3], echo_port)), "b").await;
-    let dir = tempfile::tempdir().unwrap();
-    let (port, admin) = (free_port(), free_port());
-    let mut m = format!("{}---\n", gateway(port));
-    m += &pool("pool", echo_port, &["127.0.0.2", "127.0.0.3"], false);
-    m += &route("app", "/app", "pool");
-    m += "---\n";
-    m += &route_policy(
-        "BackendTrafficPolicy",
-        "checks",
-        "app",
+    let Two {
+        a,
+        b: _b,
+        a_addr,
+        port,
+        admin,
+        _pier,
+        _dir,
+    } = Two::start(
         "  healthCheck:\n    active: {type: TCP, interval: 100ms, unhealthyThreshold: 1}\n",
-    );
-    std::fs::write(dir.path().join("all.yaml"), m).unwrap();
-    let _pier = start_pier(dir.path(), admin, &[], &[]).await;
+    )
+    .await;
     let backend = "default/pool:80";
 
     drop(a);
@@ -309,12 +309,13 @@ async fn grpc_checks_ask_the_standard_health_service() {
     let server = support::grpc::GrpcServer::plain_with_health("g", &health);
     let (port, admin) = (free_port(), free_port());
     let mut m = format!("{}---\n", gateway(port));
-    m += &pool(
+    m += &service_pool(
         "grpc",
         server.addr.port(),
         &[&server.addr.ip().to_string()],
-        true,
+        Some("kubernetes.io/h2c"),
     );
+    m += "---\n";
     m += &route("app", "/pier.test.Echo", "grpc");
     m += "---\n";
     m += &route_policy(
@@ -403,26 +404,18 @@ spec:
 
 #[tokio::test]
 async fn passive_checks_eject_an_endpoint_that_answers_500() {
-    let echo_port = free_port();
-    let a = Backend::start(SocketAddr::from(([127, 0, 0, 2], echo_port)), "a").await;
-    let _b = Backend::start(SocketAddr::from(([127, 0, 0, 3], echo_port)), "b").await;
-    a.answer.store(500, Ordering::SeqCst);
-    let dir = tempfile::tempdir().unwrap();
-    let (port, admin) = (free_port(), free_port());
-    let mut m = format!("{}---\n", gateway(port));
-    m += &pool("pool", echo_port, &["127.0.0.2", "127.0.0.3"], false);
-    for name in ["app", "plain"] {
-        m += &route(name, &format!("/{name}"), "pool");
-        m += "---\n";
-    }
-    m += &route_policy(
-        "BackendTrafficPolicy",
-        "outliers",
-        "app",
+    let Two {
+        a,
+        b: _b,
+        port,
+        _pier,
+        _dir,
+        ..
+    } = Two::start(
         "  healthCheck:\n    passive: {consecutive5XxErrors: 2, baseEjectionTime: 1m}\n",
-    );
-    std::fs::write(dir.path().join("all.yaml"), m).unwrap();
-    let _pier = start_pier(dir.path(), admin, &[], &[]).await;
+    )
+    .await;
+    a.answer.store(500, Ordering::SeqCst);
     let answers = |path: &'static str| async move {
         let mut by_status = std::collections::BTreeMap::new();
         for _ in 0..30 {

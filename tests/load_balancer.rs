@@ -14,31 +14,6 @@ use support::*;
 
 const NAMES: [&str; 3] = ["a", "b", "c"];
 
-/// Service `default/pool` port 80 with the three echo endpoints (`port` on 127.0.0.2–4).
-fn pool(port: u16) -> String {
-    format!(
-        "apiVersion: v1
-kind: Service
-metadata: {{name: pool, namespace: default}}
-spec:
-  ports: [{{name: http, port: 80}}]
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: pool-1
-  namespace: default
-  labels: {{kubernetes.io/service-name: pool}}
-addressType: IPv4
-ports: [{{name: http, port: {port}}}]
-endpoints:
-  - addresses: [\"127.0.0.2\"]
-  - addresses: [\"127.0.0.3\"]
-  - addresses: [\"127.0.0.4\"]
-"
-    )
-}
-
 /// Backend name -> requests, over `n` GETs of `path` with `headers` (HTTP/2 every other one).
 async fn spread(
     port: u16,
@@ -70,7 +45,16 @@ async fn each_load_balancer_spreads_or_keeps_requests_as_configured() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let admin = free_port();
-    let mut manifests = format!("{}---\n{}---\n", gateway(port), pool(echo_port));
+    let mut manifests = format!(
+        "{}---\n{}---\n",
+        gateway(port),
+        service_pool(
+            "pool",
+            echo_port,
+            &["127.0.0.2", "127.0.0.3", "127.0.0.4"],
+            None
+        )
+    );
     for name in ["rr", "random", "header", "cookie", "ip", "plain"] {
         manifests.push_str(&route(name, &format!("/{name}"), "pool"));
         manifests.push_str("---\n");

@@ -110,6 +110,45 @@ impl OutlierOverride {
     }
 }
 
+/// What a BackendTrafficPolicy sets on the backends of the rules it reaches, over what their
+/// Services set (`BackendSet::with_override`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BackendOverride {
+    /// `healthCheck.passive`.
+    #[serde(skip_serializing_if = "OutlierOverride::is_none")]
+    pub outlier: OutlierOverride,
+    /// `circuitBreaker.maxParallelRequests`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_requests: Option<u32>,
+    /// `circuitBreaker.maxPendingRequests`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_pending: Option<u32>,
+    /// `timeout.tcp.connectTimeout`.
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "opt_duration::serialize"
+    )]
+    pub connect_timeout: Option<Duration>,
+}
+
+impl BackendOverride {
+    pub fn is_none(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// `b` with these settings where they are set.
+    pub fn over(&self, b: &Backend) -> Backend {
+        Backend {
+            outlier: self.outlier.or(b.outlier),
+            max_requests: self.max_requests.or(b.max_requests),
+            max_pending: self.max_pending.or(b.max_pending),
+            connect_timeout: self.connect_timeout.or(b.connect_timeout),
+            ..b.clone()
+        }
+    }
+}
+
 impl Outlier {
     /// Whether an answer with `status` is a failure of the endpoint.
     #[inline]
@@ -175,6 +214,13 @@ pub struct Backend {
     /// `pier.dev/outlier-ejection`, over pier's (`--outlier-*`).
     #[serde(skip_serializing_if = "OutlierOverride::is_none")]
     pub outlier: OutlierOverride,
+    /// How long a new connection (TCP and TLS) may take: a BackendTrafficPolicy's
+    /// `timeout.tcp.connectTimeout`; `None`: pier's (`--connect-timeout`).
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "opt_duration::serialize"
+    )]
+    pub connect_timeout: Option<Duration>,
     /// Requests in flight to this backend (Service port), counted while a maximum applies;
     /// shared by every variant of the backend and carried over reloads ([`EndpointPool`]).
     #[serde(skip)]
@@ -591,6 +637,7 @@ impl Backend {
             tls: BackendTls::Plain,
             max_requests: None,
             max_pending: None,
+            connect_timeout: None,
             outlier: OutlierOverride::default(),
             load: Arc::default(),
         }

@@ -415,16 +415,14 @@ impl RouteTableBuilder {
 // === impl BackendSet ===
 
 impl BackendSet {
-    /// These backends with a policy's outlier detection (`healthCheck.passive`) over their
-    /// Services' own: copies that share the endpoints' and the backends' load state.
-    pub fn with_outlier(&self, outlier: super::OutlierOverride) -> Self {
+    /// These backends with a policy's settings (outlier detection, circuit breaking, connect
+    /// timeout) over their Services' own: copies that share the endpoints' and the backends'
+    /// load state.
+    pub fn with_override(&self, o: &super::backend::BackendOverride) -> Self {
         let backends = (self.backends.iter())
             .map(|wb| {
                 let target = match &wb.target {
-                    BackendTarget::Service(b) => BackendTarget::Service(Arc::new(Backend {
-                        outlier: outlier.or(b.outlier),
-                        ..Backend::clone(b)
-                    })),
+                    BackendTarget::Service(b) => BackendTarget::Service(Arc::new(o.over(b))),
                     BackendTarget::Invalid => BackendTarget::Invalid,
                 };
                 WeightedBackend {

@@ -65,10 +65,10 @@ pub struct TrafficPolicy {
     /// `healthCheck.active`: put on the rules the policy reaches (`Rule::health`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub health: Option<Arc<super::health::ActiveCheck>>,
-    /// `healthCheck.passive`: the outlier detection of the backends of the rules the policy
-    /// reaches (set on their backends at translation: `Backend::outlier`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub outlier: Option<super::OutlierOverride>,
+    /// `healthCheck.passive`, `circuitBreaker`, `timeout.tcp`: set on the backends of the
+    /// rules the policy reaches at translation (`BackendSet::with_override`).
+    #[serde(skip_serializing_if = "super::backend::BackendOverride::is_none")]
+    pub backends: super::backend::BackendOverride,
 }
 
 /// `loadBalancer.type` other than `LeastRequest`.
@@ -265,6 +265,7 @@ impl RateLimitService {
             tls: Default::default(),
             max_requests: None,
             max_pending: None,
+            connect_timeout: None,
             outlier: Default::default(),
             load: Default::default(),
         };

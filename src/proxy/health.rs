@@ -298,7 +298,7 @@ async fn probe(upstream: &Upstream, s: &Subject, check: &ActiveCheck) -> Result<
         Probe::Tcp => {
             let tls = upstream.tls_for(backend, endpoint).map_err(|e| error(&e))?;
             let (_stream, _open) = upstream
-                .open_stream(&backend.id, endpoint.addr, tls)
+                .open_stream(backend, endpoint.addr, tls)
                 .await
                 .map_err(|e| error(&e))?;
             Ok(())

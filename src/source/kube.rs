@@ -817,39 +817,14 @@ async fn watch_pods_when_asked<S>(
             })
         })
     };
-    let mut config = ctx.config.subscribe();
-    let mut pending = ctx.pending.subscribe();
-    let inputs_listed = pending
-        .wait_for(|p| !p.contains(&WatchKind::Gateway) && !p.contains(&WatchKind::ConfigMap))
-        .await
-        .is_ok();
-    if !inputs_listed {
-        return;
-    }
-    let mut released = false;
-    loop {
-        config.mark_unchanged();
-        if asked() {
-            break;
-        }
-        if !released {
-            tracing::debug!("no Gateway asks for per-endpoint identity: Pods are not watched");
-            self::watch::release(WatchKind::Pod, &ctx);
-            released = true;
-        }
-        if config.changed().await.is_err() {
-            return;
-        }
-    }
-    tracing::info!("a Gateway asks for per-endpoint identity: watching Pods");
-    self::watch::reflect(
-        WatchKind::Pod,
-        self::watch::Changes::Immutable,
-        stream,
-        writer,
-        ctx,
-    )
-    .await;
+    let when = WhenAsked {
+        kind: WatchKind::Pod,
+        changes: self::watch::Changes::Immutable,
+        after: &[WatchKind::Gateway, WatchKind::ConfigMap],
+        not_asked: "no Gateway asks for per-endpoint identity: Pods are not watched",
+        asked: "a Gateway asks for per-endpoint identity: watching Pods",
+    };
+    watch_when_asked(ctx, when, asked, writer, stream).await;
 }
 
 /// Watches `Opaque` Secrets once some SecurityPolicy names a Secret, as
@@ -870,15 +845,48 @@ async fn watch_policy_secrets_when_asked<S>(
         + 'static,
 {
     let asked = || {
-        policies
-            .state()
-            .iter()
-            .any(|p| p.0.as_ref().is_ok_and(|p| p.spec.names_secrets()))
+        !every_secret
+            && (policies.state().iter()).any(|p| p.0.as_ref().is_ok_and(|p| p.spec.names_secrets()))
     };
+    let when = WhenAsked {
+        kind: WatchKind::OpaqueSecret,
+        changes: self::watch::Changes::Any,
+        after: &[WatchKind::SecurityPolicy],
+        not_asked: "no SecurityPolicy names a Secret: Opaque Secrets are not watched",
+        asked: "a SecurityPolicy names a Secret: watching Secrets of type Opaque",
+    };
+    watch_when_asked(ctx, when, asked, writer, stream).await;
+}
+
+/// A watch started only once the configuration asks for it.
+struct WhenAsked {
+    kind: WatchKind,
+    changes: self::watch::Changes,
+    /// The kinds `asked` reads: listed before it is first asked.
+    after: &'static [WatchKind],
+    /// Logged (DEBUG) when the kind's readiness latch is released unwatched, and (INFO) when
+    /// the watch starts.
+    not_asked: &'static str,
+    asked: &'static str,
+}
+
+/// Waits for `when.after` to list, then until `asked()` holds, asking again on every
+/// configuration change (releasing `when.kind`'s readiness latch meanwhile); then reflects
+/// `stream` into `writer` for the life of the process.
+async fn watch_when_asked<K, S>(
+    ctx: Ctx,
+    when: WhenAsked,
+    asked: impl Fn() -> bool,
+    writer: kube::runtime::reflector::store::Writer<K>,
+    stream: S,
+) where
+    K: self::watch::Watched,
+    S: futures::Stream<Item = watcher::Result<watcher::Event<K>>> + Send + 'static,
+{
     let mut config = ctx.config.subscribe();
     let mut pending = ctx.pending.subscribe();
     let listed = pending
-        .wait_for(|p| !p.contains(&WatchKind::SecurityPolicy))
+        .wait_for(|p| when.after.iter().all(|k| !p.contains(k)))
         .await
         .is_ok();
     if !listed {
@@ -887,27 +895,20 @@ async fn watch_policy_secrets_when_asked<S>(
     let mut released = false;
     loop {
         config.mark_unchanged();
-        if !every_secret && asked() {
+        if asked() {
             break;
         }
         if !released {
-            tracing::debug!("no SecurityPolicy names a Secret: Opaque Secrets are not watched");
-            self::watch::release(WatchKind::OpaqueSecret, &ctx);
+            tracing::debug!("{}", when.not_asked);
+            self::watch::release(when.kind, &ctx);
             released = true;
         }
         if config.changed().await.is_err() {
             return;
         }
     }
-    tracing::info!("a SecurityPolicy names a Secret: watching Secrets of type Opaque");
-    self::watch::reflect(
-        WatchKind::OpaqueSecret,
-        self::watch::Changes::Any,
-        stream,
-        writer,
-        ctx,
-    )
-    .await;
+    tracing::info!("{}", when.asked);
+    self::watch::reflect(when.kind, when.changes, stream, writer, ctx).await;
 }
 
 /// Turns configuration changes into at most one `()` per burst: after [`QUIET`] without

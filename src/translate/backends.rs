@@ -188,6 +188,7 @@ impl<'a> Backends<'a> {
             max_requests,
             max_pending,
             outlier,
+            connect_timeout: None,
             load,
         });
         self.cache.insert(key, backend.clone());

@@ -289,13 +289,13 @@ pub fn translate_with(
                         .and_then(|p| p.request_timeout)
                         .filter(|_| r.rule.timeouts.request.is_none());
                     let health = effective.as_ref().and_then(|p| p.health.clone());
-                    let outlier = effective.as_ref().and_then(|p| p.outlier);
+                    let backends = effective.as_ref().map(|p| p.backends).unwrap_or_default();
                     let limits = effective.and_then(|p| limit_tables.rule(&p, &key));
                     let rule = if access.is_none()
                         && limits.is_none()
                         && timeout.is_none()
                         && health.is_none()
-                        && outlier.is_none()
+                        && backends.is_none()
                     {
                         r.rule.clone()
                     } else {
@@ -305,8 +305,8 @@ pub fn translate_with(
                             rule.timeouts.request = timeout;
                         }
                         rule.health = health;
-                        if let Some(o) = outlier {
-                            rule.backends = rule.backends.with_outlier(o);
+                        if !backends.is_none() {
+                            rule.backends = rule.backends.with_override(&backends);
                         }
                         std::sync::Arc::new(rule)
                     };

@@ -17,6 +17,7 @@ use super::Settings;
 use super::api::{self, BackendTrafficPolicy, BackendTrafficPolicySpec};
 use super::attach::{self, Entry};
 use super::resources::Resources;
+use crate::model::backend::BackendOverride;
 use crate::model::health::{ActiveCheck, Probe};
 use crate::model::matcher::{PathMatch, ValueMatch};
 use crate::model::traffic::{
@@ -122,7 +123,7 @@ fn entry(
                     request_timeout: None,
                     balance: None,
                     health: None,
-                    outlier: None,
+                    backends: Default::default(),
                 }),
                 Some(format!("{why}; nothing of this policy is in force")),
             ),
@@ -189,8 +190,37 @@ fn traffic_policy(
         request_timeout: request_timeout(spec.timeout.as_ref())?,
         balance: balance(spec.load_balancer.as_ref())?,
         health: active_check(source, spec.health_check.as_ref())?.map(Arc::new),
-        outlier: passive_check(spec.health_check.as_ref())?,
+        backends: BackendOverride {
+            outlier: passive_check(spec.health_check.as_ref())?.unwrap_or_default(),
+            max_requests: (spec.circuit_breaker.as_ref())
+                .and_then(|c| c.max_parallel_requests)
+                .map(|n| positive(n, "circuitBreaker.maxParallelRequests"))
+                .transpose()?,
+            max_pending: (spec.circuit_breaker.as_ref()).and_then(|c| c.max_pending_requests),
+            connect_timeout: connect_timeout(spec.timeout.as_ref())?,
+        },
     })
+}
+
+fn positive(n: u32, field: &str) -> Result<u32, String> {
+    if n == 0 {
+        Err(format!("{field}: must be at least 1"))
+    } else {
+        Ok(n)
+    }
+}
+
+/// `timeout.tcp.connectTimeout`.
+fn connect_timeout(t: Option<&api::Timeout>) -> Result<Option<Duration>, String> {
+    let Some(s) = t.and_then(|t| t.tcp.as_ref()?.connect_timeout.as_deref()) else {
+        return Ok(None);
+    };
+    match super::api::duration(s) {
+        Some(d) if !d.is_zero() && d <= Duration::from_secs(300) => Ok(Some(d)),
+        _ => Err(format!(
+            "timeout.tcp.connectTimeout: {s:?} is not a duration from 1ms to 5m (such as 5s)"
+        )),
+    }
 }
 
 /// `healthCheck.passive`, with Envoy Gateway's defaults: five 5xx in a row, 30 s.

@@ -49,6 +49,7 @@ pub fn tls_backend(
         tls,
         max_requests: None,
         max_pending: None,
+        connect_timeout: None,
         outlier: Default::default(),
         load: Default::default(),
     })

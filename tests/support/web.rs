@@ -105,12 +105,23 @@ spec:
 
 /// A Service `default/<name>` port 80 with one ready endpoint at `addr`.
 pub fn service(name: &str, addr: SocketAddr) -> String {
+    service_pool(name, addr.port(), &[&addr.ip().to_string()], None)
+}
+
+/// A Service `default/<name>` port 80 (with `app_protocol`, such as `kubernetes.io/h2c`) whose
+/// ready endpoints are `ips`, all on `port`.
+pub fn service_pool(name: &str, port: u16, ips: &[&str], app_protocol: Option<&str>) -> String {
+    let app = app_protocol.map_or(String::new(), |p| format!(", appProtocol: {p}"));
+    let endpoints: String = ips
+        .iter()
+        .map(|ip| format!("  - addresses: [\"{ip}\"]\n"))
+        .collect();
     format!(
         "apiVersion: v1
 kind: Service
 metadata: {{name: {name}, namespace: default}}
 spec:
-  ports: [{{name: http, port: 80}}]
+  ports: [{{name: http, port: 80{app}}}]
 ---
 apiVersion: discovery.k8s.io/v1
 kind: EndpointSlice
@@ -121,10 +132,7 @@ metadata:
 addressType: IPv4
 ports: [{{name: http, port: {port}}}]
 endpoints:
-  - addresses: [\"{ip}\"]
-",
-        port = addr.port(),
-        ip = addr.ip()
+{endpoints}"
     )
 }
 

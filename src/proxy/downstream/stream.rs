@@ -309,7 +309,7 @@ async fn connect(
 ) -> Result<(upstream::Stream, ConnectionGuard), StreamResult> {
     let result = shared
         .upstream
-        .open_stream(&backend.id, endpoint.addr, tls)
+        .open_stream(backend, endpoint.addr, tls)
         .await;
     let status: Result<StatusCode, &ProxyError> = match &result {
         Ok(_) => Ok(StatusCode::OK),

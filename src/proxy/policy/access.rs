@@ -9,7 +9,6 @@ use http::{HeaderName, HeaderValue, header};
 use std::sync::Arc;
 
 use crate::auth::jwt;
-use crate::auth::verified::VerifiedTokens;
 use crate::model::policy::{
     AccessPolicy, AccessRequest, Action, ApiKeyAuthn, Authenticated, BasicAuthn, BasicVerdict,
     CredentialSource, JwtAuthn, Mechanism,
@@ -99,13 +98,12 @@ fn jwt_authn(
             continue;
         };
         presented = true;
-        let key = VerifiedTokens::key(token);
-        let verified = match p.verified.get(&key, now) {
+        let verified = match p.verified.get(token, now) {
             Some(claims) => Ok(claims),
             None => jwt::verify(token, &p.keys, &p.validation, now).map(|claims| {
                 let claims = Arc::new(claims);
                 let leeway = p.validation.leeway_secs;
-                p.verified.insert(key, claims.clone(), now, leeway);
+                p.verified.insert(token, claims.clone(), now, leeway);
                 claims
             }),
         };

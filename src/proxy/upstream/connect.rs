@@ -69,6 +69,8 @@ pub struct Dial<'a> {
     /// the endpoint's own sessions ([`Entry::tls_config`](super::pool::Entry::tls_config)).
     /// Unpooled streams (TLSRoute) use `tls.config` and its cache by server name.
     pub tls_config: Option<Arc<rustls::ClientConfig>>,
+    /// The backend's own connect timeout, else the connector's.
+    pub connect_timeout: Option<Duration>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -113,7 +115,7 @@ impl Connector {
     /// TCP, then TLS when the backend has it: the socket, and whether it speaks HTTP/2 (h2c
     /// by `appProtocol`, or `h2` chosen by ALPN).
     pub async fn connect_stream(&self, dial: &Dial<'_>) -> Result<(Stream, bool), ProxyError> {
-        let deadline = Instant::now() + self.connect_timeout;
+        let deadline = Instant::now() + dial.connect_timeout.unwrap_or(self.connect_timeout);
         let tcp = tcp(dial.addr, deadline).await?;
         match dial.tls {
             None => Ok((Stream::Left(tcp), dial.protocol == AppProtocol::H2c)),

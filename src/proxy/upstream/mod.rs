@@ -46,7 +46,7 @@ pub use connect::Stream;
 pub use raw::{Raw, RawConn};
 
 use crate::model::{
-    AppProtocol, Backend, BackendId, BackendLoad, Endpoint, EndpointStats, Snapshot, UpstreamTls,
+    AppProtocol, Backend, BackendLoad, Endpoint, EndpointStats, Snapshot, UpstreamTls,
 };
 use crate::proxy::body::ProxyBody;
 use crate::proxy::config::ProxyConfig;
@@ -198,16 +198,17 @@ impl Upstream {
     /// it as an open upstream connection until dropped.
     pub async fn open_stream(
         &self,
-        backend: &BackendId,
+        backend: &Backend,
         addr: SocketAddr,
         tls: Option<&UpstreamTls>,
     ) -> Result<(Stream, ConnectionGuard), ProxyError> {
         let dial = Dial {
-            backend,
+            backend: &backend.id,
             addr,
             protocol: AppProtocol::Opaque,
             tls,
             tls_config: None,
+            connect_timeout: backend.connect_timeout,
         };
         let (io, _) = self.inner.connector.connect_stream(&dial).await?;
         let transport = tls.map_or(Transport::Plain, |t| Transport::of_mode(t.mode));
@@ -254,6 +255,7 @@ impl Upstream {
             protocol,
             tls,
             tls_config: tls.map(|t| entry.tls_config(t)),
+            connect_timeout: backend.connect_timeout,
         };
         // Boxed: connecting (TCP, TLS handshake, HTTP/2 handshake) takes kilobytes of future
         // state that would otherwise be part of, and moved with, every request's future.

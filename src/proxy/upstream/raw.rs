@@ -70,6 +70,7 @@ impl Upstream {
             protocol: backend.protocol,
             tls,
             tls_config: tls.map(|t| entry.tls_config(t)),
+            connect_timeout: backend.connect_timeout,
         };
         // Boxed, as in `send`: connecting is kilobytes of future state.
         Box::pin(self.raw_new(entry, &dial)).await

@@ -18,6 +18,7 @@ fn backend(protocol: AppProtocol) -> Backend {
         tls: BackendTls::Plain,
         max_requests: None,
         max_pending: None,
+        connect_timeout: None,
         outlier: Default::default(),
         load: Arc::default(),
     }

@@ -50,6 +50,22 @@ pub struct BackendTrafficPolicySpec {
     /// Checks that take an endpoint out of the targets' backends before a client meets it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health_check: Option<HealthCheck>,
+    /// Limits on the requests in flight to the targets' backends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub circuit_breaker: Option<CircuitBreaker>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CircuitBreaker {
+    /// Requests in flight to a backend (all its endpoints, every route's requests counted)
+    /// past which a request waits for a slot; default pier's `--max-requests-per-backend`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_parallel_requests: Option<u32>,
+    /// Requests that may wait for a slot; past it, 503 at once. Default pier's
+    /// `--max-pending-requests-per-backend`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_pending_requests: Option<u32>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -174,6 +190,17 @@ pub struct NamedHash {
 pub struct Timeout {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http: Option<HttpTimeout>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tcp: Option<TcpTimeout>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TcpTimeout {
+    /// How long a new connection to an endpoint (TCP and TLS handshake) may take (a Gateway
+    /// API duration, default pier's `--connect-timeout`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connect_timeout: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -705,3 +705,56 @@ fn passive_health_checks_set_the_outlier_detection_of_the_rules_backends() {
         assert!(message.contains(want), "{message} lacks {want}");
     }
 }
+
+#[test]
+fn circuit_breakers_and_connect_timeouts_reach_the_rules_backends() {
+    use crate::model::BackendTarget;
+    let p = |spec: &str| run(&compressing("cb", WEB, spec), &Carried::default());
+    let backend_at = |t: &Translation, path: &str| {
+        let l = &t.snapshot.ports[0].listeners[0];
+        let e = (l.routes.entries())
+            .find(|e| format!("{:?}", e.matcher).contains(path))
+            .unwrap();
+        match &e.rule.backends.backends[0].target {
+            BackendTarget::Service(b) => b.clone(),
+            BackendTarget::Invalid => panic!("no backend"),
+        }
+    };
+    let backend_of = |t: &Translation| backend_at(t, "/read");
+    let t = p(
+        "  circuitBreaker: {maxParallelRequests: 10, maxPendingRequests: 0}\n  timeout:\n    \
+         tcp: {connectTimeout: 250ms}",
+    );
+    assert!(accepted(&t, "cb").0);
+    let b = backend_of(&t);
+    assert_eq!(
+        (b.max_requests, b.max_pending, b.connect_timeout),
+        (Some(10), Some(0), Some(Duration::from_millis(250)))
+    );
+    assert!(traffic_of(&t, "/read").is_none(), "nothing per request");
+    let plain = backend_of(&run("", &Carried::default()));
+    assert_eq!(
+        (plain.max_requests, plain.max_pending, plain.connect_timeout),
+        (None, None, None)
+    );
+    // The copy shares the load state with the Service's backend of another route (`/api`,
+    // no policy): the maximum counts every route's requests.
+    let api = backend_at(&t, "/api");
+    assert_eq!(api.max_requests, None);
+    assert!(std::sync::Arc::ptr_eq(&b.load, &api.load));
+    for (spec, want) in [
+        (
+            "  circuitBreaker: {maxParallelRequests: 0}",
+            "circuitBreaker.maxParallelRequests: must be at least 1",
+        ),
+        (
+            "  timeout:\n    tcp: {connectTimeout: 1h}",
+            "timeout.tcp.connectTimeout: \"1h\" is not a duration from 1ms to 5m",
+        ),
+    ] {
+        let t = p(spec);
+        let (ok, reason, message) = accepted(&t, "cb");
+        assert!(!ok && reason == "Invalid", "{spec}");
+        assert!(message.contains(want), "{message} lacks {want}");
+    }
+}
