@@ -47,6 +47,7 @@ RUN=(
   mesh.md
   edge/security-policy.md
   edge/ext-auth.md
+  edge/oidc.md
   edge/rate-limits.md
   edge/compression.md
   edge/fault-injection.md
@@ -72,7 +73,6 @@ declare -A NOT_RUN=(
   [operations/admin.md]="a reference of the endpoints of a running pier, not a walkthrough; tests/admin.rs checks each (/config, /readyz, the token, the Unix socket)"
   [performance.md]="benchmarks (scripts/ab-pair.sh and friends): minutes each, on a quiet machine"
   [history/benchmarks.md]="the record of benchmark runs (minutes each, on a quiet machine)"
-  [edge/oidc.md]="needs an OpenID Provider and a browser; tests/oidc.rs logs in with headless Chromium against zitadel/oidc's example provider (scripts/oidc-provider.sh)"
   [history/reliability.md]="the record of reliability runs (soak, outages: minutes to hours)"
 )
 
@@ -278,6 +278,10 @@ for c in "${chapters[@]}"; do
   fi
   if [ "$c" = edge/ext-auth.md ] && ! "$REPO/scripts/extauthz.sh" env >/dev/null 2>&1; then
     log "$c: FAILED: its authorizer is not built: run scripts/extauthz.sh build (scripts/test does)"
+    failed+=("$c"); continue
+  fi
+  if [ "$c" = edge/oidc.md ] && ! "$REPO/scripts/oidc-provider.sh" env >/dev/null 2>&1; then
+    log "$c: FAILED: its OpenID Provider is not built: run scripts/oidc-provider.sh build (scripts/test does)"
     failed+=("$c"); continue
   fi
   compose "$dir" >"$dir/chapter.sh"

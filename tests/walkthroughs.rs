@@ -12,7 +12,8 @@
 //! this one (its ports must be free then); nothing is skipped. Needs curl, jq, openssl and
 //! haproxy (`scripts/test` installs them) and the OpenTelemetry Collector that
 //! `scripts/otelcol.sh build` makes (as tests/tracing.rs does) and the authorizer that
-//! `scripts/extauthz.sh build` makes (as tests/ext_auth.rs does). About 20-40 s on two cores.
+//! `scripts/extauthz.sh build` makes (as tests/ext_auth.rs does) and the OpenID Provider that
+//! `scripts/oidc-provider.sh build` makes (as tests/oidc.rs does). About 20-40 s on two cores.
 
 use std::path::Path;
 use std::process::Command;
@@ -47,6 +48,7 @@ fn the_manuals_walkthroughs_run_as_written_and_clean_up() {
         "manifests.md",
         "mesh.md",
         "edge/ext-auth.md",
+        "edge/oidc.md",
         "edge/rate-limits.md",
         "edge/compression.md",
         "edge/fault-injection.md",
