@@ -198,15 +198,7 @@ spec:
     tcp: {connectTimeout: 300ms}
 "
     );
-    let files = [
-        ("00-class.yaml", m::GATEWAY_CLASS.to_string()),
-        ("10-gateway.yaml", m::gateway(port, &m::mesh_spec(""))),
-        ("20-backends.yaml", m::service("app", "silent", silent.addr)),
-        ("30-routes.yaml", routes),
-        ("40-client.yaml", m::pier_client_secret(&pki)),
-        ("41-bundle.yaml", m::bundle(&[&pki.mesh_ca])),
-    ];
-    let pier = m::Pier::start(port, &files).await;
+    let pier = m::start_meshed(port, &pki, m::service("app", "silent", silent.addr), routes).await;
     let t = Instant::now();
     let r = pier.get("quick.example").await;
     let quick = t.elapsed();

@@ -370,15 +370,7 @@ spec:
     active: {type: HTTP, interval: 100ms, http: {path: /healthz}}
 "
     );
-    let files = [
-        ("00-class.yaml", m::GATEWAY_CLASS.to_string()),
-        ("10-gateway.yaml", m::gateway(port, &m::mesh_spec(""))),
-        ("20-backends.yaml", m::service("app", "web", web.addr)),
-        ("30-routes.yaml", routes),
-        ("40-client.yaml", m::pier_client_secret(&pki)),
-        ("41-bundle.yaml", m::bundle(&[&pki.mesh_ca])),
-    ];
-    let pier = m::Pier::start(port, &files).await;
+    let pier = m::start_meshed(port, &pki, m::service("app", "web", web.addr), routes).await;
     let checks = || {
         (web.requests().into_iter())
             .filter(|s| s.path == "/healthz")

@@ -732,6 +732,21 @@ pub fn pod(ns: &str, name: &str, service_account: &str) -> String {
 // === pier ===
 
 /// pier running in-process from a manifest directory, its listener on `port`.
+/// Starts pier on Gateway `gw/edge` at `port`, meshing every route (no selector), with
+/// `backends` and `routes` (YAML documents) and pier's client Secret and the mesh bundle of
+/// `pki`.
+pub async fn start_meshed(port: u16, pki: &MeshPki, backends: String, routes: String) -> Pier {
+    let files = [
+        ("00-class.yaml", GATEWAY_CLASS.to_string()),
+        ("10-gateway.yaml", gateway(port, &mesh_spec(""))),
+        ("20-backends.yaml", backends),
+        ("30-routes.yaml", routes),
+        ("40-client.yaml", pier_client_secret(pki)),
+        ("41-bundle.yaml", bundle(&[&pki.mesh_ca])),
+    ];
+    Pier::start(port, &files).await
+}
+
 pub struct Pier {
     pub dir: tempfile::TempDir,
     pub port: u16,
