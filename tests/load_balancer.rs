@@ -55,7 +55,7 @@ async fn each_load_balancer_spreads_or_keeps_requests_as_configured() {
             None
         )
     );
-    for name in ["rr", "random", "header", "cookie", "ip", "plain"] {
+    for name in ["rr", "random", "header", "cookie", "made", "ip", "plain"] {
         manifests.push_str(&route(name, &format!("/{name}"), "pool"));
         manifests.push_str("---\n");
     }
@@ -69,6 +69,10 @@ async fn each_load_balancer_spreads_or_keeps_requests_as_configured() {
         (
             "cookie",
             "{type: ConsistentHash, consistentHash: {type: Cookie, cookie: {name: sid}}}",
+        ),
+        (
+            "made",
+            "{type: ConsistentHash, consistentHash: {type: Cookie, cookie: {name: lb, ttl: 1h}}}",
         ),
         (
             "ip",
@@ -118,6 +122,38 @@ async fn each_load_balancer_spreads_or_keeps_requests_as_configured() {
     )
     .await;
     assert_eq!(sid.len(), 1, "{sid:?}");
+
+    // ... on a cookie pier makes (cookie.ttl) for a client without one: each new client gets
+    // its own value, and its requests with it stay on the endpoint of its first.
+    let mut clients = BTreeMap::<String, usize>::new();
+    for _ in 0..30 {
+        let first = get(&format!("http://127.0.0.1:{port}/made"), &[]).await;
+        assert_eq!(first.status, 200, "{first:?}");
+        let set = first.headers["set-cookie"].to_str().unwrap().to_string();
+        assert!(set.ends_with("; Path=/; Max-Age=3600; HttpOnly"), "{set}");
+        let pair = set.split(';').next().unwrap().to_string();
+        let again = spread(port, "/made", &[("cookie", &pair)], 4).await;
+        assert_eq!(
+            again.keys().collect::<Vec<_>>(),
+            [&first.backend()],
+            "{pair}: {again:?}"
+        );
+        *clients.entry(first.backend()).or_default() += 1;
+    }
+    assert_eq!(
+        clients.len(),
+        3,
+        "30 clients over three endpoints: {clients:?}"
+    );
+    let with = get(
+        &format!("http://127.0.0.1:{port}/made"),
+        &[("cookie", "lb=x")],
+    )
+    .await;
+    assert!(
+        with.headers.get("set-cookie").is_none(),
+        "a client with the cookie keeps it"
+    );
 
     // ... on the client address: every request from 127.0.0.1 to one endpoint.
     let ip = spread(port, "/ip", &[], 12).await;

@@ -86,7 +86,16 @@ pub enum HashOn {
     /// The client address pier derives (trusted proxies, PROXY protocol).
     SourceIp,
     Header(#[serde(serialize_with = "ser_header_name")] HeaderName),
-    Cookie(String),
+    /// The cookie `name`; with `ttl`, pier makes one for a request without it (set on the
+    /// response with that Max-Age).
+    Cookie {
+        name: String,
+        #[serde(
+            skip_serializing_if = "Option::is_none",
+            with = "super::backend::opt_duration"
+        )]
+        ttl: Option<Duration>,
+    },
 }
 
 /// `faultInjection`: what is injected into a share of the requests, to see how clients and

@@ -233,6 +233,7 @@ pub fn balance<'b>(
     backend: &'b crate::model::Backend,
     edge: &Edge,
     headers: &HeaderMap,
+    set_cookie: &mut Option<http::HeaderValue>,
 ) -> Option<&'b crate::model::Endpoint> {
     use crate::model::traffic::{Balance, HashOn};
     let how = rule.traffic.as_ref()?.policy.balance.as_ref()?;
@@ -251,7 +252,22 @@ pub fn balance<'b>(
                     &ip
                 }
                 HashOn::Header(name) => headers.get(name)?.as_bytes(),
-                HashOn::Cookie(name) => crate::model::session::cookie(headers, name)?.as_bytes(),
+                HashOn::Cookie { name, ttl } => {
+                    match (crate::model::session::cookie(headers, name), ttl) {
+                        (Some(v), _) => v.as_bytes(),
+                        (None, None) => return None,
+                        // A new client: a random value, hashed now and kept by the client.
+                        (None, Some(ttl)) => {
+                            let value = format!("{:032x}", rand::random::<u128>());
+                            *set_cookie = http::HeaderValue::from_str(&format!(
+                                "{name}={value}; Path=/; Max-Age={}; HttpOnly",
+                                ttl.as_secs()
+                            ))
+                            .ok();
+                            return backend.pick_hashed(now, value.as_bytes());
+                        }
+                    }
+                }
             };
             backend.pick_hashed(now, key)
         }

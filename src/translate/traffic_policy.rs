@@ -413,7 +413,22 @@ fn balance(lb: Option<&api::LoadBalancer>) -> Result<Option<Balance>, String> {
                             c.name
                         )));
                     }
-                    HashOn::Cookie(c.name.clone())
+                    let ttl = match &c.ttl {
+                        None => None,
+                        Some(t) => Some(
+                            super::api::duration(t)
+                                .filter(|d| d.as_secs() >= 1)
+                                .ok_or_else(|| {
+                                    at(&format!(
+                                        "cookie.ttl: {t:?} is not a duration of a second or more"
+                                    ))
+                                })?,
+                        ),
+                    };
+                    HashOn::Cookie {
+                        name: c.name.clone(),
+                        ttl,
+                    }
                 }
                 other => {
                     return Err(at(&format!(

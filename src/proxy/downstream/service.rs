@@ -346,9 +346,10 @@ async fn forward<'s>(
         }
     });
     // The rule's load-balancing policy's pick, unless a session already names the endpoint.
+    let mut lb_cookie = None;
     let balanced = match session.as_ref().and_then(|s| s.carried) {
         Some(_) => None,
-        None => phase::balance(shared, rule, backend, edge, &parts.headers),
+        None => phase::balance(shared, rule, backend, edge, &parts.headers, &mut lb_cookie),
     };
     // A body partly read for an external authorizer is not replayed (not kept whole).
     if let Some(policy) = rule.retries()
@@ -373,6 +374,9 @@ async fn forward<'s>(
         // retries) carries the session on.
         if let (Some(s), Some(addr)) = (&session, seen.upstream) {
             s.answer(&mut resp, addr);
+        }
+        if let Some(c) = lb_cookie {
+            resp.headers_mut().append(http::header::SET_COOKIE, c);
         }
         return Ok(resp);
     }
@@ -431,6 +435,9 @@ async fn forward<'s>(
     let mut resp = finish_response(shared, resp, rule, &answer, in_flight);
     if let Some(s) = &session {
         s.answer(&mut resp, endpoint.addr);
+    }
+    if let Some(c) = lb_cookie {
+        resp.headers_mut().append(http::header::SET_COOKIE, c);
     }
     Ok(resp)
 }

@@ -174,10 +174,20 @@ pub struct ConsistentHash {
     /// `Header`: the header whose value is hashed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub header: Option<NamedHash>,
-    /// `Cookie`: the cookie whose value is hashed (a request without it gets the default
-    /// pick; pier does not make the cookie).
+    /// `Cookie`: the cookie whose value is hashed. A request without it gets the default
+    /// pick, unless `ttl` is given: then pier makes the cookie.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cookie: Option<NamedHash>,
+    pub cookie: Option<CookieHash>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct CookieHash {
+    pub name: String,
+    /// When given, a request without the cookie gets a new random value, hashed as if it had
+    /// come with it, and the response sets the cookie for this long (a Gateway API duration):
+    /// the client's next requests go to the same endpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -549,6 +549,10 @@ fn load_balancer_types_and_their_mistakes() {
             "  loadBalancer:\n    type: ConsistentHash\n    consistentHash: {type: Query}",
             "loadBalancer.consistentHash.type: \"Query\"",
         ),
+        (
+            "  loadBalancer:\n    type: ConsistentHash\n    consistentHash: {type: Cookie, cookie: {name: lb, ttl: 500ms}}",
+            "loadBalancer.consistentHash.cookie.ttl: \"500ms\" is not a duration of a second or more",
+        ),
     ] {
         let t = lb(spec);
         let (ok, reason, message) = accepted(&t, "lb");
