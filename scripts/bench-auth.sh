@@ -18,6 +18,7 @@
 # 2. A new token on every request (the verified-token cache never hits): /fresh, a second JWT
 #    policy whose key signed NEW distinct tokens (python3-cryptography); wrk sends them in turn
 #    (a Lua script), so each request is one ES256 verification. CPU per request against /plain.
+#    NEW tokens (default 150000) must outnumber the cache's 10 000 entries, or they hit it.
 # 3. bcrypt flood: /plain alone (-c16), then /plain (-c16) while a second wrk (-c64) sends a
 #    wrong password to /basic on every request; /plain's requests/s and p99 in both, and what
 #    the flood got (401: hashed and refused; 503: no turn to hash within 500 ms).
@@ -168,28 +169,29 @@ measure() {
 $(awk -v a="$t0" -v b="$t1" -v n="$reqs" -v hz="$hz" 'BEGIN {printf "%.2f", (b-a)/hz*1e6/n}')"
 }
 
+# against_plain NAME PATH WRK_ARGS...: RUNS interleaved runs of /plain and of PATH (with
+# WRK_ARGS), each printed, then NAME/plain CPU per request (medians).
+against_plain() {
+  local name=$1 path=$2 i rps p99 us
+  shift 2
+  local plain_cpu=() other_cpu=()
+  for i in $(seq "$RUNS"); do
+    read -r rps p99 us < <(measure 64 "$base/plain")
+    echo "plain run=$i rps=$rps p99=$p99 cpu_us_per_req=$us"; plain_cpu+=("$us")
+    read -r rps p99 us < <(measure 64 "$base/$path" "$@")
+    echo "$name run=$i rps=$rps p99=$p99 cpu_us_per_req=$us"; other_cpu+=("$us")
+  done
+  echo "$name/plain CPU per request (medians): $(awk -v p="$(median "${plain_cpu[@]}")" -v o="$(median "${other_cpu[@]}")" 'BEGIN {printf "%.3f", o/p}')"
+}
+
 echo "# 1. JWT (ES256) route vs plain route, c=64, ${D}s runs, interleaved"
-plain_cpu=() jwt_cpu=()
-for i in $(seq "$RUNS"); do
-  read -r rps p99 us < <(measure 64 "$base/plain")
-  echo "plain run=$i rps=$rps p99=$p99 cpu_us_per_req=$us"; plain_cpu+=("$us")
-  read -r rps p99 us < <(measure 64 "$base/jwt" -H "authorization: Bearer $TOKEN")
-  echo "jwt   run=$i rps=$rps p99=$p99 cpu_us_per_req=$us"; jwt_cpu+=("$us")
-done
-echo "jwt/plain CPU per request (medians): $(awk -v p="$(median "${plain_cpu[@]}")" -v j="$(median "${jwt_cpu[@]}")" 'BEGIN {printf "%.3f", j/p}')"
+against_plain jwt jwt -H "authorization: Bearer $TOKEN"
 
 echo "# 2. a new ES256 token on every request (no cache hit) vs plain, c=64, ${D}s runs"
 first=$(head -1 "$WORK/tokens.txt")
 [ "$(curl -s -o /dev/null -w '%{http_code}' -H "authorization: Bearer $first" "$base/fresh")" = 200 ] || {
   echo "pier does not let the generated token in on /fresh" >&2; exit 1; }
-plain_cpu=() fresh_cpu=()
-for i in $(seq "$RUNS"); do
-  read -r rps p99 us < <(measure 64 "$base/plain")
-  echo "plain run=$i rps=$rps p99=$p99 cpu_us_per_req=$us"; plain_cpu+=("$us")
-  read -r rps p99 us < <(measure 64 "$base/fresh" -s "$WORK/fresh.lua")
-  echo "fresh run=$i rps=$rps p99=$p99 cpu_us_per_req=$us"; fresh_cpu+=("$us")
-done
-echo "fresh/plain CPU per request (medians): $(awk -v p="$(median "${plain_cpu[@]}")" -v f="$(median "${fresh_cpu[@]}")" 'BEGIN {printf "%.3f", f/p}')"
+against_plain fresh fresh -s "$WORK/fresh.lua"
 m=$(curl -s "http://127.0.0.1:$ADMIN/metrics" | grep '^pier_proxy_security_decisions_total{policy="b/fresh"')
 echo "fresh decisions: $(echo "$m" | awk '{printf "%s ", $0}')"
 
