@@ -40,6 +40,9 @@ pub enum Probe {
         host: Option<String>,
         head: bool,
         expected: Box<[u16]>,
+        /// Bytes the body must contain (`expectedResponse`).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        body: Option<Box<[u8]>>,
     },
     /// A connection (and its TLS handshake when the backend has TLS).
     Tcp,

@@ -308,6 +308,7 @@ async fn probe(upstream: &Upstream, s: &Subject, check: &ActiveCheck) -> Result<
             host,
             head,
             expected,
+            body: want,
         } => {
             let host = match host {
                 Some(h) => HeaderValue::from_str(h).map_err(|e| error(&e))?,
@@ -329,11 +330,22 @@ async fn probe(upstream: &Upstream, s: &Subject, check: &ActiveCheck) -> Result<
             let resp = upstream.send(target, req).await.map_err(|e| error(&e))?;
             let status = resp.status();
             // Read the answer (bounded) so that the connection can serve the next check.
-            let _ = Limited::new(resp.into_body(), MAX_BODY).collect().await;
-            if expected.contains(&status.as_u16()) {
-                Ok(())
-            } else {
-                Err(Failure::Unexpected(format!("status {}", status.as_u16())))
+            let got = Limited::new(resp.into_body(), MAX_BODY).collect().await;
+            if !expected.contains(&status.as_u16()) {
+                return Err(Failure::Unexpected(format!("status {}", status.as_u16())));
+            }
+            match want {
+                None => Ok(()),
+                Some(want) => {
+                    let got = got.map(|c| c.to_bytes()).unwrap_or_default();
+                    if got.windows(want.len()).any(|w| w == &want[..]) {
+                        Ok(())
+                    } else {
+                        Err(Failure::Unexpected(
+                            "a body without the expected response".into(),
+                        ))
+                    }
+                }
             }
         }
         Probe::Grpc { service } => {

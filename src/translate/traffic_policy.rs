@@ -334,11 +334,37 @@ fn active_check(source: &str, h: Option<&api::HealthCheck>) -> Result<Option<Act
             if expected.is_empty() {
                 expected.push(200);
             }
+            let body = match &http.expected_response {
+                None => None,
+                Some(p) => {
+                    let bytes = match (p.type_.as_str(), &p.text, &p.binary) {
+                        ("Text", Some(t), None) => t.as_bytes().to_vec(),
+                        ("Binary", None, Some(b)) => {
+                            use base64::Engine;
+                            base64::engine::general_purpose::STANDARD
+                                .decode(b)
+                                .map_err(|_| at("http.expectedResponse.binary: not base64"))?
+                        }
+                        _ => {
+                            return Err(at(
+                                "http.expectedResponse: give type Text with text, or Binary with binary",
+                            ));
+                        }
+                    };
+                    if bytes.is_empty() || head {
+                        return Err(at(
+                            "http.expectedResponse: empty, or asked of a HEAD check (no body)",
+                        ));
+                    }
+                    Some(bytes.into())
+                }
+            };
             Probe::Http {
                 path: http.path.clone(),
                 host: http.hostname.clone(),
                 head,
                 expected: expected.into(),
+                body,
             }
         }
         "TCP" => {

@@ -142,6 +142,21 @@ pub struct HttpHealthCheck {
     /// The statuses that mean healthy, 100 to 599 (default: 200).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub expected_statuses: Vec<i32>,
+    /// Bytes the answer's body must contain (within its first 64 KiB) besides the status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_response: Option<HealthCheckPayload>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HealthCheckPayload {
+    /// `Text` (`text`) or `Binary` (`binary`, base64).
+    #[serde(rename = "type")]
+    pub type_: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binary: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

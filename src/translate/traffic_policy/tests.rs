@@ -583,6 +583,7 @@ fn active_health_checks_reach_the_rules_with_defaults_and_their_mistakes_named()
                 host: None,
                 head: false,
                 expected: [200].into(),
+                body: None,
             },
             interval: ActiveCheck::INTERVAL,
             timeout: ActiveCheck::TIMEOUT,
@@ -609,6 +610,13 @@ fn active_health_checks_reach_the_rules_with_defaults_and_their_mistakes_named()
         (Duration::from_millis(500), 2)
     );
     assert!(check_of(&hc("  healthCheck:\n    active: {type: TCP}")).is_some());
+    let t = hc(
+        "  healthCheck:\n    active:\n      type: HTTP\n      http:\n        path: /h\n        \
+         expectedResponse: {type: Binary, binary: b2s=}",
+    );
+    assert!(
+        matches!(&check_of(&t).unwrap().probe, Probe::Http { body: Some(b), .. } if &b[..] == b"ok")
+    );
     // A rule without the policy has no check.
     assert!(check_of(&run("", &Carried::default())).is_none());
 
@@ -648,6 +656,14 @@ fn active_health_checks_reach_the_rules_with_defaults_and_their_mistakes_named()
         (
             "  healthCheck:\n    active: {type: TCP, http: {path: /h}}",
             "healthCheck.active.http: given for type TCP",
+        ),
+        (
+            "  healthCheck:\n    active: {type: HTTP, http: {path: /h, expectedResponse: {type: Text}}}",
+            "http.expectedResponse: give type Text with text",
+        ),
+        (
+            "  healthCheck:\n    active: {type: HTTP, http: {path: /h, method: HEAD, expectedResponse: {type: Text, text: ok}}}",
+            "asked of a HEAD check",
         ),
     ] {
         let t = hc(spec);
