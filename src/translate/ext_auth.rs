@@ -16,8 +16,7 @@ use http::HeaderName;
 use super::api::{self, BackendRef};
 use super::backends::{Backends, Traffic};
 use super::mesh::TlsCtx;
-use super::refs::{RefFrom, RefTo, reference_granted};
-use super::spiffe::PIER_GROUP;
+use super::refs::security_policy_may_refer;
 use crate::model::ObjectRef;
 use crate::model::ext_auth::{
     AllowStatus, BodyToExtAuth, DEFAULT_TIMEOUT, ExtAuth, ExtAuthProtocol, HeaderSelection,
@@ -108,28 +107,7 @@ fn service(
         ));
     }
     let ns = r.namespace.as_deref().unwrap_or(&key.namespace);
-    if ns != key.namespace
-        && !reference_granted(
-            backends.resources(),
-            RefFrom {
-                group: PIER_GROUP,
-                kind: "SecurityPolicy",
-                namespace: &key.namespace,
-            },
-            RefTo {
-                group: "",
-                kind: "Service",
-                namespace: ns,
-                name: &r.name,
-            },
-        )
-    {
-        return Err(format!(
-            "Service {ns}/{} is in another namespace and no ReferenceGrant in {ns} lets \
-             SecurityPolicies of {} refer to it",
-            r.name, key.namespace
-        ));
-    }
+    security_policy_may_refer(backends.resources(), &key.namespace, "Service", ns, &r.name)?;
     let port = r
         .port
         .ok_or_else(|| format!("Service {ns}/{}: port is required", r.name))?;

@@ -118,6 +118,42 @@ pub fn reference_granted(resources: &Resources, from: RefFrom<'_>, to: RefTo<'_>
         })
 }
 
+/// A SecurityPolicy of namespace `policy_ns` naming the core-group `kind` `ns/name` (a Secret,
+/// an authorizer's Service): in its own namespace, or under a ReferenceGrant in `ns`; the
+/// refusal says which grant is missing.
+pub fn security_policy_may_refer(
+    resources: &Resources,
+    policy_ns: &str,
+    kind: &str,
+    ns: &str,
+    name: &str,
+) -> Result<(), String> {
+    let granted = || {
+        reference_granted(
+            resources,
+            RefFrom {
+                group: super::spiffe::PIER_GROUP,
+                kind: "SecurityPolicy",
+                namespace: policy_ns,
+            },
+            RefTo {
+                group: "",
+                kind,
+                namespace: ns,
+                name,
+            },
+        )
+    };
+    if ns == policy_ns || granted() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{kind} {ns}/{name} is in another namespace and no ReferenceGrant in {ns} lets \
+             SecurityPolicies of {policy_ns} refer to it"
+        ))
+    }
+}
+
 /// Whether a backendRef/certificateRef group names the core API group. The API spells it "";
 /// "core" is accepted too because people write it.
 pub fn is_core_group(group: Option<&str>) -> bool {

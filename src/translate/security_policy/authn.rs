@@ -9,9 +9,8 @@ use std::sync::Arc;
 use http::HeaderName;
 
 use super::super::api::{self, ApiKeyAuth, BasicAuth, Jwt, JwtProvider as ApiJwtProvider};
-use super::super::refs::{RefFrom, RefTo, reference_granted};
+use super::super::refs::security_policy_may_refer;
 use super::super::resources::Resources;
-use super::super::spiffe::PIER_GROUP;
 use super::remote::{self, FetchState, RemoteNote};
 use crate::auth::htpasswd::{Htpasswd, VerifiedCache};
 use crate::auth::jwks::Jwks;
@@ -288,28 +287,8 @@ fn secret<'r>(
         return Err(format!("{at}: only a Secret can be referred to here"));
     }
     let ns = r.namespace.as_deref().unwrap_or(&key.namespace);
-    if ns != key.namespace
-        && !reference_granted(
-            resources,
-            RefFrom {
-                group: PIER_GROUP,
-                kind: "SecurityPolicy",
-                namespace: &key.namespace,
-            },
-            RefTo {
-                group: "",
-                kind: "Secret",
-                namespace: ns,
-                name: &r.name,
-            },
-        )
-    {
-        return Err(format!(
-            "{at}: Secret {ns}/{} is in another namespace and no ReferenceGrant in {ns} lets \
-             SecurityPolicies of {} refer to it",
-            r.name, key.namespace
-        ));
-    }
+    security_policy_may_refer(resources, &key.namespace, "Secret", ns, &r.name)
+        .map_err(|e| format!("{at}: {e}"))?;
     resources
         .secrets
         .get_key_value(&(ns.to_string(), r.name.clone()))
