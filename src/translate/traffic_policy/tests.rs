@@ -54,12 +54,25 @@ fn run(more: &str, carried: &Carried) -> Translation {
     translate_with(&r, &Settings::default(), carried, &Default::default())
 }
 
-fn traffic_of<'t>(t: &'t Translation, path: &str) -> Option<&'t RuleTraffic> {
+/// The rule of the first listener's entry matching `path`.
+fn rule_at<'t>(t: &'t Translation, path: &str) -> &'t std::sync::Arc<crate::model::Rule> {
     let l = &t.snapshot.ports[0].listeners[0];
     let e = (l.routes.entries())
         .find(|e| format!("{:?}", e.matcher).contains(path))
         .unwrap_or_else(|| panic!("no entry for {path}"));
-    e.rule.traffic.as_deref()
+    &e.rule
+}
+
+/// The first backend of the rule at `path`.
+fn backend_at(t: &Translation, path: &str) -> std::sync::Arc<crate::model::Backend> {
+    match &rule_at(t, path).backends.backends[0].target {
+        crate::model::BackendTarget::Service(b) => b.clone(),
+        crate::model::BackendTarget::Invalid => panic!("no backend at {path}"),
+    }
+}
+
+fn traffic_of<'t>(t: &'t Translation, path: &str) -> Option<&'t RuleTraffic> {
+    rule_at(t, path).traffic.as_deref()
 }
 
 fn accepted(t: &Translation, name: &str) -> (bool, String, String) {
@@ -473,14 +486,7 @@ spec:
     let gateway_wide = compressing("t", GW, "  timeout:\n    http: {requestTimeout: 750ms}");
     let t = run(&format!("{own}{gateway_wide}"), &Carried::default());
     assert!(accepted(&t, "t").0, "{:?}", accepted(&t, "t"));
-    let rule_of = |path: &str| {
-        let l = &t.snapshot.ports[0].listeners[0];
-        (l.routes.entries())
-            .find(|e| format!("{:?}", e.matcher).contains(path))
-            .unwrap()
-            .rule
-            .clone()
-    };
+    let rule_of = |path: &str| rule_at(&t, path).clone();
     assert_eq!(
         rule_of("/read").timeouts.request,
         Some(Duration::from_millis(750))
@@ -565,13 +571,7 @@ fn load_balancer_types_and_their_mistakes() {
 fn active_health_checks_reach_the_rules_with_defaults_and_their_mistakes_named() {
     use crate::model::health::{ActiveCheck, Probe};
     let hc = |spec: &str| run(&compressing("hc", WEB, spec), &Carried::default());
-    let check_of = |t: &Translation| {
-        let l = &t.snapshot.ports[0].listeners[0];
-        let e = (l.routes.entries())
-            .find(|e| format!("{:?}", e.matcher).contains("/read"))
-            .unwrap();
-        e.rule.health.clone()
-    };
+    let check_of = |t: &Translation| rule_at(t, "/read").health.clone();
     let t = hc("  healthCheck:\n    active: {type: HTTP, http: {path: /healthz}}");
     assert!(accepted(&t, "hc").0);
     let check = check_of(&t).expect("the rule carries the check");
@@ -675,18 +675,9 @@ fn active_health_checks_reach_the_rules_with_defaults_and_their_mistakes_named()
 
 #[test]
 fn passive_health_checks_set_the_outlier_detection_of_the_rules_backends() {
-    use crate::model::{BackendTarget, OutlierOverride};
+    use crate::model::OutlierOverride;
     let hc = |spec: &str| run(&compressing("hc", WEB, spec), &Carried::default());
-    let outlier_of = |t: &Translation| {
-        let l = &t.snapshot.ports[0].listeners[0];
-        let e = (l.routes.entries())
-            .find(|e| format!("{:?}", e.matcher).contains("/read"))
-            .unwrap();
-        match &e.rule.backends.backends[0].target {
-            BackendTarget::Service(b) => b.outlier,
-            BackendTarget::Invalid => panic!("no backend"),
-        }
-    };
+    let outlier_of = |t: &Translation| backend_at(t, "/read").outlier;
     let t = hc("  healthCheck:\n    passive: {}");
     assert!(accepted(&t, "hc").0);
     assert_eq!(
@@ -728,18 +719,7 @@ fn passive_health_checks_set_the_outlier_detection_of_the_rules_backends() {
 
 #[test]
 fn circuit_breakers_and_connect_timeouts_reach_the_rules_backends() {
-    use crate::model::BackendTarget;
     let p = |spec: &str| run(&compressing("cb", WEB, spec), &Carried::default());
-    let backend_at = |t: &Translation, path: &str| {
-        let l = &t.snapshot.ports[0].listeners[0];
-        let e = (l.routes.entries())
-            .find(|e| format!("{:?}", e.matcher).contains(path))
-            .unwrap();
-        match &e.rule.backends.backends[0].target {
-            BackendTarget::Service(b) => b.clone(),
-            BackendTarget::Invalid => panic!("no backend"),
-        }
-    };
     let backend_of = |t: &Translation| backend_at(t, "/read");
     let t = p(
         "  circuitBreaker: {maxParallelRequests: 10, maxPendingRequests: 0}\n  timeout:\n    \
