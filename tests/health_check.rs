@@ -432,46 +432,26 @@ async fn passive_checks_eject_an_endpoint_that_answers_500() {
 /// backends answer their health path with `health`).
 #[tokio::test]
 async fn an_expected_response_must_be_in_the_body() {
-    let Two {
-        a: _a,
-        b: _b,
-        admin,
-        _pier,
-        _dir,
-        ..
-    } = Two::start(
-        "  healthCheck:
+    let expecting = |text: &str| {
+        format!(
+            "  healthCheck:
     active:
       type: HTTP
       interval: 100ms
       unhealthyThreshold: 1
-      http: {path: /healthz, expectedResponse: {type: Text, text: ready}}
-",
-    )
-    .await;
-    until_unhealthy(admin, "default/pool:80", 2.0).await;
+      http: {{path: /healthz, expectedResponse: {{type: Text, text: {text}}}}}
+"
+        )
+    };
+    let missing = Two::start(&expecting("ready")).await;
+    until_unhealthy(missing.admin, "default/pool:80", 2.0).await;
     let healthy = "pier_proxy_health_checks_total{backend=\"default/pool:80\",result=\"healthy\"}";
-    let m = metrics(admin).await;
+    let m = metrics(missing.admin).await;
     assert_eq!(sample(&m, healthy), 0.0, "{m}");
 
     // The text the backends do answer: healthy.
-    let Two {
-        a: _a2,
-        b: _b2,
-        admin,
-        _pier: _pier2,
-        _dir: _dir2,
-        ..
-    } = Two::start(
-        "  healthCheck:
-    active:
-      type: HTTP
-      interval: 100ms
-      unhealthyThreshold: 1
-      http: {path: /healthz, expectedResponse: {type: Text, text: heal}}
-",
-    )
-    .await;
+    let found = Two::start(&expecting("heal")).await;
+    let admin = found.admin;
     let deadline = Instant::now() + Duration::from_secs(10);
     while sample(&metrics(admin).await, healthy) < 4.0 {
         assert!(Instant::now() < deadline, "no check passed");
