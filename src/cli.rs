@@ -59,7 +59,8 @@ pub enum Command {
     #[command(subcommand)]
     Mesh(MeshCommand),
     /// Print the CRDs pier reads, as YAML (`pier crds | kubectl apply -f -`): the Gateway API
-    /// ones, then pier's own SecurityPolicy and BackendTrafficPolicy (`pier.dev/v1alpha1`).
+    /// ones, then pier's own SecurityPolicy, BackendTrafficPolicy and ClientTrafficPolicy
+    /// (`pier.dev/v1alpha1`).
     Crds(CrdsArgs),
 }
 

@@ -25,7 +25,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
 };
 use kube::CustomResourceExt;
 
-use crate::translate::api::{BackendTrafficPolicy, SecurityPolicy};
+use crate::translate::api::{BackendTrafficPolicy, ClientTrafficPolicy, SecurityPolicy};
 
 /// The Gateway API release the `gateway-api` crate's types were generated from.
 pub const BUNDLE_VERSION: &str = "v1.5.1";
@@ -57,10 +57,15 @@ pub fn all() -> Vec<CustomResourceDefinition> {
     .collect()
 }
 
-/// pier's own CRDs (group `pier.dev`): SecurityPolicy, BackendTrafficPolicy. Not in a `*.k8s.io` group, so no
+/// pier's own CRDs (group `pier.dev`): SecurityPolicy, BackendTrafficPolicy,
+/// ClientTrafficPolicy. Not in a `*.k8s.io` group, so no
 /// API-approval annotation, and not part of a Gateway API bundle, so none of its annotations.
 pub fn own() -> Vec<CustomResourceDefinition> {
-    vec![SecurityPolicy::crd(), BackendTrafficPolicy::crd()]
+    vec![
+        SecurityPolicy::crd(),
+        BackendTrafficPolicy::crd(),
+        ClientTrafficPolicy::crd(),
+    ]
 }
 
 /// What `pier crds` prints: [`all`], with the Gateway CRD replaced by
@@ -228,7 +233,8 @@ mod tests {
             names,
             [
                 Some("securitypolicies.pier.dev".to_string()),
-                Some("backendtrafficpolicies.pier.dev".to_string())
+                Some("backendtrafficpolicies.pier.dev".to_string()),
+                Some("clienttrafficpolicies.pier.dev".to_string())
             ]
         );
         let crd = &own[0];

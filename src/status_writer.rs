@@ -173,6 +173,7 @@ pub enum PatchKind {
     BackendTlsPolicy,
     SecurityPolicy,
     BackendTrafficPolicy,
+    ClientTrafficPolicy,
 }
 
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
@@ -214,6 +215,7 @@ enum JobKey {
     BackendTlsPolicy(ObjectRef),
     SecurityPolicy(ObjectRef),
     BackendTrafficPolicy(ObjectRef),
+    ClientTrafficPolicy(ObjectRef),
 }
 
 /// What is queued and what was applied, shared by the planner and the workers. A std mutex,
@@ -304,6 +306,7 @@ impl EncodeLabelValue for PatchKind {
             Self::BackendTlsPolicy => "BackendTLSPolicy",
             Self::SecurityPolicy => "SecurityPolicy",
             Self::BackendTrafficPolicy => "BackendTrafficPolicy",
+            Self::ClientTrafficPolicy => "ClientTrafficPolicy",
         })
     }
 }
@@ -408,6 +411,7 @@ impl JobKey {
             Self::BackendTlsPolicy(_) => PatchKind::BackendTlsPolicy,
             Self::SecurityPolicy(_) => PatchKind::SecurityPolicy,
             Self::BackendTrafficPolicy(_) => PatchKind::BackendTrafficPolicy,
+            Self::ClientTrafficPolicy(_) => PatchKind::ClientTrafficPolicy,
         }
     }
 
@@ -422,7 +426,8 @@ impl JobKey {
             | Self::ListenerSet(r)
             | Self::BackendTlsPolicy(r)
             | Self::SecurityPolicy(r)
-            | Self::BackendTrafficPolicy(r) => (Some(&r.namespace), &r.name),
+            | Self::BackendTrafficPolicy(r)
+            | Self::ClientTrafficPolicy(r) => (Some(&r.namespace), &r.name),
         }
     }
 
@@ -453,6 +458,7 @@ impl JobKey {
             PatchKind::BackendTrafficPolicy => {
                 pier("BackendTrafficPolicy", "backendtrafficpolicies")
             }
+            PatchKind::ClientTrafficPolicy => pier("ClientTrafficPolicy", "clienttrafficpolicies"),
         }
     }
 }
@@ -504,6 +510,7 @@ impl Planner {
                 JobKey::BackendTlsPolicy(r) => desired.backend_tls_policies.contains_key(r),
                 JobKey::SecurityPolicy(r) => desired.security_policies.contains_key(r),
                 JobKey::BackendTrafficPolicy(r) => desired.backend_traffic_policies.contains_key(r),
+                JobKey::ClientTrafficPolicy(r) => desired.client_traffic_policies.contains_key(r),
             });
         }
         let ctx = render::Ctx {
@@ -595,6 +602,19 @@ impl Planner {
             };
             let Ok(o) = &guard.0 else { continue };
             let key = JobKey::BackendTrafficPolicy(r.clone());
+            if let Some(job) = memo.consider(key, &o.metadata, tracker, || {
+                render::policy(&r.namespace, want, &to_json(&o.status), ctx)
+            }) {
+                jobs.push(job);
+            }
+        }
+        for (r, want) in &desired.client_traffic_policies {
+            let store = &stores.client_traffic_policies;
+            let Some(guard) = object(store, Some(&r.namespace), &r.name) else {
+                continue;
+            };
+            let Ok(o) = &guard.0 else { continue };
+            let key = JobKey::ClientTrafficPolicy(r.clone());
             if let Some(job) = memo.consider(key, &o.metadata, tracker, || {
                 render::policy(&r.namespace, want, &to_json(&o.status), ctx)
             }) {
@@ -873,6 +893,7 @@ impl Worker {
                 | PatchKind::BackendTlsPolicy
                 | PatchKind::SecurityPolicy
                 | PatchKind::BackendTrafficPolicy
+                | PatchKind::ClientTrafficPolicy
         ) && let Some(rv) = &job.resource_version
         {
             metadata["resourceVersion"] = json!(rv);

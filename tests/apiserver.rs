@@ -263,6 +263,7 @@ async fn security_policy_crd_installs_and_keeps_every_field() {
         installed,
         [
             "backendtrafficpolicies.pier.dev",
+            "clienttrafficpolicies.pier.dev",
             "securitypolicies.pier.dev"
         ]
     );

@@ -1020,7 +1020,7 @@ fn crds_prints_the_crds_pier_reads() {
         let text = String::from_utf8(out.stdout).unwrap();
         let crds: Vec<CustomResourceDefinition> = serde_saphyr::from_multiple(&text).unwrap();
         assert_eq!(crds, pier::crds::bundle(mesh), "{args:?}");
-        let own: Vec<_> = crds[crds.len() - 2..]
+        let own: Vec<_> = crds[crds.len() - 3..]
             .iter()
             .map(|c| c.metadata.name.as_deref().unwrap_or_default())
             .collect();
@@ -1028,7 +1028,8 @@ fn crds_prints_the_crds_pier_reads() {
             own,
             [
                 "securitypolicies.pier.dev",
-                "backendtrafficpolicies.pier.dev"
+                "backendtrafficpolicies.pier.dev",
+                "clienttrafficpolicies.pier.dev"
             ],
             "pier's own CRDs come last"
         );

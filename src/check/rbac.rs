@@ -144,7 +144,11 @@ pub const RULES: &[Rule] = &[
     // unready rather than serving routes without their access rules).
     Rule {
         group: PIER_GROUP,
-        resources: &["securitypolicies", "backendtrafficpolicies"],
+        resources: &[
+            "securitypolicies",
+            "backendtrafficpolicies",
+            "clienttrafficpolicies",
+        ],
         verbs: READ,
         names: &[],
         scope: Scope::Cluster,
@@ -152,7 +156,11 @@ pub const RULES: &[Rule] = &[
     },
     Rule {
         group: PIER_GROUP,
-        resources: &["securitypolicies/status", "backendtrafficpolicies/status"],
+        resources: &[
+            "securitypolicies/status",
+            "backendtrafficpolicies/status",
+            "clienttrafficpolicies/status",
+        ],
         verbs: &["update", "patch"],
         names: &[],
         scope: Scope::Cluster,

@@ -22,4 +22,6 @@ pub struct Carried {
     /// Each BackendTrafficPolicy in force, by `namespace/name`: what stays in force when a new
     /// version of it is invalid.
     pub traffic: std::collections::HashMap<String, Arc<super::traffic::TrafficPolicy>>,
+    /// Each ClientTrafficPolicy in force, by `namespace/name`, likewise.
+    pub client: std::collections::HashMap<String, Arc<super::tls::ClientPolicy>>,
 }

@@ -1,6 +1,7 @@
 //! The snapshot: everything the data plane needs, swapped whole.
 
 use std::fmt;
+use std::sync::Arc;
 
 use serde::Serialize;
 
@@ -62,6 +63,11 @@ pub struct Port {
     /// HTTPS ports: client certificate validation (Gateway `spec.tls.frontend`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub client_auth: Option<ClientAuth>,
+    /// Some listener on the port has a [`TlsProfile`](super::TlsProfile) of its own: the
+    /// handshake reads the ClientHello first and takes the profile of the listener its SNI
+    /// reaches.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub tls_profiles: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -112,6 +118,13 @@ pub struct Listener {
     /// whatever `--access-log` says (`None`: as it says).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub access_log: Option<bool>,
+    /// The handshake of an HTTPS or terminating TLS listener when it is not pier's default
+    /// (its ClientTrafficPolicy's `tls`, or its `tls.options`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_profile: Option<Arc<super::TlsProfile>>,
+    /// Its ClientTrafficPolicy, if one applies.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client_policy: Option<Arc<super::ClientPolicy>>,
     pub routes: RouteTable,
 }
 
@@ -134,6 +147,11 @@ impl Snapshot {
         use super::backend::BackendTls;
         let mut carried = super::carried::Carried::default();
         let rules = self.ports.iter().flat_map(|p| &p.listeners);
+        for p in rules.clone().filter_map(|l| l.client_policy.as_ref()) {
+            (carried.client)
+                .entry(p.source.clone())
+                .or_insert_with(|| p.clone());
+        }
         let traffic = rules.flat_map(|l| l.routes.entries());
         for t in traffic.filter_map(|e| e.rule.traffic.as_ref()) {
             let policy = &t.policy;
@@ -240,6 +258,12 @@ impl Port {
             .find(|l| l.hostname.as_ref().is_none_or(|h| h.matches(host)))
     }
 
+    /// The handshake profile of the listener a ClientHello's SNI reaches (`None`: pier's
+    /// default, also for a client without SNI unless a listener without hostname has one).
+    pub fn tls_profile_for(&self, sni: Option<&str>) -> Option<&Arc<super::TlsProfile>> {
+        self.listener(sni.unwrap_or_default())?.tls_profile.as_ref()
+    }
+
     /// Sorts listeners most specific first (stable: earlier Gateways/listeners win ties).
     pub fn sort_listeners(&mut self) {
         self.listeners.sort_by_key(|l| std::cmp::Reverse(l.rank()));
@@ -268,6 +292,8 @@ mod tests {
             hostname: host.map(|h| HostnameMatch::parse(h).unwrap()),
             passthrough: false,
             client_cert_header: None,
+            tls_profile: None,
+            client_policy: None,
             access_log: None,
             routes: RouteTable::default(),
         }
@@ -288,6 +314,7 @@ mod tests {
             ],
             certs: None,
             client_auth: None,
+            tls_profiles: false,
         };
         p.sort_listeners();
         assert_eq!(p.listener("foo.example.com").unwrap().id.name, "exact");
@@ -306,6 +333,7 @@ mod tests {
             listeners: vec![listener("exact", Some("foo.example.com"))],
             certs: None,
             client_auth: None,
+            tls_profiles: false,
         };
         assert!(p.listener("bar.example.com").is_none());
     }

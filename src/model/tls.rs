@@ -149,3 +149,51 @@ impl Serialize for ClientAuth {
         st.end()
     }
 }
+
+/// The TLS handshake a listener offers its clients when it is not pier's default (a
+/// ClientTrafficPolicy's `tls`, or the listener's `tls.options`): checked at translation time
+/// against what rustls implements, so the proxy builds its server config without failing.
+/// Names are rustls's (`TLS13_AES_128_GCM_SHA256`, `secp256r1`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TlsProfile {
+    /// TLS 1.2 is offered.
+    pub tls12: bool,
+    /// TLS 1.3 is offered.
+    pub tls13: bool,
+    /// Cipher suites in order of preference (`None`: the provider's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ciphers: Option<Vec<String>>,
+    /// Key exchange groups in order of preference (`None`: the provider's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub groups: Option<Vec<String>>,
+    /// ALPN protocols offered on HTTPS (`None`: `h2`, `http/1.1`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub alpn: Option<Vec<String>>,
+}
+
+impl TlsProfile {
+    /// pier's defaults: what a listener without settings gets.
+    pub const DEFAULT: TlsProfile = TlsProfile {
+        tls12: true,
+        tls13: true,
+        ciphers: None,
+        groups: None,
+        alpn: None,
+    };
+
+    pub fn is_default(&self) -> bool {
+        self == &Self::DEFAULT
+    }
+}
+
+/// A ClientTrafficPolicy as the listeners it applies to get it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClientPolicy {
+    /// `namespace/name` of the policy.
+    pub source: String,
+    /// The handshake it asks for (`None`: the listener's own `tls.options`, or pier's defaults).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<Arc<TlsProfile>>,
+}

@@ -39,6 +39,10 @@ pub struct ConnInfo {
     /// The client certificate's identity, when it verified against the port's frontend CAs
     /// in the handshake (the value of a listener's `client_cert_header`).
     pub client_identity: Option<std::sync::Arc<crate::tls::server::ClientIdentity>>,
+    /// The listener TLS settings the handshake was made under (`None`: pier's default), on
+    /// ports where listeners have their own: a request for a listener with other settings is
+    /// misdirected (421), so no client reaches a listener under weaker settings than its own.
+    pub tls_profile: Option<std::sync::Arc<crate::model::TlsProfile>>,
     /// `peer` is one of `--trusted-proxies`: its forwarding headers and request ID are
     /// believed (`observe::forwarded`). Decided once per connection.
     pub trusted_hop: bool,

@@ -77,8 +77,9 @@ pub use observe::trace;
 pub use trusted::TrustedProxies;
 pub use upstream::RETIRE_BOUND as UPSTREAM_RETIRE_BOUND;
 
+use crate::model::TlsProfile;
 use crate::model::{Port, PortKey, Snapshot};
-use crate::tls::server::{Carries, Ticketer, server_config};
+use crate::tls::server::{Carries, PortConfig, ProfileConfigs, Ticketer, server_config};
 use drain::Drain;
 use exchange::Shared;
 use exchange::retry::budget::RetryBudgets;
@@ -278,20 +279,20 @@ impl Proxy {
                     .collect::<std::io::Result<Vec<_>>>()?
             }
         };
-        let ticketer = self.lock_ports().ticketer.clone();
+        let on = PortConfig {
+            snapshot: self.shared.snapshot.clone(),
+            port: key,
+            resumption: self.shared.config.tls_session_resumption,
+            ticketer: self.lock_ports().ticketer.clone(),
+        };
         let config = |carries| {
-            server_config(
-                self.shared.snapshot.clone(),
-                key,
-                self.shared.config.tls_session_resumption,
-                ticketer.as_ref(),
-                carries,
-            )
-            .map_err(std::io::Error::other)
+            server_config(&on, carries, &TlsProfile::DEFAULT).map_err(std::io::Error::other)
         };
         let tls = Arc::new(accept::conn::PortTls {
             https: config(Carries::Http)?.into(),
             stream: config(Carries::Stream)?,
+            https_profiles: ProfileConfigs::new(on.clone(), Carries::Http),
+            stream_profiles: ProfileConfigs::new(on.clone(), Carries::Stream),
         });
         let drain = Arc::new(Drain::new());
         let slots = accept::Slots::new(self.shared.config.limits.max_connections, listeners.len());

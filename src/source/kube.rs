@@ -126,11 +126,11 @@ pub use self::pod::PodObject;
 pub use self::reference_grant::ReferenceGrantV1Beta1;
 use self::watch::{ApiServerLog, Changes, Ctx, Refused};
 pub use self::watch::{Reconnect, Watched};
-use crate::translate::api::BackendTrafficPolicy;
 use crate::translate::api::{
     BackendTlsPolicy, ClusterTrustBundle, ConfigMap, EndpointSlice, GatewayClass, GrpcRoute,
     HttpRoute, ListenerSet, Namespace, ReferenceGrant, Secret, SecurityPolicy, Service, TlsRoute,
 };
+use crate::translate::api::{BackendTrafficPolicy, ClientTrafficPolicy};
 use crate::translate::mesh::{asks_for_endpoint_identity, mesh_key_of};
 use crate::translate::{ObjectKey, Resources};
 
@@ -190,6 +190,8 @@ pub enum WatchKind {
     SecurityPolicy,
     /// pier's own `BackendTrafficPolicy` (`pier.dev/v1alpha1`).
     BackendTrafficPolicy,
+    /// pier's own `ClientTrafficPolicy` (`pier.dev/v1alpha1`).
+    ClientTrafficPolicy,
 }
 
 /// The reflector stores, one per kind. Cheap to clone (shared handles).
@@ -216,6 +218,7 @@ pub struct Stores {
     pub cluster_trust_bundles: Store<DeserializeGuard<ClusterTrustBundle>>,
     pub security_policies: Store<DeserializeGuard<SecurityPolicy>>,
     pub backend_traffic_policies: Store<DeserializeGuard<BackendTrafficPolicy>>,
+    pub client_traffic_policies: Store<DeserializeGuard<ClientTrafficPolicy>>,
     /// Slim: namespace, name, ServiceAccount ([`PodObject`]).
     pub pods: Store<DeserializeGuard<PodObject>>,
     /// The kinds the API server refuses to pier now.
@@ -339,7 +342,7 @@ impl Default for WatchScope {
 // === impl WatchKind ===
 
 impl WatchKind {
-    pub const ALL: [Self; 18] = [
+    pub const ALL: [Self; 19] = [
         Self::GatewayClass,
         Self::Gateway,
         Self::HttpRoute,
@@ -358,6 +361,7 @@ impl WatchKind {
         Self::Pod,
         Self::SecurityPolicy,
         Self::BackendTrafficPolicy,
+        Self::ClientTrafficPolicy,
     ];
 
     /// The API group and resource (plural) the kind is watched as: what its CRD is named after
@@ -383,6 +387,7 @@ impl WatchKind {
             Self::ClusterTrustBundle => (CERTIFICATES_GROUP, "clustertrustbundles"),
             Self::SecurityPolicy => (PIER_GROUP, "securitypolicies"),
             Self::BackendTrafficPolicy => (PIER_GROUP, "backendtrafficpolicies"),
+            Self::ClientTrafficPolicy => (PIER_GROUP, "clienttrafficpolicies"),
         }
     }
 
@@ -415,6 +420,7 @@ impl WatchKind {
                 | Self::ClusterTrustBundle
                 | Self::SecurityPolicy
                 | Self::BackendTrafficPolicy
+                | Self::ClientTrafficPolicy
         )
     }
 }
@@ -589,6 +595,12 @@ impl KubeSource {
                 Spec,
                 watcher(Api::all(c()), all()),
             ),
+            client_traffic_policies: tasks.watch(
+                &ctx,
+                W::ClientTrafficPolicy,
+                Spec,
+                watcher(Api::all(c()), all()),
+            ),
             opaque_secrets: opaque_secrets.as_reader(),
             pods: pods.as_reader(),
             refused: ctx.refused.clone(),
@@ -663,6 +675,7 @@ impl Default for Stores {
             cluster_trust_bundles: empty(),
             security_policies: empty(),
             backend_traffic_policies: empty(),
+            client_traffic_policies: empty(),
             pods: empty(),
             refused: Arc::default(),
         }
@@ -708,6 +721,7 @@ impl Stores {
             pods_refused: self.refused.contains(WatchKind::Pod),
             security_policies: namespaced(&self.security_policies, Clone::clone),
             backend_traffic_policies: namespaced(&self.backend_traffic_policies, Clone::clone),
+            client_traffic_policies: namespaced(&self.client_traffic_policies, Clone::clone),
             // The API server pruned them (kubectl's strict field validation names them).
             unknown_fields: BTreeMap::new(),
         }

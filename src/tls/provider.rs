@@ -76,6 +76,124 @@ pub fn sha256(bytes: &[u8]) -> [u8; 32] {
     h.finish()
 }
 
+/// OpenSSL's names of the suites rustls implements (Envoy's `ciphers` are written so), and
+/// rustls's names for them.
+const OPENSSL_NAMES: [(&str, &str); 9] = [
+    (
+        "ECDHE-ECDSA-AES128-GCM-SHA256",
+        "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+    ),
+    (
+        "ECDHE-ECDSA-AES256-GCM-SHA384",
+        "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
+    ),
+    (
+        "ECDHE-ECDSA-CHACHA20-POLY1305",
+        "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256",
+    ),
+    (
+        "ECDHE-RSA-AES128-GCM-SHA256",
+        "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+    ),
+    (
+        "ECDHE-RSA-AES256-GCM-SHA384",
+        "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
+    ),
+    (
+        "ECDHE-RSA-CHACHA20-POLY1305",
+        "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256",
+    ),
+    ("TLS_AES_128_GCM_SHA256", "TLS13_AES_128_GCM_SHA256"),
+    ("TLS_AES_256_GCM_SHA384", "TLS13_AES_256_GCM_SHA384"),
+    (
+        "TLS_CHACHA20_POLY1305_SHA256",
+        "TLS13_CHACHA20_POLY1305_SHA256",
+    ),
+];
+
+/// Other names of the key exchange groups (Envoy's and OpenSSL's), and rustls's.
+const GROUP_NAMES: [(&str, &str); 4] = [
+    ("P-256", "secp256r1"),
+    ("P-384", "secp384r1"),
+    ("prime256v1", "secp256r1"),
+    ("X25519Kyber768Draft00", "X25519MLKEM768"),
+];
+
+/// The cipher suites pier's provider implements, by rustls's name, with whether each is a
+/// TLS 1.3 suite.
+pub fn cipher_suites() -> Vec<(String, bool)> {
+    PROVIDER
+        .cipher_suites
+        .iter()
+        .map(|s| {
+            let tls13 = matches!(s, rustls::SupportedCipherSuite::Tls13(_));
+            (format!("{:?}", s.suite()), tls13)
+        })
+        .collect()
+}
+
+/// The key exchange groups pier's provider implements, by rustls's name.
+pub fn kx_groups() -> Vec<String> {
+    PROVIDER
+        .kx_groups
+        .iter()
+        .map(|g| format!("{:?}", g.name()))
+        .collect()
+}
+
+/// A cipher suite's rustls name from its rustls, IANA or OpenSSL name (case does not
+/// matter), and whether it is a TLS 1.3 suite; `None` when the provider does not implement it.
+pub fn cipher_suite(name: &str) -> Option<(String, bool)> {
+    let name = name.trim();
+    let name = OPENSSL_NAMES
+        .iter()
+        .find(|(o, _)| o.eq_ignore_ascii_case(name))
+        .map_or(name, |(_, r)| r);
+    cipher_suites()
+        .into_iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+}
+
+/// A key exchange group's rustls name from its rustls, Envoy or OpenSSL name; `None` when the
+/// provider does not implement it.
+pub fn kx_group(name: &str) -> Option<String> {
+    let name = name.trim();
+    let name = GROUP_NAMES
+        .iter()
+        .find(|(o, _)| o.eq_ignore_ascii_case(name))
+        .map_or(name, |(_, r)| r);
+    kx_groups()
+        .into_iter()
+        .find(|n| n.eq_ignore_ascii_case(name))
+}
+
+/// The provider narrowed to a listener's suites and groups (in its order), or the shared one
+/// when the profile narrows neither. Names are rustls's (checked at translation time; one the
+/// provider lacks is left out).
+pub fn tuned(profile: &crate::model::TlsProfile) -> Arc<CryptoProvider> {
+    if profile.ciphers.is_none() && profile.groups.is_none() {
+        return provider();
+    }
+    let mut p = CryptoProvider::clone(&PROVIDER);
+    if let Some(names) = &profile.ciphers {
+        p.cipher_suites = names
+            .iter()
+            .filter_map(|n| {
+                (PROVIDER.cipher_suites.iter()).find(|s| format!("{:?}", s.suite()) == *n)
+            })
+            .copied()
+            .collect();
+    }
+    if let Some(names) = &profile.groups {
+        p.kx_groups = names
+            .iter()
+            .filter_map(|n| (PROVIDER.kx_groups.iter()).find(|g| format!("{:?}", g.name()) == *n))
+            .copied()
+            .collect();
+    }
+    Arc::new(p)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -94,5 +212,53 @@ mod tests {
         let groups: Vec<_> = provider().kx_groups.iter().map(|g| g.name()).collect();
         assert_eq!(groups[0], rustls::NamedGroup::X25519MLKEM768, "{groups:?}");
         assert!(groups.contains(&rustls::NamedGroup::X25519));
+    }
+
+    #[test]
+    fn suites_and_groups_are_found_by_every_name() {
+        let s = cipher_suite;
+        assert_eq!(
+            s("ECDHE-ECDSA-AES128-GCM-SHA256"),
+            Some(("TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256".into(), false))
+        );
+        assert_eq!(
+            s("tls_ecdhe_rsa_with_aes_256_gcm_sha384"),
+            Some(("TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384".into(), false))
+        );
+        assert_eq!(
+            s("TLS_AES_256_GCM_SHA384"),
+            Some(("TLS13_AES_256_GCM_SHA384".into(), true))
+        );
+        assert_eq!(s("AES128-SHA"), None, "CBC suites are not implemented");
+        assert_eq!(kx_group("P-256").as_deref(), Some("secp256r1"));
+        assert_eq!(kx_group("x25519").as_deref(), Some("X25519"));
+        assert_eq!(kx_group("X448"), None);
+    }
+
+    #[test]
+    fn a_tuned_provider_keeps_the_listed_order() {
+        let profile = crate::model::TlsProfile {
+            ciphers: Some(vec![
+                "TLS13_CHACHA20_POLY1305_SHA256".into(),
+                "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384".into(),
+            ]),
+            groups: Some(vec!["secp384r1".into()]),
+            ..crate::model::TlsProfile::DEFAULT
+        };
+        let p = tuned(&profile);
+        let suites: Vec<_> = p.cipher_suites.iter().map(|s| s.suite()).collect();
+        assert_eq!(
+            suites,
+            [
+                rustls::CipherSuite::TLS13_CHACHA20_POLY1305_SHA256,
+                rustls::CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384
+            ]
+        );
+        let groups: Vec<_> = p.kx_groups.iter().map(|g| g.name()).collect();
+        assert_eq!(groups, [rustls::NamedGroup::secp384r1]);
+        assert!(Arc::ptr_eq(
+            &tuned(&crate::model::TlsProfile::DEFAULT),
+            &provider()
+        ));
     }
 }

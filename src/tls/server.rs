@@ -40,7 +40,7 @@ use rustls::{
     crypto::CryptoProvider,
 };
 
-use crate::model::{ClientAuth, ClientAuthMode, PortKey, Snapshot};
+use crate::model::{ClientAuth, ClientAuthMode, PortKey, Snapshot, TlsProfile};
 use crate::tls::client::TrustBundle;
 
 /// Resolves the certificate of one port from the current snapshot.
@@ -68,13 +68,17 @@ pub struct SnapshotClientVerifier {
     algs: WebPkiSupportedAlgorithms,
 }
 
-/// The client-auth tag of a port's current policy (zeros: none), which stored sessions carry.
+/// The client-auth tag of a port's current policy (zeros: none), which stored sessions carry,
+/// mixed with the config's [`TlsProfile`] (a session resumes only under the handshake
+/// settings it was made under).
 #[derive(Clone)]
 struct PolicyTag {
     snapshot: Arc<ArcSwap<Snapshot>>,
     port: PortKey,
     /// TLS-terminating stream ports never validate client certificates.
     carries: Carries,
+    /// A digest of the config's profile (zeros: pier's default).
+    profile: [u8; 8],
 }
 
 /// The shared ticketer, with tickets bound to the port's client-auth policy.
@@ -295,14 +299,19 @@ impl std::fmt::Debug for SnapshotClientVerifier {
 
 impl PolicyTag {
     fn current(&self) -> [u8; 32] {
-        if self.carries != Carries::Http {
-            return [0; 32];
+        let mut tag = if self.carries != Carries::Http {
+            [0; 32]
+        } else {
+            let snapshot = self.snapshot.load();
+            snapshot
+                .port_at(self.port)
+                .and_then(|p| p.client_auth.as_ref())
+                .map_or([0; 32], |a| a.tag)
+        };
+        for (t, p) in tag.iter_mut().zip(self.profile) {
+            *t ^= p;
         }
-        let snapshot = self.snapshot.load();
-        snapshot
-            .port_at(self.port)
-            .and_then(|p| p.client_auth.as_ref())
-            .map_or([0; 32], |a| a.tag)
+        tag
     }
 
     fn seal(&self, value: &[u8]) -> Vec<u8> {
@@ -397,22 +406,40 @@ pub enum Carries {
     Stream,
 }
 
+/// What every server config of a bound port shares: its certificates and client validation
+/// come from the current snapshot; its sessions from one ticketer.
+#[derive(Clone)]
+pub struct PortConfig {
+    pub snapshot: Arc<ArcSwap<Snapshot>>,
+    pub port: PortKey,
+    /// Sessions resume (session-ID cache, and tickets given a ticketer).
+    pub resumption: bool,
+    pub ticketer: Option<Ticketer>,
+}
+
 /// The config for one port: pier's provider (aws-lc-rs), TLS 1.2 and 1.3, ALPN by what it
 /// carries, certificates and (HTTPS only) client certificate validation from the snapshot,
 /// sessions bound to the client-auth policy. Built with an explicit provider so it does not
 /// depend on a process-wide default being installed. With `resumption`, sessions resume from
 /// the session-ID cache and, given a ticketer, from stateless tickets; without it every
-/// handshake is full.
+/// handshake is full. A [`TlsProfile`] other than the default narrows versions, suites and
+/// groups and sets the ALPN protocols of HTTPS (a listener's ClientTrafficPolicy).
 pub fn server_config(
-    snapshot: Arc<ArcSwap<Snapshot>>,
-    port: PortKey,
-    resumption: bool,
-    ticketer: Option<&Ticketer>,
+    on: &PortConfig,
     carries: Carries,
+    profile: &TlsProfile,
 ) -> Result<Arc<ServerConfig>, ServerConfigError> {
-    let provider: Arc<CryptoProvider> = crate::tls::provider::provider();
+    let (snapshot, port) = (on.snapshot.clone(), on.port);
+    let provider: Arc<CryptoProvider> = crate::tls::provider::tuned(profile);
+    let versions: Vec<&'static rustls::SupportedProtocolVersion> = [
+        (profile.tls13, &rustls::version::TLS13),
+        (profile.tls12, &rustls::version::TLS12),
+    ]
+    .into_iter()
+    .filter_map(|(on, v)| on.then_some(v))
+    .collect();
     let builder =
-        ServerConfig::builder_with_provider(provider).with_safe_default_protocol_versions()?;
+        ServerConfig::builder_with_provider(provider).with_protocol_versions(&versions)?;
     let resolver = Arc::new(SnapshotCertResolver::new(snapshot.clone(), port));
     let mut config = match carries {
         // Frontend validation is for "Listeners handling HTTPS traffic" only.
@@ -424,16 +451,18 @@ pub fn server_config(
             .with_cert_resolver(resolver),
         Carries::Stream => builder.with_no_client_auth().with_cert_resolver(resolver),
     };
-    config.alpn_protocols = match carries {
-        Carries::Http => vec![b"h2".to_vec(), b"http/1.1".to_vec()],
-        Carries::Stream => vec![],
+    config.alpn_protocols = match (carries, &profile.alpn) {
+        (Carries::Http, None) => vec![b"h2".to_vec(), b"http/1.1".to_vec()],
+        (Carries::Http, Some(list)) => list.iter().map(|p| p.as_bytes().to_vec()).collect(),
+        (Carries::Stream, _) => vec![],
     };
     let tag = PolicyTag {
         snapshot,
         port,
         carries,
+        profile: profile_digest(profile),
     };
-    if !resumption {
+    if !on.resumption {
         // No session stored, no ticket sent.
         config.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
         config.send_tls13_tickets = 0;
@@ -444,13 +473,75 @@ pub fn server_config(
         inner: ServerSessionMemoryCache::new(256),
         tag: tag.clone(),
     });
-    if let Some(t) = ticketer {
+    if let Some(t) = &on.ticketer {
         config.ticketer = Arc::new(BoundTickets {
             inner: t.0.clone(),
             tag,
         });
     }
     Ok(Arc::new(config))
+}
+
+/// Eight bytes of a profile's digest (zeros for pier's default, so its sessions stay as they
+/// were).
+fn profile_digest(profile: &TlsProfile) -> [u8; 8] {
+    if profile.is_default() {
+        return [0; 8];
+    }
+    let text = serde_json::to_vec(profile).unwrap_or_default();
+    let d = crate::tls::provider::sha256(&text);
+    let mut out = [0; 8];
+    out.copy_from_slice(&d[..8]);
+    out
+}
+
+/// A bound port's server configs for the [`TlsProfile`]s its listeners have, built on first
+/// use and kept while the port is bound (the profiles in use are few; a table that outgrows
+/// [`ProfileConfigs::KEEP`] starts over, so edits cannot grow it without bound).
+pub struct ProfileConfigs {
+    port: PortConfig,
+    carries: Carries,
+    built: std::sync::RwLock<std::collections::HashMap<TlsProfile, Arc<ServerConfig>>>,
+}
+
+impl ProfileConfigs {
+    const KEEP: usize = 64;
+
+    pub fn new(port: PortConfig, carries: Carries) -> Self {
+        Self {
+            port,
+            carries,
+            built: Default::default(),
+        }
+    }
+
+    /// The config of `profile` (`None`: it could not be built, which translation's checks
+    /// rule out; the handshake is then refused, never served with other settings).
+    pub fn get(&self, profile: &TlsProfile) -> Option<Arc<ServerConfig>> {
+        let read = self
+            .built
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(c) = read.get(profile) {
+            return Some(c.clone());
+        }
+        drop(read);
+        let config = match server_config(&self.port, self.carries, profile) {
+            Ok(c) => c,
+            Err(error) => {
+                tracing::warn!(port = self.port.port.port, %error, "a listener's TLS settings cannot be served");
+                return None;
+            }
+        };
+        let mut built = self
+            .built
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if built.len() >= Self::KEEP {
+            built.clear();
+        }
+        Some(built.entry(profile.clone()).or_insert(config).clone())
+    }
 }
 
 #[cfg(test)]

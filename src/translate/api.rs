@@ -6,9 +6,11 @@
 //! with its `spec.mesh` stanza (GEP-3951 / GEP-3792), which the generated `GatewaySpec` would
 //! drop as an unknown field.
 
+mod client_traffic_policy;
 mod security_policy;
 mod traffic_policy;
 
+pub use client_traffic_policy::*;
 pub use security_policy::*;
 pub use traffic_policy::*;
 

@@ -107,12 +107,40 @@ impl<P> Policies<P> {
         listener: usize,
         at: &RuleAt<'_>,
     ) -> Option<Arc<P>> {
+        self.narrowest(gw, listener, Some(at))
+    }
+
+    /// The policy of a listener of a Gateway (listener or ListenerSet > Gateway), for kinds
+    /// that attach to listeners only. Records the broader ones it replaces as overridden.
+    pub fn effective_listener(&mut self, gw: &GatewayState, listener: usize) -> Option<Arc<P>> {
+        self.narrowest(gw, listener, None)
+    }
+
+    /// Whether some policy targets this very listener (by `sectionName`), not only its Gateway
+    /// or ListenerSet.
+    pub fn targets_listener(&self, gw: &GatewayState, listener: usize) -> bool {
+        let l = &gw.listeners[listener];
+        let own = match l.set.map(|s| &gw.sets[s].key) {
+            Some(set) => Target::SetListener(set.clone(), l.name.clone()),
+            None => Target::Listener(gw.key.clone(), l.name.clone()),
+        };
+        self.winner.contains_key(&own)
+    }
+
+    fn narrowest(
+        &mut self,
+        gw: &GatewayState,
+        listener: usize,
+        at: Option<&RuleAt<'_>>,
+    ) -> Option<Arc<P>> {
         if self.winner.is_empty() {
             return None;
         }
         let l = &gw.listeners[listener];
         let mut levels = Vec::with_capacity(5);
-        if self.any_route_target {
+        if self.any_route_target
+            && let Some(at) = at
+        {
             if let Some(rule) = at.rule_name {
                 levels.push(Target::Rule(at.kind, at.route.clone(), rule.to_string()));
             }

@@ -11,7 +11,8 @@
 //! applies to the HTTPS listeners of its port, the Gateway's own and its ListenerSets'. One
 //! port is one TLS config, so listeners of different Gateways on one port must agree on it.
 //!
-//! Not read: `spec.infrastructure` labels and annotations, and listener `tls.options`.
+//! Not read: `spec.infrastructure` labels and annotations. Listener `tls.options` with pier's
+//! prefix: `super::client_traffic_policy`.
 //! `spec.mesh`, `spec.infrastructure.parametersRef` and `spec.tls.backend` are read by
 //! [`super::mesh`].
 //! A listener is programmed when it is accepted, not conflicted and, for HTTPS, has at least one
@@ -107,6 +108,11 @@ pub struct ListenerState {
     pub client_auth: Option<ClientAuth>,
     /// [`CLIENT_CERT_HEADER_ANNOTATION`]: the header for the verified client identity.
     pub client_cert_header: Option<http::HeaderName>,
+    /// The handshake it offers: its ClientTrafficPolicy's `tls` (set after policies are read),
+    /// else its own `tls.options`; `None`: pier's defaults.
+    pub tls_profile: Option<std::sync::Arc<crate::model::TlsProfile>>,
+    /// Its ClientTrafficPolicy, if one applies.
+    pub client_policy: Option<std::sync::Arc<crate::model::ClientPolicy>>,
 }
 
 // === GatewayClass ===
@@ -446,6 +452,8 @@ fn listener(
         unsupported_protocol: None,
         client_auth: None,
         client_cert_header: None,
+        tls_profile: None,
+        client_policy: None,
     };
     let protocol = match protocol.as_str() {
         "HTTP" => Protocol::Http,
@@ -558,7 +566,7 @@ fn tls_of(
     let Some(GatewayListenersTls {
         certificate_refs,
         mode,
-        options: _,
+        options,
     }) = tls
     else {
         state.tls_problem = Some(format!("{proto} listener has no tls configuration"));
@@ -581,7 +589,21 @@ fn tls_of(
                 .push("certificateRefs are ignored: Passthrough does not terminate TLS".into());
         }
         state.passthrough = true;
+        if options.as_ref().is_some_and(|o| {
+            o.keys()
+                .any(|k| k.starts_with(super::client_traffic_policy::OPTION_PREFIX))
+        }) {
+            state
+                .notes
+                .push("tls.options are ignored: Passthrough does not terminate TLS".into());
+        }
         return;
+    }
+    match super::client_traffic_policy::options_profile(&options.clone().unwrap_or_default()) {
+        Ok(profile) => state.tls_profile = profile.map(std::sync::Arc::new),
+        Err(why) => state.notes.push(format!(
+            "tls.options: {why}; the listener keeps pier's TLS defaults"
+        )),
     }
     for (i, r) in certificate_refs.iter().flatten().enumerate() {
         let (secret, loaded) = match certificate(resources, certs, owner, r) {

@@ -256,6 +256,7 @@ enum Kind {
     BackendTlsPolicy,
     SecurityPolicy,
     BackendTrafficPolicy,
+    ClientTrafficPolicy,
     Pod,
 }
 
@@ -518,6 +519,12 @@ fn parse_document(doc: &Doc<'_>, resources: &mut Resources) -> Result<Parsed, Ma
             resources.backend_traffic_policies.insert(key.clone(), o);
             key
         }
+        Kind::ClientTrafficPolicy => {
+            let mut o: super::api::ClientTrafficPolicy = doc.parse(k, ig)?;
+            let key = doc.key(k, &mut o.metadata)?;
+            resources.client_traffic_policies.insert(key.clone(), o);
+            key
+        }
         Kind::Pod => {
             // Only the ServiceAccount is read of a Pod: the rest is skipped by design, not
             // unknown.
@@ -705,6 +712,7 @@ const KIND_NAMES: &[&str] = &[
     "ClusterTrustBundle",
     "SecurityPolicy",
     "BackendTrafficPolicy",
+    "ClientTrafficPolicy",
 ];
 
 // === impl Kind ===
@@ -729,6 +737,7 @@ impl Kind {
             (GATEWAY_GROUP, "BackendTLSPolicy") => Self::BackendTlsPolicy,
             (PIER_GROUP, "SecurityPolicy") => Self::SecurityPolicy,
             (PIER_GROUP, "BackendTrafficPolicy") => Self::BackendTrafficPolicy,
+            (PIER_GROUP, "ClientTrafficPolicy") => Self::ClientTrafficPolicy,
             _ => return None,
         })
     }
@@ -766,6 +775,7 @@ impl Kind {
             Self::ClusterTrustBundle => SchemaOf::ClusterTrustBundle,
             Self::SecurityPolicy => SchemaOf::SecurityPolicy,
             Self::BackendTrafficPolicy => SchemaOf::BackendTrafficPolicy,
+            Self::ClientTrafficPolicy => SchemaOf::ClientTrafficPolicy,
             Self::Pod => return None,
         })
     }
@@ -796,7 +806,9 @@ impl Kind {
             Self::ClusterTrustBundle => &["v1beta1", "v1alpha1"],
             // v1alpha3 has the same shape as v1 for what pier reads.
             Self::BackendTlsPolicy => &["v1", "v1alpha3"],
-            Self::SecurityPolicy | Self::BackendTrafficPolicy => &["v1alpha1"],
+            Self::SecurityPolicy | Self::BackendTrafficPolicy | Self::ClientTrafficPolicy => {
+                &["v1alpha1"]
+            }
         }
     }
 }

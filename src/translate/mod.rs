@@ -27,6 +27,7 @@ pub mod api;
 mod attach;
 mod backend_tls;
 mod backends;
+mod client_traffic_policy;
 mod ext_auth;
 pub mod field_path;
 mod gateway;
@@ -266,6 +267,25 @@ pub fn translate_with(
 
     let mut policies = security_policy::policies(resources, &mut backends, &settings.remote_jwks);
     let mut traffic = traffic_policy::policies(resources, carried, settings);
+    let mut clients = client_traffic_policy::policies(resources, carried);
+    for gw in &mut gateways {
+        let found: Vec<_> = (0..gw.listeners.len())
+            .map(|i| {
+                let own = clients.targets_listener(gw, i);
+                (clients.effective_listener(gw, i), own)
+            })
+            .collect();
+        for (l, (policy, own)) in gw.listeners.iter_mut().zip(found) {
+            // A policy on the listener itself, then the listener's tls.options, then a
+            // policy on its Gateway or ListenerSet.
+            if let Some(tls) = policy.as_ref().and_then(|p| p.tls.clone())
+                && (own || l.tls_profile.is_none())
+            {
+                l.tls_profile = Some(tls).filter(|t| !t.is_default());
+            }
+            l.client_policy = policy;
+        }
+    }
     let mut limit_tables = traffic_policy::Tables::new(carried, settings);
     let mut tables: BTreeMap<(usize, usize), RouteTableBuilder> = BTreeMap::new();
     for (order, key, kind, outcome) in outcomes {
@@ -335,6 +355,12 @@ pub fn translate_with(
         &settings.controller_name,
     );
     status.backend_traffic_policies = traffic.statuses(
+        resources,
+        &gateways,
+        &route_statuses,
+        &settings.controller_name,
+    );
+    status.client_traffic_policies = clients.statuses(
         resources,
         &gateways,
         &route_statuses,
@@ -466,7 +492,13 @@ fn snapshot(
                     .client_auth
                     .clone()
                     .filter(|_| protocol == Protocol::Https),
+                tls_profiles: false,
             });
+            let tls_profile = l
+                .tls_profile
+                .clone()
+                .filter(|_| protocol != Protocol::Http && !l.passthrough);
+            port.tls_profiles |= tls_profile.is_some();
             port.proxy_protocol |= l.proxy_protocol;
             port.access_log_on |= l.access_log == Some(true);
             if let Some(certs) = &mut port.certs {
@@ -486,6 +518,8 @@ fn snapshot(
                 passthrough: l.passthrough,
                 client_cert_header: l.client_cert_header.clone(),
                 access_log: l.access_log,
+                tls_profile,
+                client_policy: l.client_policy.clone(),
                 routes: tables
                     .remove(&(gi, li))
                     .map_or_else(RouteTable::default, RouteTableBuilder::build),

@@ -3,12 +3,12 @@
 
 use std::collections::BTreeMap;
 
-use super::api::BackendTrafficPolicy;
 use super::api::{
     BackendTlsPolicy, ClusterTrustBundle, ConfigMap, EndpointSlice, Gateway, GatewayClass,
     GrpcRoute, HttpRoute, ListenerSet, Namespace, PodIdentity, ReferenceGrant, Secret,
     SecurityPolicy, Service, TlsRoute,
 };
+use super::api::{BackendTrafficPolicy, ClientTrafficPolicy};
 use super::field_path::UnknownField;
 
 /// `(namespace, name)`.
@@ -42,6 +42,8 @@ pub struct Resources {
     pub security_policies: BTreeMap<ObjectKey, SecurityPolicy>,
     /// pier's own `BackendTrafficPolicy` (`pier.dev/v1alpha1`).
     pub backend_traffic_policies: BTreeMap<ObjectKey, BackendTrafficPolicy>,
+    /// pier's own `ClientTrafficPolicy` (`pier.dev/v1alpha1`).
+    pub client_traffic_policies: BTreeMap<ObjectKey, ClientTrafficPolicy>,
     /// Fields objects have that their kinds do not, by `(kind, (namespace, name))` (an empty
     /// namespace for cluster-scoped kinds). Only manifests have them: the API server prunes
     /// unknown fields before pier sees an object.

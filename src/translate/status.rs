@@ -267,6 +267,8 @@ pub struct Statuses {
     pub security_policies: BTreeMap<ObjectRef, BackendTlsPolicyStatus>,
     /// BackendTrafficPolicies (`pier.dev/v1alpha1`), the same way.
     pub backend_traffic_policies: BTreeMap<ObjectRef, BackendTlsPolicyStatus>,
+    /// ClientTrafficPolicies (`pier.dev/v1alpha1`), the same way.
+    pub client_traffic_policies: BTreeMap<ObjectRef, BackendTlsPolicyStatus>,
 }
 
 #[derive(Debug, Default, PartialEq)]
@@ -383,6 +385,7 @@ pub enum StatusKind {
     BackendTlsPolicy,
     SecurityPolicy,
     BackendTrafficPolicy,
+    ClientTrafficPolicy,
 }
 
 #[derive(Debug, Serialize)]
@@ -625,10 +628,14 @@ impl Statuses {
                         ));
                     }
                 }
-                "BackendTLSPolicy" | "SecurityPolicy" | "BackendTrafficPolicy" => {
+                "BackendTLSPolicy"
+                | "SecurityPolicy"
+                | "BackendTrafficPolicy"
+                | "ClientTrafficPolicy" => {
                     let policies = match kind.as_str() {
                         "BackendTLSPolicy" => &mut self.backend_tls_policies,
                         "SecurityPolicy" => &mut self.security_policies,
+                        "ClientTrafficPolicy" => &mut self.client_traffic_policies,
                         _ => &mut self.backend_traffic_policies,
                     };
                     if let Some(s) = policies.get_mut(&key) {
@@ -730,6 +737,17 @@ impl Statuses {
                     ancestors: &s.ancestors,
                 },
             });
+        let client = self
+            .client_traffic_policies
+            .iter()
+            .map(|(key, s)| StatusObject {
+                api_version: PIER_POLICY_API_VERSION,
+                kind: StatusKind::ClientTrafficPolicy,
+                metadata: StatusMeta::namespaced(key, s.generation),
+                status: ObjectStatus::BackendTlsPolicy {
+                    ancestors: &s.ancestors,
+                },
+            });
         classes
             .chain(gateways)
             .chain(sets)
@@ -737,6 +755,7 @@ impl Statuses {
             .chain(policies)
             .chain(security)
             .chain(traffic)
+            .chain(client)
             .collect()
     }
 }

@@ -283,6 +283,7 @@ pub fn api_resource(api_version: &str, kind: &str) -> ApiResource {
         "ClusterTrustBundle" => "clustertrustbundles",
         "SecurityPolicy" => "securitypolicies",
         "BackendTrafficPolicy" => "backendtrafficpolicies",
+        "ClientTrafficPolicy" => "clienttrafficpolicies",
         other => panic!("no plural for {other}"),
     };
     ApiResource {

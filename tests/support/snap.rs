@@ -194,6 +194,8 @@ impl ListenerBuilder {
             hostname: self.hostname,
             passthrough: false,
             client_cert_header: None,
+            tls_profile: None,
+            client_policy: None,
             access_log: None,
             routes: self.table.build(),
         }
@@ -210,6 +212,7 @@ pub fn port(port: u16, listeners: Vec<Listener>) -> Port {
         listeners,
         certs: None,
         client_auth: None,
+        tls_profiles: false,
     };
     p.sort_listeners();
     p
@@ -225,6 +228,7 @@ pub fn https_port(port: u16, listeners: Vec<Listener>, certs: CertTable) -> Port
         listeners,
         certs: Some(certs),
         client_auth: None,
+        tls_profiles: false,
     };
     p.sort_listeners();
     p

@@ -28,13 +28,13 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::OwnedSemaphorePermit;
-use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
+use tokio_rustls::{LazyConfigAcceptor, TlsAcceptor};
 
 use super::lot::{Lot, Woken};
 use super::proxy_protocol;
 use crate::model::host::normalize_host;
-use crate::model::{PortKey, Protocol};
+use crate::model::{PortKey, Protocol, TlsProfile};
 use crate::proxy::conn_info::ConnInfo;
 use crate::proxy::downstream::h1::{self, ReadReady};
 use crate::proxy::downstream::{service, stream};
@@ -43,6 +43,7 @@ use crate::proxy::error::DownstreamTlsFailure;
 use crate::proxy::exchange::Shared;
 use crate::proxy::observe::metrics::ConnectionGuard;
 use crate::proxy::reclaim::Registration;
+use crate::tls::server::ProfileConfigs;
 
 /// A bound port's TLS server configs (their certificates come from the current snapshot).
 pub struct PortTls {
@@ -50,6 +51,10 @@ pub struct PortTls {
     pub https: TlsAcceptor,
     /// TLS ports that terminate (TLSRoute): no ALPN.
     pub stream: Arc<rustls::ServerConfig>,
+    /// The configs of listeners with TLS settings of their own (ClientTrafficPolicy `tls`,
+    /// `tls.options`), chosen by SNI once the ClientHello is read.
+    pub https_profiles: ProfileConfigs,
+    pub stream_profiles: ProfileConfigs,
 }
 
 /// A connection's place under its port's cap, from the accept loop: the registration through
@@ -122,6 +127,7 @@ fn conn_info(
         sni: None,
         forwarded_for: crate::proxy::headers::forwarded_for(peer.ip()),
         client_identity: None,
+        tls_profile: None,
         trusted_hop: shared.config.trusted_proxies.trusts(peer.ip()),
         drain: drain.clone(),
     }
@@ -415,17 +421,11 @@ async fn serve_conn(
         Some(Protocol::Http) => serve_h1(shared, tcp, info, drain, reclaim, None).await,
         // Boxed, like hyper's fallback below: the TLS states (handshake, rustls connection)
         // would otherwise size every plain connection's future too.
-        Some(Protocol::Https) => {
-            let acceptor = tls.https.clone();
-            drop(tls);
-            Box::pin(serve_tls(shared, tcp, acceptor, info, drain, reclaim)).await
-        }
+        Some(Protocol::Https) => Box::pin(serve_tls(shared, tcp, tls, info, drain, reclaim)).await,
         Some(Protocol::Tls) => {
-            let config = tls.stream.clone();
-            drop(tls);
             // TLS streams bound their own idleness (handshake and stream idle timeouts).
             if reclaim.busy() {
-                Box::pin(stream::serve(shared, tcp, info, config, drain)).await
+                Box::pin(stream::serve(shared, tcp, info, tls, drain)).await
             }
             None
         }
@@ -477,10 +477,48 @@ async fn proxy_header(
     client
 }
 
+/// The TLS handshake of an HTTPS connection, and the listener settings it was made under
+/// (`None`: pier's default). A port whose listeners all have the default takes the one config
+/// at once; otherwise the ClientHello is read first and the SNI's listener picks the config.
+async fn handshake(
+    shared: &Shared,
+    tcp: TcpStream,
+    tls: Arc<PortTls>,
+    key: PortKey,
+) -> std::io::Result<(TlsStream<TcpStream>, Option<Arc<TlsProfile>>)> {
+    let profiles = shared
+        .snapshot
+        .load()
+        .port_at(key)
+        .is_some_and(|p| p.tls_profiles);
+    if !profiles {
+        let acceptor = tls.https.clone();
+        drop(tls);
+        return Ok((acceptor.accept(tcp).await?, None));
+    }
+    let start = LazyConfigAcceptor::new(rustls::server::Acceptor::default(), tcp).await?;
+    let sni = start
+        .client_hello()
+        .server_name()
+        .map(|n| normalize_host(n).into_owned());
+    let profile = (shared.snapshot.load().port_at(key))
+        .and_then(|p| p.tls_profile_for(sni.as_deref()))
+        .cloned();
+    let config = match &profile {
+        None => tls.https.config().clone(),
+        Some(p) => tls
+            .https_profiles
+            .get(p)
+            .ok_or_else(|| std::io::Error::other("the listener's TLS settings cannot be served"))?,
+    };
+    drop(tls);
+    Ok((start.into_stream(config).await?, profile))
+}
+
 async fn serve_tls(
     shared: &Arc<Shared>,
     tcp: TcpStream,
-    tls: TlsAcceptor,
+    tls: Arc<PortTls>,
     info: Arc<ConnInfo>,
     mut drain: DrainToken,
     reclaim: &Registration,
@@ -488,10 +526,10 @@ async fn serve_tls(
     let (peer, port) = (info.peer, info.port);
     let deadline = shared.config.tls_handshake_timeout;
     let handshake = tokio::select! {
-        r = tokio::time::timeout(deadline, tls.accept(tcp)) => r,
+        r = tokio::time::timeout(deadline, handshake(shared, tcp, tls, info.key())) => r,
         _ = drain.closed() => return None,
     };
-    let stream = match handshake {
+    let (stream, tls_profile) = match handshake {
         Ok(Ok(stream)) => stream,
         Ok(Err(error)) => {
             let reason = DownstreamTlsFailure::of(&error);
@@ -511,11 +549,12 @@ async fn serve_tls(
     let client_identity = tls
         .peer_certificates()
         .and_then(|chain| client_identity(shared, info.key(), chain));
-    let info = match (tls.server_name(), client_identity) {
-        (None, None) => info,
-        (sni, client_identity) => Arc::new(ConnInfo {
+    let info = match (tls.server_name(), client_identity, tls_profile) {
+        (None, None, None) => info,
+        (sni, client_identity, tls_profile) => Arc::new(ConnInfo {
             sni: sni.map(|name| normalize_host(name).into()),
             client_identity,
+            tls_profile,
             ..(*info).clone()
         }),
     };

@@ -76,7 +76,7 @@ pub async fn serve(
     shared: &Arc<Shared>,
     mut tcp: TcpStream,
     info: Arc<ConnInfo>,
-    config: Arc<ServerConfig>,
+    tls: Arc<crate::proxy::accept::conn::PortTls>,
     mut drain: DrainToken,
 ) {
     let peer = info.peer;
@@ -119,6 +119,17 @@ pub async fn serve(
         passthrough(shared, &snapshot, &plan, tcp, &recorded, drain).await
     } else {
         drop(recorded);
+        // The listener's own TLS settings, if it has any (ClientTrafficPolicy `tls`).
+        let config = match &listener.tls_profile {
+            None => Some(tls.stream.clone()),
+            Some(p) => tls.stream_profiles.get(p),
+        };
+        drop(tls);
+        let Some(config) = config else {
+            return shared
+                .metrics
+                .stream(Some(&listener.id), mode, StreamResult::HandshakeFailed);
+        };
         let remaining = deadline.saturating_duration_since(Instant::now());
         terminate(
             shared,

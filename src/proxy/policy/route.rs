@@ -52,7 +52,12 @@ pub fn listener_for<'s>(
     {
         return Err(ProxyError::Misdirected);
     }
-    Ok((port, listener.ok_or(ProxyError::NoListener)?))
+    let listener = listener.ok_or(ProxyError::NoListener)?;
+    // Decided at translation: only ports whose listeners differ in TLS settings check.
+    if port.tls_profiles && listener.tls_profile != conn.tls_profile {
+        return Err(ProxyError::Misdirected);
+    }
+    Ok((port, listener))
 }
 
 /// The listener's route table on the normalised `host`.

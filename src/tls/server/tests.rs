@@ -57,6 +57,7 @@ fn snapshot(auth: Option<ClientAuth>) -> Snapshot {
             certs: None,
             client_auth: auth,
             access_log_on: false,
+            tls_profiles: false,
         }],
     }
 }
@@ -127,6 +128,7 @@ fn a_session_opens_only_under_the_policy_it_was_sealed_under() {
         snapshot: shared.clone(),
         port: PORT,
         carries: Carries::Http,
+        profile: [0; 8],
     };
     let unvalidated = tag.seal(b"session");
     assert_eq!(
@@ -149,6 +151,29 @@ fn a_session_opens_only_under_the_policy_it_was_sealed_under() {
     ))));
     assert_eq!(tag.open(sealed), None);
     assert_eq!(tag.open(vec![0; 3]), None, "shorter than a tag");
+}
+
+#[test]
+fn a_session_opens_only_under_the_tls_settings_it_was_sealed_under() {
+    let shared = Arc::new(ArcSwap::from_pointee(snapshot(None)));
+    let tag = |profile: &TlsProfile| PolicyTag {
+        snapshot: shared.clone(),
+        port: PORT,
+        carries: Carries::Http,
+        profile: profile_digest(profile),
+    };
+    let only13 = TlsProfile {
+        tls12: false,
+        ..TlsProfile::DEFAULT
+    };
+    let (default, strict) = (tag(&TlsProfile::DEFAULT), tag(&only13));
+    assert_eq!(default.profile, [0; 8], "pier's default seals as before");
+    let sealed = default.seal(b"session");
+    assert_eq!(strict.open(sealed.clone()), None);
+    assert!(default.open(sealed).is_some());
+    let sealed = strict.seal(b"session");
+    assert_eq!(default.open(sealed.clone()), None);
+    assert!(tag(&only13).open(sealed).is_some());
 }
 
 #[test]

@@ -30,6 +30,7 @@ pub(super) enum SchemaOf {
     ClusterTrustBundle,
     SecurityPolicy,
     BackendTrafficPolicy,
+    ClientTrafficPolicy,
 }
 
 /// The path serde_ignored reports, as [`Step`]s (options and newtypes add no step).
@@ -124,7 +125,7 @@ fn properties(at: &Value, out: &mut Vec<String>) {
 /// The kind's JSON schema, every subschema inlined; made once.
 fn schema(of: SchemaOf) -> &'static Value {
     // One slot per kind: the last variant's index + 1 (a new kind goes last in `SchemaOf`).
-    const KINDS: usize = SchemaOf::BackendTrafficPolicy as usize + 1;
+    const KINDS: usize = SchemaOf::ClientTrafficPolicy as usize + 1;
     static SCHEMAS: [OnceLock<Value>; KINDS] = [const { OnceLock::new() }; KINDS];
     SCHEMAS[of as usize].get_or_init(|| match of {
         SchemaOf::GatewayClass => make::<super::GatewayClass>(),
@@ -143,6 +144,7 @@ fn schema(of: SchemaOf) -> &'static Value {
         SchemaOf::ClusterTrustBundle => make::<super::ClusterTrustBundle>(),
         SchemaOf::SecurityPolicy => make::<super::SecurityPolicy>(),
         SchemaOf::BackendTrafficPolicy => make::<crate::translate::api::BackendTrafficPolicy>(),
+        SchemaOf::ClientTrafficPolicy => make::<crate::translate::api::ClientTrafficPolicy>(),
     })
 }
 

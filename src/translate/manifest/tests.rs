@@ -524,7 +524,7 @@ fn an_unknown_kind_of_a_group_pier_reads_is_a_mistake_with_the_nearest_kind() {
         .unwrap();
     assert!(
         m.to_string().contains(
-            "not a kind of pier.dev that pier reads (SecurityPolicy, BackendTrafficPolicy)"
+            "not a kind of pier.dev that pier reads (SecurityPolicy, BackendTrafficPolicy, ClientTrafficPolicy)"
         ),
         "{m}"
     );

@@ -1,0 +1,59 @@
+//! `ClientTrafficPolicy` (`pier.dev/v1alpha1`): how pier meets its clients on a listener,
+//! attached to Gateways, listeners and ListenerSets by GEP-713 `targetRefs`. Field names are
+//! Envoy Gateway's (`gateway.envoyproxy.io/v1alpha1` ClientTrafficPolicy) where the concept is
+//! the same. This version reads `tls`; the CRD grows with each feature, so the API server never
+//! stores a field pier would ignore.
+
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::security_policy::{PolicyStatus, PolicyTargetRef};
+
+/// `spec` of a ClientTrafficPolicy.
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "pier.dev",
+    version = "v1alpha1",
+    kind = "ClientTrafficPolicy",
+    plural = "clienttrafficpolicies",
+    namespaced,
+    status = "PolicyStatus"
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ClientTrafficPolicySpec {
+    /// What the policy applies to: Gateways (a listener with `sectionName`) and ListenerSets
+    /// (one of its listeners with `sectionName`), in the policy's namespace.
+    pub target_refs: Vec<PolicyTargetRef>,
+    /// The TLS handshake of HTTPS listeners and terminating TLS listeners.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<ClientTls>,
+}
+
+/// TLS versions, cipher suites, key exchange groups and ALPN protocols a listener offers.
+/// Unset fields keep pier's defaults (TLS 1.2 and 1.3, rustls's safe suites and groups, ALPN
+/// `h2` and `http/1.1` on HTTPS).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClientTls {
+    /// The lowest version: `Auto` (1.2), `1.2` or `1.3`. rustls implements no older version, so
+    /// `1.0` and `1.1` are refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_version: Option<String>,
+    /// The highest version: `Auto` (1.3), `1.2` or `1.3`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_version: Option<String>,
+    /// Cipher suites, by IANA/rustls name (`TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256`,
+    /// `TLS13_AES_256_GCM_SHA384`) or OpenSSL name (`ECDHE-ECDSA-AES128-GCM-SHA256`). A list
+    /// of TLS 1.2 suites only (as Envoy takes it) leaves TLS 1.3's suites as they are.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ciphers: Vec<String>,
+    /// Key exchange groups, in order of preference: `X25519`, `P-256`, `P-384`,
+    /// `X25519MLKEM768` (and rustls's names `secp256r1`, `secp384r1`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ecdh_curves: Vec<String>,
+    /// ALPN protocols offered on HTTPS listeners, in order of preference: `h2`, `http/1.1`,
+    /// `http/1.0`. An empty list offers none (clients then speak HTTP/1.1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alpn_protocols: Option<Vec<String>>,
+}

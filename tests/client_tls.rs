@@ -1,0 +1,401 @@
+//! ClientTrafficPolicy `tls` and listener `tls.options` end to end: `pier run --manifests DIR`
+//! in-process, OpenSSL's clients (`curl`, `openssl s_client`) against three HTTPS listeners
+//! that share one port with different TLS settings, chosen by SNI, and a terminating TLS
+//! listener; a client that reaches a listener past its settings (no SNI, or another name)
+//! gets 421; edits apply without a restart; GEP-713 status in `/status`.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::process::Command;
+use std::time::Duration;
+
+use pier::run::{self, RunOptions};
+use serde_json::Value;
+use support::web::*;
+use support::*;
+
+const STRICT: &str = "strict.example.com";
+const LEGACY: &str = "legacy.example.com";
+const OPEN: &str = "open.example.com";
+const STREAM: &str = "stream.example.com";
+
+fn indent(s: &str, n: usize) -> String {
+    let pad = " ".repeat(n);
+    s.lines().map(|l| format!("{pad}{l}\n")).collect()
+}
+
+fn gateway(https: u16, tls: u16) -> String {
+    format!(
+        "{GATEWAY_CLASS}---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: gw, namespace: default}}
+spec:
+  gatewayClassName: pier
+  listeners:
+    - name: strict
+      hostname: {STRICT}
+      protocol: HTTPS
+      port: {https}
+      tls: {{certificateRefs: [{{name: cert}}]}}
+    - name: legacy
+      hostname: {LEGACY}
+      protocol: HTTPS
+      port: {https}
+      tls:
+        certificateRefs: [{{name: cert}}]
+        options:
+          pier.dev/max-version: '1.2'
+          pier.dev/ciphers: ECDHE-ECDSA-AES256-GCM-SHA384
+    - name: open
+      hostname: {OPEN}
+      protocol: HTTPS
+      port: {https}
+      tls: {{certificateRefs: [{{name: cert}}]}}
+    - name: stream
+      hostname: {STREAM}
+      protocol: TLS
+      port: {tls}
+      tls: {{mode: Terminate, certificateRefs: [{{name: cert}}]}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: web, namespace: default}}
+spec:
+  parentRefs: [{{name: gw}}]
+  rules:
+    - backendRefs: [{{name: a, port: 80}}]
+---
+apiVersion: gateway.networking.k8s.io/v1alpha3
+kind: TLSRoute
+metadata: {{name: stream, namespace: default}}
+spec:
+  parentRefs: [{{name: gw, sectionName: stream}}]
+  hostnames: [{STREAM}]
+  rules:
+    - backendRefs: [{{name: a, port: 80}}]
+"
+    )
+}
+
+/// The policies: `strict` (TLS 1.3, X25519, HTTP/1.1 only) on two listeners, one on the whole
+/// Gateway that the listener ones override, and `strict_min` as the strict one's minVersion.
+fn policies(strict_min: &str) -> String {
+    format!(
+        "apiVersion: pier.dev/v1alpha1
+kind: ClientTrafficPolicy
+metadata: {{name: strict, namespace: default, creationTimestamp: '2026-01-01T00:00:00Z'}}
+spec:
+  targetRefs:
+    - {{group: gateway.networking.k8s.io, kind: Gateway, name: gw, sectionName: strict}}
+    - {{group: gateway.networking.k8s.io, kind: Gateway, name: gw, sectionName: stream}}
+  tls:
+    minVersion: '{strict_min}'
+    ecdhCurves: [X25519]
+    alpnProtocols: [http/1.1]
+---
+apiVersion: pier.dev/v1alpha1
+kind: ClientTrafficPolicy
+metadata: {{name: everywhere, namespace: default, creationTimestamp: '2026-01-01T00:00:00Z'}}
+spec:
+  targetRefs: [{{group: gateway.networking.k8s.io, kind: Gateway, name: gw}}]
+  tls: {{minVersion: Auto, maxVersion: '1.3'}}
+---
+apiVersion: pier.dev/v1alpha1
+kind: ClientTrafficPolicy
+metadata: {{name: impossible, namespace: default}}
+spec:
+  targetRefs: [{{group: gateway.networking.k8s.io, kind: Gateway, name: gw, sectionName: open}}]
+  tls: {{ciphers: [AES128-SHA]}}
+"
+    )
+}
+
+struct Env {
+    dir: tempfile::TempDir,
+    https: u16,
+    tls: u16,
+    pier: run::Running,
+    _echo: pier::echo::EchoServer,
+}
+
+async fn start() -> Env {
+    init();
+    let echo = pier::echo::spawn(SocketAddr::from(([127, 0, 0, 1], 0)), "a")
+        .await
+        .unwrap();
+    let (https, tls) = (free_port(), free_port());
+    // rcgen's default key is ECDSA P-256: the ECDHE-ECDSA suites.
+    let server = rcgen::generate_simple_self_signed(vec![
+        STRICT.to_string(),
+        LEGACY.to_string(),
+        OPEN.to_string(),
+        STREAM.to_string(),
+    ])
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let secret = format!(
+        "apiVersion: v1\nkind: Secret\nmetadata: {{name: cert, namespace: default}}\n\
+         type: kubernetes.io/tls\nstringData:\n  tls.crt: |\n{}  tls.key: |\n{}",
+        indent(&server.cert.pem(), 4),
+        indent(&server.signing_key.serialize_pem(), 4)
+    );
+    let files = [
+        ("gw.yaml", gateway(https, tls)),
+        ("policies.yaml", policies("1.3")),
+        ("secret.yaml", secret),
+        ("svc.yaml", service("a", echo.addr)),
+        ("ca.pem", server.cert.pem()),
+    ];
+    for (name, text) in files {
+        std::fs::write(dir.path().join(name), text).unwrap();
+    }
+    let pier = run::start(RunOptions {
+        listen_host: [127, 0, 0, 1].into(),
+        admin: SocketAddr::from(([127, 0, 0, 1], 0)),
+        ..RunOptions::new(run::Source::Manifests(dir.path().to_path_buf()))
+    })
+    .await
+    .unwrap();
+    Env {
+        dir,
+        https,
+        tls,
+        pier,
+        _echo: echo,
+    }
+}
+
+/// What curl got: its exit code, the HTTP status and version (`None` when no response).
+#[derive(Debug)]
+struct Curl {
+    code: i32,
+    status: u16,
+    http: String,
+}
+
+impl Env {
+    fn ca(&self) -> String {
+        self.dir.path().join("ca.pem").display().to_string()
+    }
+
+    /// `curl https://{host}:{port}/` trusting pier's certificate, with `args` (TLS versions,
+    /// ALPN) and an optional Host header.
+    async fn curl(&self, host: &str, port: u16, args: &[&str], host_header: Option<&str>) -> Curl {
+        let mut cmd = Command::new("curl");
+        cmd.args([
+            "-s",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code} %{http_version}",
+        ])
+        .args(["--max-time", "5", "--cacert", &self.ca()])
+        .args(["--resolve", &format!("{host}:{port}:127.0.0.1")])
+        .args(args);
+        if let Some(h) = host_header {
+            cmd.args(["-H", &format!("Host: {h}")]);
+        }
+        cmd.arg(format!("https://{host}:{port}/"));
+        let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+            .await
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let mut words = text.split_whitespace();
+        Curl {
+            code: out.status.code().unwrap_or(-1),
+            status: words.next().and_then(|s| s.parse().ok()).unwrap_or(0),
+            http: words.next().unwrap_or_default().to_string(),
+        }
+    }
+
+    /// `openssl s_client` to `port` with SNI `sni`: the negotiated protocol and cipher, or
+    /// `None` when the handshake failed.
+    async fn s_client(&self, port: u16, sni: &str, args: &[&str]) -> Option<(String, String)> {
+        let mut cmd = Command::new("openssl");
+        cmd.args(["s_client", "-connect", &format!("127.0.0.1:{port}")])
+            .args(["-servername", sni, "-CAfile", &self.ca(), "-brief"])
+            .args(args)
+            .stdin(std::process::Stdio::null());
+        let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+            .await
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stderr).to_string();
+        let field = |name: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name))
+                .map(|v| v.trim_start_matches([' ', ':']).trim().to_string())
+        };
+        Some((field("Protocol version")?, field("Ciphersuite")?))
+    }
+
+    async fn status(&self) -> Value {
+        support::web::get(&format!("http://{}/status", self.pier.admin_addr), &[])
+            .await
+            .json()
+    }
+
+    /// The conditions of a ClientTrafficPolicy's first ancestor, in `/status`.
+    async fn policy_conditions(&self, name: &str) -> Vec<Value> {
+        let status = self.status().await;
+        let objects = status.as_array().cloned().unwrap_or_default();
+        let o = objects
+            .iter()
+            .find(|o| o["kind"] == "ClientTrafficPolicy" && o["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("no status for {name}: {status:#}"));
+        o["status"]["ancestors"][0]["conditions"]
+            .as_array()
+            .cloned()
+            .unwrap()
+    }
+}
+
+fn condition<'c>(conditions: &'c [Value], kind: &str) -> &'c Value {
+    conditions
+        .iter()
+        .find(|c| c["type"] == kind)
+        .unwrap_or_else(|| panic!("no {kind} in {conditions:#?}"))
+}
+
+/// curl's exit code for a failed TLS handshake.
+const HANDSHAKE_FAILED: i32 = 35;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_listener_on_a_port_gets_its_own_tls_settings_by_sni() {
+    let env = start().await;
+    let port = env.https;
+    eventually(Duration::from_secs(5), || async {
+        env.curl(OPEN, port, &[], None).await.status == 200
+    })
+    .await;
+
+    // strict: TLS 1.3 only, X25519 only, ALPN http/1.1 only.
+    let r = env.curl(STRICT, port, &["--tls-max", "1.2"], None).await;
+    assert_eq!(r.code, HANDSHAKE_FAILED, "TLS 1.2 refused on strict: {r:?}");
+    let r = env.curl(STRICT, port, &["--http2"], None).await;
+    assert_eq!(
+        (r.status, r.http.as_str()),
+        (200, "1.1"),
+        "no h2 offered: {r:?}"
+    );
+    let r = env.curl(STRICT, port, &["--curves", "P-256"], None).await;
+    assert_eq!(r.code, HANDSHAKE_FAILED, "P-256 refused on strict: {r:?}");
+    let (proto, _) = env.s_client(port, STRICT, &[]).await.unwrap();
+    assert_eq!(proto, "TLSv1.3");
+
+    // legacy (its tls.options): TLS 1.2 only, one suite.
+    let r = env.curl(LEGACY, port, &["--tlsv1.3"], None).await;
+    assert_eq!(r.code, HANDSHAKE_FAILED, "TLS 1.3 refused on legacy: {r:?}");
+    let (proto, cipher) = env.s_client(port, LEGACY, &[]).await.unwrap();
+    assert_eq!(
+        (proto.as_str(), cipher.as_str()),
+        ("TLSv1.2", "ECDHE-ECDSA-AES256-GCM-SHA384")
+    );
+    let other_suite = ["-cipher", "ECDHE-ECDSA-AES128-GCM-SHA256", "-tls1_2"];
+    assert_eq!(env.s_client(port, LEGACY, &other_suite).await, None);
+
+    // open: pier's defaults (its policy is invalid): both versions, h2.
+    let r = env
+        .curl(OPEN, port, &["--tls-max", "1.2", "--http2"], None)
+        .await;
+    assert_eq!((r.status, r.http.as_str()), (200, "2"), "{r:?}");
+    let (proto, _) = env.s_client(port, OPEN, &[]).await.unwrap();
+    assert_eq!(proto, "TLSv1.3");
+
+    // No way around a listener's settings: a TLS 1.2 connection made for `open`, or without
+    // SNI (an address), asking for `strict` by Host is misdirected.
+    let r = env
+        .curl(OPEN, port, &["--tls-max", "1.2"], Some(STRICT))
+        .await;
+    assert_eq!(r.status, 421, "{r:?}");
+    let r = env
+        .curl("127.0.0.1", port, &["-k", "--tls-max", "1.2"], Some(STRICT))
+        .await;
+    assert_eq!(r.status, 421, "no SNI: {r:?}");
+    let h1 = ["-k", "--tls-max", "1.2", "--http1.1"];
+    let r = env.curl("127.0.0.1", port, &h1, Some(STRICT)).await;
+    assert_eq!((r.status, r.http.as_str()), (421, "1.1"), "no SNI: {r:?}");
+    let r = env
+        .curl("127.0.0.1", port, &["-k", "--tls-max", "1.2"], Some(OPEN))
+        .await;
+    assert_eq!(r.status, 200, "no SNI, a listener with the defaults: {r:?}");
+
+    // The terminating TLS listener has the strict policy too (no ALPN on streams).
+    let r = env.curl(STREAM, env.tls, &["--tls-max", "1.2"], None).await;
+    assert_eq!(
+        r.code, HANDSHAKE_FAILED,
+        "TLS 1.2 refused on the stream: {r:?}"
+    );
+    let r = env.curl(STREAM, env.tls, &[], None).await;
+    assert_eq!(r.status, 200, "{r:?}");
+
+    // Status: accepted, overridden, and refused with rustls's reason.
+    let strict = env.policy_conditions("strict").await;
+    assert_eq!(
+        condition(&strict, "Accepted")["status"],
+        "True",
+        "{strict:#?}"
+    );
+    let everywhere = env.policy_conditions("everywhere").await;
+    assert_eq!(condition(&everywhere, "Accepted")["status"], "True");
+    assert_eq!(condition(&everywhere, "Overridden")["status"], "True");
+    let impossible = env.policy_conditions("impossible").await;
+    let accepted = condition(&impossible, "Accepted");
+    assert_eq!(accepted["status"], "False");
+    assert_eq!(accepted["reason"], "Invalid");
+    let msg = accepted["message"].as_str().unwrap();
+    assert!(
+        msg.contains("\"AES128-SHA\" is not a cipher suite rustls implements")
+            && msg.contains("pier's defaults apply"),
+        "{msg}"
+    );
+
+    // An edit applies to new connections without a restart.
+    write_atomic(&env.dir.path().join("policies.yaml"), &policies("1.2"));
+    eventually(Duration::from_secs(5), || async {
+        env.curl(STRICT, port, &["--tls-max", "1.2"], None)
+            .await
+            .status
+            == 200
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mistyped_listener_option_is_reported_and_the_defaults_stay() {
+    let env = start().await;
+    let gw = std::fs::read_to_string(env.dir.path().join("gw.yaml")).unwrap();
+    let typo = gw.replace("pier.dev/max-version: '1.2'", "pier.dev/max-versoin: '1.2'");
+    assert_ne!(gw, typo);
+    write_atomic(&env.dir.path().join("gw.yaml"), &typo);
+    let port = env.https;
+    let message = |status: &Value| -> Option<String> {
+        let gw = (status.as_array()?)
+            .iter()
+            .find(|o| o["kind"] == "Gateway")?
+            .clone();
+        let legacy = (gw["status"]["listeners"].as_array()?)
+            .iter()
+            .find(|l| l["name"] == "legacy")?
+            .clone();
+        let accepted = (legacy["conditions"].as_array()?)
+            .iter()
+            .find(|c| c["type"] == "Accepted")?
+            .clone();
+        Some(accepted["message"].as_str()?.to_string())
+    };
+    eventually(Duration::from_secs(5), || async {
+        message(&env.status().await).is_some_and(|m| m.contains("max-versoin"))
+    })
+    .await;
+    let m = message(&env.status().await).unwrap();
+    assert!(
+        m.contains("pier.dev/max-versoin is not an option pier reads")
+            && m.contains("keeps pier's TLS defaults"),
+        "{m}"
+    );
+    // pier's defaults: TLS 1.3 again.
+    let (proto, _) = env.s_client(port, LEGACY, &[]).await.unwrap();
+    assert_eq!(proto, "TLSv1.3");
+}
