@@ -2049,3 +2049,150 @@ async fn tokens_keys_passwords_and_logins_from_the_cluster() {
     }
     pier.shutdown().await;
 }
+
+/// A ClientTrafficPolicy `app/tls` on listener `https` of Gateway `app/secure`.
+fn client_traffic_policy(tls: Value) -> Value {
+    json!({
+        "apiVersion": PIER_V1ALPHA1,
+        "kind": "ClientTrafficPolicy",
+        "metadata": { "name": "tls", "namespace": APP },
+        "spec": {
+            "targetRefs": [{
+                "group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "secure",
+                "sectionName": "https",
+            }],
+            "tls": tls,
+        },
+    })
+}
+
+/// pier's ClientTrafficPolicy in cluster mode, under pier's RBAC: an HTTPS listener whose
+/// certificate is a `kubernetes.io/tls` Secret takes the policy's TLS settings from the API
+/// server (curl with TLS 1.2 is refused, TLS 1.3 served), pier writes the policy's GEP-713
+/// status there, and an edit pier cannot serve (TLS 1.1) is `Invalid` while the version in
+/// force keeps refusing TLS 1.2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_traffic_policies_from_the_cluster() {
+    const HOST: &str = "secure.example.com";
+    let c = Cluster::start().await;
+    let w = world(&c).await;
+    let port = listener_port();
+    let cert = rcgen::generate_simple_self_signed(vec![HOST.to_string()]).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, cert.cert.pem()).unwrap();
+    c.apply(json!({
+        "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+        "metadata": { "name": "secure-cert", "namespace": APP },
+        "stringData": { "tls.crt": cert.cert.pem(), "tls.key": cert.signing_key.serialize_pem() },
+    }))
+    .await;
+    c.apply(json!({
+        "apiVersion": GATEWAY_V1, "kind": "Gateway",
+        "metadata": { "name": "secure", "namespace": APP },
+        "spec": {
+            "gatewayClassName": "pier",
+            "listeners": [{
+                "name": "https", "protocol": "HTTPS", "port": port, "hostname": HOST,
+                "tls": { "certificateRefs": [{ "name": "secure-cert" }] },
+            }],
+        },
+    }))
+    .await;
+    c.apply(http_route(
+        APP,
+        "secure",
+        "secure",
+        &[("/", backend_ref("v1", None))],
+    ))
+    .await;
+    let _pier = start_pier(c.pier_options(LOOPBACK, "replica-a")).await;
+    assert_eq!(w.answer("/v/x").await, (200, "v1".into()));
+    let curl = |args: &'static [&'static str]| {
+        let ca = ca.clone();
+        async move {
+            let out = tokio::task::spawn_blocking(move || {
+                std::process::Command::new("curl")
+                    .args([
+                        "-s",
+                        "-o",
+                        "/dev/null",
+                        "-w",
+                        "%{http_code}",
+                        "--max-time",
+                        "5",
+                    ])
+                    .arg("--cacert")
+                    .arg(&ca)
+                    .args(["--resolve", &format!("{HOST}:{port}:127.0.0.1")])
+                    .args(args)
+                    .arg(format!("https://{HOST}:{port}/v/x"))
+                    .output()
+                    .unwrap()
+            })
+            .await
+            .unwrap();
+            String::from_utf8_lossy(&out.stdout).to_string()
+        }
+    };
+    let until = |args: &'static [&'static str], want: &'static str| async move {
+        let deadline = Instant::now() + STATUS_BOUND;
+        loop {
+            let got = curl(args).await;
+            if got == want {
+                return;
+            }
+            assert!(Instant::now() < deadline, "{args:?}: {got}, want {want}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    until(&["--tls-max", "1.2"], "200").await;
+
+    c.apply(client_traffic_policy(json!({ "minVersion": "1.3" })))
+        .await;
+    // No HTTP status: the handshake is refused.
+    until(&["--tls-max", "1.2"], "000").await;
+    assert_eq!(curl(&[]).await, "200");
+
+    let policies = c.api(PIER_V1ALPHA1, "ClientTrafficPolicy", Some(APP));
+    let condition_when = |what: &'static str, want: &'static str| {
+        let policies = policies.clone();
+        async move {
+            let deadline = Instant::now() + STATUS_BOUND;
+            loop {
+                let o = support::bounded(policies.get("tls")).await.unwrap();
+                let ancestors = o.data["status"]["ancestors"].clone();
+                let ours = ancestors.as_array().and_then(|a| {
+                    a.iter()
+                        .find(|e| e["controllerName"] == pier::DEFAULT_CONTROLLER_NAME)
+                        .cloned()
+                });
+                if let Some(a) = ours
+                    && a["conditions"][0]["reason"] == want
+                    && a["conditions"][0]["observedGeneration"]
+                        == o.metadata.generation.unwrap_or(0)
+                {
+                    return a;
+                }
+                assert!(Instant::now() < deadline, "{what}: {ancestors:#}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    let a = condition_when("accepted", "Accepted").await;
+    assert_eq!(a["ancestorRef"]["name"], "secure");
+    assert_eq!(a["ancestorRef"]["sectionName"], "https");
+
+    c.apply(client_traffic_policy(json!({ "minVersion": "1.1" })))
+        .await;
+    let a = condition_when("invalid", "Invalid").await;
+    let message = a["conditions"][0]["message"].as_str().unwrap();
+    assert!(message.contains("TLS 1.1 is not offered"), "{message}");
+    assert!(message.contains("last valid version"), "{message}");
+    assert_eq!(
+        curl(&["--tls-max", "1.2"]).await,
+        "000",
+        "the version in force holds"
+    );
+    assert_eq!(curl(&[]).await, "200");
+}
