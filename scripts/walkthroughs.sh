@@ -54,6 +54,7 @@ RUN=(
   edge/timeouts.md
   edge/load-balancing.md
   edge/health-checks.md
+  edge/client-tls.md
   edge/proxy-protocol.md
   edge/frontend-mtls.md
   edge/example.md
