@@ -2050,7 +2050,8 @@ async fn tokens_keys_passwords_and_logins_from_the_cluster() {
     pier.shutdown().await;
 }
 
-/// A ClientTrafficPolicy `app/tls` on listener `https` of Gateway `app/secure`.
+/// A ClientTrafficPolicy `app/tls` on listener `https` of Gateway `app/secure`, which also
+/// believes loopback's forwarding headers.
 fn client_traffic_policy(tls: Value) -> Value {
     json!({
         "apiVersion": PIER_V1ALPHA1,
@@ -2062,6 +2063,8 @@ fn client_traffic_policy(tls: Value) -> Value {
                 "sectionName": "https",
             }],
             "tls": tls,
+            "connection": { "connectionLimit": { "value": 100 } },
+            "clientIPDetection": { "xForwardedFor": { "trustedCIDRs": ["127.0.0.0/8"] } },
         },
     })
 }
@@ -2182,6 +2185,28 @@ async fn client_traffic_policies_from_the_cluster() {
     let a = condition_when("accepted", "Accepted").await;
     assert_eq!(a["ancestorRef"]["name"], "secure");
     assert_eq!(a["ancestorRef"]["sectionName"], "https");
+    // clientIPDetection came through the API server: the client's X-Forwarded-For is kept.
+    let body = {
+        let ca = ca.clone();
+        tokio::task::spawn_blocking(move || {
+            std::process::Command::new("curl")
+                .args(["-s", "--max-time", "5", "--cacert"])
+                .arg(&ca)
+                .args(["--resolve", &format!("{HOST}:{port}:127.0.0.1")])
+                .args(["-H", "x-forwarded-for: 203.0.113.7"])
+                .arg(format!("https://{HOST}:{port}/v/x"))
+                .output()
+                .unwrap()
+                .stdout
+        })
+        .await
+        .unwrap()
+    };
+    let echo: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(
+        echo["headers"]["x-forwarded-for"],
+        json!(["203.0.113.7, 127.0.0.1"])
+    );
 
     c.apply(client_traffic_policy(json!({ "minVersion": "1.1" })))
         .await;

@@ -1,5 +1,7 @@
-//! IP networks (`addr/len`), for the data plane's address rules: trusted proxies, and the
-//! client CIDRs of access policies.
+//! IP networks (`addr/len`), for the data plane's address rules: trusted proxies (the
+//! addresses whose forwarding headers, request IDs and trace flags pier believes: read once
+//! per connection by the accept stage, and by `observe::forwarded` for the `X-Forwarded-For`
+//! chain), and the client CIDRs of access policies.
 
 use std::fmt;
 use std::net::IpAddr;
@@ -80,5 +82,43 @@ impl fmt::Display for Cidr {
 impl From<Cidr> for String {
     fn from(c: Cidr) -> Self {
         c.to_string()
+    }
+}
+
+/// The addresses whose forwarding headers pier believes (`--trusted-proxies`). Empty, the
+/// default: nobody's.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct TrustedProxies(Vec<Cidr>);
+
+// === impl TrustedProxies ===
+
+impl TrustedProxies {
+    pub fn new(nets: Vec<Cidr>) -> Self {
+        Self(nets)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Is `ip` one of the trusted proxies? An IPv4-mapped IPv6 address (a dual-stack socket's
+    /// view of an IPv4 peer) counts as the IPv4 address.
+    pub fn trusts(&self, ip: IpAddr) -> bool {
+        let ip = ip.to_canonical();
+        self.0.iter().any(|c| c.contains(ip))
+    }
+}
+
+impl FromStr for TrustedProxies {
+    type Err = CidrError;
+
+    /// A comma-separated list of CIDRs; empty means nobody.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        s.split(',')
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+            .map(str::parse)
+            .collect::<Result<_, _>>()
+            .map(Self)
     }
 }

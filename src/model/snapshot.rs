@@ -68,6 +68,10 @@ pub struct Port {
     /// reaches.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub tls_profiles: bool,
+    /// Its connections' settings from its listeners' ClientTrafficPolicies (`None`: the
+    /// flags').
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client: Option<Arc<super::PortClient>>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -315,6 +319,7 @@ mod tests {
             certs: None,
             client_auth: None,
             tls_profiles: false,
+            client: None,
         };
         p.sort_listeners();
         assert_eq!(p.listener("foo.example.com").unwrap().id.name, "exact");
@@ -334,6 +339,7 @@ mod tests {
             certs: None,
             client_auth: None,
             tls_profiles: false,
+            client: None,
         };
         assert!(p.listener("bar.example.com").is_none());
     }

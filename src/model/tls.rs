@@ -196,4 +196,55 @@ pub struct ClientPolicy {
     /// The handshake it asks for (`None`: the listener's own `tls.options`, or pier's defaults).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tls: Option<Arc<TlsProfile>>,
+    /// `connection.connectionLimit`: open connections on the listener's port.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub connection_limit: Option<u32>,
+    /// `clientIPDetection.xForwardedFor.trustedCIDRs`: replaces `--trusted-proxies`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trusted_proxies: Option<super::net::TrustedProxies>,
+}
+
+/// What a port's connections get of its listeners' ClientTrafficPolicies: settings of the
+/// connection, decided before any request says which listener it is for. Listeners that
+/// share a port and differ: the smallest connection limit applies, and forwarding headers
+/// are believed only when every listener believes the same proxies (else nobody's).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PortClient {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub connection_limit: Option<u32>,
+    /// `None`: `--trusted-proxies`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trusted_proxies: Option<Arc<super::net::TrustedProxies>>,
+}
+
+impl PortClient {
+    /// The settings of a port whose listeners have `policies` (`None`: a listener without
+    /// one); `None` when nothing differs from the flags.
+    pub fn of<'p>(policies: impl IntoIterator<Item = Option<&'p ClientPolicy>>) -> Option<Self> {
+        let mut limit: Option<u32> = None;
+        let mut trust: Option<Option<&super::net::TrustedProxies>> = None;
+        let mut agree = true;
+        for p in policies {
+            if let Some(l) = p.and_then(|p| p.connection_limit) {
+                limit = Some(limit.map_or(l, |m| m.min(l)));
+            }
+            let t = p.and_then(|p| p.trusted_proxies.as_ref());
+            match trust {
+                None => trust = Some(t),
+                Some(seen) if seen != t => agree = false,
+                Some(_) => {}
+            }
+        }
+        let trusted_proxies = match trust.flatten() {
+            _ if !agree => Some(Arc::new(super::net::TrustedProxies::default())),
+            Some(t) => Some(Arc::new(t.clone())),
+            None => None,
+        };
+        let port = Self {
+            connection_limit: limit,
+            trusted_proxies,
+        };
+        (port != Self::default()).then_some(port)
+    }
 }

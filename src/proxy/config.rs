@@ -6,8 +6,8 @@
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
+use crate::model::net::TrustedProxies;
 use crate::proxy::body::BodyPace;
-use crate::proxy::trusted::TrustedProxies;
 use crate::proxy::workers;
 
 pub use crate::proxy::observe::access::Fields as AccessLogFields;

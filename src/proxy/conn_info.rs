@@ -43,9 +43,13 @@ pub struct ConnInfo {
     /// ports where listeners have their own: a request for a listener with other settings is
     /// misdirected (421), so no client reaches a listener under weaker settings than its own.
     pub tls_profile: Option<std::sync::Arc<crate::model::TlsProfile>>,
-    /// `peer` is one of `--trusted-proxies`: its forwarding headers and request ID are
-    /// believed (`observe::forwarded`). Decided once per connection.
+    /// `peer` is one of `--trusted-proxies` (or of the port's ClientTrafficPolicy
+    /// `clientIPDetection`): its forwarding headers and request ID are believed
+    /// (`observe::forwarded`). Decided once per connection.
     pub trusted_hop: bool,
+    /// The port's own trusted proxies (ClientTrafficPolicy `clientIPDetection`), for the
+    /// `X-Forwarded-For` chain; `None`: `--trusted-proxies`.
+    pub trusted: Option<std::sync::Arc<crate::model::net::TrustedProxies>>,
     /// Upgrade tunnels take a clone so that draining waits for them too.
     pub drain: DrainToken,
 }

@@ -48,7 +48,6 @@ mod observe;
 mod phase;
 mod policy;
 mod reclaim;
-mod trusted;
 mod upstream;
 mod validate;
 pub mod workers;
@@ -63,6 +62,7 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::task::JoinHandle;
 
+pub use crate::model::net::TrustedProxies;
 pub use crate::model::net::{Cidr, CidrError};
 pub use accept::listen;
 pub use body::{BodyFault, BodyPace};
@@ -74,7 +74,6 @@ pub use exchange::mirror::MAX_MIRRORED_BODY;
 pub use exchange::retry::MAX_RETRY_BODY;
 pub use observe::metrics::{self, ProxyMetrics, RetryReason};
 pub use observe::trace;
-pub use trusted::TrustedProxies;
 pub use upstream::RETIRE_BOUND as UPSTREAM_RETIRE_BOUND;
 
 use crate::model::TlsProfile;

@@ -108,7 +108,14 @@ where
     let trace = trace::start(shared.tracer.as_ref(), conn.trusted_hop, lines(), line);
     Arrival {
         log: access::may_log(shared.config.access_log, snapshot, conn).then(log),
-        edge: Edge::read_traced(&shared.config.trusted_proxies, conn.hop(), lines(), trace),
+        edge: Edge::read_traced(
+            conn.trusted
+                .as_deref()
+                .unwrap_or(&shared.config.trusted_proxies),
+            conn.hop(),
+            lines(),
+            trace,
+        ),
     }
 }
 

@@ -495,6 +495,18 @@ fn profile_digest(profile: &TlsProfile) -> [u8; 8] {
     out
 }
 
+/// A bound port's TLS server configs (their certificates come from the current snapshot).
+pub struct PortTls {
+    /// HTTPS: ALPN `h2`, `http/1.1`.
+    pub https: tokio_rustls::TlsAcceptor,
+    /// TLS ports that terminate (TLSRoute): no ALPN.
+    pub stream: Arc<ServerConfig>,
+    /// The configs of listeners with TLS settings of their own (ClientTrafficPolicy `tls`,
+    /// `tls.options`), chosen by SNI once the ClientHello is read.
+    pub https_profiles: ProfileConfigs,
+    pub stream_profiles: ProfileConfigs,
+}
+
 /// A bound port's server configs for the [`TlsProfile`]s its listeners have, built on first
 /// use and kept while the port is bound (the profiles in use are few; a table that outgrows
 /// [`ProfileConfigs::KEEP`] starts over, so edits cannot grow it without bound).

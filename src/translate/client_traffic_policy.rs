@@ -1,6 +1,6 @@
 //! ClientTrafficPolicy (`pier.dev/v1alpha1`) ─> the [`ClientPolicy`] of each listener, and the
-//! policies' GEP-713 status (`super::attach`); and a listener's own `tls.options`
-//! (`pier.dev/min-version` …), which say the same as a policy's `tls`.
+//! policies' GEP-713 status (`super::attach`). Its `tls` is read by `super::tls_settings`, as
+//! a listener's own `tls.options` (`pier.dev/min-version` …) are.
 //!
 //! ```text
 //! policies ─> parse each spec (invalid: the last valid version stays in force, or none)
@@ -8,18 +8,18 @@
 //! listener ─> its effective policy's tls, else its tls.options, else pier's defaults
 //! ```
 //!
-//! Everything is checked against what rustls implements here, so the proxy builds a listener's
-//! server config without failing. Chosen where the API is silent: an invalid `tls` (a version
-//! or suite rustls lacks) refuses the whole policy (`Accepted=False`) and the listener keeps
-//! pier's defaults (TLS 1.2 and 1.3 with AEAD suites only), never something weaker.
+//! Chosen where the API is silent: an invalid spec (a TLS version or suite rustls lacks, a hop
+//! count instead of trusted CIDRs) refuses the whole policy (`Accepted=False`) and its
+//! listeners keep pier's defaults (TLS 1.2 and 1.3 with AEAD suites only; the flags), never
+//! something weaker; a policy that was valid keeps its last valid version.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::api::{self, ClientTls, ClientTrafficPolicy};
+use super::api::{self, ClientTrafficPolicy, ClientTrafficPolicySpec};
 use super::attach::{self, Entry};
 use super::resources::Resources;
-use crate::model::{Carried, ClientPolicy, ObjectRef, TlsProfile};
+use super::tls_settings::tls_profile;
+use crate::model::{Carried, ClientPolicy, ObjectRef};
 
 const KIND: &str = "ClientTrafficPolicy";
 
@@ -42,12 +42,8 @@ fn entry(key: ObjectRef, p: &ClientTrafficPolicy, carried: &Carried) -> Entry<Cl
         .map(|t| attach::target(KIND, false, &key, t))
         .collect();
     let source = key.to_string();
-    let parsed = match &p.spec.tls {
-        Some(tls) => tls_profile(tls).map(|t| Some(Arc::new(t))),
-        None => Ok(None),
-    };
-    let (policy, invalid) = match parsed {
-        Ok(tls) => (Arc::new(ClientPolicy { source, tls }), None),
+    let (policy, invalid) = match client_policy(&source, &p.spec) {
+        Ok(policy) => (Arc::new(policy), None),
         Err(why) => match carried.client.get(&source) {
             Some(last) => (
                 last.clone(),
@@ -56,7 +52,12 @@ fn entry(key: ObjectRef, p: &ClientTrafficPolicy, carried: &Carried) -> Entry<Cl
                 )),
             ),
             None => (
-                Arc::new(ClientPolicy { source, tls: None }),
+                Arc::new(ClientPolicy {
+                    source,
+                    tls: None,
+                    connection_limit: None,
+                    trusted_proxies: None,
+                }),
                 Some(format!(
                     "{why}; nothing of this policy is in force (pier's defaults apply)"
                 )),
@@ -74,174 +75,73 @@ fn entry(key: ObjectRef, p: &ClientTrafficPolicy, carried: &Carried) -> Entry<Cl
     }
 }
 
-/// A policy's `tls` as the handshake it asks for, or why rustls cannot do it.
-pub fn tls_profile(tls: &ClientTls) -> Result<TlsProfile, String> {
-    let version = |field: &str, v: &Option<String>, auto: u8| -> Result<u8, String> {
-        match v.as_deref().map(str::trim) {
-            None | Some("Auto") => Ok(auto),
-            Some("1.2") => Ok(2),
-            Some("1.3") => Ok(3),
-            Some(v @ ("1.0" | "1.1")) => Err(format!(
-                "tls.{field}: TLS {v} is not offered (rustls implements TLS 1.2 and 1.3 only)"
-            )),
-            Some(v) => Err(format!(
-                "tls.{field}: {v:?} is not a TLS version (Auto, 1.2 or 1.3)"
-            )),
-        }
-    };
-    let min = version("minVersion", &tls.min_version, 2)?;
-    let max = version("maxVersion", &tls.max_version, 3)?;
-    if min > max {
-        return Err(format!(
-            "tls.minVersion 1.{min} is above tls.maxVersion 1.{max}"
-        ));
-    }
-    let (tls12, tls13) = (min <= 2, max >= 3);
-    let ciphers = ciphers(&tls.ciphers, tls12, tls13)?;
-    let groups = if tls.ecdh_curves.is_empty() {
-        None
-    } else {
-        let mut out: Vec<String> = vec![];
-        for name in &tls.ecdh_curves {
-            let Some(g) = crate::tls::provider::kx_group(name) else {
-                return Err(format!(
-                    "tls.ecdhCurves: {name:?} is not a group rustls implements ({})",
-                    crate::tls::provider::kx_groups().join(", ")
-                ));
-            };
-            if !out.contains(&g) {
-                out.push(g);
-            }
-        }
-        Some(out)
-    };
-    let alpn = match &tls.alpn_protocols {
+/// A policy's spec as its listeners get it, or why pier cannot do what it asks.
+fn client_policy(source: &str, spec: &ClientTrafficPolicySpec) -> Result<ClientPolicy, String> {
+    let tls = match &spec.tls {
+        Some(tls) => Some(Arc::new(tls_profile(tls)?)),
         None => None,
-        Some(list) => {
-            let mut out: Vec<String> = vec![];
-            for p in list {
-                match p.trim() {
-                    // HTTP/1.0 clients are served by the HTTP/1.1 server, as Envoy does.
-                    v @ ("h2" | "http/1.1" | "http/1.0") => {
-                        if !out.iter().any(|o| o == v) {
-                            out.push(v.to_string());
-                        }
-                    }
-                    v => {
+    };
+    let connection_limit = match spec
+        .connection
+        .as_ref()
+        .and_then(|c| c.connection_limit.as_ref())
+    {
+        None => None,
+        Some(l) => match u32::try_from(l.value) {
+            Ok(v) if v >= 1 => Some(v),
+            _ => {
+                return Err(format!(
+                    "connection.connectionLimit.value: {} is not a number of connections (1 or more)",
+                    l.value
+                ));
+            }
+        },
+    };
+    let trusted_proxies = match &spec.client_ip_detection {
+        None => None,
+        Some(d) => {
+            if d.custom_header.is_some() {
+                return Err(
+                    "clientIPDetection.customHeader: pier takes the client address from \
+                     the connection (or a PROXY protocol header) and X-Forwarded-For, not from \
+                     a custom header"
+                        .into(),
+                );
+            }
+            let Some(xff) = &d.x_forwarded_for else {
+                return Err("clientIPDetection: give xForwardedFor.trustedCIDRs".into());
+            };
+            if xff.num_trusted_hops.is_some() {
+                return Err(
+                    "clientIPDetection.xForwardedFor.numTrustedHops: pier believes \
+                     forwarding headers by the address of the proxy that sent them; give \
+                     trustedCIDRs instead"
+                        .into(),
+                );
+            }
+            let Some(cidrs) = &xff.trusted_cidrs else {
+                return Err("clientIPDetection.xForwardedFor: give trustedCIDRs".into());
+            };
+            let mut nets = Vec::with_capacity(cidrs.len());
+            for c in cidrs {
+                match c.parse::<crate::model::net::Cidr>() {
+                    Ok(n) => nets.push(n),
+                    Err(e) => {
                         return Err(format!(
-                            "tls.alpnProtocols: {v:?} is not a protocol pier serves \
-                             (h2, http/1.1, http/1.0)"
+                            "clientIPDetection.xForwardedFor.trustedCIDRs: {c:?}: {e}"
                         ));
                     }
                 }
             }
-            Some(out)
+            Some(crate::model::net::TrustedProxies::new(nets))
         }
     };
-    Ok(TlsProfile {
-        tls12,
-        tls13,
-        ciphers,
-        groups,
-        alpn,
+    Ok(ClientPolicy {
+        source: source.to_string(),
+        tls,
+        connection_limit,
+        trusted_proxies,
     })
-}
-
-/// The suites of `names` in order. A list without TLS 1.3 suites (Envoy's `ciphers` name TLS
-/// 1.2 suites only) keeps every TLS 1.3 suite after them; one with some restricts TLS 1.3 too.
-fn ciphers(names: &[String], tls12: bool, tls13: bool) -> Result<Option<Vec<String>>, String> {
-    if names.is_empty() {
-        return Ok(None);
-    }
-    let mut out: Vec<(String, bool)> = vec![];
-    for raw in names {
-        // Envoy's equal-preference groups: `[A|B]`.
-        for name in raw.trim_matches(|c| c == '[' || c == ']').split('|') {
-            let Some(s) = crate::tls::provider::cipher_suite(name) else {
-                let known: Vec<String> = crate::tls::provider::cipher_suites()
-                    .into_iter()
-                    .map(|(n, _)| n)
-                    .collect();
-                return Err(format!(
-                    "tls.ciphers: {:?} is not a cipher suite rustls implements ({})",
-                    name.trim(),
-                    known.join(", ")
-                ));
-            };
-            if !out.contains(&s) {
-                out.push(s);
-            }
-        }
-    }
-    if !out.iter().any(|(_, v13)| *v13) {
-        out.extend(
-            crate::tls::provider::cipher_suites()
-                .into_iter()
-                .filter(|(_, v13)| *v13),
-        );
-    }
-    if tls12 && !tls13 && !out.iter().any(|(_, v13)| !v13) {
-        return Err("tls.ciphers: no TLS 1.2 suite for tls.maxVersion 1.2".into());
-    }
-    Ok(Some(out.into_iter().map(|(n, _)| n).collect()))
-}
-
-/// The prefix of pier's listener `tls.options` keys.
-pub const OPTION_PREFIX: &str = "pier.dev/";
-
-/// A listener's `tls.options` with pier's prefix as the handshake they ask for: `min-version`,
-/// `max-version`, `ciphers`, `ecdh-curves` and `alpn-protocols` (lists comma-separated), the
-/// same values as a ClientTrafficPolicy's `tls`. `Ok(None)`: none of pier's keys. Keys with
-/// another prefix are other implementations' and are left alone.
-pub fn options_profile(options: &BTreeMap<String, String>) -> Result<Option<TlsProfile>, String> {
-    let mut tls = ClientTls::default();
-    let mut any = false;
-    let list = |v: &str| -> Vec<String> {
-        v.split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(str::to_string)
-            .collect()
-    };
-    for (key, value) in options {
-        let Some(name) = key.strip_prefix(OPTION_PREFIX) else {
-            continue;
-        };
-        any = true;
-        match name {
-            "min-version" => tls.min_version = Some(value.trim().to_string()),
-            "max-version" => tls.max_version = Some(value.trim().to_string()),
-            "ciphers" => tls.ciphers = list(value),
-            "ecdh-curves" => tls.ecdh_curves = list(value),
-            "alpn-protocols" => tls.alpn_protocols = Some(list(value)),
-            other => {
-                return Err(format!(
-                    "{OPTION_PREFIX}{other} is not an option pier reads (min-version, \
-                     max-version, ciphers, ecdh-curves, alpn-protocols)"
-                ));
-            }
-        }
-    }
-    if !any {
-        return Ok(None);
-    }
-    let renamed = |why: String| {
-        [
-            ("tls.minVersion", "min-version"),
-            ("tls.maxVersion", "max-version"),
-            ("tls.ciphers", "ciphers"),
-            ("tls.ecdhCurves", "ecdh-curves"),
-            ("tls.alpnProtocols", "alpn-protocols"),
-        ]
-        .iter()
-        .fold(why, |w, (from, to)| {
-            w.replace(from, &format!("{OPTION_PREFIX}{to}"))
-        })
-    };
-    match tls_profile(&tls) {
-        Ok(p) => Ok(Some(p).filter(|p| !p.is_default())),
-        Err(why) => Err(renamed(why)),
-    }
 }
 
 #[cfg(test)]

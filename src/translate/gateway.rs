@@ -12,7 +12,7 @@
 //! port is one TLS config, so listeners of different Gateways on one port must agree on it.
 //!
 //! Not read: `spec.infrastructure` labels and annotations. Listener `tls.options` with pier's
-//! prefix: `super::client_traffic_policy`.
+//! prefix: `super::tls_settings`.
 //! `spec.mesh`, `spec.infrastructure.parametersRef` and `spec.tls.backend` are read by
 //! [`super::mesh`].
 //! A listener is programmed when it is accepted, not conflicted and, for HTTPS, has at least one
@@ -591,7 +591,7 @@ fn tls_of(
         state.passthrough = true;
         if options.as_ref().is_some_and(|o| {
             o.keys()
-                .any(|k| k.starts_with(super::client_traffic_policy::OPTION_PREFIX))
+                .any(|k| k.starts_with(super::tls_settings::OPTION_PREFIX))
         }) {
             state
                 .notes
@@ -599,7 +599,7 @@ fn tls_of(
         }
         return;
     }
-    match super::client_traffic_policy::options_profile(&options.clone().unwrap_or_default()) {
+    match super::tls_settings::options_profile(&options.clone().unwrap_or_default()) {
         Ok(profile) => state.tls_profile = profile.map(std::sync::Arc::new),
         Err(why) => state.notes.push(format!(
             "tls.options: {why}; the listener keeps pier's TLS defaults"

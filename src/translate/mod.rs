@@ -45,6 +45,7 @@ pub mod status;
 #[cfg(test)]
 pub(crate) mod test_support;
 mod tls_route;
+mod tls_settings;
 mod traffic_policy;
 
 pub use traffic_policy::rate_limit_config;
@@ -493,6 +494,7 @@ fn snapshot(
                     .clone()
                     .filter(|_| protocol == Protocol::Https),
                 tls_profiles: false,
+                client: None,
             });
             let tls_profile = l
                 .tls_profile
@@ -529,6 +531,8 @@ fn snapshot(
     let mut ports: Vec<Port> = ports.into_values().collect();
     for p in &mut ports {
         p.sort_listeners();
+        let policies = p.listeners.iter().map(|l| l.client_policy.as_deref());
+        p.client = crate::model::PortClient::of(policies).map(std::sync::Arc::new);
     }
     Snapshot {
         generation: 0,

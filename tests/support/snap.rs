@@ -213,6 +213,7 @@ pub fn port(port: u16, listeners: Vec<Listener>) -> Port {
         certs: None,
         client_auth: None,
         tls_profiles: false,
+        client: None,
     };
     p.sort_listeners();
     p
@@ -229,6 +230,7 @@ pub fn https_port(port: u16, listeners: Vec<Listener>, certs: CertTable) -> Port
         certs: Some(certs),
         client_auth: None,
         tls_profiles: false,
+        client: None,
     };
     p.sort_listeners();
     p

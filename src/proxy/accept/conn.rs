@@ -28,8 +28,8 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::OwnedSemaphorePermit;
+use tokio_rustls::LazyConfigAcceptor;
 use tokio_rustls::server::TlsStream;
-use tokio_rustls::{LazyConfigAcceptor, TlsAcceptor};
 
 use super::lot::{Lot, Woken};
 use super::proxy_protocol;
@@ -43,19 +43,7 @@ use crate::proxy::error::DownstreamTlsFailure;
 use crate::proxy::exchange::Shared;
 use crate::proxy::observe::metrics::ConnectionGuard;
 use crate::proxy::reclaim::Registration;
-use crate::tls::server::ProfileConfigs;
-
-/// A bound port's TLS server configs (their certificates come from the current snapshot).
-pub struct PortTls {
-    /// HTTPS: ALPN `h2`, `http/1.1`.
-    pub https: TlsAcceptor,
-    /// TLS ports that terminate (TLSRoute): no ALPN.
-    pub stream: Arc<rustls::ServerConfig>,
-    /// The configs of listeners with TLS settings of their own (ClientTrafficPolicy `tls`,
-    /// `tls.options`), chosen by SNI once the ClientHello is read.
-    pub https_profiles: ProfileConfigs,
-    pub stream_profiles: ProfileConfigs,
-}
+pub use crate::tls::server::PortTls;
 
 /// A connection's place under its port's cap, from the accept loop: the registration through
 /// which the loop may close it while it waits on its client, the slot it holds until it
@@ -119,6 +107,14 @@ fn conn_info(
     via: Option<SocketAddr>,
     drain: &DrainToken,
 ) -> ConnInfo {
+    // The port's clientIPDetection, if its listeners have one (decided at translation).
+    let trusted = (shared.snapshot.load().port_at(key))
+        .and_then(|p| p.client.as_ref())
+        .and_then(|c| c.trusted_proxies.clone());
+    let trusted_hop = match &trusted {
+        None => shared.config.trusted_proxies.trusts(peer.ip()),
+        Some(t) => t.trusts(peer.ip()),
+    };
     ConnInfo {
         port: key.port,
         address: key.address,
@@ -128,7 +124,8 @@ fn conn_info(
         forwarded_for: crate::proxy::headers::forwarded_for(peer.ip()),
         client_identity: None,
         tls_profile: None,
-        trusted_hop: shared.config.trusted_proxies.trusts(peer.ip()),
+        trusted_hop,
+        trusted,
         drain: drain.clone(),
     }
 }

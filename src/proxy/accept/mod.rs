@@ -135,13 +135,13 @@ async fn accept(port: Port, listener: TcpListener, mut token: DrainToken, lot: A
         };
         match accepted {
             Ok((tcp, peer)) => {
-                let permit = match permits.clone().try_acquire_owned() {
-                    Ok(p) => p,
-                    Err(_) => {
+                let permit = match admit(&shared, key, &permits) {
+                    Some(p) => p,
+                    None => {
                         let permit = tokio::select! {
                             biased;
                             _ = token.draining() => break,
-                            p = make_room(&shared, &permits, &reclaim, batch, port) => p,
+                            p = make_room(&shared, key, &permits, &reclaim, batch) => p,
                         };
                         match permit {
                             Some(p) => p,
@@ -179,18 +179,46 @@ async fn accept(port: Port, listener: TcpListener, mut token: DrainToken, lot: A
     tracing::debug!(port, "stopped accepting");
 }
 
+/// The port's ClientTrafficPolicy `connection.connectionLimit`, when it is below
+/// `--max-connections` (decided at translation; read once per accepted connection).
+fn policy_limit(shared: &Shared, key: PortKey) -> Option<usize> {
+    let snapshot = shared.snapshot.load();
+    let limit = snapshot.port_at(key)?.client.as_ref()?.connection_limit?;
+    usize::try_from(limit)
+        .ok()
+        .filter(|l| *l < shared.config.limits.max_connections)
+}
+
+/// A slot for a new connection, if the port is under its limits now.
+fn admit(
+    shared: &Shared,
+    key: PortKey,
+    permits: &Arc<Semaphore>,
+) -> Option<tokio::sync::OwnedSemaphorePermit> {
+    if let Some(limit) = policy_limit(shared, key) {
+        let total = shared.config.limits.max_connections.max(1);
+        if total.saturating_sub(permits.available_permits()) >= limit {
+            return None;
+        }
+    }
+    permits.clone().try_acquire_owned().ok()
+}
+
 /// At the cap with a client accepted: closes the connections that have waited on their clients
 /// longest, and waits for a slot; while every connection is busy, looks again every
 /// [`RECLAIM_RETRY`] for one that has gone idle. `None` once the semaphore is closed.
 async fn make_room(
     shared: &Shared,
+    key: PortKey,
     permits: &Arc<Semaphore>,
     reclaim: &Reclaim,
     batch: usize,
-    port: u16,
 ) -> Option<tokio::sync::OwnedSemaphorePermit> {
+    let port = key.port;
     let mut warned = false;
     loop {
+        // A policy's smaller limit closes a batch in proportion to it.
+        let batch = policy_limit(shared, key).map_or(batch, |l| reclaim_batch(l).min(batch));
         let closed = reclaim.close_longest_waiting(batch);
         if closed > 0 {
             tracing::debug!(
@@ -200,11 +228,23 @@ async fn make_room(
             );
         } else if !warned {
             warned = true;
+            let limit = policy_limit(shared, key).unwrap_or(shared.config.limits.max_connections);
             tracing::warn!(
                 port,
-                limit = shared.config.limits.max_connections,
+                limit,
                 "connection limit reached with every connection busy; new connections wait"
             );
+        }
+        if policy_limit(shared, key).is_some() {
+            // A policy's limit is below the semaphore's: look again after a while.
+            tokio::time::sleep(RECLAIM_RETRY).await;
+            if permits.is_closed() {
+                return None;
+            }
+            if let Some(p) = admit(shared, key, permits) {
+                return Some(p);
+            }
+            continue;
         }
         tokio::select! {
             p = permits.clone().acquire_owned() => return p.ok(),

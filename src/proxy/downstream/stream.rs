@@ -76,7 +76,7 @@ pub async fn serve(
     shared: &Arc<Shared>,
     mut tcp: TcpStream,
     info: Arc<ConnInfo>,
-    tls: Arc<crate::proxy::accept::conn::PortTls>,
+    tls: Arc<crate::tls::server::PortTls>,
     mut drain: DrainToken,
 ) {
     let peer = info.peer;

@@ -27,9 +27,9 @@ use std::net::IpAddr;
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 
 use super::trace::context::{Span, TRACEPARENT, TRACESTATE};
+use crate::model::net::TrustedProxies;
 use crate::proxy::conn_info::Hop;
 use crate::proxy::headers::{X_FORWARDED_FOR, X_FORWARDED_HOST, X_FORWARDED_PROTO};
-use crate::proxy::trusted::TrustedProxies;
 
 pub const FORWARDED: HeaderName = http::header::FORWARDED;
 pub const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");

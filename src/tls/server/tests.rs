@@ -58,6 +58,7 @@ fn snapshot(auth: Option<ClientAuth>) -> Snapshot {
             client_auth: auth,
             access_log_on: false,
             tls_profiles: false,
+            client: None,
         }],
     }
 }

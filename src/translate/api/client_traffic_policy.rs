@@ -1,7 +1,8 @@
 //! `ClientTrafficPolicy` (`pier.dev/v1alpha1`): how pier meets its clients on a listener,
 //! attached to Gateways, listeners and ListenerSets by GEP-713 `targetRefs`. Field names are
 //! Envoy Gateway's (`gateway.envoyproxy.io/v1alpha1` ClientTrafficPolicy) where the concept is
-//! the same. This version reads `tls`; the CRD grows with each feature, so the API server never
+//! the same. This version reads `tls`, `connection.connectionLimit` and
+//! `clientIPDetection.xForwardedFor.trustedCIDRs`; the CRD grows with each feature, so the API server never
 //! stores a field pier would ignore.
 
 use kube::CustomResource;
@@ -28,6 +29,68 @@ pub struct ClientTrafficPolicySpec {
     /// The TLS handshake of HTTPS listeners and terminating TLS listeners.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<ClientTls>,
+    /// Limits on the targets' client connections.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connection: Option<ClientConnection>,
+    /// Whose forwarding headers (`X-Forwarded-For`, `X-Request-Id`, trace flags) pier believes
+    /// on the targets: replaces `--trusted-proxies` there.
+    #[serde(
+        default,
+        rename = "clientIPDetection",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub client_ip_detection: Option<ClientIpDetection>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClientConnection {
+    /// Open client connections on the listener's port, as `--max-connections` (the smaller
+    /// applies): at the limit a new client takes the place of the longest-waiting idle one,
+    /// or waits to be accepted while every connection is busy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connection_limit: Option<ConnectionLimit>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ConnectionLimit {
+    /// At least 1.
+    pub value: i64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClientIpDetection {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub x_forwarded_for: Option<XForwardedFor>,
+    /// Envoy's client address from a custom header: pier does not read one (refused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub custom_header: Option<CustomHeader>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CustomHeader {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fail_closed: Option<bool>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct XForwardedFor {
+    /// The proxies (CIDRs) whose `X-Forwarded-For` entries pier believes; the client is the
+    /// rightmost entry not among them. `[]`: nobody's.
+    #[serde(
+        default,
+        rename = "trustedCIDRs",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub trusted_cidrs: Option<Vec<String>>,
+    /// Envoy's trust by hop count: pier trusts by the sender's address instead (refused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub num_trusted_hops: Option<u32>,
 }
 
 /// TLS versions, cipher suites, key exchange groups and ALPN protocols a listener offers.

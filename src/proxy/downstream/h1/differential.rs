@@ -39,10 +39,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::chunked::Chunked;
 use super::head::*;
+use crate::model::net::TrustedProxies;
 use crate::proxy::conn_info::Hop;
 use crate::proxy::headers::HOP_BY_HOP;
 use crate::proxy::observe::forwarded::Edge;
-use crate::proxy::trusted::TrustedProxies;
 
 /// A request as hyper's server saw it.
 #[derive(Debug, Clone, PartialEq)]

@@ -1,14 +1,22 @@
-//! ClientTrafficPolicy `tls` and listener `tls.options` end to end: `pier run --manifests DIR`
-//! in-process, OpenSSL's clients (`curl`, `openssl s_client`) against three HTTPS listeners
-//! that share one port with different TLS settings, chosen by SNI, and a terminating TLS
-//! listener; a client that reaches a listener past its settings (no SNI, or another name)
-//! gets 421; edits apply without a restart; GEP-713 status in `/status`.
+//! ClientTrafficPolicy end to end: `pier run --manifests DIR` in-process.
+//!
+//! `tls` and listener `tls.options`: OpenSSL's clients (`curl`, `openssl s_client`) against
+//! three HTTPS listeners that share one port with different TLS settings, chosen by SNI, and a
+//! terminating TLS listener; a client that reaches a listener past its settings (no SNI, or
+//! another name) gets 421; edits apply without a restart; GEP-713 status in `/status`.
+//!
+//! `connection.connectionLimit` and `clientIPDetection`: a listener's port with a limit of two
+//! closes the longest-waiting idle connection for a third client, one without keeps all;
+//! forwarding headers believed from the policy's proxies on one listener, not on another.
 
 mod support;
 
 use std::net::SocketAddr;
 use std::process::Command;
 use std::time::Duration;
+
+use tokio::io::AsyncReadExt;
+use tokio::net::TcpStream;
 
 use pier::run::{self, RunOptions};
 use serde_json::Value;
@@ -398,4 +406,122 @@ async fn a_mistyped_listener_option_is_reported_and_the_defaults_stay() {
     // pier's defaults: TLS 1.3 again.
     let (proto, _) = env.s_client(port, LEGACY, &[]).await.unwrap();
     assert_eq!(proto, "TLSv1.3");
+}
+
+/// Two HTTP listeners: `limited` with a ClientTrafficPolicy (two connections, loopback's
+/// forwarding headers believed), `open` without.
+fn plain_manifests(limited: u16, open: u16) -> String {
+    format!(
+        "{GATEWAY_CLASS}---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: plain, namespace: default}}
+spec:
+  gatewayClassName: pier
+  listeners:
+    - {{name: limited, protocol: HTTP, port: {limited}}}
+    - {{name: open, protocol: HTTP, port: {open}}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: web, namespace: default}}
+spec:
+  parentRefs: [{{name: plain}}]
+  rules:
+    - backendRefs: [{{name: a, port: 80}}]
+---
+apiVersion: pier.dev/v1alpha1
+kind: ClientTrafficPolicy
+metadata: {{name: limited, namespace: default}}
+spec:
+  targetRefs:
+    - {{group: gateway.networking.k8s.io, kind: Gateway, name: plain, sectionName: limited}}
+  connection:
+    connectionLimit: {{value: 2}}
+  clientIPDetection:
+    xForwardedFor:
+      trustedCIDRs: [127.0.0.0/8]
+"
+    )
+}
+
+/// Whether the server closes `tcp` within `wait` (EOF or reset).
+async fn closed_within(tcp: &mut TcpStream, wait: Duration) -> bool {
+    let mut buf = [0u8; 64];
+    match tokio::time::timeout(wait, tcp.read(&mut buf)).await {
+        Ok(Ok(0)) | Ok(Err(_)) => true,
+        Ok(Ok(_)) => false,
+        Err(_) => false,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_limits_and_trusted_proxies_per_listener() {
+    init();
+    let echo = pier::echo::spawn(SocketAddr::from(([127, 0, 0, 1], 0)), "a")
+        .await
+        .unwrap();
+    let (limited, open) = (free_port(), free_port());
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("gw.yaml"), plain_manifests(limited, open)).unwrap();
+    std::fs::write(dir.path().join("svc.yaml"), service("a", echo.addr)).unwrap();
+    let _pier = run::start(RunOptions {
+        listen_host: [127, 0, 0, 1].into(),
+        admin: SocketAddr::from(([127, 0, 0, 1], 0)),
+        ..RunOptions::new(run::Source::Manifests(dir.path().to_path_buf()))
+    })
+    .await
+    .unwrap();
+    let forwarded = [
+        ("x-forwarded-for", "203.0.113.7"),
+        ("x-request-id", "abc-123"),
+    ];
+    let seen = |port: u16| async move {
+        let r = get(&format!("http://127.0.0.1:{port}/"), &forwarded).await;
+        assert_eq!(r.status, 200);
+        let e = r.echo();
+        let header = |n: &str| e.headers.get(n).cloned().unwrap_or_default();
+        (header("x-forwarded-for"), header("x-request-id"))
+    };
+    eventually(Duration::from_secs(5), || async {
+        try_get(&format!("http://127.0.0.1:{limited}/"), &[])
+            .await
+            .is_some_and(|r| r.status == 200)
+    })
+    .await;
+
+    // clientIPDetection: loopback is a trusted proxy on `limited` only.
+    let (xff, id) = seen(limited).await;
+    assert_eq!(xff, ["203.0.113.7, 127.0.0.1"]);
+    assert_eq!(id, ["abc-123"]);
+    let (xff, id) = seen(open).await;
+    assert_eq!(xff, ["127.0.0.1"], "--trusted-proxies is empty");
+    assert_ne!(id, ["abc-123"]);
+
+    // connectionLimit 2: a third client makes room by closing the longest-waiting one.
+    let mut first = TcpStream::connect(local(limited)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let mut second = TcpStream::connect(local(limited)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!closed_within(&mut first, Duration::from_millis(200)).await);
+    let r = get(&format!("http://127.0.0.1:{limited}/"), &[]).await;
+    assert_eq!(r.status, 200);
+    assert!(
+        closed_within(&mut first, Duration::from_secs(2)).await,
+        "the longest-waiting connection is closed at the limit"
+    );
+    assert!(!closed_within(&mut second, Duration::from_millis(200)).await);
+
+    // No policy on `open`: three idle clients and a request, nobody closed.
+    let mut idle = vec![];
+    for _ in 0..3 {
+        idle.push(TcpStream::connect(local(open)).await.unwrap());
+    }
+    assert_eq!(
+        get(&format!("http://127.0.0.1:{open}/"), &[]).await.status,
+        200
+    );
+    for tcp in &mut idle {
+        assert!(!closed_within(tcp, Duration::from_millis(100)).await);
+    }
 }
