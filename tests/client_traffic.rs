@@ -5,9 +5,11 @@
 //! terminating TLS listener; a client that reaches a listener past its settings (no SNI, or
 //! another name) gets 421; edits apply without a restart; GEP-713 status in `/status`.
 //!
-//! `connection.connectionLimit` and `clientIPDetection`: a listener's port with a limit of two
-//! closes the longest-waiting idle connection for a third client, one without keeps all;
-//! forwarding headers believed from the policy's proxies on one listener, not on another.
+//! `connection.connectionLimit`, `clientIPDetection` and `timeout.http.idleTimeout`: a
+//! listener's port with a limit of two closes the longest-waiting idle connection for a third
+//! client, one without keeps all; forwarding headers believed from the policy's proxies on one
+//! listener, not on another; idle HTTP/1.1 and HTTP/2 connections closed after the policy's
+//! two seconds there, kept on the other.
 
 mod support;
 
@@ -441,18 +443,45 @@ spec:
   clientIPDetection:
     xForwardedFor:
       trustedCIDRs: [127.0.0.0/8]
+  timeout:
+    http: {{idleTimeout: 2s}}
 "
     )
 }
 
-/// Whether the server closes `tcp` within `wait` (EOF or reset).
+/// Whether the server closes `tcp` within `wait` (EOF or reset), whatever it sends first.
 async fn closed_within(tcp: &mut TcpStream, wait: Duration) -> bool {
-    let mut buf = [0u8; 64];
-    match tokio::time::timeout(wait, tcp.read(&mut buf)).await {
-        Ok(Ok(0)) | Ok(Err(_)) => true,
-        Ok(Ok(_)) => false,
-        Err(_) => false,
+    let mut buf = [0u8; 4096];
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        match tokio::time::timeout_at(deadline, tcp.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return true,
+            Ok(Ok(_)) => continue,
+            Err(_) => return false,
+        }
     }
+}
+
+/// A keep-alive HTTP/1.1 connection that has had one answer, and an HTTP/2 (h2c prior
+/// knowledge) connection that sent its preface and settings, both then idle.
+async fn idle_connections(port: u16) -> (TcpStream, TcpStream) {
+    use tokio::io::AsyncWriteExt;
+    let mut h1 = TcpStream::connect(local(port)).await.unwrap();
+    h1.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = vec![0u8; 65536];
+    let mut seen = Vec::new();
+    while !String::from_utf8_lossy(&seen).contains("\"backend\"") {
+        let n = h1.read(&mut buf).await.unwrap();
+        assert!(n > 0, "closed before the answer");
+        seen.extend_from_slice(&buf[..n]);
+    }
+    let mut h2 = TcpStream::connect(local(port)).await.unwrap();
+    h2.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+        .await
+        .unwrap();
+    (h1, h2)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -506,11 +535,28 @@ async fn connection_limits_and_trusted_proxies_per_listener() {
     assert!(!closed_within(&mut first, Duration::from_millis(200)).await);
     let r = get(&format!("http://127.0.0.1:{limited}/"), &[]).await;
     assert_eq!(r.status, 200);
+    // Well before the idle timeout (2 s) could have closed it.
     assert!(
-        closed_within(&mut first, Duration::from_secs(2)).await,
+        closed_within(&mut first, Duration::from_millis(500)).await,
         "the longest-waiting connection is closed at the limit"
     );
     assert!(!closed_within(&mut second, Duration::from_millis(200)).await);
+
+    // timeout.http.idleTimeout 2s on `limited`: idle HTTP/1.1 and HTTP/2 connections close
+    // after it; on `open` they stay (30 s and --idle-timeout's 60 s).
+    let (mut h1, mut h2) = idle_connections(limited).await;
+    let (mut h1_open, mut h2_open) = idle_connections(open).await;
+    assert!(
+        closed_within(&mut h1, Duration::from_secs(4)).await,
+        "HTTP/1.1 idle"
+    );
+    assert!(
+        closed_within(&mut h2, Duration::from_secs(4)).await,
+        "HTTP/2 idle"
+    );
+    assert!(!closed_within(&mut h1_open, Duration::from_millis(500)).await);
+    assert!(!closed_within(&mut h2_open, Duration::from_millis(500)).await);
+    drop((first, second));
 
     // No policy on `open`: three idle clients and a request, nobody closed.
     let mut idle = vec![];

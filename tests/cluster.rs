@@ -2065,6 +2065,7 @@ fn client_traffic_policy(tls: Value) -> Value {
             "tls": tls,
             "connection": { "connectionLimit": { "value": 100 } },
             "clientIPDetection": { "xForwardedFor": { "trustedCIDRs": ["127.0.0.0/8"] } },
+            "timeout": { "http": { "idleTimeout": "30s" } },
         },
     })
 }

@@ -202,11 +202,14 @@ pub struct ClientPolicy {
     /// `clientIPDetection.xForwardedFor.trustedCIDRs`: replaces `--trusted-proxies`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub trusted_proxies: Option<super::net::TrustedProxies>,
+    /// `timeout.http.idleTimeout`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idle_timeout: Option<std::time::Duration>,
 }
 
 /// What a port's connections get of its listeners' ClientTrafficPolicies: settings of the
 /// connection, decided before any request says which listener it is for. Listeners that
-/// share a port and differ: the smallest connection limit applies, and forwarding headers
+/// share a port and differ: the smallest connection limit and idle timeout apply, and forwarding headers
 /// are believed only when every listener believes the same proxies (else nobody's).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -216,6 +219,9 @@ pub struct PortClient {
     /// `None`: `--trusted-proxies`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub trusted_proxies: Option<Arc<super::net::TrustedProxies>>,
+    /// How long a connection may idle (`None`: the flags').
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idle_timeout: Option<std::time::Duration>,
 }
 
 impl PortClient {
@@ -223,11 +229,15 @@ impl PortClient {
     /// one); `None` when nothing differs from the flags.
     pub fn of<'p>(policies: impl IntoIterator<Item = Option<&'p ClientPolicy>>) -> Option<Self> {
         let mut limit: Option<u32> = None;
+        let mut idle: Option<std::time::Duration> = None;
         let mut trust: Option<Option<&super::net::TrustedProxies>> = None;
         let mut agree = true;
         for p in policies {
             if let Some(l) = p.and_then(|p| p.connection_limit) {
                 limit = Some(limit.map_or(l, |m| m.min(l)));
+            }
+            if let Some(t) = p.and_then(|p| p.idle_timeout) {
+                idle = Some(idle.map_or(t, |m| m.min(t)));
             }
             let t = p.and_then(|p| p.trusted_proxies.as_ref());
             match trust {
@@ -244,6 +254,7 @@ impl PortClient {
         let port = Self {
             connection_limit: limit,
             trusted_proxies,
+            idle_timeout: idle,
         };
         (port != Self::default()).then_some(port)
     }

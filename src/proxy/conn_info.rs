@@ -47,14 +47,39 @@ pub struct ConnInfo {
     /// `clientIPDetection`): its forwarding headers and request ID are believed
     /// (`observe::forwarded`). Decided once per connection.
     pub trusted_hop: bool,
-    /// The port's own trusted proxies (ClientTrafficPolicy `clientIPDetection`), for the
-    /// `X-Forwarded-For` chain; `None`: `--trusted-proxies`.
-    pub trusted: Option<std::sync::Arc<crate::model::net::TrustedProxies>>,
+    /// The port's connection settings from its listeners' ClientTrafficPolicies (trusted
+    /// proxies for the `X-Forwarded-For` chain, the idle timeout); `None`: the flags'.
+    pub client: Option<std::sync::Arc<crate::model::PortClient>>,
     /// Upgrade tunnels take a clone so that draining waits for them too.
     pub drain: DrainToken,
 }
 
 impl ConnInfo {
+    /// Whose forwarding headers are believed: the port's policy's, else `flags`.
+    #[inline]
+    pub fn trusted_proxies<'a>(
+        &'a self,
+        flags: &'a crate::model::net::TrustedProxies,
+    ) -> &'a crate::model::net::TrustedProxies {
+        match self
+            .client
+            .as_ref()
+            .and_then(|c| c.trusted_proxies.as_deref())
+        {
+            Some(t) => t,
+            None => flags,
+        }
+    }
+
+    /// How long the connection may idle: the port's policy's, else `flags`.
+    #[inline]
+    pub fn idle_timeout(&self, flags: std::time::Duration) -> std::time::Duration {
+        self.client
+            .as_ref()
+            .and_then(|c| c.idle_timeout)
+            .unwrap_or(flags)
+    }
+
     /// The snapshot port the connection arrived on.
     pub fn key(&self) -> crate::model::PortKey {
         crate::model::PortKey {

@@ -109,9 +109,7 @@ where
     Arrival {
         log: access::may_log(shared.config.access_log, snapshot, conn).then(log),
         edge: Edge::read_traced(
-            conn.trusted
-                .as_deref()
-                .unwrap_or(&shared.config.trusted_proxies),
+            conn.trusted_proxies(&shared.config.trusted_proxies),
             conn.hop(),
             lines(),
             trace,

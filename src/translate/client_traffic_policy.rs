@@ -57,6 +57,7 @@ fn entry(key: ObjectRef, p: &ClientTrafficPolicy, carried: &Carried) -> Entry<Cl
                     tls: None,
                     connection_limit: None,
                     trusted_proxies: None,
+                    idle_timeout: None,
                 }),
                 Some(format!(
                     "{why}; nothing of this policy is in force (pier's defaults apply)"
@@ -136,11 +137,25 @@ fn client_policy(source: &str, spec: &ClientTrafficPolicySpec) -> Result<ClientP
             Some(crate::model::net::TrustedProxies::new(nets))
         }
     };
+    let idle_timeout = match (spec.timeout.as_ref())
+        .and_then(|t| t.http.as_ref()?.idle_timeout.as_deref())
+    {
+        None => None,
+        Some(s) => match api::duration(s) {
+            Some(d) if !d.is_zero() => Some(d),
+            _ => {
+                return Err(format!(
+                    "timeout.http.idleTimeout: {s:?} is not a duration above zero (such as 15s, 5m)"
+                ));
+            }
+        },
+    };
     Ok(ClientPolicy {
         source: source.to_string(),
         tls,
         connection_limit,
         trusted_proxies,
+        idle_timeout,
     })
 }
 

@@ -107,11 +107,10 @@ fn conn_info(
     via: Option<SocketAddr>,
     drain: &DrainToken,
 ) -> ConnInfo {
-    // The port's clientIPDetection, if its listeners have one (decided at translation).
-    let trusted = (shared.snapshot.load().port_at(key))
-        .and_then(|p| p.client.as_ref())
-        .and_then(|c| c.trusted_proxies.clone());
-    let trusted_hop = match &trusted {
+    // The port's ClientTrafficPolicy settings, if its listeners have any (decided at
+    // translation).
+    let client = (shared.snapshot.load().port_at(key)).and_then(|p| p.client.clone());
+    let trusted_hop = match client.as_ref().and_then(|c| c.trusted_proxies.as_deref()) {
         None => shared.config.trusted_proxies.trusts(peer.ip()),
         Some(t) => t.trusts(peer.ip()),
     };
@@ -125,7 +124,7 @@ fn conn_info(
         client_identity: None,
         tls_profile: None,
         trusted_hop,
-        trusted,
+        client,
         drain: drain.clone(),
     }
 }
@@ -623,6 +622,7 @@ async fn serve_http<I>(
     I: Read + Write + Unpin + Send + 'static,
 {
     let activity_peer = info.peer;
+    let idle_timeout = info.idle_timeout(shared.config.limits.idle_timeout);
     let svc_shared = shared.clone();
     let activity = Arc::new(Activity::new(reclaim));
     let svc_activity = activity.clone();
@@ -638,7 +638,7 @@ async fn serve_http<I>(
     });
     let conn = shared.server.serve_connection_with_upgrades(io, svc);
     let mut conn = std::pin::pin!(conn);
-    let idle = activity.idle_for(shared.config.limits.idle_timeout);
+    let idle = activity.idle_for(idle_timeout);
     let mut idle = std::pin::pin!(idle);
     // The connection first: one handed over by the fast path while draining has its request
     // already buffered, and hyper must read it before a graceful shutdown (which would cancel

@@ -1,8 +1,8 @@
 //! `ClientTrafficPolicy` (`pier.dev/v1alpha1`): how pier meets its clients on a listener,
 //! attached to Gateways, listeners and ListenerSets by GEP-713 `targetRefs`. Field names are
 //! Envoy Gateway's (`gateway.envoyproxy.io/v1alpha1` ClientTrafficPolicy) where the concept is
-//! the same. This version reads `tls`, `connection.connectionLimit` and
-//! `clientIPDetection.xForwardedFor.trustedCIDRs`; the CRD grows with each feature, so the API server never
+//! the same. This version reads `tls`, `connection.connectionLimit`,
+//! `clientIPDetection.xForwardedFor.trustedCIDRs` and `timeout.http.idleTimeout`; the CRD grows with each feature, so the API server never
 //! stores a field pier would ignore.
 
 use kube::CustomResource;
@@ -40,6 +40,27 @@ pub struct ClientTrafficPolicySpec {
         skip_serializing_if = "Option::is_none"
     )]
     pub client_ip_detection: Option<ClientIpDetection>,
+    /// How long the targets' client connections may idle.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<ClientTimeout>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClientTimeout {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http: Option<ClientHttpTimeout>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClientHttpTimeout {
+    /// A client connection with no request in progress for this long is closed (HTTP/2:
+    /// GOAWAY); a keep-alive HTTP/1.1 connection's next request head must have arrived by
+    /// then. Replaces `--idle-timeout` (HTTP/2) and the 30 s keep-alive wait of HTTP/1.1 on
+    /// the listener's port. A duration such as `15s`, `5m`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_timeout: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

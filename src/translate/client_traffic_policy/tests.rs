@@ -28,6 +28,12 @@ fn connection_limits_and_trusted_proxies_are_read_or_refused() {
     };
     refused("connection: {connectionLimit: {value: 0}}", "1 or more");
     refused(
+        "timeout: {http: {idleTimeout: forever}}",
+        "timeout.http.idleTimeout: \"forever\" is not a duration",
+    );
+    let p = client_policy("ns/p", &spec("timeout: {http: {idleTimeout: 90s}}")).unwrap();
+    assert_eq!(p.idle_timeout, Some(std::time::Duration::from_secs(90)));
+    refused(
         "clientIPDetection: {xForwardedFor: {numTrustedHops: 2}}",
         "numTrustedHops: pier believes forwarding headers by the address",
     );
@@ -50,6 +56,7 @@ fn a_port_takes_the_smallest_limit_and_trusts_only_what_every_listener_trusts() 
         tls: None,
         connection_limit: limit,
         trusted_proxies: trusted.map(|t| t.parse::<TrustedProxies>().unwrap()),
+        idle_timeout: limit.map(|l| std::time::Duration::from_secs(l.into())),
     };
     let (a, b) = (
         policy(Some(10), Some("10.0.0.0/8")),
@@ -57,6 +64,7 @@ fn a_port_takes_the_smallest_limit_and_trusts_only_what_every_listener_trusts() 
     );
     let port = PortClient::of([Some(&a), Some(&b)]).unwrap();
     assert_eq!(port.connection_limit, Some(5));
+    assert_eq!(port.idle_timeout, Some(std::time::Duration::from_secs(5)));
     assert!(
         port.trusted_proxies
             .unwrap()

@@ -291,7 +291,11 @@ where
     I: AsyncRead + AsyncWrite + ReadReady + Unpin + Send,
 {
     async fn run(&mut self, mut resume: Option<tokio::time::Instant>) -> Next {
-        let header_timeout = self.shared.config.header_read_timeout;
+        // The keep-alive wait and the head's deadline: the port's ClientTrafficPolicy
+        // idleTimeout, else the header read timeout.
+        let header_timeout = self
+            .info
+            .idle_timeout(self.shared.config.header_read_timeout);
         // Armed per request at the park point, never later than the head's deadline.
         let mut timer = std::pin::pin!(tokio::time::sleep(header_timeout.min(PARK_AFTER)));
         loop {
