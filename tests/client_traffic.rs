@@ -9,7 +9,8 @@
 //! listener's port with a limit of two closes the longest-waiting idle connection for a third
 //! client, one without keeps all; forwarding headers believed from the policy's proxies on one
 //! listener, not on another; idle HTTP/1.1 and HTTP/2 connections closed after the policy's
-//! two seconds there, kept on the other.
+//! two seconds there, kept on the other; `path`: escaped slashes refused and slashes merged
+//! on one listener, on both request paths.
 
 mod support;
 
@@ -445,6 +446,7 @@ spec:
       trustedCIDRs: [127.0.0.0/8]
   timeout:
     http: {{idleTimeout: 2s}}
+  path: {{escapedSlashesAction: RejectRequest, disableMergeSlashes: false}}
 "
     )
 }
@@ -526,6 +528,23 @@ async fn connection_limits_and_trusted_proxies_per_listener() {
     let (xff, id) = seen(open).await;
     assert_eq!(xff, ["127.0.0.1"], "--trusted-proxies is empty");
     assert_ne!(id, ["abc-123"]);
+
+    // path: on `limited` an escaped slash is refused and runs of slashes merged, on the fast
+    // path (HTTP/1.1) and hyper's (h2c); on `open` both reach the backend as sent.
+    for port in [limited, open] {
+        let h1 = get(&format!("http://127.0.0.1:{port}/a%2Fb"), &[]).await;
+        let h2 = get_h2(port, "/a%2Fb", &[]).await;
+        let want = if port == limited { 400 } else { 200 };
+        assert_eq!(
+            (h1.status.as_u16(), h2.status.as_u16()),
+            (want, want),
+            "port {port}"
+        );
+        let h1 = get(&format!("http://127.0.0.1:{port}//x//y"), &[]).await;
+        let h2 = get_h2(port, "//x//y", &[]).await;
+        let want = if port == limited { "/x/y" } else { "//x//y" };
+        assert_eq!((h1.echo().path, h2.echo().path), (want.into(), want.into()));
+    }
 
     // connectionLimit 2: a third client makes room by closing the longest-waiting one.
     let mut first = TcpStream::connect(local(limited)).await.unwrap();

@@ -2066,6 +2066,7 @@ fn client_traffic_policy(tls: Value) -> Value {
             "connection": { "connectionLimit": { "value": 100 } },
             "clientIPDetection": { "xForwardedFor": { "trustedCIDRs": ["127.0.0.0/8"] } },
             "timeout": { "http": { "idleTimeout": "30s" } },
+            "path": { "escapedSlashesAction": "RejectRequest", "disableMergeSlashes": false },
         },
     })
 }
@@ -2208,6 +2209,32 @@ async fn client_traffic_policies_from_the_cluster() {
         echo["headers"]["x-forwarded-for"],
         json!(["203.0.113.7, 127.0.0.1"])
     );
+    // And its path rules: an escaped slash is refused.
+    let code = {
+        let ca = ca.clone();
+        tokio::task::spawn_blocking(move || {
+            std::process::Command::new("curl")
+                .args([
+                    "-s",
+                    "-o",
+                    "/dev/null",
+                    "-w",
+                    "%{http_code}",
+                    "--max-time",
+                    "5",
+                ])
+                .arg("--cacert")
+                .arg(&ca)
+                .args(["--resolve", &format!("{HOST}:{port}:127.0.0.1")])
+                .arg(format!("https://{HOST}:{port}/v/a%2Fb"))
+                .output()
+                .unwrap()
+                .stdout
+        })
+        .await
+        .unwrap()
+    };
+    assert_eq!(String::from_utf8_lossy(&code), "400");
 
     c.apply(client_traffic_policy(json!({ "minVersion": "1.1" })))
         .await;

@@ -46,7 +46,9 @@ pub use retry::RetryPolicy;
 pub use route::{BackendSet, BackendTarget, Entry, RouteTable, Rule, WeightedBackend};
 pub use session::{Carrier, Session, SessionPolicy};
 pub use snapshot::{Listener, ListenerId, Port, PortKey, Protocol, Snapshot};
-pub use tls::{CertTable, ClientAuth, ClientAuthMode, ClientPolicy, PortClient, TlsProfile};
+pub use tls::{
+    CertTable, ClientAuth, ClientAuthMode, ClientPolicy, EscapedSlashes, PortClient, TlsProfile,
+};
 
 /// A namespaced object's identity, as used in metric labels and logs.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]

@@ -205,12 +205,31 @@ pub struct ClientPolicy {
     /// `timeout.http.idleTimeout`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub idle_timeout: Option<std::time::Duration>,
+    /// `path.disableMergeSlashes`, negated (`None`: `--merge-slashes`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub merge_slashes: Option<bool>,
+    /// `path.escapedSlashesAction` (`None`: keep them).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub escaped_slashes: Option<EscapedSlashes>,
+}
+
+/// What a path's `%2F` and `%5C` come to.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+pub enum EscapedSlashes {
+    /// Left as they are (upper-cased): not separators, routed as data.
+    #[default]
+    KeepUnchanged,
+    /// The request is answered 400.
+    RejectRequest,
+    /// Decoded to `/` and `\` before the path is normalised and routed.
+    UnescapeAndForward,
 }
 
 /// What a port's connections get of its listeners' ClientTrafficPolicies: settings of the
 /// connection, decided before any request says which listener it is for. Listeners that
-/// share a port and differ: the smallest connection limit and idle timeout apply, and forwarding headers
-/// are believed only when every listener believes the same proxies (else nobody's).
+/// share a port and differ: the smallest connection limit and idle timeout apply, forwarding
+/// headers are believed only when every listener believes the same proxies (else nobody's),
+/// slashes are merged as `--merge-slashes` says and escaped slashes refused.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PortClient {
@@ -222,6 +241,12 @@ pub struct PortClient {
     /// How long a connection may idle (`None`: the flags').
     #[serde(skip_serializing_if = "Option::is_none")]
     pub idle_timeout: Option<std::time::Duration>,
+    /// Merge runs of `/` (`None`: `--merge-slashes`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub merge_slashes: Option<bool>,
+    /// Escaped slashes in paths (`None`: kept).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub escaped_slashes: Option<EscapedSlashes>,
 }
 
 impl PortClient {
@@ -230,6 +255,9 @@ impl PortClient {
     pub fn of<'p>(policies: impl IntoIterator<Item = Option<&'p ClientPolicy>>) -> Option<Self> {
         let mut limit: Option<u32> = None;
         let mut idle: Option<std::time::Duration> = None;
+        let mut merge: Option<Option<bool>> = None;
+        let mut escaped: Option<Option<EscapedSlashes>> = None;
+        let (mut merge_agree, mut escaped_agree) = (true, true);
         let mut trust: Option<Option<&super::net::TrustedProxies>> = None;
         let mut agree = true;
         for p in policies {
@@ -239,6 +267,10 @@ impl PortClient {
             if let Some(t) = p.and_then(|p| p.idle_timeout) {
                 idle = Some(idle.map_or(t, |m| m.min(t)));
             }
+            let m = p.and_then(|p| p.merge_slashes);
+            merge_agree &= *merge.get_or_insert(m) == m;
+            let e = p.and_then(|p| p.escaped_slashes);
+            escaped_agree &= *escaped.get_or_insert(e) == e;
             let t = p.and_then(|p| p.trusted_proxies.as_ref());
             match trust {
                 None => trust = Some(t),
@@ -255,6 +287,14 @@ impl PortClient {
             connection_limit: limit,
             trusted_proxies,
             idle_timeout: idle,
+            // Listeners that disagree: the flag's merging, and escaped slashes refused (a
+            // request must not be routed one way on one listener and another on the next).
+            merge_slashes: merge.flatten().filter(|_| merge_agree),
+            escaped_slashes: if escaped_agree {
+                escaped.flatten()
+            } else {
+                Some(EscapedSlashes::RejectRequest)
+            },
         };
         (port != Self::default()).then_some(port)
     }

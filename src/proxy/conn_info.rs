@@ -71,6 +71,22 @@ impl ConnInfo {
         }
     }
 
+    /// How paths are normalised: the port's policy's `path`, else `--merge-slashes` and
+    /// escaped slashes kept.
+    #[inline]
+    pub fn path_rules(&self, merge_slashes: bool) -> crate::proxy::validate::PathRules {
+        match &self.client {
+            None => crate::proxy::validate::PathRules {
+                merge_slashes,
+                escaped_slashes: Default::default(),
+            },
+            Some(c) => crate::proxy::validate::PathRules {
+                merge_slashes: c.merge_slashes.unwrap_or(merge_slashes),
+                escaped_slashes: c.escaped_slashes.unwrap_or_default(),
+            },
+        }
+    }
+
     /// How long the connection may idle: the port's policy's, else `flags`.
     #[inline]
     pub fn idle_timeout(&self, flags: std::time::Duration) -> std::time::Duration {

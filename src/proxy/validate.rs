@@ -21,6 +21,8 @@ use std::borrow::Cow;
 
 use http::{HeaderMap, Version, header};
 
+use crate::model::EscapedSlashes;
+
 /// Why a request is refused before routing; each is a 4xx/5xx of its own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum Invalid {
@@ -36,6 +38,8 @@ pub enum Invalid {
     HostMismatch,
     #[error("a malformed percent-encoding in the path")]
     BadPath,
+    #[error("an escaped slash (%2F or %5C) in the path, which the listener refuses")]
+    EscapedSlash,
     #[error("a transfer coding other than chunked")]
     TransferCoding,
     #[error("a request target over the maximum length")]
@@ -205,6 +209,14 @@ pub fn check_transfer_coding(headers: &HeaderMap) -> Result<(), Invalid> {
     Ok(())
 }
 
+/// How a connection's paths are normalised beyond RFC 3986's rules: `--merge-slashes`, and the
+/// port's ClientTrafficPolicy `path`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PathRules {
+    pub merge_slashes: bool,
+    pub escaped_slashes: EscapedSlashes,
+}
+
 /// Does `path` need [`normalize_path`] at all? A cheap scan, so that the common path costs
 /// one pass over its bytes and no allocation.
 fn needs_normalizing(path: &[u8], merge_slashes: bool) -> bool {
@@ -220,11 +232,12 @@ fn needs_normalizing(path: &[u8], merge_slashes: bool) -> bool {
 
 /// The normalised form of an origin-form path (RFC 3986 §6.2.2 syntax-based normalisation;
 /// see the module docs); borrowed when it is already normal.
-pub fn normalize_path(path: &str, merge_slashes: bool) -> Result<Cow<'_, str>, Invalid> {
+pub fn normalize_path(path: &str, rules: PathRules) -> Result<Cow<'_, str>, Invalid> {
+    let merge_slashes = rules.merge_slashes;
     if !needs_normalizing(path.as_bytes(), merge_slashes) {
         return Ok(Cow::Borrowed(path));
     }
-    let decoded = decode_unreserved(path)?;
+    let decoded = decode_unreserved(path, rules.escaped_slashes)?;
     let rooted = decoded.strip_prefix('/').unwrap_or(&decoded);
     let segments: Vec<&str> = rooted.split('/').collect();
     let last = segments.len() - 1;
@@ -260,8 +273,9 @@ pub fn normalize_path(path: &str, merge_slashes: bool) -> Result<Cow<'_, str>, I
     Ok(Cow::Owned(normal))
 }
 
-/// Decodes `%XX` where it stands for an unreserved character; upper-cases the others.
-fn decode_unreserved(path: &str) -> Result<Cow<'_, str>, Invalid> {
+/// Decodes `%XX` where it stands for an unreserved character; upper-cases the others. `%2F`
+/// and `%5C` (escaped `/` and `\`) as `escaped` says.
+fn decode_unreserved(path: &str, escaped: EscapedSlashes) -> Result<Cow<'_, str>, Invalid> {
     if !path.contains('%') {
         return Ok(Cow::Borrowed(path));
     }
@@ -284,7 +298,14 @@ fn decode_unreserved(path: &str) -> Result<Cow<'_, str>, Invalid> {
             return Err(Invalid::BadPath);
         };
         let byte = (hi * 16 + lo) as u8;
-        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+        let slash = matches!(byte, b'/' | b'\\');
+        if slash && escaped == EscapedSlashes::RejectRequest {
+            return Err(Invalid::EscapedSlash);
+        }
+        if byte.is_ascii_alphanumeric()
+            || matches!(byte, b'-' | b'.' | b'_' | b'~')
+            || (slash && escaped == EscapedSlashes::UnescapeAndForward)
+        {
             out.push(byte as char);
         } else {
             out.push('%');
@@ -298,10 +319,39 @@ fn decode_unreserved(path: &str) -> Result<Cow<'_, str>, Invalid> {
 
 #[cfg(test)]
 mod tests {
+    const MERGE: PathRules = PathRules {
+        merge_slashes: true,
+        escaped_slashes: EscapedSlashes::KeepUnchanged,
+    };
+
+    #[test]
+    fn escaped_slashes_are_kept_refused_or_decoded_as_the_listener_says() {
+        let rules = |escaped_slashes| PathRules {
+            merge_slashes: false,
+            escaped_slashes,
+        };
+        let path = "/a%2f..%2Fb%5c";
+        let keep = normalize_path(path, rules(EscapedSlashes::KeepUnchanged)).unwrap();
+        assert_eq!(keep, "/a%2F..%2Fb%5C");
+        assert_eq!(
+            normalize_path(path, rules(EscapedSlashes::RejectRequest)),
+            Err(Invalid::EscapedSlash)
+        );
+        let decoded = normalize_path(path, rules(EscapedSlashes::UnescapeAndForward)).unwrap();
+        assert_eq!(decoded, "/b\\", "decoded, then the dot segment removed");
+        assert_eq!(
+            normalize_path("/a%41", rules(EscapedSlashes::RejectRequest)).unwrap(),
+            "/aA",
+            "other escapes as always"
+        );
+    }
+
     use super::*;
 
     fn norm(p: &str) -> String {
-        normalize_path(p, false).unwrap().into_owned()
+        normalize_path(p, PathRules::default())
+            .unwrap()
+            .into_owned()
     }
 
     #[test]
@@ -331,26 +381,35 @@ mod tests {
         assert_eq!(norm("/a%2Fb/../c"), "/c");
         assert_eq!(norm("/%7euser"), "/~user");
         assert_eq!(norm("/caf%c3%a9"), "/caf%C3%A9");
-        assert_eq!(normalize_path("/a%zz", false), Err(Invalid::BadPath));
-        assert_eq!(normalize_path("/a%2", false), Err(Invalid::BadPath));
+        assert_eq!(
+            normalize_path("/a%zz", PathRules::default()),
+            Err(Invalid::BadPath)
+        );
+        assert_eq!(
+            normalize_path("/a%2", PathRules::default()),
+            Err(Invalid::BadPath)
+        );
     }
 
     #[test]
     fn normal_paths_are_borrowed() {
         for p in ["/", "/a/b", "/a/b/", "/a//b", "/a.b/c..d"] {
             assert!(
-                matches!(normalize_path(p, false), Ok(Cow::Borrowed(_))),
+                matches!(
+                    normalize_path(p, PathRules::default()),
+                    Ok(Cow::Borrowed(_))
+                ),
                 "{p}"
             );
         }
-        assert!(matches!(normalize_path("/a//b", true), Ok(Cow::Owned(_))));
+        assert!(matches!(normalize_path("/a//b", MERGE), Ok(Cow::Owned(_))));
     }
 
     #[test]
     fn slashes_merge_only_when_asked() {
         assert_eq!(norm("/a//b"), "/a//b");
-        assert_eq!(normalize_path("//a///b//", true).unwrap(), "/a/b/");
-        assert_eq!(normalize_path("//", true).unwrap(), "/");
+        assert_eq!(normalize_path("//a///b//", MERGE).unwrap(), "/a/b/");
+        assert_eq!(normalize_path("//", MERGE).unwrap(), "/");
     }
 
     #[test]

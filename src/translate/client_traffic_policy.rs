@@ -19,7 +19,7 @@ use super::api::{self, ClientTrafficPolicy, ClientTrafficPolicySpec};
 use super::attach::{self, Entry};
 use super::resources::Resources;
 use super::tls_settings::tls_profile;
-use crate::model::{Carried, ClientPolicy, ObjectRef};
+use crate::model::{Carried, ClientPolicy, EscapedSlashes, ObjectRef};
 
 const KIND: &str = "ClientTrafficPolicy";
 
@@ -58,6 +58,8 @@ fn entry(key: ObjectRef, p: &ClientTrafficPolicy, carried: &Carried) -> Entry<Cl
                     connection_limit: None,
                     trusted_proxies: None,
                     idle_timeout: None,
+                    merge_slashes: None,
+                    escaped_slashes: None,
                 }),
                 Some(format!(
                     "{why}; nothing of this policy is in force (pier's defaults apply)"
@@ -150,12 +152,34 @@ fn client_policy(source: &str, spec: &ClientTrafficPolicySpec) -> Result<ClientP
             }
         },
     };
+    let path = spec.path.as_ref();
+    let escaped_slashes = match path.and_then(|p| p.escaped_slashes_action.as_deref()) {
+        None => None,
+        Some("KeepUnchanged") => Some(EscapedSlashes::KeepUnchanged),
+        Some("RejectRequest") => Some(EscapedSlashes::RejectRequest),
+        Some("UnescapeAndForward") => Some(EscapedSlashes::UnescapeAndForward),
+        Some("UnescapeAndRedirect") => {
+            return Err(
+                "path.escapedSlashesAction: UnescapeAndRedirect is not in this version \
+                 (KeepUnchanged, RejectRequest, UnescapeAndForward)"
+                    .into(),
+            );
+        }
+        Some(other) => {
+            return Err(format!(
+                "path.escapedSlashesAction: {other:?} is not KeepUnchanged, RejectRequest or \
+                 UnescapeAndForward"
+            ));
+        }
+    };
     Ok(ClientPolicy {
         source: source.to_string(),
         tls,
         connection_limit,
         trusted_proxies,
         idle_timeout,
+        merge_slashes: path.and_then(|p| p.disable_merge_slashes).map(|d| !d),
+        escaped_slashes,
     })
 }
 

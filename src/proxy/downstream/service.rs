@@ -116,7 +116,8 @@ async fn dispatch<'s>(
     if req.method() == Method::CONNECT {
         return Err(ProxyError::NoRoute);
     }
-    let mut req = checked(req, &shared.config.limits).map_err(ProxyError::Invalid)?;
+    let rules = conn.path_rules(shared.config.limits.merge_slashes);
+    let mut req = checked(req, &shared.config.limits, rules).map_err(ProxyError::Invalid)?;
     let found = {
         let host = normalize_host(routing_host(&req).unwrap_or(""));
         phase::listener(snapshot, conn, &host)?
@@ -269,6 +270,7 @@ async fn dispatch<'s>(
 fn checked<B: http_body::Body>(
     mut req: Request<B>,
     limits: &Limits,
+    rules: validate::PathRules,
 ) -> Result<Request<B>, Invalid> {
     validate::check_host(req.version(), req.headers(), req.uri().authority())?;
     validate::check_transfer_coding(req.headers())?;
@@ -279,7 +281,7 @@ fn checked<B: http_body::Body>(
         limits.max_request_target,
         limits.max_request_body,
     )?;
-    let normal = match validate::normalize_path(req.uri().path(), limits.merge_slashes)? {
+    let normal = match validate::normalize_path(req.uri().path(), rules)? {
         Cow::Borrowed(_) => return Ok(req),
         Cow::Owned(p) => p,
     };

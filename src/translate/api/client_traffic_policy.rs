@@ -2,7 +2,8 @@
 //! attached to Gateways, listeners and ListenerSets by GEP-713 `targetRefs`. Field names are
 //! Envoy Gateway's (`gateway.envoyproxy.io/v1alpha1` ClientTrafficPolicy) where the concept is
 //! the same. This version reads `tls`, `connection.connectionLimit`,
-//! `clientIPDetection.xForwardedFor.trustedCIDRs` and `timeout.http.idleTimeout`; the CRD grows with each feature, so the API server never
+//! `clientIPDetection.xForwardedFor.trustedCIDRs`, `timeout.http.idleTimeout` and `path`; the
+//! CRD grows with each feature, so the API server never
 //! stores a field pier would ignore.
 
 use kube::CustomResource;
@@ -43,6 +44,22 @@ pub struct ClientTrafficPolicySpec {
     /// How long the targets' client connections may idle.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<ClientTimeout>,
+    /// How request paths are normalised before routing and forwarding.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<ClientPath>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClientPath {
+    /// What to do with `%2F` and `%5C` (escaped `/` and `\`) in a path: `KeepUnchanged`
+    /// (pier's default: they are not separators), `RejectRequest` (400) or
+    /// `UnescapeAndForward` (decoded, then the path is normalised and routed as such).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub escaped_slashes_action: Option<String>,
+    /// `false` merges runs of `/` (as `--merge-slashes`), `true` keeps them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disable_merge_slashes: Option<bool>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

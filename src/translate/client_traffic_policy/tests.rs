@@ -31,6 +31,17 @@ fn connection_limits_and_trusted_proxies_are_read_or_refused() {
         "timeout: {http: {idleTimeout: forever}}",
         "timeout.http.idleTimeout: \"forever\" is not a duration",
     );
+    refused(
+        "path: {escapedSlashesAction: UnescapeAndRedirect}",
+        "UnescapeAndRedirect is not in this version",
+    );
+    let p = client_policy(
+        "ns/p",
+        &spec("path: {escapedSlashesAction: RejectRequest, disableMergeSlashes: false}"),
+    )
+    .unwrap();
+    assert_eq!(p.merge_slashes, Some(true));
+    assert_eq!(p.escaped_slashes, Some(EscapedSlashes::RejectRequest));
     let p = client_policy("ns/p", &spec("timeout: {http: {idleTimeout: 90s}}")).unwrap();
     assert_eq!(p.idle_timeout, Some(std::time::Duration::from_secs(90)));
     refused(
@@ -57,6 +68,8 @@ fn a_port_takes_the_smallest_limit_and_trusts_only_what_every_listener_trusts() 
         connection_limit: limit,
         trusted_proxies: trusted.map(|t| t.parse::<TrustedProxies>().unwrap()),
         idle_timeout: limit.map(|l| std::time::Duration::from_secs(l.into())),
+        merge_slashes: None,
+        escaped_slashes: None,
     };
     let (a, b) = (
         policy(Some(10), Some("10.0.0.0/8")),
@@ -84,6 +97,24 @@ fn a_port_takes_the_smallest_limit_and_trusts_only_what_every_listener_trusts() 
         PortClient::of([None, None]),
         None,
         "nothing differs from the flags"
+    );
+
+    // Path rules: agreed, they hold; not agreed, the flag merges and escaped slashes are refused.
+    let path = |merge: Option<bool>, escaped: Option<EscapedSlashes>| ClientPolicy {
+        merge_slashes: merge,
+        escaped_slashes: escaped,
+        ..policy(None, None)
+    };
+    let unescape = path(Some(true), Some(EscapedSlashes::UnescapeAndForward));
+    let port = PortClient::of([Some(&unescape), Some(&unescape)]).unwrap();
+    assert_eq!(
+        (port.merge_slashes, port.escaped_slashes),
+        (Some(true), Some(EscapedSlashes::UnescapeAndForward))
+    );
+    let port = PortClient::of([Some(&unescape), None]).unwrap();
+    assert_eq!(
+        (port.merge_slashes, port.escaped_slashes),
+        (None, Some(EscapedSlashes::RejectRequest))
     );
     let tls_only = policy(None, None);
     assert_eq!(PortClient::of([Some(&tls_only)]), None);

@@ -776,7 +776,7 @@ fn plan<'s>(
     if let Err(e) = sizes.and_then(|()| validate::host_value_ok(req.host)) {
         return Plan::Respond(common, Err(ProxyError::Invalid(e)));
     }
-    let path = match validate::normalize_path(req.path, shared.config.limits.merge_slashes) {
+    let path = match validate::normalize_path(req.path, info.path_rules(limits.merge_slashes)) {
         Ok(path) => path,
         Err(e) => return Plan::Respond(common, Err(ProxyError::Invalid(e))),
     };
