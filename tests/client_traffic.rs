@@ -10,7 +10,8 @@
 //! client, one without keeps all; forwarding headers believed from the policy's proxies on one
 //! listener, not on another; idle HTTP/1.1 and HTTP/2 connections closed after the policy's
 //! two seconds there, kept on the other; `path`: escaped slashes refused and slashes merged
-//! on one listener, on both request paths.
+//! on one listener; `headers`: names with `_` refused on one listener, dropped on another, and
+//! an untrusted request ID kept there; each on both request paths.
 
 mod support;
 
@@ -411,9 +412,10 @@ async fn a_mistyped_listener_option_is_reported_and_the_defaults_stay() {
     assert_eq!(proto, "TLSv1.3");
 }
 
-/// Two HTTP listeners: `limited` with a ClientTrafficPolicy (two connections, loopback's
-/// forwarding headers believed), `open` without.
-fn plain_manifests(limited: u16, open: u16) -> String {
+/// Three HTTP listeners: `limited` with a ClientTrafficPolicy (two connections, loopback's
+/// forwarding headers believed, idle 2 s, path and header rules), `open` without, `headers`
+/// with header rules only.
+fn plain_manifests(limited: u16, open: u16, headers: u16) -> String {
     format!(
         "{GATEWAY_CLASS}---
 apiVersion: gateway.networking.k8s.io/v1
@@ -424,6 +426,7 @@ spec:
   listeners:
     - {{name: limited, protocol: HTTP, port: {limited}}}
     - {{name: open, protocol: HTTP, port: {open}}}
+    - {{name: headers, protocol: HTTP, port: {headers}}}
 ---
 apiVersion: gateway.networking.k8s.io/v1
 kind: HTTPRoute
@@ -447,6 +450,15 @@ spec:
   timeout:
     http: {{idleTimeout: 2s}}
   path: {{escapedSlashesAction: RejectRequest, disableMergeSlashes: false}}
+  headers: {{withUnderscoresAction: RejectRequest}}
+---
+apiVersion: pier.dev/v1alpha1
+kind: ClientTrafficPolicy
+metadata: {{name: headers, namespace: default}}
+spec:
+  targetRefs:
+    - {{group: gateway.networking.k8s.io, kind: Gateway, name: plain, sectionName: headers}}
+  headers: {{withUnderscoresAction: DropHeader, preserveXRequestID: true}}
 "
     )
 }
@@ -492,9 +504,10 @@ async fn connection_limits_and_trusted_proxies_per_listener() {
     let echo = pier::echo::spawn(SocketAddr::from(([127, 0, 0, 1], 0)), "a")
         .await
         .unwrap();
-    let (limited, open) = (free_port(), free_port());
+    let (limited, open, headers) = (free_port(), free_port(), free_port());
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("gw.yaml"), plain_manifests(limited, open)).unwrap();
+    let gw = plain_manifests(limited, open, headers);
+    std::fs::write(dir.path().join("gw.yaml"), gw).unwrap();
     std::fs::write(dir.path().join("svc.yaml"), service("a", echo.addr)).unwrap();
     let _pier = run::start(RunOptions {
         listen_host: [127, 0, 0, 1].into(),
@@ -544,6 +557,30 @@ async fn connection_limits_and_trusted_proxies_per_listener() {
         let h2 = get_h2(port, "//x//y", &[]).await;
         let want = if port == limited { "/x/y" } else { "//x//y" };
         assert_eq!((h1.echo().path, h2.echo().path), (want.into(), want.into()));
+    }
+
+    // headers: a name with `_` is refused on `limited`, dropped on `headers`, passed on `open`;
+    // `headers` keeps an untrusted client's request ID. Both request paths.
+    let sent = [("x_user", "admin"), ("x-request-id", "abc-123")];
+    for port in [limited, headers, open] {
+        let h1 = get(&format!("http://127.0.0.1:{port}/"), &sent).await;
+        let h2 = get_h2(port, "/", &sent).await;
+        for r in [h1, h2] {
+            if port == limited {
+                assert_eq!(r.status, 400);
+                continue;
+            }
+            assert_eq!(r.status, 200);
+            let e = r.echo();
+            let user = e.headers.get("x_user").cloned();
+            let id = e.headers.get("x-request-id").cloned().unwrap_or_default();
+            if port == headers {
+                assert_eq!((user, id), (None, vec!["abc-123".to_string()]));
+            } else {
+                assert_eq!(user, Some(vec!["admin".to_string()]));
+                assert_ne!(id, ["abc-123"], "untrusted: pier's own request ID");
+            }
+        }
     }
 
     // connectionLimit 2: a third client makes room by closing the longest-waiting one.

@@ -2067,6 +2067,7 @@ fn client_traffic_policy(tls: Value) -> Value {
             "clientIPDetection": { "xForwardedFor": { "trustedCIDRs": ["127.0.0.0/8"] } },
             "timeout": { "http": { "idleTimeout": "30s" } },
             "path": { "escapedSlashesAction": "RejectRequest", "disableMergeSlashes": false },
+            "headers": { "withUnderscoresAction": "DropHeader", "preserveXRequestID": true },
         },
     })
 }

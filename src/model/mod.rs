@@ -48,6 +48,7 @@ pub use session::{Carrier, Session, SessionPolicy};
 pub use snapshot::{Listener, ListenerId, Port, PortKey, Protocol, Snapshot};
 pub use tls::{
     CertTable, ClientAuth, ClientAuthMode, ClientPolicy, EscapedSlashes, PortClient, TlsProfile,
+    Underscores,
 };
 
 /// A namespaced object's identity, as used in metric labels and logs.

@@ -211,6 +211,23 @@ pub struct ClientPolicy {
     /// `path.escapedSlashesAction` (`None`: keep them).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub escaped_slashes: Option<EscapedSlashes>,
+    /// `headers.withUnderscoresAction` (`None`: allow them).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub underscores: Option<Underscores>,
+    /// `headers.preserveXRequestID`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub preserve_request_id: Option<bool>,
+}
+
+/// What a request header whose name has `_` comes to. Ordered from the most lenient.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub enum Underscores {
+    #[default]
+    Allow,
+    /// Removed before routing and forwarding.
+    DropHeader,
+    /// The request is answered 400.
+    RejectRequest,
 }
 
 /// What a path's `%2F` and `%5C` come to.
@@ -229,7 +246,9 @@ pub enum EscapedSlashes {
 /// connection, decided before any request says which listener it is for. Listeners that
 /// share a port and differ: the smallest connection limit and idle timeout apply, forwarding
 /// headers are believed only when every listener believes the same proxies (else nobody's),
-/// slashes are merged as `--merge-slashes` says and escaped slashes refused.
+/// slashes are merged as `--merge-slashes` says and escaped slashes refused, header names with
+/// `_` get the strictest handling, and untrusted request IDs are kept only if every listener
+/// keeps them.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PortClient {
@@ -247,6 +266,12 @@ pub struct PortClient {
     /// Escaped slashes in paths (`None`: kept).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub escaped_slashes: Option<EscapedSlashes>,
+    /// Header names with `_` (`None`: allowed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub underscores: Option<Underscores>,
+    /// Keep an untrusted client's `X-Request-Id`.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub preserve_request_id: bool,
 }
 
 impl PortClient {
@@ -258,6 +283,8 @@ impl PortClient {
         let mut merge: Option<Option<bool>> = None;
         let mut escaped: Option<Option<EscapedSlashes>> = None;
         let (mut merge_agree, mut escaped_agree) = (true, true);
+        let mut underscores: Option<Underscores> = None;
+        let mut preserve: Option<bool> = None;
         let mut trust: Option<Option<&super::net::TrustedProxies>> = None;
         let mut agree = true;
         for p in policies {
@@ -271,6 +298,11 @@ impl PortClient {
             merge_agree &= *merge.get_or_insert(m) == m;
             let e = p.and_then(|p| p.escaped_slashes);
             escaped_agree &= *escaped.get_or_insert(e) == e;
+            // The strictest handling of underscores; request IDs kept only if all keep them.
+            let u = p.and_then(|p| p.underscores).unwrap_or_default();
+            underscores = Some(underscores.map_or(u, |m| m.max(u)));
+            let keep = p.and_then(|p| p.preserve_request_id).unwrap_or(false);
+            preserve = Some(preserve.unwrap_or(true) && keep);
             let t = p.and_then(|p| p.trusted_proxies.as_ref());
             match trust {
                 None => trust = Some(t),
@@ -295,6 +327,8 @@ impl PortClient {
             } else {
                 Some(EscapedSlashes::RejectRequest)
             },
+            underscores: underscores.filter(|u| *u != Underscores::Allow),
+            preserve_request_id: preserve.unwrap_or(false),
         };
         (port != Self::default()).then_some(port)
     }

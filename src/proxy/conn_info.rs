@@ -17,6 +17,9 @@ pub struct Hop<'a> {
     pub forwarded_for: &'a HeaderValue,
     /// `addr` is a trusted proxy (decided once per connection).
     pub trusted: bool,
+    /// Keep the `X-Request-Id` it sends even when it is not trusted (the port's
+    /// ClientTrafficPolicy `headers.preserveXRequestID`).
+    pub keep_request_id: bool,
 }
 
 /// What the request path needs to know about the connection it arrived on.
@@ -71,18 +74,20 @@ impl ConnInfo {
         }
     }
 
-    /// How paths are normalised: the port's policy's `path`, else `--merge-slashes` and
-    /// escaped slashes kept.
+    /// How paths are normalised and header names with `_` handled: the port's policy's `path`
+    /// and `headers`, else `--merge-slashes`, escaped slashes kept and underscores allowed.
     #[inline]
-    pub fn path_rules(&self, merge_slashes: bool) -> crate::proxy::validate::PathRules {
+    pub fn request_rules(&self, merge_slashes: bool) -> crate::proxy::validate::RequestRules {
         match &self.client {
-            None => crate::proxy::validate::PathRules {
+            None => crate::proxy::validate::RequestRules {
                 merge_slashes,
                 escaped_slashes: Default::default(),
+                underscores: Default::default(),
             },
-            Some(c) => crate::proxy::validate::PathRules {
+            Some(c) => crate::proxy::validate::RequestRules {
                 merge_slashes: c.merge_slashes.unwrap_or(merge_slashes),
                 escaped_slashes: c.escaped_slashes.unwrap_or_default(),
+                underscores: c.underscores.unwrap_or_default(),
             },
         }
     }
@@ -110,6 +115,7 @@ impl ConnInfo {
             addr: self.peer.ip(),
             forwarded_for: &self.forwarded_for,
             trusted: self.trusted_hop,
+            keep_request_id: self.client.as_ref().is_some_and(|c| c.preserve_request_id),
         }
     }
 }

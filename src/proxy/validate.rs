@@ -21,7 +21,7 @@ use std::borrow::Cow;
 
 use http::{HeaderMap, Version, header};
 
-use crate::model::EscapedSlashes;
+use crate::model::{EscapedSlashes, Underscores};
 
 /// Why a request is refused before routing; each is a 4xx/5xx of its own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -40,6 +40,8 @@ pub enum Invalid {
     BadPath,
     #[error("an escaped slash (%2F or %5C) in the path, which the listener refuses")]
     EscapedSlash,
+    #[error("a header name with an underscore, which the listener refuses")]
+    Underscore,
     #[error("a transfer coding other than chunked")]
     TransferCoding,
     #[error("a request target over the maximum length")]
@@ -209,12 +211,28 @@ pub fn check_transfer_coding(headers: &HeaderMap) -> Result<(), Invalid> {
     Ok(())
 }
 
-/// How a connection's paths are normalised beyond RFC 3986's rules: `--merge-slashes`, and the
-/// port's ClientTrafficPolicy `path`.
+/// How a connection's paths are normalised beyond RFC 3986's rules (`--merge-slashes`, and the
+/// port's ClientTrafficPolicy `path`), and what its header names with `_` come to (`headers`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct PathRules {
+pub struct RequestRules {
     pub merge_slashes: bool,
     pub escaped_slashes: EscapedSlashes,
+    pub underscores: Underscores,
+}
+
+/// Header names with `_` under `rule`: `Ok(true)` when some are to be dropped, `Err` when the
+/// request is refused (400). Costs nothing under `Allow`, pier's default.
+pub fn underscores<'n>(
+    rule: Underscores,
+    mut names: impl Iterator<Item = &'n str>,
+) -> Result<bool, Invalid> {
+    if rule == Underscores::Allow || !names.any(|n| n.contains('_')) {
+        return Ok(false);
+    }
+    match rule {
+        Underscores::RejectRequest => Err(Invalid::Underscore),
+        _ => Ok(true),
+    }
 }
 
 /// Does `path` need [`normalize_path`] at all? A cheap scan, so that the common path costs
@@ -232,7 +250,7 @@ fn needs_normalizing(path: &[u8], merge_slashes: bool) -> bool {
 
 /// The normalised form of an origin-form path (RFC 3986 §6.2.2 syntax-based normalisation;
 /// see the module docs); borrowed when it is already normal.
-pub fn normalize_path(path: &str, rules: PathRules) -> Result<Cow<'_, str>, Invalid> {
+pub fn normalize_path(path: &str, rules: RequestRules) -> Result<Cow<'_, str>, Invalid> {
     let merge_slashes = rules.merge_slashes;
     if !needs_normalizing(path.as_bytes(), merge_slashes) {
         return Ok(Cow::Borrowed(path));
@@ -319,16 +337,40 @@ fn decode_unreserved(path: &str, escaped: EscapedSlashes) -> Result<Cow<'_, str>
 
 #[cfg(test)]
 mod tests {
-    const MERGE: PathRules = PathRules {
+    const MERGE: RequestRules = RequestRules {
         merge_slashes: true,
         escaped_slashes: EscapedSlashes::KeepUnchanged,
+        underscores: Underscores::Allow,
     };
 
     #[test]
+    fn header_names_with_underscores_pass_drop_or_refuse() {
+        let names = ["host", "x_user", "accept"];
+        assert_eq!(
+            underscores(Underscores::Allow, names.into_iter()),
+            Ok(false)
+        );
+        assert_eq!(
+            underscores(Underscores::DropHeader, names.into_iter()),
+            Ok(true)
+        );
+        assert_eq!(
+            underscores(Underscores::RejectRequest, names.into_iter()),
+            Err(Invalid::Underscore)
+        );
+        let clean = ["host", "x-user"];
+        assert_eq!(
+            underscores(Underscores::RejectRequest, clean.into_iter()),
+            Ok(false)
+        );
+    }
+
+    #[test]
     fn escaped_slashes_are_kept_refused_or_decoded_as_the_listener_says() {
-        let rules = |escaped_slashes| PathRules {
+        let rules = |escaped_slashes| RequestRules {
             merge_slashes: false,
             escaped_slashes,
+            underscores: Underscores::Allow,
         };
         let path = "/a%2f..%2Fb%5c";
         let keep = normalize_path(path, rules(EscapedSlashes::KeepUnchanged)).unwrap();
@@ -349,7 +391,7 @@ mod tests {
     use super::*;
 
     fn norm(p: &str) -> String {
-        normalize_path(p, PathRules::default())
+        normalize_path(p, RequestRules::default())
             .unwrap()
             .into_owned()
     }
@@ -382,11 +424,11 @@ mod tests {
         assert_eq!(norm("/%7euser"), "/~user");
         assert_eq!(norm("/caf%c3%a9"), "/caf%C3%A9");
         assert_eq!(
-            normalize_path("/a%zz", PathRules::default()),
+            normalize_path("/a%zz", RequestRules::default()),
             Err(Invalid::BadPath)
         );
         assert_eq!(
-            normalize_path("/a%2", PathRules::default()),
+            normalize_path("/a%2", RequestRules::default()),
             Err(Invalid::BadPath)
         );
     }
@@ -396,7 +438,7 @@ mod tests {
         for p in ["/", "/a/b", "/a/b/", "/a//b", "/a.b/c..d"] {
             assert!(
                 matches!(
-                    normalize_path(p, PathRules::default()),
+                    normalize_path(p, RequestRules::default()),
                     Ok(Cow::Borrowed(_))
                 ),
                 "{p}"

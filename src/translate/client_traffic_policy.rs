@@ -19,7 +19,7 @@ use super::api::{self, ClientTrafficPolicy, ClientTrafficPolicySpec};
 use super::attach::{self, Entry};
 use super::resources::Resources;
 use super::tls_settings::tls_profile;
-use crate::model::{Carried, ClientPolicy, EscapedSlashes, ObjectRef};
+use crate::model::{Carried, ClientPolicy, EscapedSlashes, ObjectRef, Underscores};
 
 const KIND: &str = "ClientTrafficPolicy";
 
@@ -60,6 +60,8 @@ fn entry(key: ObjectRef, p: &ClientTrafficPolicy, carried: &Carried) -> Entry<Cl
                     idle_timeout: None,
                     merge_slashes: None,
                     escaped_slashes: None,
+                    underscores: None,
+                    preserve_request_id: None,
                 }),
                 Some(format!(
                     "{why}; nothing of this policy is in force (pier's defaults apply)"
@@ -172,6 +174,18 @@ fn client_policy(source: &str, spec: &ClientTrafficPolicySpec) -> Result<ClientP
             ));
         }
     };
+    let headers = spec.headers.as_ref();
+    let underscores = match headers.and_then(|h| h.with_underscores_action.as_deref()) {
+        None => None,
+        Some("Allow") => Some(Underscores::Allow),
+        Some("RejectRequest") => Some(Underscores::RejectRequest),
+        Some("DropHeader") => Some(Underscores::DropHeader),
+        Some(other) => {
+            return Err(format!(
+                "headers.withUnderscoresAction: {other:?} is not Allow, RejectRequest or DropHeader"
+            ));
+        }
+    };
     Ok(ClientPolicy {
         source: source.to_string(),
         tls,
@@ -180,6 +194,8 @@ fn client_policy(source: &str, spec: &ClientTrafficPolicySpec) -> Result<ClientP
         idle_timeout,
         merge_slashes: path.and_then(|p| p.disable_merge_slashes).map(|d| !d),
         escaped_slashes,
+        underscores,
+        preserve_request_id: headers.and_then(|h| h.preserve_x_request_id),
     })
 }
 

@@ -116,7 +116,7 @@ async fn dispatch<'s>(
     if req.method() == Method::CONNECT {
         return Err(ProxyError::NoRoute);
     }
-    let rules = conn.path_rules(shared.config.limits.merge_slashes);
+    let rules = conn.request_rules(shared.config.limits.merge_slashes);
     let mut req = checked(req, &shared.config.limits, rules).map_err(ProxyError::Invalid)?;
     let found = {
         let host = normalize_host(routing_host(&req).unwrap_or(""));
@@ -270,7 +270,7 @@ async fn dispatch<'s>(
 fn checked<B: http_body::Body>(
     mut req: Request<B>,
     limits: &Limits,
-    rules: validate::PathRules,
+    rules: validate::RequestRules,
 ) -> Result<Request<B>, Invalid> {
     validate::check_host(req.version(), req.headers(), req.uri().authority())?;
     validate::check_transfer_coding(req.headers())?;
@@ -281,6 +281,15 @@ fn checked<B: http_body::Body>(
         limits.max_request_target,
         limits.max_request_body,
     )?;
+    if validate::underscores(rules.underscores, req.headers().keys().map(|n| n.as_str()))? {
+        let dropped: Vec<http::HeaderName> = (req.headers().keys())
+            .filter(|n| n.as_str().contains('_'))
+            .cloned()
+            .collect();
+        for name in dropped {
+            req.headers_mut().remove(name);
+        }
+    }
     let normal = match validate::normalize_path(req.uri().path(), rules)? {
         Cow::Borrowed(_) => return Ok(req),
         Cow::Owned(p) => p,

@@ -89,6 +89,14 @@ struct Sent<'h> {
     request_id: Option<&'h [u8]>,
 }
 
+/// The request ID a client sent, if it is usable (short, visible ASCII); else a new one.
+fn given_request_id(sent: Option<&[u8]>) -> RequestId {
+    sent.filter(|v| !v.is_empty() && v.len() <= MAX_REQUEST_ID)
+        .filter(|v| v.iter().all(u8::is_ascii_graphic))
+        .and_then(|v| HeaderValue::from_bytes(v).ok())
+        .map_or_else(new_request_id, RequestId::Given)
+}
+
 // === impl Edge ===
 
 impl Edge {
@@ -123,19 +131,18 @@ impl Edge {
                 hop_entry: hop.forwarded_for.clone(),
                 client: peer,
                 client_forwarded: false,
-                request_id: new_request_id(),
+                request_id: if hop.keep_request_id {
+                    given_request_id(seen.request_id)
+                } else {
+                    new_request_id()
+                },
                 kept: Kept::default(),
                 forwarded_sent: !seen.forwarded.is_empty(),
                 trace,
             };
         }
         let client = client_of(proxies, &seen.xff, peer);
-        let request_id = seen
-            .request_id
-            .filter(|v| !v.is_empty() && v.len() <= MAX_REQUEST_ID)
-            .filter(|v| v.iter().all(u8::is_ascii_graphic))
-            .and_then(|v| HeaderValue::from_bytes(v).ok())
-            .map_or_else(new_request_id, RequestId::Given);
+        let request_id = given_request_id(seen.request_id);
         Self {
             hop: peer,
             hop_entry: hop.forwarded_for.clone(),

@@ -2,8 +2,8 @@
 //! attached to Gateways, listeners and ListenerSets by GEP-713 `targetRefs`. Field names are
 //! Envoy Gateway's (`gateway.envoyproxy.io/v1alpha1` ClientTrafficPolicy) where the concept is
 //! the same. This version reads `tls`, `connection.connectionLimit`,
-//! `clientIPDetection.xForwardedFor.trustedCIDRs`, `timeout.http.idleTimeout` and `path`; the
-//! CRD grows with each feature, so the API server never
+//! `clientIPDetection.xForwardedFor.trustedCIDRs`, `timeout.http.idleTimeout`, `path` and
+//! `headers`; the CRD grows with each feature, so the API server never
 //! stores a field pier would ignore.
 
 use kube::CustomResource;
@@ -47,6 +47,26 @@ pub struct ClientTrafficPolicySpec {
     /// How request paths are normalised before routing and forwarding.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<ClientPath>,
+    /// What the targets do with some request headers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub headers: Option<ClientHeaders>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClientHeaders {
+    /// Header names with `_` (which some backends read as `-`, so that `x_user` could pass
+    /// for `x-user`): `Allow` (pier's default), `RejectRequest` (400) or `DropHeader`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub with_underscores_action: Option<String>,
+    /// Keep the `X-Request-Id` a client sends even when it is not a trusted proxy (pier's
+    /// default replaces it then).
+    #[serde(
+        default,
+        rename = "preserveXRequestID",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub preserve_x_request_id: Option<bool>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -32,6 +32,10 @@ fn connection_limits_and_trusted_proxies_are_read_or_refused() {
         "timeout.http.idleTimeout: \"forever\" is not a duration",
     );
     refused(
+        "headers: {withUnderscoresAction: Ignore}",
+        "\"Ignore\" is not Allow, RejectRequest or DropHeader",
+    );
+    refused(
         "path: {escapedSlashesAction: UnescapeAndRedirect}",
         "UnescapeAndRedirect is not in this version",
     );
@@ -70,6 +74,8 @@ fn a_port_takes_the_smallest_limit_and_trusts_only_what_every_listener_trusts() 
         idle_timeout: limit.map(|l| std::time::Duration::from_secs(l.into())),
         merge_slashes: None,
         escaped_slashes: None,
+        underscores: None,
+        preserve_request_id: None,
     };
     let (a, b) = (
         policy(Some(10), Some("10.0.0.0/8")),
@@ -116,6 +122,23 @@ fn a_port_takes_the_smallest_limit_and_trusts_only_what_every_listener_trusts() 
         (port.merge_slashes, port.escaped_slashes),
         (None, Some(EscapedSlashes::RejectRequest))
     );
+
+    // Underscores: the strictest; request IDs kept only when every listener keeps them.
+    let headers = |u: Underscores, keep: bool| ClientPolicy {
+        underscores: Some(u),
+        preserve_request_id: Some(keep),
+        ..policy(None, None)
+    };
+    let (drop, reject) = (
+        headers(Underscores::DropHeader, true),
+        headers(Underscores::RejectRequest, true),
+    );
+    let port = PortClient::of([Some(&drop), Some(&reject)]).unwrap();
+    assert_eq!(port.underscores, Some(Underscores::RejectRequest));
+    assert!(port.preserve_request_id);
+    let port = PortClient::of([Some(&drop), None]).unwrap();
+    assert_eq!(port.underscores, Some(Underscores::DropHeader));
+    assert!(!port.preserve_request_id);
     let tls_only = policy(None, None);
     assert_eq!(PortClient::of([Some(&tls_only)]), None);
 }

@@ -136,6 +136,7 @@ fn edge(head: &RequestHead<'_>) -> Edge {
         addr: [192, 0, 2, 1].into(),
         forwarded_for: &entry,
         trusted: false,
+        keep_request_id: false,
     };
     let lines = head.headers.iter().map(|h| (h.name, h.value));
     Edge::read(&TrustedProxies::default(), hop, lines)

@@ -776,7 +776,14 @@ fn plan<'s>(
     if let Err(e) = sizes.and_then(|()| validate::host_value_ok(req.host)) {
         return Plan::Respond(common, Err(ProxyError::Invalid(e)));
     }
-    let path = match validate::normalize_path(req.path, info.path_rules(limits.merge_slashes)) {
+    let rules = info.request_rules(limits.merge_slashes);
+    match validate::underscores(rules.underscores, req.headers.iter().map(|h| h.name)) {
+        Ok(false) => {}
+        // Dropping headers takes a header map: hyper's path.
+        Ok(true) => return Plan::Fallback,
+        Err(e) => return Plan::Respond(common, Err(ProxyError::Invalid(e))),
+    }
+    let path = match validate::normalize_path(req.path, rules) {
         Ok(path) => path,
         Err(e) => return Plan::Respond(common, Err(ProxyError::Invalid(e))),
     };

@@ -29,6 +29,7 @@ fn read(proxies: &TrustedProxies, addr: &str, lines: &[(&str, &str)]) -> Edge {
         addr,
         forwarded_for: &entry,
         trusted: proxies.trusts(addr),
+        keep_request_id: false,
     };
     Edge::read(proxies, hop, lines.iter().map(|(n, v)| (*n, v.as_bytes())))
 }
@@ -228,6 +229,7 @@ fn apply_replaces_every_line_in_a_map() {
         addr,
         forwarded_for: &entry,
         trusted: false,
+        keep_request_id: false,
     };
     let edge = Edge::read(&p, hop, crate::proxy::phase::map_lines(&map));
     let host = HeaderValue::from_static("h.example");

@@ -117,6 +117,7 @@ fn the_upstream_request_drops_hop_by_hop_headers_and_adds_forwarded_ones() {
         addr: [192, 0, 2, 7].into(),
         forwarded_for: &entry,
         trusted: false,
+        keep_request_id: false,
     };
     let lines = head.headers.iter().map(|h| (h.name, h.value));
     let edge = Edge::read(&Default::default(), hop, lines);
