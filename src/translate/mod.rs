@@ -287,6 +287,7 @@ pub fn translate_with(
             l.client_policy = policy;
         }
     }
+    shared_port_notes(&mut gateways);
     let mut limit_tables = traffic_policy::Tables::new(carried, settings);
     let mut tables: BTreeMap<(usize, usize), RouteTableBuilder> = BTreeMap::new();
     for (order, key, kind, outcome) in outcomes {
@@ -460,6 +461,45 @@ fn tls_summary(gateway: &ObjectRef, tls: &mesh::GatewayTls) -> GatewayTlsSummary
         client_cert_not_after,
         trust_bundle,
         client_chain,
+    }
+}
+
+/// Listeners that share a port take their connection settings from all of their
+/// ClientTrafficPolicies together (`PortClient::of`); one whose own settings are not what the
+/// port applies says so in its Accepted message, so the merge never passes silently.
+fn shared_port_notes(gateways: &mut [GatewayState]) {
+    use crate::model::PortClient;
+    let mut ports: BTreeMap<(Option<std::net::IpAddr>, u16), Vec<(usize, usize)>> = BTreeMap::new();
+    for (gi, gw) in gateways.iter().enumerate() {
+        if gw.addresses.unbound {
+            continue;
+        }
+        for (li, l) in gw.listeners.iter().enumerate() {
+            if l.protocol.is_some() && l.programmed() {
+                ports
+                    .entry((gw.addresses.bind, l.port))
+                    .or_default()
+                    .push((gi, li));
+            }
+        }
+    }
+    for ((_, port), members) in ports {
+        let policy = |&(gi, li): &(usize, usize)| gateways[gi].listeners[li].client_policy.clone();
+        let policies: Vec<_> = members.iter().map(policy).collect();
+        let merged = PortClient::of(policies.iter().map(Option::as_deref));
+        for (&(gi, li), own) in members.iter().zip(&policies) {
+            if PortClient::of([own.as_deref()]) == merged {
+                continue;
+            }
+            let applied = merged
+                .as_ref()
+                .and_then(|m| serde_json::to_string(m).ok())
+                .unwrap_or_else(|| "the command line's".into());
+            gateways[gi].listeners[li].notes.push(format!(
+                "listeners on port {port} have different ClientTrafficPolicy connection \
+                 settings; the port applies {applied}"
+            ));
+        }
     }
 }
 

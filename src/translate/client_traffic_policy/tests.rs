@@ -142,3 +142,51 @@ fn a_port_takes_the_smallest_limit_and_trusts_only_what_every_listener_trusts() 
     let tls_only = policy(None, None);
     assert_eq!(PortClient::of([Some(&tls_only)]), None);
 }
+
+#[test]
+fn listeners_that_share_a_port_say_when_the_port_applies_other_settings() {
+    use crate::translate::test_support::{gateway, listener, listener_cond, run};
+    let t = run(r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {name: pier}
+spec: {controllerName: pier.dev/gateway-controller}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gw, namespace: default}
+spec:
+  gatewayClassName: pier
+  listeners:
+    - {name: a, protocol: HTTP, port: 80, hostname: a.example}
+    - {name: b, protocol: HTTP, port: 80, hostname: b.example}
+    - {name: c, protocol: HTTP, port: 81}
+---
+apiVersion: pier.dev/v1alpha1
+kind: ClientTrafficPolicy
+metadata: {name: a, namespace: default}
+spec:
+  targetRefs:
+    - {group: gateway.networking.k8s.io, kind: Gateway, name: gw, sectionName: a}
+    - {group: gateway.networking.k8s.io, kind: Gateway, name: gw, sectionName: c}
+  connection: {connectionLimit: {value: 10}}
+  clientIPDetection: {xForwardedFor: {trustedCIDRs: [10.0.0.0/8]}}
+"#);
+    let g = gateway(&t, "default", "gw");
+    let (_, _, a) = listener_cond(listener(g, "a"), "Accepted");
+    assert!(
+        a.contains("listeners on port 80 have different ClientTrafficPolicy connection settings")
+            && a.contains(r#""trustedProxies":[]"#),
+        "{a}"
+    );
+    let (_, _, b) = listener_cond(listener(g, "b"), "Accepted");
+    assert!(
+        b.contains(r#"the port applies {"connectionLimit":10"#),
+        "{b}"
+    );
+    let (_, _, c) = listener_cond(listener(g, "c"), "Accepted");
+    assert!(
+        !c.contains("different ClientTrafficPolicy"),
+        "alone on its port: {c}"
+    );
+}
