@@ -469,7 +469,9 @@ fn tls_summary(gateway: &ObjectRef, tls: &mesh::GatewayTls) -> GatewayTlsSummary
 /// port applies says so in its Accepted message, so the merge never passes silently.
 fn shared_port_notes(gateways: &mut [GatewayState]) {
     use crate::model::PortClient;
-    let mut ports: BTreeMap<(Option<std::net::IpAddr>, u16), Vec<(usize, usize)>> = BTreeMap::new();
+    // (bind address, port) -> (Gateway, listener) indexes.
+    type Members = Vec<(usize, usize)>;
+    let mut ports: BTreeMap<(Option<std::net::IpAddr>, u16), Members> = BTreeMap::new();
     for (gi, gw) in gateways.iter().enumerate() {
         if gw.addresses.unbound {
             continue;
