@@ -22,7 +22,7 @@ use std::time::Duration;
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 
-use pier::run::{self, RunOptions};
+use pier::run;
 use serde_json::Value;
 use support::web::*;
 use support::*;
@@ -31,11 +31,6 @@ const STRICT: &str = "strict.example.com";
 const LEGACY: &str = "legacy.example.com";
 const OPEN: &str = "open.example.com";
 const STREAM: &str = "stream.example.com";
-
-fn indent(s: &str, n: usize) -> String {
-    let pad = " ".repeat(n);
-    s.lines().map(|l| format!("{pad}{l}\n")).collect()
-}
 
 fn gateway(https: u16, tls: u16) -> String {
     format!(
@@ -147,11 +142,11 @@ async fn start() -> Env {
     ])
     .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let secret = format!(
-        "apiVersion: v1\nkind: Secret\nmetadata: {{name: cert, namespace: default}}\n\
-         type: kubernetes.io/tls\nstringData:\n  tls.crt: |\n{}  tls.key: |\n{}",
-        indent(&server.cert.pem(), 4),
-        indent(&server.signing_key.serialize_pem(), 4)
+    let secret = support::mesh::tls_secret_pem(
+        "default",
+        "cert",
+        &server.cert.pem(),
+        &server.signing_key.serialize_pem(),
     );
     let files = [
         ("gw.yaml", gateway(https, tls)),
@@ -160,16 +155,7 @@ async fn start() -> Env {
         ("svc.yaml", service("a", echo.addr)),
         ("ca.pem", server.cert.pem()),
     ];
-    for (name, text) in files {
-        std::fs::write(dir.path().join(name), text).unwrap();
-    }
-    let pier = run::start(RunOptions {
-        listen_host: [127, 0, 0, 1].into(),
-        admin: SocketAddr::from(([127, 0, 0, 1], 0)),
-        ..RunOptions::new(run::Source::Manifests(dir.path().to_path_buf()))
-    })
-    .await
-    .unwrap();
+    let pier = run_manifests(dir.path(), &files).await;
     Env {
         dir,
         https,
@@ -506,16 +492,11 @@ async fn connection_limits_and_trusted_proxies_per_listener() {
         .unwrap();
     let (limited, open, headers) = (free_port(), free_port(), free_port());
     let dir = tempfile::tempdir().unwrap();
-    let gw = plain_manifests(limited, open, headers);
-    std::fs::write(dir.path().join("gw.yaml"), gw).unwrap();
-    std::fs::write(dir.path().join("svc.yaml"), service("a", echo.addr)).unwrap();
-    let _pier = run::start(RunOptions {
-        listen_host: [127, 0, 0, 1].into(),
-        admin: SocketAddr::from(([127, 0, 0, 1], 0)),
-        ..RunOptions::new(run::Source::Manifests(dir.path().to_path_buf()))
-    })
-    .await
-    .unwrap();
+    let files = [
+        ("gw.yaml", plain_manifests(limited, open, headers)),
+        ("svc.yaml", service("a", echo.addr)),
+    ];
+    let _pier = run_manifests(dir.path(), &files).await;
     let forwarded = [
         ("x-forwarded-for", "203.0.113.7"),
         ("x-request-id", "abc-123"),

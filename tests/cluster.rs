@@ -1490,6 +1490,34 @@ async fn security_policies_from_the_cluster() {
 }
 
 /// BackendTrafficPolicy `app/limit` on HTTPRoute `app/web`: `requests` per `unit`.
+/// pier's ancestor entry in the status of pier.dev policy `name` (read through `policies`),
+/// once its first condition has reason `want` for the policy's current generation.
+async fn policy_ancestor_when(
+    policies: &kube::Api<kube::api::DynamicObject>,
+    name: &str,
+    what: &str,
+    want: &str,
+) -> Value {
+    let deadline = Instant::now() + STATUS_BOUND;
+    loop {
+        let o = support::bounded(policies.get(name)).await.unwrap();
+        let ancestors = o.data["status"]["ancestors"].clone();
+        let ours = ancestors.as_array().and_then(|a| {
+            a.iter()
+                .find(|e| e["controllerName"] == pier::DEFAULT_CONTROLLER_NAME)
+                .cloned()
+        });
+        if let Some(a) = ours
+            && a["conditions"][0]["reason"] == want
+            && a["conditions"][0]["observedGeneration"] == o.metadata.generation.unwrap_or(0)
+        {
+            return a;
+        }
+        assert!(Instant::now() < deadline, "{what}: {ancestors:#}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 fn traffic_policy(requests: u64, unit: &str) -> Value {
     json!({
         "apiVersion": PIER_V1ALPHA1,
@@ -1535,28 +1563,7 @@ async fn backend_traffic_policies_from_the_cluster() {
 
     let policies = c.api(PIER_V1ALPHA1, "BackendTrafficPolicy", Some(APP));
     let condition_when = |what: &'static str, want: &'static str| {
-        let policies = policies.clone();
-        async move {
-            let deadline = Instant::now() + STATUS_BOUND;
-            loop {
-                let o = support::bounded(policies.get("limit")).await.unwrap();
-                let ancestors = o.data["status"]["ancestors"].clone();
-                let ours = ancestors.as_array().and_then(|a| {
-                    a.iter()
-                        .find(|e| e["controllerName"] == pier::DEFAULT_CONTROLLER_NAME)
-                        .cloned()
-                });
-                if let Some(a) = ours
-                    && a["conditions"][0]["reason"] == want
-                    && a["conditions"][0]["observedGeneration"]
-                        == o.metadata.generation.unwrap_or(0)
-                {
-                    return a;
-                }
-                assert!(Instant::now() < deadline, "{what}: {ancestors:#}");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
+        policy_ancestor_when(&policies, "limit", what, want)
     };
     let a = condition_when("pier's ancestor, accepted", "Accepted").await;
     assert_eq!(a["ancestorRef"]["name"], "gw");
@@ -2114,25 +2121,17 @@ async fn client_traffic_policies_from_the_cluster() {
     .await;
     let _pier = start_pier(c.pier_options(LOOPBACK, "replica-a")).await;
     assert_eq!(w.answer("/v/x").await, (200, "v1".into()));
-    let curl = |args: &'static [&'static str]| {
+    // curl to the listener (`path`, `args`): its output; with `CODE` first, the status.
+    let curl_at = |path: &'static str, args: Vec<&'static str>| {
         let ca = ca.clone();
         async move {
             let out = tokio::task::spawn_blocking(move || {
                 std::process::Command::new("curl")
-                    .args([
-                        "-s",
-                        "-o",
-                        "/dev/null",
-                        "-w",
-                        "%{http_code}",
-                        "--max-time",
-                        "5",
-                    ])
-                    .arg("--cacert")
+                    .args(["-s", "--max-time", "5", "--cacert"])
                     .arg(&ca)
                     .args(["--resolve", &format!("{HOST}:{port}:127.0.0.1")])
                     .args(args)
-                    .arg(format!("https://{HOST}:{port}/v/x"))
+                    .arg(format!("https://{HOST}:{port}{path}"))
                     .output()
                     .unwrap()
             })
@@ -2141,6 +2140,8 @@ async fn client_traffic_policies_from_the_cluster() {
             String::from_utf8_lossy(&out.stdout).to_string()
         }
     };
+    const CODE: [&str; 4] = ["-o", "/dev/null", "-w", "%{http_code}"];
+    let curl = |args: &'static [&'static str]| curl_at("/v/x", [&CODE[..], args].concat());
     let until = |args: &'static [&'static str], want: &'static str| async move {
         let deadline = Instant::now() + STATUS_BOUND;
         loop {
@@ -2161,81 +2162,21 @@ async fn client_traffic_policies_from_the_cluster() {
     assert_eq!(curl(&[]).await, "200");
 
     let policies = c.api(PIER_V1ALPHA1, "ClientTrafficPolicy", Some(APP));
-    let condition_when = |what: &'static str, want: &'static str| {
-        let policies = policies.clone();
-        async move {
-            let deadline = Instant::now() + STATUS_BOUND;
-            loop {
-                let o = support::bounded(policies.get("tls")).await.unwrap();
-                let ancestors = o.data["status"]["ancestors"].clone();
-                let ours = ancestors.as_array().and_then(|a| {
-                    a.iter()
-                        .find(|e| e["controllerName"] == pier::DEFAULT_CONTROLLER_NAME)
-                        .cloned()
-                });
-                if let Some(a) = ours
-                    && a["conditions"][0]["reason"] == want
-                    && a["conditions"][0]["observedGeneration"]
-                        == o.metadata.generation.unwrap_or(0)
-                {
-                    return a;
-                }
-                assert!(Instant::now() < deadline, "{what}: {ancestors:#}");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
-    };
+    let condition_when =
+        |what: &'static str, want: &'static str| policy_ancestor_when(&policies, "tls", what, want);
     let a = condition_when("accepted", "Accepted").await;
     assert_eq!(a["ancestorRef"]["name"], "secure");
     assert_eq!(a["ancestorRef"]["sectionName"], "https");
     // clientIPDetection came through the API server: the client's X-Forwarded-For is kept.
-    let body = {
-        let ca = ca.clone();
-        tokio::task::spawn_blocking(move || {
-            std::process::Command::new("curl")
-                .args(["-s", "--max-time", "5", "--cacert"])
-                .arg(&ca)
-                .args(["--resolve", &format!("{HOST}:{port}:127.0.0.1")])
-                .args(["-H", "x-forwarded-for: 203.0.113.7"])
-                .arg(format!("https://{HOST}:{port}/v/x"))
-                .output()
-                .unwrap()
-                .stdout
-        })
-        .await
-        .unwrap()
-    };
-    let echo: Value = serde_json::from_slice(&body).unwrap();
+    let body = curl_at("/v/x", vec!["-H", "x-forwarded-for: 203.0.113.7"]).await;
+    let echo: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(
         echo["headers"]["x-forwarded-for"],
         json!(["203.0.113.7, 127.0.0.1"])
     );
     // And its path rules: an escaped slash is refused.
-    let code = {
-        let ca = ca.clone();
-        tokio::task::spawn_blocking(move || {
-            std::process::Command::new("curl")
-                .args([
-                    "-s",
-                    "-o",
-                    "/dev/null",
-                    "-w",
-                    "%{http_code}",
-                    "--max-time",
-                    "5",
-                ])
-                .arg("--cacert")
-                .arg(&ca)
-                .args(["--resolve", &format!("{HOST}:{port}:127.0.0.1")])
-                .arg(format!("https://{HOST}:{port}/v/a%2Fb"))
-                .output()
-                .unwrap()
-                .stdout
-        })
-        .await
-        .unwrap()
-    };
-    assert_eq!(String::from_utf8_lossy(&code), "400");
+    let code = curl_at("/v/a%2Fb", CODE.to_vec()).await;
+    assert_eq!(code, "400");
 
     c.apply(client_traffic_policy(json!({ "minVersion": "1.1" })))
         .await;

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
-use pier::run::{self, RunOptions};
+use pier::run;
 use rustls::pki_types::{CertificateDer, ServerName};
 use support::client::{Resp, collect, get};
 use support::pki::{Leaf, Pki};
@@ -142,11 +142,11 @@ async fn start(client_ca: &Pki) -> Env {
     let (strict, fallback, open) = (free_port(), free_port(), free_port());
     let server = rcgen::generate_simple_self_signed(vec![HOST.to_string()]).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let secret = format!(
-        "apiVersion: v1\nkind: Secret\nmetadata: {{name: cert, namespace: default}}\n\
-         type: kubernetes.io/tls\nstringData:\n  tls.crt: |\n{}  tls.key: |\n{}",
-        indent(&server.cert.pem(), 4),
-        indent(&server.signing_key.serialize_pem(), 4)
+    let secret = support::mesh::tls_secret_pem(
+        "default",
+        "cert",
+        &server.cert.pem(),
+        &server.signing_key.serialize_pem(),
     );
     let files = [
         ("gw.yaml", manifests(strict, fallback, open)),
@@ -161,16 +161,7 @@ async fn start(client_ca: &Pki) -> Env {
         ),
         ("ca.yaml", ca_config_map("client-ca", client_ca.ca_pem())),
     ];
-    for (name, text) in files {
-        std::fs::write(dir.path().join(name), text).unwrap();
-    }
-    let pier = run::start(RunOptions {
-        listen_host: [127, 0, 0, 1].into(),
-        admin: SocketAddr::from(([127, 0, 0, 1], 0)),
-        ..RunOptions::new(run::Source::Manifests(dir.path().to_path_buf()))
-    })
-    .await
-    .unwrap();
+    let pier = run_manifests(dir.path(), &files).await;
     Env {
         dir,
         strict,

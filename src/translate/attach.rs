@@ -54,6 +54,28 @@ pub struct Entry<P> {
     pub conditions: Vec<PolicyCondition>,
 }
 
+/// What a policy puts in force: its spec as `parsed`, or when the spec is invalid the version in
+/// force before (`last`, from the snapshot it replaces), else `inert` (a policy that does
+/// nothing, `inert_means` saying what that leaves). The second value is why the spec is
+/// invalid, for `Accepted=False`.
+pub fn in_force<P>(
+    parsed: Result<P, String>,
+    last: Option<&Arc<P>>,
+    inert: impl FnOnce() -> P,
+    inert_means: &str,
+) -> (Arc<P>, Option<String>) {
+    match (parsed, last) {
+        (Ok(p), _) => (Arc::new(p), None),
+        (Err(why), Some(last)) => (
+            last.clone(),
+            Some(format!(
+                "{why}; the last valid version of this policy stays in force"
+            )),
+        ),
+        (Err(why), None) => (Arc::new(inert()), Some(format!("{why}; {inert_means}"))),
+    }
+}
+
 /// Every policy of one kind, indexed by target; records which ones narrower ones replaced.
 pub struct Policies<P> {
     /// The kind, for status messages (`SecurityPolicy`).

@@ -42,33 +42,22 @@ fn entry(key: ObjectRef, p: &ClientTrafficPolicy, carried: &Carried) -> Entry<Cl
         .map(|t| attach::target(KIND, false, &key, t))
         .collect();
     let source = key.to_string();
-    let (policy, invalid) = match client_policy(&source, &p.spec) {
-        Ok(policy) => (Arc::new(policy), None),
-        Err(why) => match carried.client.get(&source) {
-            Some(last) => (
-                last.clone(),
-                Some(format!(
-                    "{why}; the last valid version of this policy stays in force"
-                )),
-            ),
-            None => (
-                Arc::new(ClientPolicy {
-                    source,
-                    tls: None,
-                    connection_limit: None,
-                    trusted_proxies: None,
-                    idle_timeout: None,
-                    merge_slashes: None,
-                    escaped_slashes: None,
-                    underscores: None,
-                    preserve_request_id: None,
-                }),
-                Some(format!(
-                    "{why}; nothing of this policy is in force (pier's defaults apply)"
-                )),
-            ),
+    let (policy, invalid) = attach::in_force(
+        client_policy(&source, &p.spec),
+        carried.client.get(&source),
+        || ClientPolicy {
+            source: source.clone(),
+            tls: None,
+            connection_limit: None,
+            trusted_proxies: None,
+            idle_timeout: None,
+            merge_slashes: None,
+            escaped_slashes: None,
+            underscores: None,
+            preserve_request_id: None,
         },
-    };
+        "nothing of this policy is in force (pier's defaults apply)",
+    );
     Entry {
         generation: p.metadata.generation,
         created: api::creation_time(&p.metadata),

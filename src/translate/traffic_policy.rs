@@ -102,33 +102,24 @@ fn entry(
         .map(|t| attach::target(KIND, true, &key, t))
         .collect();
     let source = key.to_string();
-    let (policy, invalid) = match traffic_policy(&source, &p.spec, service) {
-        Ok(policy) => (Arc::new(policy), None),
-        Err(why) => match carried.traffic.get(&source) {
-            Some(last) => (
-                last.clone(),
-                Some(format!(
-                    "{why}; the last valid version of this policy stays in force"
-                )),
-            ),
-            None => (
-                Arc::new(TrafficPolicy {
-                    source,
-                    local: vec![],
-                    global: vec![],
-                    fail_closed: false,
-                    needs_headers: false,
-                    compression: None,
-                    faults: None,
-                    request_timeout: None,
-                    balance: None,
-                    health: None,
-                    backends: Default::default(),
-                }),
-                Some(format!("{why}; nothing of this policy is in force")),
-            ),
+    let (policy, invalid) = attach::in_force(
+        traffic_policy(&source, &p.spec, service),
+        carried.traffic.get(&source),
+        || TrafficPolicy {
+            source: source.clone(),
+            local: vec![],
+            global: vec![],
+            fail_closed: false,
+            needs_headers: false,
+            compression: None,
+            faults: None,
+            request_timeout: None,
+            balance: None,
+            health: None,
+            backends: Default::default(),
         },
-    };
+        "nothing of this policy is in force",
+    );
     Entry {
         generation: p.metadata.generation,
         created: api::creation_time(&p.metadata),

@@ -693,11 +693,16 @@ pub fn opaque_secret(ns: &str, name: &str, key: &str, value: &str) -> String {
 
 /// A `kubernetes.io/tls` Secret `ns/name` (stringData).
 pub fn tls_secret(ns: &str, name: &str, cert: &Cert) -> String {
+    tls_secret_pem(ns, name, &cert.chain_pem, &cert.key_pem)
+}
+
+/// A `kubernetes.io/tls` Secret `ns/name` with a PEM chain and key (stringData).
+pub fn tls_secret_pem(ns: &str, name: &str, chain_pem: &str, key_pem: &str) -> String {
     format!(
         "apiVersion: v1\nkind: Secret\nmetadata: {{name: {name}, namespace: {ns}}}\n\
          type: kubernetes.io/tls\nstringData:\n  tls.crt: |\n{}  tls.key: |\n{}",
-        indent(&cert.chain_pem, 4),
-        indent(&cert.key_pem, 4)
+        indent(chain_pem, 4),
+        indent(key_pem, 4)
     )
 }
 

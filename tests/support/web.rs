@@ -71,6 +71,21 @@ where
     }
 }
 
+/// Writes `files` (name, text) into `dir` and starts `pier run --manifests DIR` in-process,
+/// listening on loopback, admin on an ephemeral loopback port.
+pub async fn run_manifests(dir: &Path, files: &[(&str, String)]) -> pier::run::Running {
+    for (name, text) in files {
+        std::fs::write(dir.join(name), text).unwrap();
+    }
+    pier::run::start(pier::run::RunOptions {
+        listen_host: [127, 0, 0, 1].into(),
+        admin: SocketAddr::from(([127, 0, 0, 1], 0)),
+        ..pier::run::RunOptions::new(pier::run::Source::Manifests(dir.to_path_buf()))
+    })
+    .await
+    .unwrap()
+}
+
 /// Writes a file atomically (temp file + rename), as editors and config tools do.
 pub fn write_atomic(path: &Path, text: &str) {
     let dir = path.parent().unwrap();
