@@ -196,27 +196,9 @@ pub struct ClientPolicy {
     /// The handshake it asks for (`None`: the listener's own `tls.options`, or pier's defaults).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tls: Option<Arc<TlsProfile>>,
-    /// `connection.connectionLimit`: open connections on the listener's port.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub connection_limit: Option<u32>,
-    /// `clientIPDetection.xForwardedFor.trustedCIDRs`: replaces `--trusted-proxies`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub trusted_proxies: Option<super::net::TrustedProxies>,
-    /// `timeout.http.idleTimeout`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub idle_timeout: Option<std::time::Duration>,
-    /// `path.disableMergeSlashes`, negated (`None`: `--merge-slashes`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub merge_slashes: Option<bool>,
-    /// `path.escapedSlashesAction` (`None`: keep them).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub escaped_slashes: Option<EscapedSlashes>,
-    /// `headers.withUnderscoresAction` (`None`: allow them).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub underscores: Option<Underscores>,
-    /// `headers.preserveXRequestID`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub preserve_request_id: Option<bool>,
+    /// What it sets of its listeners' connections (`connection`, `clientIPDetection`,
+    /// `timeout.http.idleTimeout`, `path`, `headers`); unset fields: the flags'.
+    pub connection: PortClient,
 }
 
 /// What a request header whose name has `_` comes to. Ordered from the most lenient.
@@ -242,8 +224,9 @@ pub enum EscapedSlashes {
     UnescapeAndForward,
 }
 
-/// What a port's connections get of its listeners' ClientTrafficPolicies: settings of the
-/// connection, decided before any request says which listener it is for. Listeners that
+/// Settings of a connection, decided before any request says which listener it is for: what
+/// one ClientTrafficPolicy sets, and what a port's connections get of its listeners'
+/// policies together ([`PortClient::of`]). Unset fields: the flags'. Listeners that
 /// share a port and differ: the smallest connection limit and idle timeout apply, forwarding
 /// headers are believed only when every listener believes the same proxies (else nobody's),
 /// slashes are merged as `--merge-slashes` says and escaped slashes refused, header names with
@@ -277,7 +260,7 @@ pub struct PortClient {
 impl PortClient {
     /// The settings of a port whose listeners have `policies` (`None`: a listener without
     /// one); `None` when nothing differs from the flags.
-    pub fn of<'p>(policies: impl IntoIterator<Item = Option<&'p ClientPolicy>>) -> Option<Self> {
+    pub fn of<'p>(policies: impl IntoIterator<Item = Option<&'p PortClient>>) -> Option<Self> {
         let mut limit: Option<u32> = None;
         let mut idle: Option<std::time::Duration> = None;
         let mut merge: Option<Option<bool>> = None;
@@ -285,7 +268,7 @@ impl PortClient {
         let (mut merge_agree, mut escaped_agree) = (true, true);
         let mut underscores: Option<Underscores> = None;
         let mut preserve: Option<bool> = None;
-        let mut trust: Option<Option<&super::net::TrustedProxies>> = None;
+        let mut trust: Option<Option<&Arc<super::net::TrustedProxies>>> = None;
         let mut agree = true;
         for p in policies {
             if let Some(l) = p.and_then(|p| p.connection_limit) {
@@ -301,7 +284,7 @@ impl PortClient {
             // The strictest handling of underscores; request IDs kept only if all keep them.
             let u = p.and_then(|p| p.underscores).unwrap_or_default();
             underscores = Some(underscores.map_or(u, |m| m.max(u)));
-            let keep = p.and_then(|p| p.preserve_request_id).unwrap_or(false);
+            let keep = p.is_some_and(|p| p.preserve_request_id);
             preserve = Some(preserve.unwrap_or(true) && keep);
             let t = p.and_then(|p| p.trusted_proxies.as_ref());
             match trust {
@@ -312,7 +295,7 @@ impl PortClient {
         }
         let trusted_proxies = match trust.flatten() {
             _ if !agree => Some(Arc::new(super::net::TrustedProxies::default())),
-            Some(t) => Some(Arc::new(t.clone())),
+            Some(t) => Some(t.clone()),
             None => None,
         };
         let port = Self {

@@ -19,7 +19,7 @@ use super::api::{self, ClientTrafficPolicy, ClientTrafficPolicySpec};
 use super::attach::{self, Entry};
 use super::resources::Resources;
 use super::tls_settings::tls_profile;
-use crate::model::{Carried, ClientPolicy, EscapedSlashes, ObjectRef, Underscores};
+use crate::model::{Carried, ClientPolicy, EscapedSlashes, ObjectRef, PortClient, Underscores};
 
 const KIND: &str = "ClientTrafficPolicy";
 
@@ -48,13 +48,7 @@ fn entry(key: ObjectRef, p: &ClientTrafficPolicy, carried: &Carried) -> Entry<Cl
         || ClientPolicy {
             source: source.clone(),
             tls: None,
-            connection_limit: None,
-            trusted_proxies: None,
-            idle_timeout: None,
-            merge_slashes: None,
-            escaped_slashes: None,
-            underscores: None,
-            preserve_request_id: None,
+            connection: PortClient::default(),
         },
         "nothing of this policy is in force (pier's defaults apply)",
     );
@@ -178,13 +172,15 @@ fn client_policy(source: &str, spec: &ClientTrafficPolicySpec) -> Result<ClientP
     Ok(ClientPolicy {
         source: source.to_string(),
         tls,
-        connection_limit,
-        trusted_proxies,
-        idle_timeout,
-        merge_slashes: path.and_then(|p| p.disable_merge_slashes).map(|d| !d),
-        escaped_slashes,
-        underscores,
-        preserve_request_id: headers.and_then(|h| h.preserve_x_request_id),
+        connection: PortClient {
+            connection_limit,
+            trusted_proxies: trusted_proxies.map(Arc::new),
+            idle_timeout,
+            merge_slashes: path.and_then(|p| p.disable_merge_slashes).map(|d| !d),
+            escaped_slashes,
+            underscores,
+            preserve_request_id: headers.and_then(|h| h.preserve_x_request_id) == Some(true),
+        },
     })
 }
 

@@ -488,9 +488,14 @@ fn shared_port_notes(gateways: &mut [GatewayState]) {
     for ((_, port), members) in ports {
         let policy = |&(gi, li): &(usize, usize)| gateways[gi].listeners[li].client_policy.clone();
         let policies: Vec<_> = members.iter().map(policy).collect();
-        let merged = PortClient::of(policies.iter().map(Option::as_deref));
+        fn connection(
+            p: &Option<std::sync::Arc<crate::model::ClientPolicy>>,
+        ) -> Option<&PortClient> {
+            p.as_deref().map(|p| &p.connection)
+        }
+        let merged = PortClient::of(policies.iter().map(connection));
         for (&(gi, li), own) in members.iter().zip(&policies) {
-            if PortClient::of([own.as_deref()]) == merged {
+            if PortClient::of([connection(own)]) == merged {
                 continue;
             }
             let applied = merged
@@ -573,7 +578,8 @@ fn snapshot(
     let mut ports: Vec<Port> = ports.into_values().collect();
     for p in &mut ports {
         p.sort_listeners();
-        let policies = p.listeners.iter().map(|l| l.client_policy.as_deref());
+        let policies =
+            (p.listeners.iter()).map(|l| l.client_policy.as_ref().map(|c| &c.connection));
         p.client = crate::model::PortClient::of(policies).map(std::sync::Arc::new);
     }
     Snapshot {

@@ -17,8 +17,8 @@ fn connection_limits_and_trusted_proxies_are_read_or_refused() {
         ),
     )
     .unwrap();
-    assert_eq!(p.connection_limit, Some(100));
-    let t = p.trusted_proxies.unwrap();
+    assert_eq!(p.connection.connection_limit, Some(100));
+    let t = p.connection.trusted_proxies.unwrap();
     assert!(t.trusts("10.1.2.3".parse().unwrap()));
     assert!(!t.trusts("192.0.2.1".parse().unwrap()));
 
@@ -44,10 +44,16 @@ fn connection_limits_and_trusted_proxies_are_read_or_refused() {
         &spec("path: {escapedSlashesAction: RejectRequest, disableMergeSlashes: false}"),
     )
     .unwrap();
-    assert_eq!(p.merge_slashes, Some(true));
-    assert_eq!(p.escaped_slashes, Some(EscapedSlashes::RejectRequest));
+    assert_eq!(p.connection.merge_slashes, Some(true));
+    assert_eq!(
+        p.connection.escaped_slashes,
+        Some(EscapedSlashes::RejectRequest)
+    );
     let p = client_policy("ns/p", &spec("timeout: {http: {idleTimeout: 90s}}")).unwrap();
-    assert_eq!(p.idle_timeout, Some(std::time::Duration::from_secs(90)));
+    assert_eq!(
+        p.connection.idle_timeout,
+        Some(std::time::Duration::from_secs(90))
+    );
     refused(
         "clientIPDetection: {xForwardedFor: {numTrustedHops: 2}}",
         "numTrustedHops: pier believes forwarding headers by the address",
@@ -66,16 +72,12 @@ fn connection_limits_and_trusted_proxies_are_read_or_refused() {
 fn a_port_takes_the_smallest_limit_and_trusts_only_what_every_listener_trusts() {
     use crate::model::PortClient;
     use crate::model::net::TrustedProxies;
-    let policy = |limit: Option<u32>, trusted: Option<&str>| ClientPolicy {
-        source: "ns/p".into(),
-        tls: None,
+    // What one listener's policy sets of its connections.
+    let policy = |limit: Option<u32>, trusted: Option<&str>| PortClient {
         connection_limit: limit,
-        trusted_proxies: trusted.map(|t| t.parse::<TrustedProxies>().unwrap()),
+        trusted_proxies: trusted.map(|t| std::sync::Arc::new(t.parse::<TrustedProxies>().unwrap())),
         idle_timeout: limit.map(|l| std::time::Duration::from_secs(l.into())),
-        merge_slashes: None,
-        escaped_slashes: None,
-        underscores: None,
-        preserve_request_id: None,
+        ..PortClient::default()
     };
     let (a, b) = (
         policy(Some(10), Some("10.0.0.0/8")),
@@ -106,7 +108,7 @@ fn a_port_takes_the_smallest_limit_and_trusts_only_what_every_listener_trusts() 
     );
 
     // Path rules: agreed, they hold; not agreed, the flag merges and escaped slashes are refused.
-    let path = |merge: Option<bool>, escaped: Option<EscapedSlashes>| ClientPolicy {
+    let path = |merge: Option<bool>, escaped: Option<EscapedSlashes>| PortClient {
         merge_slashes: merge,
         escaped_slashes: escaped,
         ..policy(None, None)
@@ -124,9 +126,9 @@ fn a_port_takes_the_smallest_limit_and_trusts_only_what_every_listener_trusts() 
     );
 
     // Underscores: the strictest; request IDs kept only when every listener keeps them.
-    let headers = |u: Underscores, keep: bool| ClientPolicy {
+    let headers = |u: Underscores, keep: bool| PortClient {
         underscores: Some(u),
-        preserve_request_id: Some(keep),
+        preserve_request_id: keep,
         ..policy(None, None)
     };
     let (drop, reject) = (
