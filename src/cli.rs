@@ -435,7 +435,7 @@ impl LimitArgs {
             outlier: crate::model::Outlier {
                 consecutive_failures: self.outlier_consecutive_failures,
                 ejection: Duration::from_millis(self.outlier_ejection_ms),
-                any_5xx: false,
+                ..Default::default()
             },
         }
     }

@@ -1,12 +1,20 @@
 //! `BackendTrafficPolicy` `faultInjection` end to end: `pier run` on manifests; an abort
 //! answers its HTTP status on both request paths (HTTP/1.1's fast path, HTTP/2) or its gRPC
 //! status as gRPC; a delay holds the request that long and a route without it is not held;
-//! a percentage aborts about that share; `/metrics` counts each fault by policy.
+//! a percentage aborts about that share; `/metrics` counts each fault by policy. The
+//! circuit breaker's bounds (`maxParallelRequests`, `maxConnections`, `maxParallelRetries`),
+//! request and connect timeouts.
 
 mod support;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
 use support::cluster::sample;
 use support::web::*;
 use support::*;
@@ -258,4 +266,184 @@ async fn a_policy_circuit_breaker_refuses_what_exceeds_it() {
     assert_eq!(get(&format!("{base}/status/200"), &[]).await.status, 200);
     assert_eq!(slow.await.unwrap().status, 200);
     assert_eq!(get(&format!("{base}/delay/0"), &[]).await.status, 200);
+}
+
+/// A backend that answers `/fail/<ms>` with 500 and `/wait/<ms>` with 200 after that many
+/// milliseconds, and counts requests, the most in progress at once, and connections open.
+struct Counting {
+    addr: std::net::SocketAddr,
+    requests: Arc<AtomicUsize>,
+    most_busy: Arc<AtomicUsize>,
+    open: Arc<AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Counting {
+    async fn start() -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let requests = Arc::new(AtomicUsize::new(0));
+        let open = Arc::new(AtomicUsize::new(0));
+        let busy = Arc::new(AtomicUsize::new(0));
+        let most_busy = Arc::new(AtomicUsize::new(0));
+        let state = (requests.clone(), open.clone(), busy, most_busy.clone());
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((tcp, _)) = listener.accept().await else {
+                    continue;
+                };
+                let (requests, open, busy, most_busy) = state.clone();
+                open.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let svc = service_fn(move |req: http::Request<hyper::body::Incoming>| {
+                        let (requests, busy, most_busy) =
+                            (requests.clone(), busy.clone(), most_busy.clone());
+                        async move {
+                            requests.fetch_add(1, Ordering::SeqCst);
+                            let now = busy.fetch_add(1, Ordering::SeqCst) + 1;
+                            most_busy.fetch_max(now, Ordering::SeqCst);
+                            let path = req.uri().path().to_string();
+                            let (status, ms) = match path.rsplit_once('/') {
+                                Some(("/fail", ms)) => (500, ms.parse().unwrap_or(0)),
+                                Some((_, ms)) => (200, ms.parse().unwrap_or(0)),
+                                None => (200, 0),
+                            };
+                            tokio::time::sleep(Duration::from_millis(ms)).await;
+                            busy.fetch_sub(1, Ordering::SeqCst);
+                            let resp = http::Response::builder()
+                                .status(status)
+                                .body(Full::new(Bytes::from_static(b"counted\n")));
+                            Ok::<_, std::convert::Infallible>(resp.unwrap())
+                        }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(tcp), svc)
+                        .await;
+                    open.fetch_sub(1, Ordering::SeqCst);
+                });
+            }
+        });
+        Self {
+            addr,
+            requests,
+            most_busy,
+            open,
+            task,
+        }
+    }
+}
+
+impl Drop for Counting {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// `circuitBreaker.maxConnections`: 12 requests at once (6 over HTTP/1.1, pier's fast path;
+/// 6 over HTTP/2, hyper's) through a policy of 2 connections with room to wait: all are
+/// answered, and the backend never has more than 2 requests at once (one per HTTP/1.1
+/// connection: it never has more than 2 of pier's connections in use; counting them open at
+/// the backend would count a closed one until it reads the close). Without the policy the
+/// same burst has more (the test fails if the bound is not applied).
+#[tokio::test]
+async fn a_policy_bounds_the_connections_to_a_backend() {
+    let backend = Counting::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (port, admin) = (free_port(), free_port());
+    let manifests = format!(
+        "{}---\n{}---\n{}---\n{}---\n{}",
+        gateway(port),
+        service("counted", backend.addr),
+        route("bounded", "/wait", "counted"),
+        route("free", "/free", "counted"),
+        route_policy(
+            "BackendTrafficPolicy",
+            "connections",
+            "bounded",
+            "  circuitBreaker: {maxConnections: 2, maxPendingRequests: 100}\n",
+        ),
+    );
+    std::fs::write(dir.path().join("all.yaml"), &manifests).unwrap();
+    let _pier = start_pier(dir.path(), admin, &[], &[]).await;
+    let burst = |prefix: &'static str| async move {
+        let mut tasks = Vec::new();
+        for i in 0..12 {
+            let url = format!("http://127.0.0.1:{port}{prefix}/200");
+            tasks.push(tokio::spawn(async move {
+                if i % 2 == 0 {
+                    get(&url, &[]).await
+                } else {
+                    get_h2(port, &format!("{prefix}/200"), &[]).await
+                }
+            }));
+        }
+        let mut statuses = Vec::new();
+        for t in tasks {
+            statuses.push(t.await.unwrap().status.as_u16());
+        }
+        statuses
+    };
+    let statuses = burst("/wait").await;
+    assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
+    assert!(
+        backend.most_busy.load(Ordering::SeqCst) <= 2,
+        "{} requests at once",
+        backend.most_busy.load(Ordering::SeqCst)
+    );
+    assert_eq!(backend.requests.load(Ordering::SeqCst), 12);
+    // The unbounded route to the same backend opens what its burst needs.
+    let statuses = burst("/free").await;
+    assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
+    assert!(backend.most_busy.load(Ordering::SeqCst) > 2);
+    assert!(
+        backend.open.load(Ordering::SeqCst) >= 1,
+        "pooled connections stay open"
+    );
+}
+
+/// `circuitBreaker.maxParallelRetries`: a rule retrying 500s up to 3 times; two requests at
+/// once to a backend that fails after 300 ms. With one retry in flight allowed, the first
+/// request to fail retries (three times) and the second answers its first 500: 2 + 3
+/// requests reach the backend, against 2 + 2 × 3 without the bound. With 0, none retries.
+#[tokio::test]
+async fn a_policy_bounds_the_retries_in_flight() {
+    for (bound, want) in [(Some(1), 5), (Some(0), 2), (None, 8)] {
+        let backend = Counting::start().await;
+        let dir = tempfile::tempdir().unwrap();
+        let (port, admin) = (free_port(), free_port());
+        let mut manifests = format!(
+            "{}---\n{}---\n",
+            gateway(port),
+            service("counted", backend.addr)
+        );
+        manifests += "apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: retried, namespace: default}
+spec:
+  parentRefs: [{name: gw}]
+  rules:
+    - matches: [{path: {type: PathPrefix, value: /fail}}]
+      backendRefs: [{name: counted, port: 80}]
+      retry: {codes: [500], attempts: 3}
+---
+";
+        if let Some(n) = bound {
+            manifests += &route_policy(
+                "BackendTrafficPolicy",
+                "retries",
+                "retried",
+                &format!("  circuitBreaker: {{maxParallelRetries: {n}}}\n"),
+            );
+        }
+        std::fs::write(dir.path().join("all.yaml"), &manifests).unwrap();
+        let _pier = start_pier(dir.path(), admin, &[], &[]).await;
+        let url = format!("http://127.0.0.1:{port}/fail/300");
+        let (a, b) = tokio::join!(get(&url, &[]), get(&url, &[]));
+        assert_eq!((a.status.as_u16(), b.status.as_u16()), (500, 500));
+        assert_eq!(
+            backend.requests.load(Ordering::SeqCst),
+            want,
+            "maxParallelRetries {bound:?}"
+        );
+    }
 }

@@ -6,7 +6,8 @@
 //!   checks in flight at one endpoint.
 //! - TCP: an endpoint whose listener is gone is taken out, and back when it listens again.
 //! - Passive (outlier detection per policy): an endpoint whose requests get 500 is ejected
-//!   after `consecutive5XxErrors` of them (pier's default counts only 502/503/504).
+//!   after `consecutive5XxErrors` of them (pier's default counts only 502/503/504);
+//!   `maxEjectionPercent` keeps one of two in.
 //! - gRPC: grpcio's server (`tests/fixtures/grpc/peer.py`) answering `grpc.health.v1.Health`
 //!   NOT_SERVING takes its endpoint out; SERVING brings it back.
 
@@ -426,6 +427,46 @@ async fn passive_checks_eject_an_endpoint_that_answers_500() {
     assert!(a.requests.load(Ordering::SeqCst) - before <= 2);
     let app = answers("app").await;
     assert_eq!(app.get(&200), Some(&30), "{app:?}");
+}
+
+/// `healthCheck.passive.maxEjectionPercent`: both endpoints answer 500 and one failure
+/// ejects. At 50 % one of the two may be out, so the other keeps every request; at 100 % both
+/// go out and requests spread over both again (pier's "all out" rule).
+#[tokio::test]
+async fn max_ejection_percent_keeps_an_endpoint_in() {
+    for (pct, both_asked) in [(50, false), (100, true)] {
+        let Two {
+            a,
+            b,
+            port,
+            _pier,
+            _dir,
+            ..
+        } = Two::start(&format!(
+            "  healthCheck:\n    passive: {{consecutive5XxErrors: 1, baseEjectionTime: 1m, \
+             maxEjectionPercent: {pct}}}\n"
+        ))
+        .await;
+        a.answer.store(500, Ordering::SeqCst);
+        b.answer.store(500, Ordering::SeqCst);
+        for _ in 0..6 {
+            get(&format!("http://127.0.0.1:{port}/app"), &[]).await;
+        }
+        let before = (
+            a.requests.load(Ordering::SeqCst),
+            b.requests.load(Ordering::SeqCst),
+        );
+        for _ in 0..20 {
+            let r = get(&format!("http://127.0.0.1:{port}/app"), &[]).await;
+            assert_eq!(r.status, 500, "{r:?}");
+        }
+        let asked = (
+            a.requests.load(Ordering::SeqCst) - before.0,
+            b.requests.load(Ordering::SeqCst) - before.1,
+        );
+        assert_eq!(asked.0 + asked.1, 20);
+        assert_eq!(asked.0 > 0 && asked.1 > 0, both_asked, "{pct} %: {asked:?}");
+    }
 }
 
 /// `http.expectedResponse`: the status is not enough, the body must hold the text too (the

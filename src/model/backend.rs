@@ -46,6 +46,20 @@ pub struct Outlier {
     /// `healthCheck.passive.consecutive5XxErrors`).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub any_5xx: bool,
+    /// `healthCheck.passive.interval`: an ejection ends at the first sweep (a multiple of this
+    /// on pier's clock) once its length has passed, as Envoy returns endpoints at its
+    /// ejection sweeps; zero: as soon as its length has passed.
+    #[serde(skip_serializing_if = "Duration::is_zero", serialize_with = "ms")]
+    pub interval: Duration,
+    /// `healthCheck.passive.maxEjectionPercent`: the most of a backend's endpoints that may be
+    /// ejected at once, in percent; one may always be (Envoy's rule). 100: every one (then
+    /// requests spread over all of them again).
+    #[serde(skip_serializing_if = "is_all")]
+    pub max_ejection_percent: u8,
+}
+
+fn is_all(p: &u8) -> bool {
+    *p >= 100
 }
 
 impl Default for Outlier {
@@ -54,6 +68,8 @@ impl Default for Outlier {
             consecutive_failures: CONSECUTIVE_FAILURES,
             ejection: EJECTION,
             any_5xx: false,
+            interval: Duration::ZERO,
+            max_ejection_percent: 100,
         }
     }
 }
@@ -62,10 +78,19 @@ impl Outlier {
     /// How long the `n`-th ejection in a row lasts, in milliseconds.
     fn ejection_ms(&self, n: u32) -> u64 {
         let cap = MAX_EJECTION.max(self.ejection);
-        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-        ms(self.ejection)
+        ms_of(self.ejection)
             .saturating_mul(u64::from(n.max(1)))
-            .min(ms(cap))
+            .min(ms_of(cap))
+    }
+
+    /// When an ejection that begins at `now_ms` ends: after its length, at the next sweep
+    /// when [`Outlier::interval`] is set.
+    fn ejected_until(&self, now_ms: u64, n: u32) -> u64 {
+        let until = now_ms.saturating_add(self.ejection_ms(n));
+        match ms_of(self.interval) {
+            0 => until,
+            sweep => until.div_ceil(sweep).saturating_mul(sweep),
+        }
     }
 }
 
@@ -81,6 +106,13 @@ pub struct OutlierOverride {
     pub ejection: Option<Duration>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub any_5xx: Option<bool>,
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "opt_duration::serialize"
+    )]
+    pub interval: Option<Duration>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_ejection_percent: Option<u8>,
 }
 
 impl OutlierOverride {
@@ -96,6 +128,10 @@ impl OutlierOverride {
                 .unwrap_or(default.consecutive_failures),
             ejection: self.ejection.unwrap_or(default.ejection),
             any_5xx: self.any_5xx.unwrap_or(default.any_5xx),
+            interval: self.interval.unwrap_or(default.interval),
+            max_ejection_percent: self
+                .max_ejection_percent
+                .unwrap_or(default.max_ejection_percent),
         }
     }
 
@@ -106,6 +142,8 @@ impl OutlierOverride {
             consecutive_failures: self.consecutive_failures.or(under.consecutive_failures),
             ejection: self.ejection.or(under.ejection),
             any_5xx: self.any_5xx.or(under.any_5xx),
+            interval: self.interval.or(under.interval),
+            max_ejection_percent: self.max_ejection_percent.or(under.max_ejection_percent),
         }
     }
 }
@@ -124,6 +162,12 @@ pub struct BackendOverride {
     /// `circuitBreaker.maxPendingRequests`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_pending: Option<u32>,
+    /// `circuitBreaker.maxConnections`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_connections: Option<u32>,
+    /// `circuitBreaker.maxParallelRetries`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_retries: Option<u32>,
     /// `timeout.tcp.connectTimeout`.
     #[serde(
         skip_serializing_if = "Option::is_none",
@@ -143,6 +187,8 @@ impl BackendOverride {
             outlier: self.outlier.or(b.outlier),
             max_requests: self.max_requests.or(b.max_requests),
             max_pending: self.max_pending.or(b.max_pending),
+            max_connections: self.max_connections.or(b.max_connections),
+            max_retries: self.max_retries.or(b.max_retries),
             connect_timeout: self.connect_timeout.or(b.connect_timeout),
             ..b.clone()
         }
@@ -159,6 +205,10 @@ impl Outlier {
             matches!(status, 502..=504)
         }
     }
+}
+
+fn ms_of(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 pub(super) fn ms<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -210,6 +260,14 @@ pub struct Backend {
     /// (`--max-pending-requests-per-backend`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_pending: Option<u32>,
+    /// Most connections open to this backend's endpoints at once, idle ones included (a
+    /// BackendTrafficPolicy's `circuitBreaker.maxConnections`); `None`: no bound.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_connections: Option<u32>,
+    /// Most retries in flight to this backend at once (`circuitBreaker.maxParallelRetries`);
+    /// `None`: only the retry budget bounds them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_retries: Option<u32>,
     /// Outlier detection from the Service's `pier.dev/outlier-consecutive-failures` and
     /// `pier.dev/outlier-ejection`, over pier's (`--outlier-*`).
     #[serde(skip_serializing_if = "OutlierOverride::is_none")]
@@ -237,6 +295,57 @@ pub struct BackendLoad {
     pub pending: AtomicU32,
     /// Wakes one waiting request each time a counted request finishes.
     pub freed: tokio::sync::Notify,
+    /// Connections open to the backend's endpoints, counted while `maxConnections` applies
+    /// ([`ConnectionSlot`]).
+    pub connections: AtomicU32,
+    /// Wakes one request waiting for a connection each time a counted connection closes.
+    pub connection_freed: tokio::sync::Notify,
+    /// Retries in flight, counted while `maxParallelRetries` applies ([`RetrySlot`]).
+    pub retries: AtomicU32,
+}
+
+/// Takes one of `max` places counted by `n`, if one is free.
+fn claim_below(n: &AtomicU32, max: u32) -> bool {
+    n.fetch_update(Ordering::AcqRel, Ordering::Relaxed, |k| {
+        (k < max).then_some(k + 1)
+    })
+    .is_ok()
+}
+
+/// One connection counted against its backend's `maxConnections` until dropped (it travels
+/// with the connection: in the pool, in hyper's connection task, with a raw socket).
+#[derive(Debug)]
+pub struct ConnectionSlot(Arc<BackendLoad>);
+
+impl ConnectionSlot {
+    /// A slot, when the backend has fewer than `max` connections open.
+    pub fn claim(load: &Arc<BackendLoad>, max: u32) -> Option<Self> {
+        claim_below(&load.connections, max).then(|| Self(load.clone()))
+    }
+}
+
+impl Drop for ConnectionSlot {
+    fn drop(&mut self) {
+        self.0.connections.fetch_sub(1, Ordering::AcqRel);
+        self.0.connection_freed.notify_one();
+    }
+}
+
+/// One retry counted against its backend's `maxParallelRetries` until dropped.
+#[derive(Debug)]
+pub struct RetrySlot(Arc<BackendLoad>);
+
+impl RetrySlot {
+    /// A slot, when the backend has fewer than `max` retries in flight.
+    pub fn claim(load: &Arc<BackendLoad>, max: u32) -> Option<Self> {
+        claim_below(&load.retries, max).then(|| Self(load.clone()))
+    }
+}
+
+impl Drop for RetrySlot {
+    fn drop(&mut self) {
+        self.0.retries.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// How connections to a backend's endpoints are secured. Decided at translation time: a
@@ -552,6 +661,38 @@ impl Backend {
         }
     }
 
+    /// Ejects `endpoint` ([`Endpoint::eject`]) unless that would leave out more than
+    /// [`Outlier::max_ejection_percent`] of the backend's endpoints (one may always be out, as
+    /// in Envoy). Endpoints down by their active health checks are not counted: they are not
+    /// ejections. Concurrent ejections of two endpoints may both pass the count.
+    pub fn eject(&self, endpoint: &Endpoint, now_ms: u64, outlier: &Outlier) -> bool {
+        self.room_to_eject(endpoint, now_ms, outlier) && endpoint.eject(now_ms, outlier)
+    }
+
+    /// Passive outlier detection of one exchange with `endpoint` ([`Endpoint::count`]), which
+    /// ejects it ([`Backend::eject`]) at the threshold. `now_ms` is read only then.
+    #[inline]
+    pub fn record(
+        &self,
+        endpoint: &Endpoint,
+        failed: bool,
+        now_ms: impl FnOnce() -> u64,
+        outlier: &Outlier,
+    ) -> bool {
+        endpoint.count(failed, outlier) && self.eject(endpoint, now_ms(), outlier)
+    }
+
+    fn room_to_eject(&self, endpoint: &Endpoint, now_ms: u64, outlier: &Outlier) -> bool {
+        let pct = usize::from(outlier.max_ejection_percent);
+        if pct >= 100 {
+            return true;
+        }
+        let out = (self.endpoints.iter())
+            .filter(|e| e.addr != endpoint.addr && e.ejected(now_ms))
+            .count();
+        out == 0 || (out + 1) * 100 <= pct * self.endpoints.len()
+    }
+
     /// The first endpoint available at `now_ms` from index `start` on, wrapping around.
     fn available_from(&self, start: usize, now_ms: u64) -> Option<&Endpoint> {
         let eps = &self.endpoints;
@@ -637,6 +778,8 @@ impl Backend {
             tls: BackendTls::Plain,
             max_requests: None,
             max_pending: None,
+            max_connections: None,
+            max_retries: None,
             connect_timeout: None,
             outlier: OutlierOverride::default(),
             load: Arc::default(),
@@ -661,6 +804,12 @@ impl Endpoint {
 
     pub fn available(&self, now_ms: u64) -> bool {
         self.stats.ejected_until_ms.load(Ordering::Relaxed) <= now_ms
+    }
+
+    /// Out by passive outlier detection at `now_ms` (not by its active health checks).
+    fn ejected(&self, now_ms: u64) -> bool {
+        let until = self.stats.ejected_until_ms.load(Ordering::Relaxed);
+        until > now_ms && until != HEALTH_DOWN
     }
 
     /// Never ejected since it was made: available at any time.
@@ -688,19 +837,22 @@ impl Endpoint {
             .ejections
             .fetch_add(1, Ordering::Relaxed)
             .saturating_add(1);
-        until.store(
-            now_ms.saturating_add(outlier.ejection_ms(n)),
-            Ordering::Relaxed,
-        );
+        until.store(outlier.ejected_until(now_ms, n), Ordering::Relaxed);
         true
     }
 
-    /// Passive outlier detection: one exchange's outcome. [`Outlier::consecutive_failures`]
-    /// gateway failures in a row eject the endpoint; any success resets the count and the
-    /// ejection length. Returns true when this outcome ejected it. `now_ms` is read only on
-    /// an ejection.
-    #[inline]
+    /// [`Endpoint::count`], and [`Endpoint::eject`] at the threshold (no backend to count
+    /// ejections against).
+    #[cfg(test)]
     pub fn record(&self, failed: bool, now_ms: impl FnOnce() -> u64, outlier: &Outlier) -> bool {
+        self.count(failed, outlier) && self.eject(now_ms(), outlier)
+    }
+
+    /// Passive outlier detection: one exchange's outcome. [`Outlier::consecutive_failures`]
+    /// gateway failures in a row reach the threshold (true: eject it, and the count starts
+    /// again); any success resets the count and the ejection length.
+    #[inline]
+    pub fn count(&self, failed: bool, outlier: &Outlier) -> bool {
         let failures = &self.stats.failures;
         if !failed {
             // Read first: most responses succeed, and a store would dirty the line each time.
@@ -717,7 +869,7 @@ impl Endpoint {
         }
         if failures.fetch_add(1, Ordering::Relaxed) + 1 >= outlier.consecutive_failures {
             failures.store(0, Ordering::Relaxed);
-            return self.eject(now_ms(), outlier);
+            return true;
         }
         false
     }
@@ -746,6 +898,87 @@ mod tests {
             endpoints,
             ..Backend::test("b")
         }
+    }
+
+    #[test]
+    fn max_ejection_percent_keeps_endpoints_in_but_one_may_always_go() {
+        let o = |pct: u8| Outlier {
+            consecutive_failures: 1,
+            max_ejection_percent: pct,
+            ..Outlier::default()
+        };
+        // 50 % of four: two out, the third stays in.
+        let b = backend(4);
+        assert!(b.record(&b.endpoints[0], true, || 0, &o(50)));
+        assert!(b.record(&b.endpoints[1], true, || 0, &o(50)));
+        assert!(!b.record(&b.endpoints[2], true, || 0, &o(50)));
+        assert!(b.endpoints[2].available(1), "not ejected");
+        // Down by health checks is not an ejection: it leaves room.
+        let b = backend(4);
+        b.endpoints[0].stats.mark_unhealthy();
+        b.endpoints[1].stats.mark_unhealthy();
+        assert!(b.eject(&b.endpoints[2], 0, &o(50)));
+        assert!(b.eject(&b.endpoints[3], 0, &o(50)));
+        // 10 % of two is less than one endpoint: one may still go, not two.
+        let b = backend(2);
+        assert!(b.eject(&b.endpoints[0], 0, &o(10)));
+        assert!(!b.eject(&b.endpoints[1], 0, &o(10)));
+        // Once the first is back, the second may go.
+        let back = b.endpoints[0]
+            .stats
+            .ejected_until_ms
+            .load(Ordering::Relaxed);
+        assert!(b.eject(&b.endpoints[1], back, &o(10)));
+        // 0 %: still one (Envoy's rule); the default: every one.
+        let b = backend(3);
+        assert!(b.eject(&b.endpoints[0], 0, &o(0)));
+        assert!(!b.eject(&b.endpoints[1], 0, &o(0)));
+        let b = backend(3);
+        assert!(
+            b.endpoints
+                .iter()
+                .all(|e| b.eject(e, 0, &Outlier::default()))
+        );
+    }
+
+    #[test]
+    fn an_interval_returns_ejected_endpoints_at_the_next_sweep() {
+        let e = Endpoint::new(SocketAddr::from(([127, 0, 0, 1], 1)));
+        let o = Outlier {
+            ejection: Duration::from_millis(1500),
+            interval: Duration::from_secs(1),
+            ..Outlier::default()
+        };
+        assert!(e.eject(200, &o));
+        // 200 + 1500 = 1700: back at the sweep at 2000, not before.
+        assert!(!e.available(1999));
+        assert!(e.available(2000));
+        let plain = Endpoint::new(SocketAddr::from(([127, 0, 0, 1], 2)));
+        assert!(plain.eject(200, &Outlier::default()));
+        let until = plain.stats.ejected_until_ms.load(Ordering::Relaxed);
+        assert_eq!(
+            until,
+            200 + EJECTION.as_millis() as u64,
+            "no interval: no rounding"
+        );
+    }
+
+    #[test]
+    fn connection_and_retry_slots_count_up_to_their_maximum() {
+        let load = Arc::new(BackendLoad::default());
+        let a = ConnectionSlot::claim(&load, 2).unwrap();
+        let _b = ConnectionSlot::claim(&load, 2).unwrap();
+        assert!(ConnectionSlot::claim(&load, 2).is_none());
+        drop(a);
+        assert!(
+            ConnectionSlot::claim(&load, 2).is_some(),
+            "a closed connection frees one"
+        );
+        let r = RetrySlot::claim(&load, 1).unwrap();
+        assert!(RetrySlot::claim(&load, 1).is_none());
+        assert!(RetrySlot::claim(&load, 0).is_none(), "0: no retries");
+        drop(r);
+        assert_eq!(load.retries.load(Ordering::Relaxed), 0);
     }
 
     #[test]
@@ -857,7 +1090,7 @@ mod tests {
         let one = Outlier {
             consecutive_failures: 1,
             ejection: Duration::from_millis(100),
-            any_5xx: false,
+            ..Outlier::default()
         };
         assert!(e.record(true, || 0, &one), "one failure ejects");
         assert!(!e.available(99) && e.available(100));
@@ -877,7 +1110,7 @@ mod tests {
         let o = Outlier {
             consecutive_failures: 1,
             ejection: Duration::from_secs(10),
-            any_5xx: false,
+            ..Outlier::default()
         };
         let mut now = 0;
         for n in 1..=3u64 {

@@ -31,9 +31,9 @@ use std::fmt;
 use serde::Serialize;
 
 pub use backend::{
-    AppProtocol, Backend, BackendId, BackendLoad, BackendTls, CONSECUTIVE_FAILURES, EJECTION,
-    Endpoint, EndpointIdentities, EndpointPool, EndpointStats, MAX_EJECTION, Outlier,
-    OutlierOverride, Timeouts, TlsMode, TlsUnavailable, UnresolvedIdentity, UpstreamTls,
+    AppProtocol, Backend, BackendId, BackendLoad, BackendTls, CONSECUTIVE_FAILURES, ConnectionSlot,
+    EJECTION, Endpoint, EndpointIdentities, EndpointPool, EndpointStats, MAX_EJECTION, Outlier,
+    OutlierOverride, RetrySlot, Timeouts, TlsMode, TlsUnavailable, UnresolvedIdentity, UpstreamTls,
 };
 pub use carried::Carried;
 pub use filter::{Cors, Filters, HeaderModifier, Mirror, PathModifier, Redirect, UrlRewrite};

@@ -274,6 +274,8 @@ impl RateLimitService {
             tls: Default::default(),
             max_requests: None,
             max_pending: None,
+            max_connections: None,
+            max_retries: None,
             connect_timeout: None,
             outlier: Default::default(),
             load: Default::default(),

@@ -178,7 +178,7 @@ impl<'a> Backends<'a> {
             ejection: annotation(OUTLIER_EJECTION_ANNOTATION)
                 .and_then(super::api::duration)
                 .filter(|d| !d.is_zero()),
-            any_5xx: None,
+            ..Default::default()
         };
         let backend = Arc::new(Backend {
             id: key.0.clone(),
@@ -187,6 +187,8 @@ impl<'a> Backends<'a> {
             tls,
             max_requests,
             max_pending,
+            max_connections: None,
+            max_retries: None,
             outlier,
             connect_timeout: None,
             load,

@@ -188,6 +188,11 @@ fn traffic_policy(
                 .map(|n| positive(n, "circuitBreaker.maxParallelRequests"))
                 .transpose()?,
             max_pending: (spec.circuit_breaker.as_ref()).and_then(|c| c.max_pending_requests),
+            max_connections: (spec.circuit_breaker.as_ref())
+                .and_then(|c| c.max_connections)
+                .map(|n| positive(n, "circuitBreaker.maxConnections"))
+                .transpose()?,
+            max_retries: (spec.circuit_breaker.as_ref()).and_then(|c| c.max_parallel_retries),
             connect_timeout: connect_timeout(spec.timeout.as_ref())?,
         },
     })
@@ -242,10 +247,31 @@ fn passive_check(h: Option<&api::HealthCheck>) -> Result<Option<OutlierOverride>
                 )
             })?,
     };
+    let interval = match &p.interval {
+        None => None,
+        Some(s) => Some(
+            super::api::duration(s)
+                .filter(|d| !d.is_zero() && *d <= Duration::from_secs(3600))
+                .ok_or_else(|| {
+                    format!("healthCheck.passive.interval: {s:?} is not a duration from 1ms to 1h")
+                })?,
+        ),
+    };
+    let max_ejection_percent = match p.max_ejection_percent {
+        None => None,
+        Some(n @ 0..=100) => Some(n as u8),
+        Some(n) => {
+            return Err(format!(
+                "healthCheck.passive.maxEjectionPercent: {n} is not a percentage (0 to 100)"
+            ));
+        }
+    };
     Ok(Some(OutlierOverride {
         consecutive_failures: Some(count),
         ejection: Some(ejection),
         any_5xx: Some(any_5xx),
+        interval,
+        max_ejection_percent,
     }))
 }
 

@@ -49,6 +49,8 @@ pub fn tls_backend(
         tls,
         max_requests: None,
         max_pending: None,
+        max_connections: None,
+        max_retries: None,
         connect_timeout: None,
         outlier: Default::default(),
         load: Default::default(),

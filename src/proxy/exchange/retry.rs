@@ -22,8 +22,10 @@
 //! - `timeouts.request` bounds all attempts and backoffs together (the caller's timeout).
 //! - Mirrors are sent once, with the first attempt.
 //!
-//! Every retry must be granted by the backend's retry budget ([`budget`]); a refused retry
-//! leaves the last response (or error) as the answer. Retries sent and refused are counted
+//! Every retry must be granted by the backend's retry budget ([`budget`]), and by its
+//! `circuitBreaker.maxParallelRetries` when a BackendTrafficPolicy sets one (a retrying
+//! request holds one place until its answer); a refused retry leaves the last response (or
+//! error) as the answer. Retries sent and refused are counted
 //! per backend (`pier_proxy_upstream_retries_total`,
 //! `pier_proxy_upstream_retries_refused_total`).
 
@@ -45,7 +47,9 @@ use rand::Rng;
 use super::Shared;
 use super::mirror::{self, CloneHead};
 use super::send;
-use crate::model::{AppProtocol, Backend, Endpoint, RetryPolicy, Rule, Snapshot, WeightedBackend};
+use crate::model::{
+    AppProtocol, Backend, Endpoint, RetryPolicy, RetrySlot, Rule, Snapshot, WeightedBackend,
+};
 use crate::proxy::body::{self, BodyFault, ClientBody, FaultCell, ProxyBody};
 use crate::proxy::error::ProxyError;
 use crate::proxy::observe::metrics::RetryReason;
@@ -99,6 +103,9 @@ pub async fn forward<'s>(
     let budget = shared.retry_budgets.of(&backend.id, shared.clock.now_ms());
     budget.deposit(shared.clock.now_ms());
     let mut retries = 0;
+    // A retrying request holds one of the backend's `maxParallelRetries` places until its
+    // answer, however many retries it sends.
+    let mut retrying: Option<RetrySlot> = None;
     loop {
         let body = match &bytes {
             Some(b) => body::full(b.clone()),
@@ -118,6 +125,16 @@ pub async fn forward<'s>(
         };
         if retries >= req.policy.attempts {
             return result;
+        }
+        if retrying.is_none()
+            && let Some(max) = backend.max_retries
+        {
+            retrying = RetrySlot::claim(&backend.load, max);
+            if retrying.is_none() {
+                shared.metrics.retry_refused(&backend.id);
+                tracing::debug!(backend = %backend.id, "maxParallelRetries reached; the last attempt answers");
+                return result;
+            }
         }
         if !budget.withdraw(shared.clock.now_ms()) {
             shared.metrics.retry_refused(&backend.id);

@@ -77,7 +77,7 @@ pub fn outcome(
         Err(ProxyError::Connect { reason, .. }) => {
             shared.metrics.connect_error(&backend.id, *reason);
             if matches!(reason, ConnectReason::Refused | ConnectReason::Timeout) {
-                if endpoint.eject(now(), &outlier) {
+                if backend.eject(endpoint, now(), &outlier) {
                     tracing::debug!(backend = %backend.id, endpoint = %endpoint.addr, ?reason, "endpoint ejected: connect failed");
                 }
                 return;
@@ -88,7 +88,7 @@ pub fn outcome(
         // Timeouts, and failures that are the client's or pier's, say nothing of the endpoint.
         Err(_) => return,
     };
-    if endpoint.record(failed, now, &outlier) {
+    if backend.record(endpoint, failed, now, &outlier) {
         tracing::warn!(backend = %backend.id, endpoint = %endpoint.addr, "endpoint ejected after consecutive failures");
     }
 }

@@ -25,7 +25,7 @@ use std::sync::{Arc, Weak};
 
 use crate::model::policy::{AccessPolicy, Mechanism};
 use crate::model::{
-    BackendId, BackendTls, ListenerId, ObjectRef, Snapshot, TlsMode, TlsUnavailable,
+    BackendId, BackendTls, ConnectionSlot, ListenerId, ObjectRef, Snapshot, TlsMode, TlsUnavailable,
 };
 use crate::proxy::error::{ConnectReason, DownstreamTlsFailure, ErrorKind, ErrorSide, TlsFailure};
 use crate::proxy::fxhash::FxBuild;
@@ -403,7 +403,7 @@ pub struct StatusClass(u8);
 
 /// Decrements an open-connections gauge when dropped.
 #[derive(Debug)]
-pub struct ConnectionGuard(Gauge);
+pub struct ConnectionGuard(Gauge, Option<ConnectionSlot>);
 
 // === impl ProxyMetrics ===
 
@@ -731,14 +731,14 @@ impl ProxyMetrics {
     pub fn connection(&self, port: u16) -> ConnectionGuard {
         let g = self.connections.get_or_create_owned(&PortLabels { port });
         g.inc();
-        ConnectionGuard(g)
+        ConnectionGuard(g, None)
     }
 
     /// Counts a parked connection while it lives.
     pub fn parked(&self, port: u16) -> ConnectionGuard {
         let g = self.parked.get_or_create_owned(&PortLabels { port });
         g.inc();
-        ConnectionGuard(g)
+        ConnectionGuard(g, None)
     }
 
     pub fn reclaimed(&self, port: u16) {
@@ -798,7 +798,7 @@ impl ProxyMetrics {
             .upstream_open
             .get_or_create_owned(&UpstreamProtocolLabels { protocol });
         open.inc();
-        ConnectionGuard(open)
+        ConnectionGuard(open, None)
     }
 
     pub fn upstream_idle(&self) -> Gauge {
@@ -1054,6 +1054,14 @@ impl EncodeLabelValue for StatusClass {
     fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
         use std::fmt::Write;
         write!(encoder, "{}xx", self.0)
+    }
+}
+
+impl ConnectionGuard {
+    /// The guard, holding the connection's place under its backend's `maxConnections` too.
+    pub fn holding(mut self, slot: Option<ConnectionSlot>) -> Self {
+        self.1 = slot;
+        self
     }
 }
 

@@ -24,7 +24,7 @@ use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
 use tokio_util::either::Either;
 
-use crate::model::{AppProtocol, BackendId, UpstreamTls};
+use crate::model::{AppProtocol, BackendId, ConnectionSlot, UpstreamTls};
 use crate::proxy::body::ProxyBody;
 use crate::proxy::error::{BoxError, ConnectReason, ProxyError, TlsFailure, classify_tls};
 use crate::proxy::observe::metrics::{ProxyMetrics, Transport, UpstreamProtocol};
@@ -104,12 +104,18 @@ impl Connector {
         }
     }
 
-    pub async fn connect(&self, dial: &Dial<'_>) -> Result<Conn, ProxyError> {
+    /// A connection for requests; `slot` (the backend's `maxConnections` place) stays with
+    /// it until it closes.
+    pub async fn connect(
+        &self,
+        dial: &Dial<'_>,
+        slot: Option<ConnectionSlot>,
+    ) -> Result<Conn, ProxyError> {
         let (io, h2) = self.connect_stream(dial).await?;
         let transport = dial
             .tls
             .map_or(Transport::Plain, |t| Transport::of_mode(t.mode));
-        self.handshake(io, h2, transport).await
+        self.handshake(io, h2, transport, slot).await
     }
 
     /// TCP, then TLS when the backend has it: the socket, and whether it speaks HTTP/2 (h2c
@@ -160,17 +166,19 @@ impl Connector {
         result.map_err(|(reason, source)| ProxyError::TlsHandshake { reason, source })
     }
 
-    /// hyper's client handshake on an open socket; spawns its connection task.
+    /// hyper's client handshake on an open socket; spawns its connection task, which holds
+    /// `slot` until the connection closes.
     pub async fn handshake(
         &self,
         io: Stream,
         h2: bool,
         tls: Transport,
+        slot: Option<ConnectionSlot>,
     ) -> Result<Conn, ProxyError> {
         let io = TokioIo::new(io);
         if h2 {
             let (tx, conn) = self.h2.handshake(io).await.map_err(hyper_failed)?;
-            let open = self.metrics.upstream_opened(UpstreamProtocol::Http2, tls);
+            let open = (self.metrics.upstream_opened(UpstreamProtocol::Http2, tls)).holding(slot);
             tokio::spawn(async move {
                 if let Err(error) = conn.await {
                     tracing::debug!(%error, "upstream HTTP/2 connection failed");
@@ -180,7 +188,7 @@ impl Connector {
             Ok(Conn::Http2(tx))
         } else {
             let (tx, conn) = self.h1.handshake(io).await.map_err(hyper_failed)?;
-            let open = self.metrics.upstream_opened(UpstreamProtocol::Http1, tls);
+            let open = (self.metrics.upstream_opened(UpstreamProtocol::Http1, tls)).holding(slot);
             tokio::spawn(async move {
                 if let Err(error) = conn.with_upgrades().await {
                     tracing::debug!(%error, "upstream HTTP/1.1 connection failed");

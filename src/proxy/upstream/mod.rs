@@ -46,7 +46,8 @@ pub use connect::Stream;
 pub use raw::{Raw, RawConn};
 
 use crate::model::{
-    AppProtocol, Backend, BackendLoad, Endpoint, EndpointStats, Snapshot, UpstreamTls,
+    AppProtocol, Backend, BackendLoad, ConnectionSlot, Endpoint, EndpointStats, Snapshot,
+    UpstreamTls,
 };
 use crate::proxy::body::ProxyBody;
 use crate::proxy::config::ProxyConfig;
@@ -54,6 +55,10 @@ use crate::proxy::error::ProxyError;
 use crate::proxy::observe::metrics::{ConnectionGuard, ProxyMetrics, Transport, UpstreamProtocol};
 use connect::{Conn, Connector, Dial, Failed, H1Sender, H2Sender};
 use pool::{Entry, Mode, Pool, ShortKey};
+
+/// How often a request waiting for room under a backend's `maxConnections` looks for a
+/// connection that came back to the pool (closes wake it at once).
+const ROOM_TICK: Duration = Duration::from_millis(10);
 
 /// Upper bound between a snapshot swap and the retirement of connections whose trust left it.
 pub const RETIRE_BOUND: Duration = Duration::from_millis(500);
@@ -75,6 +80,10 @@ struct Inner {
     started: AtomicBool,
     closed: AtomicBool,
     tick: Duration,
+    /// `--connect-timeout` and `--max-pending-requests-per-backend`, for requests waiting
+    /// for a connection under a backend's `maxConnections`.
+    connect_timeout: Duration,
+    max_pending_per_backend: u32,
 }
 
 /// Where one request goes.
@@ -142,6 +151,8 @@ impl Upstream {
             started: AtomicBool::new(false),
             closed: AtomicBool::new(false),
             tick,
+            connect_timeout: config.connect_timeout,
+            max_pending_per_backend: config.limits.max_pending_requests_per_backend,
         };
         Self {
             inner: Arc::new(inner),
@@ -245,9 +256,15 @@ impl Upstream {
             },
             addr,
         };
-        let req = match self.send_pooled(&entry, &shape, req).await {
-            Pooled::Done(result) => return result,
-            Pooled::Unsent(req) => req,
+        let mut req = req;
+        let slot = loop {
+            req = match self.send_pooled(&entry, &shape, req).await {
+                Pooled::Done(result) => return result,
+                Pooled::Unsent(req) => req,
+            };
+            if let Some(slot) = self.room(backend, &entry, false).await? {
+                break slot;
+            }
         };
         let dial = Dial {
             backend: &backend.id,
@@ -259,7 +276,82 @@ impl Upstream {
         };
         // Boxed: connecting (TCP, TLS handshake, HTTP/2 handshake) takes kilobytes of future
         // state that would otherwise be part of, and moved with, every request's future.
-        Box::pin(self.send_new(entry, &dial, &shape, req)).await
+        Box::pin(self.send_new(entry, &dial, &shape, req, slot)).await
+    }
+
+    /// Room for one more connection to `backend` under its `maxConnections`: `Some(slot)`
+    /// (`Some(None)`: no bound), or `None` when a connection of `entry`'s came back to the
+    /// pool meanwhile (take it). At the bound an idle connection of another of the backend's
+    /// entries is closed to make room; while every one is busy the request waits like a
+    /// pending request (`maxPendingRequests`, at most the connect timeout), looking again
+    /// when a connection closes and every [`ROOM_TICK`] for one that came back to the pool;
+    /// else [`ProxyError::BackendOverflow`] (503, counted).
+    async fn room(
+        &self,
+        backend: &Backend,
+        entry: &Entry,
+        raw: bool,
+    ) -> Result<Option<Option<ConnectionSlot>>, ProxyError> {
+        let Some(max) = backend.max_connections else {
+            return Ok(Some(None));
+        };
+        if let Some(slot) = ConnectionSlot::claim(&backend.load, max) {
+            return Ok(Some(Some(slot)));
+        }
+        // Boxed: the rare path, kept out of every request's future.
+        match Box::pin(self.wait_for_room(backend, entry, raw, max)).await {
+            Some(room) => Ok(room),
+            None => {
+                self.inner.metrics.overflow(&backend.id);
+                Err(ProxyError::BackendOverflow)
+            }
+        }
+    }
+
+    async fn wait_for_room(
+        &self,
+        backend: &Backend,
+        entry: &Entry,
+        raw: bool,
+        max: u32,
+    ) -> Option<Option<Option<ConnectionSlot>>> {
+        let load = &backend.load;
+        let mut closed = self.inner.pool.close_idle(backend, entry, raw);
+        if !closed {
+            let max_pending = (backend.max_pending).unwrap_or(self.inner.max_pending_per_backend);
+            load.pending
+                .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| {
+                    (n < max_pending).then_some(n + 1)
+                })
+                .ok()?;
+        }
+        let _waiting = (!closed).then(|| Waiting(load));
+        let wait = backend
+            .connect_timeout
+            .unwrap_or(self.inner.connect_timeout);
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            // Registered before the checks, so a close in between still wakes this one.
+            let freed = load.connection_freed.notified();
+            let mut freed = std::pin::pin!(freed);
+            freed.as_mut().enable();
+            if let Some(slot) = ConnectionSlot::claim(load, max) {
+                return Some(Some(Some(slot)));
+            }
+            if entry.has_idle(raw) {
+                return Some(None);
+            }
+            if !closed {
+                closed = self.inner.pool.close_idle(backend, entry, raw);
+            }
+            let tick = (tokio::time::Instant::now() + ROOM_TICK).min(deadline);
+            if tokio::time::timeout_at(tick, freed).await.is_err() {
+                if tick >= deadline {
+                    return None;
+                }
+                closed = false;
+            }
+        }
     }
 
     /// Sends on a new connection.
@@ -269,6 +361,7 @@ impl Upstream {
         dial: &Dial<'_>,
         shape: &Shape,
         req: Request<ProxyBody>,
+        slot: Option<ConnectionSlot>,
     ) -> Result<Response<UpstreamBody>, ProxyError> {
         // HTTP/2 connects are shared, and so is a TLS key's first connect when it may
         // negotiate h2: a burst of first requests then costs one handshake, not one each.
@@ -278,9 +371,9 @@ impl Upstream {
             Mode::Http1 => false,
         };
         let conn = if shared {
-            self.connect_shared(&entry, dial).await?
+            self.connect_shared(&entry, dial, slot).await?
         } else {
-            self.connect(&entry, dial).await?
+            self.connect(&entry, dial, slot).await?
         };
         let sent = match conn {
             Conn::Http1(tx) => send_h1(entry, tx, req, shape).await,
@@ -322,8 +415,13 @@ impl Upstream {
         }
     }
 
-    async fn connect(&self, entry: &Entry, dial: &Dial<'_>) -> Result<Conn, ProxyError> {
-        let conn = self.inner.connector.connect(dial).await?;
+    async fn connect(
+        &self,
+        entry: &Entry,
+        dial: &Dial<'_>,
+        slot: Option<ConnectionSlot>,
+    ) -> Result<Conn, ProxyError> {
+        let conn = self.inner.connector.connect(dial, slot).await?;
         entry.learned(match conn {
             Conn::Http1(_) => Mode::Http1,
             Conn::Http2(_) => Mode::Http2,
@@ -337,7 +435,12 @@ impl Upstream {
     /// One HTTP/2 connect at a time per entry: requests that arrive meanwhile wait and share
     /// its connection, or its failure. (An async gate: it is held across the connect, which is
     /// the point, and only on this slow path.)
-    async fn connect_shared(&self, entry: &Entry, dial: &Dial<'_>) -> Result<Conn, ProxyError> {
+    async fn connect_shared(
+        &self,
+        entry: &Entry,
+        dial: &Dial<'_>,
+        slot: Option<ConnectionSlot>,
+    ) -> Result<Conn, ProxyError> {
         let before = entry.h2_attempts();
         let mut last_failure = entry.h2_gate().lock().await;
         if let Some(tx) = entry.h2_sender() {
@@ -346,14 +449,14 @@ impl Upstream {
         if entry.mode() == Mode::Http1 {
             // The attempt ahead negotiated HTTP/1.1: one connection per request, in parallel.
             drop(last_failure);
-            return self.connect(entry, dial).await;
+            return self.connect(entry, dial, slot).await;
         }
         if entry.h2_attempts() != before
             && let Some(failed) = *last_failure
         {
             return Err(failed.to_error());
         }
-        let result = self.connect(entry, dial).await;
+        let result = self.connect(entry, dial, slot).await;
         *last_failure = result.as_ref().err().map(Failed::of);
         entry.h2_attempted();
         result

@@ -60,7 +60,7 @@ use rustls::pki_types::ServerName;
 use tokio::io::{AsyncRead, ReadBuf};
 
 use super::connect::{Failed, H1Sender, H2Sender, Stream};
-use crate::model::{AppProtocol, BackendTls, Snapshot, UpstreamTls};
+use crate::model::{AppProtocol, Backend, BackendTls, Snapshot, UpstreamTls};
 use crate::proxy::fxhash::FxBuild;
 use crate::proxy::observe::metrics::ConnectionGuard;
 use crate::proxy::workers;
@@ -219,6 +219,39 @@ impl Pool {
                 !entries.is_empty()
             });
         }
+    }
+
+    /// Closes one idle HTTP/1.1 connection to an endpoint of `backend`, the oldest of the
+    /// first entry that has one, to make room under the backend's `maxConnections`: of
+    /// `own` (the caller's entry) only one the caller could not take itself (`raw`: it takes
+    /// this worker's raw connections, else hyper's). False when none is idle. The rare path:
+    /// one map lookup per endpoint.
+    pub fn close_idle(&self, backend: &Backend, own: &Entry, raw: bool) -> bool {
+        for endpoint in &backend.endpoints {
+            let Ok(tls) = backend.tls_for(endpoint) else {
+                continue;
+            };
+            let key = ShortKey {
+                addr: endpoint.addr,
+                trust_key: tls.map(|u| u.trust_key),
+                protocol: backend.protocol,
+            };
+            if key == own.key {
+                if own.close_one_unusable(raw) {
+                    return true;
+                }
+                continue;
+            }
+            let map = self.shards[shard_of(&key)]
+                .read()
+                .unwrap_or_else(PoisonError::into_inner);
+            for e in map.get(&key).into_iter().flatten() {
+                if e.close_one_idle() {
+                    return true;
+                }
+            }
+        }
+        false
     }
 
     /// Retires every entry, now and to come (shutdown).
@@ -429,6 +462,48 @@ impl Entry {
             }
         }
         None
+    }
+
+    /// An idle connection waits: hyper's (`raw` false), or one of this worker's raw ones.
+    pub fn has_idle(&self, raw: bool) -> bool {
+        if raw {
+            !lock(self.raw_lane()).is_empty()
+        } else {
+            !lock(&self.idle).is_empty()
+        }
+    }
+
+    /// Closes the oldest idle connection the caller could not take ([`Entry::has_idle`]).
+    fn close_one_unusable(&self, raw: bool) -> bool {
+        if raw && lock(&self.idle).pop_front().is_some() {
+            self.settings.idle_gauge.dec();
+            return true;
+        }
+        let mine = raw.then(|| workers::lane() % self.raw.len());
+        for (i, lane) in self.raw.iter().enumerate() {
+            if Some(i) != mine && lock(lane).pop_front().is_some() {
+                self.settings.idle_gauge.dec();
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Closes the oldest idle connection (hyper's, else a raw one of any worker's).
+    fn close_one_idle(&self) -> bool {
+        let conn = lock(&self.idle).pop_front();
+        if conn.is_some() {
+            self.settings.idle_gauge.dec();
+            return true;
+        }
+        for lane in &self.raw {
+            let conn = lock(lane).pop_front();
+            if conn.is_some() {
+                self.settings.idle_gauge.dec();
+                return true;
+            }
+        }
+        false
     }
 
     /// This worker's list of raw connections.

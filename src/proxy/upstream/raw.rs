@@ -16,6 +16,7 @@ use std::time::Instant;
 use super::connect::{Conn, Dial, Stream, offers_h2};
 use super::pool::{Entry, IdleRaw, Mode, ShortKey};
 use super::{Target, Upstream};
+use crate::model::ConnectionSlot;
 use crate::proxy::error::ProxyError;
 use crate::proxy::observe::metrics::{ConnectionGuard, Transport, UpstreamProtocol};
 
@@ -50,20 +51,25 @@ impl Upstream {
             protocol: backend.protocol,
         };
         let entry = self.inner.pool.entry(key, tls.map(|u| &u.server_name));
-        match entry.mode() {
-            Mode::Http2 => return Ok(Raw::Http2),
-            Mode::Http1 => {
-                if let Some(idle) = entry.checkout_raw() {
-                    return Ok(Raw::Conn(RawConn {
-                        entry,
-                        io: idle.io,
-                        open: idle.open,
-                        reused: true,
-                    }));
+        let slot = loop {
+            match entry.mode() {
+                Mode::Http2 => return Ok(Raw::Http2),
+                Mode::Http1 => {
+                    if let Some(idle) = entry.checkout_raw() {
+                        return Ok(Raw::Conn(RawConn {
+                            entry,
+                            io: idle.io,
+                            open: idle.open,
+                            reused: true,
+                        }));
+                    }
                 }
+                Mode::Unknown => {}
             }
-            Mode::Unknown => {}
-        }
+            if let Some(slot) = self.room(backend, &entry, true).await? {
+                break slot;
+            }
+        };
         let dial = Dial {
             backend: &backend.id,
             addr,
@@ -73,10 +79,15 @@ impl Upstream {
             connect_timeout: backend.connect_timeout,
         };
         // Boxed, as in `send`: connecting is kilobytes of future state.
-        Box::pin(self.raw_new(entry, &dial)).await
+        Box::pin(self.raw_new(entry, &dial, slot)).await
     }
 
-    async fn raw_new(&self, entry: Arc<Entry>, dial: &Dial<'_>) -> Result<Raw, ProxyError> {
+    async fn raw_new(
+        &self,
+        entry: Arc<Entry>,
+        dial: &Dial<'_>,
+        slot: Option<ConnectionSlot>,
+    ) -> Result<Raw, ProxyError> {
         // A TLS key that may negotiate h2 learns what it speaks from one connection at a time,
         // like hyper's shared connect: a burst of first requests then opens one HTTP/2
         // connection, not one each.
@@ -97,7 +108,7 @@ impl Upstream {
             .tls
             .map_or(Transport::Plain, |t| Transport::of_mode(t.mode));
         if h2 {
-            if let Conn::Http2(tx) = connector.handshake(io, true, transport).await? {
+            if let Conn::Http2(tx) = connector.handshake(io, true, transport, slot).await? {
                 entry.install_h2(&tx);
             }
             entry.learned(Mode::Http2);
@@ -109,7 +120,8 @@ impl Upstream {
         let open = self
             .inner
             .metrics
-            .upstream_opened(UpstreamProtocol::Http1, transport);
+            .upstream_opened(UpstreamProtocol::Http1, transport)
+            .holding(slot);
         Ok(Raw::Conn(RawConn {
             entry,
             io,

@@ -18,6 +18,8 @@ fn backend(protocol: AppProtocol) -> Backend {
         tls: BackendTls::Plain,
         max_requests: None,
         max_pending: None,
+        max_connections: None,
+        max_retries: None,
         connect_timeout: None,
         outlier: Default::default(),
         load: Arc::default(),

@@ -66,6 +66,15 @@ pub struct CircuitBreaker {
     /// `--max-pending-requests-per-backend`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_pending_requests: Option<u32>,
+    /// Connections open to a backend's endpoints (idle ones included) past which a request
+    /// that needs a new one closes an idle one of the backend's, or waits like a pending
+    /// request; default: no bound.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_connections: Option<u32>,
+    /// Retries in flight to a backend at once; past it a failed attempt is the answer
+    /// (default: only the retry budget bounds retries).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_parallel_retries: Option<u32>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -99,6 +108,14 @@ pub struct PassiveHealthCheck {
     /// longer, up to 5 minutes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base_ejection_time: Option<String>,
+    /// Ejected endpoints come back at the first sweep, every `interval`, after their
+    /// ejection has run out (default: as soon as it has).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval: Option<String>,
+    /// The most of a backend's endpoints ejected at once, in percent (one may always be);
+    /// default 100.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_ejection_percent: Option<u32>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -270,7 +270,7 @@ fn the_outlier_annotations_override_pier_defaults_field_by_field() {
         OutlierOverride {
             consecutive_failures: Some(0),
             ejection: Some(Duration::from_secs(90)),
-            any_5xx: None,
+            ..Default::default()
         }
     );
     let defaults = Outlier::default();

@@ -686,6 +686,7 @@ fn passive_health_checks_set_the_outlier_detection_of_the_rules_backends() {
             consecutive_failures: Some(5),
             ejection: Some(Duration::from_secs(30)),
             any_5xx: Some(true),
+            ..Default::default()
         },
         "Envoy Gateway's defaults"
     );
@@ -697,10 +698,24 @@ fn passive_health_checks_set_the_outlier_detection_of_the_rules_backends() {
             consecutive_failures: Some(3),
             ejection: Some(Duration::from_secs(10)),
             any_5xx: Some(false),
+            ..Default::default()
         }
+    );
+    let t = hc("  healthCheck:\n    passive: {interval: 2s, maxEjectionPercent: 50}");
+    assert_eq!(
+        (outlier_of(&t).interval, outlier_of(&t).max_ejection_percent),
+        (Some(Duration::from_secs(2)), Some(50))
     );
     assert!(outlier_of(&run("", &Carried::default())).is_none());
     for (spec, want) in [
+        (
+            "  healthCheck:\n    passive: {maxEjectionPercent: 101}",
+            "healthCheck.passive.maxEjectionPercent: 101 is not a percentage",
+        ),
+        (
+            "  healthCheck:\n    passive: {interval: 0s}",
+            "healthCheck.passive.interval: \"0s\" is not a duration from 1ms to 1h",
+        ),
         (
             "  healthCheck:\n    passive: {consecutive5XxErrors: 2, consecutiveGatewayErrors: 2}",
             "give consecutive5XxErrors or consecutiveGatewayErrors",
@@ -722,8 +737,8 @@ fn circuit_breakers_and_connect_timeouts_reach_the_rules_backends() {
     let p = |spec: &str| run(&compressing("cb", WEB, spec), &Carried::default());
     let backend_of = |t: &Translation| backend_at(t, "/read");
     let t = p(
-        "  circuitBreaker: {maxParallelRequests: 10, maxPendingRequests: 0}\n  timeout:\n    \
-         tcp: {connectTimeout: 250ms}",
+        "  circuitBreaker: {maxParallelRequests: 10, maxPendingRequests: 0, maxConnections: 4, \
+         maxParallelRetries: 2}\n  timeout:\n    tcp: {connectTimeout: 250ms}",
     );
     assert!(accepted(&t, "cb").0);
     let b = backend_of(&t);
@@ -731,6 +746,7 @@ fn circuit_breakers_and_connect_timeouts_reach_the_rules_backends() {
         (b.max_requests, b.max_pending, b.connect_timeout),
         (Some(10), Some(0), Some(Duration::from_millis(250)))
     );
+    assert_eq!((b.max_connections, b.max_retries), (Some(4), Some(2)));
     assert!(traffic_of(&t, "/read").is_none(), "nothing per request");
     let plain = backend_of(&run("", &Carried::default()));
     assert_eq!(
@@ -746,6 +762,10 @@ fn circuit_breakers_and_connect_timeouts_reach_the_rules_backends() {
         (
             "  circuitBreaker: {maxParallelRequests: 0}",
             "circuitBreaker.maxParallelRequests: must be at least 1",
+        ),
+        (
+            "  circuitBreaker: {maxConnections: 0}",
+            "circuitBreaker.maxConnections: must be at least 1",
         ),
         (
             "  timeout:\n    tcp: {connectTimeout: 1h}",
