@@ -39,7 +39,7 @@ use crate::proxy::drain::DrainToken;
 use crate::proxy::error::{DownstreamTlsFailure, ProxyError};
 use crate::proxy::exchange::Shared;
 use crate::proxy::exchange::send::{outcome, pick_endpoint};
-use crate::proxy::observe::metrics::{ConnectionGuard, StreamMode, StreamResult};
+use crate::proxy::observe::metrics::{StreamMode, StreamResult, UpstreamGuard};
 use crate::proxy::policy::route::pick_weighted;
 use crate::proxy::upstream;
 
@@ -317,7 +317,7 @@ async fn connect(
     backend: &Backend,
     endpoint: &Endpoint,
     tls: Option<&crate::model::UpstreamTls>,
-) -> Result<(upstream::Stream, ConnectionGuard), StreamResult> {
+) -> Result<(upstream::Stream, UpstreamGuard), StreamResult> {
     let result = shared
         .upstream
         .open_stream(backend, endpoint.addr, tls)

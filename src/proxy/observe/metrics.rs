@@ -403,7 +403,17 @@ pub struct StatusClass(u8);
 
 /// Decrements an open-connections gauge when dropped.
 #[derive(Debug)]
-pub struct ConnectionGuard(Gauge, Option<ConnectionSlot>);
+pub struct ConnectionGuard(Gauge);
+
+/// An open upstream connection: counted in the gauge, and holding its place under its
+/// backend's `maxConnections` when one applies, until dropped. (Apart from
+/// [`ConnectionGuard`], which every downstream connection holds and which stays one word.)
+#[must_use = "the connection counts as open until the guard is dropped"]
+#[derive(Debug)]
+pub struct UpstreamGuard {
+    _open: ConnectionGuard,
+    slot: Option<ConnectionSlot>,
+}
 
 // === impl ProxyMetrics ===
 
@@ -731,14 +741,14 @@ impl ProxyMetrics {
     pub fn connection(&self, port: u16) -> ConnectionGuard {
         let g = self.connections.get_or_create_owned(&PortLabels { port });
         g.inc();
-        ConnectionGuard(g, None)
+        ConnectionGuard(g)
     }
 
     /// Counts a parked connection while it lives.
     pub fn parked(&self, port: u16) -> ConnectionGuard {
         let g = self.parked.get_or_create_owned(&PortLabels { port });
         g.inc();
-        ConnectionGuard(g, None)
+        ConnectionGuard(g)
     }
 
     pub fn reclaimed(&self, port: u16) {
@@ -790,7 +800,7 @@ impl ProxyMetrics {
     }
 
     /// Counts a new upstream connection; the returned guard is held until it closes.
-    pub fn upstream_opened(&self, protocol: UpstreamProtocol, tls: Transport) -> ConnectionGuard {
+    pub fn upstream_opened(&self, protocol: UpstreamProtocol, tls: Transport) -> UpstreamGuard {
         self.upstream_opened
             .get_or_create(&UpstreamConnLabels { protocol, tls })
             .inc();
@@ -798,7 +808,10 @@ impl ProxyMetrics {
             .upstream_open
             .get_or_create_owned(&UpstreamProtocolLabels { protocol });
         open.inc();
-        ConnectionGuard(open, None)
+        UpstreamGuard {
+            _open: ConnectionGuard(open),
+            slot: None,
+        }
     }
 
     pub fn upstream_idle(&self) -> Gauge {
@@ -1057,10 +1070,10 @@ impl EncodeLabelValue for StatusClass {
     }
 }
 
-impl ConnectionGuard {
+impl UpstreamGuard {
     /// The guard, holding the connection's place under its backend's `maxConnections` too.
     pub fn holding(mut self, slot: Option<ConnectionSlot>) -> Self {
-        self.1 = slot;
+        self.slot = slot;
         self
     }
 }

@@ -52,7 +52,7 @@ use crate::model::{
 use crate::proxy::body::ProxyBody;
 use crate::proxy::config::ProxyConfig;
 use crate::proxy::error::ProxyError;
-use crate::proxy::observe::metrics::{ConnectionGuard, ProxyMetrics, Transport, UpstreamProtocol};
+use crate::proxy::observe::metrics::{ProxyMetrics, Transport, UpstreamGuard, UpstreamProtocol};
 use connect::{Conn, Connector, Dial, Failed, H1Sender, H2Sender};
 use pool::{Entry, Mode, Pool, ShortKey};
 
@@ -212,7 +212,7 @@ impl Upstream {
         backend: &Backend,
         addr: SocketAddr,
         tls: Option<&UpstreamTls>,
-    ) -> Result<(Stream, ConnectionGuard), ProxyError> {
+    ) -> Result<(Stream, UpstreamGuard), ProxyError> {
         let dial = Dial {
             backend: &backend.id,
             addr,
@@ -256,15 +256,9 @@ impl Upstream {
             },
             addr,
         };
-        let mut req = req;
-        let slot = loop {
-            req = match self.send_pooled(&entry, &shape, req).await {
-                Pooled::Done(result) => return result,
-                Pooled::Unsent(req) => req,
-            };
-            if let Some(slot) = self.room(backend, &entry, false).await? {
-                break slot;
-            }
+        let req = match self.send_pooled(&entry, &shape, req).await {
+            Pooled::Done(result) => return result,
+            Pooled::Unsent(req) => req,
         };
         let dial = Dial {
             backend: &backend.id,
@@ -276,7 +270,7 @@ impl Upstream {
         };
         // Boxed: connecting (TCP, TLS handshake, HTTP/2 handshake) takes kilobytes of future
         // state that would otherwise be part of, and moved with, every request's future.
-        Box::pin(self.send_new(entry, &dial, &shape, req, slot)).await
+        Box::pin(self.send_new(backend, entry, &dial, &shape, req)).await
     }
 
     /// Room for one more connection to `backend` under its `maxConnections`: `Some(slot)`
@@ -286,6 +280,8 @@ impl Upstream {
     /// pending request (`maxPendingRequests`, at most the connect timeout), looking again
     /// when a connection closes and every [`ROOM_TICK`] for one that came back to the pool;
     /// else [`ProxyError::BackendOverflow`] (503, counted).
+    /// Called from the boxed connect paths only, so none of it is in a request's future
+    /// while a pooled connection serves it.
     async fn room(
         &self,
         backend: &Backend,
@@ -298,8 +294,7 @@ impl Upstream {
         if let Some(slot) = ConnectionSlot::claim(&backend.load, max) {
             return Ok(Some(Some(slot)));
         }
-        // Boxed: the rare path, kept out of every request's future.
-        match Box::pin(self.wait_for_room(backend, entry, raw, max)).await {
+        match self.wait_for_room(backend, entry, raw, max).await {
             Some(room) => Ok(room),
             None => {
                 self.inner.metrics.overflow(&backend.id);
@@ -357,12 +352,27 @@ impl Upstream {
     /// Sends on a new connection.
     async fn send_new(
         &self,
+        backend: &Backend,
         entry: Arc<Entry>,
         dial: &Dial<'_>,
         shape: &Shape,
-        req: Request<ProxyBody>,
-        slot: Option<ConnectionSlot>,
+        mut req: Request<ProxyBody>,
     ) -> Result<Response<UpstreamBody>, ProxyError> {
+        // Room under the backend's `maxConnections`, or a connection that came back meanwhile.
+        let slot = loop {
+            if backend.max_connections.is_none() {
+                break None;
+            }
+            match self.room(backend, &entry, false).await? {
+                Some(slot) => break slot,
+                None => {
+                    req = match self.send_pooled(&entry, shape, req).await {
+                        Pooled::Done(result) => return result,
+                        Pooled::Unsent(req) => req,
+                    }
+                }
+            }
+        };
         // HTTP/2 connects are shared, and so is a TLS key's first connect when it may
         // negotiate h2: a burst of first requests then costs one handshake, not one each.
         let shared = match entry.mode() {

@@ -62,7 +62,7 @@ use tokio::io::{AsyncRead, ReadBuf};
 use super::connect::{Failed, H1Sender, H2Sender, Stream};
 use crate::model::{AppProtocol, Backend, BackendTls, Snapshot, UpstreamTls};
 use crate::proxy::fxhash::FxBuild;
-use crate::proxy::observe::metrics::ConnectionGuard;
+use crate::proxy::observe::metrics::UpstreamGuard;
 use crate::proxy::workers;
 
 /// Power of two. Enough that two cores never meet on one shard by accident.
@@ -654,7 +654,7 @@ impl Entry {
 /// A raw connection waiting in the pool.
 pub struct IdleRaw {
     pub(super) io: Stream,
-    pub(super) open: ConnectionGuard,
+    pub(super) open: UpstreamGuard,
     pub since: Instant,
 }
 

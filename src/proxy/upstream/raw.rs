@@ -16,9 +16,9 @@ use std::time::Instant;
 use super::connect::{Conn, Dial, Stream, offers_h2};
 use super::pool::{Entry, IdleRaw, Mode, ShortKey};
 use super::{Target, Upstream};
-use crate::model::ConnectionSlot;
+use crate::model::Backend;
 use crate::proxy::error::ProxyError;
-use crate::proxy::observe::metrics::{ConnectionGuard, Transport, UpstreamProtocol};
+use crate::proxy::observe::metrics::{Transport, UpstreamGuard, UpstreamProtocol};
 
 /// What [`Upstream::raw`] found for a target.
 pub enum Raw {
@@ -31,7 +31,7 @@ pub enum Raw {
 pub struct RawConn {
     entry: Arc<Entry>,
     io: Stream,
-    open: ConnectionGuard,
+    open: UpstreamGuard,
     /// Came from the pool (a failure before any response byte may be a stale connection).
     pub reused: bool,
 }
@@ -51,25 +51,15 @@ impl Upstream {
             protocol: backend.protocol,
         };
         let entry = self.inner.pool.entry(key, tls.map(|u| &u.server_name));
-        let slot = loop {
-            match entry.mode() {
-                Mode::Http2 => return Ok(Raw::Http2),
-                Mode::Http1 => {
-                    if let Some(idle) = entry.checkout_raw() {
-                        return Ok(Raw::Conn(RawConn {
-                            entry,
-                            io: idle.io,
-                            open: idle.open,
-                            reused: true,
-                        }));
-                    }
+        match entry.mode() {
+            Mode::Http2 => return Ok(Raw::Http2),
+            Mode::Http1 => {
+                if let Some(idle) = entry.checkout_raw() {
+                    return Ok(Raw::Conn(RawConn::pooled(entry, idle)));
                 }
-                Mode::Unknown => {}
             }
-            if let Some(slot) = self.room(backend, &entry, true).await? {
-                break slot;
-            }
-        };
+            Mode::Unknown => {}
+        }
         let dial = Dial {
             backend: &backend.id,
             addr,
@@ -79,15 +69,29 @@ impl Upstream {
             connect_timeout: backend.connect_timeout,
         };
         // Boxed, as in `send`: connecting is kilobytes of future state.
-        Box::pin(self.raw_new(entry, &dial, slot)).await
+        Box::pin(self.raw_new(backend, entry, &dial)).await
     }
 
     async fn raw_new(
         &self,
+        backend: &Backend,
         entry: Arc<Entry>,
         dial: &Dial<'_>,
-        slot: Option<ConnectionSlot>,
     ) -> Result<Raw, ProxyError> {
+        // Room under the backend's `maxConnections`, or a connection that came back meanwhile.
+        let slot = loop {
+            if backend.max_connections.is_none() {
+                break None;
+            }
+            match self.room(backend, &entry, true).await? {
+                Some(slot) => break slot,
+                None => {
+                    if let Some(idle) = entry.checkout_raw() {
+                        return Ok(Raw::Conn(RawConn::pooled(entry, idle)));
+                    }
+                }
+            }
+        };
         // A TLS key that may negotiate h2 learns what it speaks from one connection at a time,
         // like hyper's shared connect: a burst of first requests then opens one HTTP/2
         // connection, not one each.
@@ -134,6 +138,15 @@ impl Upstream {
 // === impl RawConn ===
 
 impl RawConn {
+    fn pooled(entry: Arc<Entry>, idle: IdleRaw) -> Self {
+        Self {
+            entry,
+            io: idle.io,
+            open: idle.open,
+            reused: true,
+        }
+    }
+
     pub fn io(&mut self) -> &mut Stream {
         &mut self.io
     }
