@@ -447,3 +447,102 @@ spec:
         );
     }
 }
+
+/// `curl` (the real client) sending `size` bytes to `url` with `args` (how: a declared length,
+/// chunked, HTTP/2 without a length); the status it got.
+async fn upload(url: String, size: usize, args: &'static [&'static str]) -> u16 {
+    tokio::task::spawn_blocking(move || {
+        use std::io::Write;
+        let mut child = std::process::Command::new("curl")
+            .args([
+                "-s",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                "--max-time",
+                "10",
+            ])
+            .args(args)
+            .arg(&url)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("curl");
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(&vec![b'x'; size])
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        String::from_utf8_lossy(&out.stdout).parse().unwrap_or(0)
+    })
+    .await
+    .unwrap()
+}
+
+/// `requestBuffer`: bodies up to the limit (1Ki) reach the backend whole, with their length
+/// (a chunked one too); a longer one is answered 413 and nothing reaches the backend, whether
+/// its length is declared (HTTP/1.1's fast path), chunked (hyper's path) or unknown
+/// (HTTP/2). A route without the policy streams a long chunked body as it comes.
+#[tokio::test]
+async fn a_policy_request_buffer_sends_whole_bodies_and_refuses_longer_ones() {
+    let echo = pier::echo::spawn("127.0.0.1:0".parse().unwrap(), "a")
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (port, admin) = (free_port(), free_port());
+    let manifests = format!(
+        "{}---\n{}---\n{}---\n{}---\n{}",
+        gateway(port),
+        service("a", echo.addr),
+        route("buffered", "/buffered", "a"),
+        route("streamed", "/streamed", "a"),
+        route_policy(
+            "BackendTrafficPolicy",
+            "buffer",
+            "buffered",
+            "  requestBuffer: {limit: 1Ki}\n",
+        ),
+    );
+    std::fs::write(dir.path().join("all.yaml"), &manifests).unwrap();
+    let _pier = start_pier(dir.path(), admin, &[], &[]).await;
+    let url = |path: &str| format!("http://127.0.0.1:{port}{path}");
+    const DECLARED: &[&str] = &["--data-binary", "@-"];
+    const CHUNKED: &[&str] = &["-H", "transfer-encoding: chunked", "--data-binary", "@-"];
+    const H2_UNKNOWN: &[&str] = &["--http2-prior-knowledge", "-T", "-", "-X", "POST"];
+    for how in [DECLARED, CHUNKED, H2_UNKNOWN] {
+        let before = echo.requests().len();
+        assert_eq!(
+            upload(url("/buffered/long"), 1025, how).await,
+            413,
+            "{how:?}"
+        );
+        assert_eq!(
+            echo.requests().len(),
+            before,
+            "{how:?}: nothing reaches the backend"
+        );
+        assert_eq!(
+            upload(url("/buffered/short"), 1024, how).await,
+            200,
+            "{how:?}"
+        );
+        let seen = echo.requests().last().cloned().unwrap();
+        assert_eq!(seen.body_bytes, 1024, "{how:?}");
+        assert_eq!(
+            seen.headers.get("content-length").map(|v| v[0].as_str()),
+            Some("1024"),
+            "{how:?}: sent whole, with its length: {seen:?}"
+        );
+        assert!(!seen.headers.contains_key("transfer-encoding"), "{seen:?}");
+    }
+    assert_eq!(upload(url("/streamed"), 100_000, CHUNKED).await, 200);
+    let seen = echo.requests().last().cloned().unwrap();
+    assert_eq!(seen.body_bytes, 100_000);
+    assert!(
+        seen.headers.contains_key("transfer-encoding"),
+        "streamed: {seen:?}"
+    );
+}

@@ -65,6 +65,10 @@ pub struct TrafficPolicy {
     /// `healthCheck.active`: put on the rules the policy reaches (`Rule::health`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub health: Option<Arc<super::health::ActiveCheck>>,
+    /// `requestBuffer.limit`: request bodies are read whole, up to this many bytes, before
+    /// the request goes upstream (413 above it; `proxy::phase::request_buffer`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_buffer: Option<u64>,
     /// `healthCheck.passive`, `circuitBreaker`, `timeout.tcp`: set on the backends of the
     /// rules the policy reaches at translation (`BackendSet::with_override`).
     #[serde(skip_serializing_if = "super::backend::BackendOverride::is_none")]
@@ -500,6 +504,7 @@ impl TrafficPolicy {
             || self.compression.is_some()
             || self.faults.is_some()
             || self.balance.is_some()
+            || self.request_buffer.is_some()
     }
 
     /// A rule's view of the policy: one bucket table per limit rule, from `tables` by the

@@ -12,6 +12,8 @@
 //!                external authorizer comes first; the decision and principal recorded in
 //!                `Seen`) ─> rate limits (BackendTrafficPolicy, 429) ─> redirect, or the
 //!                backendRef to forward to
+//! request_buffer (rules with requestBuffer) the body's limit: 413 for a longer declared
+//!                body; hyper's path reads it whole before the exchange
 //! global_limits  (hyper's path, rules with global rate limits) one call to the rate-limit
 //!                service (429; no answer: on, or 500 under failClosed)
 //! ext_auth       (hyper's path, rules with an authorizer) the authorizers, then the
@@ -53,6 +55,7 @@ use crate::proxy::observe::trace::{self, RequestLine, TRACEPARENT, TRACESTATE};
 use crate::proxy::policy::compress;
 pub use crate::proxy::policy::compress::Negotiated;
 use crate::proxy::policy::{access as access_policy, head, route as routing};
+use crate::proxy::validate::Invalid;
 
 mod ext_auth;
 
@@ -220,6 +223,22 @@ pub fn limits(
         headers: input.headers,
     };
     (traffic.take(&req, now)).map_err(ProxyError::RateLimited)
+}
+
+/// Request buffer (rules with a BackendTrafficPolicy's `requestBuffer`): the most body bytes
+/// the request may have, read whole before anything goes upstream; a `declared` length above
+/// it is 413 at once. `None`: the rule streams bodies. The fast path holds every body it
+/// forwards whole already (declared, at most 64 KiB), so it only checks the length; hyper's
+/// path reads the body to its end within the limit (413 past it).
+#[inline]
+pub fn request_buffer(rule: &Rule, declared: Option<u64>) -> Result<Option<u64>, ProxyError> {
+    let Some(limit) = rule.traffic.as_ref().and_then(|t| t.policy.request_buffer) else {
+        return Ok(None);
+    };
+    if declared.is_some_and(|n| n > limit) {
+        return Err(ProxyError::Invalid(Invalid::BodyTooLarge));
+    }
+    Ok(Some(limit))
 }
 
 /// Whether this request falls in `share`.

@@ -116,6 +116,7 @@ fn entry(
             request_timeout: None,
             balance: None,
             health: None,
+            request_buffer: None,
             backends: Default::default(),
         },
         "nothing of this policy is in force",
@@ -181,6 +182,7 @@ fn traffic_policy(
         request_timeout: request_timeout(spec.timeout.as_ref())?,
         balance: balance(spec.load_balancer.as_ref())?,
         health: active_check(source, spec.health_check.as_ref())?.map(Arc::new),
+        request_buffer: request_buffer(spec.request_buffer.as_ref())?,
         backends: BackendOverride {
             outlier: passive_check(spec.health_check.as_ref())?.unwrap_or_default(),
             max_requests: (spec.circuit_breaker.as_ref())
@@ -606,6 +608,23 @@ fn compression(spec: &BackendTrafficPolicySpec) -> Result<Option<Compression>, S
     Ok(Some(Compression {
         compressors: compressors.into(),
     }))
+}
+
+/// The largest `requestBuffer.limit`: every request of a rule under it may hold this much
+/// memory while its body is read.
+const MAX_REQUEST_BUFFER: u64 = 64 << 20;
+
+/// `requestBuffer.limit`, from 1 byte to [`MAX_REQUEST_BUFFER`].
+fn request_buffer(b: Option<&api::RequestBuffer>) -> Result<Option<u64>, String> {
+    let Some(b) = b else { return Ok(None) };
+    match quantity(&b.limit.0) {
+        Ok(n) if (1..=MAX_REQUEST_BUFFER).contains(&n) => Ok(Some(n)),
+        Ok(n) => Err(format!(
+            "requestBuffer.limit: {n} bytes is not from 1 byte to 64Mi (the body is held in \
+             memory)"
+        )),
+        Err(e) => Err(format!("requestBuffer.limit: {e}")),
+    }
 }
 
 /// Envoy's default `min_content_length`.

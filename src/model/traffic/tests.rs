@@ -29,6 +29,7 @@ fn traffic(rules: Vec<LimitRule>) -> RuleTraffic {
         request_timeout: None,
         balance: None,
         health: None,
+        request_buffer: None,
         backends: Default::default(),
     });
     policy.for_route(
@@ -241,6 +242,7 @@ fn a_route_has_its_own_tables_unless_the_rule_is_shared() {
         request_timeout: None,
         balance: None,
         health: None,
+        request_buffer: None,
         backends: Default::default(),
     });
     let mut keys = vec![];

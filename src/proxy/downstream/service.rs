@@ -326,7 +326,7 @@ async fn forward<'s>(
     conn: &ConnInfo,
     routed: &Routed<'s>,
     answer: Answer<'s>,
-    (req, edge, prefix): (Request<Incoming>, &Edge, Option<bytes::Bytes>),
+    (req, edge, mut prefix): (Request<Incoming>, &Edge, Option<bytes::Bytes>),
     seen: &mut Seen<'s>,
 ) -> Result<Response<ProxyBody>, ProxyError> {
     let rule = &*routed.entry.rule;
@@ -362,12 +362,29 @@ async fn forward<'s>(
         Some(_) => None,
         None => phase::balance(shared, rule, backend, edge, &parts.headers, &mut lb_cookie),
     };
+    // A policy's `requestBuffer`: the body read whole (within its limit) before anything
+    // goes upstream; a part read for an external authorizer first is put back in front.
+    let body = match phase::request_buffer(rule, body.size_hint().exact())? {
+        Some(limit) if !upgrade => {
+            // Boxed: only such rules pay for the read's state.
+            let rest = Box::pin(retry::buffer(shared, backend, body, Some(limit))).await?;
+            ReqBody::Whole(match (prefix.take(), rest) {
+                (Some(p), Some(r)) => Some([p, r].concat().into()),
+                (p, r) => p.or(r),
+            })
+        }
+        _ => ReqBody::Streamed(body),
+    };
     // A body partly read for an external authorizer is not replayed (not kept whole).
     if let Some(policy) = rule.retries()
         && !upgrade
         && prefix.is_none()
-        && retry::replayable(&body)
+        && body.replayable()
     {
+        let bytes = match body {
+            ReqBody::Whole(bytes) => bytes,
+            ReqBody::Streamed(body) => Box::pin(retry::buffer(shared, backend, body, None)).await?,
+        };
         let req = Retried {
             rule,
             policy,
@@ -379,7 +396,8 @@ async fn forward<'s>(
                 .or(balanced.map(|e| e.addr)),
         };
         // Boxed: the retry loop's state is only paid for by requests that may retry.
-        let (resp, in_flight) = Box::pin(retry::forward(shared, snapshot, req, body, seen)).await?;
+        let (resp, in_flight) =
+            Box::pin(retry::forward(shared, snapshot, req, bytes, seen)).await?;
         let mut resp = finish_response(shared, resp, rule, &answer, in_flight);
         // The first attempt goes to the session's endpoint; the one that answered (after any
         // retries) carries the session on.
@@ -391,24 +409,9 @@ async fn forward<'s>(
         }
         return Ok(resp);
     }
-    // A body that fails is the client's fault (400, 408), not the backend's: `fault` says so.
-    let fault = (!upgrade && !body.is_end_stream()).then(Arc::<FaultCell>::default);
-    seen.body = fault.clone();
-    let body = match &fault {
-        Some(fault) => {
-            // A slow body to an HTTP/1.1 upstream holds a whole connection: bound its pace.
-            let pace = match backend.protocol {
-                AppProtocol::H2c => None,
-                _ => shared.config.limits.body_pace,
-            };
-            let max = shared.config.limits.max_request_body;
-            body::boxed(ClientBody::new(body, fault.clone(), pace, max))
-        }
-        None => body::boxed(body),
-    };
-    let body = match prefix {
-        Some(p) => body::boxed(phase::Prefixed::new(p, body)),
-        None => body,
+    let (body, fault) = match body {
+        ReqBody::Whole(bytes) => (bytes.map_or_else(body::empty, body::full), None),
+        ReqBody::Streamed(body) => streamed(shared, backend, body, prefix, upgrade, seen),
     };
     let body = if upgrade {
         body
@@ -451,6 +454,55 @@ async fn forward<'s>(
         resp.headers_mut().append(http::header::SET_COOKIE, c);
     }
     Ok(resp)
+}
+
+/// What [`forward`] sends: the client's body as it comes, or read whole first (a policy's
+/// `requestBuffer`; `None`: there was none).
+enum ReqBody {
+    Streamed(Incoming),
+    Whole(Option<bytes::Bytes>),
+}
+
+impl ReqBody {
+    /// Whether the request can be sent again (retries): read whole, or short enough to be.
+    fn replayable(&self) -> bool {
+        match self {
+            ReqBody::Streamed(body) => retry::replayable(body),
+            ReqBody::Whole(_) => true,
+        }
+    }
+}
+
+/// The client's body as it streams upstream: under the pace and size limits, with the part an
+/// external authorizer read put back in front. A body that fails is the client's fault (400,
+/// 408), not the backend's: the returned cell (also in `seen.body`) says so.
+fn streamed(
+    shared: &Shared,
+    backend: &crate::model::Backend,
+    body: Incoming,
+    prefix: Option<bytes::Bytes>,
+    upgrade: bool,
+    seen: &mut Seen<'_>,
+) -> (ProxyBody, Option<Arc<FaultCell>>) {
+    let fault = (!upgrade && !body.is_end_stream()).then(Arc::<FaultCell>::default);
+    seen.body = fault.clone();
+    let body = match &fault {
+        Some(fault) => {
+            // A slow body to an HTTP/1.1 upstream holds a whole connection: bound its pace.
+            let pace = match backend.protocol {
+                AppProtocol::H2c => None,
+                _ => shared.config.limits.body_pace,
+            };
+            let max = shared.config.limits.max_request_body;
+            body::boxed(ClientBody::new(body, fault.clone(), pace, max))
+        }
+        None => body::boxed(body),
+    };
+    let body = match prefix {
+        Some(p) => body::boxed(phase::Prefixed::new(p, body)),
+        None => body,
+    };
+    (body, fault)
 }
 
 fn finish_response(

@@ -95,11 +95,10 @@ pub async fn forward<'s>(
     shared: &Shared,
     snapshot: &Arc<Snapshot>,
     req: Retried<'s, '_>,
-    body: Incoming,
+    bytes: Option<Bytes>,
     seen: &mut Seen<'s>,
 ) -> Result<(Response<UpstreamBody>, InFlight), ProxyError> {
     let backend = req.backend;
-    let bytes = buffer(shared, backend, body).await?;
     let budget = shared.retry_budgets.of(&backend.id, shared.clock.now_ms());
     budget.deposit(shared.clock.now_ms());
     let mut retries = 0;
@@ -201,12 +200,14 @@ fn retry_reason(
     }
 }
 
-/// The request body, read whole (bounded by [`replayable`]), under the same pace limits as a
-/// streamed one; `None` when there is none.
-async fn buffer(
+/// The request body, read whole within `max` bytes (past it: [`BodyFault::TooLarge`], 413),
+/// under the same pace limits as a streamed one; `None` when there is none. For retries
+/// (bounded by [`replayable`]) and a BackendTrafficPolicy's `requestBuffer`.
+pub async fn buffer(
     shared: &Shared,
     backend: &Backend,
     body: Incoming,
+    max: Option<u64>,
 ) -> Result<Option<Bytes>, ProxyError> {
     if body.is_end_stream() {
         return Ok(None);
@@ -216,9 +217,12 @@ async fn buffer(
         AppProtocol::H2c => None,
         _ => shared.config.limits.body_pace,
     };
-    // Trailers are not kept: only bodies with a declared length are buffered, and HTTP/1.1
-    // cannot send trailers with one.
-    let max = shared.config.limits.max_request_body;
+    // Trailers are not kept: a body read whole goes out with a declared length, and
+    // HTTP/1.1 cannot send trailers with one.
+    let max = match (max, shared.config.limits.max_request_body) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
     match ClientBody::new(body, fault.clone(), pace, max)
         .collect()
         .await

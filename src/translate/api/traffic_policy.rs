@@ -3,7 +3,7 @@
 //! `targetRefs`. Field names are Envoy Gateway's (`gateway.envoyproxy.io/v1alpha1`
 //! BackendTrafficPolicy) where the concept is the same, so policies move over by changing
 //! `apiVersion`. This version reads `rateLimit.local`, `rateLimit.global`, `compressor`,
-//! `faultInjection`, `timeout.http.requestTimeout`, `loadBalancer` and `healthCheck.active`; the
+//! `faultInjection`, `timeout`, `loadBalancer`, `healthCheck`, `circuitBreaker` and `requestBuffer`; the
 //! CRD grows with each feature, so the API server never stores a field pier would ignore.
 
 use kube::CustomResource;
@@ -53,6 +53,18 @@ pub struct BackendTrafficPolicySpec {
     /// Limits on the requests in flight to the targets' backends.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub circuit_breaker: Option<CircuitBreaker>,
+    /// Request bodies are read whole before the request goes upstream, up to `limit` (413
+    /// above it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_buffer: Option<RequestBuffer>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RequestBuffer {
+    /// The largest body read whole: bytes, or a quantity (`64Ki`, `4Mi`), at most 64Mi. A
+    /// request with a longer body is answered 413 and nothing reaches the backend.
+    pub limit: k8s_openapi::apimachinery::pkg::api::resource::Quantity,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -778,3 +778,44 @@ fn circuit_breakers_and_connect_timeouts_reach_the_rules_backends() {
         assert!(message.contains(want), "{message} lacks {want}");
     }
 }
+
+#[test]
+fn a_request_buffer_is_a_limit_the_rules_requests_carry() {
+    let p = |spec: &str| run(&compressing("rb", WEB, spec), &Carried::default());
+    let t = p("  requestBuffer: {limit: 4Mi}");
+    assert!(accepted(&t, "rb").0);
+    let traffic = traffic_of(&t, "/read").expect("a limit per request");
+    assert_eq!(traffic.policy.request_buffer, Some(4 << 20));
+    assert!(
+        !traffic.needs_hyper(),
+        "the fast path checks the length itself"
+    );
+    assert!(
+        traffic_of(&t, "/api").is_none(),
+        "another route is not limited"
+    );
+    let t = p("  requestBuffer: {limit: 1024}");
+    assert_eq!(
+        traffic_of(&t, "/read").unwrap().policy.request_buffer,
+        Some(1024)
+    );
+    for (spec, want) in [
+        (
+            "  requestBuffer: {limit: 65Mi}",
+            "requestBuffer.limit: 68157440 bytes is not from 1 byte to 64Mi",
+        ),
+        (
+            "  requestBuffer: {limit: 0}",
+            "requestBuffer.limit: 0 bytes",
+        ),
+        (
+            "  requestBuffer: {limit: lots}",
+            "requestBuffer.limit: \"lots\" is not a quantity of bytes",
+        ),
+    ] {
+        let t = p(spec);
+        let (ok, reason, message) = accepted(&t, "rb");
+        assert!(!ok && reason == "Invalid", "{spec}");
+        assert!(message.contains(want), "{message} lacks {want}");
+    }
+}

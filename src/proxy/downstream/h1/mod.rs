@@ -863,6 +863,10 @@ fn plan<'s>(
         }
         Err(e) => return Plan::Respond(common, Err(e)),
     };
+    // The body is whole in `rbuf` already: only its length is checked.
+    if let Err(e) = phase::request_buffer(rule, Some(req.body_len as u64)) {
+        return Plan::Respond(common, Err(e));
+    }
     // Mirrors copy the body through hyper's body types; retries (`service` → `retry`) send
     // the request again, which the fast path's single exchange does not; session persistence
     // reads the request's cookies and adds its own to the response.
