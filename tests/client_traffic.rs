@@ -11,7 +11,8 @@
 //! listener, not on another; idle HTTP/1.1 and HTTP/2 connections closed after the policy's
 //! two seconds there, kept on the other; `path`: escaped slashes refused and slashes merged
 //! on one listener; `headers`: names with `_` refused on one listener, dropped on another, and
-//! an untrusted request ID kept there; each on both request paths.
+//! an untrusted request ID kept there; each on both request paths. `requestReceivedTimeout`:
+//! a request whose head or body (declared, chunked, HTTP/2) is not whole in time gets 408.
 
 mod support;
 
@@ -607,4 +608,150 @@ async fn connection_limits_and_trusted_proxies_per_listener() {
     for tcp in &mut idle {
         assert!(!closed_within(tcp, Duration::from_millis(100)).await);
     }
+}
+
+/// What the server sends on `tcp` until it closes it (or `wait` passes): its bytes, and
+/// whether it closed.
+async fn answer_within(tcp: &mut TcpStream, wait: Duration) -> (String, bool) {
+    let mut buf = [0u8; 4096];
+    let mut seen = Vec::new();
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        match tokio::time::timeout_at(deadline, tcp.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return (String::from_utf8_lossy(&seen).into(), true),
+            Ok(Ok(n)) => seen.extend_from_slice(&buf[..n]),
+            Err(_) => return (String::from_utf8_lossy(&seen).into(), false),
+        }
+    }
+}
+
+/// `timeout.http.requestReceivedTimeout` (800 ms on `slow`): a request whose head, declared
+/// body (HTTP/1.1's fast path), chunked body (hyper's path) or HTTP/2 body is not whole in
+/// time gets 408 and its connection closes; one that is whole in time is answered; on `open`,
+/// without the policy, the same slow request waits on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_not_received_in_time_gets_408() {
+    use tokio::io::AsyncWriteExt;
+    init();
+    let echo = pier::echo::spawn(SocketAddr::from(([127, 0, 0, 1], 0)), "a")
+        .await
+        .unwrap();
+    let (slow, open) = (free_port(), free_port());
+    let dir = tempfile::tempdir().unwrap();
+    let gateway = format!(
+        "{GATEWAY_CLASS}---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: plain, namespace: default}}
+spec:
+  gatewayClassName: pier
+  listeners:
+    - {{name: slow, protocol: HTTP, port: {slow}}}
+    - {{name: open, protocol: HTTP, port: {open}}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: web, namespace: default}}
+spec:
+  parentRefs: [{{name: plain}}]
+  rules:
+    - backendRefs: [{{name: a, port: 80}}]
+---
+apiVersion: pier.dev/v1alpha1
+kind: ClientTrafficPolicy
+metadata: {{name: slow, namespace: default}}
+spec:
+  targetRefs:
+    - {{group: gateway.networking.k8s.io, kind: Gateway, name: plain, sectionName: slow}}
+  timeout:
+    http: {{requestReceivedTimeout: 800ms}}
+"
+    );
+    let files = [("gw.yaml", gateway), ("svc.yaml", service("a", echo.addr))];
+    let _pier = run_manifests(dir.path(), &files).await;
+    // HTTP/2: 10 bytes of a body that then stalls (a client that reads its answer while it
+    // uploads; curl's `-T -` reads nothing until its input ends).
+    let tcp = TcpStream::connect(local(slow)).await.unwrap();
+    let (mut send, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(tcp),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    let (mut tx, rx) = futures::channel::mpsc::channel::<
+        Result<http_body::Frame<bytes::Bytes>, std::convert::Infallible>,
+    >(1);
+    let req = http::Request::post(format!("http://127.0.0.1:{slow}/"))
+        .body(http_body_util::StreamBody::new(rx))
+        .unwrap();
+    let started = std::time::Instant::now();
+    let answer = tokio::spawn(async move { send.send_request(req).await });
+    futures::SinkExt::send(
+        &mut tx,
+        Ok(http_body::Frame::data(bytes::Bytes::from_static(
+            b"0123456789",
+        ))),
+    )
+    .await
+    .unwrap();
+    let resp = tokio::time::timeout(Duration::from_secs(3), answer)
+        .await
+        .expect("an answer while the body stalls")
+        .unwrap()
+        .unwrap();
+    assert_eq!(resp.status(), 408, "HTTP/2");
+    assert!(
+        started.elapsed() >= Duration::from_millis(750),
+        "{:?}",
+        started.elapsed()
+    );
+    drop(tx);
+    let partial: [&[u8]; 3] = [
+        b"GET / HTTP/1.1\r\nHost: x\r\n",
+        b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n12345",
+        b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n12345\r\n",
+    ];
+    for bytes in partial {
+        let what = String::from_utf8_lossy(bytes)
+            .lines()
+            .next()
+            .unwrap_or("")
+            .to_string()
+            + if bytes.ends_with(b"\r\n") {
+                " (head or chunk)"
+            } else {
+                " (body)"
+            };
+        let started = std::time::Instant::now();
+        let mut tcp = TcpStream::connect(local(slow)).await.unwrap();
+        tcp.write_all(bytes).await.unwrap();
+        let (answer, closed) = answer_within(&mut tcp, Duration::from_secs(5)).await;
+        assert!(answer.starts_with("HTTP/1.1 408"), "{what}: {answer:?}");
+        assert!(closed, "{what}");
+        let took = started.elapsed();
+        assert!(
+            took >= Duration::from_millis(750) && took < Duration::from_secs(3),
+            "{what}: {took:?}"
+        );
+        // Without the policy the same request is still waited for.
+        let mut tcp = TcpStream::connect(local(open)).await.unwrap();
+        tcp.write_all(bytes).await.unwrap();
+        let (answer, closed) = answer_within(&mut tcp, Duration::from_millis(1500)).await;
+        assert!(answer.is_empty() && !closed, "{what} on open: {answer:?}");
+    }
+    // Whole in time, in several pieces: answered.
+    let mut tcp = TcpStream::connect(local(slow)).await.unwrap();
+    tcp.write_all(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nab")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    tcp.write_all(b"cd").await.unwrap();
+    let mut buf = vec![0u8; 4096];
+    let n = tcp.read(&mut buf).await.unwrap();
+    assert!(
+        buf[..n].starts_with(b"HTTP/1.1 200"),
+        "{:?}",
+        String::from_utf8_lossy(&buf[..n])
+    );
 }

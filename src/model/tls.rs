@@ -227,7 +227,8 @@ pub enum EscapedSlashes {
 /// Settings of a connection, decided before any request says which listener it is for: what
 /// one ClientTrafficPolicy sets, and what a port's connections get of its listeners'
 /// policies together ([`PortClient::of`]). Unset fields: the flags'. Listeners that
-/// share a port and differ: the smallest connection limit and idle timeout apply, forwarding
+/// share a port and differ: the smallest connection limit, idle timeout and request receive
+/// timeout apply, forwarding
 /// headers are believed only when every listener believes the same proxies (else nobody's),
 /// slashes are merged as `--merge-slashes` says and escaped slashes refused, header names with
 /// `_` get the strictest handling, and untrusted request IDs are kept only if every listener
@@ -243,6 +244,10 @@ pub struct PortClient {
     /// How long a connection may idle (`None`: the flags').
     #[serde(skip_serializing_if = "Option::is_none")]
     pub idle_timeout: Option<std::time::Duration>,
+    /// How long a request (head and body) may take to arrive from its first byte
+    /// (`timeout.http.requestReceivedTimeout`; `None`: no bound of its own).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_received: Option<std::time::Duration>,
     /// Merge runs of `/` (`None`: `--merge-slashes`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub merge_slashes: Option<bool>,
@@ -263,6 +268,7 @@ impl PortClient {
     pub fn of<'p>(policies: impl IntoIterator<Item = Option<&'p PortClient>>) -> Option<Self> {
         let mut limit: Option<u32> = None;
         let mut idle: Option<std::time::Duration> = None;
+        let mut received: Option<std::time::Duration> = None;
         let mut merge: Option<Option<bool>> = None;
         let mut escaped: Option<Option<EscapedSlashes>> = None;
         let (mut merge_agree, mut escaped_agree) = (true, true);
@@ -276,6 +282,9 @@ impl PortClient {
             }
             if let Some(t) = p.and_then(|p| p.idle_timeout) {
                 idle = Some(idle.map_or(t, |m| m.min(t)));
+            }
+            if let Some(t) = p.and_then(|p| p.request_received) {
+                received = Some(received.map_or(t, |m| m.min(t)));
             }
             let m = p.and_then(|p| p.merge_slashes);
             merge_agree &= *merge.get_or_insert(m) == m;
@@ -302,6 +311,7 @@ impl PortClient {
             connection_limit: limit,
             trusted_proxies,
             idle_timeout: idle,
+            request_received: received,
             // Listeners that disagree: the flag's merging, and escaped slashes refused (a
             // request must not be routed one way on one listener and another on the next).
             merge_slashes: merge.flatten().filter(|_| merge_agree),

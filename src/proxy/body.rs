@@ -192,7 +192,17 @@ struct Paced {
     pace: BodyPace,
     started: Instant,
     timer: Pin<Box<Sleep>>,
+    /// The body must have ended by then, however it paces (`ClientBody::until`).
+    until: Option<Instant>,
 }
+
+/// The pace of a body bounded only by [`ClientBody::until`]: no idle or rate limit of its
+/// own that the deadline would not come first.
+const UNPACED: BodyPace = BodyPace {
+    idle: Duration::from_secs(24 * 3600),
+    min_rate: 0,
+    grace: Duration::ZERO,
+};
 
 impl<B> ClientBody<B> {
     /// `max_len`: a body longer than this fails with [`BodyFault::TooLarge`].
@@ -208,6 +218,7 @@ impl<B> ClientBody<B> {
                 pace,
                 started,
                 timer: Box::pin(tokio::time::sleep_until(started)),
+                until: None,
             };
             p.rearm(started, 0);
             p
@@ -218,6 +229,26 @@ impl<B> ClientBody<B> {
             pace,
             max_len,
         }
+    }
+}
+
+impl<B> ClientBody<B> {
+    /// The body must have ended by `until` (a ClientTrafficPolicy's `requestReceivedTimeout`
+    /// from the request's arrival), else it fails with [`BodyFault::TooSlow`] (408).
+    pub fn until(mut self, until: Option<Instant>) -> Self {
+        let Some(until) = until else {
+            return self;
+        };
+        let read = self.fault.read();
+        let p = self.pace.get_or_insert_with(|| Paced {
+            pace: UNPACED,
+            started: Instant::now(),
+            timer: Box::pin(tokio::time::sleep_until(until)),
+            until: None,
+        });
+        p.until = Some(until);
+        p.rearm(Instant::now(), read);
+        self
     }
 }
 
@@ -232,6 +263,7 @@ impl Paced {
             let earned = Duration::from_secs_f64(received as f64 / f64::from(self.pace.min_rate));
             idle.min(self.started + earned.max(self.pace.grace))
         };
+        let deadline = self.until.map_or(deadline, |u| deadline.min(u));
         self.timer.as_mut().reset(deadline);
     }
 }

@@ -101,6 +101,13 @@ impl ConnInfo {
             .unwrap_or(flags)
     }
 
+    /// How long a request may take to arrive from its first byte (the port's policy's
+    /// `requestReceivedTimeout`), if it is bounded.
+    #[inline]
+    pub fn request_received_timeout(&self) -> Option<std::time::Duration> {
+        self.client.as_ref().and_then(|c| c.request_received)
+    }
+
     /// The snapshot port the connection arrived on.
     pub fn key(&self) -> crate::model::PortKey {
         crate::model::PortKey {

@@ -137,6 +137,20 @@ fn client_policy(source: &str, spec: &ClientTrafficPolicySpec) -> Result<ClientP
             }
         },
     };
+    let request_received = match (spec.timeout.as_ref())
+        .and_then(|t| t.http.as_ref()?.request_received_timeout.as_deref())
+    {
+        None => None,
+        Some(s) => match api::duration(s) {
+            Some(d) if !d.is_zero() && d <= std::time::Duration::from_secs(3600) => Some(d),
+            _ => {
+                return Err(format!(
+                    "timeout.http.requestReceivedTimeout: {s:?} is not a duration from 1ms to 1h \
+                     (such as 10s)"
+                ));
+            }
+        },
+    };
     let path = spec.path.as_ref();
     let escaped_slashes = match path.and_then(|p| p.escaped_slashes_action.as_deref()) {
         None => None,
@@ -176,6 +190,7 @@ fn client_policy(source: &str, spec: &ClientTrafficPolicySpec) -> Result<ClientP
             connection_limit,
             trusted_proxies: trusted_proxies.map(Arc::new),
             idle_timeout,
+            request_received,
             merge_slashes: path.and_then(|p| p.disable_merge_slashes).map(|d| !d),
             escaped_slashes,
             underscores,

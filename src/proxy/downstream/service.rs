@@ -235,7 +235,7 @@ async fn dispatch<'s>(
                 conn,
                 &routed,
                 answer,
-                (req, edge, prefix),
+                (req, edge, prefix, started),
                 seen,
             ),
         )
@@ -248,7 +248,7 @@ async fn dispatch<'s>(
                 conn,
                 &routed,
                 answer,
-                (req, edge, prefix),
+                (req, edge, prefix, started),
                 seen,
             )
             .await
@@ -326,7 +326,7 @@ async fn forward<'s>(
     conn: &ConnInfo,
     routed: &Routed<'s>,
     answer: Answer<'s>,
-    (req, edge, mut prefix): (Request<Incoming>, &Edge, Option<bytes::Bytes>),
+    (req, edge, mut prefix, started): (Request<Incoming>, &Edge, Option<bytes::Bytes>, Instant),
     seen: &mut Seen<'s>,
 ) -> Result<Response<ProxyBody>, ProxyError> {
     let rule = &*routed.entry.rule;
@@ -364,10 +364,13 @@ async fn forward<'s>(
     };
     // A policy's `requestBuffer`: the body read whole (within its limit) before anything
     // goes upstream; a part read for an external authorizer first is put back in front.
+    // The port's `requestReceivedTimeout`: the body must have arrived by then (408).
+    let until = (conn.request_received_timeout()).map(|t| tokio::time::Instant::from(started + t));
     let body = match phase::request_buffer(rule, body.size_hint().exact())? {
         Some(limit) if !upgrade => {
             // Boxed: only such rules pay for the read's state.
-            let rest = Box::pin(retry::buffer(shared, backend, body, Some(limit))).await?;
+            let read = retry::buffer(shared, backend, body, Some(limit), until);
+            let rest = Box::pin(read).await?;
             ReqBody::Whole(match (prefix.take(), rest) {
                 (Some(p), Some(r)) => Some([p, r].concat().into()),
                 (p, r) => p.or(r),
@@ -383,7 +386,9 @@ async fn forward<'s>(
     {
         let bytes = match body {
             ReqBody::Whole(bytes) => bytes,
-            ReqBody::Streamed(body) => Box::pin(retry::buffer(shared, backend, body, None)).await?,
+            ReqBody::Streamed(body) => {
+                Box::pin(retry::buffer(shared, backend, body, None, until)).await?
+            }
         };
         let req = Retried {
             rule,
@@ -411,7 +416,10 @@ async fn forward<'s>(
     }
     let (body, fault) = match body {
         ReqBody::Whole(bytes) => (bytes.map_or_else(body::empty, body::full), None),
-        ReqBody::Streamed(body) => streamed(shared, backend, body, prefix, upgrade, seen),
+        ReqBody::Streamed(body) => {
+            let client = (body, prefix, until);
+            streamed(shared, backend, client, upgrade, seen)
+        }
     };
     let body = if upgrade {
         body
@@ -479,8 +487,7 @@ impl ReqBody {
 fn streamed(
     shared: &Shared,
     backend: &crate::model::Backend,
-    body: Incoming,
-    prefix: Option<bytes::Bytes>,
+    (body, prefix, until): (Incoming, Option<bytes::Bytes>, Option<tokio::time::Instant>),
     upgrade: bool,
     seen: &mut Seen<'_>,
 ) -> (ProxyBody, Option<Arc<FaultCell>>) {
@@ -494,7 +501,7 @@ fn streamed(
                 _ => shared.config.limits.body_pace,
             };
             let max = shared.config.limits.max_request_body;
-            body::boxed(ClientBody::new(body, fault.clone(), pace, max))
+            body::boxed(ClientBody::new(body, fault.clone(), pace, max).until(until))
         }
         None => body::boxed(body),
     };

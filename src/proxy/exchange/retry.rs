@@ -208,6 +208,7 @@ pub async fn buffer(
     backend: &Backend,
     body: Incoming,
     max: Option<u64>,
+    until: Option<tokio::time::Instant>,
 ) -> Result<Option<Bytes>, ProxyError> {
     if body.is_end_stream() {
         return Ok(None);
@@ -224,6 +225,7 @@ pub async fn buffer(
         (a, b) => a.or(b),
     };
     match ClientBody::new(body, fault.clone(), pace, max)
+        .until(until)
         .collect()
         .await
     {

@@ -98,6 +98,11 @@ pub struct ClientHttpTimeout {
     /// the listener's port. A duration such as `15s`, `5m`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle_timeout: Option<String>,
+    /// The whole request (head and body) must have arrived within this long of its first
+    /// byte, else 408 and the connection closes. A duration such as `10s`; default: no bound
+    /// but the header read timeout and the body pace limits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_received_timeout: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -54,6 +54,19 @@ fn connection_limits_and_trusted_proxies_are_read_or_refused() {
         p.connection.idle_timeout,
         Some(std::time::Duration::from_secs(90))
     );
+    let p = client_policy(
+        "ns/p",
+        &spec("timeout: {http: {requestReceivedTimeout: 10s}}"),
+    )
+    .unwrap();
+    assert_eq!(
+        p.connection.request_received,
+        Some(std::time::Duration::from_secs(10))
+    );
+    refused(
+        "timeout: {http: {requestReceivedTimeout: 0s}}",
+        "timeout.http.requestReceivedTimeout: \"0s\" is not a duration from 1ms to 1h",
+    );
     refused(
         "clientIPDetection: {xForwardedFor: {numTrustedHops: 2}}",
         "numTrustedHops: pier believes forwarding headers by the address",
@@ -77,6 +90,7 @@ fn a_port_takes_the_smallest_limit_and_trusts_only_what_every_listener_trusts() 
         connection_limit: limit,
         trusted_proxies: trusted.map(|t| std::sync::Arc::new(t.parse::<TrustedProxies>().unwrap())),
         idle_timeout: limit.map(|l| std::time::Duration::from_secs(l.into())),
+        request_received: limit.map(|l| std::time::Duration::from_millis(l.into())),
         ..PortClient::default()
     };
     let (a, b) = (
@@ -86,6 +100,10 @@ fn a_port_takes_the_smallest_limit_and_trusts_only_what_every_listener_trusts() 
     let port = PortClient::of([Some(&a), Some(&b)]).unwrap();
     assert_eq!(port.connection_limit, Some(5));
     assert_eq!(port.idle_timeout, Some(std::time::Duration::from_secs(5)));
+    assert_eq!(
+        port.request_received,
+        Some(std::time::Duration::from_millis(5))
+    );
     assert!(
         port.trusted_proxies
             .unwrap()

@@ -129,6 +129,9 @@ enum Next {
     Fallback,
     /// Idle for [`PARK_AFTER`] with the next head due by this deadline.
     Park(tokio::time::Instant),
+    /// Part of a request arrived, not all of it within the port's `requestReceivedTimeout`:
+    /// 408, then close.
+    Late,
 }
 
 struct Conn<'a, I> {
@@ -254,6 +257,10 @@ where
     if let Next::Fallback = next {
         return Served::Fallback(Replay::new(conn.rbuf.freeze(), conn.io));
     }
+    if let Next::Late = next {
+        // Boxed: the rare path.
+        Box::pin(conn.too_late()).await;
+    }
     stock::give(std::mem::take(&mut conn.rbuf));
     stock::give(std::mem::take(&mut conn.ubuf));
     match next {
@@ -301,6 +308,8 @@ where
         loop {
             // When the head being waited for must have arrived (`None`: not waiting yet).
             let mut deadline = None;
+            // The deadline is the request's `requestReceivedTimeout`, not the wait's.
+            let mut late = false;
             let mut need = 1;
             let next = loop {
                 if self.rbuf.len() >= need {
@@ -349,7 +358,14 @@ where
                     Some(due) => due,
                     None => {
                         let now = tokio::time::Instant::now();
-                        let due = resume.take().unwrap_or(now + header_timeout);
+                        let mut due = resume.take().unwrap_or(now + header_timeout);
+                        // A pipelined request began already.
+                        if let Some(t) = self.info.request_received_timeout()
+                            && !self.rbuf.is_empty()
+                            && now + t < due
+                        {
+                            (due, late) = (now + t, true);
+                        }
                         timer.as_mut().reset(due.min(now + PARK_AFTER));
                         self.reclaim.wait(now.into_std());
                         *deadline.insert(due)
@@ -373,10 +389,13 @@ where
                     self.rbuf = stock::take();
                 }
                 room_to_read(&mut self.rbuf);
+                let first = self.rbuf.is_empty();
                 let read = tokio::select! {
                     biased;
                     r = self.io.read_buf(&mut self.rbuf) => r,
                     _ = timer.as_mut() => match woken(due, self.parkable(), timer.as_mut()) {
+                        // Part of a request, past its `requestReceivedTimeout`: 408.
+                        Some(Next::Close) if late => return Next::Late,
                         Some(next) => return next,
                         None => continue,
                     },
@@ -385,6 +404,17 @@ where
                 match read {
                     Ok(0) | Err(_) => return Next::Close,
                     Ok(_) => {}
+                }
+                // The request's first bytes: from now it must be whole within the port's
+                // `requestReceivedTimeout` (else 408).
+                if first && let Some(t) = self.info.request_received_timeout() {
+                    let by = tokio::time::Instant::now() + t;
+                    if by < due {
+                        (deadline, late) = (Some(by), true);
+                        if by < timer.deadline() {
+                            timer.as_mut().reset(by);
+                        }
+                    }
                 }
             };
             match next {
@@ -396,6 +426,17 @@ where
                 other => return other,
             }
         }
+    }
+
+    /// A request not whole within the port's `requestReceivedTimeout`: 408 (counted as a slow
+    /// request body); the connection closes next.
+    async fn too_late(&mut self) {
+        let error = ProxyError::ClientBody(crate::proxy::body::BodyFault::TooSlow);
+        phase::failed(self.shared, &mut Seen::default(), &error, self.info.port);
+        const ANSWER: &[u8] =
+            b"HTTP/1.1 408 Request Timeout\r\nconnection: close\r\ncontent-length: 0\r\n\r\n";
+        let write = self.io.write_all(ANSWER);
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(1), write).await;
     }
 
     /// Nothing buffered, and no drain under way (whose own wait for an idle connection
