@@ -199,7 +199,14 @@ impl Outlier {
     /// Whether an answer with `status` is a failure of the endpoint.
     #[inline]
     pub fn failed(&self, status: u16) -> bool {
-        if self.any_5xx {
+        Self::fails(self.any_5xx, status)
+    }
+
+    /// [`Outlier::failed`] for the one setting it reads (`any_5xx`), so the request path
+    /// reads no more of the settings for a passing answer.
+    #[inline]
+    pub fn fails(any_5xx: bool, status: u16) -> bool {
+        if any_5xx {
             (500..=599).contains(&status)
         } else {
             matches!(status, 502..=504)
@@ -848,6 +855,19 @@ impl Endpoint {
         self.count(failed, outlier) && self.eject(now_ms(), outlier)
     }
 
+    /// A passing exchange: the failures in a row and the ejection length start again.
+    #[inline]
+    pub fn passed(&self) {
+        let failures = &self.stats.failures;
+        // Read first: most responses succeed, and a store would dirty the line each time.
+        if failures.load(Ordering::Relaxed) != 0 {
+            failures.store(0, Ordering::Relaxed);
+        }
+        if self.stats.ejections.load(Ordering::Relaxed) != 0 {
+            self.stats.ejections.store(0, Ordering::Relaxed);
+        }
+    }
+
     /// Passive outlier detection: one exchange's outcome. [`Outlier::consecutive_failures`]
     /// gateway failures in a row reach the threshold (true: eject it, and the count starts
     /// again); any success resets the count and the ejection length.
@@ -855,13 +875,7 @@ impl Endpoint {
     pub fn count(&self, failed: bool, outlier: &Outlier) -> bool {
         let failures = &self.stats.failures;
         if !failed {
-            // Read first: most responses succeed, and a store would dirty the line each time.
-            if failures.load(Ordering::Relaxed) != 0 {
-                failures.store(0, Ordering::Relaxed);
-            }
-            if self.stats.ejections.load(Ordering::Relaxed) != 0 {
-                self.stats.ejections.store(0, Ordering::Relaxed);
-            }
+            self.passed();
             return false;
         }
         if outlier.consecutive_failures == 0 {

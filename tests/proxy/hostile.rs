@@ -310,6 +310,16 @@ async fn a_request_target_over_8_kib_is_414_on_every_path() {
     );
     // Only the ones that fit reached the backend.
     assert_eq!(a.count(), 3);
+    // A request line of 100 KB, longer than the whole head may be: 414 too (the target is
+    // what is long), on HTTP/1.1 and HTTP/1.0 alike, not the 431 of long header fields.
+    let huge = format!("/{}", "x".repeat(100 * 1024));
+    for version in ["HTTP/1.1", "HTTP/1.0"] {
+        let request = format!("GET {huge} {version}\r\nHost: x\r\n\r\n");
+        assert_eq!(status_of(p, request.as_bytes()).await, 414, "{version}");
+    }
+    // (HTTP/2 has no request line: a `:path` that long is over the 16 KiB header list bound.)
+    assert!(h.metrics_text().contains("UriTooLong"));
+    assert_eq!(a.count(), 3);
     bounded(h.proxy.shutdown(BOUND)).await;
 }
 

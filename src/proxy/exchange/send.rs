@@ -6,7 +6,7 @@ use http::{Request, Response, StatusCode};
 use rand::Rng;
 
 use super::Shared;
-use crate::model::{Backend, Endpoint, Rule};
+use crate::model::{Backend, Endpoint, Outlier, Rule};
 use crate::proxy::body::ProxyBody;
 use crate::proxy::error::{ConnectReason, ProxyError};
 use crate::proxy::upstream::{Clock, InFlight, Target, UpstreamBody};
@@ -71,12 +71,21 @@ pub fn outcome(
     result: Result<StatusCode, &ProxyError>,
 ) {
     let now = || shared.clock.now_ms();
-    let outlier = backend.outlier.over(shared.config.limits.outlier);
+    let defaults = &shared.config.limits.outlier;
     let failed = match result {
-        Ok(status) => outlier.failed(status.as_u16()),
+        Ok(status) => {
+            let any_5xx = backend.outlier.any_5xx.unwrap_or(defaults.any_5xx);
+            if !Outlier::fails(any_5xx, status.as_u16()) {
+                // Most answers: the endpoint's counts to reset, no settings to read.
+                endpoint.passed();
+                return;
+            }
+            true
+        }
         Err(ProxyError::Connect { reason, .. }) => {
             shared.metrics.connect_error(&backend.id, *reason);
             if matches!(reason, ConnectReason::Refused | ConnectReason::Timeout) {
+                let outlier = backend.outlier.over(*defaults);
                 if backend.eject(endpoint, now(), &outlier) {
                     tracing::debug!(backend = %backend.id, endpoint = %endpoint.addr, ?reason, "endpoint ejected: connect failed");
                 }
@@ -88,6 +97,7 @@ pub fn outcome(
         // Timeouts, and failures that are the client's or pier's, say nothing of the endpoint.
         Err(_) => return,
     };
+    let outlier = backend.outlier.over(*defaults);
     if backend.record(endpoint, failed, now, &outlier) {
         tracing::warn!(backend = %backend.id, endpoint = %endpoint.addr, "endpoint ejected after consecutive failures");
     }

@@ -75,6 +75,9 @@ pub enum Parsed<T> {
     /// `Expect`, `Transfer-Encoding`, absolute-form or CONNECT targets, large heads and
     /// bodies, malformed input.
     Fallback,
+    /// The request line does not end within [`MAX_HEAD`]: its target is too long (414; a
+    /// long head whose request line is whole goes to hyper, which answers 431).
+    TargetTooLong,
 }
 
 /// Parses the request head at the start of `buf`; `Ready` once the whole head and its
@@ -85,6 +88,9 @@ pub fn parse_request<'b>(buf: &'b [u8], storage: &'b mut Storage<'b>) -> Parsed<
     let head_len = match req.parse_with_uninit_headers(buf, storage) {
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) if buf.len() < MAX_HEAD => return Parsed::Partial,
+        Ok(httparse::Status::Partial) if !buf[..MAX_HEAD].contains(&b'\n') => {
+            return Parsed::TargetTooLong;
+        }
         _ => return Parsed::Fallback,
     };
     let (Some(method_str), Some(target), Some(1)) = (req.method, req.path, req.version) else {

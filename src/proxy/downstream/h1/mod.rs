@@ -129,9 +129,19 @@ enum Next {
     Fallback,
     /// Idle for [`PARK_AFTER`] with the next head due by this deadline.
     Park(tokio::time::Instant),
+    /// Answered with a fixed response, then closed ([`Refusal`]).
+    Refuse(Refusal),
+}
+
+/// Requests the fast path answers without a request to record: before their head is whole.
+#[derive(Clone, Copy, Debug)]
+enum Refusal {
     /// Part of a request arrived, not all of it within the port's `requestReceivedTimeout`:
-    /// 408, then close.
+    /// 408.
     Late,
+    /// The request line does not end within the head limit: 414 (RFC 9110 §15.5.15, as nginx
+    /// answers it), not 431: header fields are not what is long.
+    TargetTooLong,
 }
 
 struct Conn<'a, I> {
@@ -154,6 +164,8 @@ enum Plan<'s> {
     /// More bytes are needed: at least this many in all, when known (a body on its way).
     Partial(Option<usize>),
     Fallback,
+    /// Answered with a fixed response before anything could be parsed, then closed.
+    Refuse(Refusal),
     Respond(Common<'s>, Result<Response<ProxyBody>, ProxyError>),
     Forward(Common<'s>, Forward<'s>),
 }
@@ -257,9 +269,9 @@ where
     if let Next::Fallback = next {
         return Served::Fallback(Replay::new(conn.rbuf.freeze(), conn.io));
     }
-    if let Next::Late = next {
+    if let Next::Refuse(why) = next {
         // Boxed: the rare path.
-        Box::pin(conn.too_late()).await;
+        Box::pin(conn.refuse(why)).await;
     }
     stock::give(std::mem::take(&mut conn.rbuf));
     stock::give(std::mem::take(&mut conn.ubuf));
@@ -336,6 +348,7 @@ where
                     match &mut plan {
                         Plan::Partial(total) => need = total.unwrap_or(self.rbuf.len() + 1),
                         Plan::Fallback => return Next::Fallback,
+                        Plan::Refuse(why) => return Next::Refuse(*why),
                         Plan::Respond(common, resp) => {
                             // Taken out of the plan, which is not read again: the
                             // placeholder left behind is never answered.
@@ -395,7 +408,7 @@ where
                     r = self.io.read_buf(&mut self.rbuf) => r,
                     _ = timer.as_mut() => match woken(due, self.parkable(), timer.as_mut()) {
                         // Part of a request, past its `requestReceivedTimeout`: 408.
-                        Some(Next::Close) if late => return Next::Late,
+                        Some(Next::Close) if late => return Next::Refuse(Refusal::Late),
                         Some(next) => return next,
                         None => continue,
                     },
@@ -428,14 +441,21 @@ where
         }
     }
 
-    /// A request not whole within the port's `requestReceivedTimeout`: 408 (counted as a slow
-    /// request body); the connection closes next.
-    async fn too_late(&mut self) {
-        let error = ProxyError::ClientBody(crate::proxy::body::BodyFault::TooSlow);
+    /// A request refused before its head is whole ([`Refusal`]): counted as its error, and
+    /// answered; the connection closes next.
+    async fn refuse(&mut self, why: Refusal) {
+        let (error, answer): (ProxyError, &[u8]) = match why {
+            Refusal::Late => (
+                ProxyError::ClientBody(crate::proxy::body::BodyFault::TooSlow),
+                b"HTTP/1.1 408 Request Timeout\r\nconnection: close\r\ncontent-length: 0\r\n\r\n",
+            ),
+            Refusal::TargetTooLong => (
+                ProxyError::Invalid(crate::proxy::validate::Invalid::TargetTooLong),
+                b"HTTP/1.1 414 URI Too Long\r\nconnection: close\r\ncontent-length: 0\r\n\r\n",
+            ),
+        };
         phase::failed(self.shared, &mut Seen::default(), &error, self.info.port);
-        const ANSWER: &[u8] =
-            b"HTTP/1.1 408 Request Timeout\r\nconnection: close\r\ncontent-length: 0\r\n\r\n";
-        let write = self.io.write_all(ANSWER);
+        let write = self.io.write_all(answer);
         let _ = tokio::time::timeout(std::time::Duration::from_secs(1), write).await;
     }
 
@@ -785,6 +805,7 @@ fn plan<'s>(
         Parsed::Partial => return Plan::Partial(None),
         Parsed::Body(total) => return Plan::Partial(Some(total)),
         Parsed::Fallback => return Plan::Fallback,
+        Parsed::TargetTooLong => return Plan::Refuse(Refusal::TargetTooLong),
     };
     let mut common = Common {
         seen: Seen::default(),

@@ -14,7 +14,20 @@ fn request(raw: &[u8]) -> Parsed<(usize, usize, bool, String, String)> {
         )),
         Parsed::Partial => Parsed::Partial,
         Parsed::Fallback => Parsed::Fallback,
+        Parsed::TargetTooLong => Parsed::TargetTooLong,
     }
+}
+
+#[test]
+fn a_request_line_longer_than_the_head_limit_is_a_target_too_long() {
+    let line = format!("GET /{} HTTP/1.1", "x".repeat(MAX_HEAD));
+    assert!(matches!(request(line.as_bytes()), Parsed::TargetTooLong));
+    // A long head whose request line is whole: hyper's (431 for its header fields).
+    let head = format!("GET / HTTP/1.1\r\nX-Big: {}", "x".repeat(MAX_HEAD));
+    assert!(matches!(request(head.as_bytes()), Parsed::Fallback));
+    // Short of the limit: more bytes are needed.
+    let partial = format!("GET /{}", "x".repeat(1000));
+    assert!(matches!(request(partial.as_bytes()), Parsed::Partial));
 }
 
 fn is_fallback(raw: &[u8]) -> bool {
