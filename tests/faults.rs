@@ -223,6 +223,38 @@ spec:
     pier.shutdown().await;
 }
 
+/// pier serving a Gateway with two routes to one Service (`name` at `addr`): the first route
+/// under the BackendTrafficPolicy `policy` (`name`, spec lines), the second without.
+struct TwoRoutes {
+    port: u16,
+    _pier: Child,
+    _dir: tempfile::TempDir,
+}
+
+impl TwoRoutes {
+    async fn start(
+        (name, addr): (&str, std::net::SocketAddr),
+        routes: [(&str, &str); 2],
+        (policy, spec): (&str, &str),
+    ) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let (port, admin) = (free_port(), free_port());
+        let mut manifests = format!("{}---\n{}---\n", gateway(port), service(name, addr));
+        for (route_name, prefix) in routes {
+            manifests += &route(route_name, prefix, name);
+            manifests += "---\n";
+        }
+        manifests += &route_policy("BackendTrafficPolicy", policy, routes[0].0, spec);
+        std::fs::write(dir.path().join("all.yaml"), &manifests).unwrap();
+        let pier = start_pier(dir.path(), admin, &[], &[]).await;
+        Self {
+            port,
+            _pier: pier,
+            _dir: dir,
+        }
+    }
+}
+
 /// `circuitBreaker`: one request in flight to the backend and none waiting; a second request
 /// while the first is at the backend gets 503 at once. A route without the policy to the same
 /// backend is not limited.
@@ -231,23 +263,16 @@ async fn a_policy_circuit_breaker_refuses_what_exceeds_it() {
     let echo = pier::echo::spawn("127.0.0.1:0".parse().unwrap(), "a")
         .await
         .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let (port, admin) = (free_port(), free_port());
-    let manifests = format!(
-        "{}---\n{}---\n{}---\n{}---\n{}",
-        gateway(port),
-        service("a", echo.addr),
-        route("guarded", "/delay", "a"),
-        route("open", "/status", "a"),
-        route_policy(
-            "BackendTrafficPolicy",
+    let two = TwoRoutes::start(
+        ("a", echo.addr),
+        [("guarded", "/delay"), ("open", "/status")],
+        (
             "breaker",
-            "guarded",
             "  circuitBreaker: {maxParallelRequests: 1, maxPendingRequests: 0}\n",
         ),
-    );
-    std::fs::write(dir.path().join("all.yaml"), &manifests).unwrap();
-    let _pier = start_pier(dir.path(), admin, &[], &[]).await;
+    )
+    .await;
+    let port = two.port;
     let base = format!("http://127.0.0.1:{port}");
     let slow = tokio::spawn({
         let url = format!("{base}/delay/1000");
@@ -348,23 +373,16 @@ impl Drop for Counting {
 #[tokio::test]
 async fn a_policy_bounds_the_connections_to_a_backend() {
     let backend = Counting::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let (port, admin) = (free_port(), free_port());
-    let manifests = format!(
-        "{}---\n{}---\n{}---\n{}---\n{}",
-        gateway(port),
-        service("counted", backend.addr),
-        route("bounded", "/wait", "counted"),
-        route("free", "/free", "counted"),
-        route_policy(
-            "BackendTrafficPolicy",
+    let two = TwoRoutes::start(
+        ("counted", backend.addr),
+        [("bounded", "/wait"), ("free", "/free")],
+        (
             "connections",
-            "bounded",
             "  circuitBreaker: {maxConnections: 2, maxPendingRequests: 100}\n",
         ),
-    );
-    std::fs::write(dir.path().join("all.yaml"), &manifests).unwrap();
-    let _pier = start_pier(dir.path(), admin, &[], &[]).await;
+    )
+    .await;
+    let port = two.port;
     let burst = |prefix: &'static str| async move {
         let mut tasks = Vec::new();
         for i in 0..12 {
@@ -491,23 +509,13 @@ async fn a_policy_request_buffer_sends_whole_bodies_and_refuses_longer_ones() {
     let echo = pier::echo::spawn("127.0.0.1:0".parse().unwrap(), "a")
         .await
         .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let (port, admin) = (free_port(), free_port());
-    let manifests = format!(
-        "{}---\n{}---\n{}---\n{}---\n{}",
-        gateway(port),
-        service("a", echo.addr),
-        route("buffered", "/buffered", "a"),
-        route("streamed", "/streamed", "a"),
-        route_policy(
-            "BackendTrafficPolicy",
-            "buffer",
-            "buffered",
-            "  requestBuffer: {limit: 1Ki}\n",
-        ),
-    );
-    std::fs::write(dir.path().join("all.yaml"), &manifests).unwrap();
-    let _pier = start_pier(dir.path(), admin, &[], &[]).await;
+    let two = TwoRoutes::start(
+        ("a", echo.addr),
+        [("buffered", "/buffered"), ("streamed", "/streamed")],
+        ("buffer", "  requestBuffer: {limit: 1Ki}\n"),
+    )
+    .await;
+    let port = two.port;
     let url = |path: &str| format!("http://127.0.0.1:{port}{path}");
     const DECLARED: &[&str] = &["--data-binary", "@-"];
     const CHUNKED: &[&str] = &["-H", "transfer-encoding: chunked", "--data-binary", "@-"];
