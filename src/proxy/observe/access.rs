@@ -64,6 +64,7 @@ pub struct Done {
 
 /// Whether a request on `conn` may be logged: the access log is on, or a listener on its
 /// port turns it on. (Which listener decides once the request is routed.)
+#[inline]
 pub fn may_log(access_log: bool, snapshot: &Snapshot, conn: &ConnInfo) -> bool {
     access_log
         || snapshot

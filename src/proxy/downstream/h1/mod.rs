@@ -420,13 +420,13 @@ where
                 }
                 // The request's first bytes: from now it must be whole within the port's
                 // `requestReceivedTimeout` (else 408).
-                if first && let Some(t) = self.info.request_received_timeout() {
-                    let by = tokio::time::Instant::now() + t;
-                    if by < due {
-                        (deadline, late) = (Some(by), true);
-                        if by < timer.deadline() {
-                            timer.as_mut().reset(by);
-                        }
+                if first
+                    && self.info.request_received_timeout().is_some()
+                    && let Some(by) = self.received_by(due)
+                {
+                    (deadline, late) = (Some(by), true);
+                    if by < timer.deadline() {
+                        timer.as_mut().reset(by);
                     }
                 }
             };
@@ -439,6 +439,16 @@ where
                 other => return other,
             }
         }
+    }
+
+    /// When a request whose first bytes arrive now must be whole (the port's
+    /// `requestReceivedTimeout`), if that is before `due`. Out of line: only ports with the
+    /// setting call it.
+    #[cold]
+    #[inline(never)]
+    fn received_by(&self, due: tokio::time::Instant) -> Option<tokio::time::Instant> {
+        let by = tokio::time::Instant::now() + self.info.request_received_timeout()?;
+        (by < due).then_some(by)
     }
 
     /// A request refused before its head is whole ([`Refusal`]): counted as its error, and
@@ -468,7 +478,9 @@ where
     /// Between requests: gives back the read and upstream buffers ([`stock`]), so that an
     /// idle keep-alive connection holds neither ([`ready`]); a read buffer still holding a
     /// pipelined request is kept. The head buffer (1 KiB) stays, unless one large message
-    /// grew it.
+    /// grew it. (Inlined: the per-request loop calls it once; rustc stopped inlining it
+    /// when the loop grew.)
+    #[inline(always)]
     fn release(&mut self) {
         // Each response is read into it from empty.
         stock::give(std::mem::take(&mut self.ubuf));
@@ -629,6 +641,7 @@ where
     /// in flight, most of a connection's memory; BENCHMARKS.md). [`watching`] takes one again
     /// when the client sends more. Returns a copy of the request, which the HTTP/2 fallback
     /// replays ([`put_back`]); it is no longer counted in `consumed`.
+    #[inline(always)]
     fn set_aside(&mut self, common: &mut Common<'_>) -> Box<[u8]> {
         let request: Box<[u8]> = self.rbuf[..common.consumed].into();
         self.rbuf.advance(common.consumed);

@@ -30,6 +30,7 @@ pub fn take() -> BytesMut {
 
 /// Gives `buf` back: kept if it is the usual size and nothing else shares its memory (a frozen
 /// part handed on), freed otherwise.
+#[inline]
 pub fn give(mut buf: BytesMut) {
     buf.clear();
     // `try_reclaim` succeeds only on memory this handle owns alone, and moves the window back
