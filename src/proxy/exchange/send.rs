@@ -72,7 +72,8 @@ pub fn outcome(
 ) {
     let now = || shared.clock.now_ms();
     let defaults = &shared.config.limits.outlier;
-    let failed = match result {
+    // Past this match the exchange failed: it counts towards an ejection.
+    match result {
         Ok(status) => {
             let any_5xx = backend.outlier.any_5xx.unwrap_or(defaults.any_5xx);
             if !Outlier::fails(any_5xx, status.as_u16()) {
@@ -80,7 +81,6 @@ pub fn outcome(
                 endpoint.passed();
                 return;
             }
-            true
         }
         Err(ProxyError::Connect { reason, .. }) => {
             shared.metrics.connect_error(&backend.id, *reason);
@@ -91,14 +91,13 @@ pub fn outcome(
                 }
                 return;
             }
-            true
         }
-        Err(ProxyError::TlsHandshake { .. } | ProxyError::Upstream(_)) => true,
+        Err(ProxyError::TlsHandshake { .. } | ProxyError::Upstream(_)) => {}
         // Timeouts, and failures that are the client's or pier's, say nothing of the endpoint.
         Err(_) => return,
-    };
+    }
     let outlier = backend.outlier.over(*defaults);
-    if backend.record(endpoint, failed, now, &outlier) {
+    if backend.record(endpoint, true, now, &outlier) {
         tracing::warn!(backend = %backend.id, endpoint = %endpoint.addr, "endpoint ejected after consecutive failures");
     }
 }

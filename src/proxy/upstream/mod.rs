@@ -273,26 +273,19 @@ impl Upstream {
         Box::pin(self.send_new(backend, entry, &dial, &shape, req)).await
     }
 
-    /// Room for one more connection to `backend` under its `maxConnections`: `Some(slot)`
-    /// (`Some(None)`: no bound), or `None` when a connection of `entry`'s came back to the
-    /// pool meanwhile (take it). At the bound an idle connection of another of the backend's
+    /// Room for one more connection to `backend` under its `maxConnections` ([`Room`]). At the bound an idle connection of another of the backend's
     /// entries is closed to make room; while every one is busy the request waits like a
     /// pending request (`maxPendingRequests`, at most the connect timeout), looking again
     /// when a connection closes and every [`ROOM_TICK`] for one that came back to the pool;
     /// else [`ProxyError::BackendOverflow`] (503, counted).
     /// Called from the boxed connect paths only, so none of it is in a request's future
     /// while a pooled connection serves it.
-    async fn room(
-        &self,
-        backend: &Backend,
-        entry: &Entry,
-        raw: bool,
-    ) -> Result<Option<Option<ConnectionSlot>>, ProxyError> {
+    async fn room(&self, backend: &Backend, entry: &Entry, raw: bool) -> Result<Room, ProxyError> {
         let Some(max) = backend.max_connections else {
-            return Ok(Some(None));
+            return Ok(Room::New(None));
         };
         if let Some(slot) = ConnectionSlot::claim(&backend.load, max) {
-            return Ok(Some(Some(slot)));
+            return Ok(Room::New(Some(slot)));
         }
         match self.wait_for_room(backend, entry, raw, max).await {
             Some(room) => Ok(room),
@@ -309,18 +302,19 @@ impl Upstream {
         entry: &Entry,
         raw: bool,
         max: u32,
-    ) -> Option<Option<Option<ConnectionSlot>>> {
+    ) -> Option<Room> {
         let load = &backend.load;
         let mut closed = self.inner.pool.close_idle(backend, entry, raw);
-        if !closed {
-            let max_pending = (backend.max_pending).unwrap_or(self.inner.max_pending_per_backend);
-            load.pending
-                .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| {
-                    (n < max_pending).then_some(n + 1)
-                })
-                .ok()?;
-        }
-        let _waiting = (!closed).then(|| Waiting(load));
+        // A request that closed an idle connection for itself is not queued: its place is
+        // coming.
+        let _waiting = match closed {
+            true => None,
+            false => {
+                let max_pending =
+                    (backend.max_pending).unwrap_or(self.inner.max_pending_per_backend);
+                Some(Waiting::join(load, max_pending)?)
+            }
+        };
         let wait = backend
             .connect_timeout
             .unwrap_or(self.inner.connect_timeout);
@@ -331,10 +325,10 @@ impl Upstream {
             let mut freed = std::pin::pin!(freed);
             freed.as_mut().enable();
             if let Some(slot) = ConnectionSlot::claim(load, max) {
-                return Some(Some(Some(slot)));
+                return Some(Room::New(Some(slot)));
             }
             if entry.has_idle(raw) {
-                return Some(None);
+                return Some(Room::Pooled);
             }
             if !closed {
                 closed = self.inner.pool.close_idle(backend, entry, raw);
@@ -364,8 +358,8 @@ impl Upstream {
                 break None;
             }
             match self.room(backend, &entry, false).await? {
-                Some(slot) => break slot,
-                None => {
+                Room::New(slot) => break slot,
+                Room::Pooled => {
                     req = match self.send_pooled(&entry, shape, req).await {
                         Pooled::Done(result) => return result,
                         Pooled::Unsent(req) => req,
@@ -502,6 +496,14 @@ async fn maintain(inner: Weak<Inner>, wake: Arc<Notify>, tick: Duration) {
             _ = wake.notified() => {}
         }
     }
+}
+
+/// What a request that needs a new connection found under its backend's `maxConnections`.
+enum Room {
+    /// Open one, holding this place (`None`: the backend has no bound).
+    New(Option<ConnectionSlot>),
+    /// A connection of the request's pool entry came back meanwhile: take it instead.
+    Pooled,
 }
 
 /// How to address the request on the connection it ends up on.
@@ -676,13 +678,7 @@ impl InFlight {
 /// Joins `backend`'s queue (when it has room) and waits until a slot is claimed; `None` when
 /// the queue is full or the wait ends first.
 async fn wait_for_slot(backend: &BackendLoad, max: u32, queue: Queue) -> Option<()> {
-    backend
-        .pending
-        .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| {
-            (n < queue.max_pending).then_some(n + 1)
-        })
-        .ok()?;
-    let _waiting = Waiting(backend);
+    let _waiting = Waiting::join(backend, queue.max_pending)?;
     let deadline = tokio::time::Instant::now() + queue.wait;
     loop {
         // Registered before the check, so a slot freed in between still wakes this one.
@@ -707,6 +703,19 @@ pub struct Queue {
 
 /// One request in a backend's queue, until dropped.
 struct Waiting<'a>(&'a BackendLoad);
+
+impl<'a> Waiting<'a> {
+    /// A place in `backend`'s queue, when fewer than `max_pending` wait.
+    fn join(backend: &'a BackendLoad, max_pending: u32) -> Option<Self> {
+        backend
+            .pending
+            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| {
+                (n < max_pending).then_some(n + 1)
+            })
+            .ok()?;
+        Some(Waiting(backend))
+    }
+}
 
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {

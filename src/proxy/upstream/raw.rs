@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use super::connect::{Conn, Dial, Stream, offers_h2};
 use super::pool::{Entry, IdleRaw, Mode, ShortKey};
-use super::{Target, Upstream};
+use super::{Room, Target, Upstream};
 use crate::model::Backend;
 use crate::proxy::error::ProxyError;
 use crate::proxy::observe::metrics::{Transport, UpstreamGuard, UpstreamProtocol};
@@ -84,8 +84,8 @@ impl Upstream {
                 break None;
             }
             match self.room(backend, &entry, true).await? {
-                Some(slot) => break slot,
-                None => {
+                Room::New(slot) => break slot,
+                Room::Pooled => {
                     if let Some(idle) = entry.checkout_raw() {
                         return Ok(Raw::Conn(RawConn::pooled(entry, idle)));
                     }
