@@ -226,11 +226,32 @@ impl Snapshot {
     }
 }
 
-/// Where a port is bound: its address (`None`: the listen host) and number.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+/// Where a port is bound: its address (`None`: the listen host) and number. Ordered by
+/// address, then number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct PortKey {
     pub address: Option<std::net::IpAddr>,
     pub port: u16,
+}
+
+// The order a derive would give, with the common case (no Gateway addresses: both `None`) a
+// plain number compare that inlines into `Snapshot::port_at`'s search on every request (the
+// derived `cmp` stayed out of line there, ~50 instructions per plain request, callgrind).
+impl Ord for PortKey {
+    #[inline]
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        match (self.address, other.address) {
+            (None, None) => self.port.cmp(&other.port),
+            (a, b) => (a, self.port).cmp(&(b, other.port)),
+        }
+    }
+}
+
+impl PartialOrd for PortKey {
+    #[inline]
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
 }
 
 impl fmt::Display for PortKey {
@@ -246,6 +267,7 @@ impl fmt::Display for PortKey {
 // === impl Port ===
 
 impl Port {
+    #[inline]
     pub fn key(&self) -> PortKey {
         PortKey {
             address: self.address,
@@ -285,6 +307,40 @@ impl Listener {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn port_keys_order_by_address_then_number() {
+        let k = |a: Option<&str>, port| PortKey {
+            address: a.map(|a| a.parse().unwrap()),
+            port,
+        };
+        let mut keys = vec![
+            k(Some("10.0.0.2"), 80),
+            k(None, 443),
+            k(Some("10.0.0.1"), 8080),
+            k(Some("10.0.0.1"), 80),
+            k(None, 80),
+            k(Some("::1"), 1),
+        ];
+        keys.sort();
+        assert_eq!(
+            keys,
+            [
+                k(None, 80),
+                k(None, 443),
+                k(Some("10.0.0.1"), 80),
+                k(Some("10.0.0.1"), 8080),
+                k(Some("10.0.0.2"), 80),
+                k(Some("::1"), 1),
+            ]
+        );
+        // As the tuple compares: the order a derive gave.
+        for a in &keys {
+            for b in &keys {
+                assert_eq!(a.cmp(b), (a.address, a.port).cmp(&(b.address, b.port)));
+            }
+        }
+    }
 
     fn listener(name: &str, host: Option<&str>) -> Listener {
         Listener {

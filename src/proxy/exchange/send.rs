@@ -18,7 +18,11 @@ pub fn pick_endpoint<'b>(
     shared: &Shared,
     backend: &'b Backend,
 ) -> Result<&'b Endpoint, ProxyError> {
-    pick(backend, &shared.clock).ok_or(ProxyError::NoEndpoints)
+    // Not `ok_or`: see `policy::route::listener_for`.
+    match pick(backend, &shared.clock) {
+        Some(e) => Ok(e),
+        None => Err(ProxyError::NoEndpoints),
+    }
 }
 
 /// [`pick_endpoint`] on `clock` (mirrors, which run outside the request, hold a clock of

@@ -44,7 +44,12 @@ pub fn listener_for<'s>(
     conn: &ConnInfo,
     host: &str,
 ) -> Result<(&'s Port, &'s Listener), ProxyError> {
-    let port = snapshot.port_at(conn.key()).ok_or(ProxyError::NoListener)?;
+    // `let ... else` rather than `ok_or(ProxyError::..)`: an eager error value is dropped on
+    // the success path, a call to ProxyError's drop glue each time where it is not inlined
+    // (six per plain request, ~84 instructions, callgrind).
+    let Some(port) = snapshot.port_at(conn.key()) else {
+        return Err(ProxyError::NoListener);
+    };
     let listener = port.listener(host);
     if let Some(sni) = &conn.sni
         && let Some(by_sni) = port.listener(sni)
@@ -52,7 +57,9 @@ pub fn listener_for<'s>(
     {
         return Err(ProxyError::Misdirected);
     }
-    let listener = listener.ok_or(ProxyError::NoListener)?;
+    let Some(listener) = listener else {
+        return Err(ProxyError::NoListener);
+    };
     // Decided at translation: only ports whose listeners differ in TLS settings check.
     if port.tls_profiles && listener.tls_profile != conn.tls_profile {
         return Err(ProxyError::Misdirected);
@@ -73,10 +80,9 @@ pub fn route_on<'s>(
         query: req.query,
         headers: req.headers,
     };
-    let entry = listener
-        .routes
-        .find(host, &parts)
-        .ok_or(ProxyError::NoRoute)?;
+    let Some(entry) = listener.routes.find(host, &parts) else {
+        return Err(ProxyError::NoRoute);
+    };
     Ok(Routed {
         port,
         listener,
@@ -171,7 +177,9 @@ pub fn decide<'s>(routed: &Routed<'s>, input: &RouteInput<'_>) -> Result<Decisio
         }
         return Ok(Decision::Redirect(resp));
     }
-    let weighted = picked?.ok_or(ProxyError::NoBackends)?;
+    let Some(weighted) = picked? else {
+        return Err(ProxyError::NoBackends);
+    };
     Ok(Decision::Forward(weighted, cors))
 }
 
@@ -190,5 +198,8 @@ pub fn pick_weighted(set: &BackendSet) -> Result<&WeightedBackend, ProxyError> {
         return Err(ProxyError::NoBackends);
     }
     let roll = rand::rng().random_range(0..set.total_weight);
-    set.pick(roll).ok_or(ProxyError::NoBackends)
+    match set.pick(roll) {
+        Some(w) => Ok(w),
+        None => Err(ProxyError::NoBackends),
+    }
 }
