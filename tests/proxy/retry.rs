@@ -1,7 +1,7 @@
 //! HTTPRoute retries (GEP-1731) against scripted backends that count every attempt they get:
-//! listed codes, connection failures, resets and backend timeouts are retried up to
-//! `attempts` with `backoff` between; unlisted codes, large or streamed bodies and upgrades
-//! are not; the per-backend budget stops retries and leaves the last answer; `timeouts.request`
+//! listed codes, connection failures, resets (idempotent methods) and backend timeouts are
+//! retried up to `attempts` with `backoff` between; unlisted codes, resets after a POST, large
+//! or streamed bodies and upgrades are not; the per-backend budget stops retries and leaves the last answer; `timeouts.request`
 //! bounds the whole; metrics count retries sent and refused.
 
 use std::net::SocketAddr;
@@ -141,6 +141,22 @@ async fn a_reset_before_the_response_is_retried_without_listed_codes() {
         &h,
         r#"pier_proxy_upstream_retries_total{backend="default/b:80",reason="reset"} 1"#,
     );
+    bounded(h.proxy.shutdown(BOUND)).await;
+}
+
+#[tokio::test]
+async fn a_reset_after_a_post_was_sent_is_not_retried() {
+    // The backend may have processed it (Gateway API v1.7: SHOULD NOT retry): one attempt,
+    // the reset is the answer (502).
+    let b = flaky::failing(1, Answer::Reset).await;
+    let (h, addr) = serve(retrying(&backend("b", &[b.addr]), &[], 1)).await;
+    let resp = bounded(send(addr, post("/pay", b"once".to_vec()))).await;
+    assert_eq!(resp.status, 502);
+    assert_eq!(b.count(), 1);
+    assert!(!metric(
+        &h,
+        r#"pier_proxy_upstream_retries_total{backend="default/b:80",reason="reset"}"#
+    ));
     bounded(h.proxy.shutdown(BOUND)).await;
 }
 

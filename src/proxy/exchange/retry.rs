@@ -1,6 +1,7 @@
 //! HTTPRoute retries (GEP-1731) on the hyper request path: the request is sent again after a
-//! response whose status the rule lists, a failed connect, a connection reset or closed
-//! before the response head, or `timeouts.backendRequest`, up to the rule's `attempts`,
+//! response whose status the rule lists, a failed connect or TLS handshake, a connection reset
+//! or closed before the response head (idempotent methods only), or
+//! `timeouts.backendRequest`, up to the rule's `attempts`,
 //! waiting `backoff` before each retry, each time to an endpoint picked afresh (not the one
 //! that just failed, when the backend has another).
 //!
@@ -17,8 +18,14 @@
 //!   most [`MAX_RETRY_BODY`] (buffered before the first attempt, like the HTTP/1.1 fast
 //!   path's request buffering). A larger or unknown-length body is streamed, once, and never
 //!   retried; so are upgrades (WebSocket).
-//! - Any method: the route owner asked for retries on this rule.
-//! - Not a failed TLS handshake: that is a trust problem, which another attempt does not fix.
+//! - Any method after a listed status, a failed connect or TLS handshake (the backend did not
+//!   take the request: Gateway API v1.7's "SHOULD retry"), or `timeouts.backendRequest` (the
+//!   upstream conformance tests require it).
+//! - A connection reset or closed after the request was sent, before the response head: only
+//!   for idempotent methods (RFC 9110 §9.2.2: GET, HEAD, OPTIONS, TRACE, PUT, DELETE), as
+//!   nginx's `proxy_next_upstream` does. The backend may have processed the request, so a
+//!   POST or PATCH is not sent twice (v1.7: "SHOULD NOT retry ... unless documented"). A
+//!   pooled connection the backend closed just as it was reused is such a reset too.
 //! - `timeouts.request` bounds all attempts and backoffs together (the caller's timeout).
 //! - Mirrors are sent once, with the first attempt.
 //!
@@ -38,7 +45,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::request::Parts;
 use http::uri::PathAndQuery;
-use http::{Response, StatusCode};
+use http::{Method, Response, StatusCode};
 use http_body::Body as _;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
@@ -119,7 +126,7 @@ pub async fn forward<'s>(
             body
         };
         let result = attempt(shared, snapshot, &req, body, seen).await;
-        let Some(reason) = retry_reason(req.policy, &result) else {
+        let Some(reason) = retry_reason(req.policy, &req.parts.method, &result) else {
             return result;
         };
         if retries >= req.policy.attempts {
@@ -182,10 +189,11 @@ async fn attempt<'s>(
     send::exchange(shared, req.rule, target, endpoint, up, in_flight).await
 }
 
-/// Why `result` is worth another attempt, if it is.
-fn retry_reason(
+/// Why `result` is worth another attempt, if it is (see the module docs).
+fn retry_reason<T>(
     policy: &RetryPolicy,
-    result: &Result<(Response<UpstreamBody>, InFlight), ProxyError>,
+    method: &Method,
+    result: &Result<(Response<T>, InFlight), ProxyError>,
 ) -> Option<RetryReason> {
     match result {
         Ok((resp, _)) => policy
@@ -193,11 +201,21 @@ fn retry_reason(
             // A 101 answers an upgrade, which is never retried; listed codes are 4xx/5xx.
             .then_some(RetryReason::Status)
             .filter(|_| resp.status() != StatusCode::SWITCHING_PROTOCOLS),
-        Err(ProxyError::Connect { .. }) => Some(RetryReason::Connect),
-        Err(ProxyError::Upstream(_)) => Some(RetryReason::Reset),
+        Err(ProxyError::Connect { .. } | ProxyError::TlsHandshake { .. }) => {
+            Some(RetryReason::Connect)
+        }
+        Err(ProxyError::Upstream(_)) => idempotent(method).then_some(RetryReason::Reset),
         Err(ProxyError::BackendTimeout) => Some(RetryReason::Timeout),
         Err(_) => None,
     }
+}
+
+/// RFC 9110 §9.2.2: a request that may be sent again with the same effect.
+fn idempotent(method: &Method) -> bool {
+    matches!(
+        *method,
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
+    )
 }
 
 /// The request body, read whole within `max` bytes (past it: [`BodyFault::TooLarge`], 413),
@@ -248,9 +266,10 @@ fn pick_endpoint<'b>(
     };
     let now = shared.clock.now_ms();
     let mut rng = rand::rng();
-    backend
-        .pick_avoiding(now, rng.random(), rng.random(), last)
-        .ok_or(ProxyError::NoEndpoints)
+    match backend.pick_avoiding(now, rng.random(), rng.random(), last) {
+        Some(e) => Ok(e),
+        None => Err(ProxyError::NoEndpoints),
+    }
 }
 
 /// Drops a response that is being retried. A short body is read to its end in the background
@@ -264,4 +283,61 @@ fn discard(resp: Response<UpstreamBody>, in_flight: InFlight) {
         let _in_flight = in_flight;
         let _ = tokio::time::timeout(DISCARD_TIMEOUT, body.collect()).await;
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proxy::error::{ConnectReason, TlsFailure};
+
+    type Outcome = Result<(Response<()>, InFlight), ProxyError>;
+
+    fn reason(method: Method, result: &Outcome) -> Option<RetryReason> {
+        let policy = RetryPolicy {
+            codes: vec![503],
+            attempts: 2,
+            backoff: Duration::ZERO,
+        };
+        retry_reason(&policy, &method, result)
+    }
+
+    fn boxed(s: &str) -> crate::proxy::error::BoxError {
+        s.to_owned().into()
+    }
+
+    #[test]
+    fn what_the_backend_never_took_is_retried_for_any_method() {
+        let refused: Outcome = Err(ProxyError::Connect {
+            reason: ConnectReason::Refused,
+            source: boxed("refused"),
+        });
+        let untrusted: Outcome = Err(ProxyError::TlsHandshake {
+            reason: TlsFailure::UnknownCa,
+            source: boxed("unknown ca"),
+        });
+        for m in [Method::GET, Method::POST, Method::PATCH] {
+            assert_eq!(reason(m.clone(), &refused), Some(RetryReason::Connect));
+            assert_eq!(reason(m, &untrusted), Some(RetryReason::Connect));
+        }
+    }
+
+    #[test]
+    fn a_reset_after_sending_is_retried_only_for_idempotent_methods() {
+        let reset: Outcome = Err(ProxyError::Upstream(boxed("reset")));
+        for m in [
+            Method::GET,
+            Method::HEAD,
+            Method::PUT,
+            Method::DELETE,
+            Method::OPTIONS,
+        ] {
+            assert_eq!(reason(m, &reset), Some(RetryReason::Reset));
+        }
+        for m in [Method::POST, Method::PATCH, Method::CONNECT] {
+            assert_eq!(reason(m, &reset), None);
+        }
+        let timeout: Outcome = Err(ProxyError::BackendTimeout);
+        assert_eq!(reason(Method::POST, &timeout), Some(RetryReason::Timeout));
+        assert_eq!(reason(Method::GET, &Err(ProxyError::NoEndpoints)), None);
+    }
 }
