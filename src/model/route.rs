@@ -2,9 +2,13 @@
 //! indexed by hostname and pre-sorted by precedence, so `find` returns the first hit.
 //!
 //! Precedence (HTTPRoute spec): the most specific matching hostname (exact, then longest
-//! wildcard, then none), then [`MatchRank`], then the oldest Route, then `namespace/name`,
-//! then rule order, then match order. Hostname rank dominates, so buckets are searched from
-//! most to least specific and the first matching entry in the first bucket with one wins.
+//! wildcard, then none), then, among routes whose hostnames intersect the listener's to the
+//! same name, the most specific hostname the route itself wrote (Gateway API v1.7's
+//! `GatewayRouteHostnameIntersectionPrecedence`: a route for `abc.example.com` beats one for
+//! `*.example.com` on a listener for `abc.example.com`), then [`MatchRank`], then the oldest
+//! Route, then `namespace/name`, then rule order, then match order. Hostname rank dominates,
+//! so buckets are searched from most to least specific and the first matching entry in the
+//! first bucket with one wins.
 //!
 //! A bucket with many entries (many routes on one hostname) also gets a [`PathIndex`]: the
 //! entries that can only match one exact path, or paths below one prefix, are listed under that
@@ -22,7 +26,7 @@ use serde::Serialize;
 use super::ObjectRef;
 use super::backend::{Backend, Timeouts};
 use super::filter::Filters;
-use super::host::HostnameMatch;
+use super::host::{HostRank, HostnameMatch};
 use super::matcher::{MatchRank, PathMatch, RequestMatch, RequestParts};
 use super::policy::AccessPolicy;
 use super::retry::RetryPolicy;
@@ -204,8 +208,9 @@ pub struct RouteTableBuilder {
     any: Vec<(SortKey, Entry)>,
 }
 
-/// Sort key: higher rank first, then lower `order` (route age/name, rule, match).
-type SortKey = (Reverse<MatchRank>, (usize, usize, usize));
+/// Sort key: the more specific hostname the route wrote first, then higher match rank, then
+/// lower `order` (route age/name, rule, match).
+type SortKey = (Reverse<HostRank>, Reverse<MatchRank>, (usize, usize, usize));
 
 // === impl RouteTable ===
 
@@ -355,7 +360,8 @@ impl PathIndex {
 impl RouteTableBuilder {
     /// Adds one match of one rule. `hostnames` are the effective hostnames (route ∩ listener);
     /// empty means any host. `order` is (route order, rule index, match index), where route
-    /// order sorts Routes by creation time, then `namespace/name`.
+    /// order sorts Routes by creation time, then `namespace/name`. Each hostname ranks as the
+    /// route's own (right when the listener has no hostname; else see [`Self::add_ranked`]).
     pub fn add(
         &mut self,
         hostnames: &[HostnameMatch],
@@ -363,16 +369,34 @@ impl RouteTableBuilder {
         rule: &Arc<Rule>,
         order: (usize, usize, usize),
     ) {
-        let key = (Reverse(matcher.rank()), order);
+        let ranks: Vec<HostRank> = hostnames.iter().map(HostnameMatch::rank).collect();
+        self.add_ranked(hostnames, &ranks, matcher, rule, order);
+    }
+
+    /// As [`Self::add`], with `ranks[i]` the rank of the hostname the route wrote that
+    /// `hostnames[i]` comes from (the most specific one when several intersect to it;
+    /// [`HostRank::Any`] for a route without hostnames). `ranks` is as long as `hostnames`.
+    pub fn add_ranked(
+        &mut self,
+        hostnames: &[HostnameMatch],
+        ranks: &[HostRank],
+        matcher: RequestMatch,
+        rule: &Arc<Rule>,
+        order: (usize, usize, usize),
+    ) {
+        debug_assert_eq!(hostnames.len(), ranks.len());
+        let match_rank = Reverse(matcher.rank());
         let entry = Entry {
             matcher,
             rule: rule.clone(),
         };
         if hostnames.is_empty() {
-            self.any.push((key, entry));
+            self.any
+                .push(((Reverse(HostRank::Any), match_rank, order), entry));
             return;
         }
-        for h in hostnames {
+        for (h, rank) in hostnames.iter().zip(ranks) {
+            let key = (Reverse(*rank), match_rank, order);
             let bucket = match h {
                 HostnameMatch::Exact(n) => self.exact.entry(n.clone()).or_default(),
                 HostnameMatch::Wildcard(s) => self.wildcard.entry(s.clone()).or_default(),

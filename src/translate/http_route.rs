@@ -45,9 +45,9 @@ use crate::model::host::InvalidHostname;
 use crate::model::retry::{DEFAULT_RETRY_ATTEMPTS, DEFAULT_RETRY_BACKOFF};
 use crate::model::session::{Carrier, SessionPolicy};
 use crate::model::{
-    Backend, BackendId, BackendSet, BackendTarget, BackendTls, Filters, GrpcRank, HostnameMatch,
-    ObjectRef, PathMatch, RequestMatch, RetryPolicy, Rule, Timeouts, TlsMode, TlsUnavailable,
-    WeightedBackend,
+    Backend, BackendId, BackendSet, BackendTarget, BackendTls, Filters, GrpcRank, HostRank,
+    HostnameMatch, ObjectRef, PathMatch, RequestMatch, RetryPolicy, Rule, Timeouts, TlsMode,
+    TlsUnavailable, WeightedBackend,
 };
 
 /// The hostnames each listener (Gateway index, listener index) has given to routes so far, by
@@ -127,6 +127,9 @@ pub struct Attachment {
     pub listener: usize,
     /// Route ∩ listener hostnames; empty = any host.
     pub hostnames: Vec<HostnameMatch>,
+    /// For each of `hostnames`, how specific the route's own hostname behind it is: routes
+    /// whose intersections are the same name are ordered by it (see [`written_ranks`]).
+    pub ranks: Vec<HostRank>,
 }
 
 #[derive(Debug)]
@@ -749,10 +752,12 @@ fn attach(
             kind_conflict = Some((l.name.clone(), *other));
             continue;
         }
+        let ranks = written_ranks(route_hosts, l.hostname.as_ref(), &hostnames);
         out.push(Attachment {
             gateway: gw,
             listener: i,
             hostnames,
+            ranks,
         });
     }
     if !out.is_empty() {
@@ -839,6 +844,30 @@ pub fn effective_hostnames(
             (!v.is_empty()).then_some(v)
         }
     }
+}
+
+/// For each effective hostname (from [`effective_hostnames`]), the rank of the most specific
+/// hostname the route wrote that intersects the listener's to it; [`HostRank::Any`] when the
+/// route wrote none. Gateway API v1.7 (`GatewayRouteHostnameIntersectionPrecedence`): when
+/// routes on a listener yield the same intersected hostname, their precedence follows the
+/// hostnames they wrote, so `abc.example.com` beats `*.example.com` on a listener for
+/// `abc.example.com`, whatever their matches.
+pub fn written_ranks(
+    route: &[HostnameMatch],
+    listener: Option<&HostnameMatch>,
+    effective: &[HostnameMatch],
+) -> Vec<HostRank> {
+    effective
+        .iter()
+        .map(|e| {
+            route
+                .iter()
+                .filter(|r| listener.map_or(*r == e, |l| l.intersect(r).as_ref() == Some(e)))
+                .map(HostnameMatch::rank)
+                .max()
+                .unwrap_or(HostRank::Any)
+        })
+        .collect()
 }
 
 fn route_hostnames(hostnames: &[String]) -> Result<Vec<HostnameMatch>, InvalidRoute> {
@@ -1204,8 +1233,8 @@ fn duration(field: &'static str, s: Option<&str>) -> Result<Option<Duration>, In
 
 /// GEP-1731. Codes outside 400-599 (the CRD's bounds), negative attempts and a backoff that
 /// is not a GEP-2257 duration make the rule invalid. Unset attempts and backoff take pier's
-/// defaults; `attempts: 0` (which the CRD's minimum of 1 rejects, but a manifest may say)
-/// means no retries; `backoff: 0s` retries at once.
+/// defaults (v1.7's CRD defaults attempts to 1, as pier does); `attempts: 0` (v1.7's CRD
+/// minimum; v1.6's was 1) means no retries; `backoff: 0s` retries at once.
 fn rule_retry(
     HttpRouteRulesRetry {
         attempts,

@@ -333,7 +333,8 @@ pub fn translate_with(
                         std::sync::Arc::new(rule)
                     };
                     for (j, m) in r.matches.iter().enumerate() {
-                        table.add(&a.hostnames, m.clone(), &rule, (order, r.rule.index, j));
+                        let at = (order, r.rule.index, j);
+                        table.add_ranked(&a.hostnames, &a.ranks, m.clone(), &rule, at);
                     }
                 }
             }

@@ -103,6 +103,32 @@ fn listener_isolation_hostnames_intersect() {
 }
 
 #[test]
+fn intersections_rank_by_the_hostname_the_route_wrote() {
+    let l = h("abc.example.com");
+    let ranks = |route: &[HostnameMatch], l: Option<&HostnameMatch>| {
+        let eff = effective_hostnames(route, l).unwrap();
+        written_ranks(route, l, &eff)
+    };
+    assert_eq!(ranks(&[h("abc.example.com")], Some(&l)), [HostRank::Exact]);
+    assert_eq!(
+        ranks(&[h("*.example.com")], Some(&l)),
+        [h("*.example.com").rank()]
+    );
+    // Two written names meet in one intersection: the most specific counts.
+    assert_eq!(
+        ranks(&[h("*.com"), h("*.example.com")], Some(&l)),
+        [h("*.example.com").rank()]
+    );
+    assert_eq!(ranks(&[], Some(&l)), [HostRank::Any]);
+    // Without a listener hostname the effective names are the written ones.
+    assert_eq!(
+        ranks(&[h("*.example.com"), h("x.example.org")], None),
+        [h("*.example.com").rank(), HostRank::Exact]
+    );
+    assert!(h("*.example.com").rank() > h("*.com").rank());
+}
+
+#[test]
 fn route_without_hostnames_takes_the_listener_hostname_or_any() {
     let l = h("foo.example.com");
     assert_eq!(effective_hostnames(&[], Some(&l)), Some(vec![l.clone()]));
