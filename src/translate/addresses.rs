@@ -19,8 +19,10 @@
 //! and going never move the others). Then, in creation order: the address `spec.addresses`
 //! names if it is in the pool and free, else (no address, or an empty value) a free one,
 //! searched from a slot that the Gateway's name hashes to (so a restart without status, as in
-//! standalone mode, gives mostly the same addresses). One that names an address outside the
-//! pool or taken is `AddressNotUsable`, one left without is `AddressNotAssigned`; neither is
+//! standalone mode, gives mostly the same addresses), never one that any Gateway names in its
+//! `spec.addresses` (a static address is not handed to another Gateway first). A Gateway that
+//! names an address outside the pool, or taken, or more than one (pier binds one address per
+//! Gateway), is `AddressNotUsable`; one left without is `AddressNotAssigned`; neither is
 //! served.
 
 use std::net::IpAddr;
@@ -61,6 +63,8 @@ pub struct Assigner<'a> {
     advertised: &'a [IpAddr],
     pool: &'a [IpAddr],
     taken: std::collections::BTreeSet<IpAddr>,
+    /// Pool addresses some Gateway names: not handed out to Gateways that name none.
+    named: std::collections::BTreeSet<IpAddr>,
 }
 
 impl<'a> Assigner<'a> {
@@ -69,7 +73,19 @@ impl<'a> Assigner<'a> {
             advertised,
             pool,
             taken: Default::default(),
+            named: Default::default(),
         }
+    }
+
+    /// Notes the pool addresses a Gateway names in `spec.addresses`, so that no address is
+    /// handed to a Gateway that names none before the one naming it gets it. Call for every
+    /// Gateway before [`Assigner::assign`].
+    pub fn note_named(&mut self, spec: Option<&[GatewayAddresses]>) {
+        let named = wanted(spec.unwrap_or_default())
+            .into_iter()
+            .filter_map(|v| v.parse::<IpAddr>().ok())
+            .filter(|ip| self.pool.contains(ip));
+        self.named.extend(named);
     }
 
     /// Reserves the pool address a Gateway already has (`status.addresses`), if it is in the
@@ -109,7 +125,7 @@ impl<'a> Assigner<'a> {
             ..Addresses::default()
         };
         let wanted = wanted(spec);
-        let pick = if kept.is_some() {
+        let pick = if wanted.is_empty() && kept.is_some() {
             kept
         } else if wanted.is_empty() {
             let start = slot(name, self.pool.len());
@@ -118,20 +134,33 @@ impl<'a> Assigner<'a> {
                 .iter()
                 .chain(before)
                 .copied()
-                .find(|ip| !self.taken.contains(ip))
+                .find(|ip| !self.taken.contains(ip) && !self.named.contains(ip))
         } else {
-            let usable = wanted.iter().find_map(|v| {
-                v.parse::<IpAddr>()
-                    .ok()
-                    .filter(|ip| self.pool.contains(ip) && !self.taken.contains(ip))
-            });
-            if usable.is_none() {
+            // Every address named must be a free pool address (GEP-3726: an address the
+            // Gateway cannot have is AddressNotUsable, even beside one it can).
+            let not_free: Vec<&str> = wanted
+                .iter()
+                .copied()
+                .filter(|v| {
+                    !matches!(v.parse::<IpAddr>(), Ok(ip) if self.pool.contains(&ip)
+                        && (!self.taken.contains(&ip) || kept == Some(ip)))
+                })
+                .collect();
+            if !not_free.is_empty() {
                 out.not_usable = Some(format!(
                     "{} is not a free address of pier's gateway address pool",
+                    not_free.join(", ")
+                ));
+                None
+            } else if wanted.len() > 1 {
+                out.not_usable = Some(format!(
+                    "pier binds one address per Gateway; spec.addresses names {}",
                     wanted.join(", ")
                 ));
+                None
+            } else {
+                wanted[0].parse::<IpAddr>().ok()
             }
-            usable
         };
         match pick {
             Some(ip) => {
@@ -368,6 +397,47 @@ mod tests {
         let none = a.assign(None, None, "ns/f");
         assert!(none.unbound && none.not_assigned.is_some());
         assert!(parse_pool(&["10.0.0.0/8".into()]).is_err());
+    }
+
+    #[test]
+    fn a_static_address_is_all_or_nothing_and_reserved_for_its_gateway() {
+        // GatewayStaticAddresses: an unusable address beside a usable one is AddressNotUsable;
+        // without it, the usable one is bound.
+        let pool = parse_pool(&["10.244.1.0/29".into()]).unwrap();
+        let usable = addr(Some("IPAddress"), Some("10.244.1.5"));
+        let unusable = addr(Some("IPAddress"), Some("192.0.2.9"));
+        let mut a = Assigner::new(&[], &pool);
+        let both = a.assign(Some(&[unusable.clone(), usable.clone()]), None, "ns/s");
+        assert!(both.unbound);
+        assert_eq!(
+            both.not_usable.as_deref(),
+            Some("192.0.2.9 is not a free address of pier's gateway address pool")
+        );
+        let mut a = Assigner::new(&[], &pool);
+        let one = a.assign(Some(std::slice::from_ref(&usable)), None, "ns/s");
+        assert_eq!(values(&one), ["10.244.1.5"]);
+        // Two usable addresses: pier binds one per Gateway.
+        let two = [usable.clone(), addr(None, Some("10.244.1.6"))];
+        let mut a = Assigner::new(&[], &pool);
+        assert!(a.assign(Some(&two), None, "ns/s").not_usable.is_some());
+        // A kept address does not hide an unusable one added beside it.
+        let mut a = Assigner::new(&[], &pool);
+        let kept = a.keep(Some(std::slice::from_ref(&usable)), &["10.244.1.5".into()]);
+        let added = a.assign(Some(&[usable.clone(), unusable]), kept, "ns/s");
+        assert!(added.unbound && added.not_usable.is_some());
+        // Gateways that name no address never get one that another Gateway names, whichever
+        // comes first: fill the pool with unnamed Gateways after noting the static one.
+        let mut a = Assigner::new(&[], &pool);
+        a.note_named(Some(std::slice::from_ref(&usable)));
+        let given: Vec<_> = (0..pool.len())
+            .filter_map(|i| a.assign(None, None, &format!("ns/g{i}")).bind)
+            .collect();
+        assert_eq!(given.len(), pool.len() - 1);
+        assert!(!given.contains(&"10.244.1.5".parse().unwrap()));
+        assert_eq!(
+            values(&a.assign(Some(&[usable]), None, "ns/s")),
+            ["10.244.1.5"]
+        );
     }
 
     #[test]

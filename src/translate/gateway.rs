@@ -197,6 +197,9 @@ pub fn gateways(
     });
     let mut certs = Certs::new(resources, last_good);
     let mut assigner = addresses::Assigner::new(&settings.advertise, &settings.address_pool);
+    for (gw, _) in &selected {
+        assigner.note_named(gw.spec.base.addresses.as_deref());
+    }
     // Addresses already given stay with their Gateways before any new one is handed out.
     let kept: Vec<_> = selected
         .iter()
