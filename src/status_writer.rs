@@ -75,13 +75,15 @@ const BATCH: Duration = Duration::from_millis(100);
 const VERSION_EVERY: Duration = Duration::from_secs(300);
 
 /// The Gateway API features pier implements, as GatewayClass `status.supportedFeatures` lists
-/// them (Gateway API v1.6 feature names, plus GEP-3792's `OffClusterGateway`; sorted, as the
-/// API requires).
+/// them (Gateway API v1.7 feature names, plus v1.6's `HTTPRouteRetry`, which v1.7 renamed
+/// `HTTPRouteRetryCodes`, so that a v1.6 suite still runs the retry tests, and GEP-3792's
+/// `OffClusterGateway`; sorted, as the API requires).
 pub const SUPPORTED_FEATURES: &[&str] = &[
     "BackendTLSPolicy",
     "BackendTLSPolicySANValidation",
     "GRPCRoute",
     "GRPCRouteNamedRouteRule",
+    "GRPCRouteRequestHeaderModifier",
     "Gateway",
     "GatewayAddressEmpty",
     "GatewayBackendClientCertificate",
@@ -90,6 +92,8 @@ pub const SUPPORTED_FEATURES: &[&str] = &[
     "GatewayHTTPListenerIsolation",
     "GatewayHTTPSListenerDetectMisdirectedRequests",
     "GatewayPort8080",
+    "GatewayRouteHostnameIntersectionPrecedence",
+    "GatewayStaticAddresses",
     "HTTPRoute",
     "HTTPRoute303RedirectStatusCode",
     "HTTPRoute307RedirectStatusCode",
@@ -98,7 +102,9 @@ pub const SUPPORTED_FEATURES: &[&str] = &[
     "HTTPRouteBackendProtocolWebSocket",
     "HTTPRouteBackendRequestHeaderModification",
     "HTTPRouteBackendTimeout",
+    "HTTPRouteBackendURLRewrite",
     "HTTPRouteCORS",
+    "HTTPRouteDestinationPortMatching",
     "HTTPRouteHostRewrite",
     "HTTPRouteMethodMatching",
     "HTTPRouteNamedRouteRule",
@@ -113,6 +119,8 @@ pub const SUPPORTED_FEATURES: &[&str] = &[
     "HTTPRouteRequestTimeout",
     "HTTPRouteResponseHeaderModification",
     "HTTPRouteRetry",
+    "HTTPRouteRetryCodes",
+    "HTTPRouteRetryConnectionError",
     "HTTPRouteSchemeRedirect",
     "ListenerSet",
     "OffClusterGateway",

@@ -46,6 +46,12 @@ type Config struct {
 	// reported Running but not Ready.
 	StartTimeout time.Duration
 	Workers      int
+	// The kubelet endpoint for container logs (logs.go): served on NodeIP:KubeletPort when
+	// KubeletCert is set, with clients verified against KubeletClientCA when that is set.
+	KubeletPort     int
+	KubeletCert     string
+	KubeletKey      string
+	KubeletClientCA string
 }
 
 // DefaultConfig has the defaults of the flags.
@@ -56,6 +62,8 @@ func DefaultConfig() Config {
 		Bridge:      "pier0",
 		NetnsPrefix: "pierpod-",
 		EchoImages: []string{
+			// v1.7's manifests (echo-basic from the gateway-api-conformance-images module).
+			"registry.k8s.io/gateway-api/conformance/echo-basic",
 			"registry.k8s.io/gateway-api/echo-basic",
 			"gcr.io/k8s-staging-gateway-api/echo-basic",
 			"gcr.io/k8s-staging-gateway-api/echo-advanced",
@@ -63,6 +71,7 @@ func DefaultConfig() Config {
 		StateDir:     filepath.Join(os.TempDir(), "pier-node-agent"),
 		StartTimeout: 15 * time.Second,
 		Workers:      4,
+		KubeletPort:  10250,
 	}
 }
 
@@ -79,6 +88,8 @@ type Agent struct {
 	runs     map[string]*podRun // by namespace/name
 	mounts   map[string]int     // mountpoints the agent created -> Pods using them
 	mountDir []string           // in creation order, so removal goes deepest first
+	// servesLogs: the container log endpoint is up (set before the Node is registered).
+	servesLogs bool
 }
 
 // podRun is what the agent holds for a Pod on its node.
@@ -150,6 +161,15 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	if err := os.MkdirAll(a.cfg.StateDir, 0o755); err != nil {
 		return err
+	}
+	// Listening before the Node publishes the port.
+	srv, ln, err := a.logServer()
+	if err != nil {
+		return err
+	}
+	a.servesLogs = srv != nil
+	if srv != nil {
+		go runLogServer(ctx, srv, ln)
 	}
 	if err := a.registerNode(ctx); err != nil {
 		return fmt.Errorf("registering node %s: %w", a.cfg.NodeName, err)
@@ -438,7 +458,7 @@ func (a *Agent) report(ctx context.Context, pod *corev1.Pod, run *podRun) (time.
 				return wait, nil
 			}
 			log.Printf("pod %s/%s: container %s exited with %d; restarting. Its log ends:\n%s", pod.Namespace, pod.Name,
-				c.Name, p.exitCode(), tail(p.log.Name(), 5))
+				c.Name, p.exitCode(), tail(p.logPath, 5))
 			run.restarts[c.Name]++
 			run.reported = false
 			if err := a.startContainer(ctx, pod, run, &c); err != nil {
@@ -637,11 +657,20 @@ func (a *Agent) updateNodeStatus(ctx context.Context) error {
 				Architecture:            "amd64",
 				ContainerRuntimeVersion: "pier-node-agent://0",
 			},
-			DaemonEndpoints: node.Status.DaemonEndpoints,
+			DaemonEndpoints: a.daemonEndpoints(),
 		}
 		_, err = a.client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
 		return err
 	})
+}
+
+// daemonEndpoints publishes the container log endpoint's port, when the agent serves it.
+func (a *Agent) daemonEndpoints() corev1.NodeDaemonEndpoints {
+	var d corev1.NodeDaemonEndpoints
+	if a.servesLogs {
+		d.KubeletEndpoint.Port = int32(a.cfg.KubeletPort)
+	}
+	return d
 }
 
 // heartbeat keeps the Node Ready for kube-controller-manager's node lifecycle controller: the

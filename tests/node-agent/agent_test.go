@@ -54,6 +54,11 @@ func TestImageName(t *testing.T) {
 	if !runnable(&corev1.Container{Image: "registry.k8s.io/gateway-api/echo-basic:v1.6.0-dev.3"}, imgs) {
 		t.Error("the conformance echo image is not runnable")
 	}
+	for _, img := range []string{"registry.k8s.io/gateway-api/conformance/echo-basic:v0.1.0", "registry.k8s.io/gateway-api/conformance/echo-basic:v0.2.0"} {
+		if !runnable(&corev1.Container{Image: img}, imgs) {
+			t.Errorf("v1.7's echo image %s is not runnable", img)
+		}
+	}
 	if runnable(&corev1.Container{Image: "registry.k8s.io/coredns/coredns:v1.12.2"}, imgs) {
 		t.Error("coredns is runnable")
 	}
@@ -165,7 +170,9 @@ func TestWriteVolumes(t *testing.T) {
 // process, and on graceful deletion stops the process, removes the namespace and deletes the
 // Pod. It needs root, iproute2, PIER_NODE_AGENT_KUBECONFIG (an admin kubeconfig) and
 // PIER_ECHO_BASIC (the echo-basic binary); scripts/conformance.sh selftest provides them,
-// inside a network namespace of its own.
+// inside a network namespace of its own. With PIER_NODE_AGENT_KUBELET_{CERT,KEY,CLIENT_CA}
+// (the selftest sets them, and the API server's --kubelet-* flags) it also reads the Pod's log
+// through the API server's pods/log, which calls the agent's container log endpoint.
 func TestAgentLifecycle(t *testing.T) {
 	kubeconfig, echo := os.Getenv("PIER_NODE_AGENT_KUBECONFIG"), os.Getenv("PIER_ECHO_BASIC")
 	if kubeconfig == "" || echo == "" || os.Geteuid() != 0 {
@@ -186,6 +193,9 @@ func TestAgentLifecycle(t *testing.T) {
 	cfg.NetnsPrefix = "piertest-"
 	cfg.EchoBasic = echo
 	cfg.StateDir = t.TempDir()
+	cfg.KubeletCert = os.Getenv("PIER_NODE_AGENT_KUBELET_CERT")
+	cfg.KubeletKey = os.Getenv("PIER_NODE_AGENT_KUBELET_KEY")
+	cfg.KubeletClientCA = os.Getenv("PIER_NODE_AGENT_KUBELET_CLIENT_CA")
 	agent, err := NewWithClient(cfg, cs)
 	if err != nil {
 		t.Fatal(err)
@@ -275,6 +285,9 @@ func TestAgentLifecycle(t *testing.T) {
 	if err := json.Unmarshal(body, &echoed); err != nil || echoed.Pod != "echo" || echoed.Namespace != ns {
 		t.Fatalf("echo answered %s (%v)", body, err)
 	}
+	if cfg.KubeletCert != "" {
+		checkLogs(t, ctx, cs, ns)
+	}
 	// HTTPS on 8443 with the certificate from the Secret volume, bind-mounted at its mountPath.
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(crt)
@@ -316,6 +329,40 @@ func TestAgentLifecycle(t *testing.T) {
 	}
 	waitGone(t, ctx, cs, ns, "coredns")
 	_ = cs.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
+}
+
+// checkLogs reads the echo Pod's log through the API server (pods/log, as kubectl logs and the
+// conformance suite's mirror tests do): the request just made is in it, and a sinceTime after
+// it leaves it out.
+func checkLogs(t *testing.T, ctx context.Context, cs kubernetes.Interface, ns string) {
+	t.Helper()
+	want := "Echoing back request made to /hello to client"
+	read := func(since *metav1.Time) string {
+		b, err := cs.CoreV1().Pods(ns).GetLogs("echo", &corev1.PodLogOptions{Container: "echo", SinceTime: since}).DoRaw(ctx)
+		if err != nil {
+			t.Fatalf("pods/log: %v", err)
+		}
+		return string(b)
+	}
+	var got string
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if got = read(nil); strings.Contains(got, want) {
+			break
+		}
+	}
+	if !strings.Contains(got, want) {
+		t.Fatalf("the Pod's log through the API server has no %q: %q", want, got)
+	}
+	if strings.Contains(got, "Z Echoing") {
+		t.Errorf("timestamps without timestamps=true: %q", got)
+	}
+	later := metav1.NewTime(time.Now().Add(2 * time.Second))
+	if got := read(&later); strings.Contains(got, want) {
+		t.Errorf("sinceTime after the request still returns it: %q", got)
+	}
+	if _, err := cs.CoreV1().Pods(ns).GetLogs("echo", &corev1.PodLogOptions{Container: "nothere"}).DoRaw(ctx); err == nil {
+		t.Error("a container the Pod does not have has logs")
+	}
 }
 
 // mustCreate retries for up to 30 s: in a new namespace, Pods are refused until the controller

@@ -35,6 +35,10 @@ func main() {
 	flag.StringVar(&cfg.EchoBasic, "echo-basic", "", "path of the upstream echo-basic binary (required)")
 	flag.StringVar(&echoImages, "echo-images", strings.Join(cfg.EchoImages, ","), "comma-separated image names (without tag) run with echo-basic")
 	flag.StringVar(&cfg.StateDir, "state-dir", cfg.StateDir, "where Pod volumes and logs go")
+	flag.IntVar(&cfg.KubeletPort, "kubelet-port", cfg.KubeletPort, "port of the container log endpoint (the kubelet's), on the node IP")
+	flag.StringVar(&cfg.KubeletCert, "kubelet-cert", "", "serving certificate of the container log endpoint (PEM); none: logs are not served")
+	flag.StringVar(&cfg.KubeletKey, "kubelet-key", "", "its private key (PEM)")
+	flag.StringVar(&cfg.KubeletClientCA, "kubelet-client-ca", "", "CA that the API server's client certificate must chain to (PEM)")
 	flag.Parse()
 	cfg.EchoImages = splitList(echoImages)
 	if cfg.Kubeconfig == "" || cfg.EchoBasic == "" {

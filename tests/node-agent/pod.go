@@ -263,11 +263,12 @@ type proc struct {
 	cmd     *exec.Cmd
 	started time.Time
 	done    chan struct{} // closed when it has exited
-	log     *os.File
+	logPath string
 }
 
 // startProc starts argv under `ip netns exec NETNS SELF launch --bind ...`, in its own process
-// group, logging to logPath.
+// group, logging to logPath: stdout and stderr through one pipe, each line stamped with the
+// time it was read (logs.go serves them).
 func startProc(self, netns string, binds [][2]string, argv, env []string, logPath string) (*proc, error) {
 	args := []string{"netns", "exec", netns, self, "launch"}
 	if mntns, err := os.Readlink("/proc/self/ns/mnt"); err == nil {
@@ -281,18 +282,26 @@ func startProc(self, netns string, binds [][2]string, argv, env []string, logPat
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command("ip", args...)
-	cmd.Env = env
-	cmd.Stdout, cmd.Stderr = log, log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	pr, pw, err := os.Pipe()
+	if err != nil {
 		log.Close()
 		return nil, err
 	}
-	p := &proc{cmd: cmd, started: time.Now(), done: make(chan struct{}), log: log}
+	cmd := exec.Command("ip", args...)
+	cmd.Env = env
+	cmd.Stdout, cmd.Stderr = pw, pw
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		pr.Close()
+		pw.Close()
+		log.Close()
+		return nil, err
+	}
+	pw.Close() // the child holds the write end; the copy ends when it exits
+	go stampLines(pr, log)
+	p := &proc{cmd: cmd, started: time.Now(), done: make(chan struct{}), logPath: logPath}
 	go func() {
 		_ = cmd.Wait()
-		log.Close()
 		close(p.done)
 	}()
 	return p, nil
