@@ -25,7 +25,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
 };
 use kube::CustomResourceExt;
 
-use crate::translate::api::{BackendTrafficPolicy, ClientTrafficPolicy, SecurityPolicy};
+use crate::translate::api::{BackendTrafficPolicy, ClientTrafficPolicy, SecurityPolicy, TcpRoute};
 
 /// The Gateway API release the `gateway-api` crate's types were generated from.
 pub const BUNDLE_VERSION: &str = "v1.5.1";
@@ -39,8 +39,9 @@ const CHANNEL_ANNOTATION: &str = "gateway.networking.k8s.io/channel";
 const API_APPROVED_ANNOTATION: &str = "api-approved.kubernetes.io";
 const API_APPROVED: &str = "https://github.com/kubernetes-sigs/gateway-api/pull/3328";
 
-/// GatewayClass, Gateway, ListenerSet, HTTPRoute, GRPCRoute, TLSRoute, ReferenceGrant and
-/// BackendTLSPolicy, in that order.
+/// GatewayClass, Gateway, ListenerSet, HTTPRoute, GRPCRoute, TLSRoute, TCPRoute, ReferenceGrant
+/// and BackendTLSPolicy, in that order. TCPRoute `v1` (Gateway API v1.7) is pier's own type
+/// (`crate::translate::api::TcpRoute`): the crate has only v1alpha2.
 pub fn all() -> Vec<CustomResourceDefinition> {
     [
         GatewayClass::crd(),
@@ -49,6 +50,7 @@ pub fn all() -> Vec<CustomResourceDefinition> {
         HttpRoute::crd(),
         GrpcRoute::crd(),
         TlsRoute::crd(),
+        TcpRoute::crd(),
         ReferenceGrant::crd(),
         BackendTlsPolicy::crd(),
     ]
@@ -195,7 +197,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn all_are_the_eight_kinds_pier_reads() {
+    fn all_are_the_nine_kinds_pier_reads() {
         let names: Vec<_> = all()
             .into_iter()
             .map(|c| c.metadata.name.unwrap())
@@ -209,6 +211,7 @@ mod tests {
                 "httproutes.gateway.networking.k8s.io",
                 "grpcroutes.gateway.networking.k8s.io",
                 "tlsroutes.gateway.networking.k8s.io",
+                "tcproutes.gateway.networking.k8s.io",
                 "referencegrants.gateway.networking.k8s.io",
                 "backendtlspolicies.gateway.networking.k8s.io",
             ]

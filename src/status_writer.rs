@@ -125,6 +125,7 @@ pub const SUPPORTED_FEATURES: &[&str] = &[
     "ListenerSet",
     "OffClusterGateway",
     "ReferenceGrant",
+    "TCPRoute",
     "TLSRoute",
     "TLSRouteModeMixed",
     "TLSRouteModeTerminate",
@@ -177,6 +178,7 @@ pub enum PatchKind {
     HttpRoute,
     GrpcRoute,
     TlsRoute,
+    TcpRoute,
     ListenerSet,
     BackendTlsPolicy,
     SecurityPolicy,
@@ -219,6 +221,7 @@ enum JobKey {
     HttpRoute(ObjectRef),
     GrpcRoute(ObjectRef),
     TlsRoute(ObjectRef),
+    TcpRoute(ObjectRef),
     ListenerSet(ObjectRef),
     BackendTlsPolicy(ObjectRef),
     SecurityPolicy(ObjectRef),
@@ -310,6 +313,7 @@ impl EncodeLabelValue for PatchKind {
             Self::HttpRoute => "HTTPRoute",
             Self::GrpcRoute => "GRPCRoute",
             Self::TlsRoute => "TLSRoute",
+            Self::TcpRoute => "TCPRoute",
             Self::ListenerSet => "ListenerSet",
             Self::BackendTlsPolicy => "BackendTLSPolicy",
             Self::SecurityPolicy => "SecurityPolicy",
@@ -415,6 +419,7 @@ impl JobKey {
             Self::HttpRoute(_) => PatchKind::HttpRoute,
             Self::GrpcRoute(_) => PatchKind::GrpcRoute,
             Self::TlsRoute(_) => PatchKind::TlsRoute,
+            Self::TcpRoute(_) => PatchKind::TcpRoute,
             Self::ListenerSet(_) => PatchKind::ListenerSet,
             Self::BackendTlsPolicy(_) => PatchKind::BackendTlsPolicy,
             Self::SecurityPolicy(_) => PatchKind::SecurityPolicy,
@@ -431,6 +436,7 @@ impl JobKey {
             | Self::HttpRoute(r)
             | Self::GrpcRoute(r)
             | Self::TlsRoute(r)
+            | Self::TcpRoute(r)
             | Self::ListenerSet(r)
             | Self::BackendTlsPolicy(r)
             | Self::SecurityPolicy(r)
@@ -460,6 +466,7 @@ impl JobKey {
             PatchKind::HttpRoute => gateway_api("HTTPRoute", "httproutes"),
             PatchKind::GrpcRoute => gateway_api("GRPCRoute", "grpcroutes"),
             PatchKind::TlsRoute => gateway_api("TLSRoute", "tlsroutes"),
+            PatchKind::TcpRoute => gateway_api("TCPRoute", "tcproutes"),
             PatchKind::ListenerSet => gateway_api("ListenerSet", "listenersets"),
             PatchKind::BackendTlsPolicy => gateway_api("BackendTLSPolicy", "backendtlspolicies"),
             PatchKind::SecurityPolicy => pier("SecurityPolicy", "securitypolicies"),
@@ -514,6 +521,7 @@ impl Planner {
                 JobKey::HttpRoute(r) => desired.http_routes.contains_key(r),
                 JobKey::GrpcRoute(r) => desired.grpc_routes.contains_key(r),
                 JobKey::TlsRoute(r) => desired.tls_routes.contains_key(r),
+                JobKey::TcpRoute(r) => desired.tcp_routes.contains_key(r),
                 JobKey::ListenerSet(r) => desired.listener_sets.contains_key(r),
                 JobKey::BackendTlsPolicy(r) => desired.backend_tls_policies.contains_key(r),
                 JobKey::SecurityPolicy(r) => desired.security_policies.contains_key(r),
@@ -576,6 +584,10 @@ impl Planner {
         });
         let tls = (&desired.tls_routes, &stores.tls_routes);
         routes.plan(memo, &mut jobs, tls, JobKey::TlsRoute, |o| {
+            to_json(&o.status)
+        });
+        let tcp = (&desired.tcp_routes, &stores.tcp_routes);
+        routes.plan(memo, &mut jobs, tcp, JobKey::TcpRoute, |o| {
             to_json(&o.status)
         });
         for (r, want) in &desired.backend_tls_policies {
@@ -898,6 +910,7 @@ impl Worker {
             PatchKind::HttpRoute
                 | PatchKind::GrpcRoute
                 | PatchKind::TlsRoute
+                | PatchKind::TcpRoute
                 | PatchKind::BackendTlsPolicy
                 | PatchKind::SecurityPolicy
                 | PatchKind::BackendTrafficPolicy

@@ -699,6 +699,63 @@ async fn experimental_route_fields_work_through_the_api_server() {
     pier.shutdown().await;
 }
 
+/// TCPRoute `v1` (Gateway API v1.7's standard channel) from the API server: a TCP listener
+/// relays connections to the route's Service (the bytes are an HTTP request the echo answers),
+/// the route's status is read back, and the listener lists TCPRoute as its kind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_routes_from_the_cluster() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let c = Cluster::start().await;
+    let _w = world(&c).await;
+    let tcp_port = listener_port();
+    let mut gw = gateway(APP, "tcp", tcp_port);
+    gw["spec"]["listeners"] = json!([{ "name": "db", "protocol": "TCP", "port": tcp_port }]);
+    c.apply(gw).await;
+    c.apply(json!({
+        "apiVersion": GATEWAY_V1, "kind": "TCPRoute",
+        "metadata": { "name": "db", "namespace": APP },
+        "spec": {
+            "parentRefs": [{ "name": "tcp", "sectionName": "db" }],
+            "rules": [{ "backendRefs": [{ "name": "v2", "port": 80 }] }],
+        },
+    }))
+    .await;
+    let pier = start_pier(c.pier_options(LOOPBACK, "replica-a")).await;
+    let deadline = Instant::now() + STATUS_BOUND;
+    loop {
+        let s = c.status("TCPRoute", Some(APP), "db").await;
+        let accepted = our_parent(&s)
+            .and_then(|p| condition(&p["conditions"], "Accepted"))
+            .is_some_and(|c| c["status"] == "True");
+        if accepted {
+            break;
+        }
+        assert!(Instant::now() < deadline, "TCPRoute never Accepted: {s:#}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let gw = c.status("Gateway", Some(APP), "tcp").await;
+    assert_eq!(
+        gw["listeners"][0]["supportedKinds"][0]["kind"], "TCPRoute",
+        "{gw:#}"
+    );
+    assert_eq!(gw["listeners"][0]["attachedRoutes"], 1, "{gw:#}");
+    let mut tcp = tokio::net::TcpStream::connect((LOOPBACK, tcp_port))
+        .await
+        .unwrap();
+    tcp.write_all(b"GET /over-tcp HTTP/1.1\r\nHost: db\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = String::new();
+    tokio::time::timeout(Duration::from_secs(10), tcp.read_to_string(&mut answer))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.contains("v2"), "{answer}");
+    drop(tcp);
+    pier.shutdown().await;
+}
+
 /// `config/rbac/make-kubeconfig.sh` makes a kubeconfig pier can run with. Its kubectl is the
 /// one `scripts/control-plane.sh` builds; kubectl's discovery cache goes to the test's directory,
 /// never to the user's `~/.kube`.

@@ -1,5 +1,5 @@
-//! TLSRoute end to end: pier in-process from a manifest directory, real TLS on every hop
-//! (rustls clients and servers, certificates made at test time with rcgen).
+//! TLSRoute and TCPRoute end to end: pier in-process from a manifest directory, real TLS on
+//! every TLS hop (rustls clients and servers, certificates made at test time with rcgen).
 //!
 //! Gateway `gw/edge` has two TLS listeners on one port (mixed termination): `pass`
 //! (`*.pass.example`, Passthrough) and `term` (`*.term.example`, Terminate with a certificate
@@ -387,5 +387,171 @@ async fn terminate_relays_plaintext_or_originates_mesh_mtls_and_fails_closed() {
     let failed =
         format!("pier_proxy_downstream_tls_handshakes_total{{port=\"{port}\",result=\"error\"");
     assert!(!metrics.contains(&failed), "{metrics}");
+    pier.shutdown().await;
+}
+
+/// A second Gateway, `gw/plain`, with one TCP listener `tcp` on `port` (TCPRoute); namespace
+/// `shop` is meshed here too.
+fn tcp_gateway(port: u16) -> String {
+    let mesh = mesh_spec("    selector: {matchLabels: {mesh: enabled}}\n");
+    format!(
+        "apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: plain, namespace: gw}}
+spec:
+  gatewayClassName: pier
+  listeners:
+    - name: tcp
+      protocol: TCP
+      port: {port}
+      allowedRoutes: {{namespaces: {{from: All}}}}
+{mesh}"
+    )
+}
+
+/// TCPRoute `ns/name` to Service `ns/svc:443` through `gw/plain`'s listener.
+fn tcp_route(ns: &str, name: &str, created: &str, svc: &str) -> String {
+    format!(
+        "apiVersion: gateway.networking.k8s.io/v1
+kind: TCPRoute
+metadata: {{name: {name}, namespace: {ns}, creationTimestamp: \"{created}\"}}
+spec:
+  parentRefs: [{{name: plain, namespace: gw, sectionName: tcp}}]
+  rules:
+    - backendRefs: [{{name: {svc}, port: 443}}]
+"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_routes_relay_to_the_oldest_route_and_meshed_ones_get_mtls() {
+    let pki = MeshPki::new();
+    let one = LineServer::spawn("one", None).await;
+    let two = LineServer::spawn("two", None).await;
+    let workload = Workload::spawn(&pki.workload, &pki.client_ca).await;
+    let port = free_port();
+    let tcp_port = free_port();
+    let backends = [
+        service("public", "one", one.addr),
+        service("public", "two", two.addr),
+        service("shop", "web", workload.addr),
+        tcp_gateway(tcp_port),
+    ];
+    let routes = [
+        // Two routes on one listener: both Accepted, the older gets every connection
+        // (GEP-2644).
+        tcp_route("public", "newer", "2026-01-02T00:00:00Z", "two"),
+        tcp_route("public", "older", "2026-01-01T00:00:00Z", "one"),
+    ];
+    let pier = start(port, &pki, &Ca::new("gateway CA"), &backends, &routes).await;
+    let addr = SocketAddr::from(([127, 0, 0, 1], tcp_port));
+
+    // Server speaks first: the welcome arrives before the client sends anything, so pier
+    // connected upstream at once; both directions and the half-close are relayed.
+    for _ in 0..5 {
+        let tcp = bounded(TcpStream::connect(addr)).await.unwrap();
+        let lines = bounded(converse(tcp)).await;
+        assert_eq!(
+            lines,
+            ["welcome one tls=false sni=-", "one: ping", "bye one"]
+        );
+    }
+    let status = pier.status().await;
+    for name in ["older", "newer"] {
+        let c = conditions(&status, "TCPRoute", "public", name);
+        assert_eq!(c["Accepted"].0, "True", "{name}: {c:?}");
+        assert_eq!(c["ResolvedRefs"].0, "True", "{name}: {c:?}");
+    }
+    pier.assert_metric(
+        "pier_proxy_tls_streams_total{gateway=\"gw/plain\",listener=\"tcp\",mode=\"tcp\",result=\"relayed\"} 5",
+    )
+    .await;
+
+    // A meshed TCPRoute (namespace shop): pier originates mesh mTLS with its client
+    // certificate; the client's bytes (here HTTP/1.1) reach the workload inside it.
+    let before = pier.generation().await;
+    std::fs::write(
+        pier.path().join("31-meshed.yaml"),
+        tcp_route("shop", "web", "2025-12-31T00:00:00Z", "web"),
+    )
+    .unwrap();
+    pier.wait_generation_above(before).await;
+    let mut tcp = bounded(TcpStream::connect(addr)).await.unwrap();
+    tcp.write_all(b"GET /over-tcp HTTP/1.1\r\nHost: web\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = vec![];
+    bounded(tokio::io::AsyncReadExt::read_to_end(&mut tcp, &mut answer))
+        .await
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer).to_string();
+    let body = answer.split("\r\n\r\n").nth(1).unwrap_or_default();
+    let seen: Seen = serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {answer}"));
+    assert!(seen.tls);
+    assert_eq!(seen.client_uris, [PIER_ID]);
+    assert_eq!(seen.path, "/over-tcp");
+    // The workload closed its side; pier half-closes ours and waits for the client's EOF.
+    drop(tcp);
+
+    // Fail closed: without pier's client certificate nothing reaches the workload.
+    let before = pier.generation().await;
+    let attempts = workload.accepted().len();
+    std::fs::remove_file(pier.path().join("40-client.yaml")).unwrap();
+    pier.wait_generation_above(before).await;
+    let mut tcp = bounded(TcpStream::connect(addr)).await.unwrap();
+    let _ = tcp
+        .write_all(b"GET / HTTP/1.1\r\nHost: web\r\nConnection: close\r\n\r\n")
+        .await;
+    let mut rest = vec![];
+    let _ = bounded(tokio::io::AsyncReadExt::read_to_end(&mut tcp, &mut rest)).await;
+    assert!(rest.is_empty(), "{}", String::from_utf8_lossy(&rest));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        workload.accepted().len(),
+        attempts,
+        "nothing may reach the workload"
+    );
+    pier.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tcp_route_only_attaches_to_tcp_listeners() {
+    let pki = MeshPki::new();
+    let one = LineServer::spawn("one", None).await;
+    let port = free_port();
+    let backends = [service("public", "one", one.addr)];
+    // A TCPRoute to a TLS listener: NotAllowedByListeners; a TCP listener with a hostname:
+    // not accepted.
+    let routes = [format!(
+        "apiVersion: gateway.networking.k8s.io/v1
+kind: TCPRoute
+metadata: {{name: wrong, namespace: public}}
+spec:
+  parentRefs: [{{name: edge, namespace: gw, sectionName: term}}]
+  rules:
+    - backendRefs: [{{name: one, port: 443}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: named, namespace: gw}}
+spec:
+  gatewayClassName: pier
+  listeners:
+    - name: tcp
+      protocol: TCP
+      port: {}
+      hostname: tcp.example
+",
+        free_port()
+    )];
+    let pier = start(port, &pki, &Ca::new("gateway CA"), &backends, &routes).await;
+    let status = pier.status().await;
+    let c = conditions(&status, "TCPRoute", "public", "wrong");
+    assert_eq!(
+        (c["Accepted"].0.as_str(), c["Accepted"].1.as_str()),
+        ("False", "NotAllowedByListeners")
+    );
+    let text = serde_json::to_string(&status).unwrap();
+    assert!(text.contains("a TCP listener has no hostname"), "{text}");
     pier.shutdown().await;
 }

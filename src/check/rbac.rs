@@ -53,6 +53,7 @@ const GATEWAY_KINDS: &[&str] = &[
     "httproutes",
     "grpcroutes",
     "tlsroutes",
+    "tcproutes",
     "referencegrants",
 ];
 const READ: &[&str] = &["get", "list", "watch"];
@@ -76,6 +77,7 @@ pub const RULES: &[Rule] = &[
             "httproutes/status",
             "grpcroutes/status",
             "tlsroutes/status",
+            "tcproutes/status",
             "backendtlspolicies/status",
         ],
         verbs: &["update", "patch"],

@@ -27,6 +27,9 @@ pub enum Protocol {
     /// TLS streams routed by SNI (TLSRoute): passed through, or terminated and relayed.
     #[serde(rename = "TLS")]
     Tls,
+    /// Plain TCP streams (TCPRoute): relayed to the oldest route's backends.
+    #[serde(rename = "TCP")]
+    Tcp,
 }
 
 impl Protocol {
@@ -34,6 +37,7 @@ impl Protocol {
         match self {
             Self::Http => "http",
             Self::Https | Self::Tls => "https",
+            Self::Tcp => "tcp",
         }
     }
 }

@@ -128,7 +128,8 @@ use self::watch::{ApiServerLog, Changes, Ctx, Refused};
 pub use self::watch::{Reconnect, Watched};
 use crate::translate::api::{
     BackendTlsPolicy, ClusterTrustBundle, ConfigMap, EndpointSlice, GatewayClass, GrpcRoute,
-    HttpRoute, ListenerSet, Namespace, ReferenceGrant, Secret, SecurityPolicy, Service, TlsRoute,
+    HttpRoute, ListenerSet, Namespace, ReferenceGrant, Secret, SecurityPolicy, Service, TcpRoute,
+    TlsRoute,
 };
 use crate::translate::api::{BackendTrafficPolicy, ClientTrafficPolicy};
 use crate::translate::mesh::{asks_for_endpoint_identity, mesh_key_of};
@@ -174,6 +175,7 @@ pub enum WatchKind {
     HttpRoute,
     GrpcRoute,
     TlsRoute,
+    TcpRoute,
     ListenerSet,
     ReferenceGrant,
     Namespace,
@@ -202,6 +204,7 @@ pub struct Stores {
     pub http_routes: Store<DeserializeGuard<HttpRoute>>,
     pub grpc_routes: Store<DeserializeGuard<GrpcRoute>>,
     pub tls_routes: Store<DeserializeGuard<TlsRoute>>,
+    pub tcp_routes: Store<DeserializeGuard<TcpRoute>>,
     pub listener_sets: Store<DeserializeGuard<ListenerSet>>,
     /// Filled when the API server serves ReferenceGrant `v1`...
     pub reference_grants: Store<DeserializeGuard<ReferenceGrant>>,
@@ -342,12 +345,13 @@ impl Default for WatchScope {
 // === impl WatchKind ===
 
 impl WatchKind {
-    pub const ALL: [Self; 19] = [
+    pub const ALL: [Self; 20] = [
         Self::GatewayClass,
         Self::Gateway,
         Self::HttpRoute,
         Self::GrpcRoute,
         Self::TlsRoute,
+        Self::TcpRoute,
         Self::ListenerSet,
         Self::ReferenceGrant,
         Self::Namespace,
@@ -375,6 +379,7 @@ impl WatchKind {
             Self::HttpRoute => (GATEWAY_GROUP, "httproutes"),
             Self::GrpcRoute => (GATEWAY_GROUP, "grpcroutes"),
             Self::TlsRoute => (GATEWAY_GROUP, "tlsroutes"),
+            Self::TcpRoute => (GATEWAY_GROUP, "tcproutes"),
             Self::ListenerSet => (GATEWAY_GROUP, "listenersets"),
             Self::ReferenceGrant => (GATEWAY_GROUP, "referencegrants"),
             Self::BackendTlsPolicy => (GATEWAY_GROUP, "backendtlspolicies"),
@@ -400,6 +405,7 @@ impl WatchKind {
                 | Self::HttpRoute
                 | Self::GrpcRoute
                 | Self::TlsRoute
+                | Self::TcpRoute
                 | Self::ListenerSet
                 | Self::ReferenceGrant
         )
@@ -416,6 +422,7 @@ impl WatchKind {
             Self::BackendTlsPolicy
                 | Self::GrpcRoute
                 | Self::TlsRoute
+                | Self::TcpRoute
                 | Self::ListenerSet
                 | Self::ClusterTrustBundle
                 | Self::SecurityPolicy
@@ -442,6 +449,7 @@ impl std::fmt::Display for WatchKind {
             Self::HttpRoute => f.write_str("HTTPRoute"),
             Self::GrpcRoute => f.write_str("GRPCRoute"),
             Self::TlsRoute => f.write_str("TLSRoute"),
+            Self::TcpRoute => f.write_str("TCPRoute"),
             Self::BackendTlsPolicy => f.write_str("BackendTLSPolicy"),
             other => std::fmt::Debug::fmt(other, f),
         }
@@ -553,6 +561,7 @@ impl KubeSource {
             http_routes: tasks.watch(&ctx, W::HttpRoute, Spec, watcher(Api::all(c()), all())),
             grpc_routes: tasks.watch(&ctx, W::GrpcRoute, Spec, watcher(Api::all(c()), all())),
             tls_routes: tasks.watch(&ctx, W::TlsRoute, Spec, watcher(Api::all(c()), all())),
+            tcp_routes: tasks.watch(&ctx, W::TcpRoute, Spec, watcher(Api::all(c()), all())),
             listener_sets: tasks.watch(&ctx, W::ListenerSet, Spec, watcher(Api::all(c()), all())),
             reference_grants,
             reference_grants_v1beta1,
@@ -662,6 +671,7 @@ impl Default for Stores {
             http_routes: empty(),
             grpc_routes: empty(),
             tls_routes: empty(),
+            tcp_routes: empty(),
             listener_sets: empty(),
             reference_grants: empty(),
             reference_grants_v1beta1: empty(),
@@ -696,6 +706,7 @@ impl Stores {
             http_routes: namespaced(&self.http_routes, Clone::clone),
             grpc_routes: namespaced(&self.grpc_routes, Clone::clone),
             tls_routes: namespaced(&self.tls_routes, Clone::clone),
+            tcp_routes: namespaced(&self.tcp_routes, Clone::clone),
             listener_sets: namespaced(&self.listener_sets, Clone::clone),
             reference_grants,
             namespaces: self

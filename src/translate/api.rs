@@ -8,10 +8,12 @@
 
 mod client_traffic_policy;
 mod security_policy;
+mod tcp_route;
 mod traffic_policy;
 
 pub use client_traffic_policy::*;
 pub use security_policy::*;
+pub use tcp_route::{TcpRoute, TcpRouteSpec};
 pub use traffic_policy::*;
 
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
@@ -56,6 +58,8 @@ pub use gateway_api::experimental::httproutes::{
     HttpRouteRulesFiltersExternalAuthForwardBody, HttpRouteRulesFiltersExternalAuthGrpc,
     HttpRouteRulesFiltersExternalAuthHttp, HttpRouteRulesFiltersExternalAuthProtocol,
 };
+/// TCPRoute's field types (the v1 root is pier's own, [`TcpRoute`]).
+pub use gateway_api::experimental::tcproutes::{TcpRouteRules, TcpRouteStatus};
 /// TLSRoute (standard since v1.5; the experimental type adds `useDefaultGateways`).
 pub use gateway_api::experimental::tlsroutes::{TlsRoute, TlsRouteRules, TlsRouteSpec};
 pub use gateway_api::gatewayclasses::{GatewayClass, GatewayClassSpec};

@@ -462,10 +462,13 @@ fn listener(
         "HTTP" => Protocol::Http,
         "HTTPS" => Protocol::Https,
         "TLS" => Protocol::Tls,
+        "TCP" => Protocol::Tcp,
         other => {
             state.not_accepted = Some((
                 ListenerReason::UnsupportedProtocol,
-                format!("protocol {other:?} is not supported (pier serves HTTP, HTTPS and TLS)"),
+                format!(
+                    "protocol {other:?} is not supported (pier serves HTTP, HTTPS, TLS and TCP)"
+                ),
             ));
             // Kept for conflict detection: on a port that serves another protocol, the
             // listener is a ProtocolConflict first.
@@ -485,6 +488,16 @@ fn listener(
             return state;
         }
     }
+    if protocol == Protocol::Tcp && (hostname.is_some() || tls.is_some()) {
+        // The CRD forbids both; a manifest may still say them.
+        state.not_accepted = Some((
+            ListenerReason::Invalid,
+            "a TCP listener has no hostname and no tls (TCP carries no name; for TLS use \
+             protocol TLS with a TLSRoute)"
+                .into(),
+        ));
+        return state;
+    }
     if let Some(h) = hostname {
         match HostnameMatch::parse(h) {
             Ok(h) => state.hostname = Some(h),
@@ -495,7 +508,7 @@ fn listener(
             }
         }
     }
-    if protocol != Protocol::Http {
+    if matches!(protocol, Protocol::Https | Protocol::Tls) {
         tls_of(&mut state, resources, certs, &owner, protocol, tls.as_ref());
         if state.not_accepted.is_some() {
             return state;
@@ -802,6 +815,7 @@ fn protocol_name(p: Protocol) -> &'static str {
         Protocol::Http => "HTTP",
         Protocol::Https => "HTTPS",
         Protocol::Tls => "TLS",
+        Protocol::Tcp => "TCP",
     }
 }
 

@@ -1200,7 +1200,7 @@ fn resolve_backend(
         RouteKind::Http if r.h2 => backends::Traffic::Http2,
         RouteKind::Http => backends::Traffic::Http,
         RouteKind::Grpc => backends::Traffic::Http2,
-        RouteKind::Tls => backends::Traffic::Opaque,
+        RouteKind::Tls | RouteKind::Tcp => backends::Traffic::Opaque,
     };
     Ok(backends.service_port(ns, r.name, port, tls, traffic)?)
 }

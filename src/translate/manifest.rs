@@ -17,7 +17,7 @@ use super::api::{
     BackendTlsPolicy, ByteString, CERTIFICATES_GROUP, ClusterTrustBundle, ConfigMap, EndpointSlice,
     GATEWAY_GROUP, Gateway, GatewayClass, GatewaySpec, GrpcRoute, HttpRoute, ListenerSet, MeshSpec,
     Namespace, ObjectMeta, PierGatewaySpec, ReferenceGrant, Secret, SecurityPolicy, Service,
-    TlsRoute,
+    TcpRoute, TlsRoute,
 };
 use super::resources::{ObjectKey, Resources};
 use super::spiffe::PIER_GROUP;
@@ -55,13 +55,13 @@ pub enum KindMistake {
         group: &'static str,
         nearest: Option<&'static str>,
     },
-    /// A kind the Gateway API defines that pier does not serve (`TCPRoute`).
+    /// A kind the Gateway API defines that pier does not serve (`UDPRoute`).
     NotServed { kind: String, group: &'static str },
 }
 
 /// Kinds of `gateway.networking.k8s.io` pier does not serve: named as such, never taken for a
-/// misspelling of one it does (`TCPRoute` is two edits from `TLSRoute`).
-const GATEWAY_KINDS_NOT_SERVED: &[&str] = &["TCPRoute", "UDPRoute", "BackendLBPolicy"];
+/// misspelling of one it does (`UDPRoute` is two edits from `TCPRoute`).
+const GATEWAY_KINDS_NOT_SERVED: &[&str] = &["UDPRoute", "BackendLBPolicy"];
 
 /// What [`parse_manifests_placed`] read from one text.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -245,6 +245,7 @@ enum Kind {
     HttpRoute,
     GrpcRoute,
     TlsRoute,
+    TcpRoute,
     ListenerSet,
     ReferenceGrant,
     Namespace,
@@ -462,6 +463,12 @@ fn parse_document(doc: &Doc<'_>, resources: &mut Resources) -> Result<Parsed, Ma
             let mut o: TlsRoute = doc.parse(k, ig)?;
             let key = doc.key(k, &mut o.metadata)?;
             resources.tls_routes.insert(key.clone(), o);
+            key
+        }
+        Kind::TcpRoute => {
+            let mut o: TcpRoute = doc.parse(k, ig)?;
+            let key = doc.key(k, &mut o.metadata)?;
+            resources.tcp_routes.insert(key.clone(), o);
             key
         }
         Kind::ReferenceGrant => {
@@ -700,6 +707,7 @@ const KIND_NAMES: &[&str] = &[
     "HTTPRoute",
     "GRPCRoute",
     "TLSRoute",
+    "TCPRoute",
     "ListenerSet",
     "ReferenceGrant",
     "BackendTLSPolicy",
@@ -725,6 +733,7 @@ impl Kind {
             (GATEWAY_GROUP, "HTTPRoute") => Self::HttpRoute,
             (GATEWAY_GROUP, "GRPCRoute") => Self::GrpcRoute,
             (GATEWAY_GROUP, "TLSRoute") => Self::TlsRoute,
+            (GATEWAY_GROUP, "TCPRoute") => Self::TcpRoute,
             (GATEWAY_GROUP, "ListenerSet") => Self::ListenerSet,
             (GATEWAY_GROUP, "ReferenceGrant") => Self::ReferenceGrant,
             ("", "Namespace") => Self::Namespace,
@@ -764,6 +773,7 @@ impl Kind {
             Self::HttpRoute => SchemaOf::HttpRoute,
             Self::GrpcRoute => SchemaOf::GrpcRoute,
             Self::TlsRoute => SchemaOf::TlsRoute,
+            Self::TcpRoute => SchemaOf::TcpRoute,
             Self::ListenerSet => SchemaOf::ListenerSet,
             Self::ReferenceGrant => SchemaOf::ReferenceGrant,
             Self::BackendTlsPolicy => SchemaOf::BackendTlsPolicy,
@@ -799,6 +809,8 @@ impl Kind {
             Self::GrpcRoute => &["v1", "v1alpha2"],
             // TLSRoute v1alpha2 and v1alpha3 have the fields of v1 that pier reads.
             Self::TlsRoute => &["v1", "v1alpha3", "v1alpha2"],
+            // TCPRoute v1alpha2 has the same spec as v1 (v1 since Gateway API v1.7).
+            Self::TcpRoute => &["v1", "v1alpha2"],
             Self::ListenerSet => &["v1"],
             Self::Namespace | Self::Service | Self::Secret | Self::ConfigMap | Self::Pod => &["v1"],
             Self::EndpointSlice => &["v1"],

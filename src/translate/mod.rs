@@ -42,6 +42,7 @@ mod security_policy;
 pub mod selector;
 pub mod spiffe;
 pub mod status;
+mod tcp_route;
 #[cfg(test)]
 pub(crate) mod test_support;
 mod tls_route;
@@ -221,6 +222,11 @@ pub fn translate_with(
         .iter()
         .map(|((ns, name), r)| (ObjectRef::new(ns, name), tls_route::as_http_route(r)))
         .collect();
+    let tcp: Vec<(ObjectRef, api::HttpRoute)> = resources
+        .tcp_routes
+        .iter()
+        .map(|((ns, name), r)| (ObjectRef::new(ns, name), tcp_route::as_http_route(r)))
+        .collect();
     let mut routes: Vec<_> = resources
         .http_routes
         .iter()
@@ -236,6 +242,14 @@ pub fn translate_with(
         .chain(tls.iter().map(|(key, route)| {
             let spec = RouteSpec {
                 kind: RouteKind::Tls,
+                route,
+                grpc_matches: &[],
+            };
+            (key.clone(), spec)
+        }))
+        .chain(tcp.iter().map(|(key, route)| {
+            let spec = RouteSpec {
+                kind: RouteKind::Tcp,
                 route,
                 grpc_matches: &[],
             };
@@ -343,6 +357,7 @@ pub fn translate_with(
             RouteKind::Http => status.http_routes.insert(key, outcome.status),
             RouteKind::Grpc => status.grpc_routes.insert(key, outcome.status),
             RouteKind::Tls => status.tls_routes.insert(key, outcome.status),
+            RouteKind::Tcp => status.tcp_routes.insert(key, outcome.status),
         };
     }
 
@@ -535,7 +550,7 @@ fn snapshot(
                 proxy_protocol: false,
                 access_log_on: false,
                 listeners: vec![],
-                certs: (protocol != Protocol::Http).then(CertTable::default),
+                certs: matches!(protocol, Protocol::Https | Protocol::Tls).then(CertTable::default),
                 // Equal on every listener of the port (a differing one is conflicted).
                 client_auth: l
                     .client_auth
@@ -547,7 +562,7 @@ fn snapshot(
             let tls_profile = l
                 .tls_profile
                 .clone()
-                .filter(|_| protocol != Protocol::Http && !l.passthrough);
+                .filter(|_| matches!(protocol, Protocol::Https | Protocol::Tls) && !l.passthrough);
             port.tls_profiles |= tls_profile.is_some();
             port.proxy_protocol |= l.proxy_protocol;
             port.access_log_on |= l.access_log == Some(true);

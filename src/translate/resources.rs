@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use super::api::{
     BackendTlsPolicy, ClusterTrustBundle, ConfigMap, EndpointSlice, Gateway, GatewayClass,
     GrpcRoute, HttpRoute, ListenerSet, Namespace, PodIdentity, ReferenceGrant, Secret,
-    SecurityPolicy, Service, TlsRoute,
+    SecurityPolicy, Service, TcpRoute, TlsRoute,
 };
 use super::api::{BackendTrafficPolicy, ClientTrafficPolicy};
 use super::field_path::UnknownField;
@@ -23,6 +23,7 @@ pub struct Resources {
     pub http_routes: BTreeMap<ObjectKey, HttpRoute>,
     pub grpc_routes: BTreeMap<ObjectKey, GrpcRoute>,
     pub tls_routes: BTreeMap<ObjectKey, TlsRoute>,
+    pub tcp_routes: BTreeMap<ObjectKey, TcpRoute>,
     pub reference_grants: BTreeMap<ObjectKey, ReferenceGrant>,
     /// Cluster-scoped: by name.
     pub namespaces: BTreeMap<String, Namespace>,

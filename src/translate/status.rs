@@ -258,6 +258,8 @@ pub struct Statuses {
     pub grpc_routes: BTreeMap<ObjectRef, HttpRouteStatus>,
     /// The same for TLSRoutes (the same status shape).
     pub tls_routes: BTreeMap<ObjectRef, HttpRouteStatus>,
+    /// The same for TCPRoutes (the same status shape).
+    pub tcp_routes: BTreeMap<ObjectRef, HttpRouteStatus>,
     /// ListenerSets whose parent is an in-scope Gateway, attached or not.
     pub listener_sets: BTreeMap<ObjectRef, ListenerSetStatus>,
     /// Only policies applied to a backend of an in-scope Gateway's routes.
@@ -380,6 +382,8 @@ pub enum StatusKind {
     GrpcRoute,
     #[serde(rename = "TLSRoute")]
     TlsRoute,
+    #[serde(rename = "TCPRoute")]
+    TcpRoute,
     ListenerSet,
     #[serde(rename = "BackendTLSPolicy")]
     BackendTlsPolicy,
@@ -597,10 +601,11 @@ impl Statuses {
                         ));
                     }
                 }
-                "HTTPRoute" | "GRPCRoute" | "TLSRoute" => {
+                "HTTPRoute" | "GRPCRoute" | "TLSRoute" | "TCPRoute" => {
                     let routes = match kind.as_str() {
                         "HTTPRoute" => &mut self.http_routes,
                         "GRPCRoute" => &mut self.grpc_routes,
+                        "TCPRoute" => &mut self.tcp_routes,
                         _ => &mut self.tls_routes,
                     };
                     if let Some(s) = routes.get_mut(&key) {
@@ -696,9 +701,11 @@ impl Statuses {
         let http = self.http_routes.iter().map(|r| (StatusKind::HttpRoute, r));
         let grpc = self.grpc_routes.iter().map(|r| (StatusKind::GrpcRoute, r));
         let tls = self.tls_routes.iter().map(|r| (StatusKind::TlsRoute, r));
+        let tcp = self.tcp_routes.iter().map(|r| (StatusKind::TcpRoute, r));
         let routes = http
             .chain(grpc)
             .chain(tls)
+            .chain(tcp)
             .map(|(kind, (key, s))| StatusObject {
                 api_version: GATEWAY_API_VERSION,
                 kind,

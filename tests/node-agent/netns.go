@@ -99,6 +99,10 @@ func setupPodNet(n podNet, bridge string, addr, gw netip.Addr, bits int) error {
 		{"-n", n.netns, "addr", "add", fmt.Sprintf("%s/%d", addr, bits), "dev", "eth0"},
 		{"-n", n.netns, "link", "set", "eth0", "up"},
 		{"-n", n.netns, "route", "add", "default", "via", gw.String()},
+		// The address may have been an earlier Pod's: forget that Pod's MAC here (where pier
+		// and the agent run), or traffic to the new Pod goes to the old veth until the
+		// neighbour entry expires (up to a minute: TCPRoute conformance tests saw it).
+		{"neigh", "flush", "to", addr.String(), "dev", bridge},
 	}
 	for _, s := range steps {
 		if err := ipCmd(s...); err != nil {

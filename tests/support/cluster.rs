@@ -265,6 +265,7 @@ pub fn api_resource(api_version: &str, kind: &str) -> ApiResource {
         "HTTPRoute" => "httproutes",
         "GRPCRoute" => "grpcroutes",
         "TLSRoute" => "tlsroutes",
+        "TCPRoute" => "tcproutes",
         "ListenerSet" => "listenersets",
         "ReferenceGrant" => "referencegrants",
         "Namespace" => "namespaces",

@@ -880,7 +880,9 @@ pub fn conditions(
         })
         .unwrap_or_else(|| panic!("no {kind} {ns}/{name} in {status:#}"));
     let conds = match kind {
-        "HTTPRoute" | "GRPCRoute" | "TLSRoute" => &obj["status"]["parents"][0]["conditions"],
+        "HTTPRoute" | "GRPCRoute" | "TLSRoute" | "TCPRoute" => {
+            &obj["status"]["parents"][0]["conditions"]
+        }
         _ => &obj["status"]["conditions"],
     };
     conds

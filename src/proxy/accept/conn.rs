@@ -425,6 +425,13 @@ async fn serve_conn(
             }
             None
         }
+        Some(Protocol::Tcp) => {
+            // TCP streams bound their own idleness (the stream idle timeout).
+            if reclaim.busy() {
+                Box::pin(stream::serve_tcp(shared, tcp, info, drain)).await
+            }
+            None
+        }
     }
 }
 

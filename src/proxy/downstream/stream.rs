@@ -15,6 +15,9 @@
 //! with half-close passed on (one side's EOF shuts the other's write side) until both are done,
 //! the stream idles for `Limits::stream_idle_timeout`, or a drain's grace period ends (streams
 //! have no requests to finish, so draining does not cut them early).
+//!
+//! TCP ports (listener protocol TCP, TCPRoute) take the same way without the ClientHello
+//! ([`serve_tcp`]): the listener and route for no name, and the upstream connection at once.
 
 use std::io;
 use std::pin::Pin;
@@ -240,6 +243,48 @@ fn plan<'s>(
         endpoint,
         tls,
     })
+}
+
+/// A TCP listener's connection (TCPRoute): no name to route by, so the listener and route
+/// that take any host (the oldest route on the listener), then the weighted backendRef and its
+/// endpoint; the upstream connection is made at once (a server may speak first), in mesh mTLS
+/// or BackendTLSPolicy TLS when the backend has it, never plaintext instead. Nothing to route
+/// to closes the connection.
+pub async fn serve_tcp(
+    shared: &Arc<Shared>,
+    tcp: TcpStream,
+    info: Arc<ConnInfo>,
+    drain: DrainToken,
+) {
+    let snapshot = shared.snapshot.load_full();
+    let plan = match plan(shared, &snapshot, &info, "") {
+        Ok(plan) => plan,
+        Err((listener, result)) => {
+            tracing::debug!(peer = %info.peer, port = info.port, ?result, "TCP stream not routed");
+            return shared
+                .metrics
+                .stream(listener.map(|l| &l.id), StreamMode::Tcp, result);
+        }
+    };
+    let Plan {
+        listener,
+        backend,
+        endpoint,
+        tls,
+        ..
+    } = &plan;
+    let in_flight = shared.in_flight(&snapshot, backend, endpoint);
+    let result = match connect(shared, backend, endpoint, *tls).await {
+        Ok((up, _open)) => {
+            relay(shared, tcp, up, drain).await;
+            StreamResult::Relayed
+        }
+        Err(result) => result,
+    };
+    drop(in_flight);
+    shared
+        .metrics
+        .stream(Some(&listener.id), StreamMode::Tcp, result);
 }
 
 /// The client's TLS, untouched, to the endpoint over TCP.

@@ -296,6 +296,8 @@ pub struct StreamLabels {
 pub enum StreamMode {
     Passthrough,
     Terminate,
+    /// A plain TCP stream on a TCP listener (TCPRoute).
+    Tcp,
     /// Not known: the ClientHello was not read, or no listener took it.
     Unknown,
 }
@@ -519,8 +521,8 @@ impl ProxyMetrics {
         );
         reg.register(
             "tls_streams",
-            "TLS connections on TLS listeners (TLSRoute), by gateway, listener, mode \
-             (passthrough, terminate) and result",
+            "Connections on TLS and TCP listeners (TLSRoute, TCPRoute), by gateway, listener, \
+             mode (passthrough, terminate; tcp on TCP listeners) and result",
             m.streams.clone(),
         );
         reg.register(
@@ -994,6 +996,7 @@ impl EncodeLabelValue for StreamMode {
         encoder.write_str(match self {
             Self::Passthrough => "passthrough",
             Self::Terminate => "terminate",
+            Self::Tcp => "tcp",
             Self::Unknown => "",
         })
     }

@@ -27,6 +27,7 @@ pub enum RouteKind {
     Http,
     Grpc,
     Tls,
+    Tcp,
 }
 
 impl RouteKind {
@@ -34,11 +35,14 @@ impl RouteKind {
     pub const HTTP_LISTENER: [Self; 2] = [Self::Http, Self::Grpc];
     /// What a TLS listener supports.
     pub const TLS_LISTENER: [Self; 1] = [Self::Tls];
+    /// What a TCP listener supports.
+    pub const TCP_LISTENER: [Self; 1] = [Self::Tcp];
 
     /// The kinds a listener of `protocol` supports.
     pub fn for_protocol(protocol: crate::model::Protocol) -> &'static [Self] {
         match protocol {
             crate::model::Protocol::Tls => &Self::TLS_LISTENER,
+            crate::model::Protocol::Tcp => &Self::TCP_LISTENER,
             _ => &Self::HTTP_LISTENER,
         }
     }
@@ -49,6 +53,7 @@ impl RouteKind {
             Self::Http => "HTTPRoute",
             Self::Grpc => "GRPCRoute",
             Self::Tls => "TLSRoute",
+            Self::Tcp => "TCPRoute",
         }
     }
 }

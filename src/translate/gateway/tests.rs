@@ -92,12 +92,36 @@ fn settings_gateway_keeps_only_that_gateway_in_scope() {
 }
 
 #[test]
+fn a_tcp_listener_takes_tcp_routes_and_no_hostname_or_tls() {
+    let t = run(&format!(
+        "{CLASS}---\n{}",
+        gw(
+            "g",
+            "  - {name: tcp, protocol: TCP, port: 9000}\n  - {name: named, protocol: TCP, port: 9001, hostname: a.example}\n"
+        )
+    ));
+    let g = gateway(&t, "default", "g");
+    let l = listener(g, "tcp");
+    assert_eq!(listener_cond(l, "Accepted").1, "Accepted".to_string());
+    let kinds: Vec<_> = l.supported_kinds.iter().map(|k| k.kind.as_str()).collect();
+    assert_eq!(kinds, ["TCPRoute"]);
+    let named = listener(g, "named");
+    assert_eq!(listener_cond(named, "Accepted").1, "Invalid".to_string());
+    assert_eq!(
+        t.snapshot.port(9000).unwrap().protocol,
+        crate::model::Protocol::Tcp
+    );
+    assert!(t.snapshot.port(9000).unwrap().certs.is_none());
+    assert!(t.snapshot.port(9001).is_none());
+}
+
+#[test]
 fn unsupported_protocol_is_not_accepted() {
     let t = run(&format!(
         "{CLASS}---\n{}",
-        gw("g", "  - {name: tcp, protocol: TCP, port: 9000}\n")
+        gw("g", "  - {name: udp, protocol: UDP, port: 9000}\n")
     ));
-    let l = listener(gateway(&t, "default", "g"), "tcp");
+    let l = listener(gateway(&t, "default", "g"), "udp");
     assert_eq!(
         listener_cond(l, "Accepted").1,
         "UnsupportedProtocol".to_string()

@@ -1,0 +1,32 @@
+//! `TCPRoute` (`gateway.networking.k8s.io/v1`, GEP-2644: standard channel since Gateway API
+//! v1.7; `v1alpha2` before). The gateway-api crate pier uses (0.22, Gateway API v1.5.1) has only
+//! the v1alpha2 type, which v1.7's standard CRD does not serve; the v1 spec has the same fields
+//! (`parentRefs`, exactly one rule of 1-16 weighted `backendRefs`, an optional rule `name`), so
+//! this type reuses the crate's field types under the v1 version.
+
+use gateway_api::experimental::tcproutes::{TcpRouteParentRefs, TcpRouteRules, TcpRouteStatus};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// `spec` of a TCPRoute.
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "gateway.networking.k8s.io",
+    version = "v1",
+    kind = "TCPRoute",
+    root = "TcpRoute",
+    plural = "tcproutes",
+    namespaced,
+    status = "TcpRouteStatus",
+    derive = "Default",
+    derive = "PartialEq"
+)]
+#[serde(rename_all = "camelCase")]
+pub struct TcpRouteSpec {
+    /// The Gateways, listeners (`sectionName`) and ports (`port`) the route attaches to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_refs: Option<Vec<TcpRouteParentRefs>>,
+    /// Exactly one rule: the weighted backends a connection is relayed to.
+    pub rules: Vec<TcpRouteRules>,
+}

@@ -1,0 +1,47 @@
+//! TCPRoutes, as HTTPRoutes, like TLSRoutes ([`super::tls_route`]): parentRefs and one rule of
+//! weighted backendRefs, attached, granted, resolved and given status by the HTTPRoute
+//! translation. A TCPRoute has no hostnames, so in HTTPRoute form it matches any host, and the
+//! route table's lookup (with no name) finds, among the routes on a listener, the oldest
+//! route's rule (GEP-2644: several TCPRoutes on one listener are all Accepted, and the oldest
+//! gets the traffic).
+//!
+//! What differs is carried by the kind ([`RouteKind::Tcp`](super::gateway::RouteKind)): only
+//! TCP listeners take it, and its backends are opaque byte streams. A meshed TCPRoute's
+//! connections are mesh mTLS to the workload (pier originates the TLS), never plaintext.
+
+use super::api::{HttpRoute, HttpRouteRules, HttpRouteSpec, TcpRoute, TcpRouteRules, same_shape};
+
+/// Converts a TCPRoute (see the module docs). A backendRef or parentRef that does not convert
+/// (it cannot: the shapes are the same) is left out.
+pub fn as_http_route(route: &TcpRoute) -> HttpRoute {
+    let parent_refs = route
+        .spec
+        .parent_refs
+        .as_ref()
+        .map(|refs| refs.iter().filter_map(|p| same_shape(p).ok()).collect());
+    let rules = route.spec.rules.iter().map(rule_as_http).collect();
+    HttpRoute {
+        metadata: route.metadata.clone(),
+        spec: HttpRouteSpec {
+            hostnames: None,
+            parent_refs,
+            rules: Some(rules),
+            use_default_gateways: None,
+        },
+        status: None,
+    }
+}
+
+fn rule_as_http(rule: &TcpRouteRules) -> HttpRouteRules {
+    let TcpRouteRules { backend_refs, name } = rule;
+    HttpRouteRules {
+        backend_refs: Some(
+            backend_refs
+                .iter()
+                .filter_map(|b| same_shape(b).ok())
+                .collect(),
+        ),
+        name: name.clone(),
+        ..HttpRouteRules::default()
+    }
+}
