@@ -110,13 +110,14 @@ fn assert_check(v: &Value, name: &str, status: &str, message_has: &str) {
     );
 }
 
-const GATEWAY_CRDS: [&str; 8] = [
+const GATEWAY_CRDS: [&str; 9] = [
     "gatewayclasses",
     "gateways",
     "listenersets",
     "httproutes",
     "grpcroutes",
     "tlsroutes",
+    "tcproutes",
     "referencegrants",
     "backendtlspolicies",
 ];

@@ -133,6 +133,20 @@ async fn converse<S: AsyncRead + AsyncWrite + Unpin>(io: S) -> Vec<String> {
     seen
 }
 
+/// Sends an HTTP/1.1 GET for `path` over `io` (a stream pier relays to a mesh workload) and
+/// reads the workload's answer to the end: what it saw.
+async fn asked<S: AsyncRead + AsyncWrite + Unpin>(io: &mut S, path: &str, host: &str) -> Seen {
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    io.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = vec![];
+    bounded(tokio::io::AsyncReadExt::read_to_end(io, &mut answer))
+        .await
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer).to_string();
+    let body = answer.split("\r\n\r\n").nth(1).unwrap_or_default();
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {answer}"))
+}
+
 fn gateway(port: u16, spec_extra: &str) -> String {
     format!(
         "apiVersion: gateway.networking.k8s.io/v1
@@ -340,16 +354,7 @@ async fn terminate_relays_plaintext_or_originates_mesh_mtls_and_fails_closed() {
     let mut tls = bounded(connect(addr, "web.term.example", &gateway_ca))
         .await
         .expect("handshake with pier");
-    tls.write_all(b"GET /through HTTP/1.1\r\nHost: web.term.example\r\nConnection: close\r\n\r\n")
-        .await
-        .unwrap();
-    let mut answer = vec![];
-    bounded(tokio::io::AsyncReadExt::read_to_end(&mut tls, &mut answer))
-        .await
-        .unwrap();
-    let answer = String::from_utf8_lossy(&answer).to_string();
-    let body = answer.split("\r\n\r\n").nth(1).unwrap_or_default();
-    let seen: Seen = serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {answer}"));
+    let seen = asked(&mut tls, "/through", "web.term.example").await;
     assert!(seen.tls);
     assert_eq!(seen.sni.as_deref(), Some("web.shop.svc.cluster.local"));
     assert_eq!(seen.client_uris, [PIER_ID]);
@@ -477,16 +482,7 @@ async fn tcp_routes_relay_to_the_oldest_route_and_meshed_ones_get_mtls() {
     .unwrap();
     pier.wait_generation_above(before).await;
     let mut tcp = bounded(TcpStream::connect(addr)).await.unwrap();
-    tcp.write_all(b"GET /over-tcp HTTP/1.1\r\nHost: web\r\nConnection: close\r\n\r\n")
-        .await
-        .unwrap();
-    let mut answer = vec![];
-    bounded(tokio::io::AsyncReadExt::read_to_end(&mut tcp, &mut answer))
-        .await
-        .unwrap();
-    let answer = String::from_utf8_lossy(&answer).to_string();
-    let body = answer.split("\r\n\r\n").nth(1).unwrap_or_default();
-    let seen: Seen = serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {answer}"));
+    let seen = asked(&mut tcp, "/over-tcp", "web").await;
     assert!(seen.tls);
     assert_eq!(seen.client_uris, [PIER_ID]);
     assert_eq!(seen.path, "/over-tcp");
@@ -553,5 +549,62 @@ spec:
     );
     let text = serde_json::to_string(&status).unwrap();
     assert!(text.contains("a TCP listener has no hostname"), "{text}");
+    pier.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_security_policy_on_a_tcp_listener_admits_by_client_address() {
+    let pki = MeshPki::new();
+    let one = LineServer::spawn("one", None).await;
+    let port = free_port();
+    let tcp_port = free_port();
+    let policy = |cidr: &str| {
+        format!(
+            "apiVersion: pier.dev/v1alpha1
+kind: SecurityPolicy
+metadata: {{name: only, namespace: gw}}
+spec:
+  targetRefs: [{{group: gateway.networking.k8s.io, kind: Gateway, name: plain, sectionName: tcp}}]
+  authorization:
+    defaultAction: Deny
+    rules:
+    - action: Allow
+      principal: {{clientCIDRs: [\"{cidr}\"]}}
+"
+        )
+    };
+    let backends = [service("public", "one", one.addr), tcp_gateway(tcp_port)];
+    let routes = [
+        tcp_route("public", "db", "2026-01-01T00:00:00Z", "one"),
+        policy("10.0.0.0/8"),
+    ];
+    let pier = start(port, &pki, &Ca::new("gateway CA"), &backends, &routes).await;
+    let addr = SocketAddr::from(([127, 0, 0, 1], tcp_port));
+
+    // 127.0.0.1 is not in 10.0.0.0/8: closed before anything reaches the backend.
+    let mut tcp = bounded(TcpStream::connect(addr)).await.unwrap();
+    let mut rest = vec![];
+    let _ = bounded(tokio::io::AsyncReadExt::read_to_end(&mut tcp, &mut rest)).await;
+    assert!(rest.is_empty(), "{}", String::from_utf8_lossy(&rest));
+    pier.assert_metric(
+        "pier_proxy_tls_streams_total{gateway=\"gw/plain\",listener=\"tcp\",mode=\"tcp\",result=\"denied\"} 1",
+    )
+    .await;
+
+    // Allowed once the policy names loopback.
+    let before = pier.generation().await;
+    std::fs::write(
+        pier.path().join("30-routes.yaml"),
+        [
+            tcp_route("public", "db", "2026-01-01T00:00:00Z", "one"),
+            policy("127.0.0.0/8"),
+        ]
+        .join("---\n"),
+    )
+    .unwrap();
+    pier.wait_generation_above(before).await;
+    let tcp = bounded(TcpStream::connect(addr)).await.unwrap();
+    let lines = bounded(converse(tcp)).await;
+    assert_eq!(lines[0], "welcome one tls=false sni=-");
     pier.shutdown().await;
 }

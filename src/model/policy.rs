@@ -306,6 +306,40 @@ impl AccessPolicy {
     }
 }
 
+impl AccessPolicy {
+    /// Whether a TCP or TLS stream (TCPRoute, TLSRoute) from `client` may pass. A stream has
+    /// no request: only its client address (and a verified client certificate's SANs) can be
+    /// known, so this fails closed: an invalid policy, or one that authenticates by what only
+    /// HTTP carries (JWT, API key, basic auth, OIDC, extAuth), refuses every stream, and an
+    /// authorization rule about methods, headers or JWT claims never matches one (its
+    /// action does not apply; the next rule or the default decides).
+    pub fn admits_stream(&self, client: IpAddr, client_sans: &[Box<str>]) -> bool {
+        if self.invalid.is_some()
+            || self.jwt.is_some()
+            || self.api_key.is_some()
+            || self.basic.is_some()
+            || self.oidc.is_some()
+            || self.ext_auth.is_some()
+        {
+            return false;
+        }
+        let Some(authz) = &self.authorization else {
+            return true;
+        };
+        let client = client.to_canonical();
+        let found = authz.rules.iter().find(|r| {
+            let p = &r.principal;
+            r.methods.is_empty()
+                && p.jwt.is_none()
+                && p.headers.is_empty()
+                && (p.client_cidrs.is_empty() || p.client_cidrs.iter().any(|c| c.contains(client)))
+                && (p.client_sans.is_empty()
+                    || p.client_sans.iter().any(|s| client_sans.contains(s)))
+        });
+        found.map_or(authz.default_action, |r| r.action) == Action::Allow
+    }
+}
+
 // === impl Authorization ===
 
 impl Authorization {
@@ -446,6 +480,35 @@ mod tests {
         assert_eq!(at("2001:db8::1"), Action::Allow);
         assert_eq!(at("192.0.2.1"), Action::Deny, "no rule: the default");
         assert!(decide(&authz, "192.0.2.1").rule.is_none());
+    }
+
+    #[test]
+    fn streams_pass_by_client_address_only_and_fail_closed() {
+        let policy = |authorization: Option<Authorization>| AccessPolicy {
+            source: "ns/p".into(),
+            invalid: None,
+            jwt: None,
+            api_key: None,
+            basic: None,
+            ext_auth: None,
+            authorization,
+            oidc: None,
+        };
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let mut by_method = rule(Action::Allow, &["192.0.2.0/24"]);
+        by_method.methods = vec![Method::GET];
+        let p = policy(Some(Authorization {
+            default_action: Action::Deny,
+            rules: vec![by_method, rule(Action::Allow, &["10.0.0.0/8"])],
+        }));
+        assert!(p.admits_stream(ip("10.1.2.3"), &[]));
+        assert!(p.admits_stream(ip("::ffff:10.1.2.3"), &[]));
+        // The rule about GET never matches a stream: the default (Deny) decides.
+        assert!(!p.admits_stream(ip("192.0.2.7"), &[]));
+        assert!(policy(None).admits_stream(ip("192.0.2.7"), &[]));
+        let mut invalid = policy(None);
+        invalid.invalid = Some("bad".into());
+        assert!(!invalid.admits_stream(ip("10.1.2.3"), &[]));
     }
 
     #[test]

@@ -10,6 +10,7 @@
 //! connections are mesh mTLS to the workload (pier originates the TLS), never plaintext.
 
 use super::api::{HttpRoute, HttpRouteRules, HttpRouteSpec, TcpRoute, TcpRouteRules, same_shape};
+use super::tls_route;
 
 /// Converts a TCPRoute (see the module docs). A backendRef or parentRef that does not convert
 /// (it cannot: the shapes are the same) is left out.
@@ -32,16 +33,9 @@ pub fn as_http_route(route: &TcpRoute) -> HttpRoute {
     }
 }
 
+/// A TLSRoute rule has the same fields (`name`, weighted `backendRefs`): converted through it.
 fn rule_as_http(rule: &TcpRouteRules) -> HttpRouteRules {
-    let TcpRouteRules { backend_refs, name } = rule;
-    HttpRouteRules {
-        backend_refs: Some(
-            backend_refs
-                .iter()
-                .filter_map(|b| same_shape(b).ok())
-                .collect(),
-        ),
-        name: name.clone(),
-        ..HttpRouteRules::default()
-    }
+    same_shape(rule)
+        .map(|r| tls_route::rule_as_http(&r))
+        .unwrap_or_default()
 }

@@ -41,7 +41,8 @@ pub fn as_http_route(route: &TlsRoute) -> HttpRoute {
     }
 }
 
-fn rule_as_http(rule: &TlsRouteRules) -> HttpRouteRules {
+/// A rule of weighted backendRefs in HTTPRoute form (TCPRoute's rules have the same shape).
+pub(super) fn rule_as_http(rule: &TlsRouteRules) -> HttpRouteRules {
     let TlsRouteRules { backend_refs, name } = rule;
     HttpRouteRules {
         backend_refs: Some(

@@ -395,7 +395,10 @@ func (a *Agent) startContainer(ctx context.Context, pod *corev1.Pod, run *podRun
 	if err != nil {
 		return err
 	}
+	// Under the lock: the container log endpoint reads procs from its own goroutines.
+	a.mu.Lock()
 	run.procs[c.Name] = p
+	a.mu.Unlock()
 	return nil
 }
 

@@ -384,67 +384,62 @@ fn weighted_pick_follows_weights() {
 #[test]
 fn the_hostname_a_route_wrote_beats_a_longer_path_on_the_same_intersection() {
     // A listener for abc.example.com: both routes intersect to it. The older route wrote
-    // *.example.com with a longer prefix, the newer wrote abc.example.com: the newer wins
-    // (GatewayRouteHostnameIntersectionPrecedence), where the match rank alone would pick the
-    // older.
-    let listener = hosts(&["abc.example.com"]);
-    let mut b = RouteTable::builder();
+    // *.example.com (or nothing), the newer abc.example.com (or *.example.com): the one that
+    // wrote the more specific name wins (GatewayRouteHostnameIntersectionPrecedence), where
+    // the match rank alone would pick the older, longer prefix.
     let wildcard = HostnameMatch::parse("*.example.com").unwrap().rank();
-    b.add_ranked(
-        &listener,
-        &[wildcard],
-        prefix("/path/prefix"),
-        &rule("older", 0),
-        (0, 0, 0),
-    );
-    b.add_ranked(
-        &listener,
-        &[HostRank::Exact],
-        prefix("/path"),
-        &rule("newer", 0),
-        (1, 0, 0),
-    );
-    let t = b.build();
-    assert_eq!(
-        find(&t, "abc.example.com", "/path/prefix/longer"),
-        Some("newer")
-    );
-    // Where the more specific route does not match, the other one still answers.
-    let mut b = RouteTable::builder();
-    b.add_ranked(
-        &listener,
-        &[wildcard],
-        prefix("/other"),
-        &rule("older", 0),
-        (0, 0, 0),
-    );
-    b.add_ranked(
-        &listener,
-        &[HostRank::Exact],
-        prefix("/path"),
-        &rule("newer", 0),
-        (1, 0, 0),
-    );
-    let t = b.build();
-    assert_eq!(find(&t, "abc.example.com", "/other/x"), Some("older"));
-    // A route without hostnames ranks below one with any.
-    let mut b = RouteTable::builder();
-    b.add_ranked(
-        &listener,
-        &[HostRank::Any],
-        prefix("/path/prefix"),
-        &rule("none", 0),
-        (0, 0, 0),
-    );
-    b.add_ranked(
-        &listener,
-        &[wildcard],
-        prefix("/"),
-        &rule("wild", 0),
-        (1, 0, 0),
-    );
-    assert_eq!(
-        find(&b.build(), "abc.example.com", "/path/prefix"),
-        Some("wild")
-    );
+    // (older's rank and prefix, newer's rank and prefix, the path asked, the winner)
+    let cases = [
+        (
+            wildcard,
+            "/path/prefix",
+            HostRank::Exact,
+            "/path",
+            "/path/prefix/longer",
+            "newer",
+        ),
+        // Where the more specific route does not match, the other one still answers.
+        (
+            wildcard,
+            "/other",
+            HostRank::Exact,
+            "/path",
+            "/other/x",
+            "older",
+        ),
+        // A route without hostnames ranks below one with any.
+        (
+            HostRank::Any,
+            "/path/prefix",
+            wildcard,
+            "/",
+            "/path/prefix",
+            "newer",
+        ),
+    ];
+    let listener = hosts(&["abc.example.com"]);
+    for (older, older_prefix, newer, newer_prefix, path, winner) in cases {
+        let mut b = RouteTable::builder();
+        let at = (0, 0, 0);
+        b.add_ranked(
+            &listener,
+            &[older],
+            prefix(older_prefix),
+            &rule("older", 0),
+            at,
+        );
+        let at = (1, 0, 0);
+        b.add_ranked(
+            &listener,
+            &[newer],
+            prefix(newer_prefix),
+            &rule("newer", 0),
+            at,
+        );
+        assert_eq!(
+            find(&b.build(), "abc.example.com", path),
+            Some(winner),
+            "{path}"
+        );
+    }
 }

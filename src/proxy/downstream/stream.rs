@@ -215,6 +215,12 @@ fn plan<'s>(
         .routes
         .find(sni, &parts)
         .ok_or((Some(listener), StreamResult::NoRoute))?;
+    // Who may come in: a SecurityPolicy on the route, its listener or Gateway (fail closed).
+    if let Some(access) = &entry.rule.access
+        && !access.admits_stream(info.peer.ip(), &[])
+    {
+        return Err((Some(listener), StreamResult::Denied));
+    }
     let no_backend = (Some(listener), StreamResult::NoBackend);
     let weighted = pick_weighted(&entry.rule.backends).map_err(|_| no_backend)?;
     let BackendTarget::Service(backend) = &weighted.target else {

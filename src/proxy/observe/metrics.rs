@@ -313,6 +313,8 @@ pub enum StreamResult {
     NoRoute,
     /// The route has no usable backend or endpoint, or its TLS is unavailable (fail closed).
     NoBackend,
+    /// A SecurityPolicy on the route refused the client (`AccessPolicy::admits_stream`).
+    Denied,
     /// The client's handshake with pier failed (Terminate).
     HandshakeFailed,
     /// Connecting to the endpoint (TCP, or TLS to it) failed.
@@ -1010,6 +1012,7 @@ impl EncodeLabelValue for StreamResult {
             Self::BadHello => "bad_hello",
             Self::NoRoute => "no_route",
             Self::NoBackend => "no_backend",
+            Self::Denied => "denied",
             Self::HandshakeFailed => "handshake_failed",
             Self::ConnectFailed => "connect_failed",
         })
