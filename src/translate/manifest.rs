@@ -809,7 +809,8 @@ impl Kind {
             Self::GrpcRoute => &["v1", "v1alpha2"],
             // TLSRoute v1alpha2 and v1alpha3 have the fields of v1 that pier reads.
             Self::TlsRoute => &["v1", "v1alpha3", "v1alpha2"],
-            // TCPRoute v1alpha2 has the same spec as v1 (v1 since Gateway API v1.7).
+            // TCPRoute v1alpha2 has v1's fields (v1 since Gateway API v1.7), but up to 16 rules
+            // where v1 has exactly one: only the first serves (docs/src/manifests.md).
             Self::TcpRoute => &["v1", "v1alpha2"],
             Self::ListenerSet => &["v1"],
             Self::Namespace | Self::Service | Self::Secret | Self::ConfigMap | Self::Pod => &["v1"],

@@ -18,9 +18,9 @@
 //!   most [`MAX_RETRY_BODY`] (buffered before the first attempt, like the HTTP/1.1 fast
 //!   path's request buffering). A larger or unknown-length body is streamed, once, and never
 //!   retried; so are upgrades (WebSocket).
-//! - Any method after a listed status, a failed connect or TLS handshake (the backend did not
-//!   take the request: Gateway API v1.7's "SHOULD retry"), or `timeouts.backendRequest` (the
-//!   upstream conformance tests require it).
+//! - Any method after a listed status, a failed connect or TLS handshake, an HTTP/2
+//!   REFUSED_STREAM (the backend did not take the request: Gateway API v1.7's "SHOULD
+//!   retry"), or `timeouts.backendRequest` (the upstream conformance tests require it).
 //! - A connection reset or closed after the request was sent, before the response head: only
 //!   for idempotent methods (RFC 9110 §9.2.2: GET, HEAD, OPTIONS, TRACE, PUT, DELETE), as
 //!   nginx's `proxy_next_upstream` does. The backend may have processed the request, so a
@@ -204,10 +204,27 @@ fn retry_reason<T>(
         Err(ProxyError::Connect { .. } | ProxyError::TlsHandshake { .. }) => {
             Some(RetryReason::Connect)
         }
+        // REFUSED_STREAM: the backend did not process it (RFC 9113 §8.7), safe for any method.
+        Err(ProxyError::Upstream(e)) if refused_stream(e.as_ref()) => Some(RetryReason::Connect),
         Err(ProxyError::Upstream(_)) => idempotent(method).then_some(RetryReason::Reset),
         Err(ProxyError::BackendTimeout) => Some(RetryReason::Timeout),
         Err(_) => None,
     }
+}
+
+/// Whether an upstream failure is an HTTP/2 stream the backend refused before processing it
+/// (hyper wraps h2's error; it may be the error itself or any cause).
+fn refused_stream(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(e);
+    while let Some(e) = next {
+        if e.downcast_ref::<h2::Error>()
+            .is_some_and(|h2| h2.reason() == Some(h2::Reason::REFUSED_STREAM))
+        {
+            return true;
+        }
+        next = e.source();
+    }
+    false
 }
 
 /// RFC 9110 §9.2.2: a request that may be sent again with the same effect.
@@ -336,6 +353,15 @@ mod tests {
         for m in [Method::POST, Method::PATCH, Method::CONNECT] {
             assert_eq!(reason(m, &reset), None);
         }
+        // An HTTP/2 stream the backend refused unprocessed: any method.
+        let refused: Outcome = Err(ProxyError::Upstream(Box::new(h2::Error::from(
+            h2::Reason::REFUSED_STREAM,
+        ))));
+        assert_eq!(reason(Method::POST, &refused), Some(RetryReason::Connect));
+        let cancelled: Outcome = Err(ProxyError::Upstream(Box::new(h2::Error::from(
+            h2::Reason::CANCEL,
+        ))));
+        assert_eq!(reason(Method::POST, &cancelled), None);
         let timeout: Outcome = Err(ProxyError::BackendTimeout);
         assert_eq!(reason(Method::POST, &timeout), Some(RetryReason::Timeout));
         assert_eq!(reason(Method::GET, &Err(ProxyError::NoEndpoints)), None);

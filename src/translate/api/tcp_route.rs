@@ -28,5 +28,6 @@ pub struct TcpRouteSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent_refs: Option<Vec<TcpRouteParentRefs>>,
     /// Exactly one rule: the weighted backends a connection is relayed to.
+    #[schemars(length(min = 1, max = 1))]
     pub rules: Vec<TcpRouteRules>,
 }
