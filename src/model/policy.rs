@@ -332,9 +332,7 @@ impl AccessPolicy {
             r.methods.is_empty()
                 && p.jwt.is_none()
                 && p.headers.is_empty()
-                && (p.client_cidrs.is_empty() || p.client_cidrs.iter().any(|c| c.contains(client)))
-                && (p.client_sans.is_empty()
-                    || p.client_sans.iter().any(|s| client_sans.contains(s)))
+                && p.matches_connection(client, client_sans)
         });
         found.map_or(authz.default_action, |r| r.action) == Action::Allow
     }
@@ -371,15 +369,23 @@ impl Principal {
         {
             return false;
         }
-        (self.client_cidrs.is_empty() || self.client_cidrs.iter().any(|c| c.contains(client)))
-            && (self.client_sans.is_empty()
-                || self.client_sans.iter().any(|s| req.client_sans.contains(s)))
+        self.matches_connection(client, req.client_sans)
             && self.headers.iter().all(|(name, values)| {
                 req.headers
                     .get_all(name)
                     .iter()
                     .any(|sent| values.iter().any(|v| v == sent))
             })
+    }
+}
+
+impl Principal {
+    /// The parts a connection alone decides: its client address (canonical) and its verified
+    /// client certificate's SANs.
+    fn matches_connection(&self, client: IpAddr, client_sans: &[Box<str>]) -> bool {
+        (self.client_cidrs.is_empty() || self.client_cidrs.iter().any(|c| c.contains(client)))
+            && (self.client_sans.is_empty()
+                || self.client_sans.iter().any(|s| client_sans.contains(s)))
     }
 }
 

@@ -272,25 +272,10 @@ pub async fn serve_tcp(
                 .stream(listener.map(|l| &l.id), StreamMode::Tcp, result);
         }
     };
-    let Plan {
-        listener,
-        backend,
-        endpoint,
-        tls,
-        ..
-    } = &plan;
-    let in_flight = shared.in_flight(&snapshot, backend, endpoint);
-    let result = match connect(shared, backend, endpoint, *tls).await {
-        Ok((up, _open)) => {
-            relay(shared, tcp, up, drain).await;
-            StreamResult::Relayed
-        }
-        Err(result) => result,
-    };
-    drop(in_flight);
+    let result = connect_and_relay(shared, &snapshot, &plan, tcp, drain).await;
     shared
         .metrics
-        .stream(Some(&listener.id), StreamMode::Tcp, result);
+        .stream(Some(&plan.listener.id), StreamMode::Tcp, result);
 }
 
 /// The client's TLS, untouched, to the endpoint over TCP.
@@ -329,36 +314,51 @@ async fn terminate(
     handshake_time: Duration,
     drain: DrainToken,
 ) -> StreamResult {
-    let Plan {
-        port,
-        backend,
-        endpoint,
-        tls,
-        ..
-    } = plan;
+    let port = plan.port;
     let handshake = StartHandshake::from_parts(accepted, tcp).into_stream(config);
     let client = match tokio::time::timeout(handshake_time, handshake).await {
         Ok(Ok(stream)) => stream,
         Ok(Err(error)) => {
             let reason = DownstreamTlsFailure::of(&error);
-            shared.metrics.downstream_tls_handshake(*port, Some(reason));
+            shared.metrics.downstream_tls_handshake(port, Some(reason));
             tracing::debug!(%error, reason = reason.as_str(), "TLS handshake with the client failed");
             return StreamResult::HandshakeFailed;
         }
         Err(_) => {
             let reason = DownstreamTlsFailure::Timeout;
-            shared.metrics.downstream_tls_handshake(*port, Some(reason));
+            shared.metrics.downstream_tls_handshake(port, Some(reason));
             tracing::debug!("TLS handshake with the client timed out");
             return StreamResult::HandshakeFailed;
         }
     };
-    shared.metrics.downstream_tls_handshake(*port, None);
+    shared.metrics.downstream_tls_handshake(port, None);
+    connect_and_relay(shared, snapshot, plan, client, drain).await
+}
+
+/// The plan's endpoint, connected (in its TLS, if any), then the bytes both ways with `down`:
+/// a terminated TLS stream's plaintext, or a TCP listener's connection.
+async fn connect_and_relay<D>(
+    shared: &Shared,
+    snapshot: &Arc<Snapshot>,
+    plan: &Plan<'_>,
+    down: D,
+    drain: DrainToken,
+) -> StreamResult
+where
+    D: AsyncRead + AsyncWrite + Unpin,
+{
+    let Plan {
+        backend,
+        endpoint,
+        tls,
+        ..
+    } = plan;
     let in_flight = shared.in_flight(snapshot, backend, endpoint);
     let (up, _open) = match connect(shared, backend, endpoint, *tls).await {
         Ok(c) => c,
         Err(result) => return result,
     };
-    relay(shared, client, up, drain).await;
+    relay(shared, down, up, drain).await;
     drop(in_flight);
     StreamResult::Relayed
 }

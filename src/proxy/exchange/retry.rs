@@ -206,7 +206,7 @@ fn retry_reason<T>(
         }
         // REFUSED_STREAM: the backend did not process it (RFC 9113 §8.7), safe for any method.
         Err(ProxyError::Upstream(e)) if refused_stream(e.as_ref()) => Some(RetryReason::Connect),
-        Err(ProxyError::Upstream(_)) => idempotent(method).then_some(RetryReason::Reset),
+        Err(ProxyError::Upstream(_)) => method.is_idempotent().then_some(RetryReason::Reset),
         Err(ProxyError::BackendTimeout) => Some(RetryReason::Timeout),
         Err(_) => None,
     }
@@ -225,14 +225,6 @@ fn refused_stream(e: &(dyn std::error::Error + 'static)) -> bool {
         next = e.source();
     }
     false
-}
-
-/// RFC 9110 §9.2.2: a request that may be sent again with the same effect.
-fn idempotent(method: &Method) -> bool {
-    matches!(
-        *method,
-        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
-    )
 }
 
 /// The request body, read whole within `max` bytes (past it: [`BodyFault::TooLarge`], 413),
