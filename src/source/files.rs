@@ -55,7 +55,10 @@ pub enum LoadError {
     /// The message already holds the manifest error's text, so it is not chained as a
     /// source too (`{:#}` would print it twice).
     #[error("{path}: {error}")]
-    Parse { path: PathBuf, error: ManifestError },
+    Parse {
+        path: PathBuf,
+        error: Box<ManifestError>,
+    },
     #[error("{0} is not a directory")]
     NotADirectory(PathBuf),
     #[error(
@@ -230,7 +233,7 @@ pub fn load(dir: &Path, limits: &Limits) -> Result<Loaded, LoadError> {
             manifest::parse_manifests_placed(&text, &mut out.resources).map_err(|error| {
                 LoadError::Parse {
                     path: path.clone(),
-                    error,
+                    error: Box::new(error),
                 }
             })?;
         out.skipped

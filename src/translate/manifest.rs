@@ -2,8 +2,9 @@
 //! text; the file source reads files and calls it, and so do the golden tests.
 //!
 //! Documents are separated by lines that are exactly `---`. Each document's `apiVersion` and
-//! `kind` are read first through a tiny [`TypeMeta`], then the document is deserialized
-//! straight into the typed API struct (never into an untyped value). Kinds pier does not read
+//! `kind` are read first through a tiny [`TypeMeta`] (by the YAML reader, which also checks the
+//! document's syntax and size), then the document is read once into a [`tree::Tree`] of nodes
+//! and decoded from it into the typed API struct (never into an untyped value). Kinds pier does not read
 //! are returned as [`SkippedKind`]s, not errors; one of a group pier reads
 //! (`gateway.networking.k8s.io`, `pier.dev`) is most likely a mistake, and
 //! [`SkippedKind::mistake`] says so, with the nearest kind pier reads. Namespaced objects without a namespace land in
@@ -23,9 +24,11 @@ use super::resources::{ObjectKey, Resources};
 use super::spiffe::PIER_GROUP;
 
 mod fields;
+mod tree;
 
 pub use super::field_path::{Step, UnknownField};
 use fields::SchemaOf;
+use tree::Tree;
 
 /// A document of a kind pier does not read.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -132,25 +135,21 @@ enum Parsed {
 pub enum ManifestError {
     /// The document is not YAML. Like [`ManifestError::Object`], the YAML error's text is in
     /// the message and it is not chained as a source.
-    #[error(
-        "document {document} (line {line}): invalid YAML: {}",
-        plain_message(error)
-    )]
+    #[error("document {document} (line {line}): invalid YAML: {message}")]
     Syntax {
         document: usize,
         line: usize,
-        error: Box<serde_saphyr::Error>,
+        message: String,
     },
     /// YAML, but not a mapping with `apiVersion` and `kind` strings (a list, a scalar).
     #[error(
         "document {document} (line {line}): not a Kubernetes object (a mapping with apiVersion \
-         and kind): {}",
-        plain_message(error)
+         and kind): {message}"
     )]
     TypeMeta {
         document: usize,
         line: usize,
-        error: Box<serde_saphyr::Error>,
+        message: String,
     },
     #[error("document {document} (line {line}): no kind")]
     MissingKind { document: usize, line: usize },
@@ -162,14 +161,12 @@ pub enum ManifestError {
         api_version: String,
     },
     /// Names the object and the field, e.g. `document 2 (line 13): invalid HTTPRoute
-    /// shop/web: spec.rules[1].matches[0].path.type: unknown variant ...`. The YAML error is
-    /// kept (`error`) but not chained as a source: its text is already in the message, and
-    /// its own location counts lines from the document, not the file.
+    /// shop/web: spec.rules[1].matches[0].path.type: unknown variant ...`, at the line in the
+    /// file of the value that failed.
     #[error(
-        "document {document} (line {line}): invalid {kind}{}: {}{}",
+        "document {document} (line {line}): invalid {kind}{}: {}{message}",
         name.as_ref().map(|n| format!(" {n}")).unwrap_or_default(),
-        FieldPath(path),
-        plain_message(error)
+        FieldPath(path)
     )]
     Object {
         document: usize,
@@ -177,9 +174,9 @@ pub enum ManifestError {
         kind: String,
         /// `namespace/name` (or `name` for cluster-scoped kinds), when it could be read.
         name: Option<String>,
-        /// Where in the object decoding failed (`None`: at the top).
-        path: Option<serde_path_to_error::Path>,
-        error: Box<serde_saphyr::Error>,
+        /// Where in the object decoding failed (empty: at the top).
+        path: Vec<Step>,
+        message: String,
     },
     #[error("document {document} (line {line}): {kind} has no metadata.name")]
     MissingName {
@@ -214,7 +211,7 @@ struct NameMeta {
 }
 
 /// A field path as messages show it: `spec.rules[0].path.type: `, nothing at the root.
-struct FieldPath<'p>(&'p Option<serde_path_to_error::Path>);
+struct FieldPath<'p>(&'p [Step]);
 
 /// A Gateway without `spec.mesh` (the generated spec ignores it).
 #[derive(Deserialize)]
@@ -354,12 +351,12 @@ fn parse_document(doc: &Doc<'_>, resources: &mut Resources) -> Result<Parsed, Ma
             Err(syntax) => ManifestError::Syntax {
                 document: doc.number,
                 line: doc.line_of(&syntax),
-                error: Box::new(syntax),
+                message: plain_message(&syntax),
             },
             Ok(_) => ManifestError::TypeMeta {
                 document: doc.number,
                 line: doc.line_of(&e),
-                error: Box::new(e),
+                message: plain_message(&e),
             },
         }
     })?;
@@ -390,6 +387,13 @@ fn parse_document(doc: &Doc<'_>, resources: &mut Resources) -> Result<Parsed, Ma
         });
     }
     let k = tm.kind.as_str();
+    // Read once; every typed pass below decodes from it.
+    let tree = Tree::read(doc.text).map_err(|e| ManifestError::Syntax {
+        document: doc.number,
+        line: doc.line + e.line.saturating_sub(1),
+        message: e.message,
+    })?;
+    let doc = &Parsing { doc, tree: &tree };
     // Paths of the fields the typed struct skipped.
     let mut ignored: Vec<Vec<Step>> = Vec::new();
     let ig = &mut ignored;
@@ -831,8 +835,8 @@ impl Kind {
 impl std::fmt::Display for FieldPath<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.0 {
-            Some(p) if p.iter().next().is_some() => write!(f, "{p}: "),
-            _ => Ok(()),
+            [] => Ok(()),
+            p => write!(f, "{}: ", super::field_path::Path(p)),
         }
     }
 }
@@ -857,41 +861,41 @@ fn plain_message(e: &serde_saphyr::Error) -> String {
     })
 }
 
-// === impl Doc ===
+/// A document being decoded: its place in the text, and its tree.
+struct Parsing<'d, 't> {
+    doc: &'d Doc<'t>,
+    tree: &'d Tree<'t>,
+}
 
-impl Doc<'_> {
+impl<'t> std::ops::Deref for Parsing<'_, 't> {
+    type Target = Doc<'t>;
+
+    fn deref(&self) -> &Doc<'t> {
+        self.doc
+    }
+}
+
+// === impl Parsing ===
+
+impl Parsing<'_, '_> {
     /// Decodes the document as `T`, adding the path of every field `T` does not have to
-    /// `ignored`; on failure, says where.
-    ///
-    /// One deserializer stack (path tracking around unknown-field tracking around the YAML
-    /// reader), so each kind's decoder is compiled once: a second stack only for errors doubled
-    /// the YAML reader's code in the binary (~9 MB of 60). The path is a chain on the stack,
-    /// built into a `Path` only on failure.
+    /// `ignored`; on failure, says where (the field's path, the value's line in the file).
     fn parse<T: DeserializeOwned>(
         &self,
         kind: &str,
         ignored: &mut Vec<Vec<Step>>,
     ) -> Result<T, ManifestError> {
-        let mut path = None;
-        serde_saphyr::with_deserializer_from_str(self.text, |de| {
-            let mut skipped = |p: serde_ignored::Path<'_>| ignored.push(fields::steps(&p));
-            let de = serde_ignored::Deserializer::new(de, &mut skipped);
-            serde_path_to_error::deserialize(de).map_err(|e| {
-                path = Some(e.path().clone());
-                e.into_inner()
-            })
-        })
-        .map_err(|e| self.object_error(kind, path, e))
+        self.tree
+            .decode(ignored)
+            .map_err(|e| self.object_error(kind, e))
     }
 
     /// The error of a kind's decoder, with the object's name when it has one.
-    fn object_error(
-        &self,
-        kind: &str,
-        path: Option<serde_path_to_error::Path>,
-        error: serde_saphyr::Error,
-    ) -> ManifestError {
-        let name = serde_saphyr::from_str::<NameDoc>(self.text)
+    #[cold]
+    fn object_error(&self, kind: &str, error: tree::DecodeError) -> ManifestError {
+        let name = self
+            .tree
+            .decode::<NameDoc>(&mut Vec::new())
             .ok()
             .and_then(|d| {
                 let name = d.metadata.name.filter(|n| !n.is_empty())?;
@@ -903,16 +907,24 @@ impl Doc<'_> {
                     None => name,
                 })
             });
+        let (path, line) = match error.node {
+            Some(n) => (self.tree.path(n), self.line + self.tree.line(n) - 1),
+            None => (Vec::new(), self.line),
+        };
         ManifestError::Object {
             document: self.number,
-            line: self.line_of(&error),
+            line,
             kind: kind.to_string(),
             name,
             path,
-            error: Box::new(error),
+            message: error.message,
         }
     }
+}
 
+// === impl Doc ===
+
+impl Doc<'_> {
     /// The absolute line of a parse error.
     fn line_of(&self, e: &serde_saphyr::Error) -> usize {
         let rel = e

@@ -2,8 +2,7 @@
 //! as `kubectl --validate=strict` names it) and, when one is close, the field the author most
 //! likely meant, read from the kind's JSON schema (the same generated types pier decodes into).
 //!
-//! Decoding goes through `serde_ignored`, which reports every map key the typed struct skipped;
-//! the schema is generated once per kind, and only when a document has an unknown field.
+//! Decoding (`tree::Tree::decode`) reports every map key the typed struct skipped; the schema is generated once per kind, and only when a document has an unknown field.
 
 use std::sync::OnceLock;
 
@@ -32,31 +31,6 @@ pub(super) enum SchemaOf {
     SecurityPolicy,
     BackendTrafficPolicy,
     ClientTrafficPolicy,
-}
-
-/// The path serde_ignored reports, as [`Step`]s (options and newtypes add no step).
-pub(super) fn steps(path: &serde_ignored::Path<'_>) -> Vec<Step> {
-    let mut out = Vec::new();
-    push_steps(path, &mut out);
-    out
-}
-
-fn push_steps(path: &serde_ignored::Path<'_>, out: &mut Vec<Step>) {
-    use serde_ignored::Path;
-    match path {
-        Path::Root => {}
-        Path::Seq { parent, index } => {
-            push_steps(parent, out);
-            out.push(Step::Index(*index));
-        }
-        Path::Map { parent, key } => {
-            push_steps(parent, out);
-            out.push(Step::Key(key.clone()));
-        }
-        Path::Some { parent }
-        | Path::NewtypeStruct { parent }
-        | Path::NewtypeVariant { parent } => push_steps(parent, out),
-    }
 }
 
 /// The field of the object at `path`'s parent nearest to its last key (`backendRefs` for
