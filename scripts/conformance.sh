@@ -484,7 +484,7 @@ EOF
   (cd "$RUN" && KUBECONFIG=$KUBECONFIG_ADMIN timeout --kill-after=30s "${PIER_CONFORMANCE_TIMEOUT:-60m}" \
     ip netns exec "$NS" setpriv --pdeathsig KILL "$SUITE" -test.run '^TestConformance$' -test.v \
     -test.timeout "${PIER_CONFORMANCE_TIMEOUT:-60m}" \
-    -gateway-class "$GATEWAY_CLASS" -conformance-profiles "${PIER_CONFORMANCE_PROFILES:-GATEWAY-HTTP,GATEWAY-GRPC,GATEWAY-TLS,GATEWAY-TCP}" \
+    -gateway-class "$GATEWAY_CLASS" -conformance-profiles "${PIER_CONFORMANCE_PROFILES:-GATEWAY-HTTP,GATEWAY-GRPC,GATEWAY-TLS,GATEWAY-TCP,GATEWAY-UDP}" \
     -organization pier -project pier -url "$REPORT_URL" -version "v$version" \
     -contact "$REPORT_CONTACT" -report-output "$report" -conformance-options-file "$RUN/options.yaml" \
     -skip-tests "$SKIP_TESTS" ${PIER_CONFORMANCE_ARGS:-} 2>&1 | tee "$RUN/suite.log" >&2) || rc=$?

@@ -25,7 +25,9 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
 };
 use kube::CustomResourceExt;
 
-use crate::translate::api::{BackendTrafficPolicy, ClientTrafficPolicy, SecurityPolicy, TcpRoute};
+use crate::translate::api::{
+    BackendTrafficPolicy, ClientTrafficPolicy, SecurityPolicy, TcpRoute, UdpRoute,
+};
 
 /// The Gateway API release the `gateway-api` crate's types were generated from.
 pub const BUNDLE_VERSION: &str = "v1.5.1";
@@ -39,9 +41,10 @@ const CHANNEL_ANNOTATION: &str = "gateway.networking.k8s.io/channel";
 const API_APPROVED_ANNOTATION: &str = "api-approved.kubernetes.io";
 const API_APPROVED: &str = "https://github.com/kubernetes-sigs/gateway-api/pull/3328";
 
-/// GatewayClass, Gateway, ListenerSet, HTTPRoute, GRPCRoute, TLSRoute, TCPRoute, ReferenceGrant
-/// and BackendTLSPolicy, in that order. TCPRoute `v1` (Gateway API v1.7) is pier's own type
-/// (`crate::translate::api::TcpRoute`): the crate has only v1alpha2.
+/// GatewayClass, Gateway, ListenerSet, HTTPRoute, GRPCRoute, TLSRoute, TCPRoute, UDPRoute,
+/// ReferenceGrant and BackendTLSPolicy, in that order. TCPRoute and UDPRoute `v1` (Gateway API
+/// v1.7) are pier's own types (`crate::translate::api::TcpRoute`, `UdpRoute`): the crate has
+/// only v1alpha2.
 pub fn all() -> Vec<CustomResourceDefinition> {
     [
         GatewayClass::crd(),
@@ -51,6 +54,7 @@ pub fn all() -> Vec<CustomResourceDefinition> {
         GrpcRoute::crd(),
         TlsRoute::crd(),
         TcpRoute::crd(),
+        UdpRoute::crd(),
         ReferenceGrant::crd(),
         BackendTlsPolicy::crd(),
     ]
@@ -197,7 +201,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn all_are_the_nine_kinds_pier_reads() {
+    fn all_are_the_ten_kinds_pier_reads() {
         let names: Vec<_> = all()
             .into_iter()
             .map(|c| c.metadata.name.unwrap())
@@ -212,6 +216,7 @@ mod tests {
                 "grpcroutes.gateway.networking.k8s.io",
                 "tlsroutes.gateway.networking.k8s.io",
                 "tcproutes.gateway.networking.k8s.io",
+                "udproutes.gateway.networking.k8s.io",
                 "referencegrants.gateway.networking.k8s.io",
                 "backendtlspolicies.gateway.networking.k8s.io",
             ]

@@ -129,6 +129,7 @@ pub const SUPPORTED_FEATURES: &[&str] = &[
     "TLSRoute",
     "TLSRouteModeMixed",
     "TLSRouteModeTerminate",
+    "UDPRoute",
 ];
 
 /// The clock `lastTransitionTime` comes from (tests pass a fixed one).
@@ -179,6 +180,7 @@ pub enum PatchKind {
     GrpcRoute,
     TlsRoute,
     TcpRoute,
+    UdpRoute,
     ListenerSet,
     BackendTlsPolicy,
     SecurityPolicy,
@@ -222,6 +224,7 @@ enum JobKey {
     GrpcRoute(ObjectRef),
     TlsRoute(ObjectRef),
     TcpRoute(ObjectRef),
+    UdpRoute(ObjectRef),
     ListenerSet(ObjectRef),
     BackendTlsPolicy(ObjectRef),
     SecurityPolicy(ObjectRef),
@@ -314,6 +317,7 @@ impl EncodeLabelValue for PatchKind {
             Self::GrpcRoute => "GRPCRoute",
             Self::TlsRoute => "TLSRoute",
             Self::TcpRoute => "TCPRoute",
+            Self::UdpRoute => "UDPRoute",
             Self::ListenerSet => "ListenerSet",
             Self::BackendTlsPolicy => "BackendTLSPolicy",
             Self::SecurityPolicy => "SecurityPolicy",
@@ -420,6 +424,7 @@ impl JobKey {
             Self::GrpcRoute(_) => PatchKind::GrpcRoute,
             Self::TlsRoute(_) => PatchKind::TlsRoute,
             Self::TcpRoute(_) => PatchKind::TcpRoute,
+            Self::UdpRoute(_) => PatchKind::UdpRoute,
             Self::ListenerSet(_) => PatchKind::ListenerSet,
             Self::BackendTlsPolicy(_) => PatchKind::BackendTlsPolicy,
             Self::SecurityPolicy(_) => PatchKind::SecurityPolicy,
@@ -437,6 +442,7 @@ impl JobKey {
             | Self::GrpcRoute(r)
             | Self::TlsRoute(r)
             | Self::TcpRoute(r)
+            | Self::UdpRoute(r)
             | Self::ListenerSet(r)
             | Self::BackendTlsPolicy(r)
             | Self::SecurityPolicy(r)
@@ -467,6 +473,7 @@ impl JobKey {
             PatchKind::GrpcRoute => gateway_api("GRPCRoute", "grpcroutes"),
             PatchKind::TlsRoute => gateway_api("TLSRoute", "tlsroutes"),
             PatchKind::TcpRoute => gateway_api("TCPRoute", "tcproutes"),
+            PatchKind::UdpRoute => gateway_api("UDPRoute", "udproutes"),
             PatchKind::ListenerSet => gateway_api("ListenerSet", "listenersets"),
             PatchKind::BackendTlsPolicy => gateway_api("BackendTLSPolicy", "backendtlspolicies"),
             PatchKind::SecurityPolicy => pier("SecurityPolicy", "securitypolicies"),
@@ -522,6 +529,7 @@ impl Planner {
                 JobKey::GrpcRoute(r) => desired.grpc_routes.contains_key(r),
                 JobKey::TlsRoute(r) => desired.tls_routes.contains_key(r),
                 JobKey::TcpRoute(r) => desired.tcp_routes.contains_key(r),
+                JobKey::UdpRoute(r) => desired.udp_routes.contains_key(r),
                 JobKey::ListenerSet(r) => desired.listener_sets.contains_key(r),
                 JobKey::BackendTlsPolicy(r) => desired.backend_tls_policies.contains_key(r),
                 JobKey::SecurityPolicy(r) => desired.security_policies.contains_key(r),
@@ -588,6 +596,10 @@ impl Planner {
         });
         let tcp = (&desired.tcp_routes, &stores.tcp_routes);
         routes.plan(memo, &mut jobs, tcp, JobKey::TcpRoute, |o| {
+            to_json(&o.status)
+        });
+        let udp = (&desired.udp_routes, &stores.udp_routes);
+        routes.plan(memo, &mut jobs, udp, JobKey::UdpRoute, |o| {
             to_json(&o.status)
         });
         for (r, want) in &desired.backend_tls_policies {
@@ -911,6 +923,7 @@ impl Worker {
                 | PatchKind::GrpcRoute
                 | PatchKind::TlsRoute
                 | PatchKind::TcpRoute
+                | PatchKind::UdpRoute
                 | PatchKind::BackendTlsPolicy
                 | PatchKind::SecurityPolicy
                 | PatchKind::BackendTrafficPolicy

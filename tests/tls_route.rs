@@ -1,4 +1,4 @@
-//! TLSRoute and TCPRoute end to end: pier in-process from a manifest directory, real TLS on
+//! TLSRoute, TCPRoute and UDPRoute end to end: pier in-process from a manifest directory, real TLS on
 //! every TLS hop (rustls clients and servers, certificates made at test time with rcgen).
 //!
 //! Gateway `gw/edge` has two TLS listeners on one port (mixed termination): `pass`
@@ -606,5 +606,168 @@ spec:
     let tcp = bounded(TcpStream::connect(addr)).await.unwrap();
     let lines = bounded(converse(tcp)).await;
     assert_eq!(lines[0], "welcome one tls=false sni=-");
+    pier.shutdown().await;
+}
+
+// === UDPRoute ===
+
+/// A UDP backend: answers each datagram with `<name>: <datagram>`, from its own address.
+struct UdpEcho {
+    addr: SocketAddr,
+    task: JoinHandle<()>,
+}
+
+impl UdpEcho {
+    async fn spawn(name: &'static str) -> Self {
+        let socket = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let addr = socket.local_addr().unwrap();
+        let task = tokio::spawn(async move {
+            let mut buf = vec![0u8; 65_535];
+            while let Ok((n, from)) = socket.recv_from(&mut buf).await {
+                let reply = format!("{name}: {}", String::from_utf8_lossy(&buf[..n]));
+                let _ = socket.send_to(reply.as_bytes(), from).await;
+            }
+        });
+        Self { addr, task }
+    }
+}
+
+impl Drop for UdpEcho {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Gateway `gw/plain` with a UDP listener `udp` and a TCP listener `tcp` on the same port
+/// number (two sockets: they do not conflict).
+fn udp_gateway(port: u16) -> String {
+    let mesh = mesh_spec("    selector: {matchLabels: {mesh: enabled}}\n");
+    format!(
+        "apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: plain, namespace: gw}}
+spec:
+  gatewayClassName: pier
+  listeners:
+    - name: udp
+      protocol: UDP
+      port: {port}
+      allowedRoutes: {{namespaces: {{from: All}}}}
+    - name: tcp
+      protocol: TCP
+      port: {port}
+      allowedRoutes: {{namespaces: {{from: All}}}}
+{mesh}"
+    )
+}
+
+/// UDPRoute `ns/name` to Service `ns/svc:443` through `gw/plain`'s `section`.
+fn udp_route(ns: &str, name: &str, created: &str, section: &str, svc: &str) -> String {
+    format!(
+        "apiVersion: gateway.networking.k8s.io/v1
+kind: UDPRoute
+metadata: {{name: {name}, namespace: {ns}, creationTimestamp: \"{created}\"}}
+spec:
+  parentRefs: [{{name: plain, namespace: gw, sectionName: {section}}}]
+  rules:
+    - backendRefs: [{{name: {svc}, port: 443}}]
+"
+    )
+}
+
+/// Sends `what` from `client` (connected to pier) and waits for one reply.
+async fn ask_udp(client: &tokio::net::UdpSocket, what: &str) -> String {
+    client.send(what.as_bytes()).await.unwrap();
+    let mut buf = vec![0u8; 65_535];
+    let n = tokio::time::timeout(Duration::from_secs(5), client.recv(&mut buf))
+        .await
+        .expect("a reply within 5 s")
+        .unwrap();
+    String::from_utf8_lossy(&buf[..n]).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn udp_routes_carry_each_clients_datagrams_to_the_oldest_routes_backend() {
+    let pki = MeshPki::new();
+    let one = UdpEcho::spawn("one").await;
+    let two = UdpEcho::spawn("two").await;
+    let lines = LineServer::spawn("lines", None).await;
+    let workload = UdpEcho::spawn("meshed").await;
+    let port = free_port();
+    let both = free_port();
+    let backends = [
+        service("public", "one", one.addr),
+        service("public", "two", two.addr),
+        service("public", "lines", lines.addr),
+        service("shop", "web", workload.addr),
+        udp_gateway(both),
+    ];
+    let routes = [
+        // Two routes on one listener: both Accepted, the older gets every flow.
+        udp_route("public", "newer", "2026-01-02T00:00:00Z", "udp", "two"),
+        udp_route("public", "older", "2026-01-01T00:00:00Z", "udp", "one"),
+        tcp_route("public", "stream", "2026-01-01T00:00:00Z", "lines"),
+        // Meshed (namespace shop): never sent in plaintext, so not attached at all.
+        udp_route("shop", "meshed", "2025-01-01T00:00:00Z", "udp", "web"),
+        // A UDPRoute on a TCP listener.
+        udp_route("public", "wrong", "2026-01-03T00:00:00Z", "tcp", "one"),
+    ];
+    let pier = start(port, &pki, &Ca::new("gateway CA"), &backends, &routes).await;
+    let addr = SocketAddr::from(([127, 0, 0, 1], both));
+
+    // Five clients, three datagrams each: every reply from the older route's backend, and
+    // from the address the client sent to (the client's socket is connected to it).
+    for c in 0..5 {
+        let client = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        client.connect(addr).await.unwrap();
+        for i in 0..3 {
+            assert_eq!(
+                ask_udp(&client, &format!("c{c} d{i}")).await,
+                format!("one: c{c} d{i}")
+            );
+        }
+    }
+    // The TCP listener on the same port number relays its own streams.
+    let tcp = bounded(TcpStream::connect(addr)).await.unwrap();
+    assert_eq!(
+        bounded(converse(tcp)).await,
+        ["welcome lines tls=false sni=-", "lines: ping", "bye lines"]
+    );
+    let status = pier.status().await;
+    for name in ["older", "newer"] {
+        let c = conditions(&status, "UDPRoute", "public", name);
+        assert_eq!(c["Accepted"].0, "True", "{name}: {c:?}");
+        assert_eq!(c["ResolvedRefs"].0, "True", "{name}: {c:?}");
+    }
+    let meshed = conditions(&status, "UDPRoute", "shop", "meshed");
+    assert_eq!(
+        (meshed["Accepted"].0.as_str(), meshed["Accepted"].1.as_str()),
+        ("False", "NotAllowedByListeners"),
+        "{meshed:?}"
+    );
+    assert!(
+        meshed["Accepted"].2.contains("mTLS runs over TCP"),
+        "{meshed:?}"
+    );
+    let wrong = conditions(&status, "UDPRoute", "public", "wrong");
+    assert_eq!(
+        (wrong["Accepted"].0.as_str(), wrong["Accepted"].1.as_str()),
+        ("False", "NotAllowedByListeners"),
+        "{wrong:?}"
+    );
+    let text = serde_json::to_string(&status).unwrap();
+    assert!(!text.contains("ProtocolConflict"), "{text}");
+
+    // The older route goes: a new client's flow goes to the remaining route's backend.
+    let before = pier.generation().await;
+    std::fs::write(
+        pier.path().join("30-routes.yaml"),
+        udp_route("public", "newer", "2026-01-02T00:00:00Z", "udp", "two"),
+    )
+    .unwrap();
+    pier.wait_generation_above(before).await;
+    let client = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    client.connect(addr).await.unwrap();
+    assert_eq!(ask_udp(&client, "later").await, "two: later");
     pier.shutdown().await;
 }

@@ -215,7 +215,7 @@ impl BackendSummary {
 
 fn listener(port: &Port, l: &Listener, listen_host: IpAddr) -> ListenerSummary {
     let tls = match port.protocol {
-        Protocol::Http | Protocol::Tcp => None,
+        Protocol::Http | Protocol::Tcp | Protocol::Udp => None,
         Protocol::Tls if l.passthrough => Some(TlsSummary {
             mode: "Passthrough",
             certificates: vec![],

@@ -54,6 +54,7 @@ const GATEWAY_KINDS: &[&str] = &[
     "grpcroutes",
     "tlsroutes",
     "tcproutes",
+    "udproutes",
     "referencegrants",
 ];
 const READ: &[&str] = &["get", "list", "watch"];
@@ -78,6 +79,7 @@ pub const RULES: &[Rule] = &[
             "grpcroutes/status",
             "tlsroutes/status",
             "tcproutes/status",
+            "udproutes/status",
             "backendtlspolicies/status",
         ],
         verbs: &["update", "patch"],

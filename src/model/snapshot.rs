@@ -30,6 +30,10 @@ pub enum Protocol {
     /// Plain TCP streams (TCPRoute): relayed to the oldest route's backends.
     #[serde(rename = "TCP")]
     Tcp,
+    /// UDP datagrams (UDPRoute): each client's to one endpoint of the oldest route's weighted
+    /// backends, the endpoint's replies back to the client.
+    #[serde(rename = "UDP")]
+    Udp,
 }
 
 impl Protocol {
@@ -38,6 +42,7 @@ impl Protocol {
             Self::Http => "http",
             Self::Https | Self::Tls => "https",
             Self::Tcp => "tcp",
+            Self::Udp => "udp",
         }
     }
 }
@@ -217,6 +222,7 @@ impl Snapshot {
         self.port_at(PortKey {
             address: None,
             port,
+            udp: false,
         })
     }
 
@@ -230,12 +236,15 @@ impl Snapshot {
     }
 }
 
-/// Where a port is bound: its address (`None`: the listen host) and number. Ordered by
-/// address, then number.
+/// Where a port is bound: its address (`None`: the listen host), number and transport (a UDP
+/// port and a TCP port may have the same number). Ordered by address, then number, TCP before
+/// UDP.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct PortKey {
     pub address: Option<std::net::IpAddr>,
     pub port: u16,
+    /// A UDP socket (UDP listeners); else a TCP one.
+    pub udp: bool,
 }
 
 // The order a derive would give, with the common case (no Gateway addresses: both `None`) a
@@ -245,8 +254,8 @@ impl Ord for PortKey {
     #[inline]
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
         match (self.address, other.address) {
-            (None, None) => self.port.cmp(&other.port),
-            (a, b) => (a, self.port).cmp(&(b, other.port)),
+            (None, None) => self.number().cmp(&other.number()),
+            (a, b) => (a, self.number()).cmp(&(b, other.number())),
         }
     }
 }
@@ -258,13 +267,26 @@ impl PartialOrd for PortKey {
     }
 }
 
+impl PortKey {
+    /// The number and transport as one integer, to compare in one instruction.
+    #[inline]
+    fn number(&self) -> u32 {
+        (u32::from(self.port) << 1) | u32::from(self.udp)
+    }
+}
+
+/// `*:8080`, `10.0.0.1:53/udp`.
 impl fmt::Display for PortKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.address {
-            Some(std::net::IpAddr::V6(a)) => write!(f, "[{a}]:{}", self.port),
-            Some(a) => write!(f, "{a}:{}", self.port),
-            None => write!(f, "*:{}", self.port),
+            Some(std::net::IpAddr::V6(a)) => write!(f, "[{a}]:{}", self.port)?,
+            Some(a) => write!(f, "{a}:{}", self.port)?,
+            None => write!(f, "*:{}", self.port)?,
         }
+        if self.udp {
+            f.write_str("/udp")?;
+        }
+        Ok(())
     }
 }
 
@@ -276,6 +298,7 @@ impl Port {
         PortKey {
             address: self.address,
             port: self.port,
+            udp: self.protocol == Protocol::Udp,
         }
     }
 
@@ -317,6 +340,7 @@ mod tests {
         let k = |a: Option<&str>, port| PortKey {
             address: a.map(|a| a.parse().unwrap()),
             port,
+            udp: false,
         };
         let mut keys = vec![
             k(Some("10.0.0.2"), 80),
@@ -338,10 +362,25 @@ mod tests {
                 k(Some("::1"), 1),
             ]
         );
+        // A UDP port right after the TCP port of its number.
+        let udp = |a: Option<&str>, port| PortKey {
+            udp: true,
+            ..k(a, port)
+        };
+        keys.extend([udp(None, 80), udp(Some("10.0.0.1"), 80), udp(None, 79)]);
+        keys.sort();
+        assert_eq!(
+            &keys[..4],
+            [udp(None, 79), k(None, 80), udp(None, 80), k(None, 443)]
+        );
+        assert_eq!(keys[5], udp(Some("10.0.0.1"), 80));
         // As the tuple compares: the order a derive gave.
         for a in &keys {
             for b in &keys {
-                assert_eq!(a.cmp(b), (a.address, a.port).cmp(&(b.address, b.port)));
+                assert_eq!(
+                    a.cmp(b),
+                    (a.address, a.port, a.udp).cmp(&(b.address, b.port, b.udp))
+                );
             }
         }
     }

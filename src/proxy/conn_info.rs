@@ -113,6 +113,7 @@ impl ConnInfo {
         crate::model::PortKey {
             address: self.address,
             port: self.port,
+            udp: false,
         }
     }
 

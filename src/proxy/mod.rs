@@ -8,7 +8,8 @@
 //! Proxy (this file)  reconcile: bind, retire and drain the snapshot's ports
 //!  accept/           accept loops, connection slots, PROXY protocol, TLS, the parking lot
 //!  downstream/       the request paths: h1/ (HTTP/1.1 fast path), service (hyper: HTTP/2 and
-//!                    the HTTP/1.1 fallback), stream (TLSRoute passthrough), tunnel (upgrades)
+//!                    the HTTP/1.1 fallback), stream (TLSRoute, TCPRoute), datagram (UDPRoute),
+//!                    tunnel (upgrades)
 //!  phase             the named phases both request paths call, in one order
 //!  policy/           the pure decision: listener, route, rule, filters, header rewrites,
 //!                    access policies (no I/O, no `Shared`)
@@ -259,6 +260,18 @@ impl Proxy {
     async fn bind(&self, key: PortKey) -> std::io::Result<BoundPort> {
         let ip = key.address.unwrap_or(self.shared.config.listen_host);
         let addr = SocketAddr::new(ip, key.port);
+        if key.udp {
+            // One socket and one task, on the main runtime: datagrams are not accepted.
+            let socket = accept::bind_udp(addr, self.shared.config.reuse_port)?;
+            let drain = Arc::new(Drain::new());
+            let serve =
+                downstream::datagram::serve(self.shared.clone(), key, socket, drain.token());
+            tracing::info!(address = %ip, port = key.port, "listening (UDP)");
+            return Ok(BoundPort {
+                drain,
+                accept: vec![tokio::spawn(serve)],
+            });
+        }
         let workers = self.shared.config.workers.as_ref();
         // Thread per core: one socket per worker, bound together (SO_REUSEPORT) before any
         // accepts, so a port that fails to bind leaves none behind.

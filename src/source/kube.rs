@@ -129,7 +129,7 @@ pub use self::watch::{Reconnect, Watched};
 use crate::translate::api::{
     BackendTlsPolicy, ClusterTrustBundle, ConfigMap, EndpointSlice, GatewayClass, GrpcRoute,
     HttpRoute, ListenerSet, Namespace, ReferenceGrant, Secret, SecurityPolicy, Service, TcpRoute,
-    TlsRoute,
+    TlsRoute, UdpRoute,
 };
 use crate::translate::api::{BackendTrafficPolicy, ClientTrafficPolicy};
 use crate::translate::mesh::{asks_for_endpoint_identity, mesh_key_of};
@@ -176,6 +176,7 @@ pub enum WatchKind {
     GrpcRoute,
     TlsRoute,
     TcpRoute,
+    UdpRoute,
     ListenerSet,
     ReferenceGrant,
     Namespace,
@@ -205,6 +206,7 @@ pub struct Stores {
     pub grpc_routes: Store<DeserializeGuard<GrpcRoute>>,
     pub tls_routes: Store<DeserializeGuard<TlsRoute>>,
     pub tcp_routes: Store<DeserializeGuard<TcpRoute>>,
+    pub udp_routes: Store<DeserializeGuard<UdpRoute>>,
     pub listener_sets: Store<DeserializeGuard<ListenerSet>>,
     /// Filled when the API server serves ReferenceGrant `v1`...
     pub reference_grants: Store<DeserializeGuard<ReferenceGrant>>,
@@ -345,13 +347,14 @@ impl Default for WatchScope {
 // === impl WatchKind ===
 
 impl WatchKind {
-    pub const ALL: [Self; 20] = [
+    pub const ALL: [Self; 21] = [
         Self::GatewayClass,
         Self::Gateway,
         Self::HttpRoute,
         Self::GrpcRoute,
         Self::TlsRoute,
         Self::TcpRoute,
+        Self::UdpRoute,
         Self::ListenerSet,
         Self::ReferenceGrant,
         Self::Namespace,
@@ -380,6 +383,7 @@ impl WatchKind {
             Self::GrpcRoute => (GATEWAY_GROUP, "grpcroutes"),
             Self::TlsRoute => (GATEWAY_GROUP, "tlsroutes"),
             Self::TcpRoute => (GATEWAY_GROUP, "tcproutes"),
+            Self::UdpRoute => (GATEWAY_GROUP, "udproutes"),
             Self::ListenerSet => (GATEWAY_GROUP, "listenersets"),
             Self::ReferenceGrant => (GATEWAY_GROUP, "referencegrants"),
             Self::BackendTlsPolicy => (GATEWAY_GROUP, "backendtlspolicies"),
@@ -406,6 +410,7 @@ impl WatchKind {
                 | Self::GrpcRoute
                 | Self::TlsRoute
                 | Self::TcpRoute
+                | Self::UdpRoute
                 | Self::ListenerSet
                 | Self::ReferenceGrant
         )
@@ -423,6 +428,7 @@ impl WatchKind {
                 | Self::GrpcRoute
                 | Self::TlsRoute
                 | Self::TcpRoute
+                | Self::UdpRoute
                 | Self::ListenerSet
                 | Self::ClusterTrustBundle
                 | Self::SecurityPolicy
@@ -450,6 +456,7 @@ impl std::fmt::Display for WatchKind {
             Self::GrpcRoute => f.write_str("GRPCRoute"),
             Self::TlsRoute => f.write_str("TLSRoute"),
             Self::TcpRoute => f.write_str("TCPRoute"),
+            Self::UdpRoute => f.write_str("UDPRoute"),
             Self::BackendTlsPolicy => f.write_str("BackendTLSPolicy"),
             other => std::fmt::Debug::fmt(other, f),
         }
@@ -562,6 +569,7 @@ impl KubeSource {
             grpc_routes: tasks.watch(&ctx, W::GrpcRoute, Spec, watcher(Api::all(c()), all())),
             tls_routes: tasks.watch(&ctx, W::TlsRoute, Spec, watcher(Api::all(c()), all())),
             tcp_routes: tasks.watch(&ctx, W::TcpRoute, Spec, watcher(Api::all(c()), all())),
+            udp_routes: tasks.watch(&ctx, W::UdpRoute, Spec, watcher(Api::all(c()), all())),
             listener_sets: tasks.watch(&ctx, W::ListenerSet, Spec, watcher(Api::all(c()), all())),
             reference_grants,
             reference_grants_v1beta1,
@@ -672,6 +680,7 @@ impl Default for Stores {
             grpc_routes: empty(),
             tls_routes: empty(),
             tcp_routes: empty(),
+            udp_routes: empty(),
             listener_sets: empty(),
             reference_grants: empty(),
             reference_grants_v1beta1: empty(),
@@ -707,6 +716,7 @@ impl Stores {
             grpc_routes: namespaced(&self.grpc_routes, Clone::clone),
             tls_routes: namespaced(&self.tls_routes, Clone::clone),
             tcp_routes: namespaced(&self.tcp_routes, Clone::clone),
+            udp_routes: namespaced(&self.udp_routes, Clone::clone),
             listener_sets: namespaced(&self.listener_sets, Clone::clone),
             reference_grants,
             namespaces: self

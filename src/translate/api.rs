@@ -10,11 +10,13 @@ mod client_traffic_policy;
 mod security_policy;
 mod tcp_route;
 mod traffic_policy;
+mod udp_route;
 
 pub use client_traffic_policy::*;
 pub use security_policy::*;
 pub use tcp_route::{TcpRoute, TcpRouteSpec};
 pub use traffic_policy::*;
+pub use udp_route::{UdpRoute, UdpRouteSpec};
 
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
@@ -62,6 +64,8 @@ pub use gateway_api::experimental::httproutes::{
 pub use gateway_api::experimental::tcproutes::{TcpRouteRules, TcpRouteStatus};
 /// TLSRoute (standard since v1.5; the experimental type adds `useDefaultGateways`).
 pub use gateway_api::experimental::tlsroutes::{TlsRoute, TlsRouteRules, TlsRouteSpec};
+/// UDPRoute's field types (the v1 root is pier's own, [`UdpRoute`]).
+pub use gateway_api::experimental::udproutes::{UdpRouteRules, UdpRouteStatus};
 pub use gateway_api::gatewayclasses::{GatewayClass, GatewayClassSpec};
 /// The upstream Gateway type, for its group/version/kind (the cluster source watches Gateways
 /// as pier's own [`Gateway`], which keeps `spec.mesh`).

@@ -55,8 +55,11 @@ pub enum Traffic {
     Http,
     /// HTTP/2 (gRPC): a port without `appProtocol` is h2c, or h2 by ALPN over TLS.
     Http2,
-    /// Bytes (TLSRoute): [`AppProtocol::Opaque`] whatever the port says.
+    /// Bytes (TLSRoute, TCPRoute): [`AppProtocol::Opaque`] whatever the port says.
     Opaque,
+    /// Datagrams (UDPRoute): opaque too, to the Service port of protocol UDP when the Service
+    /// has that number twice (DNS's 53 over TCP and UDP).
+    Datagram,
 }
 
 /// Resolves Service ports to backends, one `Arc<Backend>` per (Service, port, TLS decision),
@@ -126,11 +129,14 @@ impl<'a> Backends<'a> {
             .services
             .get(&(namespace.to_string(), name.to_string()))
             .ok_or_else(|| BackendError::ServiceNotFound(service.clone()))?;
+        // A port of the transport the route carries first (TCP when `protocol` is absent).
+        let udp = |p: &&ServicePort| p.protocol.as_deref() == Some("UDP");
         let svc_port = service_ports(svc)
-            .find(|p| i32::from(port) == p.port)
+            .filter(|p| i32::from(port) == p.port)
+            .min_by_key(|p| udp(p) != (traffic == Traffic::Datagram))
             .ok_or(BackendError::PortNotFound(service, port))?;
         let protocol = match (traffic, app_protocol(svc_port.app_protocol.as_deref())) {
-            (Traffic::Opaque, _) => AppProtocol::Opaque,
+            (Traffic::Opaque | Traffic::Datagram, _) => AppProtocol::Opaque,
             (Traffic::Http2, AppProtocol::Http1) => AppProtocol::H2c,
             (_, p) => p,
         };

@@ -463,11 +463,13 @@ fn listener(
         "HTTPS" => Protocol::Https,
         "TLS" => Protocol::Tls,
         "TCP" => Protocol::Tcp,
+        "UDP" => Protocol::Udp,
         other => {
             state.not_accepted = Some((
                 ListenerReason::UnsupportedProtocol,
                 format!(
-                    "protocol {other:?} is not supported (pier serves HTTP, HTTPS, TLS and TCP)"
+                    "protocol {other:?} is not supported (pier serves HTTP, HTTPS, TLS, TCP \
+                     and UDP)"
                 ),
             ));
             // Kept for conflict detection: on a port that serves another protocol, the
@@ -495,6 +497,13 @@ fn listener(
             "a TCP listener has no hostname and no tls (TCP carries no name; for TLS use \
              protocol TLS with a TLSRoute)"
                 .into(),
+        ));
+        return state;
+    }
+    if protocol == Protocol::Udp && (hostname.is_some() || tls.is_some()) {
+        state.not_accepted = Some((
+            ListenerReason::Invalid,
+            "a UDP listener has no hostname and no tls (datagrams carry no name)".into(),
         ));
         return state;
     }
@@ -731,8 +740,9 @@ fn detect_conflicts(gateways: &mut [GatewayState]) {
         client_auth: Option<[u8; 32]>,
     }
     // Listeners share a port only on one address: Gateways with addresses of their own
-    // (`--gateway-address-pool`) never conflict with each other.
-    let mut ports: BTreeMap<(Option<std::net::IpAddr>, u16), Seen> = BTreeMap::new();
+    // (`--gateway-address-pool`) never conflict with each other; a UDP port and a TCP port of
+    // the same number are two sockets, and do not conflict either (`true`: UDP).
+    let mut ports: BTreeMap<(Option<std::net::IpAddr>, u16, bool), Seen> = BTreeMap::new();
     for gw in gateways.iter_mut() {
         if gw.addresses.unbound {
             continue;
@@ -742,7 +752,7 @@ fn detect_conflicts(gateways: &mut [GatewayState]) {
             let id = listener_id(&gw.key, &gw.sets, l).to_string();
             if let (Some(other), Some(seen)) = (
                 l.unsupported_protocol.as_deref().filter(|_| l.port != 0),
-                ports.get(&(address, l.port)),
+                ports.get(&(address, l.port, false)),
             ) {
                 let msg = format!(
                     "port {} already serves {} for listener {} ({other} is not supported either)",
@@ -757,9 +767,10 @@ fn detect_conflicts(gateways: &mut [GatewayState]) {
             let Some(protocol) = l.protocol.filter(|_| l.not_accepted.is_none()) else {
                 continue;
             };
-            let Some(seen) = ports.get_mut(&(address, l.port)) else {
+            let udp = protocol == Protocol::Udp;
+            let Some(seen) = ports.get_mut(&(address, l.port, udp)) else {
                 ports.insert(
-                    (address, l.port),
+                    (address, l.port, udp),
                     Seen {
                         protocol,
                         hostnames: vec![l.hostname.clone()],
@@ -816,6 +827,7 @@ fn protocol_name(p: Protocol) -> &'static str {
         Protocol::Https => "HTTPS",
         Protocol::Tls => "TLS",
         Protocol::Tcp => "TCP",
+        Protocol::Udp => "UDP",
     }
 }
 

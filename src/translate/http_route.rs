@@ -665,7 +665,8 @@ fn echo(p: &HttpRouteParentRefs) -> ParentRef {
 
 /// The listeners of Gateway `gw` that a parentRef selects and that take the route. `meshed`:
 /// the route is meshed under that Gateway (a meshed TLSRoute never attaches to a Passthrough
-/// listener: pier's identity cannot travel inside the client's TLS).
+/// listener: pier's identity cannot travel inside the client's TLS; a meshed UDPRoute attaches
+/// nowhere: the mesh's mTLS runs over TCP, and pier never sends a meshed workload plaintext).
 fn attach(
     ctx: &RouteCtx<'_, '_>,
     kind: RouteKind,
@@ -728,7 +729,7 @@ fn attach(
         if !l.allowed.allows_kind(kind) {
             continue;
         }
-        if meshed && l.passthrough {
+        if meshed && (l.passthrough || kind == RouteKind::Udp) {
             meshed_passthrough = Some(l.name.clone());
             continue;
         }
@@ -767,6 +768,16 @@ fn attach(
         (
             RouteConditionReason::NoMatchingParent,
             format!("no selected listener of {parent} is valid"),
+        )
+    } else if let (Some(listener), RouteKind::Udp) = (&meshed_passthrough, kind) {
+        (
+            RouteConditionReason::NotAllowedByListeners,
+            format!(
+                "the route is meshed, and the mesh's mTLS runs over TCP: pier cannot carry \
+                 the datagrams of listener {listener:?} of {parent} with its mesh identity and \
+                 never sends meshed traffic without it (take the route out of the mesh, or \
+                 use a TCPRoute)"
+            ),
         )
     } else if let Some(listener) = meshed_passthrough {
         (
@@ -1201,6 +1212,7 @@ fn resolve_backend(
         RouteKind::Http => backends::Traffic::Http,
         RouteKind::Grpc => backends::Traffic::Http2,
         RouteKind::Tls | RouteKind::Tcp => backends::Traffic::Opaque,
+        RouteKind::Udp => backends::Traffic::Datagram,
     };
     Ok(backends.service_port(ns, r.name, port, tls, traffic)?)
 }

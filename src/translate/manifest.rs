@@ -18,7 +18,7 @@ use super::api::{
     BackendTlsPolicy, ByteString, CERTIFICATES_GROUP, ClusterTrustBundle, ConfigMap, EndpointSlice,
     GATEWAY_GROUP, Gateway, GatewayClass, GatewaySpec, GrpcRoute, HttpRoute, ListenerSet, MeshSpec,
     Namespace, ObjectMeta, PierGatewaySpec, ReferenceGrant, Secret, SecurityPolicy, Service,
-    TcpRoute, TlsRoute,
+    TcpRoute, TlsRoute, UdpRoute,
 };
 use super::resources::{ObjectKey, Resources};
 use super::spiffe::PIER_GROUP;
@@ -58,13 +58,13 @@ pub enum KindMistake {
         group: &'static str,
         nearest: Option<&'static str>,
     },
-    /// A kind the Gateway API defines that pier does not serve (`UDPRoute`).
+    /// A kind the Gateway API defines that pier does not serve (`BackendLBPolicy`).
     NotServed { kind: String, group: &'static str },
 }
 
 /// Kinds of `gateway.networking.k8s.io` pier does not serve: named as such, never taken for a
-/// misspelling of one it does (`UDPRoute` is two edits from `TCPRoute`).
-const GATEWAY_KINDS_NOT_SERVED: &[&str] = &["UDPRoute", "BackendLBPolicy"];
+/// misspelling of one it does.
+const GATEWAY_KINDS_NOT_SERVED: &[&str] = &["BackendLBPolicy"];
 
 /// What [`parse_manifests_placed`] read from one text.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -243,6 +243,7 @@ enum Kind {
     GrpcRoute,
     TlsRoute,
     TcpRoute,
+    UdpRoute,
     ListenerSet,
     ReferenceGrant,
     Namespace,
@@ -473,6 +474,12 @@ fn parse_document(doc: &Doc<'_>, resources: &mut Resources) -> Result<Parsed, Ma
             let mut o: TcpRoute = doc.parse(k, ig)?;
             let key = doc.key(k, &mut o.metadata)?;
             resources.tcp_routes.insert(key.clone(), o);
+            key
+        }
+        Kind::UdpRoute => {
+            let mut o: UdpRoute = doc.parse(k, ig)?;
+            let key = doc.key(k, &mut o.metadata)?;
+            resources.udp_routes.insert(key.clone(), o);
             key
         }
         Kind::ReferenceGrant => {
@@ -712,6 +719,7 @@ const KIND_NAMES: &[&str] = &[
     "GRPCRoute",
     "TLSRoute",
     "TCPRoute",
+    "UDPRoute",
     "ListenerSet",
     "ReferenceGrant",
     "BackendTLSPolicy",
@@ -738,6 +746,7 @@ impl Kind {
             (GATEWAY_GROUP, "GRPCRoute") => Self::GrpcRoute,
             (GATEWAY_GROUP, "TLSRoute") => Self::TlsRoute,
             (GATEWAY_GROUP, "TCPRoute") => Self::TcpRoute,
+            (GATEWAY_GROUP, "UDPRoute") => Self::UdpRoute,
             (GATEWAY_GROUP, "ListenerSet") => Self::ListenerSet,
             (GATEWAY_GROUP, "ReferenceGrant") => Self::ReferenceGrant,
             ("", "Namespace") => Self::Namespace,
@@ -778,6 +787,7 @@ impl Kind {
             Self::GrpcRoute => SchemaOf::GrpcRoute,
             Self::TlsRoute => SchemaOf::TlsRoute,
             Self::TcpRoute => SchemaOf::TcpRoute,
+            Self::UdpRoute => SchemaOf::UdpRoute,
             Self::ListenerSet => SchemaOf::ListenerSet,
             Self::ReferenceGrant => SchemaOf::ReferenceGrant,
             Self::BackendTlsPolicy => SchemaOf::BackendTlsPolicy,
@@ -816,6 +826,8 @@ impl Kind {
             // TCPRoute v1alpha2 has v1's fields (v1 since Gateway API v1.7), but up to 16 rules
             // where v1 has exactly one: only the first serves (docs/src/manifests.md).
             Self::TcpRoute => &["v1", "v1alpha2"],
+            // The same for UDPRoute.
+            Self::UdpRoute => &["v1", "v1alpha2"],
             Self::ListenerSet => &["v1"],
             Self::Namespace | Self::Service | Self::Secret | Self::ConfigMap | Self::Pod => &["v1"],
             Self::EndpointSlice => &["v1"],

@@ -48,6 +48,7 @@ pub(crate) mod test_support;
 mod tls_route;
 mod tls_settings;
 mod traffic_policy;
+mod udp_route;
 
 pub use traffic_policy::rate_limit_config;
 
@@ -227,6 +228,11 @@ pub fn translate_with(
         .iter()
         .map(|((ns, name), r)| (ObjectRef::new(ns, name), tcp_route::as_http_route(r)))
         .collect();
+    let udp: Vec<(ObjectRef, api::HttpRoute)> = resources
+        .udp_routes
+        .iter()
+        .map(|((ns, name), r)| (ObjectRef::new(ns, name), udp_route::as_http_route(r)))
+        .collect();
     let mut routes: Vec<_> = resources
         .http_routes
         .iter()
@@ -250,6 +256,14 @@ pub fn translate_with(
         .chain(tcp.iter().map(|(key, route)| {
             let spec = RouteSpec {
                 kind: RouteKind::Tcp,
+                route,
+                grpc_matches: &[],
+            };
+            (key.clone(), spec)
+        }))
+        .chain(udp.iter().map(|(key, route)| {
+            let spec = RouteSpec {
+                kind: RouteKind::Udp,
                 route,
                 grpc_matches: &[],
             };
@@ -358,6 +372,7 @@ pub fn translate_with(
             RouteKind::Grpc => status.grpc_routes.insert(key, outcome.status),
             RouteKind::Tls => status.tls_routes.insert(key, outcome.status),
             RouteKind::Tcp => status.tcp_routes.insert(key, outcome.status),
+            RouteKind::Udp => status.udp_routes.insert(key, outcome.status),
         };
     }
 
@@ -533,7 +548,7 @@ fn snapshot(
     gateways: &[GatewayState],
     mut tables: BTreeMap<(usize, usize), RouteTableBuilder>,
 ) -> Snapshot {
-    let mut ports: BTreeMap<(Option<std::net::IpAddr>, u16), Port> = BTreeMap::new();
+    let mut ports: BTreeMap<crate::model::PortKey, Port> = BTreeMap::new();
     for (gi, gw) in gateways.iter().enumerate() {
         if gw.addresses.unbound {
             continue;
@@ -543,7 +558,12 @@ fn snapshot(
             let Some(protocol) = l.protocol.filter(|_| l.programmed()) else {
                 continue;
             };
-            let port = ports.entry((address, l.port)).or_insert_with(|| Port {
+            let key = crate::model::PortKey {
+                address,
+                port: l.port,
+                udp: protocol == Protocol::Udp,
+            };
+            let port = ports.entry(key).or_insert_with(|| Port {
                 address,
                 port: l.port,
                 protocol,
@@ -564,7 +584,8 @@ fn snapshot(
                 .clone()
                 .filter(|_| matches!(protocol, Protocol::Https | Protocol::Tls) && !l.passthrough);
             port.tls_profiles |= tls_profile.is_some();
-            port.proxy_protocol |= l.proxy_protocol;
+            // A datagram has no stream to start with the header.
+            port.proxy_protocol |= l.proxy_protocol && protocol != Protocol::Udp;
             port.access_log_on |= l.access_log == Some(true);
             if let Some(certs) = &mut port.certs {
                 for (_, c) in &l.certs {

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use super::api::{
     BackendTlsPolicy, ClusterTrustBundle, ConfigMap, EndpointSlice, Gateway, GatewayClass,
     GrpcRoute, HttpRoute, ListenerSet, Namespace, PodIdentity, ReferenceGrant, Secret,
-    SecurityPolicy, Service, TcpRoute, TlsRoute,
+    SecurityPolicy, Service, TcpRoute, TlsRoute, UdpRoute,
 };
 use super::api::{BackendTrafficPolicy, ClientTrafficPolicy};
 use super::field_path::UnknownField;
@@ -24,6 +24,7 @@ pub struct Resources {
     pub grpc_routes: BTreeMap<ObjectKey, GrpcRoute>,
     pub tls_routes: BTreeMap<ObjectKey, TlsRoute>,
     pub tcp_routes: BTreeMap<ObjectKey, TcpRoute>,
+    pub udp_routes: BTreeMap<ObjectKey, UdpRoute>,
     pub reference_grants: BTreeMap<ObjectKey, ReferenceGrant>,
     /// Cluster-scoped: by name.
     pub namespaces: BTreeMap<String, Namespace>,

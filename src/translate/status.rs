@@ -260,6 +260,8 @@ pub struct Statuses {
     pub tls_routes: BTreeMap<ObjectRef, HttpRouteStatus>,
     /// The same for TCPRoutes (the same status shape).
     pub tcp_routes: BTreeMap<ObjectRef, HttpRouteStatus>,
+    /// The same for UDPRoutes (the same status shape).
+    pub udp_routes: BTreeMap<ObjectRef, HttpRouteStatus>,
     /// ListenerSets whose parent is an in-scope Gateway, attached or not.
     pub listener_sets: BTreeMap<ObjectRef, ListenerSetStatus>,
     /// Only policies applied to a backend of an in-scope Gateway's routes.
@@ -384,6 +386,8 @@ pub enum StatusKind {
     TlsRoute,
     #[serde(rename = "TCPRoute")]
     TcpRoute,
+    #[serde(rename = "UDPRoute")]
+    UdpRoute,
     ListenerSet,
     #[serde(rename = "BackendTLSPolicy")]
     BackendTlsPolicy,
@@ -601,11 +605,12 @@ impl Statuses {
                         ));
                     }
                 }
-                "HTTPRoute" | "GRPCRoute" | "TLSRoute" | "TCPRoute" => {
+                "HTTPRoute" | "GRPCRoute" | "TLSRoute" | "TCPRoute" | "UDPRoute" => {
                     let routes = match kind.as_str() {
                         "HTTPRoute" => &mut self.http_routes,
                         "GRPCRoute" => &mut self.grpc_routes,
                         "TCPRoute" => &mut self.tcp_routes,
+                        "UDPRoute" => &mut self.udp_routes,
                         _ => &mut self.tls_routes,
                     };
                     if let Some(s) = routes.get_mut(&key) {
@@ -702,10 +707,12 @@ impl Statuses {
         let grpc = self.grpc_routes.iter().map(|r| (StatusKind::GrpcRoute, r));
         let tls = self.tls_routes.iter().map(|r| (StatusKind::TlsRoute, r));
         let tcp = self.tcp_routes.iter().map(|r| (StatusKind::TcpRoute, r));
+        let udp = self.udp_routes.iter().map(|r| (StatusKind::UdpRoute, r));
         let routes = http
             .chain(grpc)
             .chain(tls)
             .chain(tcp)
+            .chain(udp)
             .map(|(kind, (key, s))| StatusObject {
                 api_version: GATEWAY_API_VERSION,
                 kind,

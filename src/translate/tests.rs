@@ -121,7 +121,7 @@ fn https_port_offers_each_certificate_under_its_names_and_the_listener_hostname(
 fn listeners_that_are_not_programmed_are_not_in_the_snapshot() {
     let t = run(&BASE.replace(
         "listeners: [{name: http, protocol: HTTP, port: 80}]",
-        "listeners: [{name: tls, protocol: HTTPS, port: 443, tls: {certificateRefs: [{name: none}]}}, {name: udp, protocol: UDP, port: 9}]",
+        "listeners: [{name: tls, protocol: HTTPS, port: 443, tls: {certificateRefs: [{name: none}]}}, {name: sctp, protocol: SCTP, port: 9}]",
     ));
     assert!(t.snapshot.ports.is_empty());
     assert_eq!(t.status.gateways.len(), 1);

@@ -880,7 +880,7 @@ pub fn conditions(
         })
         .unwrap_or_else(|| panic!("no {kind} {ns}/{name} in {status:#}"));
     let conds = match kind {
-        "HTTPRoute" | "GRPCRoute" | "TLSRoute" | "TCPRoute" => {
+        "HTTPRoute" | "GRPCRoute" | "TLSRoute" | "TCPRoute" | "UDPRoute" => {
             &obj["status"]["parents"][0]["conditions"]
         }
         _ => &obj["status"]["conditions"],

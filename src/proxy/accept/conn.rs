@@ -425,6 +425,8 @@ async fn serve_conn(
             }
             None
         }
+        // UDP ports have no TCP socket (`downstream::datagram`).
+        Some(Protocol::Udp) => None,
         Some(Protocol::Tcp) => {
             // TCP streams bound their own idleness (the stream idle timeout).
             if reclaim.busy() {

@@ -265,6 +265,19 @@ pub fn listen(addr: SocketAddr, reuse_port: bool) -> std::io::Result<TcpListener
     bound(addr, reuse_port)?.listen(1024)
 }
 
+/// A UDP socket bound to `addr` (`SO_REUSEPORT` when `reuse_port`: a new pier started beside
+/// this one shares the port, as its TCP ports).
+pub fn bind_udp(addr: SocketAddr, reuse_port: bool) -> std::io::Result<tokio::net::UdpSocket> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    if reuse_port {
+        socket.set_reuse_port(true)?;
+    }
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    tokio::net::UdpSocket::from_std(socket.into())
+}
+
 /// A socket bound to `addr` (`SO_REUSEADDR`, and `SO_REUSEPORT` when `reuse_port`), not yet
 /// listening. Without `reuse_port` it fails with `AddrInUse` when anyone listens there.
 pub(super) fn bound(addr: SocketAddr, reuse_port: bool) -> std::io::Result<tokio::net::TcpSocket> {

@@ -4,6 +4,7 @@
 //! carries upgraded connections. Both request paths call `phase`'s functions in the same
 //! order, so a route's policies and filters cannot differ between them.
 
+pub mod datagram;
 pub mod h1;
 pub mod service;
 pub mod stream;

@@ -36,7 +36,9 @@ use tokio_rustls::StartHandshake;
 
 use crate::model::host::normalize_host;
 use crate::model::matcher::RequestParts;
-use crate::model::{Backend, BackendTarget, Endpoint, Listener, Snapshot, TlsMode, UpstreamTls};
+use crate::model::{
+    Backend, BackendTarget, Endpoint, Listener, PortKey, Snapshot, TlsMode, UpstreamTls,
+};
 use crate::proxy::conn_info::ConnInfo;
 use crate::proxy::drain::DrainToken;
 use crate::proxy::error::{DownstreamTlsFailure, ProxyError};
@@ -64,15 +66,15 @@ enum HelloError {
 }
 
 /// Where one stream goes: references into the snapshot the connection loaded.
-struct Plan<'s> {
+pub(super) struct Plan<'s> {
     /// The port the client connected to (the handshake metric's label).
     port: u16,
-    listener: &'s Listener,
-    backend: &'s Backend,
-    endpoint: &'s Endpoint,
+    pub(super) listener: &'s Listener,
+    pub(super) backend: &'s Backend,
+    pub(super) endpoint: &'s Endpoint,
     /// The endpoint's upstream TLS (terminated listeners); `None` for plaintext. Passthrough
     /// never adds TLS.
-    tls: Option<&'s UpstreamTls>,
+    pub(super) tls: Option<&'s UpstreamTls>,
 }
 
 pub async fn serve(
@@ -108,10 +110,11 @@ pub async fn serve(
         .server_name()
         .map(|n| normalize_host(n).into_owned());
     let snapshot = shared.snapshot.load_full();
-    let plan = match plan(shared, &snapshot, &info, sni.as_deref().unwrap_or("")) {
+    let sni = sni.as_deref().unwrap_or("");
+    let plan = match plan(shared, &snapshot, info.key(), info.peer, sni) {
         Ok(plan) => plan,
         Err((listener, result)) => {
-            tracing::debug!(%peer, port = info.port, sni = sni.as_deref().unwrap_or(""), ?result, "TLS stream not routed");
+            tracing::debug!(%peer, port = info.port, sni, ?result, "TLS stream not routed");
             let mode = listener.map_or(StreamMode::Unknown, mode_of);
             return shared.metrics.stream(listener.map(|l| &l.id), mode, result);
         }
@@ -193,15 +196,16 @@ where
     }
 }
 
-/// Listener, route, backendRef and endpoint for `sni` on the connection's port.
-fn plan<'s>(
+/// Listener, route, backendRef and endpoint for `sni` on port `key`, for a client at `peer`.
+pub(super) fn plan<'s>(
     shared: &Shared,
     snapshot: &'s Snapshot,
-    info: &ConnInfo,
+    key: PortKey,
+    peer: std::net::SocketAddr,
     sni: &str,
 ) -> Result<Plan<'s>, (Option<&'s Listener>, StreamResult)> {
     let listener = snapshot
-        .port_at(info.key())
+        .port_at(key)
         .and_then(|p| p.listener(sni))
         .ok_or((None, StreamResult::NoRoute))?;
     let headers = HeaderMap::new();
@@ -217,7 +221,7 @@ fn plan<'s>(
         .ok_or((Some(listener), StreamResult::NoRoute))?;
     // Who may come in: a SecurityPolicy on the route, its listener or Gateway (fail closed).
     if let Some(access) = &entry.rule.access
-        && !access.admits_stream(info.peer.ip(), &[])
+        && !access.admits_stream(peer.ip(), &[])
     {
         return Err((Some(listener), StreamResult::Denied));
     }
@@ -243,7 +247,7 @@ fn plan<'s>(
         }
     };
     Ok(Plan {
-        port: info.port,
+        port: key.port,
         listener,
         backend,
         endpoint,
@@ -263,7 +267,7 @@ pub async fn serve_tcp(
     drain: DrainToken,
 ) {
     let snapshot = shared.snapshot.load_full();
-    let plan = match plan(shared, &snapshot, &info, "") {
+    let plan = match plan(shared, &snapshot, info.key(), info.peer, "") {
         Ok(plan) => plan,
         Err((listener, result)) => {
             tracing::debug!(peer = %info.peer, port = info.port, ?result, "TCP stream not routed");

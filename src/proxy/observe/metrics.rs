@@ -298,6 +298,8 @@ pub enum StreamMode {
     Terminate,
     /// A plain TCP stream on a TCP listener (TCPRoute).
     Tcp,
+    /// A client's datagrams on a UDP listener (UDPRoute), one flow per client address.
+    Udp,
     /// Not known: the ClientHello was not read, or no listener took it.
     Unknown,
 }
@@ -319,6 +321,8 @@ pub enum StreamResult {
     HandshakeFailed,
     /// Connecting to the endpoint (TCP, or TLS to it) failed.
     ConnectFailed,
+    /// A UDP port already had its most flows: the client's datagram was dropped.
+    Overflow,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -523,8 +527,9 @@ impl ProxyMetrics {
         );
         reg.register(
             "tls_streams",
-            "Connections on TLS and TCP listeners (TLSRoute, TCPRoute), by gateway, listener, \
-             mode (passthrough, terminate; tcp on TCP listeners) and result",
+            "Connections on TLS and TCP listeners (TLSRoute, TCPRoute) and client flows on UDP \
+             listeners (UDPRoute), by gateway, listener, mode (passthrough, terminate; tcp on \
+             TCP listeners, udp on UDP ones) and result",
             m.streams.clone(),
         );
         reg.register(
@@ -999,6 +1004,7 @@ impl EncodeLabelValue for StreamMode {
             Self::Passthrough => "passthrough",
             Self::Terminate => "terminate",
             Self::Tcp => "tcp",
+            Self::Udp => "udp",
             Self::Unknown => "",
         })
     }
@@ -1015,6 +1021,7 @@ impl EncodeLabelValue for StreamResult {
             Self::Denied => "denied",
             Self::HandshakeFailed => "handshake_failed",
             Self::ConnectFailed => "connect_failed",
+            Self::Overflow => "overflow",
         })
     }
 }

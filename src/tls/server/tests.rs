@@ -9,6 +9,7 @@ use crate::model::{Port, Protocol};
 const PORT: PortKey = PortKey {
     address: None,
     port: 8443,
+    udp: false,
 };
 
 struct Ca {

@@ -28,6 +28,7 @@ pub enum RouteKind {
     Grpc,
     Tls,
     Tcp,
+    Udp,
 }
 
 impl RouteKind {
@@ -37,12 +38,15 @@ impl RouteKind {
     pub const TLS_LISTENER: [Self; 1] = [Self::Tls];
     /// What a TCP listener supports.
     pub const TCP_LISTENER: [Self; 1] = [Self::Tcp];
+    /// What a UDP listener supports.
+    pub const UDP_LISTENER: [Self; 1] = [Self::Udp];
 
     /// The kinds a listener of `protocol` supports.
     pub fn for_protocol(protocol: crate::model::Protocol) -> &'static [Self] {
         match protocol {
             crate::model::Protocol::Tls => &Self::TLS_LISTENER,
             crate::model::Protocol::Tcp => &Self::TCP_LISTENER,
+            crate::model::Protocol::Udp => &Self::UDP_LISTENER,
             _ => &Self::HTTP_LISTENER,
         }
     }
@@ -54,6 +58,7 @@ impl RouteKind {
             Self::Grpc => "GRPCRoute",
             Self::Tls => "TLSRoute",
             Self::Tcp => "TCPRoute",
+            Self::Udp => "UDPRoute",
         }
     }
 }

@@ -119,9 +119,9 @@ fn a_tcp_listener_takes_tcp_routes_and_no_hostname_or_tls() {
 fn unsupported_protocol_is_not_accepted() {
     let t = run(&format!(
         "{CLASS}---\n{}",
-        gw("g", "  - {name: udp, protocol: UDP, port: 9000}\n")
+        gw("g", "  - {name: sctp, protocol: SCTP, port: 9000}\n")
     ));
-    let l = listener(gateway(&t, "default", "g"), "udp");
+    let l = listener(gateway(&t, "default", "g"), "sctp");
     assert_eq!(
         listener_cond(l, "Accepted").1,
         "UnsupportedProtocol".to_string()
@@ -332,13 +332,13 @@ fn some_invalid_listeners_keep_the_gateway_accepted_with_listeners_not_valid() {
         gw(
             "g",
             "  - {name: ok, protocol: HTTP, port: 80}\n\
-             \x20 - {name: udp, protocol: UDP, port: 53}\n"
+             \x20 - {name: sctp, protocol: SCTP, port: 53}\n"
         )
     ));
     let g = gateway(&t, "default", "g");
     assert!(g.conditions[0].status);
     assert_eq!(g.conditions[0].reason.to_string(), "ListenersNotValid");
-    assert!(g.conditions[0].message.contains("udp"));
+    assert!(g.conditions[0].message.contains("sctp"));
     assert!(g.conditions[1].status);
 }
 

@@ -514,10 +514,10 @@ fn an_unknown_kind_of_a_group_pier_reads_is_a_mistake_with_the_nearest_kind() {
             .contains("(GatewayClass, Gateway, HTTPRoute, GRPCRoute, TLSRoute"),
         "{m}"
     );
-    let m = skipped(gw, "UDPRoute").mistake().unwrap();
+    let m = skipped(gw, "BackendLBPolicy").mistake().unwrap();
     assert_eq!(
         m.to_string(),
-        "pier does not serve UDPRoute (gateway.networking.k8s.io); the object is ignored"
+        "pier does not serve BackendLBPolicy (gateway.networking.k8s.io); the object is ignored"
     );
     let m = skipped("pier.dev/v1", "SPIFFEWorkloadAPI")
         .mistake()
