@@ -756,6 +756,68 @@ async fn tcp_routes_from_the_cluster() {
     pier.shutdown().await;
 }
 
+/// A UDPRoute from the API server: the listener supports it, the route is Accepted, and a
+/// client's datagram reaches the backend (a UDP echo) and its reply comes back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn udp_routes_from_the_cluster() {
+    let c = Cluster::start().await;
+    let _w = world(&c).await;
+    // On the host's address, as the other echoes (an EndpointSlice may not name loopback).
+    let echo = tokio::net::UdpSocket::bind((host_ip(), 0)).await.unwrap();
+    let echo_addr = echo.local_addr().unwrap();
+    let echo_task = tokio::spawn(async move {
+        let mut buf = vec![0u8; 2048];
+        while let Ok((n, from)) = echo.recv_from(&mut buf).await {
+            let reply = format!("echo: {}", String::from_utf8_lossy(&buf[..n]));
+            let _ = echo.send_to(reply.as_bytes(), from).await;
+        }
+    });
+    backend(&c, APP, "dns", echo_addr).await;
+    let udp_port = listener_port();
+    let mut gw = gateway(APP, "udp", udp_port);
+    gw["spec"]["listeners"] = json!([{ "name": "dns", "protocol": "UDP", "port": udp_port }]);
+    c.apply(gw).await;
+    c.apply(json!({
+        "apiVersion": GATEWAY_V1, "kind": "UDPRoute",
+        "metadata": { "name": "dns", "namespace": APP },
+        "spec": {
+            "parentRefs": [{ "name": "udp", "sectionName": "dns" }],
+            "rules": [{ "backendRefs": [{ "name": "dns", "port": 80 }] }],
+        },
+    }))
+    .await;
+    let pier = start_pier(c.pier_options(LOOPBACK, "replica-a")).await;
+    let deadline = Instant::now() + STATUS_BOUND;
+    loop {
+        let s = c.status("UDPRoute", Some(APP), "dns").await;
+        let accepted = our_parent(&s)
+            .and_then(|p| condition(&p["conditions"], "Accepted"))
+            .is_some_and(|c| c["status"] == "True");
+        if accepted {
+            break;
+        }
+        assert!(Instant::now() < deadline, "UDPRoute never Accepted: {s:#}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let gw = c.status("Gateway", Some(APP), "udp").await;
+    assert_eq!(
+        gw["listeners"][0]["supportedKinds"][0]["kind"], "UDPRoute",
+        "{gw:#}"
+    );
+    assert_eq!(gw["listeners"][0]["attachedRoutes"], 1, "{gw:#}");
+    let client = tokio::net::UdpSocket::bind((LOOPBACK, 0)).await.unwrap();
+    client.connect((LOOPBACK, udp_port)).await.unwrap();
+    client.send(b"query").await.unwrap();
+    let mut buf = vec![0u8; 2048];
+    let n = tokio::time::timeout(Duration::from_secs(10), client.recv(&mut buf))
+        .await
+        .expect("a reply within 10 s")
+        .unwrap();
+    assert_eq!(&buf[..n], b"echo: query");
+    pier.shutdown().await;
+    echo_task.abort();
+}
+
 /// `config/rbac/make-kubeconfig.sh` makes a kubeconfig pier can run with. Its kubectl is the
 /// one `scripts/control-plane.sh` builds; kubectl's discovery cache goes to the test's directory,
 /// never to the user's `~/.kube`.

@@ -266,6 +266,7 @@ pub fn api_resource(api_version: &str, kind: &str) -> ApiResource {
         "GRPCRoute" => "grpcroutes",
         "TLSRoute" => "tlsroutes",
         "TCPRoute" => "tcproutes",
+        "UDPRoute" => "udproutes",
         "ListenerSet" => "listenersets",
         "ReferenceGrant" => "referencegrants",
         "Namespace" => "namespaces",
