@@ -378,6 +378,16 @@ pub struct LimitArgs {
     /// seconds.
     #[arg(long, value_name = "SECS", default_value_t = 3600)]
     pub stream_idle_timeout: u64,
+    /// End a UDP flow (one client address on a UDP listener, UDPRoute) that has carried no
+    /// datagram either way for this many seconds; its next datagram starts a new flow.
+    #[arg(long, value_name = "SECS", default_value_t = 60)]
+    pub udp_idle_timeout: u64,
+    /// Most UDP flows per UDP port (each holds a socket to its endpoint); past it a new
+    /// client's datagrams are dropped until a flow ends, so spoofed sources cannot exhaust
+    /// sockets.
+    #[arg(long, value_name = "N", default_value_t = 16 * 1024,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_udp_flows: u64,
     /// Longest request target (path and query); a longer one is answered 414 (nginx's
     /// default line buffer is 8 KiB). Suffixes K, M: powers of 1024.
     #[arg(long, value_name = "BYTES", default_value = "8K", value_parser = parse_bytes)]
@@ -426,6 +436,8 @@ impl LimitArgs {
             merge_slashes: self.merge_slashes,
             max_connections: self.max_connections,
             stream_idle_timeout: Duration::from_secs(self.stream_idle_timeout.max(1)),
+            udp_idle_timeout: Duration::from_secs(self.udp_idle_timeout.max(1)),
+            max_udp_flows: usize::try_from(self.max_udp_flows).unwrap_or(usize::MAX),
             max_request_target: usize::try_from(self.max_request_target.max(1))
                 .unwrap_or(usize::MAX),
             max_request_body: (self.max_request_body > 0).then_some(self.max_request_body),

@@ -771,3 +771,57 @@ async fn udp_routes_carry_each_clients_datagrams_to_the_oldest_routes_backend() 
     assert_eq!(ask_udp(&client, "later").await, "two: later");
     pier.shutdown().await;
 }
+
+/// Flows are bounded per port and end when idle: past `--max-udp-flows` a new client's
+/// datagrams are dropped (counted as overflow) until a flow idles out (`--udp-idle-timeout`);
+/// then the client gets through, and an idled-out client starts a new flow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn udp_flows_are_bounded_and_idle_out() {
+    let pki = MeshPki::new();
+    let one = UdpEcho::spawn("one").await;
+    let port = free_port();
+    let both = free_port();
+    let mut files = base(port, &pki, &Ca::new("gateway CA"));
+    files.push((
+        "20-backends.yaml",
+        [service("public", "one", one.addr), udp_gateway(both)].join("---\n"),
+    ));
+    files.push((
+        "30-routes.yaml",
+        udp_route("public", "dns", "2026-01-01T00:00:00Z", "udp", "one"),
+    ));
+    let limits = pier::proxy::Limits {
+        udp_idle_timeout: Duration::from_secs(1),
+        max_udp_flows: 2,
+        ..Default::default()
+    };
+    let pier = Pier::start_with(port, &files, limits).await;
+    let addr = SocketAddr::from(([127, 0, 0, 1], both));
+    let client = || async {
+        let c = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        c.connect(addr).await.unwrap();
+        c
+    };
+    let (a, b, c) = (client().await, client().await, client().await);
+    assert_eq!(ask_udp(&a, "a").await, "one: a");
+    assert_eq!(ask_udp(&b, "b").await, "one: b");
+    // The third flow is over the bound: no reply.
+    c.send(b"c").await.unwrap();
+    let mut buf = [0u8; 64];
+    let late = tokio::time::timeout(Duration::from_millis(500), c.recv(&mut buf)).await;
+    assert!(late.is_err(), "a reply past the flow bound");
+    pier.assert_metric(
+        "pier_proxy_tls_streams_total{gateway=\"gw/plain\",listener=\"udp\",mode=\"udp\",result=\"overflow\"} 1",
+    )
+    .await;
+    // After a second without datagrams both flows end; the third client gets through, and
+    // the first one's next datagram is a new flow.
+    tokio::time::sleep(Duration::from_millis(1600)).await;
+    pier.assert_metric(
+        "pier_proxy_tls_streams_total{gateway=\"gw/plain\",listener=\"udp\",mode=\"udp\",result=\"relayed\"} 2",
+    )
+    .await;
+    assert_eq!(ask_udp(&c, "c again").await, "one: c again");
+    assert_eq!(ask_udp(&a, "a again").await, "one: a again");
+    pier.shutdown().await;
+}

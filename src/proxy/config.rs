@@ -88,6 +88,12 @@ pub struct Limits {
     /// A TLS stream (TLSRoute) that carries no byte either way for this long is closed (as
     /// HAProxy's `timeout tunnel`, 1 h by default).
     pub stream_idle_timeout: Duration,
+    /// A UDP flow (one client address on a UDP listener, UDPRoute) with no datagram either way
+    /// for this long ends (Envoy's UDP proxy default, 60 s).
+    pub udp_idle_timeout: Duration,
+    /// Most UDP flows per UDP port; past it a new client's datagrams are dropped (counted,
+    /// `result="overflow"`) until a flow ends.
+    pub max_udp_flows: usize,
     /// Longest request target (path and query) in bytes; a longer one is answered 414.
     pub max_request_target: usize,
     /// Largest request body in bytes, declared or streamed; a larger one is answered 413.
@@ -117,6 +123,8 @@ impl Default for Limits {
             merge_slashes: false,
             max_connections: 10_000,
             stream_idle_timeout: Duration::from_secs(3600),
+            udp_idle_timeout: Duration::from_secs(60),
+            max_udp_flows: 16 * 1024,
             max_request_target: 8 * 1024,
             max_request_body: None,
             max_requests_per_backend: None,

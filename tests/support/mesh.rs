@@ -762,6 +762,15 @@ impl Pier {
     /// Writes `files` (name, YAML) into a new directory and starts pier on it; the Gateway
     /// must listen on `port`.
     pub async fn start(port: u16, files: &[(&str, String)]) -> Self {
+        Self::start_with(port, files, pier::proxy::Limits::default()).await
+    }
+
+    /// [`Pier::start`] with these proxy limits.
+    pub async fn start_with(
+        port: u16,
+        files: &[(&str, String)],
+        limits: pier::proxy::Limits,
+    ) -> Self {
         super::init();
         let dir = tempfile::tempdir().unwrap();
         for (name, text) in files {
@@ -770,6 +779,7 @@ impl Pier {
         let running = run::start(RunOptions {
             listen_host: [127, 0, 0, 1].into(),
             admin: SocketAddr::from(([127, 0, 0, 1], 0)),
+            limits,
             ..RunOptions::new(run::Source::Manifests(dir.path().to_path_buf()))
         })
         .await

@@ -8,9 +8,9 @@
 //!   sent to, so a connected client socket accepts them)
 //! ```
 //!
-//! A flow keeps its endpoint until it idles for [`FLOW_IDLE`] (no datagram either way); a port
-//! keeps at most [`MAX_FLOWS`], and a new client past them is dropped (counted as `overflow`)
-//! until one idles out, so spoofed source addresses cannot make pier hold sockets without
+//! A flow keeps its endpoint until it idles for `Limits::udp_idle_timeout` (no datagram either
+//! way, 60 s by default); a port keeps at most `Limits::max_udp_flows` (16 384), and a new
+//! client past them is dropped (counted as `overflow`) until one idles out, so spoofed source addresses cannot make pier hold sockets without
 //! bound. A datagram that cannot be sent at once is dropped, as UDP may. A drain ends the flows
 //! at once: datagrams have no requests to finish. Nothing is sent over TLS: a backend with
 //! mesh mTLS or a BackendTLSPolicy gets no datagrams (fail closed; translation does not attach
@@ -35,12 +35,6 @@ use crate::proxy::drain::DrainToken;
 use crate::proxy::exchange::Shared;
 use crate::proxy::observe::metrics::{StreamMode, StreamResult};
 
-/// How long a flow lives without a datagram either way (Envoy's UDP proxy default).
-pub const FLOW_IDLE: Duration = Duration::from_secs(60);
-
-/// The most flows one UDP port keeps.
-pub const MAX_FLOWS: usize = 16 * 1024;
-
 /// The largest UDP payload (IPv4 and IPv6 without jumbograms).
 const MAX_DATAGRAM: usize = 65_535;
 
@@ -60,7 +54,9 @@ pub async fn serve(shared: Arc<Shared>, key: PortKey, socket: UdpSocket, mut dra
     let start = Instant::now();
     let mut flows: HashMap<SocketAddr, Flow> = HashMap::new();
     let mut buf = vec![0u8; MAX_DATAGRAM];
-    let mut sweep = tokio::time::interval(FLOW_IDLE / 4);
+    let limits = &shared.config.limits;
+    let (idle, max_flows) = (limits.udp_idle_timeout, limits.max_udp_flows);
+    let mut sweep = tokio::time::interval(idle / 4);
     loop {
         let (n, peer) = tokio::select! {
             biased;
@@ -89,10 +85,10 @@ pub async fn serve(shared: Arc<Shared>, key: PortKey, socket: UdpSocket, mut dra
             let _ = flow.up.try_send(datagram);
             continue;
         }
-        if flows.len() >= MAX_FLOWS {
+        if flows.len() >= max_flows {
             flows.retain(|_, f| !f.ended.load(Ordering::Relaxed));
         }
-        if flows.len() >= MAX_FLOWS && !flows.contains_key(&peer) {
+        if flows.len() >= max_flows && !flows.contains_key(&peer) {
             let snapshot = shared.snapshot.load();
             let listener = snapshot.port_at(key).and_then(|p| p.listener(""));
             shared.metrics.stream(
@@ -161,6 +157,7 @@ async fn open(
     let in_flight = shared.in_flight(&snapshot, plan.backend, plan.endpoint);
     let task = Replies {
         shared: shared.clone(),
+        idle: shared.config.limits.udp_idle_timeout,
         up: up.clone(),
         down: socket.clone(),
         peer,
@@ -189,12 +186,13 @@ struct Replies {
     last: Arc<AtomicU64>,
     ended: Arc<AtomicBool>,
     start: Instant,
+    idle: Duration,
 }
 
 impl Replies {
     async fn run(&self, mut drain: DrainToken) {
         let mut buf = vec![0u8; MAX_DATAGRAM];
-        let idle_ms = FLOW_IDLE.as_millis() as u64;
+        let idle_ms = self.idle.as_millis() as u64;
         loop {
             let deadline =
                 self.start + Duration::from_millis(self.last.load(Ordering::Relaxed) + idle_ms);
