@@ -825,3 +825,59 @@ async fn udp_flows_are_bounded_and_idle_out() {
     assert_eq!(ask_udp(&a, "a again").await, "one: a again");
     pier.shutdown().await;
 }
+
+/// Real DNS through pier: dnsmasq (Debian's) answers, dig (BIND's) asks, over UDP (UDPRoute)
+/// and over TCP (TCPRoute) on the same port number of one Gateway, as a DNS service is
+/// published.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dns_over_udp_and_tcp_reaches_dnsmasq_and_answers_dig() {
+    let dns_port = free_port();
+    let mut dnsmasq = std::process::Command::new("dnsmasq")
+        .args([
+            "--keep-in-foreground",
+            "--no-resolv",
+            "--no-hosts",
+            "--conf-file=/dev/null",
+            "--pid-file=",
+            "--bind-interfaces",
+            "--listen-address=127.0.0.1",
+            "--user=root",
+            "--address=/shop.example/10.1.2.3",
+        ])
+        .arg(format!("--port={dns_port}"))
+        .spawn()
+        .expect("dnsmasq (Debian's dnsmasq-base; scripts/test installs it)");
+    let pki = MeshPki::new();
+    let port = free_port();
+    let both = free_port();
+    let dns = SocketAddr::from(([127, 0, 0, 1], dns_port));
+    let backends = [service("public", "dns", dns), udp_gateway(both)];
+    let routes = [
+        udp_route("public", "dns", "2026-01-01T00:00:00Z", "udp", "dns"),
+        tcp_route("public", "dns-tcp", "2026-01-01T00:00:00Z", "dns"),
+    ];
+    let pier = start(port, &pki, &Ca::new("gateway CA"), &backends, &routes).await;
+    // dig blocks: off the runtime that serves pier.
+    let dig = |extra: &'static str| async move {
+        tokio::task::spawn_blocking(move || {
+            let out = std::process::Command::new("dig")
+                .args(["@127.0.0.1", "-p", &both.to_string()])
+                .args(["shop.example", "A", "+short", "+tries=1", "+time=3", extra])
+                .output()
+                .expect("dig (Debian's bind9-dnsutils; scripts/test installs it)");
+            String::from_utf8_lossy(&out.stdout).trim().to_string()
+        })
+        .await
+        .unwrap()
+    };
+    // dnsmasq may take a moment to bind.
+    eventually(Duration::from_secs(5), || async {
+        dig("+notcp").await == "10.1.2.3"
+    })
+    .await;
+    assert_eq!(dig("+notcp").await, "10.1.2.3");
+    assert_eq!(dig("+tcp").await, "10.1.2.3");
+    pier.shutdown().await;
+    let _ = dnsmasq.kill();
+    let _ = dnsmasq.wait();
+}
