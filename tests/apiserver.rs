@@ -157,7 +157,7 @@ async fn crds_mesh_variant_and_apiserver_restart() {
     let client = cp.admin_client();
 
     let installed = cp.install_crds(crds_dir()).await;
-    assert_eq!(installed.len(), 9, "{installed:?}");
+    assert_eq!(installed.len(), 10, "{installed:?}");
     assert_crds_conformant(&client, &installed).await;
     create_namespace(&client).await;
     create_gateway_class(&client).await;

@@ -200,13 +200,16 @@ async fn kubeconfig_and_api_server_failures_skip_everything_else() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_crd_fails_and_skips_what_needs_it() {
     let c = Cluster::start_without_crds().await;
-    // No HTTPRoute CRD (pier needs it), no GRPCRoute CRD (optional), and a Gateway CRD from an
-    // older Gateway API release.
+    // No HTTPRoute CRD (pier needs it), no GRPCRoute CRD (optional), a Gateway CRD from an
+    // older Gateway API release, and a TCPRoute CRD that serves only v1alpha2 (before v1.7).
     let mut crds: Vec<_> = pier::crds::all()
         .into_iter()
         .filter(|crd| !["httproutes", "grpcroutes"].contains(&crd.spec.names.plural.as_str()))
         .collect();
     for crd in &mut crds {
+        if crd.spec.names.plural == "tcproutes" {
+            crd.spec.versions[0].name = "v1alpha2".into();
+        }
         if crd.spec.names.plural == "gateways" {
             let a = crd.metadata.annotations.as_mut().unwrap();
             a.insert(
@@ -275,7 +278,20 @@ async fn a_missing_crd_fails_and_skips_what_needs_it() {
         "ok",
         &format!("served as v1, Gateway API {built}, standard channel"),
     );
-    for plural in ["tlsroutes", "referencegrants", "backendtlspolicies"] {
+    // Installed, but not in the version pier reads: a warning, not silence.
+    assert_check(
+        &v,
+        "crd/tcproutes.gateway.networking.k8s.io",
+        "warn",
+        "served as v1alpha2 only: pier reads TCPRoute v1 (Gateway API v1.7) and serves no \
+         TCPRoute until that version is served",
+    );
+    for plural in [
+        "tlsroutes",
+        "udproutes",
+        "referencegrants",
+        "backendtlspolicies",
+    ] {
         let name = format!("crd/{plural}.gateway.networking.k8s.io");
         assert_check(
             &v,

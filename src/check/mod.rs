@@ -487,6 +487,23 @@ async fn crds(r: &mut Report, client: &Client, opts: &Options) -> bool {
             continue;
         };
         let served_as = format!("served as {}", versions.join(", "));
+        if let Some(v) = kind
+            .required_version()
+            .filter(|v| !versions.iter().any(|s| s == v))
+        {
+            // Installed, but not in the version pier reads: nothing of it would be served, and
+            // nothing else would say so.
+            r.warn(
+                G,
+                check,
+                format!(
+                    "{served_as} only: pier reads {kind} {v} (Gateway API v1.7) and serves no \
+                     {kind} until that version is served"
+                ),
+                CRD_HINT,
+            );
+            continue;
+        }
         if group == PIER_GROUP {
             // pier's own API: no Gateway API bundle to compare.
             r.ok(G, check, served_as);

@@ -444,6 +444,14 @@ impl WatchKind {
     /// per-endpoint mesh identity; a cluster whose RBAC predates it keeps working, and such
     /// endpoints get no traffic ("Pod ... is unknown: the API server refuses pier's list/watch
     /// of Pods" in the Route's status, from [`Stores::refused`]).
+    /// The version pier watches when the kind's older versions are not read: TCPRoute and
+    /// UDPRoute are pier's own v1 types (Gateway API v1.7), and a cluster with only v1alpha2
+    /// CRDs serves pier none of them. `None`: the kind's crate type, or a fallback, covers
+    /// what clusters serve.
+    pub fn required_version(self) -> Option<&'static str> {
+        matches!(self, Self::TcpRoute | Self::UdpRoute).then_some("v1")
+    }
+
     pub fn is_optional_without_rbac(self) -> bool {
         matches!(self, Self::Pod)
     }
