@@ -128,8 +128,8 @@ use self::watch::{ApiServerLog, Changes, Ctx, Refused};
 pub use self::watch::{Reconnect, Watched};
 use crate::translate::api::{
     BackendTlsPolicy, ClusterTrustBundle, ConfigMap, EndpointSlice, GatewayClass, GrpcRoute,
-    HttpRoute, ListenerSet, Namespace, ReferenceGrant, Secret, SecurityPolicy, Service, TcpRoute,
-    TlsRoute, UdpRoute,
+    HttpRoute, Namespace, ReferenceGrant, Secret, SecurityPolicy, Service, TcpRoute, TlsRoute,
+    UdpRoute,
 };
 use crate::translate::api::{BackendTrafficPolicy, ClientTrafficPolicy};
 use crate::translate::mesh::{asks_for_endpoint_identity, mesh_key_of};
@@ -207,7 +207,7 @@ pub struct Stores {
     pub tls_routes: Store<DeserializeGuard<TlsRoute>>,
     pub tcp_routes: Store<DeserializeGuard<TcpRoute>>,
     pub udp_routes: Store<DeserializeGuard<UdpRoute>>,
-    pub listener_sets: Store<DeserializeGuard<ListenerSet>>,
+    pub listener_sets: Store<DeserializeGuard<gateway::ListenerSetObject>>,
     /// Filled when the API server serves ReferenceGrant `v1`...
     pub reference_grants: Store<DeserializeGuard<ReferenceGrant>>,
     /// ... else this one, from `v1beta1` (Gateway API before v1.5).
@@ -725,7 +725,7 @@ impl Stores {
             tls_routes: namespaced(&self.tls_routes, Clone::clone),
             tcp_routes: namespaced(&self.tcp_routes, Clone::clone),
             udp_routes: namespaced(&self.udp_routes, Clone::clone),
-            listener_sets: namespaced(&self.listener_sets, Clone::clone),
+            listener_sets: namespaced(&self.listener_sets, |s| s.0.clone()),
             reference_grants,
             namespaces: self
                 .namespaces
@@ -753,8 +753,40 @@ impl Stores {
             client_traffic_policies: namespaced(&self.client_traffic_policies, Clone::clone),
             // The API server pruned them (kubectl's strict field validation names them).
             unknown_fields: BTreeMap::new(),
+            listener_filters: listener_filters(&self.gateways, "Gateway", |g| &g.1)
+                .chain(listener_filters(&self.listener_sets, "ListenerSet", |s| {
+                    &s.1
+                }))
+                .collect(),
         }
     }
+}
+
+/// The listeners with `filters` of the objects in `store`.
+fn listener_filters<K: Resource>(
+    store: &Store<DeserializeGuard<K>>,
+    kind: &'static str,
+    names: impl Fn(&K) -> &Vec<String>,
+) -> impl Iterator<Item = crate::translate::resources::ListenerRef>
+where
+    DeserializeGuard<K>: Watched,
+{
+    let mut out = Vec::new();
+    for g in store.state() {
+        let Ok(k) = g.0.as_ref() else { continue };
+        let meta = k.meta();
+        let (Some(ns), Some(name)) = (&meta.namespace, &meta.name) else {
+            continue;
+        };
+        for listener in names(k) {
+            out.push(crate::translate::resources::ListenerRef {
+                kind,
+                object: (ns.clone(), name.clone()),
+                listener: listener.clone(),
+            });
+        }
+    }
+    out.into_iter()
 }
 
 /// The decoded objects of a cluster-scoped store, by name.

@@ -29,7 +29,7 @@ use super::api::{
 };
 use super::mesh::{self, GatewayTls};
 use super::refs::{self, Certs, KeptCert, ListenerCerts, RefFrom, RefTo, ServerCert};
-use super::resources::Resources;
+use super::resources::{ListenerRef, Resources};
 use super::status::{
     ClassCondition, ClassConditionReason, ClassConditionType, GatewayClassStatus,
     GatewayCondReason, GatewayCondType, GatewayCondition, GatewayStatus, ListenerCondition,
@@ -429,6 +429,17 @@ fn listener(
         protocol,
         tls,
     } = l;
+    let filtered = resources.listener_filters.contains(&ListenerRef {
+        kind: owner.kind,
+        object: match &owner.id.set {
+            Some(set) => (set.namespace.clone(), set.name.clone()),
+            None => (
+                owner.id.gateway.namespace.clone(),
+                owner.id.gateway.name.clone(),
+            ),
+        },
+        listener: name.clone(),
+    });
     let mut state = ListenerState {
         name: name.clone(),
         set: None,
@@ -458,6 +469,19 @@ fn listener(
         tls_profile: None,
         client_policy: None,
     };
+    if filtered {
+        // Fail closed: served without its filters (an ExternalAuth among them), the listener
+        // would let in what they keep out.
+        state.not_accepted = Some((
+            ListenerReason::UnsupportedValue,
+            "listener filters (filters.requests, GatewayListenerFilters) are not supported: \
+             pier does not serve this listener rather than serve it without them (put the \
+             filters on its routes)"
+                .into(),
+        ));
+        state.port = u16::try_from(*port).unwrap_or(0);
+        return state;
+    }
     let protocol = match protocol.as_str() {
         "HTTP" => Protocol::Http,
         "HTTPS" => Protocol::Https,

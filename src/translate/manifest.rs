@@ -221,6 +221,28 @@ struct GatewayDoc {
     spec: GatewaySpec,
 }
 
+/// Only the names of a Gateway's or ListenerSet's listeners and whether they have `filters`
+/// (GEP-5224), which the generated types do not read.
+#[derive(Default, Deserialize)]
+struct ListenerFiltersDoc {
+    #[serde(default)]
+    spec: ListenerFiltersSpec,
+}
+
+#[derive(Default, Deserialize)]
+struct ListenerFiltersSpec {
+    #[serde(default)]
+    listeners: Vec<ListenerFilters>,
+}
+
+#[derive(Deserialize)]
+struct ListenerFilters {
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    filters: Option<serde::de::IgnoredAny>,
+}
+
 /// Only a Gateway's `spec.mesh`.
 #[derive(Deserialize)]
 struct GatewayMeshDoc {
@@ -443,6 +465,7 @@ fn parse_document(doc: &Doc<'_>, resources: &mut Resources) -> Result<Parsed, Ma
                 status: None,
             };
             let key = doc.key(k, &mut o.metadata)?;
+            doc.note_listener_filters("Gateway", &key, resources)?;
             resources.gateways.insert(key.clone(), o);
             key
         }
@@ -461,6 +484,7 @@ fn parse_document(doc: &Doc<'_>, resources: &mut Resources) -> Result<Parsed, Ma
         Kind::ListenerSet => {
             let mut o: ListenerSet = doc.parse(k, ig)?;
             let key = doc.key(k, &mut o.metadata)?;
+            doc.note_listener_filters("ListenerSet", &key, resources)?;
             resources.listener_sets.insert(key.clone(), o);
             key
         }
@@ -900,6 +924,30 @@ impl Parsing<'_, '_> {
         self.tree
             .decode(ignored)
             .map_err(|e| self.object_error(kind, e))
+    }
+
+    /// Notes the listeners of Gateway or ListenerSet `key` that have `filters`.
+    fn note_listener_filters(
+        &self,
+        kind: &'static str,
+        key: &ObjectKey,
+        resources: &mut Resources,
+    ) -> Result<(), ManifestError> {
+        // Its skipped fields are already reported by the kind's own pass.
+        let doc: ListenerFiltersDoc = self.parse(kind, &mut Vec::new())?;
+        let filtered = doc
+            .spec
+            .listeners
+            .into_iter()
+            .filter(|l| l.filters.is_some());
+        resources
+            .listener_filters
+            .extend(filtered.map(|l| super::resources::ListenerRef {
+                kind,
+                object: key.clone(),
+                listener: l.name,
+            }));
+        Ok(())
     }
 
     /// The error of a kind's decoder, with the object's name when it has one.

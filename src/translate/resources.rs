@@ -50,4 +50,29 @@ pub struct Resources {
     /// namespace for cluster-scoped kinds). Only manifests have them: the API server prunes
     /// unknown fields before pier sees an object.
     pub unknown_fields: BTreeMap<(String, ObjectKey), Vec<UnknownField>>,
+    /// Listeners that carry `filters` (GEP-5224, GatewayListenerFilters, Gateway API v1.7
+    /// experimental), which pier's generated types do not read: such a listener is not
+    /// served (fail closed: it would otherwise run without its filters, an ExternalAuth among
+    /// them). Noted by both sources before the typed decoding drops the field.
+    pub listener_filters: std::collections::BTreeSet<ListenerRef>,
+}
+
+/// One listener of a Gateway or ListenerSet.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ListenerRef {
+    /// `Gateway` or `ListenerSet`.
+    pub kind: &'static str,
+    pub object: ObjectKey,
+    pub listener: String,
+}
+
+/// The names of `spec.listeners[]` that have `filters`, in a Gateway or ListenerSet as JSON.
+pub fn listeners_with_filters(object: &serde_json::Value) -> Vec<String> {
+    let listeners = object["spec"]["listeners"].as_array();
+    listeners
+        .into_iter()
+        .flatten()
+        .filter(|l| !l["filters"].is_null())
+        .filter_map(|l| l["name"].as_str().map(str::to_string))
+        .collect()
 }

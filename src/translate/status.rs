@@ -68,6 +68,8 @@ pub enum ListenerReason {
     InvalidCACertificateRef,
     /// `ResolvedRefs=False`: a frontend `caCertificateRef` of a kind pier does not read.
     InvalidCACertificateKind,
+    /// `Accepted=False`: the listener has a field pier does not implement (`filters`).
+    UnsupportedValue,
 }
 
 /// ListenerSet condition types (GEP-1713).

@@ -1,18 +1,80 @@
 //! Gateways as pier reads them: the upstream kind, decoded into pier's own
 //! [`Gateway`](crate::translate::api::Gateway) so that `spec.mesh` (on a mesh-patched CRD)
-//! survives. A newtype, so that translation stays free of kube traits.
+//! survives, with the names of the listeners that carry `filters` (GEP-5224, which the
+//! generated types drop: translation refuses those listeners). A newtype, so that translation
+//! stays free of kube traits. ListenerSets the same way ([`ListenerSetObject`]).
 
 use std::borrow::Cow;
 
 use kube::Resource;
 use kube::core::{NamespaceResourceScope, ObjectMeta};
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer};
 
-use crate::translate::api::{Gateway, UpstreamGateway};
+use crate::translate::api::{Gateway, ListenerSet, UpstreamGateway};
+use crate::translate::resources::listeners_with_filters;
 
-#[derive(Clone, Debug, Deserialize)]
-#[serde(transparent)]
-pub struct GatewayObject(pub Gateway);
+/// A Gateway, and its listeners that have `filters`.
+#[derive(Clone, Debug)]
+pub struct GatewayObject(pub Gateway, pub Vec<String>);
+
+impl<'de> Deserialize<'de> for GatewayObject {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let value = serde_json::Value::deserialize(d)?;
+        let filtered = listeners_with_filters(&value);
+        let gateway = Gateway::deserialize(value).map_err(serde::de::Error::custom)?;
+        Ok(Self(gateway, filtered))
+    }
+}
+
+/// A ListenerSet, and its listeners that have `filters`.
+#[derive(Clone, Debug)]
+pub struct ListenerSetObject(pub ListenerSet, pub Vec<String>);
+
+impl<'de> Deserialize<'de> for ListenerSetObject {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let value = serde_json::Value::deserialize(d)?;
+        let filtered = listeners_with_filters(&value);
+        let set = ListenerSet::deserialize(value).map_err(serde::de::Error::custom)?;
+        Ok(Self(set, filtered))
+    }
+}
+
+impl std::ops::Deref for ListenerSetObject {
+    type Target = ListenerSet;
+
+    fn deref(&self) -> &ListenerSet {
+        &self.0
+    }
+}
+
+impl Resource for ListenerSetObject {
+    type DynamicType = ();
+    type Scope = NamespaceResourceScope;
+
+    fn kind(dt: &()) -> Cow<'_, str> {
+        ListenerSet::kind(dt)
+    }
+
+    fn group(dt: &()) -> Cow<'_, str> {
+        ListenerSet::group(dt)
+    }
+
+    fn version(dt: &()) -> Cow<'_, str> {
+        ListenerSet::version(dt)
+    }
+
+    fn plural(dt: &()) -> Cow<'_, str> {
+        ListenerSet::plural(dt)
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        &self.0.metadata
+    }
+
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.0.metadata
+    }
+}
 
 impl std::ops::Deref for GatewayObject {
     type Target = Gateway;
@@ -48,5 +110,41 @@ impl Resource for GatewayObject {
 
     fn meta_mut(&mut self) -> &mut ObjectMeta {
         &mut self.0.metadata
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What the API server sends for a Gateway and a ListenerSet with v1.7's experimental
+    /// CRDs: the listeners with `filters` are named, though the typed objects drop the field.
+    #[test]
+    fn listeners_with_filters_are_named_before_the_typed_decoding_drops_them() {
+        let listeners = serde_json::json!([
+            { "name": "authed", "protocol": "HTTP", "port": 80,
+              "filters": { "requests": [{ "type": "ExternalAuth" }] } },
+            { "name": "open", "protocol": "HTTP", "port": 81 },
+        ]);
+        let gw: GatewayObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+            "metadata": { "name": "g", "namespace": "n" },
+            "spec": { "gatewayClassName": "pier", "listeners": listeners },
+        }))
+        .unwrap();
+        assert_eq!(gw.1, ["authed"]);
+        assert_eq!(gw.spec.base.listeners.len(), 2);
+        let set: ListenerSetObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "ListenerSet",
+            "metadata": { "name": "s", "namespace": "n" },
+            "spec": { "parentRef": { "name": "g" }, "listeners": listeners },
+        }))
+        .unwrap();
+        assert_eq!(set.1, ["authed"]);
+        // A decoding error still says what is wrong.
+        let bad = serde_json::from_value::<GatewayObject>(serde_json::json!({
+            "metadata": { "name": "g" }, "spec": { "listeners": "none" },
+        }));
+        assert!(bad.unwrap_err().to_string().contains("invalid type"));
     }
 }
