@@ -754,12 +754,16 @@ fn certificate(
 /// Listeners of all in-scope Gateways share ports. On one port, the first listener (oldest
 /// Gateway, then spec order) fixes the protocol; a later listener with another protocol is
 /// ProtocolConflict, one with the same hostname as an earlier one is HostnameConflict. A
-/// conflicted listener is not served; the earlier one keeps working.
+/// conflicted listener is not served; the earlier one keeps working. Except for two TCP (or
+/// two UDP) listeners on one port: nothing tells their traffic apart, so both are
+/// ProtocolConflict and neither is served (GEP-2644, GEP-2645: MUST).
 fn detect_conflicts(gateways: &mut [GatewayState]) {
     struct Seen {
         protocol: Protocol,
         hostnames: Vec<Option<HostnameMatch>>,
         first: String,
+        /// (Gateway, listener) indexes of the first listener.
+        at: (usize, usize),
         /// The port's client certificate validation (its first listener's).
         client_auth: Option<[u8; 32]>,
     }
@@ -767,12 +771,14 @@ fn detect_conflicts(gateways: &mut [GatewayState]) {
     // (`--gateway-address-pool`) never conflict with each other; a UDP port and a TCP port of
     // the same number are two sockets, and do not conflict either (`true`: UDP).
     let mut ports: BTreeMap<(Option<std::net::IpAddr>, u16, bool), Seen> = BTreeMap::new();
-    for gw in gateways.iter_mut() {
+    // First listeners that a later TCP or UDP listener conflicts too, with the message.
+    let mut firsts: Vec<((usize, usize), String)> = Vec::new();
+    for (gi, gw) in gateways.iter_mut().enumerate() {
         if gw.addresses.unbound {
             continue;
         }
         let address = gw.addresses.bind;
-        for l in &mut gw.listeners {
+        for (li, l) in gw.listeners.iter_mut().enumerate() {
             let id = listener_id(&gw.key, &gw.sets, l).to_string();
             if let (Some(other), Some(seen)) = (
                 l.unsupported_protocol.as_deref().filter(|_| l.port != 0),
@@ -799,12 +805,31 @@ fn detect_conflicts(gateways: &mut [GatewayState]) {
                         protocol,
                         hostnames: vec![l.hostname.clone()],
                         first: id,
+                        at: (gi, li),
                         client_auth: l.client_auth.as_ref().map(|a| a.tag),
                     },
                 );
                 continue;
             };
-            if seen.protocol != protocol {
+            if seen.protocol == protocol && matches!(protocol, Protocol::Tcp | Protocol::Udp) {
+                let name = protocol_name(protocol);
+                l.conflict = Some((
+                    ListenerReason::ProtocolConflict,
+                    format!(
+                        "listener {} is {name} on port {} too: nothing tells their traffic \
+                         apart, so neither is served",
+                        seen.first, l.port
+                    ),
+                ));
+                firsts.push((
+                    seen.at,
+                    format!(
+                        "listener {id} is {name} on port {} too: nothing tells their traffic \
+                         apart, so neither is served",
+                        l.port
+                    ),
+                ));
+            } else if seen.protocol != protocol {
                 l.conflict = Some((
                     ListenerReason::ProtocolConflict,
                     format!(
@@ -842,6 +867,12 @@ fn detect_conflicts(gateways: &mut [GatewayState]) {
                 seen.hostnames.push(l.hostname.clone());
             }
         }
+    }
+    for ((gi, li), msg) in firsts {
+        let l = &mut gateways[gi].listeners[li];
+        // The first of three keeps the first message.
+        l.conflict
+            .get_or_insert((ListenerReason::ProtocolConflict, msg));
     }
 }
 

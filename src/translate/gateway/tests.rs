@@ -91,6 +91,41 @@ fn settings_gateway_keeps_only_that_gateway_in_scope() {
     assert_eq!(t.snapshot.ports[0].port, 81);
 }
 
+/// GEP-2644/2645: two TCP (or two UDP) listeners on one port cannot be told apart: both are
+/// ProtocolConflict and neither is served; a TCP and a UDP listener on one number are two
+/// sockets and both are served.
+#[test]
+fn two_tcp_or_two_udp_listeners_on_one_port_are_both_conflicted() {
+    let t = run(&format!(
+        "{CLASS}---\n{}",
+        gw(
+            "g",
+            "  - {name: tcp-a, protocol: TCP, port: 9000}\n  - {name: tcp-b, protocol: TCP, port: 9000}\n\
+             \x20 - {name: udp-a, protocol: UDP, port: 9001}\n  - {name: udp-b, protocol: UDP, port: 9001}\n\
+             \x20 - {name: tcp, protocol: TCP, port: 9002}\n  - {name: udp, protocol: UDP, port: 9002}\n"
+        )
+    ));
+    let g = gateway(&t, "default", "g");
+    for name in ["tcp-a", "tcp-b", "udp-a", "udp-b"] {
+        let c = listener_cond(listener(g, name), "Conflicted");
+        assert!(c.0, "{name}: {c:?}");
+        assert_eq!(c.1, "ProtocolConflict", "{name}");
+        assert!(c.2.contains("nothing tells their traffic apart"), "{c:?}");
+    }
+    for name in ["tcp", "udp"] {
+        let c = listener_cond(listener(g, name), "Conflicted");
+        assert!(!c.0, "{name}: {c:?}");
+    }
+    assert!(t.snapshot.port(9000).is_none());
+    let ports: Vec<_> = t
+        .snapshot
+        .ports
+        .iter()
+        .map(|p| p.key().to_string())
+        .collect();
+    assert_eq!(ports, ["*:9002", "*:9002/udp"]);
+}
+
 #[test]
 fn a_tcp_listener_takes_tcp_routes_and_no_hostname_or_tls() {
     let t = run(&format!(
