@@ -521,11 +521,15 @@ fn ca_ref(
     ns: &str,
     BackendTlsPolicyValidationCaCertificateRefs { group, kind, name }: &BackendTlsPolicyValidationCaCertificateRefs,
 ) -> Result<Vec<rustls_pki_types::CertificateDer<'static>>, (RootsErrorKind, String)> {
+    if group == super::api::CERTIFICATES_GROUP && kind == "ClusterTrustBundle" {
+        return super::mesh::cluster_trust_bundle(resources, name)
+            .map_err(|m| (RootsErrorKind::InvalidCaRef, m));
+    }
     if !refs::is_core_group(Some(group)) || kind != "ConfigMap" {
         return Err((
             RootsErrorKind::InvalidKind,
             format!(
-                "{} is not supported (only core/ConfigMap)",
+                "{} is not supported (core/ConfigMap or certificates.k8s.io/ClusterTrustBundle)",
                 group_kind(group, kind)
             ),
         ));

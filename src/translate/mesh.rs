@@ -663,6 +663,27 @@ fn bundle_ref(
     Ok((certs, source))
 }
 
+/// The CA certificates of ClusterTrustBundle `name` (GEP-5075: a `caCertificateRef` of group
+/// `certificates.k8s.io`, kind `ClusterTrustBundle`, selected by name; cluster-scoped, so no
+/// ReferenceGrant). A missing, empty or unparsable bundle is an error naming it.
+pub fn cluster_trust_bundle(
+    resources: &Resources,
+    name: &str,
+) -> Result<Vec<CertificateDer<'static>>, String> {
+    let ctb = resources.cluster_trust_bundles.get(name).ok_or_else(|| {
+        format!(
+            "ClusterTrustBundle {name} not found (pier reads certificates.k8s.io/v1beta1 \
+             ClusterTrustBundles)"
+        )
+    })?;
+    let certs = parse_pem_certs(ctb.spec.trust_bundle.as_bytes())
+        .map_err(|e| format!("ClusterTrustBundle {name}: {}", error_chain(&e)))?;
+    if certs.is_empty() {
+        return Err(format!("ClusterTrustBundle {name} holds no certificate"));
+    }
+    Ok(certs)
+}
+
 /// A ConfigMap value from `data`, else `binaryData`; empty counts as missing.
 pub fn config_map_value<'c>(cm: &'c ConfigMap, key: &str) -> Option<&'c [u8]> {
     cm.data

@@ -374,3 +374,42 @@ fn policies_that_apply_to_nothing_get_no_status() {
     .replace("name: api}", "name: unused}");
     assert!(run(&ca, "", &p).status.backend_tls_policies.is_empty());
 }
+
+/// GEP-5075 (v1.7): a ClusterTrustBundle named in `caCertificateRefs` is the CA, by name and
+/// without a ReferenceGrant; a missing one is InvalidCACertificateRef and fails closed.
+#[test]
+fn a_cluster_trust_bundle_is_a_ca_by_name() {
+    let ca = TestCa::new("api");
+    let pem: String = ca.pem.lines().map(|l| format!("    {l}\n")).collect();
+    let ctb = format!(
+        "apiVersion: certificates.k8s.io/v1beta1\nkind: ClusterTrustBundle\n\
+         metadata: {{name: api-ctb}}\nspec:\n  trustBundle: |\n{pem}"
+    );
+    let refs = |name: &str| {
+        format!(
+            "    caCertificateRefs: [{{group: certificates.k8s.io, kind: ClusterTrustBundle, \
+             name: {name}}}]\n    hostname: api.example.com\n"
+        )
+    };
+    let p = policy("p", "2024-01-01T00:00:00Z", None, &refs("api-ctb"));
+    let t = run(&ca, "", &format!("{p}---\n{ctb}"));
+    assert_eq!(tls(&t).mode, TlsMode::Policy);
+    let cond = |t: &str, ok: bool, r: &str| (t.to_string(), ok, r.to_string());
+    assert_eq!(
+        policy_status(&t),
+        [
+            cond("Accepted", true, "Accepted"),
+            cond("ResolvedRefs", true, "ResolvedRefs")
+        ]
+    );
+    let p = policy("p", "2024-01-01T00:00:00Z", None, &refs("nope"));
+    let t = run(&ca, "", &format!("{p}---\n{ctb}"));
+    assert!(!unavailable(&t).is_empty());
+    assert_eq!(
+        policy_status(&t),
+        [
+            cond("Accepted", false, "NoValidCACertificate"),
+            cond("ResolvedRefs", false, "InvalidCACertificateRef")
+        ]
+    );
+}

@@ -24,14 +24,14 @@ use crate::model::{ClientAuth, ClientAuthMode, ObjectRef, Protocol};
 use crate::tls::client::{TrustBundle, parse_pem_certs};
 use crate::tls::server::client_auth;
 use crate::translate::api::{
-    CORE_GROUP, GATEWAY_GROUP, GatewayTlsFrontend, GatewayTlsFrontendDefault,
+    CERTIFICATES_GROUP, CORE_GROUP, GATEWAY_GROUP, GatewayTlsFrontend, GatewayTlsFrontendDefault,
     GatewayTlsFrontendDefaultValidation, GatewayTlsFrontendDefaultValidationCaCertificateRefs,
     GatewayTlsFrontendDefaultValidationMode, GatewayTlsFrontendPerPort,
     GatewayTlsFrontendPerPortTls, GatewayTlsFrontendPerPortTlsValidation,
     GatewayTlsFrontendPerPortTlsValidationCaCertificateRefs,
     GatewayTlsFrontendPerPortTlsValidationMode,
 };
-use crate::translate::mesh::{CA_CRT_KEY, config_map_value};
+use crate::translate::mesh::{CA_CRT_KEY, cluster_trust_bundle, config_map_value};
 use crate::translate::refs::{self, RefFrom, RefTo};
 use crate::translate::resources::Resources;
 use crate::translate::status::ListenerReason;
@@ -261,13 +261,24 @@ fn ca_certificates(
     r: &CaRef<'_>,
 ) -> Result<Vec<CertificateDer<'static>>, (ListenerReason, String)> {
     let bad = |m: String| (ListenerReason::InvalidCACertificateRef, m);
+    if r.group == CERTIFICATES_GROUP && r.kind == "ClusterTrustBundle" {
+        // Cluster-scoped: no namespace, no ReferenceGrant (GEP-5075).
+        if r.namespace.is_some_and(|ns| !ns.is_empty()) {
+            return Err(bad(format!(
+                "ClusterTrustBundle {} is cluster-scoped: its reference has no namespace",
+                r.name
+            )));
+        }
+        return cluster_trust_bundle(resources, r.name).map_err(bad);
+    }
     let kind = match r.kind {
         "ConfigMap" | "Secret" if refs::is_core_group(Some(r.group)) => r.kind,
         _ => {
             return Err((
                 ListenerReason::InvalidCACertificateKind,
                 format!(
-                    "{} is not supported (core/ConfigMap or core/Secret with key {CA_CRT_KEY})",
+                    "{} is not supported (core/ConfigMap or core/Secret with key {CA_CRT_KEY}, \
+                     or certificates.k8s.io/ClusterTrustBundle)",
                     group_kind(r.group, r.kind)
                 ),
             ));
