@@ -122,14 +122,14 @@ use tokio::sync::{mpsc, watch as channel};
 use tokio::task::JoinHandle;
 
 pub use self::credentials::{CredentialMetrics, Credentials};
+pub use self::gateway::{GrpcRouteObject, HttpRouteObject};
 pub use self::pod::PodObject;
 pub use self::reference_grant::ReferenceGrantV1Beta1;
 use self::watch::{ApiServerLog, Changes, Ctx, Refused};
 pub use self::watch::{Reconnect, Watched};
 use crate::translate::api::{
-    BackendTlsPolicy, ClusterTrustBundle, ConfigMap, EndpointSlice, GatewayClass, GrpcRoute,
-    HttpRoute, Namespace, ReferenceGrant, Secret, SecurityPolicy, Service, TcpRoute, TlsRoute,
-    UdpRoute,
+    BackendTlsPolicy, ClusterTrustBundle, ConfigMap, EndpointSlice, GatewayClass, Namespace,
+    ReferenceGrant, Secret, SecurityPolicy, Service, TcpRoute, TlsRoute, UdpRoute,
 };
 use crate::translate::api::{BackendTrafficPolicy, ClientTrafficPolicy};
 use crate::translate::mesh::{asks_for_endpoint_identity, mesh_key_of};
@@ -202,8 +202,8 @@ pub enum WatchKind {
 pub struct Stores {
     pub gateway_classes: Store<DeserializeGuard<GatewayClass>>,
     pub gateways: Store<DeserializeGuard<gateway::GatewayObject>>,
-    pub http_routes: Store<DeserializeGuard<HttpRoute>>,
-    pub grpc_routes: Store<DeserializeGuard<GrpcRoute>>,
+    pub http_routes: Store<DeserializeGuard<gateway::HttpRouteObject>>,
+    pub grpc_routes: Store<DeserializeGuard<gateway::GrpcRouteObject>>,
     pub tls_routes: Store<DeserializeGuard<TlsRoute>>,
     pub tcp_routes: Store<DeserializeGuard<TcpRoute>>,
     pub udp_routes: Store<DeserializeGuard<UdpRoute>>,
@@ -720,8 +720,8 @@ impl Stores {
         Resources {
             gateway_classes: cluster(&self.gateway_classes),
             gateways: namespaced(&self.gateways, |g| g.0.clone()),
-            http_routes: namespaced(&self.http_routes, Clone::clone),
-            grpc_routes: namespaced(&self.grpc_routes, Clone::clone),
+            http_routes: namespaced(&self.http_routes, |r| r.0.clone()),
+            grpc_routes: namespaced(&self.grpc_routes, |r| r.0.clone()),
             tls_routes: namespaced(&self.tls_routes, Clone::clone),
             tcp_routes: namespaced(&self.tcp_routes, Clone::clone),
             udp_routes: namespaced(&self.udp_routes, Clone::clone),

@@ -9,7 +9,7 @@ use super::render::{self, Ctx};
 use super::*;
 use crate::translate::api::{
     GatewayClassConditionReason, GatewayClassConditionType, GatewayConditionReason,
-    GatewayConditionType, HttpRoute,
+    GatewayConditionType,
 };
 use crate::translate::status::{
     BackendTlsPolicyStatus, ClassCondition, ClassConditionReason, ClassConditionType,
@@ -334,7 +334,7 @@ fn lease_names_are_dns_subdomains() {
 
 struct Fixture {
     stores: Stores,
-    routes: Writer<DeserializeGuard<HttpRoute>>,
+    routes: Writer<DeserializeGuard<crate::source::kube::HttpRouteObject>>,
 }
 
 fn fixture() -> Fixture {
@@ -346,7 +346,10 @@ fn fixture() -> Fixture {
     Fixture { stores, routes }
 }
 
-fn stored_route(rv: &str, status: Option<Value>) -> DeserializeGuard<HttpRoute> {
+fn stored_route(
+    rv: &str,
+    status: Option<Value>,
+) -> DeserializeGuard<crate::source::kube::HttpRouteObject> {
     serde_json::from_value(json!({
         "metadata": { "name": "r", "namespace": "ns", "resourceVersion": rv, "generation": 2 },
         "spec": { "parentRefs": [{ "name": "gw" }] },

@@ -471,12 +471,16 @@ fn parse_document(doc: &Doc<'_>, resources: &mut Resources) -> Result<Parsed, Ma
         }
         Kind::HttpRoute => {
             let mut o: HttpRoute = doc.parse(k, ig)?;
+            let rules = o.spec.rules.iter_mut().flatten();
+            doc.session_shapes(k, rules.map(|r| &mut r.session_persistence), ig)?;
             let key = doc.key(k, &mut o.metadata)?;
             resources.http_routes.insert(key.clone(), o);
             key
         }
         Kind::GrpcRoute => {
             let mut o: GrpcRoute = doc.parse(k, ig)?;
+            let rules = o.spec.rules.iter_mut().flatten();
+            doc.session_shapes(k, rules.map(|r| &mut r.session_persistence), ig)?;
             let key = doc.key(k, &mut o.metadata)?;
             resources.grpc_routes.insert(key.clone(), o);
             key
@@ -924,6 +928,39 @@ impl Parsing<'_, '_> {
         self.tree
             .decode(ignored)
             .map_err(|e| self.object_error(kind, e))
+    }
+
+    /// Folds v1.7's `sessionPersistence` fields (`cookie`, `header`) of each rule into the
+    /// typed v1.6 ones (`super::session_shape`); they are no longer unknown fields.
+    fn session_shapes<'r, T: serde::Serialize + DeserializeOwned + 'r>(
+        &self,
+        kind: &str,
+        rules: impl Iterator<Item = &'r mut Option<T>>,
+        ignored: &mut Vec<Vec<Step>>,
+    ) -> Result<(), ManifestError> {
+        let doc: super::session_shape::RoutesDoc = self.parse(kind, &mut Vec::new())?;
+        for (i, (shape, sp)) in doc.shapes().into_iter().zip(rules).enumerate() {
+            let Some(shape) = shape else { continue };
+            let path = |field: &str| {
+                vec![
+                    Step::Key("spec".into()),
+                    Step::Key("rules".into()),
+                    Step::Index(i),
+                    Step::Key("sessionPersistence".into()),
+                    Step::Key(field.into()),
+                ]
+            };
+            ignored.retain(|p| !p.starts_with(&path("cookie")) && !p.starts_with(&path("header")));
+            super::session_shape::apply(sp, &shape).map_err(|e| ManifestError::Object {
+                document: self.number,
+                line: self.line,
+                kind: kind.to_string(),
+                name: None,
+                path: path("cookie"),
+                message: e.to_string(),
+            })?;
+        }
+        Ok(())
     }
 
     /// Notes the listeners of Gateway or ListenerSet `key` that have `filters`.

@@ -10,7 +10,7 @@ use kube::Resource;
 use kube::core::{NamespaceResourceScope, ObjectMeta};
 use serde::{Deserialize, Deserializer};
 
-use crate::translate::api::{Gateway, ListenerSet, UpstreamGateway};
+use crate::translate::api::{Gateway, GrpcRoute, HttpRoute, ListenerSet, UpstreamGateway};
 use crate::translate::resources::listeners_with_filters;
 
 /// A Gateway, and its listeners that have `filters`.
@@ -25,6 +25,74 @@ impl<'de> Deserialize<'de> for GatewayObject {
         Ok(Self(gateway, filtered))
     }
 }
+
+/// An HTTPRoute read in either shape of `sessionPersistence` (v1.6, v1.7:
+/// `crate::translate::session_shape`).
+#[derive(Clone, Debug)]
+pub struct HttpRouteObject(pub HttpRoute);
+
+/// A GRPCRoute, the same way.
+#[derive(Clone, Debug)]
+pub struct GrpcRouteObject(pub GrpcRoute);
+
+macro_rules! route_object {
+    ($object:ident, $route:ident) => {
+        impl<'de> Deserialize<'de> for $object {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let mut value = serde_json::Value::deserialize(d)?;
+                crate::translate::session_shape::normalize(&mut value);
+                let route = $route::deserialize(value).map_err(serde::de::Error::custom)?;
+                Ok(Self(route))
+            }
+        }
+
+        impl std::ops::Deref for $object {
+            type Target = $route;
+
+            fn deref(&self) -> &$route {
+                &self.0
+            }
+        }
+
+        impl std::ops::DerefMut for $object {
+            fn deref_mut(&mut self) -> &mut $route {
+                &mut self.0
+            }
+        }
+
+        impl Resource for $object {
+            type DynamicType = ();
+            type Scope = NamespaceResourceScope;
+
+            fn kind(dt: &()) -> Cow<'_, str> {
+                $route::kind(dt)
+            }
+
+            fn group(dt: &()) -> Cow<'_, str> {
+                $route::group(dt)
+            }
+
+            fn version(dt: &()) -> Cow<'_, str> {
+                $route::version(dt)
+            }
+
+            fn plural(dt: &()) -> Cow<'_, str> {
+                $route::plural(dt)
+            }
+
+            fn meta(&self) -> &ObjectMeta {
+                &self.0.metadata
+            }
+
+            fn meta_mut(&mut self) -> &mut ObjectMeta {
+                &mut self.0.metadata
+            }
+        }
+    };
+}
+
+route_object!(HttpRouteObject, HttpRoute);
+route_object!(GrpcRouteObject, GrpcRoute);
 
 /// A ListenerSet, and its listeners that have `filters`.
 #[derive(Clone, Debug)]

@@ -8,6 +8,7 @@ use kube::runtime::watcher::{self, Event};
 use serde_json::json;
 use tokio::sync::{mpsc, watch as channel};
 
+use super::gateway::HttpRouteObject;
 use super::watch::{self, Changes, Ctx, Notify, classify};
 use super::*;
 
@@ -15,7 +16,7 @@ fn guard<K: serde::de::DeserializeOwned + Resource>(v: serde_json::Value) -> Des
     serde_json::from_value(v).expect("JSON object")
 }
 
-fn route(ns: &str, name: &str, generation: i64) -> DeserializeGuard<HttpRoute> {
+fn route(ns: &str, name: &str, generation: i64) -> DeserializeGuard<HttpRouteObject> {
     guard(json!({
         "apiVersion": "gateway.networking.k8s.io/v1",
         "kind": "HTTPRoute",
@@ -43,7 +44,7 @@ fn ctx() -> (Ctx, channel::Receiver<()>, channel::Receiver<()>) {
 /// Empty stores, with writers for the kinds a test fills.
 struct Fixture {
     stores: Stores,
-    routes: Writer<DeserializeGuard<HttpRoute>>,
+    routes: Writer<DeserializeGuard<HttpRouteObject>>,
     grants_v1beta1: Writer<DeserializeGuard<ReferenceGrantV1Beta1>>,
     namespaces: Writer<PartialObjectMeta<Namespace>>,
     classes: Writer<DeserializeGuard<GatewayClass>>,
@@ -272,11 +273,11 @@ async fn a_refused_pod_watch_is_known_until_it_lists() {
 async fn reflect_releases_the_latch_and_notifies() {
     let (ctx, mut config, mut status) = ctx();
     let mut pending = ctx.pending.subscribe();
-    let writer = Writer::<DeserializeGuard<HttpRoute>>::default();
+    let writer = Writer::<DeserializeGuard<HttpRouteObject>>::default();
     let store = writer.as_reader();
     let mut with_status = route("a", "r1", 1);
     with_status.0.as_mut().unwrap().status = serde_json::from_value(json!({ "parents": [] })).ok();
-    let events: Vec<watcher::Result<Event<DeserializeGuard<HttpRoute>>>> = vec![
+    let events: Vec<watcher::Result<Event<DeserializeGuard<HttpRouteObject>>>> = vec![
         Ok(Event::Init),
         Ok(Event::InitApply(route("a", "r1", 1))),
         Ok(Event::InitApply(guard(json!({
@@ -312,7 +313,7 @@ async fn reflect_releases_the_latch_and_notifies() {
 
     // A status-only update of a stored object wakes the status writer only.
     status.mark_unchanged();
-    let mut writer = Writer::<DeserializeGuard<HttpRoute>>::default();
+    let mut writer = Writer::<DeserializeGuard<HttpRouteObject>>::default();
     writer.apply_watcher_event(&Event::Apply(route("a", "r1", 1)));
     let store = writer.as_reader();
     watch::reflect(
@@ -355,7 +356,7 @@ async fn a_watch_expired_again_and_again_backs_off() {
             gone(),
         ]
     };
-    let items: Vec<watcher::Result<Event<DeserializeGuard<HttpRoute>>>> =
+    let items: Vec<watcher::Result<Event<DeserializeGuard<HttpRouteObject>>>> =
         (0..6).flat_map(cycle).collect();
     let stream = {
         let taken = taken.clone();

@@ -927,10 +927,24 @@ fn session_persistence_is_translated_and_bad_values_make_the_rule_invalid() {
         name.starts_with("pier-session-") && name.len() == 21,
         "{name}"
     );
+    // Gateway API v1.7's shape: the name and lifetime under `cookie`, or the name under
+    // `header` (src/translate/session_shape.rs).
+    let (session, accepted) = rule_of(
+        "{type: Cookie, absoluteTimeout: 1h, cookie: {name: Shop, path: /, lifetimeType: Permanent}}",
+    );
+    assert!(accepted.0, "{accepted:?}");
+    let session = session.unwrap();
+    assert_eq!(
+        (session.carrier, session.name.as_str()),
+        (Carrier::Cookie { permanent: true }, "Shop")
+    );
+    let (session, _) = rule_of("{type: Header, header: {name: X-Cart}}");
+    assert_eq!(session.unwrap().name, "x-cart");
     for bad in [
         "{idleTimeout: soon}",
         "{sessionName: \"a b\"}",
         "{cookieConfig: {lifetimeType: Permanent}}",
+        "{cookie: {lifetimeType: Permanent}}",
     ] {
         let (session, (ok, reason, msg)) = rule_of(bad);
         assert!(session.is_none(), "{bad}");

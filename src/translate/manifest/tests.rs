@@ -656,3 +656,26 @@ fn a_later_copy_without_unknown_fields_clears_them() {
     let (r, _) = unknown_fields(&format!("{bad}---\n{good}"));
     assert!(r.unknown_fields.is_empty());
 }
+
+/// Gateway API v1.7's `sessionPersistence` fields (`cookie`, `header`) are read into the typed
+/// rule and are not reported as unknown; a field that is unknown beside them still is.
+#[test]
+fn v17_session_persistence_fields_are_read_not_reported_unknown() {
+    let text = "apiVersion: gateway.networking.k8s.io/v1\nkind: GRPCRoute\n\
+                metadata: {name: g, namespace: shop}\n\
+                spec:\n  rules:\n  - sessionPersistence: {type: Header, header: {name: x-s}, extra: 1}\n";
+    let mut r = Resources::default();
+    let out = parse_manifests_placed(text, &mut r).unwrap();
+    let route = &r.grpc_routes[&("shop".to_string(), "g".to_string())];
+    let sp = route.spec.rules.as_ref().unwrap()[0]
+        .session_persistence
+        .as_ref()
+        .unwrap();
+    assert_eq!(sp.session_name.as_deref(), Some("x-s"));
+    let unknown: Vec<String> = out
+        .unknown
+        .iter()
+        .flat_map(|u| u.fields.iter().map(ToString::to_string))
+        .collect();
+    assert_eq!(unknown, ["spec.rules[0].sessionPersistence.extra"]);
+}
