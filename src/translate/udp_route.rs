@@ -6,33 +6,14 @@
 //! UDP listeners take it, its backends receive opaque datagrams, and a meshed UDPRoute is not
 //! accepted: the mesh is mTLS over TCP, and pier never sends a meshed workload plaintext.
 
-use super::api::{HttpRoute, HttpRouteRules, HttpRouteSpec, UdpRoute, UdpRouteRules, same_shape};
-use super::tls_route;
+use super::api::{HttpRoute, UdpRoute};
+use super::tcp_route::stream_route_as_http;
 
-/// Converts a UDPRoute (see the module docs). A backendRef or parentRef that does not convert
-/// (it cannot: the shapes are the same) is left out.
+/// Converts a UDPRoute (see the module docs): the same fields as a TCPRoute.
 pub fn as_http_route(route: &UdpRoute) -> HttpRoute {
-    let parent_refs = route
-        .spec
-        .parent_refs
-        .as_ref()
-        .map(|refs| refs.iter().filter_map(|p| same_shape(p).ok()).collect());
-    let rules = route.spec.rules.iter().map(rule_as_http).collect();
-    HttpRoute {
-        metadata: route.metadata.clone(),
-        spec: HttpRouteSpec {
-            hostnames: None,
-            parent_refs,
-            rules: Some(rules),
-            use_default_gateways: None,
-        },
-        status: None,
-    }
-}
-
-/// A TLSRoute rule has the same fields (`name`, weighted `backendRefs`): converted through it.
-fn rule_as_http(rule: &UdpRouteRules) -> HttpRouteRules {
-    same_shape(rule)
-        .map(|r| tls_route::rule_as_http(&r))
-        .unwrap_or_default()
+    stream_route_as_http(
+        &route.metadata,
+        route.spec.parent_refs.as_deref(),
+        &route.spec.rules,
+    )
 }

@@ -35,6 +35,55 @@ pub struct HttpRouteObject(pub HttpRoute);
 #[derive(Clone, Debug)]
 pub struct GrpcRouteObject(pub GrpcRoute);
 
+/// Deref to the decoded object and `Resource` as its kind (`$kind`'s group, version, plural).
+macro_rules! object_of {
+    ($object:ident, $target:ty, $kind:ty) => {
+        impl std::ops::Deref for $object {
+            type Target = $target;
+
+            fn deref(&self) -> &$target {
+                &self.0
+            }
+        }
+
+        impl std::ops::DerefMut for $object {
+            fn deref_mut(&mut self) -> &mut $target {
+                &mut self.0
+            }
+        }
+
+        impl Resource for $object {
+            type DynamicType = ();
+            type Scope = NamespaceResourceScope;
+
+            fn kind(dt: &()) -> Cow<'_, str> {
+                <$kind>::kind(dt)
+            }
+
+            fn group(dt: &()) -> Cow<'_, str> {
+                <$kind>::group(dt)
+            }
+
+            fn version(dt: &()) -> Cow<'_, str> {
+                <$kind>::version(dt)
+            }
+
+            fn plural(dt: &()) -> Cow<'_, str> {
+                <$kind>::plural(dt)
+            }
+
+            fn meta(&self) -> &ObjectMeta {
+                &self.0.metadata
+            }
+
+            fn meta_mut(&mut self) -> &mut ObjectMeta {
+                &mut self.0.metadata
+            }
+        }
+    };
+}
+
+/// Routes decode through JSON, `sessionPersistence` folded in first.
 macro_rules! route_object {
     ($object:ident, $route:ident) => {
         impl<'de> Deserialize<'de> for $object {
@@ -46,48 +95,7 @@ macro_rules! route_object {
             }
         }
 
-        impl std::ops::Deref for $object {
-            type Target = $route;
-
-            fn deref(&self) -> &$route {
-                &self.0
-            }
-        }
-
-        impl std::ops::DerefMut for $object {
-            fn deref_mut(&mut self) -> &mut $route {
-                &mut self.0
-            }
-        }
-
-        impl Resource for $object {
-            type DynamicType = ();
-            type Scope = NamespaceResourceScope;
-
-            fn kind(dt: &()) -> Cow<'_, str> {
-                $route::kind(dt)
-            }
-
-            fn group(dt: &()) -> Cow<'_, str> {
-                $route::group(dt)
-            }
-
-            fn version(dt: &()) -> Cow<'_, str> {
-                $route::version(dt)
-            }
-
-            fn plural(dt: &()) -> Cow<'_, str> {
-                $route::plural(dt)
-            }
-
-            fn meta(&self) -> &ObjectMeta {
-                &self.0.metadata
-            }
-
-            fn meta_mut(&mut self) -> &mut ObjectMeta {
-                &mut self.0.metadata
-            }
-        }
+        object_of!($object, $route, $route);
     };
 }
 
@@ -107,79 +115,8 @@ impl<'de> Deserialize<'de> for ListenerSetObject {
     }
 }
 
-impl std::ops::Deref for ListenerSetObject {
-    type Target = ListenerSet;
-
-    fn deref(&self) -> &ListenerSet {
-        &self.0
-    }
-}
-
-impl Resource for ListenerSetObject {
-    type DynamicType = ();
-    type Scope = NamespaceResourceScope;
-
-    fn kind(dt: &()) -> Cow<'_, str> {
-        ListenerSet::kind(dt)
-    }
-
-    fn group(dt: &()) -> Cow<'_, str> {
-        ListenerSet::group(dt)
-    }
-
-    fn version(dt: &()) -> Cow<'_, str> {
-        ListenerSet::version(dt)
-    }
-
-    fn plural(dt: &()) -> Cow<'_, str> {
-        ListenerSet::plural(dt)
-    }
-
-    fn meta(&self) -> &ObjectMeta {
-        &self.0.metadata
-    }
-
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.0.metadata
-    }
-}
-
-impl std::ops::Deref for GatewayObject {
-    type Target = Gateway;
-
-    fn deref(&self) -> &Gateway {
-        &self.0
-    }
-}
-
-impl Resource for GatewayObject {
-    type DynamicType = ();
-    type Scope = NamespaceResourceScope;
-
-    fn kind(dt: &()) -> Cow<'_, str> {
-        UpstreamGateway::kind(dt)
-    }
-
-    fn group(dt: &()) -> Cow<'_, str> {
-        UpstreamGateway::group(dt)
-    }
-
-    fn version(dt: &()) -> Cow<'_, str> {
-        UpstreamGateway::version(dt)
-    }
-
-    fn plural(dt: &()) -> Cow<'_, str> {
-        UpstreamGateway::plural(dt)
-    }
-
-    fn meta(&self) -> &ObjectMeta {
-        &self.0.metadata
-    }
-
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.0.metadata
-    }
-}
+object_of!(ListenerSetObject, ListenerSet, ListenerSet);
+object_of!(GatewayObject, Gateway, UpstreamGateway);
 
 #[cfg(test)]
 mod tests {
