@@ -230,7 +230,7 @@ impl Snapshot {
     #[inline]
     pub fn port_at(&self, key: PortKey) -> Option<&Port> {
         self.ports
-            .binary_search_by_key(&key, Port::key)
+            .binary_search_by(|p| p.key().cmp(&key))
             .ok()
             .map(|i| &self.ports[i])
     }
@@ -251,7 +251,7 @@ pub struct PortKey {
 // plain number compare that inlines into `Snapshot::port_at`'s search on every request (the
 // derived `cmp` stayed out of line there, ~50 instructions per plain request, callgrind).
 impl Ord for PortKey {
-    #[inline]
+    #[inline(always)]
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
         match (self.address, other.address) {
             (None, None) => self.number().cmp(&other.number()),
@@ -269,7 +269,7 @@ impl PartialOrd for PortKey {
 
 impl PortKey {
     /// The number and transport as one integer, to compare in one instruction.
-    #[inline]
+    #[inline(always)]
     fn number(&self) -> u32 {
         (u32::from(self.port) << 1) | u32::from(self.udp)
     }
@@ -293,7 +293,7 @@ impl fmt::Display for PortKey {
 // === impl Port ===
 
 impl Port {
-    #[inline]
+    #[inline(always)]
     pub fn key(&self) -> PortKey {
         PortKey {
             address: self.address,

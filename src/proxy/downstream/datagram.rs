@@ -42,10 +42,21 @@ const MAX_DATAGRAM: usize = 65_535;
 struct Flow {
     /// Connected to the endpoint.
     up: Arc<UdpSocket>,
+    state: Arc<FlowState>,
+}
+
+/// What the port's task and the flow's task share.
+struct FlowState {
     /// Milliseconds since the port's start, at the last datagram either way.
-    last: Arc<AtomicU64>,
+    last: AtomicU64,
     /// Its task ended (idle, or the endpoint's socket failed).
-    ended: Arc<AtomicBool>,
+    ended: AtomicBool,
+}
+
+impl Flow {
+    fn ended(&self) -> bool {
+        self.state.ended.load(Ordering::Relaxed)
+    }
 }
 
 /// Serves the UDP port `key` on `socket` until the drain starts.
@@ -62,7 +73,7 @@ pub async fn serve(shared: Arc<Shared>, key: PortKey, socket: UdpSocket, mut dra
             biased;
             () = drain.draining() => return,
             _ = sweep.tick() => {
-                flows.retain(|_, f| !f.ended.load(Ordering::Relaxed));
+                flows.retain(|_, f| !f.ended());
                 continue;
             }
             r = socket.recv_from(&mut buf) => match r {
@@ -76,19 +87,17 @@ pub async fn serve(shared: Arc<Shared>, key: PortKey, socket: UdpSocket, mut dra
         };
         let datagram = &buf[..n];
         let now = millis(start);
-        if let Some(flow) = flows
-            .get(&peer)
-            .filter(|f| !f.ended.load(Ordering::Relaxed))
-        {
-            flow.last.store(now, Ordering::Relaxed);
+        if let Some(flow) = flows.get(&peer).filter(|f| !f.ended()) {
+            flow.state.last.store(now, Ordering::Relaxed);
             // UDP may drop: a full send buffer drops this datagram, as the network would.
             let _ = flow.up.try_send(datagram);
             continue;
         }
         if flows.len() >= max_flows {
-            flows.retain(|_, f| !f.ended.load(Ordering::Relaxed));
+            flows.retain(|_, f| !f.ended());
         }
-        if flows.len() >= max_flows && !flows.contains_key(&peer) {
+        // (An ended flow of this client's is gone now: it is not one of the bound.)
+        if flows.len() >= max_flows {
             let snapshot = shared.snapshot.load();
             let listener = snapshot.port_at(key).and_then(|p| p.listener(""));
             shared.metrics.stream(
@@ -152,8 +161,10 @@ async fn open(
         return Err((Some(listener), StreamResult::ConnectFailed));
     }
     let up = Arc::new(up);
-    let last = Arc::new(AtomicU64::new(millis(start)));
-    let ended = Arc::new(AtomicBool::new(false));
+    let state = Arc::new(FlowState {
+        last: AtomicU64::new(millis(start)),
+        ended: AtomicBool::new(false),
+    });
     let in_flight = shared.in_flight(&snapshot, plan.backend, plan.endpoint);
     let task = Replies {
         shared: shared.clone(),
@@ -161,8 +172,7 @@ async fn open(
         up: up.clone(),
         down: socket.clone(),
         peer,
-        last: last.clone(),
-        ended: ended.clone(),
+        state: state.clone(),
         start,
     };
     let drain = drain.clone();
@@ -173,7 +183,7 @@ async fn open(
             .metrics
             .stream(Some(&listener), StreamMode::Udp, StreamResult::Relayed);
     });
-    Ok(Flow { up, last, ended })
+    Ok(Flow { up, state })
 }
 
 /// A flow's task: the endpoint's datagrams back to the client, until the flow idles or the
@@ -183,8 +193,7 @@ struct Replies {
     up: Arc<UdpSocket>,
     down: Arc<UdpSocket>,
     peer: SocketAddr,
-    last: Arc<AtomicU64>,
-    ended: Arc<AtomicBool>,
+    state: Arc<FlowState>,
     start: Instant,
     idle: Duration,
 }
@@ -194,20 +203,20 @@ impl Replies {
         let mut buf = vec![0u8; MAX_DATAGRAM];
         let idle_ms = self.idle.as_millis() as u64;
         loop {
-            let deadline =
-                self.start + Duration::from_millis(self.last.load(Ordering::Relaxed) + idle_ms);
+            let deadline = self.start
+                + Duration::from_millis(self.state.last.load(Ordering::Relaxed) + idle_ms);
             tokio::select! {
                 biased;
                 () = drain.draining() => break,
                 () = tokio::time::sleep_until(deadline) => {
                     // The client may have sent since the deadline was computed.
-                    if millis(self.start) >= self.last.load(Ordering::Relaxed) + idle_ms {
+                    if millis(self.start) >= self.state.last.load(Ordering::Relaxed) + idle_ms {
                         break;
                     }
                 }
                 r = self.up.recv(&mut buf) => match r {
                     Ok(n) => {
-                        self.last.store(millis(self.start), Ordering::Relaxed);
+                        self.state.last.store(millis(self.start), Ordering::Relaxed);
                         if let Err(error) = self.down.send_to(&buf[..n], self.peer).await {
                             tracing::debug!(peer = %self.peer, %error, "a reply was not sent");
                         }
@@ -221,7 +230,7 @@ impl Replies {
                 },
             }
         }
-        self.ended.store(true, Ordering::Relaxed);
+        self.state.ended.store(true, Ordering::Relaxed);
     }
 }
 

@@ -19,11 +19,18 @@ pub struct GatewayObject(pub Gateway, pub Vec<String>);
 
 impl<'de> Deserialize<'de> for GatewayObject {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let value = serde_json::Value::deserialize(d)?;
-        let filtered = listeners_with_filters(&value);
-        let gateway = Gateway::deserialize(value).map_err(serde::de::Error::custom)?;
-        Ok(Self(gateway, filtered))
+        with_filters(d).map(|(gateway, filtered)| Self(gateway, filtered))
     }
+}
+
+/// `T` decoded through JSON, with the names of its listeners that have `filters`.
+fn with_filters<'de, D: Deserializer<'de>, T: serde::de::DeserializeOwned>(
+    d: D,
+) -> Result<(T, Vec<String>), D::Error> {
+    let value = serde_json::Value::deserialize(d)?;
+    let filtered = listeners_with_filters(&value);
+    let object = T::deserialize(value).map_err(serde::de::Error::custom)?;
+    Ok((object, filtered))
 }
 
 /// An HTTPRoute read in either shape of `sessionPersistence` (v1.6, v1.7:
@@ -108,10 +115,7 @@ pub struct ListenerSetObject(pub ListenerSet, pub Vec<String>);
 
 impl<'de> Deserialize<'de> for ListenerSetObject {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let value = serde_json::Value::deserialize(d)?;
-        let filtered = listeners_with_filters(&value);
-        let set = ListenerSet::deserialize(value).map_err(serde::de::Error::custom)?;
-        Ok(Self(set, filtered))
+        with_filters(d).map(|(set, filtered)| Self(set, filtered))
     }
 }
 

@@ -25,7 +25,7 @@ use super::super::field_path::Step;
 
 /// The most nodes a document may have, aliases and merges expanded (the YAML reader's own
 /// default bound on nodes written).
-pub(super) const MAX_NODES: usize = 250_000;
+const MAX_NODES: usize = 250_000;
 
 /// The deepest nesting of sequences and mappings.
 const MAX_DEPTH: usize = 64;
@@ -169,9 +169,7 @@ impl<'t> Tree<'t> {
             };
             if !tree.place(&mut open, node) {
                 // A scalar or alias document: the root is complete.
-                if node == 0 {
-                    break;
-                }
+                break;
             }
         }
         if tree.nodes.is_empty() {
