@@ -91,6 +91,7 @@ pub const SUPPORTED_FEATURES: &[&str] = &[
     "GatewayFrontendClientCertificateValidationInsecureFallback",
     "GatewayHTTPListenerIsolation",
     "GatewayHTTPSListenerDetectMisdirectedRequests",
+    "GatewayListenerFilters",
     "GatewayPort8080",
     "GatewayRouteHostnameIntersectionPrecedence",
     "GatewayStaticAddresses",

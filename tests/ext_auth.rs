@@ -571,3 +571,130 @@ async fn oauth2_proxy_as_an_http_authorizer() {
         }
     }
 }
+
+/// Listener filters (GEP-5224): the listener's ExternalAuth filters run on every request it
+/// accepts, in order, before routing: routes match the request as the authorizer left it, a
+/// request no route matches is still refused, and a listener whose authorizer does not
+/// resolve refuses everything. Both request paths; the other listener is untouched.
+#[tokio::test]
+async fn listener_filters_authorize_every_request_before_routing() {
+    let authz = support::extauthz::start("30s");
+    let echo = pier::echo::spawn("127.0.0.1:0".parse().unwrap(), "a")
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (authed, open, broken) = (free_port(), free_port(), free_port());
+    let admin = free_port();
+    let mut m = format!(
+        "{GATEWAY_CLASS}---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: gw, namespace: default}}
+spec:
+  gatewayClassName: pier
+  listeners:
+    - name: authed
+      protocol: HTTP
+      port: {authed}
+      filters:
+        requests:
+          - type: ExternalAuth
+            externalAuth:
+              protocol: GRPC
+              backendRef: {{name: authz-grpc, port: 80}}
+          - type: ExternalAuth
+            externalAuth:
+              protocol: HTTP
+              backendRef: {{name: authz-http, port: 80}}
+              http: {{path: /check}}
+              forwardBody: {{maxSize: 4}}
+    - {{name: open, protocol: HTTP, port: {open}}}
+    - name: broken
+      protocol: HTTP
+      port: {broken}
+      filters:
+        requests:
+          - {{type: ExternalAuth, externalAuth: {{protocol: HTTP, backendRef: {{name: nowhere, port: 80}}}}}}
+---
+"
+    );
+    m += &svc("a", echo.addr);
+    m += &svc("authz-http", authz.http);
+    m += &svc("authz-grpc", authz.grpc);
+    // Only requests that carry the authorizer's `x-user: alice` match.
+    m += "apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: users, namespace: default}
+spec:
+  parentRefs: [{name: gw}]
+  rules:
+    - matches: [{path: {type: PathPrefix, value: /app}, headers: [{name: x-user, value: alice}]}]
+      backendRefs: [{name: a, port: 80}]
+---
+";
+    std::fs::write(dir.path().join("all.yaml"), m).unwrap();
+    let _pier = start_pier(dir.path(), admin, &[], &[]).await;
+    let (authed, open, broken) = (
+        Pier {
+            addr: local(authed),
+        },
+        Pier { addr: local(open) },
+        Pier {
+            addr: local(broken),
+        },
+    );
+
+    for client in [Client::H1, Client::H2] {
+        let at = |what: &str| format!("{client:?} {what}");
+        // Allowed by both: the route matched on the header the authorizers set (the client's
+        // own `x-user` replaced), the HTTP authorizer saw its path prefix and 4 body bytes,
+        // the backend the whole body.
+        let r = authed
+            .send(
+                client,
+                "POST",
+                "/app/x",
+                &[("authorization", "Bearer good"), ("x-user", "mallory")],
+                b"0123456789",
+            )
+            .await;
+        assert_eq!(r.status, 200, "{}", at("allowed"));
+        let e = r.echo();
+        assert_eq!(e.headers["x-user"], ["alice"], "{}", at("allowed"));
+        assert_eq!(e.headers["x-seen-path"], ["/check/app/x"], "{}", at("path"));
+        assert_eq!(e.headers["x-seen-body-length"], ["4"], "{}", at("body"));
+        assert_eq!(e.body_bytes, 10, "{}", at("whole body upstream"));
+        // Denied by the first (gRPC): its answer, before any route is looked up, also for a
+        // path no route has.
+        for path in ["/app/x", "/nothing/here"] {
+            let r = authed.get(client, path, Some("bad")).await;
+            assert_eq!(r.status, 403, "{}", at(path));
+            assert_eq!(r.headers["x-denied-by"], "extauthz", "{}", at(path));
+            let r = authed.get(client, path, None).await;
+            assert_eq!(r.status, 401, "{}", at(path));
+        }
+        // Allowed, but no route for the path: routing runs after the filters.
+        let r = authed.get(client, "/nothing", Some("good")).await;
+        assert_eq!(r.status, 404, "{}", at("allowed, no route"));
+        // The listener without filters: no authorizer; a client's own x-user routes.
+        let r = open.get(client, "/app/x", None).await;
+        assert_eq!(r.status, 404, "{}", at("open, no header"));
+        let r = open
+            .send(client, "GET", "/app/x", &[("x-user", "alice")], b"")
+            .await;
+        assert_eq!(r.status, 200, "{}", at("open"));
+        // The authorizer does not resolve: fail closed.
+        let r = broken.get(client, "/app/x", Some("good")).await;
+        assert_eq!(r.status, 500, "{}", at("broken"));
+    }
+
+    // Status: Accepted listeners; the broken one's ResolvedRefs names the filter.
+    let status = get(&format!("http://127.0.0.1:{admin}/status"), &[])
+        .await
+        .text();
+    assert!(
+        status.contains("filters.requests[0].externalAuth.backendRef: Service default/nowhere"),
+        "{status}"
+    );
+    assert!(status.contains("InvalidListenerFilterRef"), "{status}");
+}

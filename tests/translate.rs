@@ -7,6 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
+use pier::model::ext_auth::PreRoute;
 use pier::model::{
     AppProtocol, BackendTarget, BackendTls, CertTable, ClientAuth, Filters, Port, Protocol,
     RequestMatch, RetryPolicy, Snapshot, Timeouts, TlsMode, WeightedBackend,
@@ -43,6 +44,9 @@ struct ListenerSummary<'a> {
     hostname: Option<String>,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     passthrough: bool,
+    /// Listener filters (GEP-5224), as the data plane runs them.
+    #[serde(rename = "preRoute", skip_serializing_if = "Option::is_none")]
+    pre_route: Option<&'a PreRoute>,
     routes: Vec<EntrySummary<'a>>,
 }
 
@@ -102,6 +106,7 @@ fn port(p: &Port) -> PortSummary<'_> {
                 listener: l.id.to_string(),
                 hostname: l.hostname.as_ref().map(ToString::to_string),
                 passthrough: l.passthrough,
+                pre_route: l.pre_route.as_deref(),
                 routes: l
                     .routes
                     .buckets()

@@ -50,6 +50,19 @@ pub struct ExtAuth {
     pub fail_open: bool,
 }
 
+/// What runs on every request a listener accepts, before routing: its `filters.requests`
+/// (GEP-5224, GatewayListenerFilters). Decided at translation; a listener without filters has
+/// none and pays nothing.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum PreRoute {
+    /// Its `ExternalAuth` filters, in their order.
+    Authorize(Box<[Arc<ExtAuth>]>),
+    /// A filter's backendRef does not resolve: every request on the listener fails closed
+    /// (500, as a rule whose ExternalAuth does not resolve), never served without it.
+    Unresolved,
+}
+
 /// The status a request gets when its authorizer is down, slow or answers garbage and
 /// `failOpen` is false: 403, Envoy's ext_authz `status_on_error` default (Envoy Gateway leaves
 /// it unset), so clients of a gateway moved over see what they saw. gRPC clients get

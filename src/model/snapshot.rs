@@ -138,6 +138,13 @@ pub struct Listener {
     /// Its ClientTrafficPolicy, if one applies.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub client_policy: Option<Arc<super::ClientPolicy>>,
+    /// Its listener filters (GEP-5224): run before routing, on hyper's path.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pre_route: Option<Arc<super::ext_auth::PreRoute>>,
+    /// Its requests go to hyper's path before routing: it has `pre_route` or a
+    /// `client_cert_header` (both act on a header map). One test on the fast path.
+    #[serde(skip)]
+    pub before_routing: bool,
     pub routes: RouteTable,
 }
 
@@ -406,6 +413,8 @@ mod tests {
             tls_profile: None,
             client_policy: None,
             access_log: None,
+            pre_route: None,
+            before_routing: false,
             routes: RouteTable::default(),
         }
     }

@@ -6,6 +6,8 @@
 //! ```text
 //! arrive         the request's identity: client, request ID, trace context; the log head
 //! listener       port and listener (listener isolation; 421 when the SNI chose another)
+//! listener_filters (hyper's path, listeners with `filters`, GEP-5224) the listener's
+//!                authorizers, in order, before routing (their answer, or on)
 //! route          the route table's rule, recorded in the request's `Seen`
 //! fault_delay    (hyper's path, rules with faultInjection.delay) the injected wait
 //! decide         CORS preflight ─> an injected abort ─> access (authentication; authorization rules unless an
@@ -64,7 +66,8 @@ pub use crate::proxy::policy::access::{Admitted, Edit};
 pub mod oidc;
 pub use crate::proxy::policy::route::{Decision, RouteInput, Routed};
 pub use ext_auth::{
-    ExtAuthCtx, ExtAuthOutcome, ExtAuthed, Prefixed, ext_auth, record as ext_auth_record,
+    ExtAuthCtx, ExtAuthOutcome, ExtAuthed, Prefix, Prefixed, ext_auth, listener_filters,
+    record as ext_auth_record,
 };
 
 /// Request head: the rule's and the backendRef's request filters, the URL rewrite, hop

@@ -762,12 +762,17 @@ impl Stores {
     }
 }
 
-/// The listeners with `filters` of the objects in `store`.
+/// The `filters` of the listeners that have them, of the objects in `store`.
 fn listener_filters<K: Resource>(
     store: &Store<DeserializeGuard<K>>,
     kind: &'static str,
-    names: impl Fn(&K) -> &Vec<String>,
-) -> impl Iterator<Item = crate::translate::resources::ListenerRef>
+    filtered: impl Fn(&K) -> &gateway::Filtered,
+) -> impl Iterator<
+    Item = (
+        crate::translate::resources::ListenerRef,
+        Result<crate::translate::api::ListenerFilters, String>,
+    ),
+>
 where
     DeserializeGuard<K>: Watched,
 {
@@ -778,12 +783,13 @@ where
         let (Some(ns), Some(name)) = (&meta.namespace, &meta.name) else {
             continue;
         };
-        for listener in names(k) {
-            out.push(crate::translate::resources::ListenerRef {
+        for (listener, filters) in filtered(k) {
+            let at = crate::translate::resources::ListenerRef {
                 kind,
                 object: (ns.clone(), name.clone()),
                 listener: listener.clone(),
-            });
+            };
+            out.push((at, filters.clone()));
         }
     }
     out.into_iter()

@@ -7,12 +7,14 @@
 //! drop as an unknown field.
 
 mod client_traffic_policy;
+mod listener_filters;
 mod security_policy;
 mod tcp_route;
 mod traffic_policy;
 mod udp_route;
 
 pub use client_traffic_policy::*;
+pub use listener_filters::{ExtensionRef, ListenerFilter, ListenerFilters};
 pub use security_policy::*;
 pub use tcp_route::{TcpRoute, TcpRouteSpec};
 pub use traffic_policy::*;

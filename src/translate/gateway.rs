@@ -29,7 +29,7 @@ use super::api::{
 };
 use super::mesh::{self, GatewayTls};
 use super::refs::{self, Certs, KeptCert, ListenerCerts, RefFrom, RefTo, ServerCert};
-use super::resources::{ListenerRef, Resources};
+use super::resources::Resources;
 use super::status::{
     ClassCondition, ClassConditionReason, ClassConditionType, GatewayClassStatus,
     GatewayCondReason, GatewayCondType, GatewayCondition, GatewayStatus, ListenerCondition,
@@ -113,6 +113,8 @@ pub struct ListenerState {
     pub tls_profile: Option<std::sync::Arc<crate::model::TlsProfile>>,
     /// Its ClientTrafficPolicy, if one applies.
     pub client_policy: Option<std::sync::Arc<crate::model::ClientPolicy>>,
+    /// Its listener filters (`crate::translate::listener_filters`).
+    pub pre_route: Option<std::sync::Arc<crate::model::ext_auth::PreRoute>>,
 }
 
 // === GatewayClass ===
@@ -429,17 +431,6 @@ fn listener(
         protocol,
         tls,
     } = l;
-    let filtered = resources.listener_filters.contains(&ListenerRef {
-        kind: owner.kind,
-        object: match &owner.id.set {
-            Some(set) => (set.namespace.clone(), set.name.clone()),
-            None => (
-                owner.id.gateway.namespace.clone(),
-                owner.id.gateway.name.clone(),
-            ),
-        },
-        listener: name.clone(),
-    });
     let mut state = ListenerState {
         name: name.clone(),
         set: None,
@@ -468,20 +459,8 @@ fn listener(
         client_cert_header: None,
         tls_profile: None,
         client_policy: None,
+        pre_route: None,
     };
-    if filtered {
-        // Fail closed: served without its filters (an ExternalAuth among them), the listener
-        // would let in what they keep out.
-        state.not_accepted = Some((
-            ListenerReason::UnsupportedValue,
-            "listener filters (filters.requests, GatewayListenerFilters) are not supported: \
-             pier does not serve this listener rather than serve it without them (put the \
-             filters on its routes)"
-                .into(),
-        ));
-        state.port = u16::try_from(*port).unwrap_or(0);
-        return state;
-    }
     let protocol = match protocol.as_str() {
         "HTTP" => Protocol::Http,
         "HTTPS" => Protocol::Https,

@@ -54,7 +54,7 @@ use crate::model::{
 /// route kind: an HTTPRoute and a GRPCRoute may not share a hostname on one listener.
 pub type Claims = BTreeMap<(usize, usize), Vec<(RouteKind, Vec<HostnameMatch>)>>;
 
-mod filters;
+pub(crate) mod filters;
 mod matches;
 
 pub use filters::InvalidFilter;
@@ -1174,6 +1174,32 @@ fn resolve_backend(
     r: BackendRefSpec<'_>,
     tls: TlsCtx<'_>,
 ) -> Result<Arc<Backend>, BackendRefError> {
+    // gRPC is HTTP/2 end to end; a TLSRoute carries bytes.
+    let traffic = match route_kind {
+        RouteKind::Http if r.h2 => backends::Traffic::Http2,
+        RouteKind::Http => backends::Traffic::Http,
+        RouteKind::Grpc => backends::Traffic::Http2,
+        RouteKind::Tls | RouteKind::Tcp => backends::Traffic::Opaque,
+        RouteKind::Udp => backends::Traffic::Datagram,
+    };
+    let from = RefFrom {
+        group: GATEWAY_GROUP,
+        kind: route_kind.name(),
+        namespace: route_ns,
+    };
+    resolve_service(resources, backends, from, r, tls, traffic)
+}
+
+/// A backendRef of `from` (a Route, or a Gateway's listener filter): a core Service port in
+/// its namespace, or in another one that a ReferenceGrant opens to `from`'s kind.
+pub(crate) fn resolve_service(
+    resources: &Resources,
+    backends: &mut Backends<'_>,
+    from: RefFrom<'_>,
+    r: BackendRefSpec<'_>,
+    tls: TlsCtx<'_>,
+    traffic: backends::Traffic,
+) -> Result<Arc<Backend>, BackendRefError> {
     let kind = r.kind.unwrap_or("Service");
     if !refs::is_core_group(r.group) || kind != "Service" {
         return Err(BackendRefError::InvalidKind {
@@ -1181,14 +1207,9 @@ fn resolve_backend(
             kind: kind.to_string(),
         });
     }
-    let ns = r.namespace.unwrap_or(route_ns);
+    let ns = r.namespace.unwrap_or(from.namespace);
     let svc = ObjectRef::new(ns, r.name);
-    if ns != route_ns {
-        let from = RefFrom {
-            group: GATEWAY_GROUP,
-            kind: route_kind.name(),
-            namespace: route_ns,
-        };
+    if ns != from.namespace {
         let to = RefTo {
             group: CORE_GROUP,
             kind: "Service",
@@ -1206,14 +1227,6 @@ fn resolve_backend(
         .ok()
         .filter(|p| *p != 0)
         .ok_or(BackendRefError::PortRange(svc, port))?;
-    // gRPC is HTTP/2 end to end; a TLSRoute carries bytes.
-    let traffic = match route_kind {
-        RouteKind::Http if r.h2 => backends::Traffic::Http2,
-        RouteKind::Http => backends::Traffic::Http,
-        RouteKind::Grpc => backends::Traffic::Http2,
-        RouteKind::Tls | RouteKind::Tcp => backends::Traffic::Opaque,
-        RouteKind::Udp => backends::Traffic::Datagram,
-    };
     Ok(backends.service_port(ns, r.name, port, tls, traffic)?)
 }
 

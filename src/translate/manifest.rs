@@ -221,8 +221,8 @@ struct GatewayDoc {
     spec: GatewaySpec,
 }
 
-/// Only the names of a Gateway's or ListenerSet's listeners and whether they have `filters`
-/// (GEP-5224), which the generated types do not read.
+/// Only the names of a Gateway's or ListenerSet's listeners and their `filters` (GEP-5224),
+/// which the generated types do not read.
 #[derive(Default, Deserialize)]
 struct ListenerFiltersDoc {
     #[serde(default)]
@@ -240,7 +240,7 @@ struct ListenerFilters {
     #[serde(default)]
     name: String,
     #[serde(default)]
-    filters: Option<serde::de::IgnoredAny>,
+    filters: Option<super::api::ListenerFilters>,
 }
 
 /// Only a Gateway's `spec.mesh`.
@@ -465,7 +465,7 @@ fn parse_document(doc: &Doc<'_>, resources: &mut Resources) -> Result<Parsed, Ma
                 status: None,
             };
             let key = doc.key(k, &mut o.metadata)?;
-            doc.note_listener_filters("Gateway", &key, resources)?;
+            doc.note_listener_filters("Gateway", &key, resources, &mut ignored)?;
             resources.gateways.insert(key.clone(), o);
             key
         }
@@ -488,7 +488,7 @@ fn parse_document(doc: &Doc<'_>, resources: &mut Resources) -> Result<Parsed, Ma
         Kind::ListenerSet => {
             let mut o: ListenerSet = doc.parse(k, ig)?;
             let key = doc.key(k, &mut o.metadata)?;
-            doc.note_listener_filters("ListenerSet", &key, resources)?;
+            doc.note_listener_filters("ListenerSet", &key, resources, ig)?;
             resources.listener_sets.insert(key.clone(), o);
             key
         }
@@ -963,27 +963,33 @@ impl Parsing<'_, '_> {
         Ok(())
     }
 
-    /// Notes the listeners of Gateway or ListenerSet `key` that have `filters`.
+    /// Reads the `filters` of the listeners of Gateway or ListenerSet `key`: the kind's own
+    /// pass skipped them (`ignored`), this one reads them and reports what it skips inside.
     fn note_listener_filters(
         &self,
         kind: &'static str,
         key: &ObjectKey,
         resources: &mut Resources,
+        ignored: &mut Vec<Vec<Step>>,
     ) -> Result<(), ManifestError> {
-        // Its skipped fields are already reported by the kind's own pass.
-        let doc: ListenerFiltersDoc = self.parse(kind, &mut Vec::new())?;
-        let filtered = doc
-            .spec
-            .listeners
-            .into_iter()
-            .filter(|l| l.filters.is_some());
-        resources
-            .listener_filters
-            .extend(filtered.map(|l| super::resources::ListenerRef {
-                kind,
-                object: key.clone(),
-                listener: l.name,
-            }));
+        let in_filters = |p: &[Step]| {
+            matches!(p, [Step::Key(s), Step::Key(l), Step::Index(_), Step::Key(f), ..]
+                if s == "spec" && l == "listeners" && f == "filters")
+        };
+        ignored.retain(|p| !in_filters(p));
+        let mut own = Vec::new();
+        let doc: ListenerFiltersDoc = self.parse(kind, &mut own)?;
+        ignored.extend(own.into_iter().filter(|p| in_filters(p)));
+        for l in doc.spec.listeners {
+            if let Some(filters) = l.filters {
+                let at = super::resources::ListenerRef {
+                    kind,
+                    object: key.clone(),
+                    listener: l.name,
+                };
+                resources.listener_filters.insert(at, Ok(filters));
+            }
+        }
         Ok(())
     }
 

@@ -33,6 +33,7 @@ pub mod field_path;
 mod gateway;
 mod grpc_route;
 mod http_route;
+mod listener_filters;
 pub mod manifest;
 pub mod mesh;
 mod refs;
@@ -276,6 +277,8 @@ pub fn translate_with(
 
     let mut backends = backends::Backends::new(resources, settings, &carried.endpoints);
     backends.tls.carry(&carried.tls_configs);
+    // Before the Routes attach: a listener refused for its filters takes none.
+    listener_filters::apply(resources, &mut gateways, &mut backends);
     let outcomes: Vec<(usize, ObjectRef, RouteKind, RouteOutcome)> = {
         let mut ctx = RouteCtx {
             resources,
@@ -607,6 +610,8 @@ fn snapshot(
                 access_log: l.access_log,
                 tls_profile,
                 client_policy: l.client_policy.clone(),
+                pre_route: l.pre_route.clone(),
+                before_routing: l.client_cert_header.is_some() || l.pre_route.is_some(),
                 routes: tables
                     .remove(&(gi, li))
                     .map_or_else(RouteTable::default, RouteTableBuilder::build),

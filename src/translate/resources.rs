@@ -50,11 +50,11 @@ pub struct Resources {
     /// namespace for cluster-scoped kinds). Only manifests have them: the API server prunes
     /// unknown fields before pier sees an object.
     pub unknown_fields: BTreeMap<(String, ObjectKey), Vec<UnknownField>>,
-    /// Listeners that carry `filters` (GEP-5224, GatewayListenerFilters, Gateway API v1.7
-    /// experimental), which pier's generated types do not read: such a listener is not
-    /// served (fail closed: it would otherwise run without its filters, an ExternalAuth among
-    /// them). Noted by both sources before the typed decoding drops the field.
-    pub listener_filters: std::collections::BTreeSet<ListenerRef>,
+    /// The `filters` of listeners that have them (GEP-5224, GatewayListenerFilters, Gateway
+    /// API v1.7 experimental), which pier's generated types do not read: read by both sources
+    /// beside the typed decoding, which drops the field. `Err`: they did not decode (the
+    /// listener is not served: fail closed).
+    pub listener_filters: BTreeMap<ListenerRef, Result<super::api::ListenerFilters, String>>,
 }
 
 /// One listener of a Gateway or ListenerSet.
@@ -66,13 +66,20 @@ pub struct ListenerRef {
     pub listener: String,
 }
 
-/// The names of `spec.listeners[]` that have `filters`, in a Gateway or ListenerSet as JSON.
-pub fn listeners_with_filters(object: &serde_json::Value) -> Vec<String> {
+/// The `filters` of `spec.listeners[]` that have them, by listener name, in a Gateway or
+/// ListenerSet as JSON.
+pub fn listeners_with_filters(
+    object: &serde_json::Value,
+) -> Vec<(String, Result<super::api::ListenerFilters, String>)> {
     let listeners = object["spec"]["listeners"].as_array();
     listeners
         .into_iter()
         .flatten()
         .filter(|l| !l["filters"].is_null())
-        .filter_map(|l| l["name"].as_str().map(str::to_string))
+        .filter_map(|l| {
+            let name = l["name"].as_str()?.to_string();
+            let filters = serde_json::from_value(l["filters"].clone()).map_err(|e| e.to_string());
+            Some((name, filters))
+        })
         .collect()
 }

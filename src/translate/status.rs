@@ -68,8 +68,13 @@ pub enum ListenerReason {
     InvalidCACertificateRef,
     /// `ResolvedRefs=False`: a frontend `caCertificateRef` of a kind pier does not read.
     InvalidCACertificateKind,
-    /// `Accepted=False`: the listener has a field pier does not implement (`filters`).
+    /// `Accepted=False`: the listener has a value pier does not implement (an `ExtensionRef`
+    /// listener filter).
     UnsupportedValue,
+    /// `Accepted=False`: a listener filter is invalid (GEP-5224).
+    InvalidListenerFilter,
+    /// `ResolvedRefs=False`: a listener filter's reference does not resolve (GEP-5224).
+    InvalidListenerFilterRef,
 }
 
 /// ListenerSet condition types (GEP-1713).

@@ -199,6 +199,8 @@ impl ListenerBuilder {
             tls_profile: None,
             client_policy: None,
             access_log: None,
+            pre_route: None,
+            before_routing: false,
             routes: self.table.build(),
         }
     }

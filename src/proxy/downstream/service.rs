@@ -127,6 +127,22 @@ async fn dispatch<'s>(
         // client's own value.
         client_identity(req.headers_mut(), name, conn);
     }
+    // Listener filters: before routing, so routes match the request as they left it.
+    let mut read: phase::Prefix = None;
+    if let Some(pre) = &found.1.pre_route {
+        let sent_host = routing_host(&req).unwrap_or("").to_string();
+        let ctx = phase::ExtAuthCtx {
+            edge,
+            host: &sent_host,
+            https: found.0.protocol != crate::model::Protocol::Http,
+            client_sans: conn.client_identity.as_ref().map_or(&[], |c| &c.sans),
+        };
+        let mut outcomes = Vec::new();
+        match phase::listener_filters(shared, pre, &ctx, &mut req, &mut outcomes).await? {
+            Ok(bytes) => read = bytes,
+            Err(answer) => return Ok(answer),
+        }
+    }
     let host = normalize_host(routing_host(&req).unwrap_or(""));
     let input = RouteInput {
         method: req.method(),
@@ -203,7 +219,7 @@ async fn dispatch<'s>(
             rule,
             &ctx,
             &mut req,
-            admitted.as_ref(),
+            (admitted.as_ref(), read.take()),
             &mut outcomes,
         )
         .await;
@@ -212,6 +228,10 @@ async fn dispatch<'s>(
             phase::ExtAuthed::Answer(resp) => return Ok(resp),
             phase::ExtAuthed::Pass(p) => prefix = p,
         }
+    }
+    // The body bytes the listener's filters read, when no rule authorizer took them over.
+    if let Some((bytes, _)) = read {
+        prefix = Some(bytes);
     }
     let (weighted, cors) = match decided {
         Decision::Preflight(resp) | Decision::Redirect(resp) => return Ok(resp),

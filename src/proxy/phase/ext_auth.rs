@@ -24,7 +24,7 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 
 use crate::model::Rule;
-use crate::model::ext_auth::{ExtAuth, ExtAuthFailure, OverLimit};
+use crate::model::ext_auth::{ExtAuth, ExtAuthFailure, OverLimit, PreRoute};
 use crate::model::policy::{AccessRequest, Mechanism};
 use crate::proxy::body::{BoxError, ProxyBody};
 use crate::proxy::error::{ProxyError, is_grpc};
@@ -69,24 +69,97 @@ pub struct ExtAuthCtx<'a> {
     pub client_sans: &'a [Box<str>],
 }
 
+/// The body bytes read from the client for authorizers so far, and whether the body ended
+/// with them: they go upstream ahead of the rest ([`Prefixed`]).
+pub type Prefix = Option<(Bytes, bool)>;
+
 /// Runs the rule's authorizers ([`Rule::ext_auths`]) on `req`, then its policy's
-/// authorization rules. Each authorizer's outcome lands in `outcomes` (also when the request
-/// ends in an error), for the caller to count.
+/// authorization rules. `prefix` is what the listener's filters read of the body already.
+/// Each authorizer's outcome lands in `outcomes` (also when the request ends in an error),
+/// for the caller to count.
 pub async fn ext_auth(
     shared: &Shared,
     rule: &Rule,
     ctx: &ExtAuthCtx<'_>,
     req: &mut Request<Incoming>,
-    admitted: Option<&Admitted>,
+    (admitted, mut prefix): (Option<&Admitted>, Prefix),
     outcomes: &mut Vec<ExtAuthOutcome>,
 ) -> Result<ExtAuthed, ProxyError> {
+    if let Some(answer) =
+        authorize(shared, rule.ext_auths(), ctx, req, &mut prefix, outcomes).await?
+    {
+        return Ok(ExtAuthed::Answer(answer));
+    }
+    if let Some(policy) = &rule.access
+        && policy.ext_auth.is_some()
+    {
+        let empty = Admitted::default();
+        let admitted = admitted.unwrap_or(&empty);
+        access_policy::authorize(
+            policy,
+            &AccessRequest {
+                client: ctx.edge.client,
+                client_sans: ctx.client_sans,
+                method: req.method(),
+                headers: req.headers(),
+                query: req.uri().query(),
+                authenticated: None,
+                basic: None,
+            },
+            admitted,
+        )?;
+    }
+    Ok(ExtAuthed::Pass(prefix.map(|(b, _)| b)))
+}
+
+/// Listener filters (GEP-5224): the listener's authorizers, in order, on every request it
+/// accepts, before routing. `Ok(Err(answer))`: an authorizer's answer for the client;
+/// `Ok(Ok(prefix))`: on to routing, with the body bytes they read.
+pub async fn listener_filters(
+    shared: &Shared,
+    pre: &PreRoute,
+    ctx: &ExtAuthCtx<'_>,
+    req: &mut Request<Incoming>,
+    outcomes: &mut Vec<ExtAuthOutcome>,
+) -> Result<Result<Prefix, Response<ProxyBody>>, ProxyError> {
+    let auths = match pre {
+        PreRoute::Authorize(auths) => auths,
+        // Fail closed: a filter whose authorizer does not resolve.
+        PreRoute::Unresolved => return Err(ProxyError::PolicyInvalid),
+    };
+    let mut prefix = None;
+    let exts = auths.iter().map(|a| &**a);
+    match authorize(shared, exts, ctx, req, &mut prefix, outcomes).await? {
+        Some(answer) => Ok(Err(answer)),
+        None => Ok(Ok(prefix)),
+    }
+}
+
+/// Asks `exts` in turn about `req`: `Some` is the answer of one that denied it. An allowing
+/// verdict's header changes apply before the next is asked (never to `Host`: an authorizer
+/// cannot move a request to another listener or route host).
+async fn authorize<'e>(
+    shared: &Shared,
+    exts: impl Iterator<Item = &'e ExtAuth>,
+    ctx: &ExtAuthCtx<'_>,
+    req: &mut Request<Incoming>,
+    prefix: &mut Prefix,
+    outcomes: &mut Vec<ExtAuthOutcome>,
+) -> Result<Option<Response<ProxyBody>>, ProxyError> {
     let grpc = is_grpc(req.headers());
-    let mut prefix: Option<(Bytes, bool)> = None;
-    for ext in rule.ext_auths() {
+    for ext in exts {
         let body = match ext.body {
             Some(limit) => {
-                if prefix.is_none() {
-                    prefix = Some(read_prefix(req.body_mut(), limit.max_bytes, ext).await?);
+                // Read on until this authorizer's limit (an earlier one may have wanted less).
+                let more = prefix
+                    .as_ref()
+                    .is_none_or(|(b, ended)| !ended && b.len() <= limit.max_bytes);
+                if more {
+                    let start = prefix
+                        .take()
+                        .map(|(b, _)| BytesMut::from(b))
+                        .unwrap_or_default();
+                    *prefix = Some(read_prefix(req.body_mut(), start, limit.max_bytes, ext).await?);
                 }
                 let (bytes, ended) = prefix.as_ref().expect("read above");
                 let over = !ended || bytes.len() > limit.max_bytes;
@@ -125,7 +198,7 @@ pub async fn ext_auth(
                 if grpc {
                     return Err(denial.grpc_error());
                 }
-                return Ok(ExtAuthed::Answer(denial.into_response()));
+                return Ok(Some(denial.into_response()));
             }
             Err(failure) if ext.fail_open => {
                 outcomes.push(ExtAuthOutcome::FailedOpen(failure));
@@ -138,26 +211,7 @@ pub async fn ext_auth(
             }
         }
     }
-    if let Some(policy) = &rule.access
-        && policy.ext_auth.is_some()
-    {
-        let empty = Admitted::default();
-        let admitted = admitted.unwrap_or(&empty);
-        access_policy::authorize(
-            policy,
-            &AccessRequest {
-                client: ctx.edge.client,
-                client_sans: ctx.client_sans,
-                method: req.method(),
-                headers: req.headers(),
-                query: req.uri().query(),
-                authenticated: None,
-                basic: None,
-            },
-            admitted,
-        )?;
-    }
-    Ok(ExtAuthed::Pass(prefix.map(|(b, _)| b)))
+    Ok(None)
 }
 
 /// Records in `seen` what the authorizers decided (`outcomes`) and how the phase ended
@@ -202,14 +256,15 @@ pub fn record<'s>(
     }));
 }
 
-/// Reads the body's first `max + 1` bytes at least (whole frames: a frame may bring more),
-/// within the authorizer's timeout: the bytes, and whether the body ended with them.
+/// Reads on from `buf` (what was read before) to the body's first `max + 1` bytes at least
+/// (whole frames: a frame may bring more), within the authorizer's timeout: the bytes, and
+/// whether the body ended with them.
 async fn read_prefix(
     body: &mut Incoming,
+    mut buf: BytesMut,
     max: usize,
     ext: &ExtAuth,
 ) -> Result<(Bytes, bool), ProxyError> {
-    let mut buf = BytesMut::new();
     let read = async {
         while buf.len() <= max {
             match body.frame().await {

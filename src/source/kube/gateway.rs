@@ -13,9 +13,15 @@ use serde::{Deserialize, Deserializer};
 use crate::translate::api::{Gateway, GrpcRoute, HttpRoute, ListenerSet, UpstreamGateway};
 use crate::translate::resources::listeners_with_filters;
 
-/// A Gateway, and its listeners that have `filters`.
+/// A Gateway, and the `filters` of its listeners that have them.
 #[derive(Clone, Debug)]
-pub struct GatewayObject(pub Gateway, pub Vec<String>);
+pub struct GatewayObject(pub Gateway, pub Filtered);
+
+/// Listener names and their `filters` (`crate::translate::resources::listeners_with_filters`).
+pub type Filtered = Vec<(
+    String,
+    Result<crate::translate::api::ListenerFilters, String>,
+)>;
 
 impl<'de> Deserialize<'de> for GatewayObject {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -23,10 +29,10 @@ impl<'de> Deserialize<'de> for GatewayObject {
     }
 }
 
-/// `T` decoded through JSON, with the names of its listeners that have `filters`.
+/// `T` decoded through JSON, with the `filters` of its listeners that have them.
 fn with_filters<'de, D: Deserializer<'de>, T: serde::de::DeserializeOwned>(
     d: D,
-) -> Result<(T, Vec<String>), D::Error> {
+) -> Result<(T, Filtered), D::Error> {
     let value = serde_json::Value::deserialize(d)?;
     let filtered = listeners_with_filters(&value);
     let object = T::deserialize(value).map_err(serde::de::Error::custom)?;
@@ -109,9 +115,9 @@ macro_rules! route_object {
 route_object!(HttpRouteObject, HttpRoute);
 route_object!(GrpcRouteObject, GrpcRoute);
 
-/// A ListenerSet, and its listeners that have `filters`.
+/// A ListenerSet, and the `filters` of its listeners that have them.
 #[derive(Clone, Debug)]
-pub struct ListenerSetObject(pub ListenerSet, pub Vec<String>);
+pub struct ListenerSetObject(pub ListenerSet, pub Filtered);
 
 impl<'de> Deserialize<'de> for ListenerSetObject {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -127,13 +133,17 @@ mod tests {
     use super::*;
 
     /// What the API server sends for a Gateway and a ListenerSet with v1.7's experimental
-    /// CRDs: the listeners with `filters` are named, though the typed objects drop the field.
+    /// CRDs: the listeners' `filters` are read, though the typed objects drop the field; a
+    /// filter that does not decode is kept as its error (the listener is refused).
     #[test]
-    fn listeners_with_filters_are_named_before_the_typed_decoding_drops_them() {
+    fn listener_filters_are_read_before_the_typed_decoding_drops_them() {
         let listeners = serde_json::json!([
             { "name": "authed", "protocol": "HTTP", "port": 80,
-              "filters": { "requests": [{ "type": "ExternalAuth" }] } },
+              "filters": { "requests": [{ "type": "ExternalAuth", "externalAuth": {
+                  "protocol": "HTTP", "backendRef": { "name": "authz", "port": 9000 } } }] } },
             { "name": "open", "protocol": "HTTP", "port": 81 },
+            { "name": "bad", "protocol": "HTTP", "port": 82,
+              "filters": { "requests": [{ "type": 7 }] } },
         ]);
         let gw: GatewayObject = serde_json::from_value(serde_json::json!({
             "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
@@ -141,15 +151,21 @@ mod tests {
             "spec": { "gatewayClassName": "pier", "listeners": listeners },
         }))
         .unwrap();
-        assert_eq!(gw.1, ["authed"]);
-        assert_eq!(gw.spec.base.listeners.len(), 2);
+        let names: Vec<&str> = gw.1.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["authed", "bad"]);
+        let authed = gw.1[0].1.as_ref().unwrap();
+        let ext = authed.requests[0].external_auth.as_ref().unwrap();
+        assert_eq!(ext.backend_ref.name, "authz");
+        assert!(gw.1[1].1.as_ref().unwrap_err().contains("invalid type"));
+        assert_eq!(gw.spec.base.listeners.len(), 3);
         let set: ListenerSetObject = serde_json::from_value(serde_json::json!({
             "apiVersion": "gateway.networking.k8s.io/v1", "kind": "ListenerSet",
             "metadata": { "name": "s", "namespace": "n" },
             "spec": { "parentRef": { "name": "g" }, "listeners": listeners },
         }))
         .unwrap();
-        assert_eq!(set.1, ["authed"]);
+        assert_eq!(set.1.len(), 2);
+        assert_eq!(set.1[0].1, gw.1[0].1);
         // A decoding error still says what is wrong.
         let bad = serde_json::from_value::<GatewayObject>(serde_json::json!({
             "metadata": { "name": "g" }, "spec": { "listeners": "none" },

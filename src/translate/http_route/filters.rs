@@ -461,7 +461,7 @@ fn mirror(
 /// GRPC), header lists parsed. It fails closed (the GEP's MUST): no `failOpen`; Envoy
 /// Gateway's default timeout (10s); `forwardBody.maxSize` truncates what the authorizer
 /// gets (the field's own words), the backend getting the whole body.
-fn ext_auth_filter(
+pub(crate) fn ext_auth_filter(
     HttpRouteRulesFiltersExternalAuth {
         backend_ref,
         forward_body,

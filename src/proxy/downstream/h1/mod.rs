@@ -873,8 +873,9 @@ fn plan<'s>(
         Ok(found) => found,
         Err(e) => return Plan::Respond(common, Err(e)),
     };
-    // The client identity header is set on a header map before routing: the hyper path's.
-    if listener.client_cert_header.is_some() {
+    // The client identity header and listener filters act on a header map before routing:
+    // the hyper path's.
+    if listener.before_routing {
         return Plan::Fallback;
     }
     // Header matches need the headers as a map; most route tables have none.
