@@ -133,6 +133,17 @@ pub const SUPPORTED_FEATURES: &[&str] = &[
     "UDPRoute",
 ];
 
+/// [`SUPPORTED_FEATURES`], plus `ClusterTrustBundle` when the cluster serves that API
+/// (GEP-5075: the claim follows the API, which Kubernetes up to 1.36 leaves off), sorted.
+pub fn supported_features(trust_bundles: bool) -> Vec<&'static str> {
+    let mut features = SUPPORTED_FEATURES.to_vec();
+    if trust_bundles {
+        let at = features.partition_point(|f| *f < "ClusterTrustBundle");
+        features.insert(at, "ClusterTrustBundle");
+    }
+    features
+}
+
 /// The clock `lastTransitionTime` comes from (tests pass a fixed one).
 pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
 
@@ -538,11 +549,14 @@ impl Planner {
                 JobKey::ClientTrafficPolicy(r) => desired.client_traffic_policies.contains_key(r),
             });
         }
+        let features = supported_features(
+            !(stores.unserved).contains(crate::source::kube::WatchKind::ClusterTrustBundle),
+        );
         let ctx = render::Ctx {
             controller_name: &self.settings.controller_name,
             gateway: self.settings.gateway.as_ref(),
             version: &self.version,
-            supported_features: SUPPORTED_FEATURES,
+            supported_features: &features,
             now,
         };
         let mut jobs = vec![];

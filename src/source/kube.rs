@@ -228,6 +228,8 @@ pub struct Stores {
     pub pods: Store<DeserializeGuard<PodObject>>,
     /// The kinds the API server refuses to pier now.
     pub refused: Arc<Refused>,
+    /// The kinds the API server does not serve now (404).
+    pub unserved: Arc<Refused>,
 }
 
 /// A running set of watches.
@@ -545,6 +547,7 @@ impl KubeSource {
             metrics,
             api_server: Arc::new(ApiServerLog::new(server)),
             refused: Arc::default(),
+            unserved: Arc::default(),
         };
         let all = || watcher::Config::default();
         let c = || client.clone();
@@ -629,6 +632,7 @@ impl KubeSource {
             opaque_secrets: opaque_secrets.as_reader(),
             pods: pods.as_reader(),
             refused: ctx.refused.clone(),
+            unserved: ctx.unserved.clone(),
         };
         tasks.spawn(watch_pods_when_asked(
             ctx.clone(),
@@ -705,6 +709,7 @@ impl Default for Stores {
             client_traffic_policies: empty(),
             pods: empty(),
             refused: Arc::default(),
+            unserved: Arc::default(),
         }
     }
 }
@@ -748,6 +753,7 @@ impl Stores {
             backend_tls_policies: namespaced(&self.backend_tls_policies, Clone::clone),
             pods: namespaced(&self.pods, PodObject::identity),
             pods_refused: self.refused.contains(WatchKind::Pod),
+            trust_bundles_unserved: self.unserved.contains(WatchKind::ClusterTrustBundle),
             security_policies: namespaced(&self.security_policies, Clone::clone),
             backend_traffic_policies: namespaced(&self.backend_traffic_policies, Clone::clone),
             client_traffic_policies: namespaced(&self.client_traffic_policies, Clone::clone),

@@ -615,3 +615,13 @@ fn security_policy_patches_are_counted_as_their_kind() {
         "{text}"
     );
 }
+
+#[test]
+fn cluster_trust_bundle_is_claimed_only_where_the_api_is_served() {
+    let with = supported_features(true);
+    assert!(with.contains(&"ClusterTrustBundle"));
+    let mut sorted = with.clone();
+    sorted.sort_unstable();
+    assert_eq!(sorted, with);
+    assert_eq!(supported_features(false), SUPPORTED_FEATURES);
+}

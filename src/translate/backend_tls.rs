@@ -522,6 +522,11 @@ fn ca_ref(
     BackendTlsPolicyValidationCaCertificateRefs { group, kind, name }: &BackendTlsPolicyValidationCaCertificateRefs,
 ) -> Result<Vec<rustls_pki_types::CertificateDer<'static>>, (RootsErrorKind, String)> {
     if group == super::api::CERTIFICATES_GROUP && kind == "ClusterTrustBundle" {
+        if resources.trust_bundles_unserved {
+            // GEP-5075: without the API the kind is not supported.
+            let why = format!("ClusterTrustBundle {name}: {}", super::mesh::UNSERVED);
+            return Err((RootsErrorKind::InvalidKind, why));
+        }
         return super::mesh::cluster_trust_bundle(resources, name)
             .map_err(|m| (RootsErrorKind::InvalidCaRef, m));
     }

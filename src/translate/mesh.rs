@@ -663,6 +663,10 @@ fn bundle_ref(
     Ok((certs, source))
 }
 
+/// Why a ClusterTrustBundle reference is of an unsupported kind in this cluster.
+pub const UNSERVED: &str = "the API server does not serve certificates.k8s.io ClusterTrustBundles \
+     (enable the API, or refer to a ConfigMap)";
+
 /// The CA certificates of ClusterTrustBundle `name` (GEP-5075: a `caCertificateRef` of group
 /// `certificates.k8s.io`, kind `ClusterTrustBundle`, selected by name; cluster-scoped, so no
 /// ReferenceGrant). A missing, empty or unparsable bundle is an error naming it.

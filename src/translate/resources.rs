@@ -35,6 +35,10 @@ pub struct Resources {
     /// The source may not read Pods (the API server refuses pier's `list pods`): an unknown
     /// Pod is then reported as unreadable, not as missing.
     pub pods_refused: bool,
+    /// The API server does not serve ClusterTrustBundles (its beta API is off by default up to
+    /// Kubernetes 1.36): a reference to one is of an unsupported kind (GEP-5075), and
+    /// `ClusterTrustBundle` is not in the GatewayClass's `supportedFeatures`. Cluster mode only.
+    pub trust_bundles_unserved: bool,
     pub secrets: BTreeMap<ObjectKey, Secret>,
     pub config_maps: BTreeMap<ObjectKey, ConfigMap>,
     /// Cluster-scoped: by name (mesh trust bundles).

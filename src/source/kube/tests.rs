@@ -37,6 +37,7 @@ fn ctx() -> (Ctx, channel::Receiver<()>, channel::Receiver<()>) {
         metrics: KubeMetrics::default(),
         api_server: Arc::default(),
         refused: Arc::default(),
+        unserved: Arc::default(),
     };
     (ctx, config_rx, status_rx)
 }
@@ -517,4 +518,41 @@ fn an_unreachable_api_server_is_logged_once_for_every_kind() {
     log.reachable();
     assert!(log.unreachable("connect refused", true));
     assert!(!log.unreachable("connect refused", true));
+}
+
+/// A ClusterTrustBundle watch the API server answers 404 (the beta API off) is recorded for
+/// translation and the GatewayClass's features (and re-translates), until a list goes through.
+#[tokio::test(start_paused = true)]
+async fn an_unserved_cluster_trust_bundle_api_is_known_until_it_lists() {
+    let (ctx, mut config, _status) = ctx();
+    let stores = Stores {
+        unserved: ctx.unserved.clone(),
+        ..Stores::default()
+    };
+    let not_found = watcher::Error::InitialListFailed(kube::Error::Api(
+        Status::failure(
+            "the server could not find the requested resource",
+            "NotFound",
+        )
+        .with_code(404)
+        .boxed(),
+    ));
+    let run = |events: Vec<watcher::Result<Event<DeserializeGuard<ClusterTrustBundle>>>>| {
+        watch::reflect(
+            WatchKind::ClusterTrustBundle,
+            Changes::Immutable,
+            futures::stream::iter(events),
+            Writer::default(),
+            ctx.clone(),
+        )
+    };
+    assert!(!stores.resources().trust_bundles_unserved);
+    run(vec![Ok(Event::Init), Err(not_found)]).await;
+    assert!(stores.resources().trust_bundles_unserved);
+    assert!(!stores.resources().pods_refused);
+    assert!(config.has_changed().unwrap());
+    config.mark_unchanged();
+    run(vec![Ok(Event::Init), Ok(Event::InitDone)]).await;
+    assert!(!stores.resources().trust_bundles_unserved);
+    assert!(config.has_changed().unwrap());
 }

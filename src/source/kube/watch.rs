@@ -64,10 +64,14 @@ pub struct Ctx {
     pub api_server: Arc<ApiServerLog>,
     /// The kinds whose watch the API server refuses now.
     pub refused: Arc<Refused>,
+    /// The kinds the API server does not serve now (404: no CRD, or an API turned off).
+    pub unserved: Arc<Refused>,
 }
 
-/// The kinds whose watch the API server refuses now (401/403, pier's RBAC), so that
-/// translation can say why where it needs one of them (Pods, for per-endpoint identity).
+/// A set of kinds, shared with translation: those whose watch the API server refuses now
+/// (401/403, pier's RBAC), so that translation can say why where it needs one of them (Pods,
+/// for per-endpoint identity); or those it does not serve (404: ClusterTrustBundle, whose
+/// claim and references follow whether the cluster has the API).
 #[derive(Debug, Default)]
 pub struct Refused(std::sync::Mutex<BTreeSet<WatchKind>>);
 
@@ -122,7 +126,7 @@ impl Refused {
     }
 
     /// Records whether `kind` is refused; returns whether that changed.
-    fn set(&self, kind: WatchKind, refused: bool) -> bool {
+    pub fn set(&self, kind: WatchKind, refused: bool) -> bool {
         let mut kinds = self.0.lock().unwrap_or_else(|e| e.into_inner());
         if refused {
             kinds.insert(kind)
@@ -402,7 +406,8 @@ pub async fn reflect<K, S>(
                 errors.report(&e, &ctx);
                 let class = classify(&e);
                 // Translation says why where it needs the kind: re-translate on a change.
-                if ctx.refused.set(kind, class == WatchError::Forbidden) {
+                let refused = ctx.refused.set(kind, class == WatchError::Forbidden);
+                if ctx.unserved.set(kind, class == WatchError::NotFound) | refused {
                     ctx.config.send_replace(());
                 }
                 let skippable = match class {
@@ -434,7 +439,7 @@ pub async fn reflect<K, S>(
         if !matches!(event, Event::Init) {
             // `Init` comes before every list attempt, including those that fail.
             errors.recovered(&ctx);
-            if ctx.refused.set(kind, false) {
+            if ctx.refused.set(kind, false) | ctx.unserved.set(kind, false) {
                 ctx.config.send_replace(());
             }
             if expired.is_none_or(|at| at.elapsed() >= EXPIRED_AGAIN) {
@@ -518,6 +523,7 @@ mod tests {
             metrics: KubeMetrics::default(),
             api_server: Arc::new(ApiServerLog::new("https://127.0.0.1:6443")),
             refused: Arc::default(),
+            unserved: Arc::default(),
         }
     }
 

@@ -412,4 +412,19 @@ fn a_cluster_trust_bundle_is_a_ca_by_name() {
             cond("ResolvedRefs", false, "InvalidCACertificateRef")
         ]
     );
+    // A cluster that does not serve the API: the kind is unsupported there (GEP-5075), and
+    // the backend gets no request.
+    let p = policy("p", "2024-01-01T00:00:00Z", None, &refs("api-ctb"));
+    let yaml = format!("{CLASS}---\n{}---\n{BACKEND}---\n{p}---\n{ctb}", gw(""));
+    let mut r = resources(&yaml);
+    r.trust_bundles_unserved = true;
+    let t = translate(&r, &Settings::default());
+    assert!(!unavailable(&t).is_empty());
+    assert_eq!(
+        policy_status(&t),
+        [
+            cond("Accepted", false, "NoValidCACertificate"),
+            cond("ResolvedRefs", false, "InvalidKind")
+        ]
+    );
 }

@@ -31,7 +31,7 @@ use crate::translate::api::{
     GatewayTlsFrontendPerPortTlsValidationCaCertificateRefs,
     GatewayTlsFrontendPerPortTlsValidationMode,
 };
-use crate::translate::mesh::{CA_CRT_KEY, cluster_trust_bundle, config_map_value};
+use crate::translate::mesh::{CA_CRT_KEY, UNSERVED, cluster_trust_bundle, config_map_value};
 use crate::translate::refs::{self, RefFrom, RefTo};
 use crate::translate::resources::Resources;
 use crate::translate::status::ListenerReason;
@@ -268,6 +268,13 @@ fn ca_certificates(
                 "ClusterTrustBundle {} is cluster-scoped: its reference has no namespace",
                 r.name
             )));
+        }
+        if resources.trust_bundles_unserved {
+            // GEP-5075: without the API the kind is not supported.
+            return Err((
+                ListenerReason::InvalidCACertificateKind,
+                format!("ClusterTrustBundle {}: {UNSERVED}", r.name),
+            ));
         }
         return cluster_trust_bundle(resources, r.name).map_err(bad);
     }

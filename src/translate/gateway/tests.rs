@@ -669,3 +669,26 @@ fn access_log_annotation_sets_every_listener_and_marks_ports_that_log() {
     let (_, _, msg) = listener_cond(listener(gateway(&t, "default", "edge"), "b"), "Accepted");
     assert!(msg.contains("pier.dev/access-log: \"sometimes\""), "{msg}");
 }
+
+/// GEP-5075: where the API server does not serve ClusterTrustBundles, a frontend reference to
+/// one is of an unsupported kind (InvalidCACertificateKind), and a listener with no other CA
+/// is not served.
+#[test]
+fn a_cluster_trust_bundle_reference_without_the_api_is_an_unsupported_kind() {
+    let yaml =
+        include_str!("../../../tests/fixtures/translate/gateway-frontend-validation.in.yaml");
+    let served = translate(&resources(yaml), &Settings::default());
+    let l = listener(gateway(&served, "default", "gw"), "ctb");
+    assert!(listener_cond(l, "Accepted").0);
+    assert!(listener_cond(l, "ResolvedRefs").0);
+    let mut r = resources(yaml);
+    r.trust_bundles_unserved = true;
+    let t = translate(&r, &Settings::default());
+    let l = listener(gateway(&t, "default", "gw"), "ctb");
+    let (ok, reason, message) = listener_cond(l, "ResolvedRefs");
+    assert!(!ok);
+    assert_eq!(reason, "InvalidCACertificateKind");
+    assert!(message.contains("does not serve"), "{message}");
+    let (ok, reason, _) = listener_cond(l, "Accepted");
+    assert_eq!((ok, reason.as_str()), (false, "NoValidCACertificate"));
+}
