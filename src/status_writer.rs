@@ -134,12 +134,18 @@ pub const SUPPORTED_FEATURES: &[&str] = &[
 ];
 
 /// [`SUPPORTED_FEATURES`], plus `ClusterTrustBundle` when the cluster serves that API
-/// (GEP-5075: the claim follows the API, which Kubernetes up to 1.36 leaves off), sorted.
-pub fn supported_features(trust_bundles: bool) -> Vec<&'static str> {
+/// (GEP-5075: the claim follows the API, which Kubernetes up to 1.36 leaves off) and
+/// `GatewayAddressRoutability` when the installed Gateway CRD has the field (GEP-5093: v1.7's
+/// experimental channel), sorted.
+pub fn supported_features(trust_bundles: bool, routability: bool) -> Vec<&'static str> {
     let mut features = SUPPORTED_FEATURES.to_vec();
-    if trust_bundles {
-        let at = features.partition_point(|f| *f < "ClusterTrustBundle");
-        features.insert(at, "ClusterTrustBundle");
+    let extra = [
+        (trust_bundles, "ClusterTrustBundle"),
+        (routability, "GatewayAddressRoutability"),
+    ];
+    for (_, name) in extra.into_iter().filter(|(on, _)| *on) {
+        let at = features.partition_point(|f| *f < name);
+        features.insert(at, name);
     }
     features
 }
@@ -277,6 +283,8 @@ struct Applied {
 struct Planner {
     settings: Settings,
     version: BundleVersion,
+    /// The Gateway CRD has `status.addresses[].routability` (GEP-5093).
+    routability: bool,
     memo: Memo,
 }
 
@@ -504,14 +512,17 @@ impl Planner {
         Self {
             settings,
             version: BundleVersion::Unknown,
+            routability: false,
             memo: Memo::default(),
         }
     }
 
-    /// A new Gateway API version changes every GatewayClass status.
-    fn set_version(&mut self, version: BundleVersion) {
-        if version != self.version {
+    /// A new Gateway API version changes every GatewayClass status (and the Gateway CRD's
+    /// `routability`, every Gateway's).
+    fn set_version(&mut self, version: BundleVersion, routability: bool) {
+        if version != self.version || routability != self.routability {
             self.version = version;
+            self.routability = routability;
             self.memo.desired = None;
         }
     }
@@ -551,12 +562,14 @@ impl Planner {
         }
         let features = supported_features(
             !(stores.unserved).contains(crate::source::kube::WatchKind::ClusterTrustBundle),
+            self.routability,
         );
         let ctx = render::Ctx {
             controller_name: &self.settings.controller_name,
             gateway: self.settings.gateway.as_ref(),
             version: &self.version,
             supported_features: &features,
+            address_routability: self.routability,
             now,
         };
         let mut jobs = vec![];
@@ -835,12 +848,12 @@ async fn plan_loop(mut l: PlanLoop) {
         let Some(mut p) = planner.take() else { return };
         if version_checked.is_none_or(|t| t.elapsed() >= VERSION_EVERY) {
             match tokio::time::timeout(Duration::from_secs(5), version::fetch(&l.client)).await {
-                Ok(Ok(v)) => {
+                Ok(Ok((v, routability))) => {
                     version_checked = Some(tokio::time::Instant::now());
                     if v != p.version {
                         tracing::info!(version = ?v, "installed Gateway API version");
                     }
-                    p.set_version(v);
+                    p.set_version(v, routability);
                 }
                 Ok(Err(kube::Error::Api(e))) if e.code == 403 => {
                     version_checked = Some(tokio::time::Instant::now());

@@ -197,15 +197,19 @@ fn endpoint_summary(e: &pier::model::Endpoint) -> String {
     }
 }
 
+/// A fixture's first comment lines may set `# settings.gateway: NS/NAME` and
+/// `# settings.advertise: IP IP ...`.
 fn settings_for(input: &str) -> Settings {
     let mut settings = Settings::default();
-    if let Some(rest) = input
-        .lines()
-        .next()
-        .and_then(|l| l.strip_prefix("# settings.gateway: "))
-    {
-        let (ns, name) = rest.trim().split_once('/').expect("NS/NAME");
-        settings.gateway = Some(pier::model::ObjectRef::new(ns, name));
+    for line in input.lines().take_while(|l| l.starts_with('#')) {
+        if let Some(rest) = line.strip_prefix("# settings.gateway: ") {
+            let (ns, name) = rest.trim().split_once('/').expect("NS/NAME");
+            settings.gateway = Some(pier::model::ObjectRef::new(ns, name));
+        }
+        if let Some(rest) = line.strip_prefix("# settings.advertise: ") {
+            let ips = rest.split_whitespace().map(|ip| ip.parse().expect("an IP"));
+            settings.advertise = ips.collect();
+        }
     }
     settings
 }

@@ -32,6 +32,9 @@ pub struct Ctx<'a> {
     pub gateway: Option<&'a ObjectRef>,
     pub version: &'a BundleVersion,
     pub supported_features: &'a [&'a str],
+    /// The installed Gateway CRD has `status.addresses[].routability` (else it is left out:
+    /// the API server would prune it, and the writer would patch forever).
+    pub address_routability: bool,
     /// `lastTransitionTime` for conditions that change, as the API writes it.
     pub now: &'a Value,
 }
@@ -81,6 +84,11 @@ pub fn gateway(desired: &GatewayStatus, observed: &Value, ctx: Ctx<'_>) -> Optio
     }
     if !desired.addresses.is_empty() {
         want["addresses"] = to_json(&desired.addresses);
+        if !ctx.address_routability {
+            for a in want["addresses"].as_array_mut().into_iter().flatten() {
+                a.as_object_mut().map(|a| a.remove("routability"));
+            }
+        }
         fields.push("addresses");
     }
     let have = pick(observed, &fields);

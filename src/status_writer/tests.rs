@@ -29,6 +29,7 @@ fn ctx<'a>(now: &'a Value, version: &'a BundleVersion) -> Ctx<'a> {
         gateway: None,
         version,
         supported_features: SUPPORTED_FEATURES,
+        address_routability: false,
         now,
     }
 }
@@ -439,6 +440,7 @@ fn gateway_addresses_are_written_when_pier_advertises_some() {
         addresses: vec![crate::translate::addresses::StatusAddress {
             type_: "IPAddress",
             value: "192.0.2.10".into(),
+            routability: "",
         }],
         conditions: vec![],
         listeners: vec![],
@@ -455,6 +457,17 @@ fn gateway_addresses_are_written_when_pier_advertises_some() {
     let mut stored = written.clone();
     stored["addresses"] = json!([{ "type": "IPAddress", "value": "10.0.0.1" }]);
     assert!(render::gateway(&gw, &stored, ctx(&now, &v)).is_some());
+    // A Gateway CRD with `routability` (v1.7 experimental): every address says it.
+    let with = Ctx {
+        address_routability: true,
+        ..ctx(&now, &v)
+    };
+    let written = render::gateway(&gw, &Value::Null, with).unwrap();
+    assert_eq!(
+        written["addresses"],
+        json!([{ "type": "IPAddress", "value": "192.0.2.10", "routability": "" }])
+    );
+    assert_eq!(render::gateway(&gw, &written, with), None);
 }
 
 #[test]
@@ -618,10 +631,45 @@ fn security_policy_patches_are_counted_as_their_kind() {
 
 #[test]
 fn cluster_trust_bundle_is_claimed_only_where_the_api_is_served() {
-    let with = supported_features(true);
+    let with = supported_features(true, true);
     assert!(with.contains(&"ClusterTrustBundle"));
+    assert!(with.contains(&"GatewayAddressRoutability"));
     let mut sorted = with.clone();
     sorted.sort_unstable();
     assert_eq!(sorted, with);
-    assert_eq!(supported_features(false), SUPPORTED_FEATURES);
+    assert_eq!(supported_features(false, false), SUPPORTED_FEATURES);
+}
+
+/// GEP-5093's field is looked for where v1.7's experimental Gateway CRD has it: the served
+/// v1's `status.addresses[].routability`.
+#[test]
+fn a_gateway_crd_with_status_address_routability_is_recognised() {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let crd = |address: Value, served: bool| -> CustomResourceDefinition {
+        serde_json::from_value(json!({
+            "metadata": { "name": "gateways.gateway.networking.k8s.io" },
+            "spec": {
+                "group": "gateway.networking.k8s.io",
+                "names": { "kind": "Gateway", "plural": "gateways" },
+                "scope": "Namespaced",
+                "versions": [{
+                    "name": "v1", "served": served, "storage": true,
+                    "schema": { "openAPIV3Schema": { "type": "object", "properties": {
+                        "status": { "type": "object", "properties": {
+                            "addresses": { "type": "array", "items": address }
+                        }}
+                    }}}
+                }]
+            }
+        }))
+        .unwrap()
+    };
+    let with = json!({ "type": "object", "properties": {
+        "type": { "type": "string" }, "value": { "type": "string" },
+        "routability": { "type": "string" } } });
+    let without = json!({ "type": "object", "properties": {
+        "type": { "type": "string" }, "value": { "type": "string" } } });
+    assert!(version::has_address_routability(&crd(with.clone(), true)));
+    assert!(!version::has_address_routability(&crd(with, false)));
+    assert!(!version::has_address_routability(&crd(without, true)));
 }

@@ -101,14 +101,20 @@ fn parse(v: &str) -> Option<(u64, u64)> {
     Some((major, minor))
 }
 
-/// Reads the bundle version of the [`CHECKED`] CRDs. `Err` when the API server cannot be
-/// asked (403 included: the caller logs it once and assumes supported).
-pub async fn fetch(client: &Client) -> Result<BundleVersion, kube::Error> {
+/// Reads the bundle version of the [`CHECKED`] CRDs, and whether the Gateway CRD's
+/// `status.addresses` have `routability` (GEP-5093: Gateway API v1.7's experimental channel).
+/// `Err` when the API server cannot be asked (403 included: the caller logs it once and
+/// assumes supported).
+pub async fn fetch(client: &Client) -> Result<(BundleVersion, bool), kube::Error> {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     let mut version: Option<BundleVersion> = None;
+    let mut routability = false;
     for plural in CHECKED {
         let crd = api.get(&format!("{plural}.{GATEWAY_GROUP}")).await?;
+        if plural == "gateways" {
+            routability = has_address_routability(&crd);
+        }
         let found = BundleVersion::from_annotation(
             crd.metadata
                 .annotations
@@ -121,5 +127,24 @@ pub async fn fetch(client: &Client) -> Result<BundleVersion, kube::Error> {
             Some(v) => v.worst(found),
         });
     }
-    Ok(version.unwrap_or_default())
+    Ok((version.unwrap_or_default(), routability))
+}
+
+/// The Gateway CRD's served `v1` has `status.addresses[].routability`.
+pub fn has_address_routability(
+    crd: &k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+) -> bool {
+    crd.spec.versions.iter().filter(|v| v.name == "v1" && v.served).any(|v| {
+        let schema = v.schema.as_ref().and_then(|s| s.open_api_v3_schema.as_ref());
+        let address = schema
+            .and_then(|s| s.properties.as_ref()?.get("status"))
+            .and_then(|s| s.properties.as_ref()?.get("addresses"))
+            .and_then(|a| match a.items.as_ref()? {
+                k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSONSchemaPropsOrArray::Schema(s) => Some(&**s),
+                _ => None,
+            });
+        address
+            .and_then(|a| a.properties.as_ref())
+            .is_some_and(|p| p.contains_key("routability"))
+    })
 }

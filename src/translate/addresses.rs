@@ -24,6 +24,14 @@
 //! names an address outside the pool, or taken, or more than one (pier binds one address per
 //! Gateway), is `AddressNotUsable`; one left without is `AddressNotAssigned`; neither is
 //! served.
+//!
+//! Routability (GEP-5093, Gateway API v1.7 experimental): an entry's `routability` is a
+//! requirement. pier's addresses are the host's (or its pool's), never a Service ClusterIP, so
+//! `Cluster` cannot be met, nor can a prefixed value pier does not define; only `""` (the
+//! default) and the value conformance reserves, `testing.x-k8s.io/sentinel` (met as the default
+//! and echoed), can. An entry that cannot be met is left out and named (`AddressesAssigned`
+//! False: `PartiallyAssigned`, or `NotAssigned` with `Programmed` False `AddressNotAssigned`
+//! when nothing is left); every status address says its routability (`""` or the sentinel).
 
 use std::net::IpAddr;
 
@@ -33,12 +41,18 @@ use super::api::GatewayAddresses;
 
 pub const IP_ADDRESS: &str = "IPAddress";
 
+/// The routability conformance reserves (GEP-5093): a claimant supports it and echoes it.
+pub const SENTINEL: &str = "testing.x-k8s.io/sentinel";
+
 /// One `status.addresses` entry.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct StatusAddress {
     #[serde(rename = "type")]
     pub type_: &'static str,
     pub value: String,
+    /// `""` (pier's default scope) or [`SENTINEL`] (GEP-5093: claimants set it on every
+    /// address; the status writer leaves it out where the installed CRD lacks the field).
+    pub routability: &'static str,
 }
 
 /// What `spec.addresses` comes to.
@@ -55,6 +69,76 @@ pub struct Addresses {
     pub not_usable: Option<String>,
     /// `Programmed` False, `AddressNotAssigned`.
     pub not_assigned: Option<String>,
+    /// `spec.addresses` is not empty.
+    pub requested: bool,
+    /// Entries whose `routability` pier cannot meet (left out), each named.
+    pub unsatisfied: Vec<String>,
+}
+
+/// `spec.addresses` split by whether pier can meet each entry's `routability` (by index in
+/// `routability`, `""` where unset).
+#[derive(Debug, Default)]
+pub struct Routable {
+    /// The entries pier can meet, in order.
+    pub spec: Vec<GatewayAddresses>,
+    /// The ones it cannot, each named with why.
+    pub unsatisfied: Vec<String>,
+    /// The values of entries that asked for [`SENTINEL`] (`""`: an entry without a value).
+    sentinel: Vec<String>,
+}
+
+/// Splits `spec` by routability (see the module docs).
+pub fn routable(spec: Option<&[GatewayAddresses]>, routability: &[String]) -> Routable {
+    let mut out = Routable::default();
+    for (i, a) in spec.unwrap_or_default().iter().enumerate() {
+        let value = a.value.as_deref().unwrap_or_default();
+        match routability.get(i).map_or("", String::as_str) {
+            "" => out.spec.push(a.clone()),
+            SENTINEL => {
+                out.sentinel.push(value.to_string());
+                out.spec.push(a.clone());
+            }
+            "Cluster" => out.unsatisfied.push(format!(
+                "spec.addresses[{i}] ({value:?}): routability Cluster needs a Service ClusterIP, \
+                 and pier runs outside the cluster"
+            )),
+            other => out.unsatisfied.push(format!(
+                "spec.addresses[{i}] ({value:?}): routability {other:?} is not one pier can meet \
+                 (\"\", or {SENTINEL:?})"
+            )),
+        }
+    }
+    out
+}
+
+impl Routable {
+    /// The entries pier can meet, for the assigner; `None` when the Gateway asks for none.
+    pub fn spec(&self) -> Option<&[GatewayAddresses]> {
+        Some(self.spec.as_slice()).filter(|s| !s.is_empty())
+    }
+
+    /// Every entry asked for a routability pier cannot meet: no address at all.
+    pub fn none_met(&self) -> bool {
+        self.spec.is_empty() && !self.unsatisfied.is_empty()
+    }
+
+    /// Notes on `out` what routability left out, and marks the addresses given for entries
+    /// that asked for the sentinel.
+    pub fn apply(self, out: &mut Addresses) {
+        for s in &mut out.status {
+            let named = self
+                .spec
+                .iter()
+                .any(|a| a.value.as_deref() == Some(s.value.as_str()));
+            let echoed = self.sentinel.contains(&s.value)
+                || (!named && self.sentinel.iter().any(String::is_empty));
+            if echoed {
+                s.routability = SENTINEL;
+            }
+        }
+        out.requested |= !self.spec.is_empty() || !self.unsatisfied.is_empty();
+        out.unsatisfied = self.unsatisfied;
+    }
 }
 
 /// Hands out addresses to Gateways in creation order (see the module docs).
@@ -185,6 +269,7 @@ impl StatusAddress {
         Self {
             type_: IP_ADDRESS,
             value: ip.to_string(),
+            routability: "",
         }
     }
 }
@@ -460,5 +545,44 @@ mod tests {
         let a = resolve(Some(&spec), &[]);
         assert!(a.not_assigned.is_some());
         assert!(a.status.is_empty());
+    }
+
+    #[test]
+    fn routability_keeps_what_pier_can_meet_and_echoes_the_sentinel() {
+        let spec = [
+            addr(None, Some("192.0.2.1")),
+            addr(None, Some("192.0.2.2")),
+            addr(None, Some("192.0.2.3")),
+            addr(None, Some("192.0.2.4")),
+        ];
+        let routability: Vec<String> = ["", SENTINEL, "Cluster", "example.com/vpc"]
+            .map(String::from)
+            .to_vec();
+        let r = routable(Some(&spec), &routability);
+        assert_eq!(r.spec().unwrap().len(), 2);
+        assert!(!r.none_met());
+        assert_eq!(r.unsatisfied.len(), 2);
+        assert!(r.unsatisfied[0].contains("Cluster needs a Service ClusterIP"));
+        assert!(r.unsatisfied[1].contains("\"example.com/vpc\" is not one pier can meet"));
+        let mut a = resolve(r.spec(), &ips(&["192.0.2.1", "192.0.2.2"]));
+        r.apply(&mut a);
+        assert_eq!(values(&a), ["192.0.2.1", "192.0.2.2"]);
+        let scopes: Vec<&str> = a.status.iter().map(|s| s.routability).collect();
+        assert_eq!(scopes, ["", SENTINEL]);
+        assert!(a.requested);
+        assert_eq!(a.unsatisfied.len(), 2);
+        // Only unmeetable entries: nothing for the assigner.
+        let r = routable(Some(&spec[2..]), &routability[2..]);
+        assert!(r.none_met());
+        assert_eq!(r.spec(), None);
+        // A sentinel entry without a value: every address given for it says so.
+        let r = routable(Some(&[addr(None, None)]), &[SENTINEL.to_string()]);
+        let mut a = resolve(r.spec(), &ips(&["192.0.2.9"]));
+        r.apply(&mut a);
+        assert_eq!(a.status[0].routability, SENTINEL);
+        // No routability given (a v1.6 Gateway): as before.
+        let r = routable(Some(&spec[..1]), &[]);
+        assert_eq!(r.spec().unwrap().len(), 1);
+        assert!(r.unsatisfied.is_empty());
     }
 }

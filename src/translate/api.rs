@@ -136,6 +136,10 @@ pub struct PierGatewaySpec {
     pub base: GatewaySpec,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mesh: Option<MeshSpec>,
+    /// `spec.addresses[].routability` (GEP-5093, Gateway API v1.7 experimental), by index,
+    /// which the generated type lacks: filled in by the sources (`""` where unset).
+    #[serde(skip)]
+    pub address_routability: Vec<String>,
 }
 
 /// The Gateway's `mesh` stanza, in both proposed shapes:

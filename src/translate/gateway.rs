@@ -199,20 +199,45 @@ pub fn gateways(
     });
     let mut certs = Certs::new(resources, last_good);
     let mut assigner = addresses::Assigner::new(&settings.advertise, &settings.address_pool);
-    for (gw, _) in &selected {
-        assigner.note_named(gw.spec.base.addresses.as_deref());
+    // The entries whose routability pier can meet (GEP-5093); the others are only reported.
+    let routable: Vec<_> = selected
+        .iter()
+        .map(|(gw, _)| {
+            addresses::routable(
+                gw.spec.base.addresses.as_deref(),
+                &gw.spec.address_routability,
+            )
+        })
+        .collect();
+    for r in &routable {
+        assigner.note_named(r.spec());
     }
     // Addresses already given stay with their Gateways before any new one is handed out.
-    let kept: Vec<_> = selected
-        .iter()
-        .map(|(gw, _)| assigner.keep(gw.spec.base.addresses.as_deref(), &status_addresses(gw)))
+    let kept: Vec<_> = (selected.iter().zip(&routable))
+        .map(|((gw, _), r)| assigner.keep(r.spec(), &status_addresses(gw)))
         .collect();
     let mut states: Vec<GatewayState> = selected
         .into_iter()
         .zip(kept)
-        .map(|((gw, key), kept)| GatewayState {
+        .zip(routable)
+        .map(|(((gw, key), kept), routable)| GatewayState {
             tls: mesh::gateway_tls(resources, settings, &key, gw),
-            addresses: assigner.assign(gw.spec.base.addresses.as_deref(), kept, &key.to_string()),
+            addresses: {
+                let mut a = if routable.none_met() {
+                    addresses::Addresses {
+                        not_assigned: Some(
+                            "no entry of spec.addresses has a routability pier can meet".into(),
+                        ),
+                        // With a pool, a Gateway without an address is not served.
+                        unbound: !settings.address_pool.is_empty(),
+                        ..addresses::Addresses::default()
+                    }
+                } else {
+                    assigner.assign(routable.spec(), kept, &key.to_string())
+                };
+                routable.apply(&mut a);
+                a
+            },
             listeners: gw
                 .spec
                 .base
@@ -1074,7 +1099,7 @@ impl GatewayState {
                 "no listener is programmed".into(),
             )
         };
-        let mut conditions = vec![accepted, programmed];
+        let mut conditions = vec![accepted, programmed, self.addresses_assigned(g)];
         conditions.extend(self.tls.conditions(g));
         // GEP-91: present only while some validation allows insecure fallback.
         if let Some(msg) = &self.insecure_frontend {
@@ -1102,6 +1127,48 @@ impl GatewayState {
                 })
                 .count() as u32,
         }
+    }
+
+    /// `AddressesAssigned` (GEP-5093): whether every `spec.addresses` entry got an address.
+    fn addresses_assigned(&self, g: Option<i64>) -> GatewayCondition {
+        let a = &self.addresses;
+        // `not_assigned` repeats what routability left out when that was everything.
+        let not_assigned = a
+            .not_assigned
+            .as_deref()
+            .filter(|_| a.unsatisfied.is_empty());
+        let missing: Vec<&str> = (a.unsatisfied.iter().map(String::as_str))
+            .chain(a.not_usable.as_deref())
+            .chain(not_assigned)
+            .collect();
+        let (status, reason, message) = if !a.requested {
+            (
+                true,
+                GatewayCondReason::AddressesAssigned,
+                "no addresses requested: pier's own".to_string(),
+            )
+        } else if missing.is_empty() {
+            (
+                true,
+                GatewayCondReason::AddressesAssigned,
+                "every requested address is assigned".into(),
+            )
+        } else if a.status.is_empty() {
+            (false, GatewayCondReason::NotAssigned, missing.join("; "))
+        } else {
+            (
+                false,
+                GatewayCondReason::PartiallyAssigned,
+                missing.join("; "),
+            )
+        };
+        GatewayCondition::new(
+            GatewayCondType::AddressesAssigned,
+            status,
+            reason,
+            message,
+            g,
+        )
     }
 
     /// The snapshot identity of one of its listeners.

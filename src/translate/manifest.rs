@@ -243,6 +243,26 @@ struct ListenerFilters {
     filters: Option<super::api::ListenerFilters>,
 }
 
+/// Only a Gateway's `spec.addresses[].routability` (GEP-5093), which the generated type does
+/// not read.
+#[derive(Default, Deserialize)]
+struct AddressesDoc {
+    #[serde(default)]
+    spec: AddressesSpecDoc,
+}
+
+#[derive(Default, Deserialize)]
+struct AddressesSpecDoc {
+    #[serde(default)]
+    addresses: Vec<AddressDoc>,
+}
+
+#[derive(Deserialize)]
+struct AddressDoc {
+    #[serde(default)]
+    routability: String,
+}
+
 /// Only a Gateway's `spec.mesh`.
 #[derive(Deserialize)]
 struct GatewayMeshDoc {
@@ -456,11 +476,23 @@ fn parse_document(doc: &Doc<'_>, resources: &mut Resources) -> Result<Parsed, Ma
                     && key(p, 0).as_deref() == Some("spec")
                     && key(p, 1).as_deref() == Some("mesh")
             }));
+            // And a third for `spec.addresses[].routability`.
+            let addresses: AddressesDoc = doc.parse(k, &mut Vec::new())?;
+            ignored.retain(|p| {
+                !matches!(p.as_slice(), [Step::Key(s), Step::Key(a), Step::Index(_), Step::Key(r)]
+                    if s == "spec" && a == "addresses" && r == "routability")
+            });
             let mut o = Gateway {
                 metadata: base.metadata,
                 spec: PierGatewaySpec {
                     base: base.spec,
                     mesh: mesh.spec.mesh,
+                    address_routability: addresses
+                        .spec
+                        .addresses
+                        .into_iter()
+                        .map(|a| a.routability)
+                        .collect(),
                 },
                 status: None,
             };

@@ -187,6 +187,8 @@ pub enum GatewayCondType {
     PodNetwork,
     /// [`UNKNOWN_FIELDS_CONDITION`].
     UnknownFields,
+    /// GEP-5093 (v1.7 experimental; the generated enum lacks it).
+    AddressesAssigned,
 }
 
 /// Gateway condition reasons: upstream's plus the GEP-3155 ones and pier's backend TLS ones.
@@ -213,6 +215,12 @@ pub enum GatewayCondReason {
     Unreachable,
     /// [`UNKNOWN_FIELDS_CONDITION`] True.
     UnknownFields,
+    /// GEP-5093 `AddressesAssigned`: every requested address is assigned.
+    AddressesAssigned,
+    /// GEP-5093: some requested addresses are not assigned.
+    PartiallyAssigned,
+    /// GEP-5093: none is.
+    NotAssigned,
 }
 
 /// Route condition types (`RouteConditionType` in the Go API), plus `pier.dev/BackendTLS`.
@@ -555,6 +563,7 @@ impl fmt::Display for GatewayCondType {
             Self::InsecureFrontendValidationMode => f.write_str("InsecureFrontendValidationMode"),
             Self::PodNetwork => f.write_str(POD_NETWORK_CONDITION),
             Self::UnknownFields => f.write_str(UNKNOWN_FIELDS_CONDITION),
+            Self::AddressesAssigned => f.write_str("AddressesAssigned"),
         }
     }
 }

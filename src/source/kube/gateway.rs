@@ -25,18 +25,34 @@ pub type Filtered = Vec<(
 
 impl<'de> Deserialize<'de> for GatewayObject {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        with_filters(d).map(|(gateway, filtered)| Self(gateway, filtered))
+        with_filters(d, |value, gateway: &mut Gateway| {
+            gateway.spec.address_routability = address_routability(value);
+        })
+        .map(|(gateway, filtered)| Self(gateway, filtered))
     }
 }
 
-/// `T` decoded through JSON, with the `filters` of its listeners that have them.
+/// `T` decoded through JSON, with the `filters` of its listeners that have them; `more`
+/// reads other fields the typed decoding drops.
 fn with_filters<'de, D: Deserializer<'de>, T: serde::de::DeserializeOwned>(
     d: D,
+    more: impl FnOnce(&serde_json::Value, &mut T),
 ) -> Result<(T, Filtered), D::Error> {
     let value = serde_json::Value::deserialize(d)?;
     let filtered = listeners_with_filters(&value);
-    let object = T::deserialize(value).map_err(serde::de::Error::custom)?;
+    let mut object = T::deserialize(&value).map_err(serde::de::Error::custom)?;
+    more(&value, &mut object);
     Ok((object, filtered))
+}
+
+/// `spec.addresses[].routability` by index (`""` where unset).
+fn address_routability(gateway: &serde_json::Value) -> Vec<String> {
+    let addresses = gateway["spec"]["addresses"].as_array();
+    addresses
+        .into_iter()
+        .flatten()
+        .map(|a| a["routability"].as_str().unwrap_or_default().to_string())
+        .collect()
 }
 
 /// An HTTPRoute read in either shape of `sessionPersistence` (v1.6, v1.7:
@@ -121,7 +137,7 @@ pub struct ListenerSetObject(pub ListenerSet, pub Filtered);
 
 impl<'de> Deserialize<'de> for ListenerSetObject {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        with_filters(d).map(|(set, filtered)| Self(set, filtered))
+        with_filters(d, |_, _| {}).map(|(set, filtered)| Self(set, filtered))
     }
 }
 
@@ -166,6 +182,15 @@ mod tests {
         .unwrap();
         assert_eq!(set.1.len(), 2);
         assert_eq!(set.1[0].1, gw.1[0].1);
+        // GEP-5093's `routability`, by address index, also dropped by the typed decoding.
+        let gw: GatewayObject = serde_json::from_value(serde_json::json!({
+            "metadata": { "name": "g", "namespace": "n" },
+            "spec": { "gatewayClassName": "pier", "listeners": [],
+                      "addresses": [{ "value": "192.0.2.1" },
+                                    { "value": "192.0.2.2", "routability": "Cluster" }] },
+        }))
+        .unwrap();
+        assert_eq!(gw.spec.address_routability, ["", "Cluster"]);
         // A decoding error still says what is wrong.
         let bad = serde_json::from_value::<GatewayObject>(serde_json::json!({
             "metadata": { "name": "g" }, "spec": { "listeners": "none" },
