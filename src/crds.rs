@@ -42,7 +42,7 @@ const API_APPROVED_ANNOTATION: &str = "api-approved.kubernetes.io";
 const API_APPROVED: &str = "https://github.com/kubernetes-sigs/gateway-api/pull/3328";
 
 /// GatewayClass, Gateway, ListenerSet, HTTPRoute, GRPCRoute, TLSRoute, TCPRoute, UDPRoute,
-/// ReferenceGrant and BackendTLSPolicy, in that order. TCPRoute and UDPRoute `v1` (Gateway API
+/// ReferenceGrant, BackendTLSPolicy and XBackendTrafficPolicy (experimental), in that order. TCPRoute and UDPRoute `v1` (Gateway API
 /// v1.7) are pier's own types (`crate::translate::api::TcpRoute`, `UdpRoute`): the crate has
 /// only v1alpha2.
 pub fn all() -> Vec<CustomResourceDefinition> {
@@ -57,6 +57,7 @@ pub fn all() -> Vec<CustomResourceDefinition> {
         UdpRoute::crd(),
         ReferenceGrant::crd(),
         BackendTlsPolicy::crd(),
+        crate::translate::api::XBackendTrafficPolicy::crd(),
     ]
     .into_iter()
     .map(annotate)
@@ -186,10 +187,19 @@ pub fn mesh_schema() -> JSONSchemaProps {
 
 fn annotate(mut crd: CustomResourceDefinition) -> CustomResourceDefinition {
     let annotations = crd.metadata.annotations.get_or_insert_with(BTreeMap::new);
+    // The `x-k8s.io` group's kinds exist only in the experimental channel.
+    let experimental = crd.spec.group == crate::translate::api::X_GATEWAY_GROUP;
     for (k, v) in [
         (API_APPROVED_ANNOTATION, API_APPROVED),
         (BUNDLE_VERSION_ANNOTATION, BUNDLE_VERSION),
-        (CHANNEL_ANNOTATION, CHANNEL),
+        (
+            CHANNEL_ANNOTATION,
+            if experimental {
+                "experimental"
+            } else {
+                CHANNEL
+            },
+        ),
     ] {
         annotations.insert(k.to_string(), v.to_string());
     }
@@ -201,7 +211,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn all_are_the_ten_kinds_pier_reads() {
+    fn all_are_the_eleven_gateway_api_kinds_pier_reads() {
         let names: Vec<_> = all()
             .into_iter()
             .map(|c| c.metadata.name.unwrap())
@@ -219,6 +229,7 @@ mod tests {
                 "udproutes.gateway.networking.k8s.io",
                 "referencegrants.gateway.networking.k8s.io",
                 "backendtlspolicies.gateway.networking.k8s.io",
+                "xbackendtrafficpolicies.gateway.networking.x-k8s.io",
             ]
         );
     }
@@ -228,7 +239,12 @@ mod tests {
         for crd in all().into_iter().chain([gateway_with_mesh()]) {
             let a = crd.metadata.annotations.unwrap();
             assert_eq!(a[BUNDLE_VERSION_ANNOTATION], BUNDLE_VERSION);
-            assert_eq!(a[CHANNEL_ANNOTATION], CHANNEL);
+            let channel = if crd.spec.group == crate::translate::api::X_GATEWAY_GROUP {
+                "experimental"
+            } else {
+                CHANNEL
+            };
+            assert_eq!(a[CHANNEL_ANNOTATION], channel);
             assert!(a.contains_key(API_APPROVED_ANNOTATION));
         }
     }

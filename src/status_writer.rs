@@ -204,6 +204,7 @@ pub enum PatchKind {
     SecurityPolicy,
     BackendTrafficPolicy,
     ClientTrafficPolicy,
+    XBackendTrafficPolicy,
 }
 
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
@@ -248,6 +249,7 @@ enum JobKey {
     SecurityPolicy(ObjectRef),
     BackendTrafficPolicy(ObjectRef),
     ClientTrafficPolicy(ObjectRef),
+    XBackendTrafficPolicy(ObjectRef),
 }
 
 /// What is queued and what was applied, shared by the planner and the workers. A std mutex,
@@ -343,6 +345,7 @@ impl EncodeLabelValue for PatchKind {
             Self::SecurityPolicy => "SecurityPolicy",
             Self::BackendTrafficPolicy => "BackendTrafficPolicy",
             Self::ClientTrafficPolicy => "ClientTrafficPolicy",
+            Self::XBackendTrafficPolicy => "XBackendTrafficPolicy",
         })
     }
 }
@@ -450,6 +453,7 @@ impl JobKey {
             Self::SecurityPolicy(_) => PatchKind::SecurityPolicy,
             Self::BackendTrafficPolicy(_) => PatchKind::BackendTrafficPolicy,
             Self::ClientTrafficPolicy(_) => PatchKind::ClientTrafficPolicy,
+            Self::XBackendTrafficPolicy(_) => PatchKind::XBackendTrafficPolicy,
         }
     }
 
@@ -467,7 +471,8 @@ impl JobKey {
             | Self::BackendTlsPolicy(r)
             | Self::SecurityPolicy(r)
             | Self::BackendTrafficPolicy(r)
-            | Self::ClientTrafficPolicy(r) => (Some(&r.namespace), &r.name),
+            | Self::ClientTrafficPolicy(r)
+            | Self::XBackendTrafficPolicy(r) => (Some(&r.namespace), &r.name),
         }
     }
 
@@ -501,6 +506,13 @@ impl JobKey {
                 pier("BackendTrafficPolicy", "backendtrafficpolicies")
             }
             PatchKind::ClientTrafficPolicy => pier("ClientTrafficPolicy", "clienttrafficpolicies"),
+            PatchKind::XBackendTrafficPolicy => ApiResource {
+                group: crate::translate::api::X_GATEWAY_GROUP.to_string(),
+                version: "v1alpha1".to_string(),
+                api_version: crate::translate::status::X_GATEWAY_API_VERSION.to_string(),
+                kind: "XBackendTrafficPolicy".to_string(),
+                plural: "xbackendtrafficpolicies".to_string(),
+            },
         }
     }
 }
@@ -558,6 +570,9 @@ impl Planner {
                 JobKey::SecurityPolicy(r) => desired.security_policies.contains_key(r),
                 JobKey::BackendTrafficPolicy(r) => desired.backend_traffic_policies.contains_key(r),
                 JobKey::ClientTrafficPolicy(r) => desired.client_traffic_policies.contains_key(r),
+                JobKey::XBackendTrafficPolicy(r) => {
+                    desired.x_backend_traffic_policies.contains_key(r)
+                }
             });
         }
         let features = supported_features(
@@ -675,6 +690,19 @@ impl Planner {
             };
             let Ok(o) = &guard.0 else { continue };
             let key = JobKey::ClientTrafficPolicy(r.clone());
+            if let Some(job) = memo.consider(key, &o.metadata, tracker, || {
+                render::policy(&r.namespace, want, &to_json(&o.status), ctx)
+            }) {
+                jobs.push(job);
+            }
+        }
+        for (r, want) in &desired.x_backend_traffic_policies {
+            let store = &stores.x_backend_traffic_policies;
+            let Some(guard) = object(store, Some(&r.namespace), &r.name) else {
+                continue;
+            };
+            let Ok(o) = &guard.0 else { continue };
+            let key = JobKey::XBackendTrafficPolicy(r.clone());
             if let Some(job) = memo.consider(key, &o.metadata, tracker, || {
                 render::policy(&r.namespace, want, &to_json(&o.status), ctx)
             }) {
@@ -956,6 +984,7 @@ impl Worker {
                 | PatchKind::SecurityPolicy
                 | PatchKind::BackendTrafficPolicy
                 | PatchKind::ClientTrafficPolicy
+                | PatchKind::XBackendTrafficPolicy
         ) && let Some(rv) = &job.resource_version
         {
             metadata["resourceVersion"] = json!(rv);

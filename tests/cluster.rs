@@ -1637,6 +1637,48 @@ async fn policy_ancestor_when(
     }
 }
 
+/// Gateway API's XBackendTrafficPolicy (v1.7 experimental) from the API server, through pier's
+/// RBAC: pier writes its status (an ancestor per Gateway whose routes reach the Service),
+/// Accepted, then Invalid for an edit outside the API's bounds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn x_backend_traffic_policies_from_the_cluster() {
+    let c = Cluster::start().await;
+    let w = world(&c).await;
+    let _pier = start_pier(c.pier_options(LOOPBACK, "replica-a")).await;
+    assert_eq!(w.answer("/v/x").await, (200, "v1".into()));
+    let policy = |percent: u64| {
+        json!({
+            "apiVersion": "gateway.networking.x-k8s.io/v1alpha1",
+            "kind": "XBackendTrafficPolicy",
+            "metadata": { "name": "budget", "namespace": APP },
+            "spec": {
+                "targetRefs": [{ "group": "", "kind": "Service", "name": "v1" }],
+                "retryConstraint": {
+                    "budget": { "percent": percent, "interval": "10s" },
+                    "minRetryRate": { "count": 1, "interval": "1s" },
+                },
+            },
+        })
+    };
+    c.apply(policy(10)).await;
+    let policies = c.api(
+        "gateway.networking.x-k8s.io/v1alpha1",
+        "XBackendTrafficPolicy",
+        Some(APP),
+    );
+    let a =
+        policy_ancestor_when(&policies, "budget", "pier's ancestor, accepted", "Accepted").await;
+    assert_eq!(a["ancestorRef"]["name"], "gw");
+    assert_eq!(a["conditions"][0]["status"], "True");
+    // pier's generated CRD does not bound percent (upstream's does): pier refuses it.
+    c.apply(policy(150)).await;
+    let a = policy_ancestor_when(&policies, "budget", "pier's ancestor, invalid", "Invalid").await;
+    assert_eq!(a["conditions"][0]["status"], "False");
+    let message = a["conditions"][0]["message"].as_str().unwrap();
+    assert!(message.contains("budget.percent: 150"), "{message}");
+    assert_eq!(w.answer("/v/x").await, (200, "v1".into()));
+}
+
 fn traffic_policy(requests: u64, unit: &str) -> Value {
     json!({
         "apiVersion": PIER_V1ALPHA1,

@@ -466,6 +466,65 @@ spec:
     }
 }
 
+/// Gateway API's XBackendTrafficPolicy (v1.7): a Service's retryConstraint replaces pier's
+/// budget, and once it is spent the client gets 503 (the API's MUST) instead of the failed
+/// attempt's answer; a Service without one keeps pier's budget and the last answer.
+#[tokio::test]
+async fn an_x_backend_traffic_policy_budget_answers_503_once_spent() {
+    for constrained in [true, false] {
+        let backend = Counting::start().await;
+        let dir = tempfile::tempdir().unwrap();
+        let (port, admin) = (free_port(), free_port());
+        let mut manifests = format!(
+            "{}---\n{}---\n",
+            gateway(port),
+            service("counted", backend.addr)
+        );
+        manifests += "apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: retried, namespace: default}
+spec:
+  parentRefs: [{name: gw}]
+  rules:
+    - matches: [{path: {type: PathPrefix, value: /fail}}]
+      backendRefs: [{name: counted, port: 80}]
+      retry: {codes: [500], attempts: 3}
+---
+";
+        if constrained {
+            // No share of requests, one retry an hour.
+            manifests += "apiVersion: gateway.networking.x-k8s.io/v1alpha1
+kind: XBackendTrafficPolicy
+metadata: {name: budget, namespace: default}
+spec:
+  targetRefs: [{group: '', kind: Service, name: counted}]
+  retryConstraint:
+    budget: {percent: 0, interval: 10s}
+    minRetryRate: {count: 1, interval: 1h}
+";
+        }
+        std::fs::write(dir.path().join("all.yaml"), &manifests).unwrap();
+        let _pier = start_pier(dir.path(), admin, &[], &[]).await;
+        let url = format!("http://127.0.0.1:{port}/fail/0");
+        let first = get(&url, &[]).await.status.as_u16();
+        let second = get(&url, &[]).await.status.as_u16();
+        let sent = backend.requests.load(Ordering::SeqCst);
+        if constrained {
+            // The first request: its attempt, the one retry the minimum allows, then 503; the
+            // second: its attempt, then 503 at once.
+            assert_eq!((first, second, sent), (503, 503, 3));
+            let status = get(&format!("http://127.0.0.1:{admin}/status"), &[])
+                .await
+                .text();
+            assert!(status.contains("XBackendTrafficPolicy"), "{status}");
+            assert!(status.contains("Policy is accepted"), "{status}");
+        } else {
+            // pier's budget (10 retries a second at least): every attempt, the last answer.
+            assert_eq!((first, second, sent), (500, 500, 8));
+        }
+    }
+}
+
 /// `curl` (the real client) sending `size` bytes to `url` with `args` (how: a declared length,
 /// chunked, HTTP/2 without a length); the status it got.
 async fn upload(url: String, size: usize, args: &'static [&'static str]) -> u16 {

@@ -8,6 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use pier::model::ext_auth::PreRoute;
+use pier::model::retry::RetryConstraint;
 use pier::model::{
     AppProtocol, BackendTarget, BackendTls, CertTable, ClientAuth, Filters, Port, Protocol,
     RequestMatch, RetryPolicy, Snapshot, Timeouts, TlsMode, WeightedBackend,
@@ -77,6 +78,9 @@ struct BackendSummary<'a> {
     tls: String,
     #[serde(skip_serializing_if = "Filters::is_empty")]
     filters: &'a Filters,
+    /// Its Service's XBackendTrafficPolicy retry budget.
+    #[serde(rename = "retryConstraint", skip_serializing_if = "Option::is_none")]
+    retry_constraint: Option<RetryConstraint>,
 }
 
 fn is_default_timeouts(t: &&Timeouts) -> bool {
@@ -152,6 +156,10 @@ fn backend(b: &WeightedBackend) -> BackendSummary<'_> {
         endpoints,
         tls,
         filters: &b.filters,
+        retry_constraint: match &b.target {
+            BackendTarget::Service(s) => s.retry_constraint,
+            BackendTarget::Invalid => None,
+        },
     }
 }
 

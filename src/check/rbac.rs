@@ -171,6 +171,22 @@ pub const RULES: &[Rule] = &[
         need: Need::StatusWrite,
     },
     Rule {
+        group: crate::translate::api::X_GATEWAY_GROUP,
+        resources: &["xbackendtrafficpolicies"],
+        verbs: READ,
+        names: &[],
+        scope: Scope::Cluster,
+        need: Need::Read,
+    },
+    Rule {
+        group: crate::translate::api::X_GATEWAY_GROUP,
+        resources: &["xbackendtrafficpolicies/status"],
+        verbs: &["update", "patch"],
+        names: &[],
+        scope: Scope::Cluster,
+        need: Need::StatusWrite,
+    },
+    Rule {
         group: "coordination.k8s.io",
         resources: &["leases"],
         verbs: &["get", "create", "update", "patch"],

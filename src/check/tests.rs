@@ -81,7 +81,14 @@ fn every_gateway_api_kind_pier_watches_has_a_crd_in_pier_crds() {
     let watched: std::collections::BTreeSet<String> = WatchKind::ALL
         .into_iter()
         .map(WatchKind::resource)
-        .filter(|(g, _)| *g == GATEWAY_GROUP || *g == crate::translate::spiffe::PIER_GROUP)
+        .filter(|(g, _)| {
+            [
+                GATEWAY_GROUP,
+                crate::translate::api::X_GATEWAY_GROUP,
+                crate::translate::spiffe::PIER_GROUP,
+            ]
+            .contains(g)
+        })
         .map(|(g, p)| format!("{p}.{g}"))
         .collect();
     let embedded: std::collections::BTreeSet<String> = crate::crds::bundle(false)

@@ -286,6 +286,10 @@ pub struct Backend {
         serialize_with = "opt_duration::serialize"
     )]
     pub connect_timeout: Option<Duration>,
+    /// Its Service's XBackendTrafficPolicy `retryConstraint`: its own retry budget, and 503
+    /// once it is spent; `None`: pier's budget (`proxy::exchange::retry::budget`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_constraint: Option<super::retry::RetryConstraint>,
     /// Requests in flight to this backend (Service port), counted while a maximum applies;
     /// shared by every variant of the backend and carried over reloads ([`EndpointPool`]).
     #[serde(skip)]
@@ -788,6 +792,7 @@ impl Backend {
             max_connections: None,
             max_retries: None,
             connect_timeout: None,
+            retry_constraint: None,
             outlier: OutlierOverride::default(),
             load: Arc::default(),
         }

@@ -76,3 +76,40 @@ mod tests {
         );
     }
 }
+
+/// A retry budget's knobs: pier's defaults (linkerd2's and Finagle's: 20 % over 10 s, at least
+/// 10 retries a second), or a Service's XBackendTrafficPolicy `retryConstraint` (Gateway API
+/// v1.7: `budget {percent, interval}`, `minRetryRate {count, interval}`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RetryBudgetConfig {
+    /// Retries may be this many percent of the requests over the window.
+    pub percent: u32,
+    /// ... or, whatever the ratio, this many retries within the last `min_interval`.
+    pub min_retries: u32,
+    /// Whole seconds, at least one.
+    #[serde(serialize_with = "ser_ms")]
+    pub min_interval: Duration,
+    /// The sliding window, in whole seconds (at least one).
+    #[serde(serialize_with = "ser_ms")]
+    pub window: Duration,
+}
+
+impl Default for RetryBudgetConfig {
+    fn default() -> Self {
+        Self {
+            percent: 20,
+            min_retries: 10,
+            min_interval: Duration::from_secs(1),
+            window: Duration::from_secs(10),
+        }
+    }
+}
+
+/// A Service's retry constraint (XBackendTrafficPolicy): its own budget, and once it is
+/// spent a retry is not sent and the client gets **503** (the API's MUST), where pier's
+/// default budget lets the last attempt's answer stand.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct RetryConstraint {
+    pub budget: RetryBudgetConfig,
+}

@@ -281,6 +281,7 @@ impl RateLimitService {
             max_connections: None,
             max_retries: None,
             connect_timeout: None,
+            retry_constraint: None,
             outlier: Default::default(),
             load: Default::default(),
         };

@@ -134,26 +134,9 @@ impl Default for Limits {
     }
 }
 
-/// The retry budget's knobs ([`ProxyConfig::retry_budget`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RetryBudgetConfig {
-    /// Retries may be this many percent of the requests over the window.
-    pub percent: u32,
-    /// ... or, whatever the ratio, this many retries in the current second.
-    pub min_per_second: u32,
-    /// The sliding window, in whole seconds (at least one).
-    pub window: Duration,
-}
-
-impl Default for RetryBudgetConfig {
-    fn default() -> Self {
-        Self {
-            percent: 20,
-            min_per_second: 10,
-            window: Duration::from_secs(10),
-        }
-    }
-}
+/// The retry budget's knobs ([`ProxyConfig::retry_budget`]; a Service's XBackendTrafficPolicy
+/// gives its own).
+pub use crate::model::retry::RetryBudgetConfig;
 
 // === impl ProxyConfig ===
 

@@ -82,6 +82,10 @@ pub enum ProxyError {
     /// sent.
     #[error("the backend has its maximum of requests in flight")]
     BackendOverflow,
+    /// A retry the Service's XBackendTrafficPolicy budget has no room for: not sent, and the
+    /// client gets 503 (Gateway API's MUST).
+    #[error("the backend's retry budget is spent")]
+    RetryBudgetSpent,
     /// The rule's access policy denied the client (authorization).
     #[error("the route's access policy denied the request")]
     Forbidden,
@@ -269,6 +273,7 @@ pub enum ErrorKind {
     RequestBodyTooLarge,
     UriTooLong,
     BackendOverflow,
+    RetryBudgetSpent,
     Forbidden,
     PolicyInvalid,
     Unauthenticated,
@@ -321,6 +326,7 @@ impl ProxyError {
             Self::ClientBody(BodyFault::TooSlow) => ErrorKind::RequestBodyTimeout,
             Self::ClientBody(BodyFault::TooLarge) => ErrorKind::RequestBodyTooLarge,
             Self::BackendOverflow => ErrorKind::BackendOverflow,
+            Self::RetryBudgetSpent => ErrorKind::RetryBudgetSpent,
             Self::Forbidden => ErrorKind::Forbidden,
             Self::PolicyInvalid => ErrorKind::PolicyInvalid,
             Self::Unauthenticated(_) => ErrorKind::Unauthenticated,
@@ -375,6 +381,7 @@ impl ProxyError {
             | ErrorKind::BackendTimeout
             | ErrorKind::RequestTimeout
             | ErrorKind::BackendOverflow
+            | ErrorKind::RetryBudgetSpent
             // The authorizer is an upstream of pier's.
             | ErrorKind::ExtAuthFailed => ErrorSide::Upstream,
         }
@@ -412,6 +419,7 @@ impl ProxyError {
             // Nothing was sent: safe to retry later, as Envoy answers an overflow.
             ErrorKind::NoEndpoints
             | ErrorKind::BackendOverflow
+            | ErrorKind::RetryBudgetSpent
             | ErrorKind::AuthBusy
             | ErrorKind::AuthUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             // Usually transient (a Secret not loaded yet) and nothing was sent: unavailable,
@@ -499,7 +507,8 @@ impl ProxyError {
             | ErrorKind::AuthUnavailable
             | ErrorKind::RateLimitUnavailable
             | ErrorKind::FaultInjected
-            | ErrorKind::BackendOverflow => GrpcCode::Unavailable,
+            | ErrorKind::BackendOverflow
+            | ErrorKind::RetryBudgetSpent => GrpcCode::Unavailable,
         }
     }
 

@@ -131,7 +131,7 @@ use crate::translate::api::{
     BackendTlsPolicy, ClusterTrustBundle, ConfigMap, EndpointSlice, GatewayClass, Namespace,
     ReferenceGrant, Secret, SecurityPolicy, Service, TcpRoute, TlsRoute, UdpRoute,
 };
-use crate::translate::api::{BackendTrafficPolicy, ClientTrafficPolicy};
+use crate::translate::api::{BackendTrafficPolicy, ClientTrafficPolicy, XBackendTrafficPolicy};
 use crate::translate::mesh::{asks_for_endpoint_identity, mesh_key_of};
 use crate::translate::{ObjectKey, Resources};
 
@@ -195,6 +195,8 @@ pub enum WatchKind {
     BackendTrafficPolicy,
     /// pier's own `ClientTrafficPolicy` (`pier.dev/v1alpha1`).
     ClientTrafficPolicy,
+    /// Gateway API's `XBackendTrafficPolicy` (v1.7 experimental).
+    XBackendTrafficPolicy,
 }
 
 /// The reflector stores, one per kind. Cheap to clone (shared handles).
@@ -224,6 +226,7 @@ pub struct Stores {
     pub security_policies: Store<DeserializeGuard<SecurityPolicy>>,
     pub backend_traffic_policies: Store<DeserializeGuard<BackendTrafficPolicy>>,
     pub client_traffic_policies: Store<DeserializeGuard<ClientTrafficPolicy>>,
+    pub x_backend_traffic_policies: Store<DeserializeGuard<XBackendTrafficPolicy>>,
     /// Slim: namespace, name, ServiceAccount ([`PodObject`]).
     pub pods: Store<DeserializeGuard<PodObject>>,
     /// The kinds the API server refuses to pier now.
@@ -349,7 +352,7 @@ impl Default for WatchScope {
 // === impl WatchKind ===
 
 impl WatchKind {
-    pub const ALL: [Self; 21] = [
+    pub const ALL: [Self; 22] = [
         Self::GatewayClass,
         Self::Gateway,
         Self::HttpRoute,
@@ -371,6 +374,7 @@ impl WatchKind {
         Self::SecurityPolicy,
         Self::BackendTrafficPolicy,
         Self::ClientTrafficPolicy,
+        Self::XBackendTrafficPolicy,
     ];
 
     /// The API group and resource (plural) the kind is watched as: what its CRD is named after
@@ -399,6 +403,10 @@ impl WatchKind {
             Self::SecurityPolicy => (PIER_GROUP, "securitypolicies"),
             Self::BackendTrafficPolicy => (PIER_GROUP, "backendtrafficpolicies"),
             Self::ClientTrafficPolicy => (PIER_GROUP, "clienttrafficpolicies"),
+            Self::XBackendTrafficPolicy => (
+                crate::translate::api::X_GATEWAY_GROUP,
+                "xbackendtrafficpolicies",
+            ),
         }
     }
 
@@ -436,6 +444,7 @@ impl WatchKind {
                 | Self::SecurityPolicy
                 | Self::BackendTrafficPolicy
                 | Self::ClientTrafficPolicy
+                | Self::XBackendTrafficPolicy
         )
     }
 }
@@ -629,6 +638,12 @@ impl KubeSource {
                 Spec,
                 watcher(Api::all(c()), all()),
             ),
+            x_backend_traffic_policies: tasks.watch(
+                &ctx,
+                W::XBackendTrafficPolicy,
+                Spec,
+                watcher(Api::all(c()), all()),
+            ),
             opaque_secrets: opaque_secrets.as_reader(),
             pods: pods.as_reader(),
             refused: ctx.refused.clone(),
@@ -707,6 +722,7 @@ impl Default for Stores {
             security_policies: empty(),
             backend_traffic_policies: empty(),
             client_traffic_policies: empty(),
+            x_backend_traffic_policies: empty(),
             pods: empty(),
             refused: Arc::default(),
             unserved: Arc::default(),
@@ -757,6 +773,7 @@ impl Stores {
             security_policies: namespaced(&self.security_policies, Clone::clone),
             backend_traffic_policies: namespaced(&self.backend_traffic_policies, Clone::clone),
             client_traffic_policies: namespaced(&self.client_traffic_policies, Clone::clone),
+            x_backend_traffic_policies: namespaced(&self.x_backend_traffic_policies, Clone::clone),
             // The API server pruned them (kubectl's strict field validation names them).
             unknown_fields: BTreeMap::new(),
             listener_filters: listener_filters(&self.gateways, "Gateway", |g| &g.1)

@@ -68,6 +68,11 @@ pub use gateway_api::experimental::tcproutes::{TcpRouteRules, TcpRouteStatus};
 pub use gateway_api::experimental::tlsroutes::{TlsRoute, TlsRouteRules, TlsRouteSpec};
 /// UDPRoute's field types (the v1 root is pier's own, [`UdpRoute`]).
 pub use gateway_api::experimental::udproutes::{UdpRouteRules, UdpRouteStatus};
+pub use gateway_api::experimental::xbackendtrafficpolicies::{
+    XBackendTrafficPolicy, XBackendTrafficPolicyRetryConstraint,
+    XBackendTrafficPolicyRetryConstraintBudget, XBackendTrafficPolicyRetryConstraintMinRetryRate,
+    XBackendTrafficPolicySpec, XBackendTrafficPolicyTargetRefs,
+};
 pub use gateway_api::gatewayclasses::{GatewayClass, GatewayClassSpec};
 /// The upstream Gateway type, for its group/version/kind (the cluster source watches Gateways
 /// as pier's own [`Gateway`], which keeps `spec.mesh`).
@@ -110,6 +115,8 @@ pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
 
 /// The Gateway API group.
 pub const GATEWAY_GROUP: &str = "gateway.networking.k8s.io";
+/// Gateway API's experimental-only kinds (`XBackendTrafficPolicy`, `XMesh`).
+pub const X_GATEWAY_GROUP: &str = "gateway.networking.x-k8s.io";
 /// The core API group, spelled as the API spells it.
 pub const CORE_GROUP: &str = "";
 

@@ -645,7 +645,7 @@ impl BackendTlsResolver<'_> {
 }
 
 /// A policy's status entry under Gateway `gw`.
-fn ancestor(
+pub(super) fn ancestor(
     gw: &ObjectRef,
     controller_name: &str,
     conditions: Vec<PolicyCondition>,

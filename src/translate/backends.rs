@@ -76,6 +76,8 @@ pub struct Backends<'a> {
     loads: BTreeMap<BackendId, Arc<BackendLoad>>,
     cache: BTreeMap<(BackendId, AppProtocol, TlsKey), Arc<Backend>>,
     pub tls: BackendTlsResolver<'a>,
+    /// XBackendTrafficPolicies: a Service's retry budget.
+    pub x_policies: super::x_backend_traffic_policy::XPolicies,
 }
 
 // === impl Backends ===
@@ -106,6 +108,7 @@ impl<'a> Backends<'a> {
             loads: BTreeMap::new(),
             cache: BTreeMap::new(),
             tls: BackendTlsResolver::new(resources, settings),
+            x_policies: super::x_backend_traffic_policy::XPolicies::new(resources),
         }
     }
 
@@ -120,6 +123,9 @@ impl<'a> Backends<'a> {
         traffic: Traffic,
     ) -> Result<Arc<Backend>, BackendError> {
         let service = ObjectRef::new(namespace, name);
+        // Noted for every Gateway that reaches the Service, cached backend or not.
+        let retry_constraint =
+            (self.x_policies).retry_constraint(&service, tls.gateway.map(|g| g.0));
         let id = BackendId {
             service: service.clone(),
             port,
@@ -197,6 +203,7 @@ impl<'a> Backends<'a> {
             max_retries: None,
             outlier,
             connect_timeout: None,
+            retry_constraint,
             load,
         });
         self.cache.insert(key, backend.clone());

@@ -18,7 +18,7 @@ use super::api::{
     BackendTlsPolicy, ByteString, CERTIFICATES_GROUP, ClusterTrustBundle, ConfigMap, EndpointSlice,
     GATEWAY_GROUP, Gateway, GatewayClass, GatewaySpec, GrpcRoute, HttpRoute, ListenerSet, MeshSpec,
     Namespace, ObjectMeta, PierGatewaySpec, ReferenceGrant, Secret, SecurityPolicy, Service,
-    TcpRoute, TlsRoute, UdpRoute,
+    TcpRoute, TlsRoute, UdpRoute, X_GATEWAY_GROUP,
 };
 use super::resources::{ObjectKey, Resources};
 use super::spiffe::PIER_GROUP;
@@ -298,6 +298,7 @@ enum Kind {
     SecurityPolicy,
     BackendTrafficPolicy,
     ClientTrafficPolicy,
+    XBackendTrafficPolicy,
     Pod,
 }
 
@@ -603,6 +604,12 @@ fn parse_document(doc: &Doc<'_>, resources: &mut Resources) -> Result<Parsed, Ma
             resources.client_traffic_policies.insert(key.clone(), o);
             key
         }
+        Kind::XBackendTrafficPolicy => {
+            let mut o: super::api::XBackendTrafficPolicy = doc.parse(k, ig)?;
+            let key = doc.key(k, &mut o.metadata)?;
+            resources.x_backend_traffic_policies.insert(key.clone(), o);
+            key
+        }
         Kind::Pod => {
             // Only the ServiceAccount is read of a Pod: the rest is skipped by design, not
             // unknown.
@@ -820,6 +827,7 @@ impl Kind {
             (PIER_GROUP, "SecurityPolicy") => Self::SecurityPolicy,
             (PIER_GROUP, "BackendTrafficPolicy") => Self::BackendTrafficPolicy,
             (PIER_GROUP, "ClientTrafficPolicy") => Self::ClientTrafficPolicy,
+            (X_GATEWAY_GROUP, "XBackendTrafficPolicy") => Self::XBackendTrafficPolicy,
             _ => return None,
         })
     }
@@ -832,6 +840,7 @@ impl Kind {
             "discovery.k8s.io",
             CERTIFICATES_GROUP,
             PIER_GROUP,
+            X_GATEWAY_GROUP,
         ]
         .iter()
         .find_map(|g| Self::of(g, kind))
@@ -860,6 +869,7 @@ impl Kind {
             Self::SecurityPolicy => SchemaOf::SecurityPolicy,
             Self::BackendTrafficPolicy => SchemaOf::BackendTrafficPolicy,
             Self::ClientTrafficPolicy => SchemaOf::ClientTrafficPolicy,
+            Self::XBackendTrafficPolicy => SchemaOf::XBackendTrafficPolicy,
             Self::Pod => return None,
         })
     }
@@ -895,9 +905,10 @@ impl Kind {
             Self::ClusterTrustBundle => &["v1beta1", "v1alpha1"],
             // v1alpha3 has the same shape as v1 for what pier reads.
             Self::BackendTlsPolicy => &["v1", "v1alpha3"],
-            Self::SecurityPolicy | Self::BackendTrafficPolicy | Self::ClientTrafficPolicy => {
-                &["v1alpha1"]
-            }
+            Self::SecurityPolicy
+            | Self::BackendTrafficPolicy
+            | Self::ClientTrafficPolicy
+            | Self::XBackendTrafficPolicy => &["v1alpha1"],
         }
     }
 }

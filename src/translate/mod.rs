@@ -51,6 +51,7 @@ mod tls_route;
 mod tls_settings;
 mod traffic_policy;
 mod udp_route;
+mod x_backend_traffic_policy;
 
 pub use traffic_policy::rate_limit_config;
 
@@ -381,6 +382,8 @@ pub fn translate_with(
     }
 
     status.backend_tls_policies = backends.tls.statuses(&settings.controller_name);
+    status.x_backend_traffic_policies =
+        (backends.x_policies).statuses(resources, &settings.controller_name);
     let route_statuses = attach::RouteStatuses {
         http: &status.http_routes,
         grpc: &status.grpc_routes,

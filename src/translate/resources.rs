@@ -48,6 +48,9 @@ pub struct Resources {
     pub security_policies: BTreeMap<ObjectKey, SecurityPolicy>,
     /// pier's own `BackendTrafficPolicy` (`pier.dev/v1alpha1`).
     pub backend_traffic_policies: BTreeMap<ObjectKey, BackendTrafficPolicy>,
+    /// Gateway API's `XBackendTrafficPolicy` (`gateway.networking.x-k8s.io/v1alpha1`, v1.7
+    /// experimental): retry budgets per Service.
+    pub x_backend_traffic_policies: BTreeMap<ObjectKey, super::api::XBackendTrafficPolicy>,
     /// pier's own `ClientTrafficPolicy` (`pier.dev/v1alpha1`).
     pub client_traffic_policies: BTreeMap<ObjectKey, ClientTrafficPolicy>,
     /// Fields objects have that their kinds do not, by `(kind, (namespace, name))` (an empty

@@ -26,6 +26,8 @@ use crate::model::ObjectRef;
 pub const GATEWAY_API_VERSION: &str = "gateway.networking.k8s.io/v1";
 /// The apiVersion of pier's own policies.
 pub const PIER_POLICY_API_VERSION: &str = "pier.dev/v1alpha1";
+/// XBackendTrafficPolicy's (Gateway API v1.7 experimental).
+pub const X_GATEWAY_API_VERSION: &str = "gateway.networking.x-k8s.io/v1alpha1";
 
 /// One condition. `T` and `R` are the condition type and reason enums of the object kind.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -288,6 +290,8 @@ pub struct Statuses {
     pub backend_traffic_policies: BTreeMap<ObjectRef, BackendTlsPolicyStatus>,
     /// ClientTrafficPolicies (`pier.dev/v1alpha1`), the same way.
     pub client_traffic_policies: BTreeMap<ObjectRef, BackendTlsPolicyStatus>,
+    /// Gateway API's XBackendTrafficPolicy (v1.7 experimental).
+    pub x_backend_traffic_policies: BTreeMap<ObjectRef, BackendTlsPolicyStatus>,
 }
 
 #[derive(Debug, Default, PartialEq)]
@@ -409,6 +413,7 @@ pub enum StatusKind {
     SecurityPolicy,
     BackendTrafficPolicy,
     ClientTrafficPolicy,
+    XBackendTrafficPolicy,
 }
 
 #[derive(Debug, Serialize)]
@@ -657,11 +662,13 @@ impl Statuses {
                 "BackendTLSPolicy"
                 | "SecurityPolicy"
                 | "BackendTrafficPolicy"
-                | "ClientTrafficPolicy" => {
+                | "ClientTrafficPolicy"
+                | "XBackendTrafficPolicy" => {
                     let policies = match kind.as_str() {
                         "BackendTLSPolicy" => &mut self.backend_tls_policies,
                         "SecurityPolicy" => &mut self.security_policies,
                         "ClientTrafficPolicy" => &mut self.client_traffic_policies,
+                        "XBackendTrafficPolicy" => &mut self.x_backend_traffic_policies,
                         _ => &mut self.backend_traffic_policies,
                     };
                     if let Some(s) = policies.get_mut(&key) {
@@ -778,6 +785,17 @@ impl Statuses {
                     ancestors: &s.ancestors,
                 },
             });
+        let x_traffic = self
+            .x_backend_traffic_policies
+            .iter()
+            .map(|(key, s)| StatusObject {
+                api_version: X_GATEWAY_API_VERSION,
+                kind: StatusKind::XBackendTrafficPolicy,
+                metadata: StatusMeta::namespaced(key, s.generation),
+                status: ObjectStatus::BackendTlsPolicy {
+                    ancestors: &s.ancestors,
+                },
+            });
         classes
             .chain(gateways)
             .chain(sets)
@@ -786,6 +804,7 @@ impl Statuses {
             .chain(security)
             .chain(traffic)
             .chain(client)
+            .chain(x_traffic)
             .collect()
     }
 }

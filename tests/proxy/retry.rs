@@ -404,7 +404,8 @@ async fn a_spent_budget_refuses_the_retry_and_returns_the_last_response() {
     let config = ProxyConfig {
         retry_budget: RetryBudgetConfig {
             percent: 0,
-            min_per_second: 3,
+            min_retries: 3,
+            min_interval: Duration::from_secs(1),
             window: Duration::from_secs(10),
         },
         ..config()

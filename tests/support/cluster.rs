@@ -286,6 +286,7 @@ pub fn api_resource(api_version: &str, kind: &str) -> ApiResource {
         "SecurityPolicy" => "securitypolicies",
         "BackendTrafficPolicy" => "backendtrafficpolicies",
         "ClientTrafficPolicy" => "clienttrafficpolicies",
+        "XBackendTrafficPolicy" => "xbackendtrafficpolicies",
         other => panic!("no plural for {other}"),
     };
     ApiResource {

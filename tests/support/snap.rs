@@ -52,6 +52,7 @@ pub fn tls_backend(
         max_connections: None,
         max_retries: None,
         connect_timeout: None,
+        retry_constraint: None,
         outlier: Default::default(),
         load: Default::default(),
     })

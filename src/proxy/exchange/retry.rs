@@ -11,6 +11,7 @@
 //!                                          ^                                 │ retryable,
 //!                                          └── sleep(backoff) <─ withdraw ok ┘ attempts left
 //!                                  budget spent: the last response (or error) is the answer
+//!                                  (a Service's XBackendTrafficPolicy budget: 503)
 //! ```
 //!
 //! What is retried, where GEP-1731 leaves it open:
@@ -106,7 +107,11 @@ pub async fn forward<'s>(
     seen: &mut Seen<'s>,
 ) -> Result<(Response<UpstreamBody>, InFlight), ProxyError> {
     let backend = req.backend;
-    let budget = shared.retry_budgets.of(&backend.id, shared.clock.now_ms());
+    let constraint = backend.retry_constraint.as_ref();
+    let own = constraint.map(|c| &c.budget);
+    let budget = shared
+        .retry_budgets
+        .of(&backend.id, own, shared.clock.now_ms());
     budget.deposit(shared.clock.now_ms());
     let mut retries = 0;
     // A retrying request holds one of the backend's `maxParallelRetries` places until its
@@ -144,6 +149,14 @@ pub async fn forward<'s>(
         }
         if !budget.withdraw(shared.clock.now_ms()) {
             shared.metrics.retry_refused(&backend.id);
+            if constraint.is_some() {
+                // XBackendTrafficPolicy: the client gets 503, not the failed attempt.
+                tracing::debug!(backend = %backend.id, "retry budget spent; 503");
+                if let Ok((resp, in_flight)) = result {
+                    discard(resp, in_flight);
+                }
+                return Err(ProxyError::RetryBudgetSpent);
+            }
             tracing::debug!(backend = %backend.id, "retry budget spent; the last attempt answers");
             return result;
         }

@@ -21,6 +21,7 @@ fn backend(protocol: AppProtocol) -> Backend {
         max_connections: None,
         max_retries: None,
         connect_timeout: None,
+        retry_constraint: None,
         outlier: Default::default(),
         load: Arc::default(),
     }

@@ -32,6 +32,7 @@ pub(super) enum SchemaOf {
     SecurityPolicy,
     BackendTrafficPolicy,
     ClientTrafficPolicy,
+    XBackendTrafficPolicy,
 }
 
 /// The field of the object at `path`'s parent nearest to its last key (`backendRefs` for
@@ -101,7 +102,7 @@ fn properties(at: &Value, out: &mut Vec<String>) {
 /// The kind's JSON schema, every subschema inlined; made once.
 fn schema(of: SchemaOf) -> &'static Value {
     // One slot per kind: the last variant's index + 1 (a new kind goes last in `SchemaOf`).
-    const KINDS: usize = SchemaOf::ClientTrafficPolicy as usize + 1;
+    const KINDS: usize = SchemaOf::XBackendTrafficPolicy as usize + 1;
     static SCHEMAS: [OnceLock<Value>; KINDS] = [const { OnceLock::new() }; KINDS];
     SCHEMAS[of as usize].get_or_init(|| match of {
         SchemaOf::GatewayClass => make::<super::GatewayClass>(),
@@ -123,6 +124,7 @@ fn schema(of: SchemaOf) -> &'static Value {
         SchemaOf::SecurityPolicy => make::<super::SecurityPolicy>(),
         SchemaOf::BackendTrafficPolicy => make::<crate::translate::api::BackendTrafficPolicy>(),
         SchemaOf::ClientTrafficPolicy => make::<crate::translate::api::ClientTrafficPolicy>(),
+        SchemaOf::XBackendTrafficPolicy => make::<crate::translate::api::XBackendTrafficPolicy>(),
     })
 }
 

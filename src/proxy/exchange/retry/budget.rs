@@ -5,16 +5,17 @@
 //! backend's retries stay under [`RetryBudgetConfig::percent`] (20 %) of the requests its
 //! retrying rules sent it (those that could be retried: the first attempts that
 //! `proxy::retry` sends; requests of rules without retries take the HTTP/1.1 fast path,
-//! which must not take a lock per request), or when fewer than [`RetryBudgetConfig::min_per_second`] (10)
-//! retries went to it in the current second, so a backend with little traffic can still have
+//! which must not take a lock per request), or when fewer than [`RetryBudgetConfig::min_retries`] (10)
+//! retries went to it within [`RetryBudgetConfig::min_interval`] (the current second), so a backend with little traffic can still have
 //! its few failures retried. The same idea as linkerd2's and Finagle's budgets (20 % of
 //! requests over 10 s, at least 10 retries a second), and Envoy's `retry_budget` (20 % of
 //! active requests, at least 3 concurrent retries). A failing backend receives at most about
 //! 1.2 times its normal traffic, however many attempts the rules allow.
 //!
 //! Budgets are per backend (Service port), shared by every rule that sends to it, and live
-//! outside the snapshot: a reload neither resets nor forgets them. A budget unused for a
-//! whole window holds nothing and is dropped.
+//! outside the snapshot: a reload neither resets nor forgets them (a changed XBackendTrafficPolicy
+//! starts the Service's budget afresh). A budget unused for a whole window holds nothing and
+//! is dropped.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -50,7 +51,7 @@ pub struct RetryBudgets {
 
 impl RetryBudget {
     pub fn new(config: RetryBudgetConfig) -> Self {
-        let n = config.window.as_secs().max(1) as usize;
+        let n = config.window.max(config.min_interval).as_secs().max(1) as usize;
         Self {
             config,
             slots: Mutex::new(vec![Slot::default(); n]),
@@ -59,36 +60,44 @@ impl RetryBudget {
 
     /// Counts a request (a first attempt) to the backend.
     pub fn deposit(&self, now_ms: u64) {
-        self.with_slot(now_ms, |_, slot| slot.requests += 1);
+        self.with_slot(now_ms, |slots, _, i| slots[i].requests += 1);
     }
 
     /// Takes a retry from the budget: false when it is spent (the retry must not be sent).
     pub fn withdraw(&self, now_ms: u64) -> bool {
         let RetryBudgetConfig {
             percent,
-            min_per_second,
-            ..
+            min_retries,
+            min_interval,
+            window,
         } = self.config;
-        self.with_slot(now_ms, |(requests, retries), slot| {
-            let allowed = retries * 100 < requests * u64::from(percent)
-                || slot.retries < u64::from(min_per_second);
+        let (window, min_interval) = (secs(window), secs(min_interval));
+        self.with_slot(now_ms, |slots, second, i| {
+            let (requests, retries) = counts(slots, second, window);
+            let (_, recent) = counts(slots, second, min_interval);
+            let allowed =
+                retries * 100 < requests * u64::from(percent) || recent < u64::from(min_retries);
             if allowed {
-                slot.retries += 1;
+                slots[i].retries += 1;
             }
             allowed
         })
     }
 
+    /// Made with `config`.
+    pub fn has(&self, config: &RetryBudgetConfig) -> bool {
+        self.config == *config
+    }
+
     /// Whether nothing in the window is left: the budget is as good as a new one.
     fn is_idle(&self, now_ms: u64) -> bool {
         let slots = self.lock();
-        let (requests, retries) = window(&slots, now_ms / 1000);
+        let (requests, retries) = counts(&slots, now_ms / 1000, slots.len() as u64);
         requests + retries == 0
     }
 
-    /// Runs `f` on the current second's slot, with the window's (requests, retries), the
-    /// current second included.
-    fn with_slot<R>(&self, now_ms: u64, f: impl FnOnce((u64, u64), &mut Slot) -> R) -> R {
+    /// Runs `f` on the slots, the current second and its slot's index.
+    fn with_slot<R>(&self, now_ms: u64, f: impl FnOnce(&mut [Slot], u64, usize) -> R) -> R {
         let mut slots = self.lock();
         // Callers read the clock before taking the lock, so one may come a little late: it
         // counts in the newest second rather than wiping it.
@@ -102,8 +111,7 @@ impl RetryBudget {
                 ..Slot::default()
             };
         }
-        let counts = window(&slots, second);
-        f(counts, &mut slots[i])
+        f(&mut slots, second, i)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Slot>> {
@@ -112,9 +120,14 @@ impl RetryBudget {
     }
 }
 
-/// (requests, retries) of the slots within the window that ends at `second`.
-fn window(slots: &[Slot], second: u64) -> (u64, u64) {
-    let n = slots.len() as u64;
+/// A duration in whole seconds, at least one.
+fn secs(d: std::time::Duration) -> u64 {
+    d.as_secs().max(1)
+}
+
+/// (requests, retries) of the `n` seconds that end at `second` (the slots hold at least as
+/// many).
+fn counts(slots: &[Slot], second: u64, n: u64) -> (u64, u64) {
     slots
         .iter()
         .filter(|s| s.second <= second && second - s.second < n)
@@ -131,18 +144,25 @@ impl RetryBudgets {
         }
     }
 
-    /// The budget of `backend`, made on first use. Making one also drops the budgets that
-    /// have been idle for a whole window, so the map holds only backends retried lately.
-    pub fn of(&self, backend: &BackendId, now_ms: u64) -> Arc<RetryBudget> {
+    /// The budget of `backend`, made on first use, with `own` (its XBackendTrafficPolicy's
+    /// knobs) or pier's. Making one also drops the budgets that have been idle for a whole
+    /// window, so the map holds only backends retried lately.
+    pub fn of(
+        &self,
+        backend: &BackendId,
+        own: Option<&RetryBudgetConfig>,
+        now_ms: u64,
+    ) -> Arc<RetryBudget> {
+        let config = own.unwrap_or(&self.config);
         let mut map = self
             .by_backend
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        if let Some(b) = map.get(backend) {
+        if let Some(b) = map.get(backend).filter(|b| b.has(config)) {
             return b.clone();
         }
         map.retain(|_, b| !b.is_idle(now_ms));
-        let budget = Arc::new(RetryBudget::new(self.config));
+        let budget = Arc::new(RetryBudget::new(*config));
         map.insert(backend.clone(), budget.clone());
         budget
     }

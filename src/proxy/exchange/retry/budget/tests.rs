@@ -6,7 +6,8 @@ use std::time::Duration;
 fn budget(percent: u32, min_per_second: u32, window_secs: u64) -> RetryBudget {
     RetryBudget::new(RetryBudgetConfig {
         percent,
-        min_per_second,
+        min_retries: min_per_second,
+        min_interval: Duration::from_secs(1),
         window: Duration::from_secs(window_secs),
     })
 }
@@ -25,8 +26,8 @@ fn drain(b: &RetryBudget, now_ms: u64) -> u32 {
 fn defaults_are_20_percent_over_10s_and_10_a_second() {
     let c = RetryBudgetConfig::default();
     assert_eq!(
-        (c.percent, c.min_per_second, c.window),
-        (20, 10, Duration::from_secs(10))
+        (c.percent, c.min_retries, c.min_interval, c.window),
+        (20, 10, Duration::from_secs(1), Duration::from_secs(10))
     );
 }
 
@@ -94,22 +95,58 @@ fn a_late_caller_counts_in_the_newest_second() {
 fn budgets_are_per_backend_and_idle_ones_are_dropped() {
     let budgets = RetryBudgets::new(RetryBudgetConfig {
         percent: 0,
-        min_per_second: 1,
+        min_retries: 1,
+        min_interval: Duration::from_secs(1),
         window: Duration::from_secs(10),
     });
     let id = |n: &str| BackendId {
         service: crate::model::ObjectRef::new("ns", n),
         port: 80,
     };
-    let a = budgets.of(&id("a"), 0);
+    let a = budgets.of(&id("a"), None, 0);
     assert!(a.withdraw(0));
     assert!(!a.withdraw(0));
     // Another backend has its own.
-    assert!(budgets.of(&id("b"), 0).withdraw(0));
+    assert!(budgets.of(&id("b"), None, 0).withdraw(0));
     // The same backend gets the same budget back.
-    assert!(!budgets.of(&id("a"), 0).withdraw(0));
+    assert!(!budgets.of(&id("a"), None, 0).withdraw(0));
     assert_eq!(budgets.len(), 2);
     // A window later both are idle; making a new one drops them.
-    let _c = budgets.of(&id("c"), 10_000);
+    let _c = budgets.of(&id("c"), None, 10_000);
     assert_eq!(budgets.len(), 1);
+}
+
+/// XBackendTrafficPolicy's `minRetryRate` over more than a second: the minimum counts over
+/// its interval, not per second.
+#[test]
+fn a_minimum_rate_over_an_interval_counts_over_the_interval() {
+    let b = RetryBudget::new(RetryBudgetConfig {
+        percent: 0,
+        min_retries: 3,
+        min_interval: Duration::from_secs(5),
+        window: Duration::from_secs(10),
+    });
+    assert_eq!(drain(&b, 0), 3);
+    // Two seconds later the three still count.
+    assert_eq!(drain(&b, 2_000), 0);
+    // Five seconds after them they have left the interval.
+    assert_eq!(drain(&b, 5_000), 3);
+}
+
+/// A Service whose policy changes gets a budget with the new knobs.
+#[test]
+fn a_backend_with_its_own_knobs_gets_its_own_budget() {
+    let budgets = RetryBudgets::new(RetryBudgetConfig::default());
+    let id = BackendId {
+        service: crate::model::ObjectRef::new("ns", "a"),
+        port: 80,
+    };
+    let none = RetryBudgetConfig {
+        percent: 0,
+        min_retries: 0,
+        ..RetryBudgetConfig::default()
+    };
+    assert!(budgets.of(&id, None, 0).withdraw(0));
+    assert!(!budgets.of(&id, Some(&none), 0).withdraw(0));
+    assert!(budgets.of(&id, None, 0).withdraw(0));
 }
