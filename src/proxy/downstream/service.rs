@@ -138,7 +138,16 @@ async fn dispatch<'s>(
             client_sans: conn.client_identity.as_ref().map_or(&[], |c| &c.sans),
         };
         let mut outcomes = Vec::new();
-        match phase::listener_filters(shared, pre, &ctx, &mut req, &mut outcomes).await? {
+        // Boxed: its authorizer calls would otherwise grow every request's future (and so
+        // hyper's connection task) for listeners that have none.
+        let filtered = Box::pin(phase::listener_filters(
+            shared,
+            pre,
+            &ctx,
+            &mut req,
+            &mut outcomes,
+        ));
+        match filtered.await? {
             Ok(bytes) => read = bytes,
             Err(answer) => return Ok(answer),
         }
