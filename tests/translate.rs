@@ -65,6 +65,8 @@ struct EntrySummary<'a> {
     timeouts: &'a Timeouts,
     #[serde(skip_serializing_if = "Option::is_none")]
     retry: Option<&'a RetryPolicy>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    session: Option<&'a pier::model::session::SessionPolicy>,
 }
 
 #[derive(Serialize)]
@@ -126,6 +128,7 @@ fn port(p: &Port) -> PortSummary<'_> {
                             backends: e.rule.backends.backends.iter().map(backend).collect(),
                             timeouts: &e.rule.timeouts,
                             retry: e.rule.retry.as_ref(),
+                            session: e.rule.session.as_ref(),
                         })
                     })
                     .collect(),

@@ -131,7 +131,7 @@ use crate::translate::api::{
     BackendTlsPolicy, ClusterTrustBundle, ConfigMap, EndpointSlice, GatewayClass, Namespace,
     ReferenceGrant, Secret, SecurityPolicy, Service, TcpRoute, TlsRoute, UdpRoute,
 };
-use crate::translate::api::{BackendTrafficPolicy, ClientTrafficPolicy, XBackendTrafficPolicy};
+use crate::translate::api::{BackendTrafficPolicy, ClientTrafficPolicy};
 use crate::translate::mesh::{asks_for_endpoint_identity, mesh_key_of};
 use crate::translate::{ObjectKey, Resources};
 
@@ -226,7 +226,7 @@ pub struct Stores {
     pub security_policies: Store<DeserializeGuard<SecurityPolicy>>,
     pub backend_traffic_policies: Store<DeserializeGuard<BackendTrafficPolicy>>,
     pub client_traffic_policies: Store<DeserializeGuard<ClientTrafficPolicy>>,
-    pub x_backend_traffic_policies: Store<DeserializeGuard<XBackendTrafficPolicy>>,
+    pub x_backend_traffic_policies: Store<DeserializeGuard<gateway::XBackendTrafficPolicyObject>>,
     /// Slim: namespace, name, ServiceAccount ([`PodObject`]).
     pub pods: Store<DeserializeGuard<PodObject>>,
     /// The kinds the API server refuses to pier now.
@@ -773,7 +773,9 @@ impl Stores {
             security_policies: namespaced(&self.security_policies, Clone::clone),
             backend_traffic_policies: namespaced(&self.backend_traffic_policies, Clone::clone),
             client_traffic_policies: namespaced(&self.client_traffic_policies, Clone::clone),
-            x_backend_traffic_policies: namespaced(&self.x_backend_traffic_policies, Clone::clone),
+            x_backend_traffic_policies: namespaced(&self.x_backend_traffic_policies, |p| {
+                p.0.clone()
+            }),
             // The API server pruned them (kubectl's strict field validation names them).
             unknown_fields: BTreeMap::new(),
             listener_filters: listener_filters(&self.gateways, "Gateway", |g| &g.1)

@@ -71,7 +71,8 @@ pub use gateway_api::experimental::udproutes::{UdpRouteRules, UdpRouteStatus};
 pub use gateway_api::experimental::xbackendtrafficpolicies::{
     XBackendTrafficPolicy, XBackendTrafficPolicyRetryConstraint,
     XBackendTrafficPolicyRetryConstraintBudget, XBackendTrafficPolicyRetryConstraintMinRetryRate,
-    XBackendTrafficPolicySpec, XBackendTrafficPolicyTargetRefs,
+    XBackendTrafficPolicySessionPersistence, XBackendTrafficPolicySpec,
+    XBackendTrafficPolicyTargetRefs,
 };
 pub use gateway_api::gatewayclasses::{GatewayClass, GatewayClassSpec};
 /// The upstream Gateway type, for its group/version/kind (the cluster source watches Gateways

@@ -1041,6 +1041,19 @@ fn compile_rule(
             errors.push(InvalidRule::Session(e));
             None
         });
+    // Without its own, the rule's Services' XBackendTrafficPolicy may give one (when all of
+    // them have the same policy with one).
+    let session = match session {
+        Some(s) => Some(s),
+        None if session_persistence.is_none() => {
+            let services = weighted.iter().filter_map(|w| match &w.target {
+                BackendTarget::Service(b) => Some(&b.id.service),
+                BackendTarget::Invalid => None,
+            });
+            ctx.backends.x_policies.session_for(services)
+        }
+        None => None,
+    };
 
     let valid = errors.is_empty();
     // Invalid: no filters, no backends, so it answers 500 (see the module docs).
@@ -1288,7 +1301,7 @@ fn rule_retry(
 /// GEP-1619. Type defaults to Cookie, lifetime to Session. Without `sessionName` the name is
 /// `pier-session-` and 8 hex digits of a hash of the route and rule, so two rules on one host
 /// do not take each other's sessions.
-fn rule_session(
+pub(super) fn rule_session(
     HttpRouteRulesSessionPersistence {
         absolute_timeout,
         cookie_config,

@@ -606,6 +606,7 @@ fn parse_document(doc: &Doc<'_>, resources: &mut Resources) -> Result<Parsed, Ma
         }
         Kind::XBackendTrafficPolicy => {
             let mut o: super::api::XBackendTrafficPolicy = doc.parse(k, ig)?;
+            doc.policy_session_shape(k, &mut o.spec.session_persistence, ig)?;
             let key = doc.key(k, &mut o.metadata)?;
             resources.x_backend_traffic_policies.insert(key.clone(), o);
             key
@@ -1004,6 +1005,36 @@ impl Parsing<'_, '_> {
             })?;
         }
         Ok(())
+    }
+
+    /// An XBackendTrafficPolicy's `spec.sessionPersistence` in v1.7's shape (`cookie`,
+    /// `header`), folded into the v1.6 fields its typed decoding read.
+    fn policy_session_shape<T: serde::Serialize + DeserializeOwned>(
+        &self,
+        kind: &str,
+        sp: &mut Option<T>,
+        ignored: &mut Vec<Vec<Step>>,
+    ) -> Result<(), ManifestError> {
+        let doc: super::session_shape::PolicyDoc = self.parse(kind, &mut Vec::new())?;
+        let Some(shape) = doc.shape() else {
+            return Ok(());
+        };
+        let path = |field: &str| {
+            vec![
+                Step::Key("spec".into()),
+                Step::Key("sessionPersistence".into()),
+                Step::Key(field.into()),
+            ]
+        };
+        ignored.retain(|p| !p.starts_with(&path("cookie")) && !p.starts_with(&path("header")));
+        super::session_shape::apply(sp, &shape).map_err(|e| ManifestError::Object {
+            document: self.number,
+            line: self.line,
+            kind: kind.to_string(),
+            name: None,
+            path: path("cookie"),
+            message: e.to_string(),
+        })
     }
 
     /// Reads the `filters` of the listeners of Gateway or ListenerSet `key`: the kind's own

@@ -94,6 +94,39 @@ fn fold(sp: &mut Map<String, Value>, shape: &Shape) {
     }
 }
 
+/// Only `spec.sessionPersistence`'s v1.7 fields of an XBackendTrafficPolicy.
+#[derive(Default, Deserialize)]
+pub struct PolicyDoc {
+    #[serde(default)]
+    spec: PolicySpec,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PolicySpec {
+    #[serde(default)]
+    session_persistence: Option<Shape>,
+}
+
+impl PolicyDoc {
+    /// Its shape (`None`: no `sessionPersistence`, or no v1.7 field in it).
+    pub fn shape(self) -> Option<Shape> {
+        (self.spec.session_persistence).filter(|s| *s != Shape::default())
+    }
+}
+
+/// An XBackendTrafficPolicy as JSON: its `spec.sessionPersistence`'s v1.7 fields folded into
+/// the v1.6 ones, before the typed decoding.
+pub fn normalize_policy(policy: &mut Value) {
+    if let Some(sp) = policy
+        .pointer_mut("/spec/sessionPersistence")
+        .and_then(Value::as_object_mut)
+    {
+        let shape: Shape = serde_json::from_value(Value::Object(sp.clone())).unwrap_or_default();
+        fold(sp, &shape);
+    }
+}
+
 /// An HTTPRoute or GRPCRoute as JSON (what the API server sends): every rule's v1.7
 /// `sessionPersistence` fields folded into the v1.6 ones, before the typed decoding.
 pub fn normalize(route: &mut Value) {

@@ -9,8 +9,9 @@
 //! status: one ancestor per Gateway whose routes reach the Service (GEP-713)
 //! ```
 //!
-//! Left out: `sessionPersistence` (deprecated in v1.7 for XBackend; a policy that sets it is
-//! Accepted with a note saying it is not applied: the route's own is).
+//! `sessionPersistence` (v1.6's and v1.7's shapes; deprecated in v1.7 for XBackend) is the
+//! session persistence of every rule whose backendRefs all reach Services of that one policy
+//! and that has none of its own (the route's wins).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -22,12 +23,15 @@ use super::status::{
 };
 use crate::model::ObjectRef;
 use crate::model::retry::{RetryBudgetConfig, RetryConstraint};
+use crate::model::session::SessionPolicy;
 
 /// What a policy says, once read.
 #[derive(Debug)]
 struct Read {
     /// `Err`: invalid (the message); the Service keeps pier's default budget.
     constraint: Result<Option<RetryConstraint>, String>,
+    /// `Err`: invalid (the message); rules keep their own (or none).
+    session: Result<Option<SessionPolicy>, String>,
     notes: Vec<String>,
 }
 
@@ -58,13 +62,6 @@ impl XPolicies {
         });
         for (p, key) in policies {
             let mut notes = Vec::new();
-            if p.spec.session_persistence.is_some() {
-                notes.push(
-                    "sessionPersistence is not applied (deprecated in Gateway API v1.7; set it on \
-                     the route)"
-                        .to_string(),
-                );
-            }
             for (i, t) in p.spec.target_refs.iter().enumerate() {
                 if !t.group.is_empty() || t.kind != "Service" {
                     notes.push(format!(
@@ -85,7 +82,17 @@ impl XPolicies {
                 }
             }
             let constraint = p.spec.retry_constraint.as_ref().map(constraint).transpose();
-            out.read.insert(key, Read { constraint, notes });
+            let session = (p.spec.session_persistence.as_ref())
+                .map(|s| session(s, &key))
+                .transpose();
+            out.read.insert(
+                key,
+                Read {
+                    constraint,
+                    session,
+                    notes,
+                },
+            );
         }
         out
     }
@@ -101,6 +108,19 @@ impl XPolicies {
             (self.used.entry(policy.clone()).or_default()).insert(gw.clone());
         }
         self.read.get(policy)?.constraint.clone().ok().flatten()
+    }
+
+    /// The session persistence of a rule whose backendRefs reach `services`: that of their
+    /// policy when all have the same one with `sessionPersistence`.
+    pub fn session_for<'s>(
+        &self,
+        mut services: impl Iterator<Item = &'s ObjectRef>,
+    ) -> Option<SessionPolicy> {
+        let first = self.by_service.get(services.next()?)?;
+        if !services.all(|s| self.by_service.get(s) == Some(first)) {
+            return None;
+        }
+        self.read.get(first)?.session.clone().ok().flatten()
     }
 
     /// GEP-713 status: for each policy in force somewhere, one ancestor per Gateway where it
@@ -130,12 +150,13 @@ impl XPolicies {
                     ),
                 ),
                 None => {
-                    let condition = match &read.constraint {
-                        Err(why) => (false, R::Invalid, why.clone()),
-                        Ok(_) if read.notes.is_empty() => {
+                    let invalid = (read.constraint.as_ref().err()).or(read.session.as_ref().err());
+                    let condition = match invalid {
+                        Some(why) => (false, R::Invalid, why.clone()),
+                        None if read.notes.is_empty() => {
                             (true, R::Accepted, "Policy is accepted".to_string())
                         }
-                        Ok(_) => (
+                        None => (
                             true,
                             R::Accepted,
                             format!("Policy is accepted; {}", read.notes.join("; ")),
@@ -164,6 +185,20 @@ impl XPolicies {
         }
         out
     }
+}
+
+/// `sessionPersistence`, read as a route rule's is (the cookie's default name from the
+/// policy's).
+fn session(
+    sp: &api::XBackendTrafficPolicySessionPersistence,
+    policy: &ObjectRef,
+) -> Result<SessionPolicy, String> {
+    // The same fields as a route rule's: read by the same code.
+    let rule: api::HttpRouteRulesSessionPersistence = serde_json::to_value(sp)
+        .and_then(serde_json::from_value)
+        .map_err(|e| format!("sessionPersistence: {e}"))?;
+    super::http_route::rule_session(&rule, policy, 0)
+        .map_err(|e| format!("sessionPersistence: {e}"))
 }
 
 /// `retryConstraint`, with the API's defaults (20 % over 10 s; at least 10 retries a second).

@@ -10,7 +10,9 @@ use kube::Resource;
 use kube::core::{NamespaceResourceScope, ObjectMeta};
 use serde::{Deserialize, Deserializer};
 
-use crate::translate::api::{Gateway, GrpcRoute, HttpRoute, ListenerSet, UpstreamGateway};
+use crate::translate::api::{
+    Gateway, GrpcRoute, HttpRoute, ListenerSet, UpstreamGateway, XBackendTrafficPolicy,
+};
 use crate::translate::resources::listeners_with_filters;
 
 /// A Gateway, and the `filters` of its listeners that have them.
@@ -112,13 +114,14 @@ macro_rules! object_of {
     };
 }
 
-/// Routes decode through JSON, `sessionPersistence` folded in first.
+/// Routes (and XBackendTrafficPolicy) decode through JSON, `sessionPersistence` folded in
+/// first by `$normalize`.
 macro_rules! route_object {
-    ($object:ident, $route:ident) => {
+    ($object:ident, $route:ident, $normalize:path) => {
         impl<'de> Deserialize<'de> for $object {
             fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
                 let mut value = serde_json::Value::deserialize(d)?;
-                crate::translate::session_shape::normalize(&mut value);
+                $normalize(&mut value);
                 let route = $route::deserialize(value).map_err(serde::de::Error::custom)?;
                 Ok(Self(route))
             }
@@ -128,8 +131,25 @@ macro_rules! route_object {
     };
 }
 
-route_object!(HttpRouteObject, HttpRoute);
-route_object!(GrpcRouteObject, GrpcRoute);
+route_object!(
+    HttpRouteObject,
+    HttpRoute,
+    crate::translate::session_shape::normalize
+);
+route_object!(
+    GrpcRouteObject,
+    GrpcRoute,
+    crate::translate::session_shape::normalize
+);
+route_object!(
+    XBackendTrafficPolicyObject,
+    XBackendTrafficPolicy,
+    crate::translate::session_shape::normalize_policy
+);
+
+/// An XBackendTrafficPolicy read in either shape of `sessionPersistence`.
+#[derive(Clone, Debug)]
+pub struct XBackendTrafficPolicyObject(pub XBackendTrafficPolicy);
 
 /// A ListenerSet, and the `filters` of its listeners that have them.
 #[derive(Clone, Debug)]
@@ -191,6 +211,16 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(gw.spec.address_routability, ["", "Cluster"]);
+        // An XBackendTrafficPolicy's v1.7 `sessionPersistence` shape, folded in before the
+        // typed decoding (which has v1.6's fields).
+        let p: XBackendTrafficPolicyObject = serde_json::from_value(serde_json::json!({
+            "metadata": { "name": "p", "namespace": "n" },
+            "spec": { "targetRefs": [{ "group": "", "kind": "Service", "name": "s" }],
+                      "sessionPersistence": { "type": "Header", "header": { "name": "X-S" } } },
+        }))
+        .unwrap();
+        let sp = p.spec.session_persistence.as_ref().unwrap();
+        assert_eq!(sp.session_name.as_deref(), Some("X-S"));
         // A decoding error still says what is wrong.
         let bad = serde_json::from_value::<GatewayObject>(serde_json::json!({
             "metadata": { "name": "g" }, "spec": { "listeners": "none" },
