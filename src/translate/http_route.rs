@@ -26,16 +26,15 @@ use std::time::Duration;
 use super::api::duration as api_duration;
 use super::api::{
     CORE_GROUP, GATEWAY_GROUP, HttpRoute, HttpRouteParentRefs, HttpRouteRules,
-    HttpRouteRulesBackendRefs, HttpRouteRulesFilters, HttpRouteRulesRetry,
-    HttpRouteRulesSessionPersistence, HttpRouteRulesSessionPersistenceCookieConfigLifetimeType,
-    HttpRouteRulesSessionPersistenceType, HttpRouteRulesTimeouts, HttpRouteSpec,
-    UseDefaultGateways, backend_filter_as_rule_filter,
+    HttpRouteRulesBackendRefs, HttpRouteRulesFilters, HttpRouteRulesRetry, HttpRouteRulesTimeouts,
+    HttpRouteSpec, UseDefaultGateways, backend_filter_as_rule_filter,
 };
 use super::backends::{self, BackendError, Backends};
 use super::gateway::{GatewayState, RouteKind};
 use super::mesh::TlsCtx;
 use super::refs::{self, RefFrom, RefTo};
 use super::resources::Resources;
+use super::session_policy::{InvalidSession, rule_session};
 use super::status::{
     HttpRouteStatus, ParentRef, RouteCondition, RouteConditionReason, RouteConditionType,
     RouteParentStatus,
@@ -43,7 +42,6 @@ use super::status::{
 use super::{Settings, error_chain, group_kind};
 use crate::model::host::InvalidHostname;
 use crate::model::retry::{DEFAULT_RETRY_ATTEMPTS, DEFAULT_RETRY_BACKOFF};
-use crate::model::session::{Carrier, SessionPolicy};
 use crate::model::{
     Backend, BackendId, BackendSet, BackendTarget, BackendTls, Filters, GrpcRank, HostRank,
     HostnameMatch, ObjectRef, PathMatch, RequestMatch, RetryPolicy, Rule, Timeouts, TlsMode,
@@ -202,17 +200,6 @@ pub enum InvalidRetry {
     Attempts(i64),
     #[error("backoff: {0:?} is not a Gateway API duration (like 10s, 500ms, 1h30m)")]
     Backoff(String),
-}
-
-/// Why a rule's `sessionPersistence` cannot be used.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum InvalidSession {
-    #[error("{0}: {1:?} is not a Gateway API duration (like 10s, 500ms, 1h30m)")]
-    Timeout(&'static str, String),
-    #[error("sessionName {0:?} is not a valid {1} name")]
-    Name(String, &'static str),
-    #[error("cookieConfig.lifetimeType Permanent needs absoluteTimeout (the cookie's Max-Age)")]
-    PermanentWithoutTimeout,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -1296,76 +1283,6 @@ fn rule_retry(
         Some(s) => api_duration(s).ok_or_else(|| InvalidRetry::Backoff(s.clone()))?,
     };
     Ok(RetryPolicy::new(parsed, attempts, backoff))
-}
-
-/// GEP-1619. Type defaults to Cookie, lifetime to Session. Without `sessionName` the name is
-/// `pier-session-` and 8 hex digits of a hash of the route and rule, so two rules on one host
-/// do not take each other's sessions.
-pub(super) fn rule_session(
-    HttpRouteRulesSessionPersistence {
-        absolute_timeout,
-        cookie_config,
-        idle_timeout,
-        session_name,
-        r#type,
-    }: &HttpRouteRulesSessionPersistence,
-    route: &ObjectRef,
-    index: usize,
-) -> Result<SessionPolicy, InvalidSession> {
-    let timeout = |field, v: &Option<String>| match v {
-        None => Ok(None),
-        Some(s) => api_duration(s)
-            .filter(|d| !d.is_zero())
-            .map(Some)
-            .ok_or_else(|| InvalidSession::Timeout(field, s.clone())),
-    };
-    let absolute = timeout("absoluteTimeout", absolute_timeout)?;
-    let idle = timeout("idleTimeout", idle_timeout)?;
-    let carrier = match r#type {
-        Some(HttpRouteRulesSessionPersistenceType::Header) => Carrier::Header,
-        None | Some(HttpRouteRulesSessionPersistenceType::Cookie) => {
-            let permanent = matches!(
-                cookie_config
-                    .as_ref()
-                    .and_then(|c| c.lifetime_type.as_ref()),
-                Some(HttpRouteRulesSessionPersistenceCookieConfigLifetimeType::Permanent)
-            );
-            if permanent && absolute.is_none() {
-                return Err(InvalidSession::PermanentWithoutTimeout);
-            }
-            Carrier::Cookie { permanent }
-        }
-    };
-    let name = match session_name {
-        Some(n) => n.clone(),
-        None => {
-            let digest = crate::tls::provider::sha256(format!("{route}/{index}").as_bytes());
-            let hex: String = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
-            format!("pier-session-{hex}")
-        }
-    };
-    // A token (RFC 9110 §5.6.2) is what both a cookie name and a header name must be.
-    let token = !name.is_empty()
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
-    if !token {
-        let what = match carrier {
-            Carrier::Header => "header",
-            Carrier::Cookie { .. } => "cookie",
-        };
-        return Err(InvalidSession::Name(name, what));
-    }
-    Ok(SessionPolicy {
-        carrier,
-        name: match carrier {
-            // Header names are case-insensitive; http's `HeaderName` is lower case.
-            Carrier::Header => name.to_ascii_lowercase(),
-            Carrier::Cookie { .. } => name,
-        },
-        absolute,
-        idle,
-    })
 }
 
 // === impl RefProblem, BackendRefError ===

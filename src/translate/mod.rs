@@ -41,6 +41,7 @@ pub mod resources;
 pub mod scope;
 mod security_policy;
 pub mod selector;
+pub mod session_policy;
 pub mod session_shape;
 pub mod spiffe;
 pub mod status;

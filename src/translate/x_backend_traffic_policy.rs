@@ -197,7 +197,7 @@ fn session(
     let rule: api::HttpRouteRulesSessionPersistence = serde_json::to_value(sp)
         .and_then(serde_json::from_value)
         .map_err(|e| format!("sessionPersistence: {e}"))?;
-    super::http_route::rule_session(&rule, policy, 0)
+    super::session_policy::rule_session(&rule, policy, 0)
         .map_err(|e| format!("sessionPersistence: {e}"))
 }
 
