@@ -423,18 +423,14 @@ async fn a_policy_bounds_the_connections_to_a_backend() {
 /// once to a backend that fails after 300 ms. With one retry in flight allowed, the first
 /// request to fail retries (three times) and the second answers its first 500: 2 + 3
 /// requests reach the backend, against 2 + 2 × 3 without the bound. With 0, none retries.
-#[tokio::test]
-async fn a_policy_bounds_the_retries_in_flight() {
-    for (bound, want) in [(Some(1), 5), (Some(0), 2), (None, 8)] {
-        let backend = Counting::start().await;
-        let dir = tempfile::tempdir().unwrap();
-        let (port, admin) = (free_port(), free_port());
-        let mut manifests = format!(
-            "{}---\n{}---\n",
-            gateway(port),
-            service("counted", backend.addr)
-        );
-        manifests += "apiVersion: gateway.networking.k8s.io/v1
+/// A Gateway on `port` and HTTPRoute `retried`: `/fail` to `backend` (Service `counted`),
+/// retrying a 500 three times.
+fn retried_route(port: u16, backend: &Counting) -> String {
+    format!(
+        "{}---\n{}---\n{}",
+        gateway(port),
+        service("counted", backend.addr),
+        "apiVersion: gateway.networking.k8s.io/v1
 kind: HTTPRoute
 metadata: {name: retried, namespace: default}
 spec:
@@ -444,7 +440,17 @@ spec:
       backendRefs: [{name: counted, port: 80}]
       retry: {codes: [500], attempts: 3}
 ---
-";
+"
+    )
+}
+
+#[tokio::test]
+async fn a_policy_bounds_the_retries_in_flight() {
+    for (bound, want) in [(Some(1), 5), (Some(0), 2), (None, 8)] {
+        let backend = Counting::start().await;
+        let dir = tempfile::tempdir().unwrap();
+        let (port, admin) = (free_port(), free_port());
+        let mut manifests = retried_route(port, &backend);
         if let Some(n) = bound {
             manifests += &route_policy(
                 "BackendTrafficPolicy",
@@ -475,22 +481,7 @@ async fn an_x_backend_traffic_policy_budget_answers_503_once_spent() {
         let backend = Counting::start().await;
         let dir = tempfile::tempdir().unwrap();
         let (port, admin) = (free_port(), free_port());
-        let mut manifests = format!(
-            "{}---\n{}---\n",
-            gateway(port),
-            service("counted", backend.addr)
-        );
-        manifests += "apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {name: retried, namespace: default}
-spec:
-  parentRefs: [{name: gw}]
-  rules:
-    - matches: [{path: {type: PathPrefix, value: /fail}}]
-      backendRefs: [{name: counted, port: 80}]
-      retry: {codes: [500], attempts: 3}
----
-";
+        let mut manifests = retried_route(port, &backend);
         if constrained {
             // No share of requests, one retry an hour.
             manifests += "apiVersion: gateway.networking.x-k8s.io/v1alpha1

@@ -985,24 +985,13 @@ impl Parsing<'_, '_> {
         let doc: super::session_shape::RoutesDoc = self.parse(kind, &mut Vec::new())?;
         for (i, (shape, sp)) in doc.shapes().into_iter().zip(rules).enumerate() {
             let Some(shape) = shape else { continue };
-            let path = |field: &str| {
-                vec![
-                    Step::Key("spec".into()),
-                    Step::Key("rules".into()),
-                    Step::Index(i),
-                    Step::Key("sessionPersistence".into()),
-                    Step::Key(field.into()),
-                ]
-            };
-            ignored.retain(|p| !p.starts_with(&path("cookie")) && !p.starts_with(&path("header")));
-            super::session_shape::apply(sp, &shape).map_err(|e| ManifestError::Object {
-                document: self.number,
-                line: self.line,
-                kind: kind.to_string(),
-                name: None,
-                path: path("cookie"),
-                message: e.to_string(),
-            })?;
+            let at = vec![
+                Step::Key("spec".into()),
+                Step::Key("rules".into()),
+                Step::Index(i),
+                Step::Key("sessionPersistence".into()),
+            ];
+            self.fold_session_shape(kind, sp, &shape, at, ignored)?;
         }
         Ok(())
     }
@@ -1019,15 +1008,30 @@ impl Parsing<'_, '_> {
         let Some(shape) = doc.shape() else {
             return Ok(());
         };
+        let at = vec![
+            Step::Key("spec".into()),
+            Step::Key("sessionPersistence".into()),
+        ];
+        self.fold_session_shape(kind, sp, &shape, at, ignored)
+    }
+
+    /// Folds `shape` into the typed `sp` found at `at`, whose `cookie` and `header` the typed
+    /// decoding skipped (no longer unknown fields).
+    fn fold_session_shape<T: serde::Serialize + DeserializeOwned>(
+        &self,
+        kind: &str,
+        sp: &mut Option<T>,
+        shape: &super::session_shape::Shape,
+        at: Vec<Step>,
+        ignored: &mut Vec<Vec<Step>>,
+    ) -> Result<(), ManifestError> {
         let path = |field: &str| {
-            vec![
-                Step::Key("spec".into()),
-                Step::Key("sessionPersistence".into()),
-                Step::Key(field.into()),
-            ]
+            let mut p = at.clone();
+            p.push(Step::Key(field.into()));
+            p
         };
         ignored.retain(|p| !p.starts_with(&path("cookie")) && !p.starts_with(&path("header")));
-        super::session_shape::apply(sp, &shape).map_err(|e| ManifestError::Object {
+        super::session_shape::apply(sp, shape).map_err(|e| ManifestError::Object {
             document: self.number,
             line: self.line,
             kind: kind.to_string(),
