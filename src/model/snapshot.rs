@@ -202,15 +202,17 @@ impl Snapshot {
         carried
     }
 
-    /// Every backend this snapshot routes or mirrors to (once per reference).
+    /// Every backend this snapshot routes or mirrors to (once per reference), listener
+    /// filters' authorizers included.
     pub fn for_each_backend(&self, mut add: impl FnMut(&super::backend::Backend)) {
         use super::route::BackendTarget;
-        for entry in self
-            .ports
-            .iter()
-            .flat_map(|p| &p.listeners)
-            .flat_map(|l| l.routes.entries())
-        {
+        let listeners = self.ports.iter().flat_map(|p| &p.listeners);
+        for l in listeners.clone() {
+            if let Some(super::ext_auth::PreRoute::Authorize(auths)) = l.pre_route.as_deref() {
+                auths.iter().for_each(|e| add(&e.backend));
+            }
+        }
+        for entry in listeners.flat_map(|l| l.routes.entries()) {
             let rule = &entry.rule;
             rule.filters.mirrors.iter().for_each(|m| add(&m.backend));
             // External authorizers: pooled like backends, so their connections live as long.

@@ -14,7 +14,9 @@ mod traffic_policy;
 mod udp_route;
 
 pub use client_traffic_policy::*;
-pub use listener_filters::{ExtensionRef, ListenerFilter, ListenerFilters};
+pub use listener_filters::{
+    ExtensionRef, ListenerFilter, ListenerFilters, MAX_LISTENER_FILTERS, Refusal,
+};
 pub use security_policy::*;
 pub use tcp_route::{TcpRoute, TcpRouteSpec};
 pub use traffic_policy::*;

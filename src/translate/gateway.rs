@@ -29,7 +29,7 @@ use super::api::{
 };
 use super::mesh::{self, GatewayTls};
 use super::refs::{self, Certs, KeptCert, ListenerCerts, RefFrom, RefTo, ServerCert};
-use super::resources::Resources;
+use super::resources::{ListenerRef, Resources};
 use super::status::{
     ClassCondition, ClassConditionReason, ClassConditionType, GatewayClassStatus,
     GatewayCondReason, GatewayCondType, GatewayCondition, GatewayStatus, ListenerCondition,
@@ -486,6 +486,30 @@ fn listener(
         client_policy: None,
         pre_route: None,
     };
+    // Listener filters pier cannot run: refused here, so the listener takes no part in
+    // conflicts (the others are translated once backends resolve: `listener_filters`).
+    let at = ListenerRef {
+        kind: owner.kind,
+        object: match &owner.id.set {
+            Some(set) => (set.namespace.clone(), set.name.clone()),
+            None => (
+                owner.id.gateway.namespace.clone(),
+                owner.id.gateway.name.clone(),
+            ),
+        },
+        listener: name.clone(),
+    };
+    if let Some(filters) = resources.listener_filters.get(&at)
+        && let Some((refusal, why)) = super::api::ListenerFilters::refusal(filters, protocol)
+    {
+        let reason = match refusal {
+            super::api::Refusal::Invalid => ListenerReason::InvalidListenerFilter,
+            super::api::Refusal::Unsupported => ListenerReason::UnsupportedValue,
+        };
+        state.not_accepted = Some((reason, why));
+        state.port = u16::try_from(*port).unwrap_or(0);
+        return state;
+    }
     let protocol = match protocol.as_str() {
         "HTTP" => Protocol::Http,
         "HTTPS" => Protocol::Https,

@@ -14,7 +14,11 @@
 //! ```
 //!
 //! A listener that is refused is not served at all: served without its filters, it would let
-//! in what they keep out. Runs before the Routes attach (a refused listener takes none).
+//! in what they keep out. What can be refused without resolving anything
+//! (`ListenerFilters::refusal`) is
+//! refused where listeners are made, before conflicts are settled (a refused listener takes no
+//! port or hostname from another); an `ExternalAuth` whose settings turn out invalid (a header
+//! name, a path) only here, before the Routes attach.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -28,11 +32,7 @@ use super::mesh::TlsCtx;
 use super::refs::RefFrom;
 use super::resources::{ListenerRef, Resources};
 use super::status::ListenerReason;
-use crate::model::Protocol;
 use crate::model::ext_auth::PreRoute;
-
-/// The CRD's bound on `filters.requests`.
-pub const MAX_FILTERS: usize = 16;
 
 /// Translates the filters of every listener that has them into its `pre_route`, or refuses
 /// the listener.
@@ -91,30 +91,15 @@ fn listener(
     if l.not_accepted.is_some() {
         return;
     }
-    let refuse = |l: &mut ListenerState, reason, why: String| {
-        l.not_accepted = Some((reason, why));
-    };
-    let filters = match filters {
-        Ok(f) => f,
-        Err(e) => {
-            let why = format!("filters: {e}; the listener is not served without them");
-            return refuse(l, ListenerReason::InvalidListenerFilter, why);
-        }
-    };
+    // Refused listeners were refused by `gateway::listener` already
+    // (`ListenerFilters::refusal`).
+    let Ok(filters) = filters else { return };
     if filters.requests.is_empty() {
         return;
     }
-    if !matches!(l.protocol, Some(Protocol::Http | Protocol::Https)) {
-        let why = "filters apply to HTTP and HTTPS listeners only".to_string();
-        return refuse(l, ListenerReason::InvalidListenerFilter, why);
-    }
-    if filters.requests.len() > MAX_FILTERS {
-        let why = format!(
-            "filters.requests: {} filters, at most {MAX_FILTERS}",
-            filters.requests.len()
-        );
-        return refuse(l, ListenerReason::InvalidListenerFilter, why);
-    }
+    let refuse = |l: &mut ListenerState, reason, why: String| {
+        l.not_accepted = Some((reason, why));
+    };
     let from = RefFrom {
         group: GATEWAY_GROUP,
         kind: owner.kind,
@@ -171,40 +156,31 @@ fn one(
     ) -> Result<Arc<crate::model::Backend>, BackendRefError>,
 ) -> Result<crate::model::ext_auth::ExtAuth, One> {
     let invalid = |why: String| One::Refused(ListenerReason::InvalidListenerFilter, why);
-    match f.r#type.as_str() {
-        "ExternalAuth" => {
-            if f.extension_ref.is_some() {
-                return Err(invalid("type ExternalAuth cannot have extensionRef".into()));
-            }
-            let Some(e) = &f.external_auth else {
-                return Err(invalid("type ExternalAuth needs externalAuth".into()));
-            };
-            let mut ctx = FilterCtx {
-                prefix_only: false,
-                resolve,
-                unresolved: vec![],
-                rule_at: Some(owner.name.clone()),
-            };
-            match ext_auth_filter(e, index, &mut ctx) {
-                Ok(mut ext) => {
-                    ext.source = format!("{}.filters.requests[{index}]", owner.name);
-                    Ok(ext)
-                }
-                Err(InvalidFilter::ExternalAuthUnresolved) => {
-                    let (_, _, e) = ctx.unresolved.pop().expect("noted by the filter");
-                    Err(One::Unresolved(e))
-                }
-                Err(e) => Err(invalid(e.to_string())),
-            }
+    // `ListenerFilters::refusal` let only ExternalAuth filters with their settings through.
+    let Some(e) = f
+        .external_auth
+        .as_ref()
+        .filter(|_| f.r#type == "ExternalAuth")
+    else {
+        return Err(invalid(
+            "not an ExternalAuth filter with its settings".into(),
+        ));
+    };
+    let mut ctx = FilterCtx {
+        prefix_only: false,
+        resolve,
+        unresolved: vec![],
+        rule_at: Some(owner.name.clone()),
+    };
+    match ext_auth_filter(e, index, &mut ctx) {
+        Ok(mut ext) => {
+            ext.source = format!("{}.filters.requests[{index}]", owner.name);
+            Ok(ext)
         }
-        "ExtensionRef" => Err(One::Refused(
-            ListenerReason::UnsupportedValue,
-            "ExtensionRef listener filters are not supported (pier defines no extension kinds)"
-                .into(),
-        )),
-        other => Err(One::Refused(
-            ListenerReason::UnsupportedValue,
-            format!("filter type {other:?} is not supported (pier runs ExternalAuth)"),
-        )),
+        Err(InvalidFilter::ExternalAuthUnresolved) => {
+            let (_, _, e) = ctx.unresolved.pop().expect("noted by the filter");
+            Err(One::Unresolved(e))
+        }
+        Err(e) => Err(invalid(e.to_string())),
     }
 }

@@ -35,6 +35,13 @@ struct Read {
     notes: Vec<String>,
 }
 
+impl Read {
+    /// Nothing of an invalid policy applies (its status says Invalid).
+    fn valid(&self) -> bool {
+        self.constraint.is_ok() && self.session.is_ok()
+    }
+}
+
 /// The policies, by the Service they apply to, and where they applied.
 #[derive(Debug, Default)]
 pub struct XPolicies {
@@ -107,7 +114,8 @@ impl XPolicies {
         if let Some(gw) = gateway {
             (self.used.entry(policy.clone()).or_default()).insert(gw.clone());
         }
-        self.read.get(policy)?.constraint.clone().ok().flatten()
+        let read = self.read.get(policy).filter(|r| r.valid())?;
+        read.constraint.clone().ok().flatten()
     }
 
     /// The session persistence of a rule whose backendRefs reach `services`: that of their
@@ -120,7 +128,8 @@ impl XPolicies {
         if !services.all(|s| self.by_service.get(s) == Some(first)) {
             return None;
         }
-        self.read.get(first)?.session.clone().ok().flatten()
+        let read = self.read.get(first).filter(|r| r.valid())?;
+        read.session.clone().ok().flatten()
     }
 
     /// GEP-713 status: for each policy in force somewhere, one ancestor per Gateway where it

@@ -407,6 +407,16 @@ async fn forward<'s>(
         }
         _ => ReqBody::Streamed(body),
     };
+    // A body the authorizers read to its end is whole, and replayable like any short one.
+    let body = match (body, prefix.take()) {
+        (ReqBody::Streamed(rest), Some(read)) if rest.is_end_stream() && !upgrade => {
+            ReqBody::Whole(Some(read).filter(|b| !b.is_empty()))
+        }
+        (body, read) => {
+            prefix = read;
+            body
+        }
+    };
     // A body partly read for an external authorizer is not replayed (not kept whole).
     if let Some(policy) = rule.retries()
         && !upgrade

@@ -407,7 +407,9 @@ pub async fn reflect<K, S>(
                 let class = classify(&e);
                 // Translation says why where it needs the kind: re-translate on a change.
                 let refused = ctx.refused.set(kind, class == WatchError::Forbidden);
-                if ctx.unserved.set(kind, class == WatchError::NotFound) | refused {
+                // Not served until a list goes through (a timeout says nothing either way).
+                let unserved = class == WatchError::NotFound && ctx.unserved.set(kind, true);
+                if refused | unserved {
                     ctx.config.send_replace(());
                 }
                 let skippable = match class {
