@@ -41,6 +41,9 @@ use super::api::GatewayAddresses;
 
 pub const IP_ADDRESS: &str = "IPAddress";
 
+/// `AddressNotAssigned`'s message when every entry asks for a routability pier cannot meet.
+pub const NONE_MET: &str = "no entry of spec.addresses has a routability pier can meet";
+
 /// The routability conformance reserves (GEP-5093): a claimant supports it and echoes it.
 pub const SENTINEL: &str = "testing.x-k8s.io/sentinel";
 

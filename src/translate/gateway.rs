@@ -225,9 +225,7 @@ pub fn gateways(
             addresses: {
                 let mut a = if routable.none_met() {
                     addresses::Addresses {
-                        not_assigned: Some(
-                            "no entry of spec.addresses has a routability pier can meet".into(),
-                        ),
+                        not_assigned: Some(addresses::NONE_MET.into()),
                         // With a pool, a Gateway without an address is not served.
                         unbound: !settings.address_pool.is_empty(),
                         ..addresses::Addresses::default()
@@ -1157,11 +1155,9 @@ impl GatewayState {
     fn addresses_assigned(&self, g: Option<i64>) -> GatewayCondition {
         let a = &self.addresses;
         // `not_assigned` repeats what routability left out when that was everything.
-        let not_assigned = a
-            .not_assigned
-            .as_deref()
-            .filter(|_| a.unsatisfied.is_empty());
+        let not_assigned = (a.not_assigned.as_deref()).filter(|m| *m != addresses::NONE_MET);
         let missing: Vec<&str> = (a.unsatisfied.iter().map(String::as_str))
+            .chain(a.unsupported.as_deref())
             .chain(a.not_usable.as_deref())
             .chain(not_assigned)
             .collect();
