@@ -461,4 +461,44 @@ mod tests {
         };
         assert!(p.listener("bar.example.com").is_none());
     }
+
+    /// Listener filters' authorizers are backends of the snapshot like routes' (the pool
+    /// keeps their connections, reloads carry their load state).
+    #[test]
+    fn listener_authorizers_are_among_the_backends() {
+        use crate::model::ext_auth::{ExtAuth, ExtAuthProtocol, HeaderSelection, PreRoute};
+        let authz = Arc::new(super::super::backend::Backend::test("authz"));
+        let mut l = listener("authed", None);
+        l.pre_route = Some(Arc::new(PreRoute::Authorize(
+            vec![Arc::new(ExtAuth {
+                source: "test".into(),
+                backend: authz,
+                authority: "authz.default.svc".into(),
+                protocol: ExtAuthProtocol::Grpc,
+                headers_to_ext_auth: HeaderSelection::All,
+                body: None,
+                timeout: std::time::Duration::from_secs(1),
+                fail_open: false,
+            })]
+            .into(),
+        )));
+        let snapshot = Snapshot {
+            generation: 0,
+            ports: vec![Port {
+                address: None,
+                port: 80,
+                protocol: Protocol::Http,
+                proxy_protocol: false,
+                access_log_on: false,
+                listeners: vec![l],
+                certs: None,
+                client_auth: None,
+                tls_profiles: false,
+                client: None,
+            }],
+        };
+        let mut seen = Vec::new();
+        snapshot.for_each_backend(|b| seen.push(b.id.service.name.clone()));
+        assert_eq!(seen, ["authz"]);
+    }
 }
