@@ -645,76 +645,27 @@ impl Planner {
         routes.plan(memo, &mut jobs, udp, JobKey::UdpRoute, |o| {
             to_json(&o.status)
         });
-        for (r, want) in &desired.backend_tls_policies {
-            let Some(guard) = object(&stores.backend_tls_policies, Some(&r.namespace), &r.name)
-            else {
-                continue;
-            };
-            let Ok(o) = &guard.0 else { continue };
-            let key = JobKey::BackendTlsPolicy(r.clone());
-            if let Some(job) = memo.consider(key, &o.metadata, tracker, || {
-                render::policy(&r.namespace, want, &to_json(&o.status), ctx)
-            }) {
-                jobs.push(job);
-            }
+        macro_rules! policies {
+            ($($field:ident => $key:ident),* $(,)?) => {$(
+                let (want, store) = (&desired.$field, &stores.$field);
+                routes.policies(memo, &mut jobs, want, store, JobKey::$key, |o| {
+                    to_json(&o.status)
+                });
+            )*};
         }
-        for (r, want) in &desired.security_policies {
-            let Some(guard) = object(&stores.security_policies, Some(&r.namespace), &r.name) else {
-                continue;
-            };
-            let Ok(o) = &guard.0 else { continue };
-            let key = JobKey::SecurityPolicy(r.clone());
-            if let Some(job) = memo.consider(key, &o.metadata, tracker, || {
-                render::policy(&r.namespace, want, &to_json(&o.status), ctx)
-            }) {
-                jobs.push(job);
-            }
-        }
-        for (r, want) in &desired.backend_traffic_policies {
-            let store = &stores.backend_traffic_policies;
-            let Some(guard) = object(store, Some(&r.namespace), &r.name) else {
-                continue;
-            };
-            let Ok(o) = &guard.0 else { continue };
-            let key = JobKey::BackendTrafficPolicy(r.clone());
-            if let Some(job) = memo.consider(key, &o.metadata, tracker, || {
-                render::policy(&r.namespace, want, &to_json(&o.status), ctx)
-            }) {
-                jobs.push(job);
-            }
-        }
-        for (r, want) in &desired.client_traffic_policies {
-            let store = &stores.client_traffic_policies;
-            let Some(guard) = object(store, Some(&r.namespace), &r.name) else {
-                continue;
-            };
-            let Ok(o) = &guard.0 else { continue };
-            let key = JobKey::ClientTrafficPolicy(r.clone());
-            if let Some(job) = memo.consider(key, &o.metadata, tracker, || {
-                render::policy(&r.namespace, want, &to_json(&o.status), ctx)
-            }) {
-                jobs.push(job);
-            }
-        }
-        for (r, want) in &desired.x_backend_traffic_policies {
-            let store = &stores.x_backend_traffic_policies;
-            let Some(guard) = object(store, Some(&r.namespace), &r.name) else {
-                continue;
-            };
-            let Ok(o) = &guard.0 else { continue };
-            let key = JobKey::XBackendTrafficPolicy(r.clone());
-            if let Some(job) = memo.consider(key, &o.metadata, tracker, || {
-                render::policy(&r.namespace, want, &to_json(&o.status), ctx)
-            }) {
-                jobs.push(job);
-            }
-        }
+        policies!(
+            backend_tls_policies => BackendTlsPolicy,
+            security_policies => SecurityPolicy,
+            backend_traffic_policies => BackendTrafficPolicy,
+            client_traffic_policies => ClientTrafficPolicy,
+            x_backend_traffic_policies => XBackendTrafficPolicy,
+        );
         jobs
     }
 }
 
 /// Plans the jobs of one route kind (HTTPRoute, GRPCRoute and TLSRoute statuses have one
-/// shape).
+/// shape), or of one policy kind.
 struct RouteJobs<'a> {
     tracker: &'a Mutex<Tracker>,
     ctx: render::Ctx<'a>,
@@ -741,6 +692,31 @@ impl RouteJobs<'_> {
             let Ok(o) = &guard.0 else { continue };
             if let Some(job) = memo.consider(key(r.clone()), o.meta(), self.tracker, || {
                 render::http_route(&r.namespace, want, &observed(o), self.ctx)
+            }) {
+                jobs.push(job);
+            }
+        }
+    }
+
+    /// The jobs of one policy kind (GEP-713 `status.ancestors`, one shape for all).
+    fn policies<K>(
+        &self,
+        memo: &mut Memo,
+        jobs: &mut Vec<Job>,
+        desired: &BTreeMap<ObjectRef, crate::translate::status::BackendTlsPolicyStatus>,
+        store: &Store<DeserializeGuard<K>>,
+        key: fn(ObjectRef) -> JobKey,
+        observed: impl Fn(&K) -> Value,
+    ) where
+        K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + Send + Sync + 'static,
+    {
+        for (r, want) in desired {
+            let Some(guard) = object(store, Some(&r.namespace), &r.name) else {
+                continue;
+            };
+            let Ok(o) = &guard.0 else { continue };
+            if let Some(job) = memo.consider(key(r.clone()), o.meta(), self.tracker, || {
+                render::policy(&r.namespace, want, &observed(o), self.ctx)
             }) {
                 jobs.push(job);
             }

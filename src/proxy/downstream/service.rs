@@ -131,12 +131,7 @@ async fn dispatch<'s>(
     let mut read: phase::Prefix = None;
     if let Some(pre) = &found.1.pre_route {
         let sent_host = routing_host(&req).unwrap_or("").to_string();
-        let ctx = phase::ExtAuthCtx {
-            edge,
-            host: &sent_host,
-            https: found.0.protocol != crate::model::Protocol::Http,
-            client_sans: conn.client_identity.as_ref().map_or(&[], |c| &c.sans),
-        };
+        let ctx = phase::ExtAuthCtx::new(edge, &sent_host, found.0, conn);
         let mut outcomes = Vec::new();
         // Boxed: its authorizer calls would otherwise grow every request's future (and so
         // hyper's connection task) for listeners that have none.
@@ -216,12 +211,7 @@ async fn dispatch<'s>(
     if rule.has_ext_auth() && !matches!(decided, Decision::Preflight(_)) {
         // The host as the client sent it (with its port), for the authorizer.
         let sent_host = routing_host(&req).unwrap_or("").to_string();
-        let ctx = phase::ExtAuthCtx {
-            edge,
-            host: &sent_host,
-            https: routed.port.protocol != crate::model::Protocol::Http,
-            client_sans: conn.client_identity.as_ref().map_or(&[], |c| &c.sans),
-        };
+        let ctx = phase::ExtAuthCtx::new(edge, &sent_host, routed.port, conn);
         let mut outcomes: Vec<phase::ExtAuthOutcome> = Vec::new();
         let authed = phase::ext_auth(
             shared,

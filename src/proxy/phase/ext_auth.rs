@@ -27,6 +27,7 @@ use crate::model::Rule;
 use crate::model::ext_auth::{ExtAuth, ExtAuthFailure, OverLimit, PreRoute};
 use crate::model::policy::{AccessRequest, Mechanism};
 use crate::proxy::body::{BoxError, ProxyBody};
+use crate::proxy::conn_info::ConnInfo;
 use crate::proxy::error::{ProxyError, is_grpc};
 use crate::proxy::exchange::Shared;
 use crate::proxy::exchange::ext_auth::{self, Asked, Verdict};
@@ -67,6 +68,23 @@ pub struct ExtAuthCtx<'a> {
     pub https: bool,
     /// The URI and DNS SANs of the connection's verified client certificate.
     pub client_sans: &'a [Box<str>],
+}
+
+impl<'a> ExtAuthCtx<'a> {
+    /// For a request on `port` and `conn`; `host` as the client sent it (with its port).
+    pub fn new(
+        edge: &'a Edge,
+        host: &'a str,
+        port: &crate::model::Port,
+        conn: &'a ConnInfo,
+    ) -> Self {
+        Self {
+            edge,
+            host,
+            https: port.protocol != crate::model::Protocol::Http,
+            client_sans: conn.client_identity.as_ref().map_or(&[], |c| &c.sans),
+        }
+    }
 }
 
 /// The body bytes read from the client for authorizers so far, and whether the body ended
