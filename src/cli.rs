@@ -388,6 +388,11 @@ pub struct LimitArgs {
     #[arg(long, value_name = "N", default_value_t = 16 * 1024,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub max_udp_flows: u64,
+    /// HTTP/3: with this many QUIC handshakes under way on a port, new clients must first
+    /// prove their address (a Retry round trip), so a flood of spoofed Initial packets costs
+    /// pier no state (0: always).
+    #[arg(long, value_name = "N", default_value_t = 64)]
+    pub quic_validate_above: usize,
     /// Longest request target (path and query); a longer one is answered 414 (nginx's
     /// default line buffer is 8 KiB). Suffixes K, M: powers of 1024.
     #[arg(long, value_name = "BYTES", default_value = "8K", value_parser = parse_bytes)]
@@ -438,6 +443,7 @@ impl LimitArgs {
             stream_idle_timeout: Duration::from_secs(self.stream_idle_timeout.max(1)),
             udp_idle_timeout: Duration::from_secs(self.udp_idle_timeout.max(1)),
             max_udp_flows: usize::try_from(self.max_udp_flows).unwrap_or(usize::MAX),
+            quic_validate_above: self.quic_validate_above,
             max_request_target: usize::try_from(self.max_request_target.max(1))
                 .unwrap_or(usize::MAX),
             max_request_body: (self.max_request_body > 0).then_some(self.max_request_body),

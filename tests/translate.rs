@@ -35,6 +35,9 @@ struct PortSummary<'a> {
     certs: Option<&'a CertTable>,
     #[serde(skip_serializing_if = "Option::is_none")]
     client_auth: Option<&'a ClientAuth>,
+    /// The QUIC endpoint of an HTTPS port serving HTTP/3.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    quic: Option<&'a pier::model::Quic>,
     listeners: Vec<ListenerSummary<'a>>,
 }
 
@@ -48,6 +51,9 @@ struct ListenerSummary<'a> {
     /// Listener filters (GEP-5224), as the data plane runs them.
     #[serde(rename = "preRoute", skip_serializing_if = "Option::is_none")]
     pre_route: Option<&'a PreRoute>,
+    /// HTTP/3 served: the `Alt-Svc` its TCP responses carry.
+    #[serde(rename = "altSvc", skip_serializing_if = "Option::is_none")]
+    alt_svc: Option<&'a str>,
     routes: Vec<EntrySummary<'a>>,
 }
 
@@ -105,6 +111,7 @@ fn port(p: &Port) -> PortSummary<'_> {
         protocol: p.protocol,
         certs: p.certs.as_ref(),
         client_auth: p.client_auth.as_ref(),
+        quic: p.quic.as_ref(),
         listeners: p
             .listeners
             .iter()
@@ -113,6 +120,7 @@ fn port(p: &Port) -> PortSummary<'_> {
                 hostname: l.hostname.as_ref().map(ToString::to_string),
                 passthrough: l.passthrough,
                 pre_route: l.pre_route.as_deref(),
+                alt_svc: l.alt_svc.as_ref().and_then(|v| v.to_str().ok()),
                 routes: l
                     .routes
                     .buckets()

@@ -45,7 +45,7 @@ pub use policy::AccessPolicy;
 pub use retry::RetryPolicy;
 pub use route::{BackendSet, BackendTarget, Entry, RouteTable, Rule, WeightedBackend};
 pub use session::{Carrier, Session, SessionPolicy};
-pub use snapshot::{Listener, ListenerId, Port, PortKey, Protocol, Snapshot};
+pub use snapshot::{Listener, ListenerId, Port, PortKey, Protocol, Quic, Snapshot};
 pub use tls::{
     CertTable, ClientAuth, ClientAuthMode, ClientPolicy, EscapedSlashes, PortClient, TlsProfile,
     Underscores,

@@ -81,6 +81,20 @@ pub struct Port {
     /// flags').
     #[serde(skip_serializing_if = "Option::is_none")]
     pub client: Option<Arc<super::PortClient>>,
+    /// HTTPS ports where some listener serves HTTP/3: the QUIC endpoint on the same number
+    /// over UDP, and the handshake settings it offers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quic: Option<Quic>,
+}
+
+/// An HTTPS port's QUIC endpoint (HTTP/3). One handshake configuration serves the whole
+/// endpoint (QUIC gives no ClientHello to choose one by before the handshake starts): the TLS
+/// settings of the port's HTTP/3 listeners, which translation makes agree.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Quic {
+    /// The listeners' TLS settings (`None`: pier's defaults); TLS 1.3 in any case.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub profile: Option<Arc<super::TlsProfile>>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -145,7 +159,24 @@ pub struct Listener {
     /// `client_cert_header` (both act on a header map). One test on the fast path.
     #[serde(skip)]
     pub before_routing: bool,
+    /// HTTP/3 is served for it (its ClientTrafficPolicy's `http3`): the `Alt-Svc` value its
+    /// responses over TCP carry (`h3=":<port>"; ma=86400`).
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "ser_header_value"
+    )]
+    pub alt_svc: Option<http::HeaderValue>,
     pub routes: RouteTable,
+}
+
+fn ser_header_value<S: serde::Serializer>(
+    value: &Option<http::HeaderValue>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    match value.as_ref().and_then(|v| v.to_str().ok()) {
+        Some(v) => s.serialize_some(v),
+        None => s.serialize_none(),
+    }
 }
 
 fn ser_header_name<S: serde::Serializer>(
@@ -335,6 +366,14 @@ impl Port {
     }
 
     /// Sorts listeners most specific first (stable: earlier Gateways/listeners win ties).
+    /// The key of the port's QUIC endpoint: the same address and number over UDP.
+    pub fn quic_key(&self) -> Option<PortKey> {
+        self.quic.as_ref().map(|_| PortKey {
+            udp: true,
+            ..self.key()
+        })
+    }
+
     pub fn sort_listeners(&mut self) {
         self.listeners.sort_by_key(|l| std::cmp::Reverse(l.rank()));
     }
@@ -417,6 +456,7 @@ mod tests {
             access_log: None,
             pre_route: None,
             before_routing: false,
+            alt_svc: None,
             routes: RouteTable::default(),
         }
     }
@@ -438,6 +478,7 @@ mod tests {
             client_auth: None,
             tls_profiles: false,
             client: None,
+            quic: None,
         };
         p.sort_listeners();
         assert_eq!(p.listener("foo.example.com").unwrap().id.name, "exact");
@@ -458,6 +499,7 @@ mod tests {
             client_auth: None,
             tls_profiles: false,
             client: None,
+            quic: None,
         };
         assert!(p.listener("bar.example.com").is_none());
     }
@@ -495,6 +537,7 @@ mod tests {
                 client_auth: None,
                 tls_profiles: false,
                 client: None,
+                quic: None,
             }],
         };
         let mut seen = Vec::new();

@@ -199,6 +199,9 @@ pub struct ClientPolicy {
     /// What it sets of its listeners' connections (`connection`, `clientIPDetection`,
     /// `timeout.http.idleTimeout`, `path`, `headers`); unset fields: the flags'.
     pub connection: PortClient,
+    /// `http3`: its HTTPS listeners serve HTTP/3 too.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub http3: bool,
 }
 
 /// What a request header whose name has `_` comes to. Ordered from the most lenient.

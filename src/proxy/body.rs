@@ -37,6 +37,52 @@ pub enum BodyFault {
 /// Request and response bodies, streamed (never buffered) through the proxy.
 pub type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
 
+/// A request body as a downstream driver hands it to hyper's request path
+/// (`downstream::service`): hyper's own (HTTP/1.1, HTTP/2), or another driver's (HTTP/3).
+/// One branch per frame; the request path is compiled once for both.
+pub enum Inbound {
+    Hyper(hyper::body::Incoming),
+    Boxed(http_body_util::combinators::BoxBody<Bytes, BoxError>),
+}
+
+impl From<hyper::body::Incoming> for Inbound {
+    fn from(body: hyper::body::Incoming) -> Self {
+        Self::Hyper(body)
+    }
+}
+
+impl Body for Inbound {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    #[inline]
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        match self.get_mut() {
+            Self::Hyper(b) => Pin::new(b).poll_frame(cx).map_err(Into::into),
+            Self::Boxed(b) => Pin::new(b).poll_frame(cx),
+        }
+    }
+
+    #[inline]
+    fn is_end_stream(&self) -> bool {
+        match self {
+            Self::Hyper(b) => b.is_end_stream(),
+            Self::Boxed(b) => b.is_end_stream(),
+        }
+    }
+
+    #[inline]
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            Self::Hyper(b) => b.size_hint(),
+            Self::Boxed(b) => b.size_hint(),
+        }
+    }
+}
+
 pub fn full(b: Bytes) -> ProxyBody {
     Full::new(b).map_err(|never| match never {}).boxed_unsync()
 }

@@ -94,6 +94,10 @@ pub struct Limits {
     /// Most UDP flows per UDP port; past it a new client's datagrams are dropped (counted,
     /// `result="overflow"`) until a flow ends.
     pub max_udp_flows: usize,
+    /// HTTP/3: with this many QUIC handshakes under way on a port, a new client must prove its
+    /// address first (a Retry round trip), so a flood of spoofed Initial packets costs no
+    /// state. 0: always.
+    pub quic_validate_above: usize,
     /// Longest request target (path and query) in bytes; a longer one is answered 414.
     pub max_request_target: usize,
     /// Largest request body in bytes, declared or streamed; a larger one is answered 413.
@@ -125,6 +129,7 @@ impl Default for Limits {
             stream_idle_timeout: Duration::from_secs(3600),
             udp_idle_timeout: Duration::from_secs(60),
             max_udp_flows: 16 * 1024,
+            quic_validate_above: 64,
             max_request_target: 8 * 1024,
             max_request_body: None,
             max_requests_per_backend: None,

@@ -109,6 +109,8 @@ struct BoundPort {
     drain: Arc<Drain>,
     /// One accept loop per listening socket (one per worker, thread per core).
     accept: Vec<JoinHandle<()>>,
+    /// An HTTPS port's QUIC endpoint (on its UDP key), and the TLS settings it offers.
+    quic: Option<(quinn::Endpoint, Option<Arc<TlsProfile>>)>,
 }
 
 // === impl Proxy ===
@@ -186,29 +188,56 @@ impl Proxy {
             self.shared.upstream.start();
             self.health.wake();
         }
-        let wanted: Vec<PortKey> = {
+        // Each port's key; an HTTPS port serving HTTP/3 also its UDP key, with the TLS
+        // settings its QUIC endpoint offers.
+        type Quic = Option<Option<Arc<TlsProfile>>>;
+        let wanted: Vec<(PortKey, Quic)> = {
             let snapshot = self.shared.snapshot.load();
-            snapshot.ports.iter().map(Port::key).collect()
+            let quic = |p: &Port| Some((p.quic_key()?, Some(p.quic.as_ref()?.profile.clone())));
+            (snapshot.ports.iter())
+                .flat_map(|p| [Some((p.key(), None)), quic(p)])
+                .flatten()
+                .collect()
         };
+        let wanted_at = |key: &PortKey| wanted.iter().find(|(k, _)| k == key).map(|(_, q)| q);
         let (removed, missing) = {
             let mut ports = self.lock_ports();
             if ports.shut_down {
                 return Vec::new();
             }
             ports.retired.retain(|d| !d.is_finished());
+            // Gone, or a UDP key that changed between a UDP listener's and a QUIC endpoint.
             let gone: Vec<PortKey> = ports
                 .bound
-                .keys()
-                .filter(|p| !wanted.contains(p))
-                .copied()
+                .iter()
+                .filter(|(k, b)| wanted_at(k).is_none_or(|q| q.is_some() != b.quic.is_some()))
+                .map(|(k, _)| *k)
                 .collect();
             let removed: Vec<BoundPort> =
                 gone.iter().filter_map(|p| ports.bound.remove(p)).collect();
             let missing: Vec<PortKey> = wanted
                 .iter()
+                .map(|(k, _)| *k)
                 .filter(|p| !ports.bound.contains_key(p))
-                .copied()
                 .collect();
+            // A QUIC endpoint whose listeners' TLS settings changed offers the new ones to
+            // new connections.
+            for (key, bound) in &mut ports.bound {
+                if let (Some((endpoint, offered)), Some(Some(profile))) =
+                    (&mut bound.quic, wanted_at(key))
+                    && offered != profile
+                {
+                    match self.quic_config(*key, profile.as_deref()) {
+                        Ok(config) => {
+                            endpoint.set_server_config(Some(config));
+                            *offered = profile.clone();
+                        }
+                        Err(error) => {
+                            tracing::warn!(port = key.port, %error, "the QUIC endpoint keeps its TLS settings");
+                        }
+                    }
+                }
+            }
             (removed, missing)
         };
         for port in removed {
@@ -260,6 +289,34 @@ impl Proxy {
     async fn bind(&self, key: PortKey) -> std::io::Result<BoundPort> {
         let ip = key.address.unwrap_or(self.shared.config.listen_host);
         let addr = SocketAddr::new(ip, key.port);
+        // A UDP key is a UDP listener's port, or an HTTPS port's QUIC endpoint.
+        let quic = match key.udp {
+            false => None,
+            true => {
+                let snapshot = self.shared.snapshot.load();
+                let tcp = PortKey { udp: false, ..key };
+                match snapshot.port_at(key) {
+                    Some(_) => None,
+                    None => snapshot.port_at(tcp).and_then(|p| p.quic.clone()),
+                }
+            }
+        };
+        if let Some(quic) = quic {
+            // One endpoint, on the main runtime (`accept::quic`).
+            let socket = accept::bind_udp(addr, self.shared.config.reuse_port)?;
+            let config = self.quic_config(key, quic.profile.as_deref())?;
+            let endpoint = accept::quic::endpoint(socket, config)?;
+            let drain = Arc::new(Drain::new());
+            let tcp = PortKey { udp: false, ..key };
+            let serve =
+                accept::quic::accept(self.shared.clone(), tcp, endpoint.clone(), drain.token());
+            tracing::info!(address = %ip, port = key.port, "listening (QUIC, HTTP/3)");
+            return Ok(BoundPort {
+                drain,
+                accept: vec![tokio::spawn(serve)],
+                quic: Some((endpoint, quic.profile)),
+            });
+        }
         if key.udp {
             // One socket and one task, on the main runtime: datagrams are not accepted.
             let socket = accept::bind_udp(addr, self.shared.config.reuse_port)?;
@@ -270,6 +327,7 @@ impl Proxy {
             return Ok(BoundPort {
                 drain,
                 accept: vec![tokio::spawn(serve)],
+                quic: None,
             });
         }
         let workers = self.shared.config.workers.as_ref();
@@ -330,7 +388,27 @@ impl Proxy {
             })
             .collect();
         tracing::info!(address = %ip, port = key.port, "listening");
-        Ok(BoundPort { drain, accept })
+        Ok(BoundPort {
+            drain,
+            accept,
+            quic: None,
+        })
+    }
+
+    /// The QUIC server config of the HTTPS port whose UDP key is `key`.
+    fn quic_config(
+        &self,
+        key: PortKey,
+        profile: Option<&TlsProfile>,
+    ) -> std::io::Result<quinn::ServerConfig> {
+        let on = PortConfig {
+            snapshot: self.shared.snapshot.clone(),
+            port: PortKey { udp: false, ..key },
+            resumption: self.shared.config.tls_session_resumption,
+            ticketer: self.lock_ports().ticketer.clone(),
+        };
+        let profile = profile.unwrap_or(&TlsProfile::DEFAULT);
+        accept::quic::server_config_for(&on, profile, self.shared.config.limits.idle_timeout)
     }
 
     /// Stops accepting on `port` (the socket is closed when this returns) and lets its

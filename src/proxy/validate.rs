@@ -92,9 +92,9 @@ pub fn check_host(
         Some(v) => {
             let v = std::str::from_utf8(v.as_bytes()).map_err(|_| Invalid::BadHost)?;
             host_value_ok(v)?;
-            // HTTP/2: Host may accompany `:authority` only if it names the same thing.
+            // HTTP/2 and HTTP/3: Host may accompany `:authority` only if it names the same thing.
             // (HTTP/1.1 absolute-form: the target wins and Host is ignored, RFC 9112 §3.2.2.)
-            if version == Version::HTTP_2
+            if version >= Version::HTTP_2
                 && let Some(a) = authority
                 && !a.as_str().eq_ignore_ascii_case(v)
             {
@@ -103,7 +103,7 @@ pub fn check_host(
             Ok(())
         }
         None if version == Version::HTTP_11 => Err(Invalid::MissingHost),
-        None if version == Version::HTTP_2 && authority.is_none() => Err(Invalid::MissingHost),
+        None if version >= Version::HTTP_2 && authority.is_none() => Err(Invalid::MissingHost),
         None => Ok(()),
     }
 }

@@ -299,7 +299,7 @@ impl std::fmt::Debug for SnapshotClientVerifier {
 
 impl PolicyTag {
     fn current(&self) -> [u8; 32] {
-        let mut tag = if self.carries != Carries::Http {
+        let mut tag = if self.carries == Carries::Stream {
             [0; 32]
         } else {
             let snapshot = self.snapshot.load();
@@ -310,6 +310,10 @@ impl PolicyTag {
         };
         for (t, p) in tag.iter_mut().zip(self.profile) {
             *t ^= p;
+        }
+        // A session from TCP does not resume over QUIC, nor the other way round.
+        if self.carries == Carries::Quic {
+            tag[31] ^= 0x51;
         }
         tag
     }
@@ -404,6 +408,8 @@ pub enum Carries {
     Http,
     /// TLS streams (terminated TLSRoutes): no ALPN, the bytes are the backend's protocol.
     Stream,
+    /// QUIC (HTTP/3): TLS 1.3 only, ALPN `h3`, client certificates as HTTPS; no early data.
+    Quic,
 }
 
 /// What every server config of a bound port shares: its certificates and client validation
@@ -431,9 +437,10 @@ pub fn server_config(
 ) -> Result<Arc<ServerConfig>, ServerConfigError> {
     let (snapshot, port) = (on.snapshot.clone(), on.port);
     let provider: Arc<CryptoProvider> = crate::tls::provider::tuned(profile);
+    let quic = carries == Carries::Quic;
     let versions: Vec<&'static rustls::SupportedProtocolVersion> = [
         (profile.tls13, &rustls::version::TLS13),
-        (profile.tls12, &rustls::version::TLS12),
+        (profile.tls12 && !quic, &rustls::version::TLS12),
     ]
     .into_iter()
     .filter_map(|(on, v)| on.then_some(v))
@@ -443,7 +450,7 @@ pub fn server_config(
     let resolver = Arc::new(SnapshotCertResolver::new(snapshot.clone(), port));
     let mut config = match carries {
         // Frontend validation is for "Listeners handling HTTPS traffic" only.
-        Carries::Http => builder
+        Carries::Http | Carries::Quic => builder
             .with_client_cert_verifier(Arc::new(SnapshotClientVerifier::new(
                 snapshot.clone(),
                 port,
@@ -455,7 +462,11 @@ pub fn server_config(
         (Carries::Http, None) => vec![b"h2".to_vec(), b"http/1.1".to_vec()],
         (Carries::Http, Some(list)) => list.iter().map(|p| p.as_bytes().to_vec()).collect(),
         (Carries::Stream, _) => vec![],
+        (Carries::Quic, _) => vec![b"h3".to_vec()],
     };
+    // 0-RTT stays off (rustls' default): replayable requests are not taken before the
+    // handshake ends.
+    config.max_early_data_size = 0;
     let tag = PolicyTag {
         snapshot,
         port,

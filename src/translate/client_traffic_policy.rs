@@ -49,6 +49,7 @@ fn entry(key: ObjectRef, p: &ClientTrafficPolicy, carried: &Carried) -> Entry<Cl
             source: source.clone(),
             tls: None,
             connection: PortClient::default(),
+            http3: false,
         },
         "nothing of this policy is in force (pier's defaults apply)",
     );
@@ -196,6 +197,7 @@ fn client_policy(source: &str, spec: &ClientTrafficPolicySpec) -> Result<ClientP
             underscores,
             preserve_request_id: headers.and_then(|h| h.preserve_x_request_id) == Some(true),
         },
+        http3: spec.http3.is_some(),
     })
 }
 

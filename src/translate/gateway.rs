@@ -115,6 +115,8 @@ pub struct ListenerState {
     pub client_policy: Option<std::sync::Arc<crate::model::ClientPolicy>>,
     /// Its listener filters (`crate::translate::listener_filters`).
     pub pre_route: Option<std::sync::Arc<crate::model::ext_auth::PreRoute>>,
+    /// It serves HTTP/3 (its ClientTrafficPolicy asks, and the port can: `http3_ports`).
+    pub http3: bool,
 }
 
 // === GatewayClass ===
@@ -483,6 +485,7 @@ fn listener(
         tls_profile: None,
         client_policy: None,
         pre_route: None,
+        http3: false,
     };
     // Listener filters pier cannot run: refused here, so the listener takes no part in
     // conflicts (the others are translated once backends resolve: `listener_filters`).

@@ -322,6 +322,7 @@ pub fn translate_with(
         }
     }
     shared_port_notes(&mut gateways);
+    http3_ports(&mut gateways);
     let mut limit_tables = traffic_policy::Tables::new(carried, settings);
     let mut tables: BTreeMap<(usize, usize), RouteTableBuilder> = BTreeMap::new();
     for (order, key, kind, outcome) in outcomes {
@@ -549,6 +550,74 @@ fn shared_port_notes(gateways: &mut [GatewayState]) {
     }
 }
 
+/// Which listeners serve HTTP/3: those whose ClientTrafficPolicy has `http3`, on HTTPS, where
+/// the port's number over UDP is not a UDP listener's, with TLS 1.3 in their settings. One
+/// QUIC endpoint serves a port with one handshake configuration, so the first such listener's
+/// TLS settings are the port's and a listener with other settings is left out. Every listener
+/// left out says why in its Accepted message.
+fn http3_ports(gateways: &mut [GatewayState]) {
+    use std::collections::btree_map::Entry;
+    type Key = (Option<std::net::IpAddr>, u16);
+    let mut udp: std::collections::BTreeSet<Key> = Default::default();
+    for gw in gateways.iter().filter(|g| !g.addresses.unbound) {
+        for l in &gw.listeners {
+            if l.protocol == Some(Protocol::Udp) && l.programmed() {
+                udp.insert((gw.addresses.bind, l.port));
+            }
+        }
+    }
+    let mut profiles: BTreeMap<Key, Option<std::sync::Arc<crate::model::TlsProfile>>> =
+        BTreeMap::new();
+    for gw in gateways.iter_mut().filter(|g| !g.addresses.unbound) {
+        let bind = gw.addresses.bind;
+        for l in &mut gw.listeners {
+            let asked = l.client_policy.as_ref().is_some_and(|p| p.http3);
+            if !asked || !l.programmed() {
+                continue;
+            }
+            let port = l.port;
+            let refused = match l.protocol {
+                Some(Protocol::Https) => None,
+                Some(p) => Some(format!(
+                    "HTTP/3 is served on HTTPS listeners only, not on this {} listener",
+                    serde_json::to_value(p)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_owned))
+                        .unwrap_or_default()
+                )),
+                None => continue,
+            };
+            let refused = refused.or_else(|| {
+                udp.contains(&(bind, port)).then(|| {
+                    format!("HTTP/3 is not served: port {port}/UDP belongs to a UDP listener")
+                })
+            });
+            let refused = refused.or_else(|| {
+                (l.tls_profile.as_ref().is_some_and(|p| !p.tls13)).then(|| {
+                    "HTTP/3 is not served: QUIC needs TLS 1.3, which the listener's TLS \
+                     settings leave out"
+                        .to_string()
+                })
+            });
+            let refused = refused.or_else(|| match profiles.entry((bind, port)) {
+                Entry::Vacant(v) => {
+                    v.insert(l.tls_profile.clone());
+                    None
+                }
+                Entry::Occupied(o) if *o.get() == l.tls_profile => None,
+                Entry::Occupied(_) => Some(format!(
+                    "HTTP/3 is not served: port {port}'s QUIC endpoint offers the TLS \
+                     settings of another HTTP/3 listener, and this one's differ"
+                )),
+            });
+            match refused {
+                Some(note) => l.notes.push(note),
+                None => l.http3 = true,
+            }
+        }
+    }
+}
+
 /// Programmed listeners grouped by port (sorted), most specific hostname first; HTTPS and TLS
 /// ports get every terminating listener's certificates, under the listener hostname and the
 /// certificate's names.
@@ -586,6 +655,7 @@ fn snapshot(
                     .filter(|_| protocol == Protocol::Https),
                 tls_profiles: false,
                 client: None,
+                quic: None,
             });
             let tls_profile = l
                 .tls_profile
@@ -606,6 +676,11 @@ fn snapshot(
                     certs.add(&names, c.key.clone());
                 }
             }
+            if l.http3 {
+                port.quic = Some(crate::model::Quic {
+                    profile: l.tls_profile.clone(),
+                });
+            }
             port.listeners.push(Listener {
                 id: gw.listener_id(l),
                 hostname: l.hostname.clone(),
@@ -616,6 +691,7 @@ fn snapshot(
                 client_policy: l.client_policy.clone(),
                 pre_route: l.pre_route.clone(),
                 before_routing: l.client_cert_header.is_some() || l.pre_route.is_some(),
+                alt_svc: l.http3.then(|| alt_svc(l.port)),
                 routes: tables
                     .remove(&(gi, li))
                     .map_or_else(RouteTable::default, RouteTableBuilder::build),
@@ -633,6 +709,13 @@ fn snapshot(
         generation: 0,
         ports,
     }
+}
+
+/// The `Alt-Svc` value of an HTTP/3 listener on `port`: HTTP/3 on the same number, for a day
+/// (nginx's and Envoy's usual `ma`).
+fn alt_svc(port: u16) -> http::HeaderValue {
+    let value = format!("h3=\":{port}\"; ma=86400");
+    http::HeaderValue::from_str(&value).expect("digits and ASCII punctuation")
 }
 
 /// An error and its causes on one line, for status messages. A cause whose text the message

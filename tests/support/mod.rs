@@ -9,6 +9,7 @@ pub mod extauthz;
 pub mod faulty_api;
 pub mod flaky;
 pub mod grpc;
+pub mod h3;
 pub mod haproxy;
 pub mod jwks_server;
 pub mod jwt;

@@ -202,6 +202,7 @@ impl ListenerBuilder {
             access_log: None,
             pre_route: None,
             before_routing: false,
+            alt_svc: None,
             routes: self.table.build(),
         }
     }
@@ -219,6 +220,7 @@ pub fn port(port: u16, listeners: Vec<Listener>) -> Port {
         client_auth: None,
         tls_profiles: false,
         client: None,
+        quic: None,
     };
     p.sort_listeners();
     p
@@ -236,6 +238,7 @@ pub fn https_port(port: u16, listeners: Vec<Listener>, certs: CertTable) -> Port
         client_auth: None,
         tls_profiles: false,
         client: None,
+        quic: None,
     };
     p.sort_listeners();
     p

@@ -100,7 +100,7 @@ impl Client {
 
 /// What the request paths know of a plain connection (TLS fills in more after the
 /// handshake).
-fn conn_info(
+pub(super) fn conn_info(
     shared: &Shared,
     key: PortKey,
     peer: SocketAddr,
@@ -575,7 +575,7 @@ async fn serve_tls(
 /// The identity of a client certificate the handshake accepted, if it is a verified one: on an
 /// `AllowValidOnly` port the handshake verified it; on an `AllowInsecureFallback` port it
 /// accepted anything, so the chain is verified again here (against the current snapshot).
-fn client_identity(
+pub(super) fn client_identity(
     shared: &Shared,
     key: PortKey,
     chain: &[rustls::pki_types::CertificateDer<'static>],
@@ -641,7 +641,7 @@ async fn serve_http<I>(
         // Busy from the request's arrival until its response body is done (or dropped).
         let busy = Activity::busy(&svc_activity);
         async move {
-            let resp = service::handle(shared, info, req).await;
+            let resp = service::handle(shared, info, req.map(Into::into)).await;
             Ok::<_, Infallible>(resp.map(|body| Tracked { body, _busy: busy }))
         }
     });

@@ -6,6 +6,7 @@
 pub mod conn;
 pub mod lot;
 pub mod proxy_protocol;
+pub mod quic;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

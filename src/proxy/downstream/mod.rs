@@ -6,6 +6,7 @@
 
 pub mod datagram;
 pub mod h1;
+pub mod h3;
 pub mod service;
 pub mod stream;
 pub mod tunnel;

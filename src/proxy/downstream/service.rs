@@ -19,11 +19,11 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::proxy::body::Inbound;
 use http::header::HOST;
 use http::uri::PathAndQuery;
 use http::{Method, Request, Response, StatusCode, Uri, Version};
 use http_body::Body as _;
-use hyper::body::Incoming;
 use hyper::upgrade::OnUpgrade;
 
 use super::tunnel;
@@ -55,7 +55,7 @@ use crate::proxy::validate::{self, Invalid};
 pub async fn handle(
     shared: Arc<Shared>,
     conn: Arc<ConnInfo>,
-    req: Request<Incoming>,
+    req: Request<Inbound>,
 ) -> Response<ProxyBody> {
     let started = Instant::now();
     let snapshot = shared.snapshot.load_full();
@@ -108,7 +108,7 @@ async fn dispatch<'s>(
     shared: &Shared,
     snapshot: &'s Arc<Snapshot>,
     conn: &ConnInfo,
-    (req, edge): (Request<Incoming>, &Edge),
+    (req, edge): (Request<Inbound>, &Edge),
     seen: &mut Seen<'s>,
     started: Instant,
 ) -> Result<Response<ProxyBody>, ProxyError> {
@@ -345,7 +345,7 @@ async fn forward<'s>(
     conn: &ConnInfo,
     routed: &Routed<'s>,
     answer: Answer<'s>,
-    (req, edge, mut prefix, started): (Request<Incoming>, &Edge, Option<bytes::Bytes>, Instant),
+    (req, edge, mut prefix, started): (Request<Inbound>, &Edge, Option<bytes::Bytes>, Instant),
     seen: &mut Seen<'s>,
 ) -> Result<Response<ProxyBody>, ProxyError> {
     let rule = &*routed.entry.rule;
@@ -433,6 +433,7 @@ async fn forward<'s>(
         let (resp, in_flight) =
             Box::pin(retry::forward(shared, snapshot, req, bytes, seen)).await?;
         let mut resp = finish_response(shared, resp, rule, &answer, in_flight);
+        advertise(&mut resp, routed);
         // The first attempt goes to the session's endpoint; the one that answered (after any
         // retries) carries the session on.
         if let (Some(s), Some(addr)) = (&session, seen.upstream) {
@@ -484,6 +485,7 @@ async fn forward<'s>(
         tunnel::spawn(down, hyper::upgrade::on(&mut resp), conn.drain.clone());
     }
     let mut resp = finish_response(shared, resp, rule, &answer, in_flight);
+    advertise(&mut resp, routed);
     if let Some(s) = &session {
         s.answer(&mut resp, endpoint.addr);
     }
@@ -496,7 +498,7 @@ async fn forward<'s>(
 /// What [`forward`] sends: the client's body as it comes, or read whole first (a policy's
 /// `requestBuffer`; `None`: there was none).
 enum ReqBody {
-    Streamed(Incoming),
+    Streamed(Inbound),
     Whole(Option<bytes::Bytes>),
 }
 
@@ -516,7 +518,7 @@ impl ReqBody {
 fn streamed(
     shared: &Shared,
     backend: &crate::model::Backend,
-    (body, prefix, until): (Incoming, Option<bytes::Bytes>, Option<tokio::time::Instant>),
+    (body, prefix, until): (Inbound, Option<bytes::Bytes>, Option<tokio::time::Instant>),
     upgrade: bool,
     seen: &mut Seen<'_>,
 ) -> (ProxyBody, Option<Arc<FaultCell>>) {
@@ -539,6 +541,14 @@ fn streamed(
         None => body,
     };
     (body, fault)
+}
+
+/// A listener that serves HTTP/3 says so on the responses it forwards (`Alt-Svc`).
+#[inline]
+fn advertise(resp: &mut Response<ProxyBody>, routed: &Routed<'_>) {
+    if let Some(v) = &routed.listener.alt_svc {
+        resp.headers_mut().append(http::header::ALT_SVC, v.clone());
+    }
 }
 
 fn finish_response(

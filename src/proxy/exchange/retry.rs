@@ -43,13 +43,13 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::proxy::body::Inbound;
 use bytes::Bytes;
 use http::request::Parts;
 use http::uri::PathAndQuery;
 use http::{Method, Response, StatusCode};
 use http_body::Body as _;
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 use rand::Rng;
 
 use super::Shared;
@@ -89,7 +89,7 @@ pub struct Retried<'s, 'r> {
 
 /// Whether a request body can be buffered for retries: none, or a declared length within
 /// [`MAX_RETRY_BODY`].
-pub fn replayable(body: &Incoming) -> bool {
+pub fn replayable(body: &Inbound) -> bool {
     body.is_end_stream()
         || body
             .size_hint()
@@ -246,7 +246,7 @@ fn refused_stream(e: &(dyn std::error::Error + 'static)) -> bool {
 pub async fn buffer(
     shared: &Shared,
     backend: &Backend,
-    body: Incoming,
+    body: Inbound,
     max: Option<u64>,
     until: Option<tokio::time::Instant>,
 ) -> Result<Option<Bytes>, ProxyError> {

@@ -6,9 +6,9 @@
 
 use std::net::SocketAddr;
 
+use crate::proxy::body::Inbound;
 use http::{Method, Request, StatusCode};
 use http_body::Body as _;
-use hyper::body::Incoming;
 
 use super::forwarded::Edge;
 use super::record::{Seen, request_authority};
@@ -81,7 +81,7 @@ pub fn wanted(access_log: bool, seen: &Seen<'_>) -> bool {
 // === impl LogHead ===
 
 impl LogHead {
-    pub fn of(req: &Request<Incoming>) -> Self {
+    pub fn of(req: &Request<Inbound>) -> Self {
         // The authority as sent, port included, as the fast path logs its Host header.
         let authority = request_authority(req);
         let mut head = Self::new(req.method().clone(), authority, req.uri().path());

@@ -17,11 +17,11 @@
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use crate::proxy::body::Inbound;
 use bytes::{Bytes, BytesMut};
 use http::{Request, Response, StatusCode};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 
 use crate::model::Rule;
 use crate::model::ext_auth::{ExtAuth, ExtAuthFailure, OverLimit, PreRoute};
@@ -99,7 +99,7 @@ pub async fn ext_auth(
     shared: &Shared,
     rule: &Rule,
     ctx: &ExtAuthCtx<'_>,
-    req: &mut Request<Incoming>,
+    req: &mut Request<Inbound>,
     (admitted, mut prefix): (Option<&Admitted>, Prefix),
     outcomes: &mut Vec<ExtAuthOutcome>,
 ) -> Result<ExtAuthed, ProxyError> {
@@ -137,7 +137,7 @@ pub async fn listener_filters(
     shared: &Shared,
     pre: &PreRoute,
     ctx: &ExtAuthCtx<'_>,
-    req: &mut Request<Incoming>,
+    req: &mut Request<Inbound>,
     outcomes: &mut Vec<ExtAuthOutcome>,
 ) -> Result<Result<Prefix, Response<ProxyBody>>, ProxyError> {
     let auths = match pre {
@@ -160,7 +160,7 @@ async fn authorize<'e>(
     shared: &Shared,
     exts: impl Iterator<Item = &'e ExtAuth>,
     ctx: &ExtAuthCtx<'_>,
-    req: &mut Request<Incoming>,
+    req: &mut Request<Inbound>,
     prefix: &mut Prefix,
     outcomes: &mut Vec<ExtAuthOutcome>,
 ) -> Result<Option<Response<ProxyBody>>, ProxyError> {
@@ -278,7 +278,7 @@ pub fn record<'s>(
 /// (whole frames: a frame may bring more), within the authorizer's timeout: the bytes, and
 /// whether the body ended with them.
 async fn read_prefix(
-    body: &mut Incoming,
+    body: &mut Inbound,
     mut buf: BytesMut,
     max: usize,
     ext: &ExtAuth,

@@ -60,6 +60,7 @@ fn snapshot(auth: Option<ClientAuth>) -> Snapshot {
             access_log_on: false,
             tls_profiles: false,
             client: None,
+            quic: None,
         }],
     }
 }

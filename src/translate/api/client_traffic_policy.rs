@@ -2,8 +2,8 @@
 //! attached to Gateways, listeners and ListenerSets by GEP-713 `targetRefs`. Field names are
 //! Envoy Gateway's (`gateway.envoyproxy.io/v1alpha1` ClientTrafficPolicy) where the concept is
 //! the same. This version reads `tls`, `connection.connectionLimit`,
-//! `clientIPDetection.xForwardedFor.trustedCIDRs`, `timeout.http.idleTimeout`, `path` and
-//! `headers`; the CRD grows with each feature, so the API server never
+//! `clientIPDetection.xForwardedFor.trustedCIDRs`, `timeout.http.idleTimeout`, `path`,
+//! `headers` and `http3`; the CRD grows with each feature, so the API server never
 //! stores a field pier would ignore.
 
 use kube::CustomResource;
@@ -50,7 +50,16 @@ pub struct ClientTrafficPolicySpec {
     /// What the targets do with some request headers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub headers: Option<ClientHeaders>,
+    /// HTTP/3 over QUIC on the targets' HTTPS listeners: their port over UDP, with their
+    /// certificates, advertised with `Alt-Svc` on their TCP responses (`http3: {}`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http3: Option<ClientHttp3>,
 }
+
+/// `http3`: no settings of its own yet (Envoy Gateway's is empty too); its presence turns
+/// HTTP/3 on.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ClientHttp3 {}
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]

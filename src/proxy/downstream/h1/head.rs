@@ -593,6 +593,8 @@ pub struct Tail<'a> {
     pub close: bool,
     /// A `Date` to add (the upstream sent none).
     pub date: Option<&'a [u8]>,
+    /// The listener's `Alt-Svc` (it serves HTTP/3), on forwarded responses.
+    pub alt_svc: Option<&'a [u8]>,
 }
 
 /// Writes the status line.
@@ -642,6 +644,9 @@ fn write_tail(tail: Tail<'_>, out: &mut Vec<u8>) {
     }
     if let Some(date) = tail.date {
         line(out, b"date", date);
+    }
+    if let Some(alt_svc) = tail.alt_svc {
+        line(out, b"alt-svc", alt_svc);
     }
     if tail.close {
         out.extend_from_slice(b"connection: close\r\n");

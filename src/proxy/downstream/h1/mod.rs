@@ -192,6 +192,8 @@ struct Forward<'s> {
     head_request: bool,
     /// The client asked to close after this response.
     client_close: bool,
+    /// The listener's `Alt-Svc` (it serves HTTP/3).
+    alt_svc: Option<&'s http::HeaderValue>,
 }
 
 /// The response head as read from the upstream (the downstream head is already in `wbuf`).
@@ -519,6 +521,7 @@ where
             framing: Framing::Length(body.len() as u64),
             close,
             date: date.as_ref().map(|d| &d[..]),
+            alt_svc: None,
         };
         self.wbuf.clear();
         head::write_response_map(parts.status, &headers, tail, &mut self.wbuf);
@@ -983,6 +986,7 @@ fn plan<'s>(
         idempotent,
         head_request: common.head_request,
         client_close: common.close,
+        alt_svc: routed.listener.alt_svc.as_ref(),
     };
     Plan::Forward(common, fwd)
 }
@@ -1253,6 +1257,7 @@ fn downstream_head(
             framing: head.framing,
             close: down_close,
             date: date.as_ref().map(|d| &d[..]),
+            alt_svc: fwd.alt_svc.map(http::HeaderValue::as_bytes),
         };
         head::write_response(head, tail, wbuf);
     } else {
@@ -1265,6 +1270,7 @@ fn downstream_head(
             framing: head.framing,
             close: down_close,
             date: date.as_ref().map(|d| &d[..]),
+            alt_svc: fwd.alt_svc.map(http::HeaderValue::as_bytes),
         };
         head::write_response_map(head.status, &map, tail, wbuf);
     }

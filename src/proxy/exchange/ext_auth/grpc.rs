@@ -75,6 +75,7 @@ pub fn check_request(ext: &ExtAuth, asked: &Asked<'_>) -> CheckRequest {
             .unwrap_or(-1),
         protocol: match asked.version {
             Version::HTTP_2 => "HTTP/2",
+            Version::HTTP_3 => "HTTP/3",
             Version::HTTP_10 => "HTTP/1.0",
             _ => "HTTP/1.1",
         }

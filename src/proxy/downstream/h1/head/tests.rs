@@ -274,6 +274,7 @@ fn the_downstream_response_is_reframed_and_cleaned() {
         framing: head.framing,
         close: true,
         date: Some(b"Wed, 25 Nov 2026 08:00:00 GMT"),
+        alt_svc: None,
     };
     write_response(&head, tail, &mut out);
     let (line, map) = reparse(&out);
@@ -299,6 +300,7 @@ fn a_map_head_writes_every_value() {
         framing: Framing::Length(4),
         close: false,
         date: None,
+        alt_svc: None,
     };
     write_response_map(StatusCode::NOT_FOUND, &map, tail, &mut out);
     let (line, back) = reparse(&out);
