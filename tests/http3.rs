@@ -24,6 +24,7 @@ use support::web::*;
 use support::*;
 
 const HOST: &str = "app.example.com";
+const GRPC: &str = "grpc.example.com";
 
 struct Env {
     _dir: tempfile::TempDir,
@@ -95,6 +96,7 @@ kind: HTTPRoute
 metadata: {{name: web, namespace: default}}
 spec:
   parentRefs: [{{name: gw}}, {{name: secure}}]
+  hostnames: [{HOST}]
   rules:
     - filters:
         - type: RequestHeaderModifier
@@ -102,6 +104,16 @@ spec:
         - type: ResponseHeaderModifier
           responseHeaderModifier: {{add: [{{name: x-served-by, value: pier}}]}}
       backendRefs: [{{name: a, port: 80}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: GRPCRoute
+metadata: {{name: rpc, namespace: default}}
+spec:
+  parentRefs: [{{name: gw}}]
+  hostnames: [{GRPC}]
+  rules:
+    - matches: [{{method: {{service: echo.Echo}}}}]
+      backendRefs: [{{name: rpc, port: 80}}]
 ---
 apiVersion: v1
 kind: ConfigMap
@@ -119,7 +131,8 @@ async fn start() -> Env {
         .await
         .unwrap();
     let (h3, tcp_only, mtls) = (free_port(), free_port(), free_port());
-    let server = rcgen::generate_simple_self_signed(vec![HOST.to_string()]).unwrap();
+    let server =
+        rcgen::generate_simple_self_signed(vec![HOST.to_string(), GRPC.to_string()]).unwrap();
     let client_ca = Pki::new();
     let dir = tempfile::tempdir().unwrap();
     let secret = support::mesh::tls_secret_pem(
@@ -131,7 +144,19 @@ async fn start() -> Env {
     let files = [
         ("gw.yaml", manifests(h3, tcp_only, mtls, client_ca.ca_pem())),
         ("secret.yaml", secret),
-        ("svc.yaml", service("a", echo.addr)),
+        (
+            "svc.yaml",
+            format!(
+                "{}---\n{}",
+                service("a", echo.addr),
+                service_pool(
+                    "rpc",
+                    echo.addr.port(),
+                    &["127.0.0.1"],
+                    Some("kubernetes.io/h2c")
+                )
+            ),
+        ),
     ];
     let pier = run_manifests(dir.path(), &files).await;
     let env = Env {
@@ -354,4 +379,306 @@ async fn a_drain_sends_goaway_and_the_request_in_flight_finishes() {
     let closed = tokio::time::timeout(Duration::from_secs(5), c.conn.closed()).await;
     assert!(closed.is_ok(), "the connection stays open after the drain");
     shutdown.await.unwrap();
+}
+
+/// Runs aioquic's client (`tests/http3/client.py`) against `port` for `host`, trusting the
+/// CA in `ca_pem`, with `requests` (`METHOD PATH [BODY_BYTES]`): one JSON answer per request.
+async fn aioquic(port: u16, host: &str, ca_pem: &str, requests: &[&str]) -> Vec<serde_json::Value> {
+    let python = std::env::var("PIER_AIOQUIC_PYTHON").expect(
+        "PIER_AIOQUIC_PYTHON: a Python with aioquic (scripts/test makes one in ~/.cache/pier/aioquic)",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, ca_pem).unwrap();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/http3/client.py");
+    let args: Vec<String> = ["--port", &port.to_string(), "--host", host, "--ca"]
+        .iter()
+        .map(|s| s.to_string())
+        .chain([ca.display().to_string()])
+        .chain(requests.iter().map(|s| s.to_string()))
+        .collect();
+    // The script bounds itself (60 s).
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(python)
+            .arg(script)
+            .args(args)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "aioquic's client failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// Gateway `gw/edge` with an HTTP listener and an HTTP/3 listener (`https`), meshing routes
+/// labelled `mesh: enabled`.
+fn meshed_files(
+    pki: &support::mesh::MeshPki,
+    http: u16,
+    https: u16,
+    server: &rcgen::CertifiedKey<rcgen::KeyPair>,
+    workload: SocketAddr,
+    plain: SocketAddr,
+) -> Vec<(&'static str, String)> {
+    use support::mesh::*;
+    let listener = format!(
+        "    - name: https
+      protocol: HTTPS
+      port: {https}
+      allowedRoutes: {{namespaces: {{from: All}}}}
+      tls: {{certificateRefs: [{{name: cert}}]}}
+"
+    );
+    let selector = "    selector: {matchLabels: {mesh: enabled}}\n";
+    vec![
+        ("00-class.yaml", GATEWAY_CLASS.to_string()),
+        (
+            "10-gateway.yaml",
+            gateway(http, &format!("{listener}{}", mesh_spec(selector))),
+        ),
+        (
+            "11-policy.yaml",
+            "apiVersion: pier.dev/v1alpha1
+kind: ClientTrafficPolicy
+metadata: {name: h3, namespace: gw}
+spec:
+  targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: edge, sectionName: https}]
+  http3: {}
+"
+            .to_string(),
+        ),
+        (
+            "12-cert.yaml",
+            tls_secret_pem(
+                "gw",
+                "cert",
+                &server.cert.pem(),
+                &server.signing_key.serialize_pem(),
+            ),
+        ),
+        (
+            "20-backends.yaml",
+            format!(
+                "{}---\n{}",
+                service("app", "web", workload),
+                service("public", "site", plain)
+            ),
+        ),
+        (
+            "30-routes.yaml",
+            format!(
+                "{}---\n{}",
+                route("app", "web", "mesh: enabled", "web"),
+                route("public", "site", "", "site")
+            ),
+        ),
+        ("40-client.yaml", pier_client_secret(pki)),
+        ("41-bundle.yaml", bundle(&[&pki.mesh_ca])),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn meshed_and_plain_routes_over_http3_from_two_independent_clients() {
+    use support::mesh::{MeshPki, Pier, Seen, Workload};
+    let pki = MeshPki::new();
+    let workload = Workload::spawn(&pki.workload, &pki.client_ca).await;
+    let site = support::echo("site").await;
+    let (http, https) = (free_port(), free_port());
+    let server = rcgen::generate_simple_self_signed(vec![
+        "web.example".to_string(),
+        "site.example".to_string(),
+    ])
+    .unwrap();
+    let files = meshed_files(&pki, http, https, &server, workload.addr, site.addr);
+    let pier = Pier::start(http, &files).await;
+    let roots = [server.cert.der().clone()];
+    let wait = bounded(async {
+        loop {
+            if let Ok(r) =
+                support::h3::get(local(https), "site.example", "/", tls(&roots, None)).await
+                && r.status == 200
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+    wait.await;
+
+    // quinn + h3: the meshed route reaches the workload over mTLS with pier's certificate,
+    // the plain one the echo server in plaintext.
+    let mut c = H3::connect(local(https), "web.example", tls(&roots, None))
+        .await
+        .unwrap();
+    let r = c.get("web.example", "/m", &[]).await.unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    let seen: Seen = serde_json::from_slice(&r.body).unwrap();
+    assert!(seen.tls, "{seen:?}");
+    assert_eq!(
+        seen.client_cert_sha256.as_deref(),
+        Some(pki.pier.leaf_sha256().as_str())
+    );
+    let r = c.get("site.example", "/p", &[]).await.unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(r.echo().backend, "site");
+    c.close().await;
+
+    // aioquic: the same, concurrently on one connection, with a body up.
+    let answers = aioquic(
+        https,
+        "web.example",
+        &server.cert.pem(),
+        &["GET /a", "GET /b", "POST /c 200000"],
+    )
+    .await;
+    assert_eq!(answers.len(), 3);
+    for a in &answers {
+        assert_eq!(a["status"], 200, "{a}");
+        let seen: Seen = serde_json::from_str(a["body"].as_str().unwrap()).unwrap();
+        assert!(seen.tls, "{seen:?}");
+        assert_eq!(
+            seen.client_cert_sha256.as_deref(),
+            Some(pki.pier.leaf_sha256().as_str())
+        );
+        assert_eq!(seen.path, a["path"].as_str().unwrap());
+    }
+    let answers = aioquic(https, "site.example", &server.cert.pem(), &["GET /x"]).await;
+    assert_eq!(answers[0]["status"], 200);
+    assert!(
+        answers[0]["body"]
+            .as_str()
+            .unwrap()
+            .contains("\"backend\":\"site\"")
+    );
+    pier.shutdown().await;
+}
+
+/// A UDP relay in front of `target` that drops `percent` of the datagrams each way (a fixed
+/// pseudo-random sequence): a lossy path on loopback. (The test kernel may have no `netem`.)
+async fn lossy_relay(
+    target: SocketAddr,
+    percent: u32,
+) -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    use tokio::net::UdpSocket;
+    let front = Arc::new(UdpSocket::bind("127.0.0.1:0").await.unwrap());
+    let back = Arc::new(UdpSocket::bind("127.0.0.1:0").await.unwrap());
+    back.connect(target).await.unwrap();
+    let addr = front.local_addr().unwrap();
+    let client = Arc::new(std::sync::Mutex::new(None::<SocketAddr>));
+    // xorshift: the same losses on every run.
+    let drop = Arc::new(std::sync::Mutex::new(0x9e37_79b9_u32));
+    let lose = move || {
+        let mut s = drop.lock().unwrap();
+        *s ^= *s << 13;
+        *s ^= *s >> 17;
+        *s ^= *s << 5;
+        *s % 100 < percent
+    };
+    let task = tokio::spawn({
+        let (front, back, client) = (front.clone(), back.clone(), client.clone());
+        let lose_up = lose.clone();
+        async move {
+            let up = async {
+                let mut buf = vec![0u8; 65_535];
+                loop {
+                    let (n, from) = front.recv_from(&mut buf).await.unwrap();
+                    *client.lock().unwrap() = Some(from);
+                    if !lose_up() {
+                        let _ = back.send(&buf[..n]).await;
+                    }
+                }
+            };
+            let down = async {
+                let mut buf = vec![0u8; 65_535];
+                loop {
+                    let n = back.recv(&mut buf).await.unwrap();
+                    let to = *client.lock().unwrap();
+                    if let Some(to) = to
+                        && !lose()
+                    {
+                        let _ = front.send_to(&buf[..n], to).await;
+                    }
+                }
+            };
+            tokio::join!(up, down);
+        }
+    });
+    (addr, task)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_complete_over_a_path_that_loses_a_tenth_of_its_packets() {
+    let env = start().await;
+    let (relay, task) = lossy_relay(local(env.h3), 10).await;
+    let mut c = H3::connect(relay, HOST, env.tls()).await.unwrap();
+    // 2 MiB up through the loss, then 50 requests and their answers.
+    let big = Bytes::from(vec![b'y'; 2 << 20]);
+    let r = c
+        .send(
+            Request::post(format!("https://{HOST}/up"))
+                .body(())
+                .unwrap(),
+            big,
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.echo().body_bytes, 2 << 20);
+    for i in 0..50 {
+        let r = c.get(HOST, &format!("/small/{i}"), &[]).await.unwrap();
+        assert_eq!(r.echo().path, format!("/small/{i}"));
+    }
+    // Retransmissions happened: the loss was real.
+    assert!(c.conn.stats().path.lost_packets > 0, "{:?}", c.conn.stats());
+    c.close().await;
+    task.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grpc_call_over_http3_takes_its_grpc_route_to_an_h2c_backend() {
+    let env = start().await;
+    let mut c = H3::connect(local(env.h3), GRPC, env.tls()).await.unwrap();
+    // One unary call: a length-prefixed message up, the answer's message and grpc-status in
+    // the trailers back.
+    let message = b"hello";
+    let mut framed = vec![0u8];
+    framed.extend_from_slice(&(message.len() as u32).to_be_bytes());
+    framed.extend_from_slice(message);
+    let req = Request::post(format!("https://{GRPC}/echo.Echo/Say"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())
+        .unwrap();
+    let r = c.send(req, Bytes::from(framed)).await.unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(r.headers["content-type"], "application/grpc");
+    assert_eq!(r.headers["grpc-status"], "0", "{:?}", r.headers);
+    let answer: serde_json::Value = serde_json::from_slice(&r.body[5..]).unwrap();
+    assert_eq!(answer["backend"], "a");
+    assert_eq!(answer["path"], "/echo.Echo/Say");
+    assert_eq!(
+        answer["protocol"], "HTTP/2.0",
+        "to the h2c backend over HTTP/2"
+    );
+    // A method the route does not match: gRPC's own answer, not an HTTP error page.
+    let req = Request::post(format!("https://{GRPC}/other.Svc/Call"))
+        .header("content-type", "application/grpc")
+        .body(())
+        .unwrap();
+    let r = c.send(req, Bytes::new()).await.unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.headers["grpc-status"], "12",
+        "UNIMPLEMENTED: {:?}",
+        r.headers
+    );
+    c.close().await;
 }
