@@ -2236,6 +2236,7 @@ fn client_traffic_policy(tls: Value) -> Value {
             "timeout": { "http": { "idleTimeout": "30s" } },
             "path": { "escapedSlashesAction": "RejectRequest", "disableMergeSlashes": false },
             "headers": { "withUnderscoresAction": "DropHeader", "preserveXRequestID": true },
+            "http3": {},
         },
     })
 }
@@ -2244,7 +2245,8 @@ fn client_traffic_policy(tls: Value) -> Value {
 /// certificate is a `kubernetes.io/tls` Secret takes the policy's TLS settings from the API
 /// server (curl with TLS 1.2 is refused, TLS 1.3 served), pier writes the policy's GEP-713
 /// status there, and an edit pier cannot serve (TLS 1.1) is `Invalid` while the version in
-/// force keeps refusing TLS 1.2.
+/// force keeps refusing TLS 1.2. Its `http3` turns HTTP/3 on: a QUIC client is served with
+/// the policy's TLS settings, and TCP responses say so (`Alt-Svc`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_traffic_policies_from_the_cluster() {
     const HOST: &str = "secure.example.com";
@@ -2338,6 +2340,25 @@ async fn client_traffic_policies_from_the_cluster() {
     // And its path rules: an escaped slash is refused.
     let code = curl_at("/v/a%2Fb", CODE.to_vec()).await;
     assert_eq!(code, "400");
+    // And `http3`: served over QUIC, advertised over TCP.
+    let roots = [cert.cert.der().clone()];
+    let h3 = support::h3::get(
+        SocketAddr::from(([127, 0, 0, 1], port)),
+        HOST,
+        "/v/x",
+        support::h3::tls(&roots, None),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        (h3.status.as_u16(), h3.echo().backend),
+        (200, "v1".to_string())
+    );
+    let head = curl_at("/v/x", vec!["-o", "/dev/null", "-D", "-"]).await;
+    assert!(
+        head.contains(&format!("alt-svc: h3=\":{port}\"; ma=86400")),
+        "{head}"
+    );
 
     c.apply(client_traffic_policy(json!({ "minVersion": "1.1" })))
         .await;

@@ -126,6 +126,10 @@ data:
 }
 
 async fn start() -> Env {
+    start_with(pier::proxy::Limits::default()).await
+}
+
+async fn start_with(limits: pier::proxy::Limits) -> Env {
     init();
     let echo = pier::echo::spawn(SocketAddr::from(([127, 0, 0, 1], 0)), "a")
         .await
@@ -158,7 +162,17 @@ async fn start() -> Env {
             ),
         ),
     ];
-    let pier = run_manifests(dir.path(), &files).await;
+    for (name, text) in &files {
+        std::fs::write(dir.path().join(name), text).unwrap();
+    }
+    let pier = run::start(run::RunOptions {
+        listen_host: [127, 0, 0, 1].into(),
+        admin: SocketAddr::from(([127, 0, 0, 1], 0)),
+        limits,
+        ..run::RunOptions::new(run::Source::Manifests(dir.path().to_path_buf()))
+    })
+    .await
+    .unwrap();
     let env = Env {
         _dir: dir,
         h3,
@@ -681,4 +695,80 @@ async fn a_grpc_call_over_http3_takes_its_grpc_route_to_an_h2c_backend() {
         r.headers
     );
     c.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unproven_addresses_get_a_retry_and_clients_may_move() {
+    // Address validation for every new client (as under a flood of Initials).
+    let env = start_with(pier::proxy::Limits {
+        quic_validate_above: 0,
+        ..Default::default()
+    })
+    .await;
+    let retries = |m: &str| {
+        support::cluster::sample(
+            m,
+            &format!(
+                r#"pier_proxy_downstream_quic_retries_total{{port="{}"}}"#,
+                env.h3
+            ),
+        )
+    };
+    let before = retries(&env.metrics().await);
+    let mut c = H3::connect(local(env.h3), HOST, env.tls()).await.unwrap();
+    let r = c.get(HOST, "/one", &[]).await.unwrap();
+    assert_eq!(r.status, 200);
+    let after = retries(&env.metrics().await);
+    assert!(after > before, "no Retry sent: {before} -> {after}");
+    // Connection migration: the client's address changes (a new UDP port, as a phone that
+    // moves from Wi-Fi to mobile data) and the connection carries on.
+    let moved = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let new_port = moved.local_addr().unwrap().port();
+    c.rebind(moved);
+    for i in 0..5 {
+        let r = c.get(HOST, &format!("/moved/{i}"), &[]).await.unwrap();
+        assert_eq!(r.echo().path, format!("/moved/{i}"));
+    }
+    assert_eq!(c.local_port(), new_port);
+    c.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_past_the_limit_are_refused() {
+    let env = start_with(pier::proxy::Limits {
+        max_connections: 2,
+        ..Default::default()
+    })
+    .await;
+    // start() made and closed one; wait until pier has let it go.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let a = H3::connect(local(env.h3), HOST, env.tls()).await.unwrap();
+    let b = H3::connect(local(env.h3), HOST, env.tls()).await.unwrap();
+    let third = H3::connect(local(env.h3), HOST, env.tls()).await;
+    assert!(third.is_err(), "a third connection was let in");
+    let refused = support::cluster::sample(
+        &env.metrics().await,
+        &format!(
+            r#"pier_proxy_downstream_quic_refused_total{{port="{}"}}"#,
+            env.h3
+        ),
+    );
+    assert!(refused >= 1.0, "{refused}");
+    // One closes: room for another.
+    a.close().await;
+    let ok = bounded(async {
+        loop {
+            if let Ok(mut c) = H3::connect(local(env.h3), HOST, env.tls()).await {
+                let r = c.get(HOST, "/", &[]).await;
+                c.close().await;
+                if r.is_ok_and(|r| r.status == 200) {
+                    return true;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    assert!(ok);
+    b.close().await;
 }

@@ -130,6 +130,16 @@ impl H3 {
         self.send(req.body(()).unwrap(), Bytes::new()).await
     }
 
+    /// Moves the connection to `socket` (a new local address: connection migration).
+    pub fn rebind(&self, socket: std::net::UdpSocket) {
+        self.endpoint.rebind(socket).unwrap();
+    }
+
+    /// The client's local UDP port.
+    pub fn local_port(&self) -> u16 {
+        self.endpoint.local_addr().unwrap().port()
+    }
+
     /// Closes the connection (H3_NO_ERROR) and waits for the close to go out.
     pub async fn close(self) {
         self.conn.close(quinn::VarInt::from_u32(0x100), b"");

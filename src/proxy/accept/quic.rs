@@ -105,9 +105,7 @@ pub async fn accept(
         let permit = match permits.clone().try_acquire_owned() {
             Ok(p) if max - permits.available_permits() <= limit => p,
             _ => {
-                shared
-                    .metrics
-                    .downstream_tls_handshake(port, Some(DownstreamTlsFailure::Closed));
+                shared.metrics.quic_refused(port);
                 tracing::debug!(port, "QUIC connection refused: connection limit reached");
                 incoming.refuse();
                 continue;
@@ -118,6 +116,7 @@ pub async fn accept(
             && handshaking.load(Ordering::Relaxed) >= limits.quic_validate_above
         {
             // No state kept: the client comes back with a token proving its address.
+            shared.metrics.quic_retry(port);
             let _ = incoming.retry();
             continue;
         }

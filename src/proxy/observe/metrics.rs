@@ -39,6 +39,8 @@ pub struct ProxyMetrics {
     connections: Family<PortLabels, Gauge>,
     parked: Family<PortLabels, Gauge>,
     reclaimed: Family<PortLabels, Counter>,
+    quic_retries: Family<PortLabels, Counter>,
+    quic_refused: Family<PortLabels, Counter>,
     in_flight: Family<BackendLabels, Gauge>,
     tls_handshakes: Family<TlsHandshakeLabels, Counter>,
     downstream_tls_handshakes: Family<DownstreamHandshakeLabels, Counter>,
@@ -469,6 +471,17 @@ impl ProxyMetrics {
             m.reclaimed.clone(),
         );
         reg.register(
+            "downstream_quic_retries",
+            "QUIC connection attempts answered with a Retry (the client must prove its address \
+             first: many handshakes were under way), by port",
+            m.quic_retries.clone(),
+        );
+        reg.register(
+            "downstream_quic_refused",
+            "QUIC connection attempts refused at the connection limit, by port",
+            m.quic_refused.clone(),
+        );
+        reg.register(
             "upstream_in_flight",
             "Requests in flight to a backend (until the response body ends)",
             m.in_flight.clone(),
@@ -764,6 +777,14 @@ impl ProxyMetrics {
         self.reclaimed.get_or_create(&PortLabels { port }).inc();
     }
 
+    pub fn quic_retry(&self, port: u16) {
+        self.quic_retries.get_or_create(&PortLabels { port }).inc();
+    }
+
+    pub fn quic_refused(&self, port: u16) {
+        self.quic_refused.get_or_create(&PortLabels { port }).inc();
+    }
+
     pub fn in_flight(&self, backend: &BackendId) -> Gauge {
         self.in_flight.get_or_create_owned(&BackendLabels {
             backend: backend.to_string(),
@@ -889,6 +910,8 @@ impl Default for ProxyMetrics {
             connections: Family::default(),
             parked: Family::default(),
             reclaimed: Family::default(),
+            quic_retries: Family::default(),
+            quic_refused: Family::default(),
             in_flight: Family::default(),
             tls_handshakes: Family::default(),
             downstream_tls_handshakes: Family::default(),
