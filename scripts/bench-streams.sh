@@ -23,11 +23,18 @@
 #   h2-haproxy    the same through HAProxy (`bind ssl alpn h2,http/1.1`, mode http)
 #     requests/s, and the p99 of the request times h2load logs (--log-file)
 #     (h2-* are not in the default set: name them)
+#   h3-pier       HTTP/3: scripts/h3-load (quinn + h3; h2load has no HTTP/3 in Debian), CONNS
+#                 connections x H3_STREAMS streams, GET of a 13-byte body -> pier (the h2-pier
+#                 listener with ClientTrafficPolicy `http3`, its port over UDP) -> the same origin
+#   h3-caddy      the same through Caddy (Debian's 2.6, `reverse_proxy`, HTTP/3 on, GOMAXPROCS=1)
+#     requests/s and p99 (h3-load's own percentiles); h3-* are not in the default set either
 #
 # Knobs (env): DURATION=8 (s) REPS=5 CONNS=32 STREAMS=10 PROXY_CPU=0 LOAD_CPU=1
-#   H2_STREAMS=100 PIER_BIN=target/release/pier RUN_DIR=target/bench-streams PORT_BASE=19500
-# Needs: h2load (nghttp2-client) wrk nginx haproxy openssl curl taskset (installed with apt-get
-# when missing) and a release build of pier. The table goes to stdout and RUN_DIR/results.
+#   H2_STREAMS=100 H3_STREAMS=10 PIER_BIN=target/release/pier RUN_DIR=target/bench-streams
+#   PORT_BASE=19500
+# Needs: h2load (nghttp2-client) wrk nginx haproxy openssl curl taskset caddy (installed with
+# apt-get when missing), a release build of pier, and for h3-* scripts/h3-load (built here with
+# cargo when missing). The table goes to stdout and RUN_DIR/results.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DURATION="${DURATION:-8}"
@@ -35,6 +42,7 @@ REPS="${REPS:-5}"
 CONNS="${CONNS:-32}"
 STREAMS="${STREAMS:-10}"
 H2_STREAMS="${H2_STREAMS:-100}"
+H3_STREAMS="${H3_STREAMS:-10}"
 PROXY_CPU="${PROXY_CPU:-0}"
 LOAD_CPU="${LOAD_CPU:-1}"
 PIER_BIN="${PIER_BIN:-$ROOT/target/release/pier}"
@@ -43,8 +51,9 @@ PORT_BASE="${PORT_BASE:-19500}"
 P_GRPC_ORIGIN=$((PORT_BASE + 1)); P_TLS_ORIGIN=$((PORT_BASE + 2)); P_HTTP_ORIGIN=$((PORT_BASE + 3))
 P_PIER_GRPC=$((PORT_BASE + 11)); P_PIER_TLS=$((PORT_BASE + 12)); P_PIER_H2=$((PORT_BASE + 13)); P_ADMIN=$((PORT_BASE + 19))
 P_NGINX_GRPC=$((PORT_BASE + 21)); P_NGINX_H2=$((PORT_BASE + 23)); P_HAPROXY_TLS=$((PORT_BASE + 32)); P_HAPROXY_H2=$((PORT_BASE + 33))
+P_CADDY_H3=$((PORT_BASE + 43))
 ALL="grpc-direct grpc-pier grpc-nginx tls-direct tls-pier tls-haproxy tlsconn-direct tlsconn-pier tlsconn-haproxy"
-EXTRA="h2-pier h2-nginx h2-haproxy"
+EXTRA="h2-pier h2-nginx h2-haproxy h3-pier h3-caddy"
 SCENARIOS="${*:-$ALL}"
 for sc in $SCENARIOS; do
   case " $ALL $EXTRA " in *" $sc "*) ;; *) echo "unknown scenario: $sc (known: $ALL $EXTRA)" >&2; exit 2 ;; esac
@@ -53,7 +62,7 @@ done
 log() { echo "[$(date +%H:%M:%S)] $*" >&2; }
 
 need=()
-for t in h2load wrk nginx haproxy openssl curl taskset; do
+for t in h2load wrk nginx haproxy openssl curl taskset caddy; do
   command -v "$t" >/dev/null 2>&1 || [ -x "/usr/sbin/$t" ] || need+=("$t")
 done
 if ((${#need[@]})); then
@@ -68,6 +77,10 @@ if ((${#need[@]})); then
 fi
 export PATH="$PATH:/usr/sbin"
 [ -x "$PIER_BIN" ] || { echo "no pier binary at $PIER_BIN: cargo build --release first" >&2; exit 1; }
+H3_LOAD="$ROOT/scripts/h3-load/target/release/h3-load"
+case " $SCENARIOS " in *" h3-"*)
+  [ -x "$H3_LOAD" ] || cargo build --release --manifest-path "$ROOT/scripts/h3-load/Cargo.toml" >&2 ;;
+esac
 
 OUT="$RUN/results/$(date +%Y%m%d-%H%M%S)"
 RAW="$OUT/raw.tsv"
@@ -157,6 +170,20 @@ backend h1_origin
   http-reuse always
   server origin 127.0.0.1:$P_HTTP_ORIGIN
 EOF
+mkdir -p "$RUN/caddy"
+cat >"$RUN/caddy/Caddyfile" <<EOF
+{
+  admin off
+  auto_https off
+  servers {
+    protocols h1 h2 h3
+  }
+}
+https://localhost:$P_CADDY_H3, https://127.0.0.1:$P_CADDY_H3 {
+  tls $C/origin.crt $C/origin.key
+  reverse_proxy 127.0.0.1:$P_HTTP_ORIGIN
+}
+EOF
 # A Service NAME (port PORT named PORTNAME) and its EndpointSlice: 127.0.0.1:TARGET.
 service_yaml() { # name portname port target
   cat <<EOF
@@ -198,6 +225,13 @@ spec:
   parentRefs: [{name: bench, sectionName: h2}]
   rules: [{backendRefs: [{name: http-origin, port: 80}]}]
 ---
+apiVersion: pier.dev/v1alpha1
+kind: ClientTrafficPolicy
+metadata: {name: h3, namespace: demo}
+spec:
+  targetRefs: [{group: gateway.networking.k8s.io, kind: Gateway, name: bench, sectionName: h2}]
+  http3: {}
+---
 apiVersion: gateway.networking.k8s.io/v1
 kind: GRPCRoute
 metadata: {name: grpc, namespace: demo}
@@ -230,7 +264,7 @@ start_bg "$LOAD_CPU" "$RUN/tls-origin/stderr.log" nginx -p "$RUN/tls-origin/" -c
 wait_port "$P_TLS_ORIGIN"
 
 PROXY_PID=""; PROXY_KIND=""
-proxy_up() { # none|pier|nginx|haproxy
+proxy_up() { # none|pier|nginx|haproxy|caddy
   [ "$PROXY_KIND" = "$1" ] && return 0
   [ -n "$PROXY_PID" ] && stop_pid "$PROXY_PID"; PROXY_PID=""; PROXY_KIND="$1"
   case "$1" in
@@ -242,13 +276,17 @@ proxy_up() { # none|pier|nginx|haproxy
            PROXY_PID=$LAST_PID; wait_port "$P_NGINX_GRPC"; wait_port "$P_NGINX_H2" ;;
     haproxy) start_bg "$PROXY_CPU" "$RUN/haproxy.log" haproxy -f "$RUN/haproxy.cfg" -db
              PROXY_PID=$LAST_PID; wait_port "$P_HAPROXY_TLS"; wait_port "$P_HAPROXY_H2" ;;
+    caddy) start_bg "$PROXY_CPU" "$RUN/caddy.log" env GOMAXPROCS=1 HOME="$RUN/caddy" XDG_DATA_HOME="$RUN/caddy" \
+             XDG_CONFIG_HOME="$RUN/caddy" caddy run --config "$RUN/caddy/Caddyfile" --adapter caddyfile
+           PROXY_PID=$LAST_PID; wait_port "$P_CADDY_H3" ;;
   esac
 }
-kind_of() { case "$1" in *-direct) echo none ;; *-pier) echo pier ;; *-nginx) echo nginx ;; *-haproxy) echo haproxy ;; esac; }
+kind_of() { case "$1" in *-direct) echo none ;; *-pier) echo pier ;; *-nginx) echo nginx ;; *-haproxy) echo haproxy ;; *-caddy) echo caddy ;; esac; }
 port_of() {
   case "$1" in
     grpc-direct) echo "$P_GRPC_ORIGIN" ;; grpc-pier) echo "$P_PIER_GRPC" ;; grpc-nginx) echo "$P_NGINX_GRPC" ;;
     h2-pier) echo "$P_PIER_H2" ;; h2-nginx) echo "$P_NGINX_H2" ;; h2-haproxy) echo "$P_HAPROXY_H2" ;;
+    h3-pier) echo "$P_PIER_H2" ;; h3-caddy) echo "$P_CADDY_H3" ;;
     *-direct) echo "$P_TLS_ORIGIN" ;; *-pier) echo "$P_PIER_TLS" ;; *-haproxy) echo "$P_HAPROXY_TLS" ;;
   esac
 }
@@ -271,6 +309,12 @@ run_one() { # scenario
       p99=$(awk -F'\t' '{ print $3 }' "$OUT/$sc.times" | sort -n | awk '{ a[NR] = $1 } END { i = int(NR * 0.99); if (i < 1) i = 1; if (NR) printf "%.2f", a[i] / 1000; else print "-" }')
       awk -v p99="$p99" '/^finished in/ { for (i = 1; i <= NF; i++) if ($i ~ /req\/s/) { v = $(i - 1) } }
            /^requests:/ { e = $10 + $12 } /^status codes:/ { e += $7 + $9 } END { printf "%s %s %s\n", v + 0, e + 0, p99 }' "$OUT/$sc.last" ;;
+    h3-*)
+      # SNI localhost: Caddy's QUIC handshake fails without a name (no SNI for an IP).
+      taskset -c "$LOAD_CPU" "$H3_LOAD" -c "$CONNS" -m "$H3_STREAMS" -d "$DURATION" --sni localhost \
+        "https://127.0.0.1:$port/small" >"$OUT/$sc.last" 2>&1 || true
+      awk '/^finished in/ { for (i = 1; i <= NF; i++) if ($i ~ /req\/s/) { v = $(i - 1) } }
+           /^requests:/ { e = $10 + $12 } /^latency ms:/ { p = $8 } END { printf "%s %s %s\n", v + 0, e + 0, p }' "$OUT/$sc.last" ;;
     tls-*)
       taskset -c "$LOAD_CPU" wrk -t 1 -c "$CONNS" -d "${DURATION}s" "https://127.0.0.1:$port/1m" >"$OUT/$sc.last" 2>&1 || true
       awk '/^Transfer\/sec/ { v = $2; if (v ~ /GB/) m = 1024; else if (v ~ /MB/) m = 1; else m = 1 / 1024; sub(/[A-Za-z]+$/, "", v); t = v * m }
@@ -310,7 +354,7 @@ proxy_up none
       for (s in v) m[s] = median(v[s])
       for (s in v) {
         split(s, p, "-"); pier = m[p[1] "-pier"]
-        unit = (p[1] == "grpc") ? "calls/s" : (p[1] == "tls") ? "MB/s" : (p[1] == "h2") ? "req/s" : "conn/s"
+        unit = (p[1] == "grpc") ? "calls/s" : (p[1] == "tls") ? "MB/s" : (p[1] == "h2" || p[1] == "h3") ? "req/s" : "conn/s"
         ratio = (pier > 0 && m[s] > 0) ? sprintf("%.2f", pier / m[s]) : "-"
         printf "%s | %s | %s | %d | %s | %s | %s\n", s, m[s], unit, e[s], median(c[s]), ratio, (s in q) ? median(q[s]) : "-"
       }
