@@ -3,7 +3,7 @@
 # registry: docker/Dockerfile's `ROOTFS=context` path, on a context directory holding only the
 # root filesystem docker/rootfs.sh makes (the binary, the libraries it links, CA roots, passwd).
 #
-#   cargo build --release --locked
+#   cargo build --profile dist --locked
 #   scripts/image-build.sh [BINARY|DEB] [TAG]
 #
 # Defaults: ${CARGO_TARGET_DIR:-target}/release/pier, localhost/pier:latest. A BINARY with
@@ -21,7 +21,7 @@ tag=${2:-localhost/pier:latest}
 version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -1)
 arch=$(dpkg --print-architecture 2>/dev/null || uname -m)
 command -v podman >/dev/null || { echo "image-build: podman not found (Debian: apt-get install podman)" >&2; exit 1; }
-[ -f "$src" ] || { echo "image-build: no binary at $src: cargo build --release --locked" >&2; exit 1; }
+[ -f "$src" ] || { echo "image-build: no binary at $src: cargo build --profile dist --locked" >&2; exit 1; }
 
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT

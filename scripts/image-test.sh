@@ -25,8 +25,8 @@
 # that fails (this CI's sandbox: no CAP_SYS_RESOURCE even for root, and a cgroup v1/v2 hybrid
 # that crun refuses) it runs with runc and explicit --ulimit values no higher than podman's
 # own limits; see docs/src/operations/container.md for why. Environment: PIER_IMAGE_BINARY
-# (default: the newest target/deb/pier_*.deb if newer than target/release/pier, else
-# target/release/pier).
+# (default: the newest target/deb/pier_*.deb if newer than target/dist/pier, else
+# target/dist/pier).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$(pwd)
@@ -53,11 +53,11 @@ fi
 bin=${PIER_IMAGE_BINARY:-}
 if [ -z "$bin" ]; then
   deb=$(ls -t target/deb/pier_*.deb 2>/dev/null | head -1 || true)
-  if [ -n "$deb" ] && [ -f target/release/pier ] && [ "$deb" -nt target/release/pier ]; then
+  if [ -n "$deb" ] && [ -f target/dist/pier ] && [ "$deb" -nt target/dist/pier ]; then
     bin=$deb
   else
-    [ -x target/release/pier ] || cargo build --release --locked
-    bin=target/release/pier
+    [ -x target/dist/pier ] || cargo build --profile dist --locked
+    bin=target/dist/pier
   fi
 fi
 

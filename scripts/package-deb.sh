@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the Debian package of pier from a release binary:
 #
-#   cargo build --release --locked
-#   scripts/package-deb.sh [BINARY] [OUT_DIR]     # default target/release/pier, target/deb
+#   cargo build --profile dist --locked
+#   scripts/package-deb.sh [BINARY] [OUT_DIR]     # default target/dist/pier, target/deb
 #
 # Out: OUT_DIR/pier_<version>_<arch>.deb (the binary stripped of debug symbols) and
 # OUT_DIR/pier_<version>_<arch>.debug (the symbols, linked by .gnu_debuglink, for
@@ -17,9 +17,9 @@
 # then `systemctl enable --now pier`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bin=${1:-target/release/pier}
+bin=${1:-target/dist/pier}
 out=${2:-target/deb}
-[ -x "$bin" ] || { echo "no binary at $bin: cargo build --release --locked" >&2; exit 1; }
+[ -x "$bin" ] || { echo "no binary at $bin: cargo build --profile dist --locked" >&2; exit 1; }
 version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -1)
 arch=$(dpkg --print-architecture)
 name="pier_${version}_${arch}"

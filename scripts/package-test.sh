@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The Debian package as an operator installs it (CI runs this; it installs and then purges the
-# package on this machine, as root): build the release binary and the .deb, `dpkg -i` it,
+# package on this machine, as root): build the shipped binary (profile `dist`) and the .deb, `dpkg -i` it,
 # check the unit with `systemd-analyze verify`, then start the unit's own ExecStart line as
 # its User with a PIER_ARGS of manifests on loopback, and see a request through it, a reload
 # (SIGHUP) and a clean stop (SIGTERM).
@@ -17,15 +17,21 @@ if ((${#need[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}"
 fi
 
-cargo build --release --locked
-deb=$(scripts/package-deb.sh target/release/pier target/deb)
-echo "package: $deb ($(du -h "$deb" | cut -f1)); binary $(du -h target/release/pier | cut -f1) before stripping"
+# The shipped binary's profile (Cargo.toml `dist`: whole-program LTO, for size).
+cargo build --profile dist --locked
+deb=$(scripts/package-deb.sh target/dist/pier target/deb)
+echo "package: $deb ($(du -h "$deb" | cut -f1)); binary $(du -h target/dist/pier | cut -f1) before stripping"
 $SUDO dpkg -i "$deb"
 trap '$SUDO dpkg --purge pier >/dev/null 2>&1 || true' EXIT
 unit=/lib/systemd/system/pier.service
 $SUDO systemd-analyze verify "$unit"
 test "$(stat -c %U:%G:%a /etc/pier/pier.env)" = root:pier:640
 /usr/bin/pier --version
+# The shipped binary's size budget (issue 41: 35 MiB with HTTP/3; BENCHMARKS.md).
+size=$(stat -c %s /usr/bin/pier)
+budget=$((35 * 1024 * 1024))
+echo "package: /usr/bin/pier is $size bytes (budget $budget)"
+[ "$size" -le "$budget" ] || { echo "package: the binary is over its budget" >&2; exit 1; }
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 port=$(free_port); admin=$(free_port); backend=$(free_port)
