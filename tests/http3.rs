@@ -373,9 +373,6 @@ async fn http3_holds_the_listeners_client_certificate_validation() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drain_sends_goaway_and_the_request_in_flight_finishes() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter("pier=debug")
-        .try_init();
     let env = start().await;
     let mut c = H3::connect(local(env.h3), HOST, env.tls()).await.unwrap();
     // The echo server holds `/delay/<ms>` that long.
