@@ -179,8 +179,9 @@ async fn respond(
                 }
                 Err(frame) => {
                     if let Ok(trailers) = frame.into_trailers() {
+                        // Trailers end the message.
                         send.send_trailers(trailers).await?;
-                        return Ok(());
+                        return send.finish().await;
                     }
                 }
             },
