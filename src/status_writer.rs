@@ -62,7 +62,7 @@ use crate::model::ObjectRef;
 use crate::source::kube::Stores;
 use crate::translate::api::{GATEWAY_GROUP, ObjectMeta, Time, Timestamp};
 use crate::translate::spiffe::PIER_GROUP;
-use crate::translate::status::{HttpRouteStatus, PIER_POLICY_API_VERSION};
+use crate::translate::status::PIER_POLICY_API_VERSION;
 use crate::translate::{Settings, Statuses};
 
 /// The one field manager pier's status patches use.
@@ -626,29 +626,49 @@ impl Planner {
         }
         let routes = RouteJobs { tracker, ctx };
         let http = (&desired.http_routes, &stores.http_routes);
-        routes.plan(memo, &mut jobs, http, JobKey::HttpRoute, |o| {
-            to_json(&o.status)
-        });
+        routes.plan(
+            memo,
+            &mut jobs,
+            http,
+            (JobKey::HttpRoute, render::http_route),
+            |o| to_json(&o.status),
+        );
         let grpc = (&desired.grpc_routes, &stores.grpc_routes);
-        routes.plan(memo, &mut jobs, grpc, JobKey::GrpcRoute, |o| {
-            to_json(&o.status)
-        });
+        routes.plan(
+            memo,
+            &mut jobs,
+            grpc,
+            (JobKey::GrpcRoute, render::http_route),
+            |o| to_json(&o.status),
+        );
         let tls = (&desired.tls_routes, &stores.tls_routes);
-        routes.plan(memo, &mut jobs, tls, JobKey::TlsRoute, |o| {
-            to_json(&o.status)
-        });
+        routes.plan(
+            memo,
+            &mut jobs,
+            tls,
+            (JobKey::TlsRoute, render::http_route),
+            |o| to_json(&o.status),
+        );
         let tcp = (&desired.tcp_routes, &stores.tcp_routes);
-        routes.plan(memo, &mut jobs, tcp, JobKey::TcpRoute, |o| {
-            to_json(&o.status)
-        });
+        routes.plan(
+            memo,
+            &mut jobs,
+            tcp,
+            (JobKey::TcpRoute, render::http_route),
+            |o| to_json(&o.status),
+        );
         let udp = (&desired.udp_routes, &stores.udp_routes);
-        routes.plan(memo, &mut jobs, udp, JobKey::UdpRoute, |o| {
-            to_json(&o.status)
-        });
+        routes.plan(
+            memo,
+            &mut jobs,
+            udp,
+            (JobKey::UdpRoute, render::http_route),
+            |o| to_json(&o.status),
+        );
         macro_rules! policies {
             ($($field:ident => $key:ident),* $(,)?) => {$(
-                let (want, store) = (&desired.$field, &stores.$field);
-                routes.policies(memo, &mut jobs, want, store, JobKey::$key, |o| {
+                let kind = (&desired.$field, &stores.$field);
+                routes.plan(memo, &mut jobs, kind, (JobKey::$key, render::policy), |o| {
                     to_json(&o.status)
                 });
             )*};
@@ -664,48 +684,24 @@ impl Planner {
     }
 }
 
-/// Plans the jobs of one route kind (HTTPRoute, GRPCRoute and TLSRoute statuses have one
-/// shape), or of one policy kind.
+/// Plans the jobs of one route kind (every route kind's status has one shape), or of one
+/// policy kind (GEP-713 `status.ancestors`, one shape for all).
 struct RouteJobs<'a> {
     tracker: &'a Mutex<Tracker>,
     ctx: render::Ctx<'a>,
 }
 
-impl RouteJobs<'_> {
-    fn plan<K>(
-        &self,
-        memo: &mut Memo,
-        jobs: &mut Vec<Job>,
-        (desired, store): (
-            &BTreeMap<ObjectRef, HttpRouteStatus>,
-            &Store<DeserializeGuard<K>>,
-        ),
-        key: fn(ObjectRef) -> JobKey,
-        observed: impl Fn(&K) -> Value,
-    ) where
-        K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + Send + Sync + 'static,
-    {
-        for (r, want) in desired {
-            let Some(guard) = object(store, Some(&r.namespace), &r.name) else {
-                continue;
-            };
-            let Ok(o) = &guard.0 else { continue };
-            if let Some(job) = memo.consider(key(r.clone()), o.meta(), self.tracker, || {
-                render::http_route(&r.namespace, want, &observed(o), self.ctx)
-            }) {
-                jobs.push(job);
-            }
-        }
-    }
+/// How a kind's desired status merges into the observed one (`render::http_route`,
+/// `render::policy`).
+type Render<W> = fn(&str, &W, &Value, render::Ctx<'_>) -> Option<Value>;
 
-    /// The jobs of one policy kind (GEP-713 `status.ancestors`, one shape for all).
-    fn policies<K>(
+impl RouteJobs<'_> {
+    fn plan<K, W>(
         &self,
         memo: &mut Memo,
         jobs: &mut Vec<Job>,
-        desired: &BTreeMap<ObjectRef, crate::translate::status::BackendTlsPolicyStatus>,
-        store: &Store<DeserializeGuard<K>>,
-        key: fn(ObjectRef) -> JobKey,
+        (desired, store): (&BTreeMap<ObjectRef, W>, &Store<DeserializeGuard<K>>),
+        (key, render): (fn(ObjectRef) -> JobKey, Render<W>),
         observed: impl Fn(&K) -> Value,
     ) where
         K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + Send + Sync + 'static,
@@ -716,7 +712,7 @@ impl RouteJobs<'_> {
             };
             let Ok(o) = &guard.0 else { continue };
             if let Some(job) = memo.consider(key(r.clone()), o.meta(), self.tracker, || {
-                render::policy(&r.namespace, want, &observed(o), self.ctx)
+                render(&r.namespace, want, &observed(o), self.ctx)
             }) {
                 jobs.push(job);
             }
