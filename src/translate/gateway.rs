@@ -905,7 +905,7 @@ fn detect_conflicts(gateways: &mut [GatewayState]) {
     }
 }
 
-fn protocol_name(p: Protocol) -> &'static str {
+pub(super) fn protocol_name(p: Protocol) -> &'static str {
     match p {
         Protocol::Http => "HTTP",
         Protocol::Https => "HTTPS",

@@ -580,10 +580,7 @@ fn http3_ports(gateways: &mut [GatewayState]) {
                 Some(Protocol::Https) => None,
                 Some(p) => Some(format!(
                     "HTTP/3 is served on HTTPS listeners only, not on this {} listener",
-                    serde_json::to_value(p)
-                        .ok()
-                        .and_then(|v| v.as_str().map(str::to_owned))
-                        .unwrap_or_default()
+                    gateway::protocol_name(p)
                 )),
                 None => continue,
             };

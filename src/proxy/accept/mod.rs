@@ -182,7 +182,7 @@ async fn accept(port: Port, listener: TcpListener, mut token: DrainToken, lot: A
 
 /// The port's ClientTrafficPolicy `connection.connectionLimit`, when it is below
 /// `--max-connections` (decided at translation; read once per accepted connection).
-fn policy_limit(shared: &Shared, key: PortKey) -> Option<usize> {
+pub(super) fn policy_limit(shared: &Shared, key: PortKey) -> Option<usize> {
     let snapshot = shared.snapshot.load();
     let limit = snapshot.port_at(key)?.client.as_ref()?.connection_limit?;
     usize::try_from(limit)

@@ -101,7 +101,7 @@ pub async fn accept(
             },
         };
         // The port's ClientTrafficPolicy limit, else --max-connections.
-        let limit = policy_limit(&shared, key).unwrap_or(max);
+        let limit = super::policy_limit(&shared, key).unwrap_or(max);
         let permit = match permits.clone().try_acquire_owned() {
             Ok(p) if max - permits.available_permits() <= limit => p,
             _ => {
@@ -142,12 +142,6 @@ pub async fn accept(
         }
         let _ = tokio::time::timeout(Duration::from_secs(1), endpoint.wait_idle()).await;
     });
-}
-
-fn policy_limit(shared: &Shared, key: PortKey) -> Option<usize> {
-    let snapshot = shared.snapshot.load();
-    let limit = snapshot.port_at(key)?.client.as_ref()?.connection_limit?;
-    usize::try_from(limit).ok()
 }
 
 /// One connection's handshake.

@@ -26,6 +26,7 @@ use crate::proxy::body::{BoxError, Inbound, ProxyBody};
 use crate::proxy::conn_info::ConnInfo;
 use crate::proxy::drain::DrainToken;
 use crate::proxy::exchange::Shared;
+use crate::proxy::headers::{self, Keep};
 
 /// H3_NO_ERROR: a graceful close.
 pub const NO_ERROR: quinn::VarInt = quinn::VarInt::from_u32(0x100);
@@ -159,15 +160,7 @@ async fn respond(
     resp: Response<ProxyBody>,
 ) -> Result<(), h3::error::StreamError> {
     let (mut parts, mut body) = resp.into_parts();
-    for name in [
-        header::CONNECTION,
-        header::TRANSFER_ENCODING,
-        header::UPGRADE,
-        http::HeaderName::from_static("keep-alive"),
-        http::HeaderName::from_static("proxy-connection"),
-    ] {
-        parts.headers.remove(name);
-    }
+    headers::strip_hop_by_hop(&mut parts.headers, Keep::default());
     send.send_response(Response::from_parts(parts, ())).await?;
     while let Some(frame) = body.frame().await {
         match frame {
@@ -196,20 +189,12 @@ async fn respond(
 }
 
 /// Fields that are about a connection, which an HTTP/3 request must not carry (RFC 9114
-/// §4.2); `TE` only as `trailers`.
-fn connection_specific(headers: &HeaderMap) -> bool {
-    [
-        header::CONNECTION,
-        header::TRANSFER_ENCODING,
-        header::UPGRADE,
-    ]
-    .iter()
-    .any(|n| headers.contains_key(n))
-        || headers.contains_key("keep-alive")
-        || headers.contains_key("proxy-connection")
-        || headers
-            .get_all(header::TE)
-            .iter()
+/// §4.2): the hop-by-hop ones but `Trailer`, and `TE` only as `trailers`.
+fn connection_specific(fields: &HeaderMap) -> bool {
+    (headers::HOP_BY_HOP.iter())
+        .filter(|n| **n != header::TE && **n != header::TRAILER)
+        .any(|n| fields.contains_key(n))
+        || (fields.get_all(header::TE).iter())
             .any(|v| !v.as_bytes().eq_ignore_ascii_case(b"trailers"))
 }
 

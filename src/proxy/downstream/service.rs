@@ -241,6 +241,7 @@ async fn dispatch<'s>(
         weighted,
         cors,
         encoding,
+        alt_svc: routed.listener.alt_svc.as_ref(),
     };
     // The future is built in each arm rather than once before the match: a future moved into
     // `timeout_at` would need room for both copies in this one, and every request moves it.
@@ -337,6 +338,8 @@ struct Answer<'s> {
     weighted: &'s WeightedBackend,
     cors: Option<CorsResponse<'s>>,
     encoding: Option<Negotiated<'s>>,
+    /// The listener's `Alt-Svc` (it serves HTTP/3).
+    alt_svc: Option<&'s http::HeaderValue>,
 }
 
 async fn forward<'s>(
@@ -433,7 +436,6 @@ async fn forward<'s>(
         let (resp, in_flight) =
             Box::pin(retry::forward(shared, snapshot, req, bytes, seen)).await?;
         let mut resp = finish_response(shared, resp, rule, &answer, in_flight);
-        advertise(&mut resp, routed);
         // The first attempt goes to the session's endpoint; the one that answered (after any
         // retries) carries the session on.
         if let (Some(s), Some(addr)) = (&session, seen.upstream) {
@@ -485,7 +487,6 @@ async fn forward<'s>(
         tunnel::spawn(down, hyper::upgrade::on(&mut resp), conn.drain.clone());
     }
     let mut resp = finish_response(shared, resp, rule, &answer, in_flight);
-    advertise(&mut resp, routed);
     if let Some(s) = &session {
         s.answer(&mut resp, endpoint.addr);
     }
@@ -543,14 +544,6 @@ fn streamed(
     (body, fault)
 }
 
-/// A listener that serves HTTP/3 says so on the responses it forwards (`Alt-Svc`).
-#[inline]
-fn advertise(resp: &mut Response<ProxyBody>, routed: &Routed<'_>) {
-    if let Some(v) = &routed.listener.alt_svc {
-        resp.headers_mut().append(http::header::ALT_SVC, v.clone());
-    }
-}
-
 fn finish_response(
     shared: &Shared,
     resp: Response<UpstreamBody>,
@@ -562,6 +555,10 @@ fn finish_response(
     let upgrade = parts.status == StatusCode::SWITCHING_PROTOCOLS;
     let cors = answer.cors.as_ref();
     phase::response_head(&mut parts.headers, rule, answer.weighted, cors, upgrade);
+    // A listener that serves HTTP/3 says so on the responses it forwards.
+    if let Some(v) = answer.alt_svc {
+        parts.headers.append(http::header::ALT_SVC, v.clone());
+    }
     // The downstream connection decides its own version.
     parts.version = Version::default();
     let body = body::boxed(body.with_in_flight(in_flight));
