@@ -27,7 +27,7 @@ const HOST: &str = "app.example.com";
 const GRPC: &str = "grpc.example.com";
 
 struct Env {
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
     /// The HTTP/3 listener's port (TCP and UDP).
     h3: u16,
     /// An HTTPS listener without HTTP/3.
@@ -174,7 +174,7 @@ async fn start_with(limits: pier::proxy::Limits) -> Env {
     .await
     .unwrap();
     let env = Env {
-        _dir: dir,
+        dir,
         h3,
         tcp_only,
         mtls,
@@ -768,4 +768,40 @@ async fn connections_past_the_limit_are_refused() {
     .await;
     assert!(ok);
     b.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_tls_settings_reach_a_bound_quic_endpoint_and_reloads_carry_on() {
+    let env = start().await;
+    // The HTTP/3 listeners' policy now asks for TLS 1.3 only (the QUIC endpoint's settings
+    // change while it is bound), and a new Gateway's port comes in the same reload.
+    let extra = free_port();
+    let path = env.dir.path().join("gw.yaml");
+    let text = std::fs::read_to_string(&path).unwrap().replacen(
+        "  http3: {}\n",
+        "  http3: {}\n  tls: {minVersion: '1.3'}\n",
+        1,
+    );
+    let text = format!(
+        "{text}---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: extra, namespace: default}}
+spec:
+  gatewayClassName: pier
+  listeners: [{{name: http, protocol: HTTP, port: {extra}}}]
+"
+    );
+    write_atomic(&path, &text);
+    let bound = bounded(async {
+        while tokio::net::TcpStream::connect(local(extra)).await.is_err() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+    bound.await;
+    // HTTP/3 is still served, under the new settings.
+    let r = support::h3::get(local(env.h3), HOST, "/after", env.tls())
+        .await
+        .unwrap();
+    assert_eq!(r.echo().path, "/after");
 }

@@ -221,13 +221,14 @@ impl Proxy {
                 .filter(|p| !ports.bound.contains_key(p))
                 .collect();
             // A QUIC endpoint whose listeners' TLS settings changed offers the new ones to
-            // new connections.
+            // new connections. (The ports' lock is held: the ticketer is taken from here.)
+            let ticketer = ports.ticketer.clone();
             for (key, bound) in &mut ports.bound {
                 if let (Some((endpoint, offered)), Some(Some(profile))) =
                     (&mut bound.quic, wanted_at(key))
                     && offered != profile
                 {
-                    match self.quic_config(*key, profile.as_deref()) {
+                    match self.quic_config(*key, profile.as_deref(), ticketer.clone()) {
                         Ok(config) => {
                             endpoint.set_server_config(Some(config));
                             *offered = profile.clone();
@@ -304,7 +305,8 @@ impl Proxy {
         if let Some(quic) = quic {
             // One endpoint, on the main runtime (`accept::quic`).
             let socket = accept::bind_udp(addr, self.shared.config.reuse_port)?;
-            let config = self.quic_config(key, quic.profile.as_deref())?;
+            let ticketer = self.lock_ports().ticketer.clone();
+            let config = self.quic_config(key, quic.profile.as_deref(), ticketer)?;
             let endpoint = accept::quic::endpoint(socket, config)?;
             let drain = Arc::new(Drain::new());
             let tcp = PortKey { udp: false, ..key };
@@ -349,12 +351,7 @@ impl Proxy {
                     .collect::<std::io::Result<Vec<_>>>()?
             }
         };
-        let on = PortConfig {
-            snapshot: self.shared.snapshot.clone(),
-            port: key,
-            resumption: self.shared.config.tls_session_resumption,
-            ticketer: self.lock_ports().ticketer.clone(),
-        };
+        let on = self.port_config(key, self.lock_ports().ticketer.clone());
         let config = |carries| {
             server_config(&on, carries, &TlsProfile::DEFAULT).map_err(std::io::Error::other)
         };
@@ -395,18 +392,26 @@ impl Proxy {
         })
     }
 
+    /// What every TLS server config of the port `key` shares: the current snapshot's
+    /// certificates and client validation, and the process's `ticketer` (`Ports::ticketer`:
+    /// the caller takes it, as it may hold the ports' lock).
+    fn port_config(&self, key: PortKey, ticketer: Option<Ticketer>) -> PortConfig {
+        PortConfig {
+            snapshot: self.shared.snapshot.clone(),
+            port: key,
+            resumption: self.shared.config.tls_session_resumption,
+            ticketer,
+        }
+    }
+
     /// The QUIC server config of the HTTPS port whose UDP key is `key`.
     fn quic_config(
         &self,
         key: PortKey,
         profile: Option<&TlsProfile>,
+        ticketer: Option<Ticketer>,
     ) -> std::io::Result<quinn::ServerConfig> {
-        let on = PortConfig {
-            snapshot: self.shared.snapshot.clone(),
-            port: PortKey { udp: false, ..key },
-            resumption: self.shared.config.tls_session_resumption,
-            ticketer: self.lock_ports().ticketer.clone(),
-        };
+        let on = self.port_config(PortKey { udp: false, ..key }, ticketer);
         let profile = profile.unwrap_or(&TlsProfile::DEFAULT);
         accept::quic::server_config_for(&on, profile, self.shared.config.limits.idle_timeout)
     }
