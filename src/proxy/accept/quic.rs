@@ -120,10 +120,12 @@ pub async fn accept(
             let _ = incoming.retry();
             continue;
         }
+        // Counted from here, not from when its task first runs: a burst of Initials is
+        // seen by the next ones in the same loop.
         let conn = Handshake {
             shared: shared.clone(),
             key,
-            handshaking: handshaking.clone(),
+            counted: Counted::new(&handshaking),
         };
         tokio::spawn(conn.serve(incoming, permit, token.clone()));
     }
@@ -148,11 +150,18 @@ pub async fn accept(
 struct Handshake {
     shared: Arc<Shared>,
     key: PortKey,
-    handshaking: Arc<AtomicUsize>,
+    counted: Counted,
 }
 
 /// Counts a handshake under way while it lives.
 struct Counted(Arc<AtomicUsize>);
+
+impl Counted {
+    fn new(count: &Arc<AtomicUsize>) -> Self {
+        count.fetch_add(1, Ordering::Relaxed);
+        Self(count.clone())
+    }
+}
 
 impl Drop for Counted {
     fn drop(&mut self) {
@@ -170,13 +179,11 @@ impl Handshake {
         let Self {
             shared,
             key,
-            handshaking,
+            counted,
         } = self;
         let port = key.port;
         let _active = shared.metrics.connection(port);
         let peer = incoming.remote_address();
-        handshaking.fetch_add(1, Ordering::Relaxed);
-        let counted = Counted(handshaking);
         let connecting = match incoming.accept() {
             Ok(c) => c,
             Err(error) => {
