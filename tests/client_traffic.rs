@@ -55,7 +55,7 @@ spec:
         certificateRefs: [{{name: cert}}]
         options:
           pier.dev/max-version: '1.2'
-          pier.dev/ciphers: ECDHE-ECDSA-AES256-GCM-SHA384
+          pier.dev/ciphers: ECDHE-ECDSA-AES256-GCM-SHA384,ECDHE-ECDSA-CHACHA20-POLY1305
     - name: open
       hostname: {OPEN}
       protocol: HTTPS
@@ -229,6 +229,37 @@ impl Env {
         Some((field("Protocol version")?, field("Ciphersuite")?))
     }
 
+    /// `openssl s_client` to `port` sending one `Connection: close` request and reading to
+    /// the end (so the tickets that follow the handshake arrive), with `args`: all it printed.
+    async fn s_client_request(&self, port: u16, sni: &str, args: &[&str]) -> String {
+        let mut cmd = Command::new("openssl");
+        cmd.args(["s_client", "-connect", &format!("127.0.0.1:{port}")])
+            .args(["-servername", sni, "-CAfile", &self.ca(), "-ign_eof"])
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let request = format!("GET / HTTP/1.1\r\nHost: {sni}\r\nConnection: close\r\n\r\n");
+        let out = tokio::task::spawn_blocking(move || {
+            let mut child = cmd.spawn().unwrap();
+            use std::io::Write;
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(request.as_bytes())
+                .unwrap();
+            child.wait_with_output().unwrap()
+        })
+        .await
+        .unwrap();
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    }
+
     async fn status(&self) -> Value {
         support::web::get(&format!("http://{}/status", self.pier.admin_addr), &[])
             .await
@@ -359,6 +390,81 @@ async fn each_listener_on_a_port_gets_its_own_tls_settings_by_sni() {
             == 200
     })
     .await;
+}
+
+/// pier's order of suites wins over the client's (AES-128-GCM before AES-256-GCM: the
+/// cheaper SHA-256 key schedule), a listener's `ciphers` order too, and each handshake, full
+/// or resumed, brings one session ticket (rustls would send two).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_servers_suite_order_wins_and_each_connection_gets_one_ticket() {
+    let env = start().await;
+    let port = env.https;
+    eventually(Duration::from_secs(5), || async {
+        env.curl(OPEN, port, &[], None).await.status == 200
+    })
+    .await;
+    let session = env.dir.path().join("session.pem").display().to_string();
+    let aes256_first = [
+        "-ciphersuites",
+        "TLS_AES_256_GCM_SHA384:TLS_AES_128_GCM_SHA256",
+    ];
+    let full = env
+        .s_client_request(
+            port,
+            OPEN,
+            &[&aes256_first[..], &["-sess_out", &session]].concat(),
+        )
+        .await;
+    assert!(full.contains("HTTP/1.1 200"), "{full}");
+    assert!(
+        full.contains("New, TLSv1.3, Cipher is TLS_AES_128_GCM_SHA256"),
+        "the server's order: {full}"
+    );
+    let tickets = |text: &str| text.matches("New Session Ticket arrived").count();
+    assert_eq!(
+        tickets(&full),
+        1,
+        "one ticket after a full handshake: {full}"
+    );
+    let resumed = env
+        .s_client_request(
+            port,
+            OPEN,
+            &[&aes256_first[..], &["-sess_in", &session]].concat(),
+        )
+        .await;
+    assert!(resumed.contains("Reused, TLSv1.3"), "resumed: {resumed}");
+    assert!(resumed.contains("HTTP/1.1 200"), "{resumed}");
+    assert_eq!(
+        tickets(&resumed),
+        1,
+        "one ticket after a resumed one: {resumed}"
+    );
+    // Only AES-256 offered: still served.
+    let only = ["-ciphersuites", "TLS_AES_256_GCM_SHA384"];
+    let (_, cipher) = env.s_client(port, OPEN, &only).await.unwrap();
+    assert_eq!(cipher, "TLS_AES_256_GCM_SHA384");
+    // TLS 1.2: AES-128-GCM before AES-256-GCM and ChaCha20 too.
+    let tls12 = [
+        "-tls1_2",
+        "-cipher",
+        "ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-ECDSA-AES128-GCM-SHA256",
+    ];
+    let (proto, cipher) = env.s_client(port, OPEN, &tls12).await.unwrap();
+    assert_eq!(
+        (proto.as_str(), cipher.as_str()),
+        ("TLSv1.2", "ECDHE-ECDSA-AES128-GCM-SHA256")
+    );
+    // A listener's `ciphers` are its order: AES-256-GCM, then ChaCha20.
+    let chacha_first = [
+        "-cipher",
+        "ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-ECDSA-AES256-GCM-SHA384",
+    ];
+    let (_, cipher) = env.s_client(port, LEGACY, &chacha_first).await.unwrap();
+    assert_eq!(cipher, "ECDHE-ECDSA-AES256-GCM-SHA384");
+    let chacha = ["-cipher", "ECDHE-ECDSA-CHACHA20-POLY1305"];
+    let (_, cipher) = env.s_client(port, LEGACY, &chacha).await.unwrap();
+    assert_eq!(cipher, "ECDHE-ECDSA-CHACHA20-POLY1305");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

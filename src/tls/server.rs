@@ -467,6 +467,10 @@ pub fn server_config(
     // 0-RTT stays off (rustls' default): replayable requests are not taken before the
     // handshake ends.
     config.max_early_data_size = 0;
+    // The server's order of suites (pier's, `tls::provider`, or the listener's `ciphers`)
+    // decides, not the client's: a client listing AES-256-GCM first would otherwise get the
+    // costlier SHA-384 key schedule on every connection.
+    config.ignore_client_order = true;
     let tag = PolicyTag {
         snapshot,
         port,
@@ -479,6 +483,12 @@ pub fn server_config(
         config.send_tls13_tickets = 0;
         return Ok(Arc::new(config));
     }
+    // One TLS 1.3 ticket per handshake (rustls sends two): a client resuming gets a fresh
+    // ticket on every connection, as from Go's servers and from OpenSSL's after a resumed
+    // handshake; each ticket costs both ends a key derivation and an encryption. A client that
+    // asks for more (RFC 9149 `ticket_request`) gets up to four.
+    config.send_tls13_tickets = 1;
+    config.max_tls13_tickets = 4;
     // rustls' default size for the session-ID cache.
     config.session_storage = Arc::new(BoundSessions {
         inner: ServerSessionMemoryCache::new(256),
