@@ -640,8 +640,12 @@ async fn serve_http<I>(
         let info = info.clone();
         // Busy from the request's arrival until its response body is done (or dropped).
         let busy = Activity::busy(&svc_activity);
+        // Boxed once here: hyper moves the service's future into its stream future and tokio
+        // moves that into a task, kilobytes each time unboxed (HTTP/2 spawns a task per
+        // request).
+        let handled = Box::pin(service::handle(shared, info, req.map(Into::into)));
         async move {
-            let resp = service::handle(shared, info, req.map(Into::into)).await;
+            let resp = handled.await;
             Ok::<_, Infallible>(resp.map(|body| Tracked { body, _busy: busy }))
         }
     });

@@ -145,7 +145,13 @@ async fn request(
     } else {
         let body = RecvBody::new(recv, declared_length(&parts.headers));
         let body = Inbound::Boxed(http_body_util::combinators::BoxBody::new(body));
-        service::handle(shared, info, Request::from_parts(parts, body)).await
+        // Boxed: the request's future is kilobytes, and this task's moves would copy it.
+        Box::pin(service::handle(
+            shared,
+            info,
+            Request::from_parts(parts, body),
+        ))
+        .await
     };
     if let Err(error) = respond(&mut send, resp).await {
         tracing::debug!(%error, "HTTP/3 response not finished");
