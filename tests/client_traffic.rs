@@ -166,6 +166,16 @@ async fn start() -> Env {
     }
 }
 
+/// [`start`], once the `open` listener answers.
+async fn serving() -> Env {
+    let env = start().await;
+    eventually(Duration::from_secs(5), || async {
+        env.curl(OPEN, env.https, &[], None).await.status == 200
+    })
+    .await;
+    env
+}
+
 /// What curl got: its exit code, the HTTP status and version (`None` when no response).
 #[derive(Debug)]
 struct Curl {
@@ -293,12 +303,8 @@ const HANDSHAKE_FAILED: i32 = 35;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_listener_on_a_port_gets_its_own_tls_settings_by_sni() {
-    let env = start().await;
+    let env = serving().await;
     let port = env.https;
-    eventually(Duration::from_secs(5), || async {
-        env.curl(OPEN, port, &[], None).await.status == 200
-    })
-    .await;
 
     // strict: TLS 1.3 only, X25519 only, ALPN http/1.1 only.
     let r = env.curl(STRICT, port, &["--tls-max", "1.2"], None).await;
@@ -397,12 +403,8 @@ async fn each_listener_on_a_port_gets_its_own_tls_settings_by_sni() {
 /// or resumed, brings one session ticket (rustls would send two).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_servers_suite_order_wins_and_each_connection_gets_one_ticket() {
-    let env = start().await;
+    let env = serving().await;
     let port = env.https;
-    eventually(Duration::from_secs(5), || async {
-        env.curl(OPEN, port, &[], None).await.status == 200
-    })
-    .await;
     let session = env.dir.path().join("session.pem").display().to_string();
     let aes256_first = [
         "-ciphersuites",
