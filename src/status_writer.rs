@@ -625,60 +625,26 @@ impl Planner {
             }
         }
         let routes = RouteJobs { tracker, ctx };
-        let http = (&desired.http_routes, &stores.http_routes);
-        routes.plan(
-            memo,
-            &mut jobs,
-            http,
-            (JobKey::HttpRoute, render::http_route),
-            |o| to_json(&o.status),
-        );
-        let grpc = (&desired.grpc_routes, &stores.grpc_routes);
-        routes.plan(
-            memo,
-            &mut jobs,
-            grpc,
-            (JobKey::GrpcRoute, render::http_route),
-            |o| to_json(&o.status),
-        );
-        let tls = (&desired.tls_routes, &stores.tls_routes);
-        routes.plan(
-            memo,
-            &mut jobs,
-            tls,
-            (JobKey::TlsRoute, render::http_route),
-            |o| to_json(&o.status),
-        );
-        let tcp = (&desired.tcp_routes, &stores.tcp_routes);
-        routes.plan(
-            memo,
-            &mut jobs,
-            tcp,
-            (JobKey::TcpRoute, render::http_route),
-            |o| to_json(&o.status),
-        );
-        let udp = (&desired.udp_routes, &stores.udp_routes);
-        routes.plan(
-            memo,
-            &mut jobs,
-            udp,
-            (JobKey::UdpRoute, render::http_route),
-            |o| to_json(&o.status),
-        );
-        macro_rules! policies {
-            ($($field:ident => $key:ident),* $(,)?) => {$(
+        // Each kind: its field in `desired` and `stores`, its job key, how its status renders.
+        macro_rules! plan {
+            ($($field:ident => $key:ident, $render:path);* $(;)?) => {$(
                 let kind = (&desired.$field, &stores.$field);
-                routes.plan(memo, &mut jobs, kind, (JobKey::$key, render::policy), |o| {
+                routes.plan(memo, &mut jobs, kind, (JobKey::$key, $render), |o| {
                     to_json(&o.status)
                 });
             )*};
         }
-        policies!(
-            backend_tls_policies => BackendTlsPolicy,
-            security_policies => SecurityPolicy,
-            backend_traffic_policies => BackendTrafficPolicy,
-            client_traffic_policies => ClientTrafficPolicy,
-            x_backend_traffic_policies => XBackendTrafficPolicy,
+        plan!(
+            http_routes => HttpRoute, render::http_route;
+            grpc_routes => GrpcRoute, render::http_route;
+            tls_routes => TlsRoute, render::http_route;
+            tcp_routes => TcpRoute, render::http_route;
+            udp_routes => UdpRoute, render::http_route;
+            backend_tls_policies => BackendTlsPolicy, render::policy;
+            security_policies => SecurityPolicy, render::policy;
+            backend_traffic_policies => BackendTrafficPolicy, render::policy;
+            client_traffic_policies => ClientTrafficPolicy, render::policy;
+            x_backend_traffic_policies => XBackendTrafficPolicy, render::policy;
         );
         jobs
     }

@@ -17,7 +17,11 @@ use rustls::sign::SigningKey;
 
 static PROVIDER: LazyLock<Arc<CryptoProvider>> = LazyLock::new(|| {
     let mut p = rustls::crypto::aws_lc_rs::default_provider();
-    p.cipher_suites.sort_by_key(|s| suite_rank(s.suite()));
+    // TLS 1.3's suites first, as rustls lists them; within each version, by rank.
+    p.cipher_suites.sort_by_key(|s| {
+        let tls12 = !matches!(s, rustls::SupportedCipherSuite::Tls13(_));
+        (tls12, suite_rank(s.suite()))
+    });
     Arc::new(p)
 });
 
@@ -27,15 +31,9 @@ static PROVIDER: LazyLock<Arc<CryptoProvider>> = LazyLock::new(|| {
 /// schedule cost a resumed handshake here about 15 % of its CPU (aws-lc's SHA-512 has no
 /// vector code on AMD CPUs; SHA-256 uses the SHA extensions). Servers apply this order (see
 /// `tls::server::server_config`), and pier's upstream connections offer it.
-fn suite_rank(suite: rustls::CipherSuite) -> (bool, u8) {
+fn suite_rank(suite: rustls::CipherSuite) -> u8 {
     use rustls::CipherSuite as S;
-    let tls12 = !matches!(
-        suite,
-        S::TLS13_AES_128_GCM_SHA256
-            | S::TLS13_AES_256_GCM_SHA384
-            | S::TLS13_CHACHA20_POLY1305_SHA256
-    );
-    let rank = match suite {
+    match suite {
         S::TLS13_AES_128_GCM_SHA256
         | S::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256
         | S::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256 => 0,
@@ -43,8 +41,7 @@ fn suite_rank(suite: rustls::CipherSuite) -> (bool, u8) {
         | S::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384
         | S::TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384 => 1,
         _ => 2,
-    };
-    (tls12, rank)
+    }
 }
 
 /// The provider every config is built with (shared; built once).
