@@ -44,6 +44,7 @@ pub mod publish;
 pub mod ratelimit;
 pub mod run;
 pub mod source;
+pub mod start;
 pub mod status_writer;
 pub mod tls;
 pub mod translate;
