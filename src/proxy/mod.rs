@@ -49,6 +49,7 @@ mod observe;
 mod phase;
 mod policy;
 mod reclaim;
+mod streams;
 mod upstream;
 mod validate;
 pub mod workers;
@@ -59,7 +60,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
+use hyper_util::rt::TokioTimer;
 use hyper_util::server::conn::auto;
 use tokio::task::JoinHandle;
 
@@ -132,7 +133,7 @@ impl Proxy {
         metrics: Arc<ProxyMetrics>,
         tracer: Option<trace::Tracer>,
     ) -> Self {
-        let mut server = auto::Builder::new(TokioExecutor::new());
+        let mut server = auto::Builder::new(streams::StreamExec);
         server
             .http1()
             .timer(TokioTimer::new())

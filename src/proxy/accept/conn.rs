@@ -43,6 +43,7 @@ use crate::proxy::error::DownstreamTlsFailure;
 use crate::proxy::exchange::Shared;
 use crate::proxy::observe::metrics::ConnectionGuard;
 use crate::proxy::reclaim::Registration;
+use crate::proxy::streams::Streams;
 pub use crate::tls::server::PortTls;
 
 /// A connection's place under its port's cap, from the accept loop: the registration through
@@ -651,6 +652,8 @@ async fn serve_http<I>(
     });
     let conn = shared.server.serve_connection_with_upgrades(io, svc);
     let mut conn = std::pin::pin!(conn);
+    // HTTP/2 streams run in this task (`proxy::streams`).
+    let mut streams = Streams::default();
     let idle = activity.idle_for(idle_timeout);
     let mut idle = std::pin::pin!(idle);
     // The connection first: one handed over by the fast path while draining has its request
@@ -658,11 +661,11 @@ async fn serve_http<I>(
     // a connection still detecting its protocol).
     let result = tokio::select! {
         biased;
-        r = conn.as_mut() => r,
+        r = streams.drive(conn.as_mut()) => r,
         _ = drain.draining() => {
             conn.as_mut().graceful_shutdown();
             tokio::select! {
-                r = conn.as_mut() => r,
+                r = streams.drive(conn.as_mut()) => r,
                 _ = drain.closed() => Ok(()),
             }
         }
@@ -674,7 +677,7 @@ async fn serve_http<I>(
             // HTTP/2's graceful close waits for the client to answer a PING; one that never
             // does is cut once nothing has been in progress for a little while more.
             tokio::select! {
-                r = conn.as_mut() => r,
+                r = streams.drive(conn.as_mut()) => r,
                 _ = drain.closed() => Ok(()),
                 _ = activity.quiet_for(IDLE_CLOSE_GRACE) => Ok(()),
             }

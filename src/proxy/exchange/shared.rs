@@ -5,7 +5,6 @@
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use hyper_util::rt::TokioExecutor;
 use hyper_util::server::conn::auto;
 
 use crate::model::{Backend, Endpoint, Snapshot};
@@ -14,6 +13,7 @@ use crate::proxy::error::ProxyError;
 use crate::proxy::exchange::retry::budget::RetryBudgets;
 use crate::proxy::observe::metrics::ProxyMetrics;
 use crate::proxy::observe::trace;
+use crate::proxy::streams::StreamExec;
 use crate::proxy::upstream::{self, Clock, Upstream};
 
 /// What every connection and request reads.
@@ -23,7 +23,7 @@ pub struct Shared {
     pub metrics: Arc<ProxyMetrics>,
     pub upstream: Upstream,
     pub clock: Clock,
-    pub server: auto::Builder<TokioExecutor>,
+    pub server: auto::Builder<StreamExec>,
     /// Per-backend retry budgets; outside the snapshot, so reloads keep them.
     pub retry_budgets: RetryBudgets,
     /// Span export and trace context (`--otlp-endpoint`); `None`: tracing is off.
