@@ -20,7 +20,8 @@
 //!  config            the knobs
 //!  observe/          the request record, metrics, access log, forwarding identity, tracing
 //!  (ground)          body, error, headers, validate, conn_info, trusted, drain, reclaim,
-//!                    workers, fxhash: files any stage may use, which use no stage
+//!                    workers, fxhash, streams (HTTP/2 streams in their connection task):
+//!                    files any stage may use, which use no stage
 //! ```
 //!
 //! ```text
