@@ -16,10 +16,10 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::{Buf, Bytes};
+use futures::stream::{FuturesUnordered, StreamExt};
 use http::{HeaderMap, Request, Response, StatusCode, header};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
-use tokio::task::JoinSet;
 
 use super::service;
 use crate::proxy::body::{BoxError, Inbound, ProxyBody};
@@ -64,7 +64,8 @@ pub async fn serve(
         () = drain.closed() => return,
     };
     let mut closing = drain.clone();
-    let mut requests = JoinSet::new();
+    // The requests run in this task (no task each, as HTTP/2's streams: `proxy::streams`).
+    let mut requests = FuturesUnordered::new();
     let mut going_away = drain.is_draining();
     if going_away {
         let _ = h3.shutdown(1).await;
@@ -84,7 +85,7 @@ pub async fn serve(
                     break;
                 }
             }
-            Some(_) = requests.join_next(), if !requests.is_empty() => {
+            Some(()) = requests.next(), if !requests.is_empty() => {
                 if going_away && requests.is_empty() {
                     break;
                 }
@@ -94,16 +95,16 @@ pub async fn serve(
             accepted = h3.accept(), if !going_away => match accepted {
                 Ok(Some(resolver)) => {
                     let (shared, info) = (shared.clone(), info.clone());
-                    requests.spawn(async move {
+                    requests.push(Box::pin(async move {
                         match resolver.resolve_request().await {
                             Ok((req, stream)) => request(shared, info, req, stream).await,
                             Err(error) => tracing::debug!(%error, "HTTP/3 request head refused"),
                         }
-                    });
+                    }));
                 }
                 // The client's GOAWAY, and its requests are done; or the connection ended.
                 Ok(None) => {
-                    while requests.join_next().await.is_some() {}
+                    while requests.next().await.is_some() {}
                     break;
                 }
                 Err(error) => {
@@ -124,7 +125,7 @@ pub async fn serve(
             () = closing.closed() => {}
         }
     }
-    requests.abort_all();
+    drop(requests);
     conn.close(NO_ERROR, b"");
 }
 
