@@ -4,7 +4,7 @@
 //! became a task: allocated, scheduled, run, and its response woke the connection's task to be
 //! sent (one more scheduling). [`StreamExec`] keeps the stream with the connection that is
 //! being polled (hyper calls the executor only from inside the connection's `poll`), and
-//! [`drive`] polls the connection and its streams together, so a response is written in the
+//! [`Streams::drive`] polls the connection and its streams together, so a response is written in the
 //! same turn as it is produced. Outside such a poll (no connection driven here), a stream
 //! falls back to a task.
 //!
@@ -15,8 +15,10 @@
 //!
 //! The streams of one connection share its task: on a runtime of several threads they run on
 //! the thread that polls the connection (a connection is already served by one thread at a
-//! time). When the connection ends they are dropped with it (they could only fail once their
-//! connection is gone).
+//! time). `drive` ends once the connection has ended and its streams are done; streams still
+//! running when the caller stops driving (the drain deadline, an idle connection cut) are
+//! dropped with the connection. A panic in a stream ends its connection's task, not only the
+//! stream.
 
 use std::cell::RefCell;
 use std::future::Future;
@@ -29,7 +31,7 @@ type Stream = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 thread_local! {
     /// Streams handed to [`StreamExec`] during the current connection's poll; `None` outside
-    /// [`drive`].
+    /// [`Streams::drive`].
     static WAITING: RefCell<Option<Vec<Stream>>> = const { RefCell::new(None) };
 }
 
