@@ -20,7 +20,8 @@
 //!  config            the knobs
 //!  observe/          the request record, metrics, access log, forwarding identity, tracing
 //!  (ground)          body, error, headers, validate, conn_info, trusted, drain, reclaim,
-//!                    workers, fxhash, streams (HTTP/2 streams in their connection task):
+//!                    workers, fxhash, streams (HTTP/2 streams in their connection task),
+//!                    h1wire (HTTP/1.1 response heads and chunked framing):
 //!                    files any stage may use, which use no stage
 //! ```
 //!
@@ -44,6 +45,7 @@ mod drain;
 pub mod error;
 mod exchange;
 mod fxhash;
+mod h1wire;
 mod headers;
 mod health;
 mod observe;

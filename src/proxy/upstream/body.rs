@@ -1,6 +1,7 @@
-//! The response body from a backend. It returns its HTTP/1.1 connection to the pool once read
-//! to the end (never earlier: a connection whose response was not fully read is closed by
-//! hyper and dropped here), and holds the request's in-flight guard until it is dropped.
+//! The response body from a backend: hyper's, or a raw connection's ([`RawBody`]). Either
+//! returns its HTTP/1.1 connection to the pool once read to the end (never earlier: a
+//! connection whose response was not fully read is closed and dropped here), and holds the
+//! request's in-flight guard until it is dropped.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -12,27 +13,42 @@ use hyper::body::Incoming;
 
 use super::InFlight;
 use super::connect::H1Sender;
+use super::h1::RawBody;
 use super::pool::Entry;
+use crate::proxy::body::BoxError;
 
 pub struct UpstreamBody {
-    inner: Incoming,
-    /// The HTTP/1.1 connection this body arrives on, to pool once the body has ended.
-    conn: Option<(Arc<Entry>, H1Sender)>,
+    inner: Inner,
     in_flight: Option<InFlight>,
 }
 
+enum Inner {
+    Hyper {
+        body: Incoming,
+        /// The HTTP/1.1 connection this body arrives on, to pool once the body has ended.
+        conn: Option<(Arc<Entry>, H1Sender)>,
+    },
+    Raw(RawBody),
+}
+
 impl UpstreamBody {
-    pub(super) fn new(inner: Incoming, conn: Option<(Arc<Entry>, H1Sender)>) -> Self {
-        let mut body = Self {
-            inner,
-            conn,
-            in_flight: None,
-        };
+    pub(super) fn new(body: Incoming, conn: Option<(Arc<Entry>, H1Sender)>) -> Self {
+        let mut inner = Inner::Hyper { body, conn };
         // No body (204, 304, HEAD, `content-length: 0`): the exchange is already over.
-        if body.inner.is_end_stream() {
-            body.ended();
+        if inner.is_end_stream() {
+            inner.ended();
         }
-        body
+        Self {
+            inner,
+            in_flight: None,
+        }
+    }
+
+    pub(super) fn raw(body: RawBody) -> Self {
+        Self {
+            inner: Inner::Raw(body),
+            in_flight: None,
+        }
     }
 
     /// Keeps `guard` until the body is dropped (after hyper has sent all of it downstream).
@@ -40,9 +56,20 @@ impl UpstreamBody {
         self.in_flight = Some(guard);
         self
     }
+}
+
+impl Inner {
+    fn is_end_stream(&self) -> bool {
+        match self {
+            Inner::Hyper { body, .. } => body.is_end_stream(),
+            Inner::Raw(body) => body.is_end_stream(),
+        }
+    }
 
     fn ended(&mut self) {
-        if let Some((entry, tx)) = self.conn.take() {
+        if let Inner::Hyper { conn, .. } = self
+            && let Some((entry, tx)) = conn.take()
+        {
             entry.release(tx);
         }
     }
@@ -50,31 +77,39 @@ impl UpstreamBody {
 
 impl std::fmt::Debug for UpstreamBody {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("UpstreamBody")
-            .field("pooled", &self.conn.is_some())
-            .finish_non_exhaustive()
+        match &self.inner {
+            Inner::Hyper { conn, .. } => f
+                .debug_struct("UpstreamBody")
+                .field("pooled", &conn.is_some())
+                .finish_non_exhaustive(),
+            Inner::Raw(body) => body.fmt(f),
+        }
     }
 }
 
 impl Body for UpstreamBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BoxError;
 
+    #[inline]
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        let this = &mut *self;
-        let frame = ready!(Pin::new(&mut this.inner).poll_frame(cx));
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let (body, conn) = match &mut self.inner {
+            Inner::Raw(body) => return Pin::new(body).poll_frame(cx),
+            Inner::Hyper { body, conn } => (body, conn),
+        };
+        let frame = ready!(Pin::new(&mut *body).poll_frame(cx));
         match &frame {
             // A body with a length ends with its last data frame: the reader may never poll
             // again, so check now.
-            Some(Ok(_)) if this.inner.is_end_stream() => this.ended(),
+            Some(Ok(_)) if body.is_end_stream() => self.inner.ended(),
             Some(Ok(_)) => {}
-            None => this.ended(),
-            Some(Err(_)) => this.conn = None,
+            None => self.inner.ended(),
+            Some(Err(_)) => *conn = None,
         }
-        Poll::Ready(frame)
+        Poll::Ready(frame.map(|f| f.map_err(Into::into)))
     }
 
     fn is_end_stream(&self) -> bool {
@@ -82,6 +117,9 @@ impl Body for UpstreamBody {
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        match &self.inner {
+            Inner::Hyper { body, .. } => body.size_hint(),
+            Inner::Raw(body) => body.size_hint(),
+        }
     }
 }

@@ -5,11 +5,16 @@
 //! service ─> Upstream::send(Target { backend, addr, upgrade }, request)
 //!              │ BackendTls::Unavailable ─> 503, nothing opened (fail closed)
 //!              ├─ pool entry for (addr, (trust_key, SNI)?, protocol)      pool.rs
+//!              ├─ no body, HTTP/1.1: a raw connection, in the request's future   h1.rs, raw.rs
 //!              │    HTTP/2: the shared connection   HTTP/1.1: newest idle connection
 //!              └─ else a new connection: TCP ─> TLS? ─> hyper handshake  connect.rs
 //!                   (HTTP/2 connects are shared by the requests waiting for them)
 //!          <─ Response<UpstreamBody>: pools its HTTP/1.1 connection at end of body  body.rs
 //! ```
+//!
+//! An HTTP/1.1 endpoint's pool entry holds hyper's idle connections (requests with a body)
+//! and raw ones (requests without: the fast path's, and hyper's request path's through
+//! `h1.rs`) in lists of their own; a connection serves the kind that opened it.
 //!
 //! Requests keep the Host the client used: HTTP/1.1 goes out in origin-form with its `Host`
 //! header; HTTP/2 as `http(s)://<host><path>`, so `:authority` is that host (never the
@@ -24,6 +29,7 @@
 
 mod body;
 mod connect;
+mod h1;
 mod pool;
 mod raw;
 #[cfg(test)]
@@ -256,6 +262,16 @@ impl Upstream {
             },
             addr,
         };
+        let mut req = req;
+        if protocol == AppProtocol::Http1 && entry.mode() != Mode::Http2 && h1::bare(&req) {
+            shape.http1(&mut req);
+            let mut head = Vec::with_capacity(256);
+            h1::write_head(&req, &mut head);
+            let method = req.method();
+            if let Some(resp) = self.send_bare(backend, &entry, tls, method, &head).await? {
+                return Ok(resp.map(UpstreamBody::raw));
+            }
+        }
         let req = match self.send_pooled(&entry, &shape, req).await {
             Pooled::Done(result) => return result,
             Pooled::Unsent(req) => req,

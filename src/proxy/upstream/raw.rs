@@ -16,7 +16,7 @@ use std::time::Instant;
 use super::connect::{Conn, Dial, Stream, offers_h2};
 use super::pool::{Entry, IdleRaw, Mode, ShortKey};
 use super::{Room, Target, Upstream};
-use crate::model::Backend;
+use crate::model::{Backend, UpstreamTls};
 use crate::proxy::error::ProxyError;
 use crate::proxy::observe::metrics::{Transport, UpstreamGuard, UpstreamProtocol};
 
@@ -43,41 +43,36 @@ impl Upstream {
     /// [`Upstream::send`]: `BackendTls::Unavailable` opens nothing.
     pub async fn raw(&self, target: Target<'_>) -> Result<Raw, ProxyError> {
         let backend = target.backend;
-        let addr = target.endpoint.addr;
         let tls = self.tls_for(backend, target.endpoint)?;
         let key = ShortKey {
-            addr,
+            addr: target.endpoint.addr,
             trust_key: tls.map(|u| u.trust_key),
             protocol: backend.protocol,
         };
         let entry = self.inner.pool.entry(key, tls.map(|u| &u.server_name));
-        match entry.mode() {
-            Mode::Http2 => return Ok(Raw::Http2),
-            Mode::Http1 => {
-                if let Some(idle) = entry.checkout_raw() {
-                    return Ok(Raw::Conn(RawConn::pooled(entry, idle)));
-                }
-            }
-            Mode::Unknown => {}
+        match pooled(&entry) {
+            Some(raw) => Ok(raw),
+            // Boxed, as in `send`: connecting is kilobytes of future state.
+            None => Box::pin(self.raw_new(backend, entry, tls)).await,
         }
-        let dial = Dial {
+    }
+
+    /// A new raw connection in `entry` (or one that came back to it meanwhile), when
+    /// [`pooled`] found none. Callers box it.
+    pub(super) async fn raw_new(
+        &self,
+        backend: &Backend,
+        entry: Arc<Entry>,
+        tls: Option<&UpstreamTls>,
+    ) -> Result<Raw, ProxyError> {
+        let dial = &Dial {
             backend: &backend.id,
-            addr,
+            addr: entry.key.addr,
             protocol: backend.protocol,
             tls,
             tls_config: tls.map(|t| entry.tls_config(t)),
             connect_timeout: backend.connect_timeout,
         };
-        // Boxed, as in `send`: connecting is kilobytes of future state.
-        Box::pin(self.raw_new(backend, entry, &dial)).await
-    }
-
-    async fn raw_new(
-        &self,
-        backend: &Backend,
-        entry: Arc<Entry>,
-        dial: &Dial<'_>,
-    ) -> Result<Raw, ProxyError> {
         // Room under the backend's `maxConnections`, or a connection that came back meanwhile.
         let slot = loop {
             if backend.max_connections.is_none() {
@@ -132,6 +127,19 @@ impl Upstream {
             open,
             reused: false,
         }))
+    }
+}
+
+/// What `entry` has without connecting: HTTP/2 (hyper's), or its newest idle raw
+/// connection that is still open.
+#[inline]
+pub(super) fn pooled(entry: &Arc<Entry>) -> Option<Raw> {
+    match entry.mode() {
+        Mode::Http2 => Some(Raw::Http2),
+        Mode::Http1 => entry
+            .checkout_raw()
+            .map(|idle| Raw::Conn(RawConn::pooled(entry.clone(), idle))),
+        Mode::Unknown => None,
     }
 }
 

@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 use super::*;
 use crate::model::{BackendId, BackendTls, EndpointStats, ObjectRef};
 use crate::proxy::body;
+use http_body::Body as _;
 
 fn backend(protocol: AppProtocol) -> Backend {
     Backend {
@@ -35,6 +36,14 @@ fn get(host: &str, path: &'static str) -> Request<ProxyBody> {
     Request::get(path)
         .header(HOST, host)
         .body(body::empty())
+        .unwrap()
+}
+
+/// A request with a body: hyper's path (a request without one takes the raw path, `h1.rs`).
+fn post(host: &str, path: &'static str) -> Request<ProxyBody> {
+    Request::post(path)
+        .header(HOST, host)
+        .body(body::full(bytes::Bytes::from_static(b"x")))
         .unwrap()
 }
 
@@ -77,51 +86,51 @@ async fn refused_connection_is_a_refused_connect_error() {
 
 #[tokio::test]
 async fn a_fully_read_http1_response_returns_its_connection_for_reuse() {
-    let echo = crate::echo::spawn(([127, 0, 0, 1], 0).into(), "e")
-        .await
-        .unwrap();
-    let up = upstream(&ProxyConfig::default());
-    let b = backend(AppProtocol::Http1);
-    let ep = Endpoint::new(echo.addr);
-    let target = Target {
-        backend: &b,
-        endpoint: &ep,
-        upgrade: false,
-    };
-    for _ in 0..3 {
-        let resp = up.send(target, get("a.example", "/")).await.unwrap();
-        read(resp).await;
-        // Released at the end of the body, or by a task once hyper catches up.
-        tokio::time::timeout(Duration::from_secs(5), async {
-            while up.pool().counts().0 != 1 {
-                tokio::task::yield_now().await;
-            }
-        })
-        .await
-        .expect("connection pooled");
+    // Hyper's connections, then raw ones.
+    for request in [post as fn(&str, &'static str) -> Request<ProxyBody>, get] {
+        let echo = crate::echo::spawn(([127, 0, 0, 1], 0).into(), "e")
+            .await
+            .unwrap();
+        let up = upstream(&ProxyConfig::default());
+        let b = backend(AppProtocol::Http1);
+        let ep = Endpoint::new(echo.addr);
+        let target = Target {
+            backend: &b,
+            endpoint: &ep,
+            upgrade: false,
+        };
+        for _ in 0..3 {
+            let resp = up.send(target, request("a.example", "/")).await.unwrap();
+            read(resp).await;
+            // Released at the end of the body, or by a task once hyper catches up.
+            idle(&up, 1).await;
+        }
+        assert_eq!(echo.connections(), 1);
     }
-    assert_eq!(echo.connections(), 1);
 }
 
 #[tokio::test]
 async fn an_unread_response_body_never_returns_its_connection() {
-    let echo = crate::echo::spawn(([127, 0, 0, 1], 0).into(), "e")
-        .await
-        .unwrap();
-    let up = upstream(&ProxyConfig::default());
-    let b = backend(AppProtocol::Http1);
-    let ep = Endpoint::new(echo.addr);
-    let target = Target {
-        backend: &b,
-        endpoint: &ep,
-        upgrade: false,
-    };
-    let resp = up.send(target, get("a.example", "/")).await.unwrap();
-    drop(resp);
-    assert_eq!(up.pool().counts(), (0, 0));
-    let resp = up.send(target, get("a.example", "/")).await.unwrap();
-    read(resp).await;
-    assert_eq!(echo.connections(), 2);
+    // Hyper's connections, then raw ones.
+    for request in [post as fn(&str, &'static str) -> Request<ProxyBody>, get] {
+        let echo = crate::echo::spawn(([127, 0, 0, 1], 0).into(), "e")
+            .await
+            .unwrap();
+        let up = upstream(&ProxyConfig::default());
+        let b = backend(AppProtocol::Http1);
+        let ep = Endpoint::new(echo.addr);
+        let target = Target {
+            backend: &b,
+            endpoint: &ep,
+            upgrade: false,
+        };
+        let resp = up.send(target, request("a.example", "/")).await.unwrap();
+        drop(resp);
+        assert_eq!(up.pool().counts(), (0, 0));
+        let resp = up.send(target, request("a.example", "/")).await.unwrap();
+        read(resp).await;
+        assert_eq!(echo.connections(), 2);
+    }
 }
 
 /// Waits until the pool holds `n` idle connections.
@@ -163,7 +172,7 @@ async fn idle_connections_above_the_cap_close_once_unused_for_the_surplus_time()
     let three_at_once = async || {
         let mut open = Vec::new();
         for _ in 0..3 {
-            open.push(up.send(target, get("a", "/")).await.unwrap());
+            open.push(up.send(target, post("a", "/")).await.unwrap());
         }
         for resp in open {
             read(resp).await;
@@ -327,4 +336,204 @@ fn shards_spread_keys() {
         used.insert(pool::shard_of(&key));
     }
     assert!(used.len() > 16, "{used:?}");
+}
+
+/// What a [`scripted`] server does with the next request on a connection.
+#[derive(Clone, Copy)]
+enum Step {
+    Answer(&'static [u8]),
+    /// Answers, then closes.
+    AnswerClose(&'static [u8]),
+    /// Reads the request and closes without answering.
+    Close,
+}
+
+/// A server that answers the requests on its n-th connection by the n-th script, keeps the
+/// connection open once the script ends (until the peer closes), and keeps every request
+/// head it read.
+async fn scripted(scripts: Vec<Vec<Step>>) -> (SocketAddr, Arc<std::sync::Mutex<Vec<String>>>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let heads = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = heads.clone();
+    tokio::spawn(async move {
+        for script in scripts {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let seen = seen.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                for step in script {
+                    let end = loop {
+                        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            break i + 4;
+                        }
+                        let mut b = [0; 4096];
+                        match s.read(&mut b).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&b[..n]),
+                        }
+                    };
+                    let head: Vec<u8> = buf.drain(..end).collect();
+                    seen.lock().unwrap().push(String::from_utf8(head).unwrap());
+                    match step {
+                        Step::Answer(a) => s.write_all(a).await.unwrap(),
+                        Step::AnswerClose(a) => return s.write_all(a).await.unwrap(),
+                        Step::Close => return,
+                    }
+                }
+                let _ = s.read(&mut [0; 1]).await;
+            });
+        }
+    });
+    (addr, heads)
+}
+
+/// Body and trailers of a response, read whole.
+async fn collect(resp: Response<UpstreamBody>) -> (bytes::Bytes, Option<http::HeaderMap>) {
+    use http_body_util::BodyExt;
+    let collected = resp.into_body().collect().await.unwrap();
+    let trailers = collected.trailers().cloned();
+    (collected.to_bytes(), trailers)
+}
+
+/// Requests without a body take the raw path (`h1.rs`): every framing is read as hyper
+/// would hand it over, and a connection goes back to the pool only after a whole message.
+#[tokio::test]
+async fn bare_requests_read_every_framing_and_pool_only_whole_messages() {
+    let (addr, heads) = scripted(vec![vec![
+        Step::Answer(
+            b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\nx-a: 1\r\nX-A: 2\r\nx-e:\r\n\r\nhello",
+        ),
+        Step::Answer(
+            b"HTTP/1.1 103 Early Hints\r\nlink: </s>\r\n\r\nHTTP/1.1 201 Created\r\n\
+              transfer-encoding: chunked\r\n\r\n3\r\nabc\r\n2;e=1\r\nde\r\n0\r\nx-sum: 9\r\n\r\n",
+        ),
+        Step::Answer(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n"),
+        Step::Answer(b"HTTP/1.1 204 No Content\r\n\r\n"),
+        Step::AnswerClose(b"HTTP/1.1 200 OK\r\n\r\nuntil close"),
+    ]])
+    .await;
+    let up = upstream(&ProxyConfig::default());
+    let b = backend(AppProtocol::Http1);
+    let ep = Endpoint::new(addr);
+    let target = Target {
+        backend: &b,
+        endpoint: &ep,
+        upgrade: false,
+    };
+    let resp = up.send(target, get("a.example", "/a?b=1")).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let values: Vec<_> = resp.headers().get_all("x-a").iter().collect();
+    assert_eq!(values, ["1", "2"]);
+    assert_eq!(resp.headers()["x-e"], "");
+    assert_eq!(resp.body().size_hint().exact(), Some(5));
+    assert_eq!(
+        collect(resp).await,
+        (bytes::Bytes::from_static(b"hello"), None)
+    );
+    assert_eq!(up.pool().counts().0, 1, "pooled at the end of the body");
+
+    let resp = up.send(target, get("a.example", "/c")).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::CREATED, "the 103 skipped");
+    assert_eq!(up.pool().counts().0, 0, "in use until the body has ended");
+    let (data, trailers) = collect(resp).await;
+    assert_eq!(data, "abcde");
+    assert_eq!(trailers.unwrap()["x-sum"], "9");
+    assert_eq!(up.pool().counts().0, 1);
+
+    let head = Request::head("/h")
+        .header(HOST, "a.example")
+        .body(body::empty())
+        .unwrap();
+    let resp = up.send(target, head).await.unwrap();
+    assert_eq!(
+        resp.headers()["content-length"],
+        "5",
+        "a HEAD's length kept"
+    );
+    assert!(resp.body().is_end_stream());
+    assert_eq!(up.pool().counts().0, 1, "no body to wait for");
+    assert_eq!(collect(resp).await.0, "");
+
+    let resp = up.send(target, get("a.example", "/n")).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::NO_CONTENT);
+    assert!(resp.body().is_end_stream());
+
+    let resp = up.send(target, get("a.example", "/e")).await.unwrap();
+    assert_eq!(collect(resp).await.0, "until close");
+    assert_eq!(up.pool().counts().0, 0, "a body that ended by closing");
+
+    let heads = heads.lock().unwrap();
+    assert_eq!(heads.len(), 5, "one connection served all: {heads:?}");
+    assert_eq!(heads[0], "GET /a?b=1 HTTP/1.1\r\nhost: a.example\r\n\r\n");
+    assert!(heads[2].starts_with("HEAD /h HTTP/1.1\r\n"));
+}
+
+/// A reused connection the endpoint closed while it was idle, found out only when the
+/// request is on it: an idempotent request goes again on a new connection, once; another
+/// fails (the endpoint may have acted on it).
+#[tokio::test]
+async fn a_bare_request_on_a_connection_closed_meanwhile_is_retried_only_if_idempotent() {
+    const OK: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+    let (addr, heads) = scripted(vec![
+        vec![Step::Answer(OK), Step::Close],
+        vec![Step::Answer(OK), Step::Close],
+    ])
+    .await;
+    let up = upstream(&ProxyConfig::default());
+    let b = backend(AppProtocol::Http1);
+    let ep = Endpoint::new(addr);
+    let target = Target {
+        backend: &b,
+        endpoint: &ep,
+        upgrade: false,
+    };
+    for path in ["/1", "/2"] {
+        let resp = up.send(target, get("a", path)).await.unwrap();
+        assert_eq!(collect(resp).await.0, "ok");
+    }
+    assert_eq!(heads.lock().unwrap().len(), 3, "/2 sent twice");
+    let post = Request::post("/3")
+        .header(HOST, "a")
+        .body(body::empty())
+        .unwrap();
+    let err = up.send(target, post).await.unwrap_err();
+    assert!(matches!(err, ProxyError::Upstream(_)), "{err:?}");
+    assert_eq!(heads.lock().unwrap().len(), 4, "/3 sent once");
+}
+
+/// What is not HTTP/1.1 fails the exchange: a head (as [`BadResponse`], which the external
+/// authorization check reads as garbage) or a body cut short or badly chunked.
+#[tokio::test]
+async fn bare_requests_fail_on_bad_heads_and_bodies() {
+    use http_body_util::BodyExt;
+    let (addr, _) = scripted(vec![
+        vec![Step::Answer(b"SSH-2.0-OpenSSH\r\n\r\n")],
+        vec![Step::AnswerClose(
+            b"HTTP/1.1 200 OK\r\ncontent-length: 9\r\n\r\nshort",
+        )],
+        vec![Step::Answer(
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabcXY",
+        )],
+    ])
+    .await;
+    let up = upstream(&ProxyConfig::default());
+    let b = backend(AppProtocol::Http1);
+    let ep = Endpoint::new(addr);
+    let target = Target {
+        backend: &b,
+        endpoint: &ep,
+        upgrade: false,
+    };
+    let err = up.send(target, get("a", "/")).await.unwrap_err();
+    assert!(
+        matches!(&err, ProxyError::Upstream(e) if e.is::<crate::proxy::h1wire::BadResponse>()),
+        "{err:?}"
+    );
+    for _ in 0..2 {
+        let resp = up.send(target, get("a", "/")).await.unwrap();
+        assert!(resp.into_body().collect().await.is_err());
+        assert_eq!(up.pool().counts().0, 0);
+    }
 }

@@ -37,10 +37,10 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::chunked::Chunked;
 use super::head::*;
 use crate::model::net::TrustedProxies;
 use crate::proxy::conn_info::Hop;
+use crate::proxy::h1wire::chunked::Chunked;
 use crate::proxy::headers::HOP_BY_HOP;
 use crate::proxy::observe::forwarded::Edge;
 

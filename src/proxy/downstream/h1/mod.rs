@@ -24,7 +24,6 @@
 //! until EOF) through one buffer per connection ([`BUF`], [`BODY_BUF`] while a long body is
 //! relayed), so a client that stops reading holds the upstream back.
 
-mod chunked;
 #[cfg(test)]
 mod differential;
 mod head;
@@ -59,6 +58,7 @@ use crate::proxy::drain::{DrainToken, OnlyWhenWoken};
 use crate::proxy::error::ProxyError;
 use crate::proxy::exchange::Shared;
 use crate::proxy::exchange::send::{outcome, pick_endpoint};
+use crate::proxy::h1wire::chunked::Chunked;
 use crate::proxy::observe::access::LogHead;
 use crate::proxy::observe::forwarded::Edge;
 use crate::proxy::observe::metrics::Transport;
@@ -69,7 +69,6 @@ use crate::proxy::policy::head::{rewrite_of, rewritten_target};
 use crate::proxy::reclaim::Registration;
 use crate::proxy::upstream::{Raw, RawConn, Stream, Target};
 use crate::proxy::validate;
-use chunked::Chunked;
 use head::{Forwarding, Framing, Parsed, Tail};
 
 /// Read buffer size per connection (both directions reserve this much when they run low).

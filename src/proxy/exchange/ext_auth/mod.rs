@@ -33,6 +33,7 @@ use super::send::{outcome, pick_endpoint};
 use crate::model::ext_auth::{ExtAuth, MAX_ANSWER_BYTES};
 use crate::proxy::body::{self, ProxyBody};
 use crate::proxy::error::ProxyError;
+use crate::proxy::h1wire::BadResponse;
 use crate::proxy::upstream::{Target, UpstreamBody};
 
 /// What the authorizer is told about a request.
@@ -108,10 +109,11 @@ pub async fn check(shared: &Shared, ext: &ExtAuth, asked: &Asked<'_>) -> Result<
         outcome(shared, backend, endpoint, sent.as_ref().map(|r| r.status()));
         let resp = sent.map_err(|e| match e {
             ProxyError::NoEndpoints | ProxyError::TlsUnavailable(_) => Failure::NoEndpoints,
-            // Bytes that are not HTTP (hyper's parse errors).
+            // Bytes that are not HTTP (hyper's parse errors, or the raw HTTP/1.1 path's).
             ProxyError::Upstream(e)
-                if e.downcast_ref::<hyper::Error>()
-                    .is_some_and(hyper::Error::is_parse) =>
+                if e.is::<BadResponse>()
+                    || e.downcast_ref::<hyper::Error>()
+                        .is_some_and(hyper::Error::is_parse) =>
             {
                 Failure::Garbage
             }

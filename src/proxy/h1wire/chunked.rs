@@ -1,6 +1,8 @@
-//! Finds the end of a chunked body (RFC 9112 §7.1) in bytes that are relayed unchanged: the
-//! fast path passes chunked responses through as they are and only needs to know where the
-//! message ends (so the connection can be reused) and that the framing is sound. No I/O.
+//! Chunked framing (RFC 9112 §7.1), no I/O. [`Chunked::feed`] finds the end of a chunked
+//! body in bytes that are relayed unchanged: the fast path passes chunked responses through
+//! as they are and only needs to know where the message ends (so the connection can be
+//! reused) and that the framing is sound. [`Chunked::next`] tells data from framing, for
+//! the upstream stage, which hands hyper's request path the data and the trailers alone.
 
 /// Chunk size lines longer than this many hex digits overflow `u64`.
 const MAX_SIZE_DIGITS: u8 = 16;
@@ -39,6 +41,15 @@ pub struct Chunked {
 #[error("invalid chunked framing from the upstream")]
 pub struct ChunkError;
 
+/// What [`Chunked::next`] found at the front of the bytes it was given.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Piece {
+    /// This many bytes of a chunk's data (at least one).
+    Data(usize),
+    /// This many bytes of framing: chunk sizes, extensions, line ends, the trailer section.
+    Framing(usize),
+}
+
 impl Default for Chunked {
     fn default() -> Self {
         Self {
@@ -75,6 +86,44 @@ impl Chunked {
             i += 1;
         }
         Ok(i)
+    }
+
+    /// In the trailer section (its final empty line included): the last chunk has been read.
+    pub fn in_trailers(&self) -> bool {
+        matches!(
+            self.state,
+            State::TrailerStart
+                | State::TrailerName
+                | State::Trailer
+                | State::TrailerLf
+                | State::EndLf
+        )
+    }
+
+    /// Reads the front of `bytes` (the next bytes of the body): a run of chunk data, or of
+    /// framing up to where data, the trailer section or the end of the message begins (so
+    /// that a caller that asks [`in_trailers`](Self::in_trailers) between calls gets the
+    /// trailer section's bytes alone). `Framing(0)` for no bytes, or once done.
+    pub fn next(&mut self, bytes: &[u8]) -> Result<Piece, ChunkError> {
+        if self.state == State::Data && !bytes.is_empty() {
+            let take = (bytes.len() as u64).min(self.size);
+            self.size -= take;
+            if self.size == 0 {
+                self.state = State::DataCr;
+            }
+            // At most `bytes.len()`.
+            return Ok(Piece::Data(take as usize));
+        }
+        let mut i = 0;
+        while i < bytes.len() && !matches!(self.state, State::Data | State::Done) {
+            let last_chunk = self.state == State::SizeLf;
+            self.step(bytes[i])?;
+            i += 1;
+            if last_chunk && self.state == State::TrailerStart {
+                break;
+            }
+        }
+        Ok(Piece::Framing(i))
     }
 
     fn step(&mut self, b: u8) -> Result<(), ChunkError> {
@@ -168,6 +217,62 @@ mod tests {
                 assert_eq!(used, end, "split at {cut}/{cut2}");
             }
         }
+    }
+
+    /// A chunked body's data, its trailer section, and what followed the message.
+    type Dechunked = (Vec<u8>, Vec<u8>, Vec<u8>);
+
+    /// De-chunks `parts` (the body, cut anywhere).
+    fn dechunk(parts: &[&[u8]]) -> Result<Dechunked, ChunkError> {
+        let mut c = Chunked::default();
+        let (mut data, mut trailers, mut rest) = (vec![], vec![], vec![]);
+        for part in parts {
+            let mut at = 0;
+            while at < part.len() {
+                if c.is_done() {
+                    rest.extend_from_slice(&part[at..]);
+                    break;
+                }
+                let in_trailers = c.in_trailers();
+                let n = match c.next(&part[at..])? {
+                    Piece::Data(n) => {
+                        assert!(n > 0);
+                        data.extend_from_slice(&part[at..at + n]);
+                        n
+                    }
+                    Piece::Framing(n) => {
+                        if in_trailers {
+                            trailers.extend_from_slice(&part[at..at + n]);
+                        }
+                        n
+                    }
+                };
+                assert!(n > 0 || c.is_done(), "no progress at {at}");
+                at += n;
+            }
+        }
+        assert!(c.is_done(), "not done");
+        Ok((data, trailers, rest))
+    }
+
+    #[test]
+    fn next_splits_data_from_framing_and_trailers_at_any_cut() {
+        let body = b"A\r\n0123456789\r\n3;x=y\r\nabc\r\n0\r\nt: 1\r\nu: 2\r\n\r\nrest";
+        for cut in 0..body.len() {
+            for cut2 in cut..body.len() {
+                let parts = [&body[..cut], &body[cut..cut2], &body[cut2..]];
+                let (data, trailers, rest) = dechunk(&parts).unwrap();
+                assert_eq!(data, b"0123456789abc", "split at {cut}/{cut2}");
+                assert_eq!(trailers, b"t: 1\r\nu: 2\r\n\r\n", "split at {cut}/{cut2}");
+                assert_eq!(rest, b"rest", "split at {cut}/{cut2}");
+            }
+        }
+        let (data, trailers, rest) = dechunk(&[b"0\r\n\r\n"]).unwrap();
+        assert_eq!(
+            (&data[..], &trailers[..], &rest[..]),
+            (&b""[..], &b"\r\n"[..], &b""[..])
+        );
+        assert_eq!(dechunk(&[b"5\r\nhelloXY"]).map(|_| ()), Err(ChunkError));
     }
 
     #[test]
