@@ -220,12 +220,50 @@ impl Edge {
             headers.remove(TRACEPARENT);
             headers.remove(TRACESTATE);
         }
-        self.each(scheme, client_host.map(HeaderValue::as_bytes), |n, v| {
-            // Every part is a valid header value already; joining them keeps it one.
-            if let Ok(v) = HeaderValue::from_bytes(v) {
-                headers.insert(n.clone(), v);
+        // [`Edge::each`]'s lines, in its order (a test holds the two to the same result).
+        // Values that are whole already are cloned (a reference count), not copied and
+        // checked again: three copies fewer per request.
+        let xff = match &self.kept.xff {
+            Some(chain) => {
+                HeaderValue::from_bytes(&[chain, &b", "[..], self.hop_entry.as_bytes()].concat())
             }
-        });
+            None => Ok(self.hop_entry.clone()),
+        };
+        if let Ok(v) = xff {
+            headers.insert(X_FORWARDED_FOR, v);
+        }
+        let proto = match &self.kept.proto {
+            Some(p) => p.clone(),
+            None => HeaderValue::from_static(scheme),
+        };
+        headers.insert(X_FORWARDED_PROTO, proto);
+        if let Some(host) = self.kept.host.as_ref().or(client_host) {
+            headers.insert(X_FORWARDED_HOST, host.clone());
+        }
+        if self.forwarded_sent {
+            let own = forwarded_element(self.hop, scheme, client_host.map(HeaderValue::as_bytes));
+            let v = match &self.kept.forwarded {
+                Some(chain) => [chain, &b", "[..], &own].concat(),
+                None => own,
+            };
+            if let Ok(v) = HeaderValue::from_bytes(&v) {
+                headers.insert(FORWARDED, v);
+            }
+        }
+        let id = match &self.request_id {
+            RequestId::Given(v) => Ok(v.clone()),
+            RequestId::Uuid(text) => HeaderValue::from_bytes(text),
+        };
+        if let Ok(id) = id {
+            headers.insert(X_REQUEST_ID, id);
+        }
+        if let Some(trace) = &self.trace {
+            trace.each(|n, v| {
+                if let Ok(v) = HeaderValue::from_bytes(v) {
+                    headers.insert(n.clone(), v);
+                }
+            });
+        }
     }
 }
 

@@ -254,3 +254,45 @@ fn every_edge_header_is_seen_in_any_case_and_others_are_not() {
         assert!(!is_edge_header(other), "{other}");
     }
 }
+
+/// `apply` (the hyper path, values cloned where it can) writes what `each` (the fast path,
+/// bytes) does, for hops trusted or not, with and without their own forwarding lines.
+#[test]
+fn apply_writes_what_each_sends() {
+    let trusted = proxies("10.0.0.0/8");
+    let lines: &[(&str, &str)] = &[
+        ("x-forwarded-for", "198.51.100.1, 10.0.0.1"),
+        ("x-forwarded-proto", "https"),
+        ("x-forwarded-host", "shop.example"),
+        ("forwarded", "for=198.51.100.1;proto=https"),
+        ("x-request-id", "abc-123"),
+    ];
+    for (addr, lines, scheme, host) in [
+        ("10.0.0.2", lines, "http", Some("internal:8080")),
+        ("10.0.0.2", &[][..], "https", None),
+        ("203.0.113.9", lines, "https", Some("a.example")),
+        ("203.0.113.9", &lines[3..4], "http", None),
+    ] {
+        let edge = read(&trusted, addr, lines);
+        let mut map = HeaderMap::new();
+        for (n, v) in lines {
+            map.append(
+                HeaderName::from_bytes(n.as_bytes()).unwrap(),
+                HeaderValue::from_str(v).unwrap(),
+            );
+        }
+        map.append("x-other", HeaderValue::from_static("1"));
+        let client_host = host.map(|h| HeaderValue::from_str(h).unwrap());
+        edge.apply(&mut map, scheme, client_host.as_ref());
+        let mut applied: Vec<(String, String)> = map
+            .iter()
+            .filter(|(n, _)| n.as_str() != "x-other")
+            .map(|(n, v)| (n.to_string(), v.to_str().unwrap().to_string()))
+            .collect();
+        let mut want = sent(&edge, scheme, host);
+        applied.sort();
+        want.sort();
+        assert_eq!(applied, want, "{addr} {lines:?}");
+        assert_eq!(map["x-other"], "1");
+    }
+}
