@@ -31,6 +31,13 @@
 #   h3-caddy      the same through Caddy (Debian's 2.6, `reverse_proxy`, HTTP/3 on, GOMAXPROCS=1)
 #     requests/s and p99 (h3-load's own percentiles); h3-* are not in the default set either
 #
+# CALLGRIND=N (h2-pier and h2-haproxy only): instead of the rounds, each proxy runs under
+#   callgrind (instrumentation off), one warm-up h2load of N requests, then instrumentation on
+#   for exactly N more (CONNS x H2_STREAMS as above): user-space instructions per request, which
+#   do not drift with the machine's speed the way req/s does (kernel work is not counted).
+#   Prints "scenario requests instructions per_request profile" lines; callgrind_annotate
+#   reads the profile.
+#
 # Knobs (env): DURATION=8 (s) REPS=5 CONNS=32 STREAMS=10 PROXY_CPU=0 LOAD_CPU=1
 #   H2_STREAMS=100 H3_STREAMS=10 PIER_BIN=target/release/pier RUN_DIR=target/bench-streams
 #   PORT_BASE=19500
@@ -271,12 +278,12 @@ proxy_up() { # none|pier|nginx|haproxy|caddy
   [ -n "$PROXY_PID" ] && stop_pid "$PROXY_PID"; PROXY_PID=""; PROXY_KIND="$1"
   case "$1" in
     none) return 0 ;;
-    pier) start_bg "$PROXY_CPU" "$RUN/pier.log" env PIER_WORKER_THREADS=1 RUST_LOG=warn "$PIER_BIN" run \
+    pier) start_bg "$PROXY_CPU" "$RUN/pier.log" env PIER_WORKER_THREADS=1 RUST_LOG=warn "${CG[@]}" "$PIER_BIN" run \
             --manifests "$RUN/pier" --listen-host 127.0.0.1 --admin "127.0.0.1:$P_ADMIN"
           PROXY_PID=$LAST_PID; wait_port "$P_PIER_GRPC"; wait_port "$P_PIER_TLS"; wait_port "$P_PIER_H2" ;;
     nginx) start_bg "$PROXY_CPU" "$RUN/nginx/stderr.log" nginx -p "$RUN/nginx/" -c "$RUN/nginx/nginx.conf" -e stderr
            PROXY_PID=$LAST_PID; wait_port "$P_NGINX_GRPC"; wait_port "$P_NGINX_H2" ;;
-    haproxy) start_bg "$PROXY_CPU" "$RUN/haproxy.log" haproxy -f "$RUN/haproxy.cfg" -db
+    haproxy) start_bg "$PROXY_CPU" "$RUN/haproxy.log" "${CG[@]}" haproxy -f "$RUN/haproxy.cfg" -db
              PROXY_PID=$LAST_PID; wait_port "$P_HAPROXY_TLS"; wait_port "$P_HAPROXY_H2" ;;
     caddy) start_bg "$PROXY_CPU" "$RUN/caddy.log" env GOMAXPROCS=1 HOME="$RUN/caddy" XDG_DATA_HOME="$RUN/caddy" \
              XDG_CONFIG_HOME="$RUN/caddy" caddy run --config "$RUN/caddy/Caddyfile" --adapter caddyfile
@@ -332,6 +339,31 @@ run_one() { # scenario
   esac
 }
 
+if [ -n "${CALLGRIND:-}" ]; then
+  command -v valgrind >/dev/null || { echo "CALLGRIND needs valgrind (apt-get install valgrind)" >&2; exit 2; }
+  cd "$RUN"   # callgrind_control finds the process from here
+  rm -f "$RUN"/callgrind.out.*
+  for sc in $SCENARIOS; do
+    case "$sc" in h2-pier | h2-haproxy) ;; *) echo "CALLGRIND: h2-pier and h2-haproxy only, not $sc" >&2; exit 2 ;; esac
+    CG=(valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$RUN/callgrind.out.%p")
+    proxy_up "$(kind_of "$sc")"
+    url="https://127.0.0.1:$(port_of "$sc")/small"
+    taskset -c "$LOAD_CPU" h2load -n "$CALLGRIND" -c "$CONNS" -m "$H2_STREAMS" -t 1 "$url" >/dev/null 2>&1
+    callgrind_control -i on >/dev/null
+    n=$(taskset -c "$LOAD_CPU" h2load -n "$CALLGRIND" -c "$CONNS" -m "$H2_STREAMS" -t 1 "$url" 2>&1 |
+      awk '/^status codes:/ { print $3 + 0 }')
+    callgrind_control -i off >/dev/null
+    callgrind_control -d >/dev/null
+    sleep 1
+    out="$RUN/callgrind.out.$PROXY_PID.1"
+    ir=$(callgrind_annotate "$out" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1 }')
+    proxy_up none
+    CG=()
+    echo "$sc requests=$n instructions=$ir per_request=$((ir / n)) profile=$out"
+  done
+  exit 0
+fi
+CG=()
 printf 'round\tscenario\tvalue\terrors\tproxy_cpu_ms_per_1k\tp99_ms\tp99_after_1s_ms\n' >"$RAW"
 hz=$(getconf CLK_TCK)
 for r in $(seq 1 "$REPS"); do

@@ -64,6 +64,8 @@ pub struct Edge {
     kept: Kept,
     /// The client sent a `Forwarded` header (pier then sends its own).
     forwarded_sent: bool,
+    /// The client sent an `X-Forwarded-Host` header.
+    host_sent: bool,
     /// The request's trace context when tracing is on (`trace::start`): its `traceparent`
     /// and `tracestate` replace the client's upstream.
     pub trace: Option<Box<Span>>,
@@ -138,6 +140,7 @@ impl Edge {
                 },
                 kept: Kept::default(),
                 forwarded_sent: !seen.forwarded.is_empty(),
+                host_sent: seen.host.is_some(),
                 trace,
             };
         }
@@ -156,6 +159,7 @@ impl Edge {
                 forwarded: joined(&seen.forwarded),
             },
             forwarded_sent: !seen.forwarded.is_empty(),
+            host_sent: seen.host.is_some(),
             trace,
         }
     }
@@ -206,57 +210,57 @@ impl Edge {
         }
     }
 
-    /// Replaces the forwarding headers in `headers` with pier's (the hyper path).
+    /// Replaces the forwarding headers in `headers` with pier's (the hyper path). `edited`:
+    /// the route's filters may have added some since the request arrived; otherwise only
+    /// those the client sent (read by [`Edge::read`]) can be there.
     pub fn apply(
         &self,
         headers: &mut HeaderMap,
         scheme: &'static str,
         client_host: Option<&HeaderValue>,
+        edited: bool,
     ) {
-        for name in &EDGE_HEADERS {
-            headers.remove(name);
-        }
         if self.trace.is_some() {
             headers.remove(TRACEPARENT);
             headers.remove(TRACESTATE);
         }
         // [`Edge::each`]'s lines, in its order (a test holds the two to the same result).
         // Values that are whole already are cloned (a reference count), not copied and
-        // checked again: three copies fewer per request.
+        // checked again. An insert replaces every line of its name, so a header pier writes
+        // needs no removal first: only one it does not write, and only where one can be.
         let xff = match &self.kept.xff {
             Some(chain) => {
                 HeaderValue::from_bytes(&[chain, &b", "[..], self.hop_entry.as_bytes()].concat())
             }
             None => Ok(self.hop_entry.clone()),
         };
-        if let Ok(v) = xff {
-            headers.insert(X_FORWARDED_FOR, v);
-        }
+        put(headers, X_FORWARDED_FOR, xff.ok(), true);
         let proto = match &self.kept.proto {
             Some(p) => p.clone(),
             None => HeaderValue::from_static(scheme),
         };
         headers.insert(X_FORWARDED_PROTO, proto);
-        if let Some(host) = self.kept.host.as_ref().or(client_host) {
-            headers.insert(X_FORWARDED_HOST, host.clone());
-        }
-        if self.forwarded_sent {
+        let host = self.kept.host.as_ref().or(client_host).cloned();
+        put(headers, X_FORWARDED_HOST, host, edited || self.host_sent);
+        let forwarded = self.forwarded_sent.then(|| {
             let own = forwarded_element(self.hop, scheme, client_host.map(HeaderValue::as_bytes));
             let v = match &self.kept.forwarded {
                 Some(chain) => [chain, &b", "[..], &own].concat(),
                 None => own,
             };
-            if let Ok(v) = HeaderValue::from_bytes(&v) {
-                headers.insert(FORWARDED, v);
-            }
-        }
+            HeaderValue::from_bytes(&v).ok()
+        });
+        put(
+            headers,
+            FORWARDED,
+            forwarded.flatten(),
+            edited || self.forwarded_sent,
+        );
         let id = match &self.request_id {
-            RequestId::Given(v) => Ok(v.clone()),
-            RequestId::Uuid(text) => HeaderValue::from_bytes(text),
+            RequestId::Given(v) => Some(v.clone()),
+            RequestId::Uuid(text) => HeaderValue::from_bytes(text).ok(),
         };
-        if let Ok(id) = id {
-            headers.insert(X_REQUEST_ID, id);
-        }
+        put(headers, X_REQUEST_ID, id, true);
         if let Some(trace) = &self.trace {
             trace.each(|n, v| {
                 if let Ok(v) = HeaderValue::from_bytes(v) {
@@ -264,6 +268,20 @@ impl Edge {
                 }
             });
         }
+    }
+}
+
+/// `name: value` in place of any lines of `name`; without a value, no line of `name` (looked
+/// up only if one `may_be` there).
+fn put(headers: &mut HeaderMap, name: HeaderName, value: Option<HeaderValue>, may_be: bool) {
+    match value {
+        Some(v) => {
+            headers.insert(name, v);
+        }
+        None if may_be => {
+            headers.remove(name);
+        }
+        None => {}
     }
 }
 

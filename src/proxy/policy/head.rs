@@ -44,6 +44,7 @@ pub fn prepare_head(
 ) -> Result<PathAndQuery, ProxyError> {
     let rule = &routed.entry.rule;
     let client_host = original_host(parts);
+    let mut edited = false;
     for m in [
         &rule.filters.request_headers,
         &weighted.filters.request_headers,
@@ -52,6 +53,7 @@ pub fn prepare_head(
     .flatten()
     {
         m.apply(&mut parts.headers);
+        edited = true;
     }
     let rewrite = rewrite_of(rule, weighted);
     let path = rewritten_path(&parts.uri, rewrite, routed.entry.matched_prefix())?;
@@ -65,7 +67,7 @@ pub fn prepare_head(
     };
     headers::strip_hop_by_hop(&mut parts.headers, keep);
     let scheme = routed.port.protocol.scheme();
-    edge.apply(&mut parts.headers, scheme, client_host.as_ref());
+    edge.apply(&mut parts.headers, scheme, client_host.as_ref(), edited);
     match rewrite.and_then(|r| r.hostname.clone()).or(client_host) {
         Some(host) => parts.headers.insert(HOST, host),
         None => parts.headers.remove(HOST),

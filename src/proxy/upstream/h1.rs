@@ -33,15 +33,15 @@ use super::Upstream;
 use super::connect::Stream;
 use super::pool::Entry;
 use super::raw::{Raw, RawConn, pooled};
+use super::spare;
 use crate::model::{Backend, UpstreamTls};
 use crate::proxy::body::{BoxError, ProxyBody};
 use crate::proxy::error::ProxyError;
 use crate::proxy::h1wire::chunked::{Chunked, Piece};
 use crate::proxy::h1wire::{self, BadResponse, Framing};
 
-/// Room for a response head and a short body. 4 KiB is one of jemalloc's small classes,
-/// served from its per-thread cache; 16 KiB is a large one, and a buffer that size per
-/// request cost ~2 % of pier's CPU on the HTTP/2 benchmark in jemalloc's extent paths.
+/// Room for a response head and a short body, in a buffer reused from response to response
+/// ([`spare`]).
 const HEAD_READ: usize = 4 * 1024;
 /// Largest room made for a read of a response body, and the room for a body of unknown
 /// length.
@@ -85,7 +85,7 @@ impl Upstream {
                 }
                 Raw::Http2 => return Ok(None),
             };
-            let mut buf = BytesMut::new();
+            let mut buf = spare::take(HEAD_READ);
             let read = match send(conn.io(), head).await {
                 Ok(()) => read_head(conn.io(), &mut buf, head_request).await,
                 Err(e) => Err(ReadError::Io(e)),
@@ -412,6 +412,13 @@ impl Body for RawBody {
             State::Length(n) => SizeHint::with_exact(n),
             _ => SizeHint::default(),
         }
+    }
+}
+
+impl Drop for RawBody {
+    fn drop(&mut self) {
+        // Its memory, for another response once the slices of it handed on are gone.
+        spare::give(std::mem::take(&mut self.buf));
     }
 }
 

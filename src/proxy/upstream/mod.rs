@@ -32,6 +32,7 @@ mod connect;
 mod h1;
 mod pool;
 mod raw;
+mod spare;
 #[cfg(test)]
 mod tests;
 

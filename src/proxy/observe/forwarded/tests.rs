@@ -233,7 +233,7 @@ fn apply_replaces_every_line_in_a_map() {
     };
     let edge = Edge::read(&p, hop, crate::proxy::phase::map_lines(&map));
     let host = HeaderValue::from_static("h.example");
-    edge.apply(&mut map, "http", Some(&host));
+    edge.apply(&mut map, "http", Some(&host), false);
     assert_eq!(map.get_all(X_FORWARDED_FOR).iter().count(), 1);
     assert_eq!(map[X_FORWARDED_FOR], "127.0.0.1");
     assert_eq!(map[X_FORWARDED_HOST], "h.example");
@@ -283,7 +283,7 @@ fn apply_writes_what_each_sends() {
         }
         map.append("x-other", HeaderValue::from_static("1"));
         let client_host = host.map(|h| HeaderValue::from_str(h).unwrap());
-        edge.apply(&mut map, scheme, client_host.as_ref());
+        edge.apply(&mut map, scheme, client_host.as_ref(), false);
         let mut applied: Vec<(String, String)> = map
             .iter()
             .filter(|(n, _)| n.as_str() != "x-other")
@@ -295,4 +295,31 @@ fn apply_writes_what_each_sends() {
         assert_eq!(applied, want, "{addr} {lines:?}");
         assert_eq!(map["x-other"], "1");
     }
+}
+
+/// `apply` looks up only the headers that can be there: those the client sent, or any when
+/// the route's filters edited the request. A spoofed `X-Forwarded-Host` with no host to send
+/// in its place goes; so does a `Forwarded` a filter added when the client sent none.
+#[test]
+fn apply_removes_what_it_does_not_replace_where_it_can_be() {
+    let untrusted = TrustedProxies::default();
+    // The client sent X-Forwarded-Host; pier has no host to send (no Host, no :authority).
+    let sent = [("x-forwarded-host", "evil.example")];
+    let edge = read(&untrusted, "203.0.113.9", &sent);
+    let mut map = HeaderMap::new();
+    map.append(X_FORWARDED_HOST, HeaderValue::from_static("evil.example"));
+    edge.apply(&mut map, "http", None, false);
+    assert!(!map.contains_key(X_FORWARDED_HOST), "{map:?}");
+    assert!(!map.contains_key(FORWARDED), "{map:?}");
+    assert_eq!(map[X_FORWARDED_FOR], "203.0.113.9");
+
+    // Nothing sent, but a filter set both: with `edited` they go.
+    let edge = read(&untrusted, "203.0.113.9", &[]);
+    let mut map = HeaderMap::new();
+    map.insert(X_FORWARDED_HOST, HeaderValue::from_static("set-by-filter"));
+    map.insert(FORWARDED, HeaderValue::from_static("for=1.2.3.4"));
+    edge.apply(&mut map, "https", None, true);
+    assert!(!map.contains_key(X_FORWARDED_HOST), "{map:?}");
+    assert!(!map.contains_key(FORWARDED), "{map:?}");
+    assert_eq!(map[X_FORWARDED_PROTO], "https");
 }
