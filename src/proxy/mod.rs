@@ -21,7 +21,8 @@
 //!  observe/          the request record, metrics, access log, forwarding identity, tracing
 //!  (ground)          body, error, headers, validate, conn_info, trusted, drain, reclaim,
 //!                    workers, fxhash, streams (HTTP/2 streams in their connection task),
-//!                    h1wire (HTTP/1.1 response heads and chunked framing):
+//!                    h1wire (HTTP/1.1 response heads and chunked framing), stock
+//!                    (per-thread stocks of read buffers):
 //!                    files any stage may use, which use no stage
 //! ```
 //!
@@ -52,6 +53,7 @@ mod observe;
 mod phase;
 mod policy;
 mod reclaim;
+mod stock;
 mod streams;
 mod upstream;
 mod validate;

@@ -40,9 +40,8 @@ use crate::proxy::error::ProxyError;
 use crate::proxy::h1wire::chunked::{Chunked, Piece};
 use crate::proxy::h1wire::{self, BadResponse, Framing};
 
-/// Room for a response head and a short body, in a buffer reused from response to response
-/// ([`spare`]).
-const HEAD_READ: usize = 4 * 1024;
+/// Room for a response head and a short body, in a buffer reused from response to response.
+const HEAD_READ: usize = spare::SIZE;
 /// Largest room made for a read of a response body, and the room for a body of unknown
 /// length.
 const BODY_READ: usize = 64 * 1024;
@@ -85,7 +84,7 @@ impl Upstream {
                 }
                 Raw::Http2 => return Ok(None),
             };
-            let mut buf = spare::take(HEAD_READ);
+            let mut buf = spare::take();
             let read = match send(conn.io(), head).await {
                 Ok(()) => read_head(conn.io(), &mut buf, head_request).await,
                 Err(e) => Err(ReadError::Io(e)),
