@@ -28,6 +28,22 @@ fn backend(protocol: AppProtocol) -> Backend {
     }
 }
 
+/// A target of `backend` at `endpoint`, no upgrade.
+fn plain<'a>(backend: &'a Backend, endpoint: &'a Endpoint) -> Target<'a> {
+    Target {
+        backend,
+        endpoint,
+        upgrade: false,
+    }
+}
+
+/// pier's echo server on a loopback port, answering as "e".
+async fn echo() -> crate::echo::EchoServer {
+    crate::echo::spawn(([127, 0, 0, 1], 0).into(), "e")
+        .await
+        .unwrap()
+}
+
 fn upstream(config: &ProxyConfig) -> Upstream {
     Upstream::new(config, Arc::default(), Arc::default())
 }
@@ -75,11 +91,7 @@ async fn refused_connection_is_a_refused_connect_error() {
     let up = upstream(&ProxyConfig::default());
     let b = backend(AppProtocol::Http1);
     let ep = Endpoint::new(addr);
-    let target = Target {
-        backend: &b,
-        endpoint: &ep,
-        upgrade: false,
-    };
+    let target = plain(&b, &ep);
     let err = up.send(target, get("x", "/")).await.unwrap_err();
     assert_eq!(err.kind(), super::super::error::ErrorKind::ConnectRefused);
 }
@@ -88,17 +100,11 @@ async fn refused_connection_is_a_refused_connect_error() {
 async fn a_fully_read_http1_response_returns_its_connection_for_reuse() {
     // Hyper's connections, then raw ones.
     for request in [post as fn(&str, &'static str) -> Request<ProxyBody>, get] {
-        let echo = crate::echo::spawn(([127, 0, 0, 1], 0).into(), "e")
-            .await
-            .unwrap();
+        let echo = echo().await;
         let up = upstream(&ProxyConfig::default());
         let b = backend(AppProtocol::Http1);
         let ep = Endpoint::new(echo.addr);
-        let target = Target {
-            backend: &b,
-            endpoint: &ep,
-            upgrade: false,
-        };
+        let target = plain(&b, &ep);
         for _ in 0..3 {
             let resp = up.send(target, request("a.example", "/")).await.unwrap();
             read(resp).await;
@@ -113,17 +119,11 @@ async fn a_fully_read_http1_response_returns_its_connection_for_reuse() {
 async fn an_unread_response_body_never_returns_its_connection() {
     // Hyper's connections, then raw ones.
     for request in [post as fn(&str, &'static str) -> Request<ProxyBody>, get] {
-        let echo = crate::echo::spawn(([127, 0, 0, 1], 0).into(), "e")
-            .await
-            .unwrap();
+        let echo = echo().await;
         let up = upstream(&ProxyConfig::default());
         let b = backend(AppProtocol::Http1);
         let ep = Endpoint::new(echo.addr);
-        let target = Target {
-            backend: &b,
-            endpoint: &ep,
-            upgrade: false,
-        };
+        let target = plain(&b, &ep);
         let resp = up.send(target, request("a.example", "/")).await.unwrap();
         drop(resp);
         assert_eq!(up.pool().counts(), (0, 0));
@@ -147,9 +147,7 @@ async fn idle(up: &Upstream, n: usize) {
 /// An echo server, and an upstream with a cap of two idle connections whose connections
 /// above it stay 300 ms unused.
 async fn capped() -> (crate::echo::EchoServer, Upstream, Backend, Endpoint) {
-    let echo = crate::echo::spawn(([127, 0, 0, 1], 0).into(), "e")
-        .await
-        .unwrap();
+    let echo = echo().await;
     let up = upstream(&ProxyConfig {
         pool_max_idle_per_host: 2,
         pool_surplus_idle: Duration::from_millis(300),
@@ -162,11 +160,7 @@ async fn capped() -> (crate::echo::EchoServer, Upstream, Backend, Endpoint) {
 #[tokio::test]
 async fn idle_connections_above_the_cap_close_once_unused_for_the_surplus_time() {
     let (echo, up, b, ep) = capped().await;
-    let target = Target {
-        backend: &b,
-        endpoint: &ep,
-        upgrade: false,
-    };
+    let target = plain(&b, &ep);
     // Three responses open at once need three connections, and all three are pooled: the
     // load may need them again at once.
     let three_at_once = async || {
@@ -196,11 +190,7 @@ async fn idle_connections_above_the_cap_close_once_unused_for_the_surplus_time()
 #[tokio::test]
 async fn raw_connections_above_the_cap_close_once_unused_for_the_surplus_time() {
     let (echo, up, b, ep) = capped().await;
-    let target = Target {
-        backend: &b,
-        endpoint: &ep,
-        upgrade: false,
-    };
+    let target = plain(&b, &ep);
     let checkout = async || {
         let mut conns = Vec::new();
         for _ in 0..4 {
@@ -417,11 +407,7 @@ async fn bare_requests_read_every_framing_and_pool_only_whole_messages() {
     let up = upstream(&ProxyConfig::default());
     let b = backend(AppProtocol::Http1);
     let ep = Endpoint::new(addr);
-    let target = Target {
-        backend: &b,
-        endpoint: &ep,
-        upgrade: false,
-    };
+    let target = plain(&b, &ep);
     let resp = up.send(target, get("a.example", "/a?b=1")).await.unwrap();
     assert_eq!(resp.status(), StatusCode::OK);
     let values: Vec<_> = resp.headers().get_all("x-a").iter().collect();
@@ -484,11 +470,7 @@ async fn a_bare_request_on_a_connection_closed_meanwhile_is_retried_only_if_idem
     let up = upstream(&ProxyConfig::default());
     let b = backend(AppProtocol::Http1);
     let ep = Endpoint::new(addr);
-    let target = Target {
-        backend: &b,
-        endpoint: &ep,
-        upgrade: false,
-    };
+    let target = plain(&b, &ep);
     for path in ["/1", "/2"] {
         let resp = up.send(target, get("a", path)).await.unwrap();
         assert_eq!(collect(resp).await.0, "ok");
@@ -521,11 +503,7 @@ async fn bare_requests_fail_on_bad_heads_and_bodies() {
     let up = upstream(&ProxyConfig::default());
     let b = backend(AppProtocol::Http1);
     let ep = Endpoint::new(addr);
-    let target = Target {
-        backend: &b,
-        endpoint: &ep,
-        upgrade: false,
-    };
+    let target = plain(&b, &ep);
     let err = up.send(target, get("a", "/")).await.unwrap_err();
     assert!(
         matches!(&err, ProxyError::Upstream(e) if e.is::<crate::proxy::h1wire::BadResponse>()),
