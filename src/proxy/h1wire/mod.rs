@@ -53,6 +53,17 @@ impl ConnectionTokens {
     }
 }
 
+/// Writes the header line `name: value`. `#[inline(always)]`: several calls per head (`Host`,
+/// the forwarding headers), each four copies, most of a constant length; `#[inline]` alone
+/// left it a call of ~80 instructions.
+#[inline(always)]
+pub fn line(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
 /// A Content-Length value: digits only, within `usize`.
 pub fn parse_length(v: &[u8]) -> Option<usize> {
     if v.is_empty() || v.len() > 19 || !v.iter().all(u8::is_ascii_digit) {

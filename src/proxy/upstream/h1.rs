@@ -114,10 +114,7 @@ pub(super) fn write_head(req: &Request<ProxyBody>, out: &mut Vec<u8>) {
         if name == http::header::TRANSFER_ENCODING {
             continue;
         }
-        out.extend_from_slice(name.as_str().as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
-        out.extend_from_slice(b"\r\n");
+        h1wire::line(out, name.as_str().as_bytes(), value.as_bytes());
     }
     out.extend_from_slice(b"\r\n");
 }

@@ -22,7 +22,7 @@ use crate::proxy::h1wire::lower_eq;
 pub use crate::proxy::h1wire::{
     BadResponse, Framing, MAX_HEAD, Response, ResponseHead, Storage, parse_response, storage,
 };
-use crate::proxy::h1wire::{ConnectionTokens, Name, parse_length, tokens};
+use crate::proxy::h1wire::{ConnectionTokens, Name, line, parse_length, tokens};
 use crate::proxy::observe::forwarded::{Edge, is_edge_header};
 use crate::proxy::observe::trace::context::is_trace_header;
 use httparse::Header;
@@ -329,16 +329,6 @@ fn copy_lines(raw: &[u8], headers: &[Header<'_>], out: &mut Vec<u8>, keep: impl 
         }
     }
     out.extend_from_slice(&raw[run]);
-}
-
-/// `#[inline(always)]`: several calls per head (`Host`, the forwarding headers), each four
-/// copies, most of a constant length; `#[inline]` alone left it a call of ~80 instructions.
-#[inline(always)]
-fn line(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
-    out.extend_from_slice(name);
-    out.extend_from_slice(b": ");
-    out.extend_from_slice(value);
-    out.extend_from_slice(b"\r\n");
 }
 
 /// How the downstream response ends its head.
