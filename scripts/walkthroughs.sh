@@ -55,6 +55,7 @@ RUN=(
   edge/load-balancing.md
   edge/health-checks.md
   edge/client-tls.md
+  edge/http3.md
   edge/proxy-protocol.md
   edge/frontend-mtls.md
   edge/example.md
@@ -94,10 +95,10 @@ while (($#)); do
   esac
 done
 missing=()
-for tool in curl jq openssl haproxy ss timeout git; do
+for tool in curl jq openssl haproxy ss timeout git chromium; do
   command -v "$tool" >/dev/null 2>&1 || [ -x "/usr/sbin/$tool" ] || missing+=("$tool")
 done
-((${#missing[@]} == 0)) || die "the walkthroughs need ${missing[*]}: scripts/test installs them (apt-get install curl jq openssl haproxy iproute2)"
+((${#missing[@]} == 0)) || die "the walkthroughs need ${missing[*]}: scripts/test installs them (apt-get install curl jq openssl haproxy iproute2 chromium)"
 PIER=$(realpath "$PIER" 2>/dev/null) || die "no pier binary at $PIER: cargo build, or pass --pier PATH"
 [ -x "$PIER" ] || die "$PIER is not executable"
 export PIER_WALKTHROUGH_PIER=$PIER

@@ -253,9 +253,9 @@ pub struct RunArgs {
     #[arg(long, help_heading = "Observability")]
     pub access_log: bool,
     /// The fields of an access log line, comma-separated (`all`, or some of: client, peer, via,
-    /// request_id, trace_id, method, host, path, status, bytes_in, bytes_out, listener, route,
-    /// rule, backend, upstream, workload_identity, duration_ms, error, tls_failure,
-    /// principal). Time, level and target are always there.
+    /// request_id, trace_id, method, host, path, protocol, status, bytes_in, bytes_out,
+    /// listener, route, rule, backend, upstream, workload_identity, duration_ms, error,
+    /// tls_failure, principal). Time, level and target are always there.
     #[arg(
         long,
         value_name = "FIELD[,...]",

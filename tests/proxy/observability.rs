@@ -2,7 +2,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use crate::support::client::{get, send};
+use crate::support::client::{get, send, send_h2};
 use crate::support::snap::*;
 use crate::support::*;
 
@@ -20,8 +20,8 @@ impl std::io::Write for Captured {
     }
 }
 
-/// The `pier::access` lines logged while `requests` (host, path, expected status) go one by
-/// one through a proxy serving `snapshot` on port `p` with `config`. A current_thread runtime:
+/// The `pier::access` lines logged while `requests` (host, path, expected status; a host
+/// starting `h2.` over HTTP/2 without TLS, the others over HTTP/1.1) go one by one through a proxy serving `snapshot` on port `p` with `config`. A current_thread runtime:
 /// the proxy's tasks run on this thread, under the default subscriber set here.
 async fn logged(
     p: u16,
@@ -41,7 +41,11 @@ async fn logged(
 
     let h = Harness::start_with(snapshot, config).await;
     for (host, path, status) in requests {
-        let resp = bounded(send(local(p), get(host, path))).await;
+        let resp = if host.starts_with("h2.") {
+            bounded(send_h2(local(p), get(host, path))).await
+        } else {
+            bounded(send(local(p), get(host, path))).await
+        };
         assert_eq!(resp.status, *status, "{host}{path}");
     }
     bounded(h.proxy.shutdown(BOUND)).await;
@@ -83,6 +87,7 @@ async fn access_log_has_one_line_per_request() {
         "method=GET",
         "host=Log.Example.com",
         "path=/logged",
+        "protocol=HTTP/1.1",
         "status=200",
         "route=default/route",
         "backend=ns/a:80",
@@ -146,6 +151,23 @@ async fn access_log_lines_name_the_failure() {
             None => assert!(!line.contains("error="), "{line}"),
         }
     }
+}
+
+/// `protocol` names the request's protocol as the client spoke it (HTTP/1.1 on the fast
+/// path, HTTP/2 on hyper's; HTTP/3's in tests/http3.rs).
+#[tokio::test]
+async fn access_log_names_the_protocol() {
+    let a = echo("a").await;
+    let p = free_port();
+    let config = pier::proxy::ProxyConfig {
+        access_log: true,
+        ..config()
+    };
+    let requests = [("h1.example", "/", 200), ("h2.example", "/", 200)];
+    let lines = logged(p, simple(p, &backend("ns/a", &[a.addr])), config, &requests).await;
+    assert_eq!(lines.len(), 2, "{lines:#?}");
+    assert!(lines[0].contains(" protocol=HTTP/1.1 "), "{}", lines[0]);
+    assert!(lines[1].contains(" protocol=HTTP/2 "), "{}", lines[1]);
 }
 
 /// `--access-log-fields` keeps the named fields and leaves out every other one.

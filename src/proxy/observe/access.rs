@@ -7,7 +7,7 @@
 use std::net::SocketAddr;
 
 use crate::proxy::body::Inbound;
-use http::{Method, Request, StatusCode};
+use http::{Method, Request, StatusCode, Version};
 use http_body::Body as _;
 
 use super::forwarded::Edge;
@@ -30,6 +30,7 @@ enum Field {
     Method,
     Host,
     Path,
+    Protocol,
     Status,
     BytesIn,
     BytesOut,
@@ -48,6 +49,7 @@ enum Field {
 /// The request line, captured only when the access log may be on.
 pub struct LogHead {
     method: http::Method,
+    version: Version,
     host: String,
     path: String,
     /// The request body's length when the head declares it.
@@ -84,14 +86,20 @@ impl LogHead {
     pub fn of(req: &Request<Inbound>) -> Self {
         // The authority as sent, port included, as the fast path logs its Host header.
         let authority = request_authority(req);
-        let mut head = Self::new(req.method().clone(), authority, req.uri().path());
+        let mut head = Self::new(
+            req.method().clone(),
+            req.version(),
+            authority,
+            req.uri().path(),
+        );
         head.bytes_in = req.body().size_hint().exact();
         head
     }
 
-    pub fn new(method: Method, host: &str, path: &str) -> Self {
+    pub fn new(method: Method, version: Version, host: &str, path: &str) -> Self {
         Self {
             method,
+            version,
             host: host.to_string(),
             path: path.to_string(),
             bytes_in: None,
@@ -133,6 +141,7 @@ impl LogHead {
             method = on(Field::Method).then(|| display(&self.method)),
             host = on(Field::Host).then(|| display(&self.host)),
             path = on(Field::Path).then(|| display(&self.path)),
+            protocol = on(Field::Protocol).then(|| display(protocol(self.version))),
             status = on(Field::Status).then(|| done.status.as_u16()),
             bytes_in = self.bytes_in.filter(|_| on(Field::BytesIn)),
             bytes_out = done.bytes_out.filter(|_| on(Field::BytesOut)),
@@ -150,11 +159,22 @@ impl LogHead {
     }
 }
 
+/// The request's protocol as Envoy's `%PROTOCOL%` names it.
+fn protocol(version: Version) -> &'static str {
+    match version {
+        Version::HTTP_09 => "HTTP/0.9",
+        Version::HTTP_10 => "HTTP/1.0",
+        Version::HTTP_2 => "HTTP/2",
+        Version::HTTP_3 => "HTTP/3",
+        _ => "HTTP/1.1",
+    }
+}
+
 // === impl Fields ===
 
 impl Fields {
     /// The field names, as they appear in a line.
-    pub const NAMES: [&'static str; 21] = [
+    pub const NAMES: [&'static str; 22] = [
         "client",
         "peer",
         "via",
@@ -163,6 +183,7 @@ impl Fields {
         "method",
         "host",
         "path",
+        "protocol",
         "status",
         "bytes_in",
         "bytes_out",

@@ -838,8 +838,13 @@ fn plan<'s>(
                 path: req.path,
             },
             || {
-                LogHead::new(req.method.clone(), req.host, req.path)
-                    .with_bytes_in(req.body_len as u64)
+                LogHead::new(
+                    req.method.clone(),
+                    http::Version::HTTP_11,
+                    req.host,
+                    req.path,
+                )
+                .with_bytes_in(req.body_len as u64)
             },
         ),
     };
