@@ -45,10 +45,18 @@ impl Stock {
 
     /// An empty buffer with room for at least `size` bytes: a free one, else a waiting one
     /// whose memory is free again, else a new one.
+    #[inline]
     pub fn take(&self) -> BytesMut {
         if let Some(buf) = self.free.borrow_mut().pop() {
             return buf;
         }
+        self.reclaim_or_new()
+    }
+
+    /// [`Stock::take`] when nothing is free: kept out of line, the pop above is the usual case.
+    #[cold]
+    #[inline(never)]
+    fn reclaim_or_new(&self) -> BytesMut {
         let mut waiting = self.waiting.borrow_mut();
         for _ in 0..TRIES.min(waiting.len()) {
             let Some(mut buf) = waiting.pop_front() else {

@@ -79,8 +79,10 @@ pub fn check_host(
     if hosts.next().is_some() {
         return Err(Invalid::DuplicateHost);
     }
+    // Without userinfo, the host is empty only where the authority is empty or starts with
+    // its port (not `Authority::host`, which scans it twice).
     if let Some(a) = authority
-        && (a.as_str().contains('@') || a.host().is_empty())
+        && (a.as_str().contains('@') || a.as_str().is_empty() || a.as_str().starts_with(':'))
     {
         return Err(if a.as_str().contains('@') {
             Invalid::Userinfo

@@ -20,7 +20,6 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::proxy::body::Inbound;
-use http::header::HOST;
 use http::uri::PathAndQuery;
 use http::{Method, Request, Response, StatusCode, Uri, Version};
 use http_body::Body as _;
@@ -119,7 +118,7 @@ async fn dispatch<'s>(
     let rules = conn.request_rules(shared.config.limits.merge_slashes);
     let mut req = checked(req, &shared.config.limits, rules).map_err(ProxyError::Invalid)?;
     let found = {
-        let host = normalize_host(routing_host(&req).unwrap_or(""));
+        let host = normalize_host(request_authority(&req));
         phase::listener(snapshot, conn, &host)?
     };
     if let Some(name) = &found.1.client_cert_header {
@@ -130,7 +129,7 @@ async fn dispatch<'s>(
     // Listener filters: before routing, so routes match the request as they left it.
     let mut read: phase::Prefix = None;
     if let Some(pre) = &found.1.pre_route {
-        let sent_host = routing_host(&req).unwrap_or("").to_string();
+        let sent_host = request_authority(&req).to_string();
         let ctx = phase::ExtAuthCtx::new(edge, &sent_host, found.0, conn);
         let mut outcomes = Vec::new();
         // Boxed: its authorizer calls would otherwise grow every request's future (and so
@@ -147,10 +146,10 @@ async fn dispatch<'s>(
             Err(answer) => return Ok(answer),
         }
     }
-    let host = normalize_host(routing_host(&req).unwrap_or(""));
+    let host = normalize_host(request_authority(&req));
     let input = RouteInput {
         method: req.method(),
-        host: routing_host(&req).unwrap_or(""),
+        host: request_authority(&req),
         path: req.uri().path(),
         query: req.uri().query(),
         headers: req.headers(),
@@ -210,7 +209,7 @@ async fn dispatch<'s>(
     let mut prefix = None;
     if rule.has_ext_auth() && !matches!(decided, Decision::Preflight(_)) {
         // The host as the client sent it (with its port), for the authorizer.
-        let sent_host = routing_host(&req).unwrap_or("").to_string();
+        let sent_host = request_authority(&req).to_string();
         let ctx = phase::ExtAuthCtx::new(edge, &sent_host, routed.port, conn);
         let mut outcomes: Vec<phase::ExtAuthOutcome> = Vec::new();
         let authed = phase::ext_auth(
@@ -322,14 +321,6 @@ fn checked<B: http_body::Body>(
     parts.path_and_query = Some(PathAndQuery::try_from(target).map_err(|_| Invalid::BadPath)?);
     *req.uri_mut() = Uri::from_parts(parts).map_err(|_| Invalid::BadPath)?;
     Ok(req)
-}
-
-/// HTTP/2 `:authority` (or an HTTP/1.1 absolute-form target), else the Host header.
-fn routing_host<B>(req: &Request<B>) -> Option<&str> {
-    match req.uri().authority() {
-        Some(a) => Some(a.host()),
-        None => req.headers().get(HOST).and_then(|v| v.to_str().ok()),
-    }
 }
 
 /// What the response is made with: the backendRef, the CORS headers and the encoding the
@@ -567,23 +558,4 @@ fn finish_response(
         None => body,
     };
     Response::from_parts(parts, body)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn routing_host_prefers_the_authority() {
-        let req = Request::get("http://a.example.com:8080/x")
-            .header(HOST, "b.example.com")
-            .body(())
-            .unwrap();
-        assert_eq!(routing_host(&req), Some("a.example.com"));
-        let req = Request::get("/x")
-            .header(HOST, "b.example.com:80")
-            .body(())
-            .unwrap();
-        assert_eq!(routing_host(&req), Some("b.example.com:80"));
-    }
 }

@@ -53,6 +53,32 @@ impl ConnectionTokens {
     }
 }
 
+/// What a header line of a head that pier forwards is, or `None` when the line stops here: a
+/// hop-by-hop name ([`Name::is_hop`]) or one a `Connection` line of the same head names. The
+/// fast path's heads both ways and the raw upstream responses of hyper's path
+/// (`upstream::h1`) keep only such lines.
+#[inline]
+pub fn end_to_end(name: &str, headers: &[Header<'_>], connection_names: bool) -> Option<Name> {
+    let kind = Name::of(name);
+    (!kind.is_hop() && !named_by_connection(name, headers, connection_names)).then_some(kind)
+}
+
+/// Named by a `Connection` line of `headers` (checked only when one names any header: the
+/// flag is tested where the caller is, the lines scanned out of line).
+#[inline(always)]
+fn named_by_connection(name: &str, headers: &[Header<'_>], connection_names: bool) -> bool {
+    connection_names && connection_lines_name(name, headers)
+}
+
+/// A `Connection` line of `headers` names `name`.
+fn connection_lines_name(name: &str, headers: &[Header<'_>]) -> bool {
+    headers
+        .iter()
+        .filter(|h| h.name.eq_ignore_ascii_case("connection"))
+        .flat_map(|h| tokens(h.value))
+        .any(|t| t.eq_ignore_ascii_case(name.as_bytes()))
+}
+
 /// Writes the header line `name: value`. `#[inline(always)]`: several calls per head (`Host`,
 /// the forwarding headers), each four copies, most of a constant length; `#[inline]` alone
 /// left it a call of ~80 instructions.

@@ -129,7 +129,9 @@ impl Failure {
 }
 
 /// The authority as sent (HTTP/2 `:authority`, an absolute-form URI's, else Host), port
-/// included.
+/// included: what hyper's path routes by (`normalize_host` drops the port), logs and hands to
+/// authorizers. Not `Authority::host`, which scans it twice (~400 instructions a call,
+/// callgrind).
 pub fn request_authority<B>(req: &Request<B>) -> &str {
     match req.uri().authority() {
         Some(a) => a.as_str(),
@@ -138,5 +140,26 @@ pub fn request_authority<B>(req: &Request<B>) -> &str {
             .get(HOST)
             .and_then(|v| v.to_str().ok())
             .unwrap_or(""),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_authority_wins_over_host_and_keeps_its_port() {
+        let req = Request::get("http://a.example.com:8080/x")
+            .header(HOST, "b.example.com")
+            .body(())
+            .unwrap();
+        assert_eq!(request_authority(&req), "a.example.com:8080");
+        let req = Request::get("/x")
+            .header(HOST, "b.example.com:80")
+            .body(())
+            .unwrap();
+        assert_eq!(request_authority(&req), "b.example.com:80");
+        let req = Request::get("/x").body(()).unwrap();
+        assert_eq!(request_authority(&req), "");
     }
 }

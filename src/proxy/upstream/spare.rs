@@ -23,11 +23,16 @@ thread_local! {
 }
 
 /// An empty buffer with room for at least [`SIZE`] bytes.
+#[inline]
 pub fn take() -> BytesMut {
     SPARE.with(Stock::take)
 }
 
 /// Gives `buf` back for a later [`take`].
+#[inline]
 pub fn give(buf: BytesMut) {
-    SPARE.with(|spare| spare.give(buf));
+    // An empty handle has nothing to keep: no call.
+    if buf.capacity() != 0 {
+        SPARE.with(|spare| spare.give(buf));
+    }
 }

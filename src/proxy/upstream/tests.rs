@@ -393,7 +393,9 @@ async fn collect(resp: Response<UpstreamBody>) -> (bytes::Bytes, Option<http::He
 async fn bare_requests_read_every_framing_and_pool_only_whole_messages() {
     let (addr, heads) = scripted(vec![vec![
         Step::Answer(
-            b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\nx-a: 1\r\nX-A: 2\r\nx-e:\r\n\r\nhello",
+            b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\nx-a: 1\r\nConnection: keep-alive, X-B\r\n\
+              X-A: 2\r\nx-e:\r\nkeep-alive: timeout=5\r\nx-b: 3\r\nupgrade: h2c\r\n\
+              trailer: x-sum\r\nproxy-connection: close\r\n\r\nhello",
         ),
         Step::Answer(
             b"HTTP/1.1 103 Early Hints\r\nlink: </s>\r\n\r\nHTTP/1.1 201 Created\r\n\
@@ -413,6 +415,9 @@ async fn bare_requests_read_every_framing_and_pool_only_whole_messages() {
     let values: Vec<_> = resp.headers().get_all("x-a").iter().collect();
     assert_eq!(values, ["1", "2"]);
     assert_eq!(resp.headers()["x-e"], "");
+    // Hop-by-hop lines, and the one `Connection` names, stop here (the connection stays).
+    let names: Vec<_> = resp.headers().keys().map(|n| n.as_str()).collect();
+    assert_eq!(names, ["content-length", "x-a", "x-e"]);
     assert_eq!(resp.body().size_hint().exact(), Some(5));
     assert_eq!(
         collect(resp).await,

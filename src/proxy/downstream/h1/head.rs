@@ -22,7 +22,7 @@ use crate::proxy::h1wire::lower_eq;
 pub use crate::proxy::h1wire::{
     BadResponse, Framing, MAX_HEAD, Response, ResponseHead, Storage, parse_response, storage,
 };
-use crate::proxy::h1wire::{ConnectionTokens, Name, line, parse_length, tokens};
+use crate::proxy::h1wire::{ConnectionTokens, Name, end_to_end, line, parse_length};
 use crate::proxy::observe::forwarded::{Edge, is_edge_header};
 use crate::proxy::observe::trace::context::is_trace_header;
 use httparse::Header;
@@ -171,30 +171,6 @@ fn plain_target_byte(b: u8) -> bool {
             b,
             b'"' | b'<' | b'>' | b'\\' | b'^' | b'`' | b'{' | b'|' | b'}' | b'#'
         )
-}
-
-/// What a header line of a head that pier forwards is, or `None` when the line stops here: a
-/// hop-by-hop name ([`Name::is_hop`]) or one a `Connection` line of the same head names.
-#[inline]
-fn end_to_end(name: &str, headers: &[Header<'_>], connection_names: bool) -> Option<Name> {
-    let kind = Name::of(name);
-    (!kind.is_hop() && !named_by_connection(name, headers, connection_names)).then_some(kind)
-}
-
-/// Named by a `Connection` line of `headers` (checked only when one names any header: the
-/// flag is tested where the caller is, the lines scanned out of line).
-#[inline(always)]
-fn named_by_connection(name: &str, headers: &[Header<'_>], connection_names: bool) -> bool {
-    connection_names && connection_lines_name(name, headers)
-}
-
-/// A `Connection` line of `headers` names `name`.
-fn connection_lines_name(name: &str, headers: &[Header<'_>]) -> bool {
-    headers
-        .iter()
-        .filter(|h| h.name.eq_ignore_ascii_case("connection"))
-        .flat_map(|h| tokens(h.value))
-        .any(|t| t.eq_ignore_ascii_case(name.as_bytes()))
 }
 
 /// What the request to the upstream says besides the client's own header lines.

@@ -21,6 +21,7 @@ thread_local! {
 }
 
 /// An empty buffer of at least [`BUF`] bytes.
+#[inline]
 pub fn take() -> BytesMut {
     STOCK.with(Stock::take)
 }
@@ -28,5 +29,8 @@ pub fn take() -> BytesMut {
 /// Gives `buf` back for a later [`take`] (freed if it grew past twice [`BUF`]).
 #[inline]
 pub fn give(buf: BytesMut) {
-    STOCK.with(|stock| stock.give(buf));
+    // An empty handle (a connection between requests) has nothing to keep: no call.
+    if buf.capacity() != 0 {
+        STOCK.with(|stock| stock.give(buf));
+    }
 }

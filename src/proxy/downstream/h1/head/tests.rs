@@ -345,9 +345,10 @@ fn every_hop_by_hop_name_is_seen_in_any_case_and_others_are_not() {
         name: "Connection",
         value: b"close, X-Private",
     }];
-    assert!(named_by_connection("x-private", &named, true));
-    assert!(!named_by_connection("x-private", &named, false));
-    assert!(!named_by_connection("x-other", &named, true));
+    assert_eq!(end_to_end("x-private", &named, true), None);
+    assert_eq!(end_to_end("X-Private", &named, false), Some(Name::Other));
+    assert_eq!(end_to_end("x-other", &named, true), Some(Name::Other));
+    assert_eq!(end_to_end("keep-alive", &named, false), None);
 }
 
 #[test]
