@@ -51,58 +51,93 @@ use crate::proxy::validate::{self, Invalid};
 
 /// One request on hyper's path, answered whatever happens: pier's own answer for an error
 /// (as gRPC for a gRPC call), recorded by `phase::log`.
-pub async fn handle(
+///
+/// Not an `async fn`: one keeps its arguments twice in its state (as captured, and moved to
+/// locals), and this future is every request's, boxed and moved whole (its 264-byte request
+/// kept once).
+#[expect(
+    clippy::manual_async_fn,
+    reason = "an async fn stores its arguments twice (see above)"
+)]
+pub fn handle(
     shared: Arc<Shared>,
     conn: Arc<ConnInfo>,
     req: Request<Inbound>,
-) -> Response<ProxyBody> {
-    let started = Instant::now();
-    let snapshot = shared.snapshot.load_full();
-    shared.upstream.observe(snapshot.generation);
-    let line = RequestLine {
-        method: req.method(),
-        host: request_authority(&req),
-        path: req.uri().path(),
-    };
-    let phase::Arrival {
-        edge,
-        log: log_head,
-    } = phase::arrive(
-        &shared,
-        &snapshot,
-        &conn,
-        || phase::map_lines(req.headers()),
-        line,
-        || LogHead::of(&req),
-    );
-    let grpc = is_grpc(req.headers());
-    let mut seen = Seen::default();
-    let resp = match dispatch(&shared, &snapshot, &conn, (req, &edge), &mut seen, started).await {
-        Ok(resp) => resp,
-        Err(error) => {
-            phase::failed(&shared, &mut seen, &error, conn.port);
-            error.response(grpc)
-        }
-    };
-    // A streamed body (chunked, HTTP/2 without a length): the bytes read from the client by
-    // the time the response head came back.
-    let log_head = match (log_head, &seen.body) {
-        (Some(head), Some(body)) => Some(head.with_bytes_in(body.read())),
-        (head, _) => head,
-    };
-    phase::log(
-        &shared,
-        &snapshot,
-        &conn,
-        &edge,
-        &seen,
-        log_head.as_ref(),
-        (resp.status(), resp.body().size_hint().exact()),
-        started.elapsed(),
-    );
-    resp
+) -> impl Future<Output = Response<ProxyBody>> + Send {
+    async move {
+        let started = Instant::now();
+        let snapshot = shared.snapshot.load_full();
+        shared.upstream.observe(snapshot.generation);
+        let line = RequestLine {
+            method: req.method(),
+            host: request_authority(&req),
+            path: req.uri().path(),
+        };
+        let phase::Arrival {
+            edge,
+            log: log_head,
+        } = phase::arrive(
+            &shared,
+            &snapshot,
+            &conn,
+            || phase::map_lines(req.headers()),
+            line,
+            || LogHead::of(&req),
+        );
+        let grpc = is_grpc(req.headers());
+        let mut seen = Seen::default();
+        let resp = match dispatch(&shared, &snapshot, &conn, (req, &edge), &mut seen, started).await
+        {
+            Ok(resp) => resp,
+            Err(error) => {
+                phase::failed(&shared, &mut seen, &error, conn.port);
+                error.response(grpc)
+            }
+        };
+        // A streamed body (chunked, HTTP/2 without a length): the bytes read from the client by
+        // the time the response head came back.
+        let log_head = match (log_head, &seen.body) {
+            (Some(head), Some(body)) => Some(head.with_bytes_in(body.read())),
+            (head, _) => head,
+        };
+        phase::log(
+            &shared,
+            &snapshot,
+            &conn,
+            &edge,
+            &seen,
+            log_head.as_ref(),
+            (resp.status(), resp.body().size_hint().exact()),
+            started.elapsed(),
+        );
+        resp
+    }
 }
 
+/// A request `admit` let through, with what its answer is made with.
+struct Admitted<'s> {
+    req: Request<Inbound>,
+    routed: Routed<'s>,
+    answer: Answer<'s>,
+    /// Body bytes the authorizers read, to go upstream in front of the rest.
+    prefix: Option<bytes::Bytes>,
+    /// A refreshed login's cookies, for the response.
+    cookies: Vec<http::HeaderValue>,
+}
+
+/// Either pier's own answer, or the request on its way to a backend.
+#[expect(
+    clippy::large_enum_variant,
+    reason = "returned once per request and taken apart at once: a box would be an allocation per request"
+)]
+enum Admission<'s> {
+    Answer(Response<ProxyBody>),
+    Forward(Admitted<'s>),
+}
+
+/// Admission, then forwarding. Two futures one after the other, so that what admission
+/// keeps across its awaits (the route input, the login, the decision: ~1 100 bytes) is not
+/// part of every request's state while it waits on its backend.
 async fn dispatch<'s>(
     shared: &Shared,
     snapshot: &'s Arc<Snapshot>,
@@ -111,12 +146,73 @@ async fn dispatch<'s>(
     seen: &mut Seen<'s>,
     started: Instant,
 ) -> Result<Response<ProxyBody>, ProxyError> {
+    // Moved out field by field, never borrowed: no part of it stays in this future's state.
+    let (req, routed, answer, prefix, cookies) =
+        match admit(shared, snapshot, conn, (req, edge), seen, started).await? {
+            Admission::Answer(resp) => return Ok(resp),
+            Admission::Forward(a) => (a.req, a.routed, a.answer, a.prefix, a.cookies),
+        };
+    // The future is built in each arm rather than once before the match: a future moved into
+    // `timeout_at` would need room for both copies in this one, and every request moves it.
+    let forwarded = match routed.entry.rule.timeouts.request {
+        // `request` runs from the request's arrival, so time spent routing counts too.
+        Some(t) => tokio::time::timeout_at(
+            (started + t).into(),
+            forward(
+                shared,
+                snapshot,
+                conn,
+                routed,
+                answer,
+                (req, edge, prefix, started),
+                seen,
+            ),
+        )
+        .await
+        .map_err(|_| ProxyError::RequestTimeout)?,
+        None => {
+            forward(
+                shared,
+                snapshot,
+                conn,
+                routed,
+                answer,
+                (req, edge, prefix, started),
+                seen,
+            )
+            .await
+        }
+    };
+    // A refreshed login's cookies go back with the answer.
+    match forwarded {
+        Ok(mut resp) if !cookies.is_empty() => {
+            for c in cookies {
+                resp.headers_mut().append(http::header::SET_COOKIE, c);
+            }
+            Ok(resp)
+        }
+        r => r,
+    }
+}
+
+/// Checks, the listener, routing and the rule's access policies: pier's own answer (an
+/// error, a preflight, a redirect, an authorizer's or a login's), or the request to forward.
+/// The policies' awaits that few routes have are boxed where they start (only such routes
+/// pay for their state).
+async fn admit<'s>(
+    shared: &Shared,
+    snapshot: &'s Arc<Snapshot>,
+    conn: &ConnInfo,
+    (mut req, edge): (Request<Inbound>, &Edge),
+    seen: &mut Seen<'s>,
+    started: Instant,
+) -> Result<Admission<'s>, ProxyError> {
     // CONNECT (authority-form, no path) is not something an HTTPRoute can match.
     if req.method() == Method::CONNECT {
         return Err(ProxyError::NoRoute);
     }
     let rules = conn.request_rules(shared.config.limits.merge_slashes);
-    let mut req = checked(req, &shared.config.limits, rules).map_err(ProxyError::Invalid)?;
+    checked(&mut req, &shared.config.limits, rules).map_err(ProxyError::Invalid)?;
     let found = {
         let host = normalize_host(request_authority(&req));
         phase::listener(snapshot, conn, &host)?
@@ -143,7 +239,7 @@ async fn dispatch<'s>(
         ));
         match filtered.await? {
             Ok(bytes) => read = bytes,
-            Err(answer) => return Ok(answer),
+            Err(answer) => return Ok(Admission::Answer(answer)),
         }
     }
     let host = normalize_host(request_authority(&req));
@@ -159,22 +255,27 @@ async fn dispatch<'s>(
     if rule.traffic.is_some() {
         phase::fault_delay(shared, rule).await;
     }
-    let login = phase::oidc::LoginRequest {
-        method: input.method,
-        path: input.path,
-        query: input.query,
-        headers: input.headers,
-        host: request_authority(&req),
-        https: routed.port.protocol != crate::model::Protocol::Http,
-    };
     // A CORS preflight comes without credentials: the rule's CORS filter answers it before
     // any login (and only that answer: see below).
     let preflight = rule.has_cors() && phase::oidc::is_preflight(input.method, input.headers);
-    let oidc = match phase::oidc::login(rule, &login, preflight).await {
-        None => None,
-        Some(Ok(phase::oidc::Step::Respond(resp))) => return Ok(resp),
-        Some(Ok(phase::oidc::Step::Pass(passed))) => Some(passed),
-        Some(Err(e)) => return Err(e),
+    let has_oidc = rule.access.as_ref().is_some_and(|a| a.oidc.is_some());
+    let oidc = if has_oidc {
+        let login = phase::oidc::LoginRequest {
+            method: input.method,
+            path: input.path,
+            query: input.query,
+            headers: input.headers,
+            host: request_authority(&req),
+            https: routed.port.protocol != crate::model::Protocol::Http,
+        };
+        match Box::pin(phase::oidc::login(rule, &login, preflight)).await {
+            None => None,
+            Some(Ok(phase::oidc::Step::Respond(resp))) => return Ok(Admission::Answer(resp)),
+            Some(Ok(phase::oidc::Step::Pass(passed))) => Some(passed),
+            Some(Err(e)) => return Err(e),
+        }
+    } else {
+        None
     };
     let basic = phase::verify_basic(rule, input.headers).await;
     let mut admitted = None;
@@ -187,16 +288,15 @@ async fn dispatch<'s>(
         seen,
         started,
     )?;
-    if preflight
-        && rule.access.as_ref().is_some_and(|a| a.oidc.is_some())
-        && !matches!(decided, Decision::Preflight(_))
-    {
+    if preflight && has_oidc && !matches!(decided, Decision::Preflight(_)) {
         return Err(ProxyError::Unauthenticated(
             crate::proxy::error::Challenge::Bearer { invalid: false },
         ));
     }
-    if !matches!(decided, Decision::Preflight(_)) {
-        phase::global_limits(shared, rule, &input, edge).await?;
+    if !matches!(decided, Decision::Preflight(_))
+        && rule.traffic.as_ref().is_some_and(|t| t.global.is_some())
+    {
+        Box::pin(phase::global_limits(shared, rule, &input, edge)).await?;
     }
     if let Some(a) = &admitted {
         phase::apply(a, req.headers_mut());
@@ -212,18 +312,18 @@ async fn dispatch<'s>(
         let sent_host = request_authority(&req).to_string();
         let ctx = phase::ExtAuthCtx::new(edge, &sent_host, routed.port, conn);
         let mut outcomes: Vec<phase::ExtAuthOutcome> = Vec::new();
-        let authed = phase::ext_auth(
+        let authed = Box::pin(phase::ext_auth(
             shared,
             rule,
             &ctx,
             &mut req,
             (admitted.as_ref(), read.take()),
             &mut outcomes,
-        )
+        ))
         .await;
         phase::ext_auth_record(seen, rule, &outcomes, authed.as_ref().err());
         match authed? {
-            phase::ExtAuthed::Answer(resp) => return Ok(resp),
+            phase::ExtAuthed::Answer(resp) => return Ok(Admission::Answer(resp)),
             phase::ExtAuthed::Pass(p) => prefix = p,
         }
     }
@@ -232,7 +332,9 @@ async fn dispatch<'s>(
         prefix = Some(bytes);
     }
     let (weighted, cors) = match decided {
-        Decision::Preflight(resp) | Decision::Redirect(resp) => return Ok(resp),
+        Decision::Preflight(resp) | Decision::Redirect(resp) => {
+            return Ok(Admission::Answer(resp));
+        }
         Decision::Forward(weighted, cors) => (weighted, cors),
     };
     let encoding = phase::accept_encoding(rule, req.method(), req.headers());
@@ -242,55 +344,22 @@ async fn dispatch<'s>(
         encoding,
         alt_svc: routed.listener.alt_svc.as_ref(),
     };
-    // The future is built in each arm rather than once before the match: a future moved into
-    // `timeout_at` would need room for both copies in this one, and every request moves it.
-    let forwarded = match rule.timeouts.request {
-        // `request` runs from the request's arrival, so time spent routing counts too.
-        Some(t) => tokio::time::timeout_at(
-            (started + t).into(),
-            forward(
-                shared,
-                snapshot,
-                conn,
-                &routed,
-                answer,
-                (req, edge, prefix, started),
-                seen,
-            ),
-        )
-        .await
-        .map_err(|_| ProxyError::RequestTimeout)?,
-        None => {
-            forward(
-                shared,
-                snapshot,
-                conn,
-                &routed,
-                answer,
-                (req, edge, prefix, started),
-                seen,
-            )
-            .await
-        }
-    };
-    // A refreshed login's cookies go back with the answer.
-    match (oidc, forwarded) {
-        (Some(passed), Ok(mut resp)) => {
-            for c in passed.set_cookies {
-                resp.headers_mut().append(http::header::SET_COOKIE, c);
-            }
-            Ok(resp)
-        }
-        (_, r) => r,
-    }
+    Ok(Admission::Forward(Admitted {
+        req,
+        routed,
+        answer,
+        prefix,
+        cookies: oidc.map(|passed| passed.set_cookies).unwrap_or_default(),
+    }))
 }
 
-/// The request if it passes `validate`'s checks, with its path normalised.
+/// Whether the request passes `validate`'s checks; its path normalised. By reference: a
+/// request moved in and out is two copies of its 264 bytes.
 fn checked<B: http_body::Body>(
-    mut req: Request<B>,
+    req: &mut Request<B>,
     limits: &Limits,
     rules: validate::RequestRules,
-) -> Result<Request<B>, Invalid> {
+) -> Result<(), Invalid> {
     validate::check_host(req.version(), req.headers(), req.uri().authority())?;
     validate::check_transfer_coding(req.headers())?;
     let target_len = req.uri().path_and_query().map_or(0, |pq| pq.as_str().len());
@@ -310,7 +379,7 @@ fn checked<B: http_body::Body>(
         }
     }
     let normal = match validate::normalize_path(req.uri().path(), rules)? {
-        Cow::Borrowed(_) => return Ok(req),
+        Cow::Borrowed(_) => return Ok(()),
         Cow::Owned(p) => p,
     };
     let target = match req.uri().query() {
@@ -320,7 +389,7 @@ fn checked<B: http_body::Body>(
     let mut parts = req.uri().clone().into_parts();
     parts.path_and_query = Some(PathAndQuery::try_from(target).map_err(|_| Invalid::BadPath)?);
     *req.uri_mut() = Uri::from_parts(parts).map_err(|_| Invalid::BadPath)?;
-    Ok(req)
+    Ok(())
 }
 
 /// What the response is made with: the backendRef, the CORS headers and the encoding the
@@ -337,7 +406,7 @@ async fn forward<'s>(
     shared: &Shared,
     snapshot: &Arc<Snapshot>,
     conn: &ConnInfo,
-    routed: &Routed<'s>,
+    routed: Routed<'s>,
     answer: Answer<'s>,
     (req, edge, mut prefix, started): (Request<Inbound>, &Edge, Option<bytes::Bytes>, Instant),
     seen: &mut Seen<'s>,
@@ -358,7 +427,7 @@ async fn forward<'s>(
     } else {
         None
     };
-    let path = phase::request_head(edge, routed, weighted, backend, &mut parts, upgrade)?;
+    let path = phase::request_head(edge, &routed, weighted, backend, &mut parts, upgrade)?;
     let https = routed.port.protocol != crate::model::Protocol::Http;
     let session = rule.session.as_ref().map(|p| {
         let now = unix_now();

@@ -20,6 +20,7 @@ use crate::proxy::error::ProxyError;
 use crate::proxy::exchange::session::unix_now;
 
 /// The routing decision for one request.
+#[derive(Clone, Copy)]
 pub struct Routed<'s> {
     pub port: &'s Port,
     pub listener: &'s Listener,
