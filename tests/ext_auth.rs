@@ -236,7 +236,13 @@ async fn ext_auth_allows_denies_and_fails_closed_over_http_and_grpc() {
         assert_eq!(r.status, 200);
         let e = r.echo();
         assert_eq!(e.headers["x-seen-path"], ["/http/x?q=1"]);
-        assert_eq!(e.headers["x-seen-host"], ["127.0.0.1"], "{}", at("host"));
+        // The host as the client sent it: HTTP/1.1's Host, HTTP/2's `:authority` (with its
+        // port), as Envoy's check request carries it.
+        let sent = match client {
+            Client::H1 => "127.0.0.1".to_string(),
+            Client::H2 => format!("127.0.0.1:{}", pier.addr.port()),
+        };
+        assert_eq!(e.headers["x-seen-host"], [sent], "{}", at("host"));
         let seen = &e.headers["x-seen-headers"][0];
         assert!(
             seen.contains("authorization") && seen.contains("x-extra"),
