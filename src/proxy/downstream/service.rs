@@ -152,36 +152,27 @@ async fn dispatch<'s>(
             Admission::Answer(resp) => return Ok(resp),
             Admission::Forward(a) => (a.req, a.routed, a.answer, a.prefix, a.cookies),
         };
-    // The future is built in each arm rather than once before the match: a future moved into
-    // `timeout_at` would need room for both copies in this one, and every request moves it.
-    let forwarded = match routed.entry.rule.timeouts.request {
-        // `request` runs from the request's arrival, so time spent routing counts too.
-        Some(t) => tokio::time::timeout_at(
-            (started + t).into(),
-            forward(
-                shared,
-                snapshot,
-                conn,
-                routed,
-                answer,
-                (req, edge, prefix, started),
-                seen,
-            ),
+    // The future is built in the arm that awaits it rather than once before the match: a
+    // future moved into `timeout_at` would need room for both copies in this one, and every
+    // request moves it. Built by a closure, so both arms build the same call.
+    let timeout = routed.entry.rule.timeouts.request;
+    let forwarding = move || {
+        forward(
+            shared,
+            snapshot,
+            conn,
+            routed,
+            answer,
+            (req, edge, prefix, started),
+            seen,
         )
-        .await
-        .map_err(|_| ProxyError::RequestTimeout)?,
-        None => {
-            forward(
-                shared,
-                snapshot,
-                conn,
-                routed,
-                answer,
-                (req, edge, prefix, started),
-                seen,
-            )
+    };
+    let forwarded = match timeout {
+        // `request` runs from the request's arrival, so time spent routing counts too.
+        Some(t) => tokio::time::timeout_at((started + t).into(), forwarding())
             .await
-        }
+            .map_err(|_| ProxyError::RequestTimeout)?,
+        None => forwarding().await,
     };
     // A refreshed login's cookies go back with the answer.
     match forwarded {
