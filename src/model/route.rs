@@ -144,6 +144,17 @@ impl Rule {
             || self.access.as_ref().is_some_and(|a| a.ext_auth.is_some())
     }
 
+    /// Whether the rule's SecurityPolicy logs clients in with OIDC.
+    pub fn has_oidc(&self) -> bool {
+        self.access.as_ref().is_some_and(|a| a.oidc.is_some())
+    }
+
+    /// Whether a BackendTrafficPolicy gives the rule global rate limits (a call to the
+    /// rate-limit service per request).
+    pub fn has_global_limits(&self) -> bool {
+        self.traffic.as_ref().is_some_and(|t| t.global.is_some())
+    }
+
     /// Whether the rule or one of its backendRefs has a CORS filter.
     pub fn has_cors(&self) -> bool {
         self.filters.cors.is_some()

@@ -10,14 +10,30 @@
 //! free one is left. Bounded: at most `max` free and `max` waiting per thread, each at most
 //! twice the stock's size (a buffer that grew for a long message is freed).
 //!
-//! The users each have their own stock, a `thread_local!` of [`Stock::new`]: the HTTP/1.1 fast
-//! path's buffers (`downstream::h1::stock`) and the raw upstream responses of hyper's path
-//! (`upstream::spare`).
+//! The users each have their own stock, a `thread_local!` of [`Stock::new`] used through
+//! [`take_from`] and [`give_to`]: the HTTP/1.1 fast path's buffers (`downstream::h1::stock`)
+//! and the raw upstream responses of hyper's path (`upstream::spare`).
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
+use std::thread::LocalKey;
 
 use bytes::BytesMut;
+
+/// A buffer from the thread's stock `key` ([`Stock::take`]).
+#[inline]
+pub fn take_from(key: &'static LocalKey<Stock>) -> BytesMut {
+    key.with(Stock::take)
+}
+
+/// Gives `buf` back to the thread's stock `key` ([`Stock::give`]). An empty handle (a
+/// connection between requests) has nothing to keep: the thread-local is not touched.
+#[inline]
+pub fn give_to(key: &'static LocalKey<Stock>, buf: BytesMut) {
+    if buf.capacity() != 0 {
+        key.with(|stock| stock.give(buf));
+    }
+}
 
 /// Waiting buffers tried, oldest first, before a new one is made.
 const TRIES: usize = 8;

@@ -249,8 +249,7 @@ async fn admit<'s>(
     // A CORS preflight comes without credentials: the rule's CORS filter answers it before
     // any login (and only that answer: see below).
     let preflight = rule.has_cors() && phase::oidc::is_preflight(input.method, input.headers);
-    let has_oidc = rule.access.as_ref().is_some_and(|a| a.oidc.is_some());
-    let oidc = if has_oidc {
+    let oidc = if rule.has_oidc() {
         let login = phase::oidc::LoginRequest {
             method: input.method,
             path: input.path,
@@ -279,14 +278,12 @@ async fn admit<'s>(
         seen,
         started,
     )?;
-    if preflight && has_oidc && !matches!(decided, Decision::Preflight(_)) {
+    if preflight && rule.has_oidc() && !matches!(decided, Decision::Preflight(_)) {
         return Err(ProxyError::Unauthenticated(
             crate::proxy::error::Challenge::Bearer { invalid: false },
         ));
     }
-    if !matches!(decided, Decision::Preflight(_))
-        && rule.traffic.as_ref().is_some_and(|t| t.global.is_some())
-    {
+    if rule.has_global_limits() && !matches!(decided, Decision::Preflight(_)) {
         Box::pin(phase::global_limits(shared, rule, &input, edge)).await?;
     }
     if let Some(a) = &admitted {

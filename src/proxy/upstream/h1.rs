@@ -28,6 +28,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, Version};
 use http_body::{Body, Frame, SizeHint};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_util::either::Either;
 
 use super::Upstream;
 use super::connect::Stream;
@@ -135,8 +136,8 @@ pub(super) fn write_head(req: &Request<ProxyBody>, out: &mut Vec<u8>) {
 /// a lock (~390 instructions a request against ~100, callgrind).
 async fn readable(io: &mut Stream) {
     let tcp = match io {
-        tokio_util::either::Either::Left(tcp) => &*tcp,
-        tokio_util::either::Either::Right(tls) => tls.get_ref().0,
+        Either::Left(tcp) => &*tcp,
+        Either::Right(tls) => tls.get_ref().0,
     };
     let _ = std::future::poll_fn(|cx| tcp.poll_read_ready(cx)).await;
 }

@@ -9,7 +9,7 @@
 
 use bytes::BytesMut;
 
-use crate::proxy::stock::Stock;
+use crate::proxy::stock::{self, Stock};
 
 /// The size of the buffers: room for a response head and a short body.
 pub const SIZE: usize = 4 * 1024;
@@ -25,14 +25,11 @@ thread_local! {
 /// An empty buffer with room for at least [`SIZE`] bytes.
 #[inline]
 pub fn take() -> BytesMut {
-    SPARE.with(Stock::take)
+    stock::take_from(&SPARE)
 }
 
 /// Gives `buf` back for a later [`take`].
 #[inline]
 pub fn give(buf: BytesMut) {
-    // An empty handle has nothing to keep: no call.
-    if buf.capacity() != 0 {
-        SPARE.with(|spare| spare.give(buf));
-    }
+    stock::give_to(&SPARE, buf);
 }

@@ -10,7 +10,7 @@
 use bytes::BytesMut;
 
 use super::BUF;
-use crate::proxy::stock::Stock;
+use crate::proxy::stock::{self, Stock};
 
 /// Buffers kept per worker thread: enough for the requests one worker has in flight at once
 /// on most hosts; more are freed.
@@ -23,14 +23,11 @@ thread_local! {
 /// An empty buffer of at least [`BUF`] bytes.
 #[inline]
 pub fn take() -> BytesMut {
-    STOCK.with(Stock::take)
+    stock::take_from(&STOCK)
 }
 
 /// Gives `buf` back for a later [`take`] (freed if it grew past twice [`BUF`]).
 #[inline]
 pub fn give(buf: BytesMut) {
-    // An empty handle (a connection between requests) has nothing to keep: no call.
-    if buf.capacity() != 0 {
-        STOCK.with(|stock| stock.give(buf));
-    }
+    stock::give_to(&STOCK, buf);
 }
