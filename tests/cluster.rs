@@ -157,17 +157,44 @@ impl Traffic {
 }
 
 async fn route_status_when<F: Fn(&Value) -> bool>(c: &Cluster, what: &str, f: F) -> Value {
+    status_when(c, "HTTPRoute", "web", what, f).await
+}
+
+/// Waits until `f` holds for the status of `kind` `app/name`. Each object's status is its own
+/// write: a route's may land before its Gateway's.
+async fn status_when<F: Fn(&Value) -> bool>(
+    c: &Cluster,
+    kind: &str,
+    name: &str,
+    what: &str,
+    f: F,
+) -> Value {
     let deadline = Instant::now() + STATUS_BOUND;
     loop {
-        let s = c.status("HTTPRoute", Some(APP), "web").await;
+        let s = c.status(kind, Some(APP), name).await;
         if f(&s) {
             return s;
         }
         assert!(
             Instant::now() < deadline,
-            "route status never {what}: {s:#}"
+            "{kind} {APP}/{name} status never {what}: {s:#}"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Whether pier's parent entry of a route's status has `Accepted: True`.
+fn accepted(s: &Value) -> bool {
+    our_parent(s)
+        .and_then(|p| condition(&p["conditions"], "Accepted"))
+        .is_some_and(|c| c["status"] == "True")
+}
+
+/// Whether the Gateway status' first listener supports `kind` and has `n` routes attached.
+fn listener_has(kind: &str, n: u64) -> impl Fn(&Value) -> bool {
+    move |gw| {
+        let l = &gw["listeners"][0];
+        l["supportedKinds"][0]["kind"] == kind && l["attachedRoutes"] == n
     }
 }
 
@@ -225,7 +252,10 @@ async fn routes_follow_the_api_under_least_privilege() {
         "the other controller's entry is untouched"
     );
 
-    let gw = c.status("Gateway", Some(APP), "gw").await;
+    let gw = status_when(&c, "Gateway", "gw", "with the route attached", |gw| {
+        gw["listeners"][0]["attachedRoutes"] == 1
+    })
+    .await;
     for t in ["Accepted", "Programmed"] {
         let cnd = condition(&gw["conditions"], t).unwrap_or_else(|| panic!("{t}: {gw:#}"));
         assert_eq!(cnd["status"], "True", "{gw:#}");
@@ -235,6 +265,11 @@ async fn routes_follow_the_api_under_least_privilege() {
     assert_eq!(gw["listeners"][0]["name"], "http");
     assert_eq!(gw["listeners"][0]["attachedRoutes"], 1);
 
+    poll(STATUS_BOUND, "GatewayClass status written", || async {
+        let class = c.status("GatewayClass", None, "pier").await;
+        condition(&class["conditions"], "Accepted").is_some()
+    })
+    .await;
     let class = c.status("GatewayClass", None, "pier").await;
     let accepted = condition(&class["conditions"], "Accepted").unwrap();
     assert_eq!(accepted["status"], "True");
@@ -721,24 +756,15 @@ async fn tcp_routes_from_the_cluster() {
     }))
     .await;
     let pier = start_pier(c.pier_options(LOOPBACK, "replica-a")).await;
-    let deadline = Instant::now() + STATUS_BOUND;
-    loop {
-        let s = c.status("TCPRoute", Some(APP), "db").await;
-        let accepted = our_parent(&s)
-            .and_then(|p| condition(&p["conditions"], "Accepted"))
-            .is_some_and(|c| c["status"] == "True");
-        if accepted {
-            break;
-        }
-        assert!(Instant::now() < deadline, "TCPRoute never Accepted: {s:#}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let gw = c.status("Gateway", Some(APP), "tcp").await;
-    assert_eq!(
-        gw["listeners"][0]["supportedKinds"][0]["kind"], "TCPRoute",
-        "{gw:#}"
-    );
-    assert_eq!(gw["listeners"][0]["attachedRoutes"], 1, "{gw:#}");
+    status_when(&c, "TCPRoute", "db", "Accepted", accepted).await;
+    status_when(
+        &c,
+        "Gateway",
+        "tcp",
+        "listing the TCPRoute",
+        listener_has("TCPRoute", 1),
+    )
+    .await;
     let mut tcp = tokio::net::TcpStream::connect((LOOPBACK, tcp_port))
         .await
         .unwrap();
@@ -787,24 +813,15 @@ async fn udp_routes_from_the_cluster() {
     }))
     .await;
     let pier = start_pier(c.pier_options(LOOPBACK, "replica-a")).await;
-    let deadline = Instant::now() + STATUS_BOUND;
-    loop {
-        let s = c.status("UDPRoute", Some(APP), "dns").await;
-        let accepted = our_parent(&s)
-            .and_then(|p| condition(&p["conditions"], "Accepted"))
-            .is_some_and(|c| c["status"] == "True");
-        if accepted {
-            break;
-        }
-        assert!(Instant::now() < deadline, "UDPRoute never Accepted: {s:#}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let gw = c.status("Gateway", Some(APP), "udp").await;
-    assert_eq!(
-        gw["listeners"][0]["supportedKinds"][0]["kind"], "UDPRoute",
-        "{gw:#}"
-    );
-    assert_eq!(gw["listeners"][0]["attachedRoutes"], 1, "{gw:#}");
+    status_when(&c, "UDPRoute", "dns", "Accepted", accepted).await;
+    status_when(
+        &c,
+        "Gateway",
+        "udp",
+        "listing the UDPRoute",
+        listener_has("UDPRoute", 1),
+    )
+    .await;
     let client = tokio::net::UdpSocket::bind((LOOPBACK, 0)).await.unwrap();
     client.connect((LOOPBACK, udp_port)).await.unwrap();
     client.send(b"query").await.unwrap();
