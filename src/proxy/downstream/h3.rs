@@ -64,7 +64,9 @@ pub async fn serve(
         () = drain.closed() => return,
     };
     let mut closing = drain.clone();
-    // The requests run in this task (no task each, as HTTP/2's streams: `proxy::streams`).
+    // The requests run in this task (no task each, as HTTP/2's streams: `proxy::streams`),
+    // outside tokio's budget for the same reason as there: the budget is the connection's, and
+    // requests it refused waited for the task's next turn.
     let mut requests = FuturesUnordered::new();
     let mut going_away = drain.is_draining();
     if going_away {
@@ -85,7 +87,7 @@ pub async fn serve(
                     break;
                 }
             }
-            Some(()) = requests.next(), if !requests.is_empty() => {
+            Some(()) = tokio::task::unconstrained(requests.next()), if !requests.is_empty() => {
                 if going_away && requests.is_empty() {
                     break;
                 }
