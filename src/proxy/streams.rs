@@ -135,10 +135,8 @@ impl<O> Streams<O> {
             }
             Poll::Ready(finished)
         }));
-        match std::pin::pin!(unbudgeted).poll(cx) {
-            Poll::Ready(finished) => finished,
-            Poll::Pending => false,
-        }
+        // The inner future is always ready: it reports what the streams did.
+        std::pin::pin!(unbudgeted).poll(cx) == Poll::Ready(true)
     }
 }
 

@@ -141,7 +141,7 @@ impl LogHead {
             method = on(Field::Method).then(|| display(&self.method)),
             host = on(Field::Host).then(|| display(&self.host)),
             path = on(Field::Path).then(|| display(&self.path)),
-            protocol = on(Field::Protocol).then(|| display(protocol(self.version))),
+            protocol = on(Field::Protocol).then(|| display(protocol_name(self.version))),
             status = on(Field::Status).then(|| done.status.as_u16()),
             bytes_in = self.bytes_in.filter(|_| on(Field::BytesIn)),
             bytes_out = done.bytes_out.filter(|_| on(Field::BytesOut)),
@@ -159,8 +159,9 @@ impl LogHead {
     }
 }
 
-/// The request's protocol as Envoy's `%PROTOCOL%` names it.
-fn protocol(version: Version) -> &'static str {
+/// The request's protocol as Envoy names it (`%PROTOCOL%` in its access log, the
+/// `protocol` an external authorizer is given).
+pub fn protocol_name(version: Version) -> &'static str {
     match version {
         Version::HTTP_09 => "HTTP/0.9",
         Version::HTTP_10 => "HTTP/1.0",

@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 
 use ::http::header::{self, HeaderName};
-use ::http::{HeaderMap, HeaderValue, Request, StatusCode, Version};
+use ::http::{HeaderMap, HeaderValue, Request, StatusCode};
 use bytes::Bytes;
 use prost::Message;
 
@@ -21,6 +21,7 @@ use super::proto::{
 use super::{Asked, Denial, Failure, Mutation, Verdict, is_framing};
 use crate::model::ext_auth::ExtAuth;
 use crate::proxy::body::ProxyBody;
+use crate::proxy::observe::access::protocol_name;
 
 /// The method's path.
 pub const CHECK_PATH: &str = "/envoy.service.auth.v3.Authorization/Check";
@@ -73,13 +74,7 @@ pub fn check_request(ext: &ExtAuth, asked: &Asked<'_>) -> CheckRequest {
             .body_len
             .and_then(|n| i64::try_from(n).ok())
             .unwrap_or(-1),
-        protocol: match asked.version {
-            Version::HTTP_2 => "HTTP/2",
-            Version::HTTP_3 => "HTTP/3",
-            Version::HTTP_10 => "HTTP/1.0",
-            _ => "HTTP/1.1",
-        }
-        .to_string(),
+        protocol: protocol_name(asked.version).to_string(),
         body,
         raw_body,
     };
